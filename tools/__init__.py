@@ -1,0 +1,1 @@
+"""VeloxQuant tools: golden regeneration, codebook generation, conformance runner, benchmarks."""
