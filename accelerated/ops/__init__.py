@@ -1,0 +1,37 @@
+"""MLX ops for every method of the spec: `encode(x, params)` / `decode(record, params)` dispatch on
+params.method. Modules: numerics, prng, rotation, codebooks, packing (shared ops, one chapter each),
+record (record layout and the one-shot frame), and one module per method (spec/methods/)."""
+from __future__ import annotations
+
+import importlib
+
+import mlx.core as mx
+
+import spec
+from accelerated.ops import record
+
+METHODS = ("turboquant", "turboquant_rvq", "turboquant_prod", "kivi", "rabitq", "mlx_affine")
+
+
+def method_module(method: str):
+    """The module of a method; ValueError naming `method` if unknown or not implemented."""
+    if method not in METHODS:
+        raise ValueError(f"method: unknown method {method!r}")
+    try:
+        return importlib.import_module(f"accelerated.ops.{method}")
+    except ModuleNotFoundError as e:
+        if e.name == f"accelerated.ops.{method}":
+            raise ValueError(f"method: {method} is not implemented in accelerated.ops") from None
+        raise
+
+
+def encode(x: mx.array, params: spec.Params) -> dict[str, mx.array]:
+    """One-shot encode of x (B, H, T, d): the record of spec/formats.toml (window in x's dtype)."""
+    p = record.resolve(params)
+    return method_module(p.method).encode(x, p)
+
+
+def decode(rec: dict[str, mx.array], params: spec.Params) -> mx.array:
+    """Decode a record to float32 (B, H, T, d): encoded prefix, then the window upcast."""
+    p = record.resolve(params)
+    return method_module(p.method).decode(rec, p)

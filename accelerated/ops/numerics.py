@@ -1,0 +1,110 @@
+"""Number model in MLX ops (spec/number-model.md): exact upcast, halving fold, rint, input checks.
+
+Every float op here is one MLX elementwise op on float32 arrays, i.e. one binary32 operation rounded once
+(no mx.compile, so nothing is fused or contracted). Float reductions never use mx.sum: its summation
+order differs by backend, the spec fixes the halving-fold tree.
+"""
+from __future__ import annotations
+
+import functools
+
+import mlx.core as mx
+
+import spec
+
+DTYPES: dict[str, mx.Dtype] = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
+
+
+def dtype_name(dt) -> str:
+    """The spec's name ("float16", "bfloat16", "float32") of an mx dtype or a name; ValueError otherwise."""
+    if isinstance(dt, str):
+        if dt in DTYPES:
+            return dt
+    else:
+        for name, mdt in DTYPES.items():
+            if dt == mdt:
+                return name
+    raise ValueError(f"dtype: {dt!r} is not supported; expected one of {', '.join(DTYPES)}")
+
+
+def f32(v: float) -> mx.array:
+    """A binary32 scalar constant as a float32 mx array (a Python float would be weakly typed)."""
+    a = mx.array(float(v), dtype=mx.float32)
+    if float(a.item()) != float(v):
+        raise ValueError(f"constant {v!r} is not a binary32 value")
+    return a
+
+
+@functools.lru_cache(maxsize=None)
+def scale(d: int) -> mx.array:
+    """s_d (rotation.md) as a float32 scalar."""
+    return f32(float(spec.scale(d)))
+
+
+@functools.lru_cache(maxsize=None)
+def qjl_scale(d: int) -> mx.array:
+    """A_d (methods/turboquant_prod.md) as a float32 scalar."""
+    return f32(float(spec.qjl_scale(d)))
+
+
+@functools.lru_cache(maxsize=None)
+def rint_magic() -> mx.array:
+    return f32(float(spec.rint_magic()))
+
+
+def upcast(x: mx.array) -> mx.array:
+    """Exact upcast to binary32 (every fp16/bf16 value is representable)."""
+    return x if x.dtype == mx.float32 else x.astype(mx.float32)
+
+
+def fold(v: mx.array) -> mx.array:
+    """Halving-fold sum over the last axis (power-of-two length): v[i] += v[i + n/2], repeated."""
+    n = v.shape[-1]
+    if n & (n - 1):
+        raise ValueError(f"fold: length {n} is not a power of two")
+    while n > 1:
+        n //= 2
+        v = v[..., :n] + v[..., n:2 * n]
+    return v[..., 0]
+
+
+def norm(x32: mx.array) -> mx.array:
+    """sqrt(fold(x*x)) over the last axis; squares first, each one rounding."""
+    return mx.sqrt(fold(x32 * x32))
+
+
+def rint(y: mx.array) -> mx.array:
+    """Round half to even for 0 <= y <= 255, exactly: (y + 0x1.8p23) - 0x1.8p23 (two RNE adds)."""
+    m = rint_magic()
+    return (y + m) - m
+
+
+def reciprocal_or_zero(n: mx.array) -> mx.array:
+    """r = 1/n if n > 0 else 0 (the zero path of the norm methods); no division by zero is evaluated."""
+    pos = n > 0
+    one = f32(1.0)
+    return mx.where(pos, one / mx.where(pos, n, one), f32(0.0))
+
+
+def check_x(x, params: spec.Params) -> None:
+    """Reject bad input before any state changes (number-model.md 'Special values'): ValueError naming x.
+
+    The finiteness test needs one evaluation (a host sync); that is the price of rejecting up front.
+    """
+    if not isinstance(x, mx.array):
+        raise ValueError(f"x: must be an mx.array, got {type(x).__name__}")
+    if x.dtype not in DTYPES.values():
+        raise ValueError(f"x: dtype {x.dtype} is not supported; expected float16, bfloat16 or float32")
+    if x.ndim != 4:
+        raise ValueError(f"x: must have rank 4 (B, H, T, d), got shape {tuple(x.shape)}")
+    if any(s == 0 for s in x.shape):
+        raise ValueError(f"x: empty axis in shape {tuple(x.shape)}")
+    params.check_head_dim(int(x.shape[-1]))
+    if not mx.isfinite(x).all().item():
+        raise ValueError("x: contains NaN or Inf")
+
+
+def check_norm_finite(n: mx.array) -> None:
+    """Norm methods reject tokens whose sum of squares overflows binary32 (ValueError naming x)."""
+    if n.size and mx.isinf(n).any().item():
+        raise ValueError("x: norm overflows binary32")

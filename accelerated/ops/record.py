@@ -1,0 +1,107 @@
+"""Record layout (spec/formats.toml) and the one-shot encode/decode frame shared by every method.
+
+A method module provides `check(x32, p)` (method rules over all tokens of x; returns what encode can
+reuse, e.g. the norms), `encode_tokens(x32, p, pre)` (fields of the encoded prefix, window excluded) and
+`decode_tokens(fields, p, d)` (float32 (B, H, Q, d)). This module adds the window (streaming.md: tokens
+Q..T-1 kept exactly in the input dtype) and the validation of x and of records.
+"""
+from __future__ import annotations
+
+import re
+
+import mlx.core as mx
+
+import spec
+from accelerated.ops import numerics, packing
+
+_FIELD_DTYPES = {"uint32": mx.uint32, "float32": mx.float32, "float16": mx.float16}
+
+
+def resolve(params) -> spec.Params:
+    if not isinstance(params, spec.Params):
+        raise ValueError(f"params: must be a spec.Params, got {type(params).__name__}")
+    return params.resolved()
+
+
+def layout(p: spec.Params) -> list[tuple[str, str, str]]:
+    """[(name, dtype, shape)] in record order (formats.toml; KIVI's depends on the role)."""
+    info = spec.method_info(p.method)
+    rows = info["record"] if "record" in info else info[f"record_{p.role}"]
+    return [tuple(r) for r in rows]
+
+
+def field_names(p: spec.Params) -> list[str]:
+    return [r[0] for r in layout(p)]
+
+
+def _dim(term: str, env: dict) -> int:
+    """One axis of a formats.toml shape: B, H, Q, d, T-Q, Q/G, d/G, W(bits), W(bits-1), W(bits2), W(1)."""
+    m = re.fullmatch(r"W\((\w+)(?:-(\d+))?\)", term)
+    if m:
+        b = env[m.group(1)] if m.group(1) in env else int(m.group(1))
+        return packing.words(env["d"], b - int(m.group(2) or 0))
+    if "/" in term:
+        a, b = term.split("/")
+        return env[a] // env[b]
+    if "-" in term:
+        a, b = term.split("-")
+        return env[a] - env[b]
+    return env[term]
+
+
+def expected_shapes(p: spec.Params, b: int, h: int, t: int, d: int, q: int | None = None) -> dict:
+    env = {"B": b, "H": h, "T": t, "d": d, "Q": p.encoded_tokens(t) if q is None else q,
+           "G": p.group_size or 1, "bits": p.bits, "bits2": p.bits2 or 0}
+    return {name: tuple(_dim(s, env) for s in shape.split(",")) for name, _, shape in layout(p)}
+
+
+def check_record(record, p: spec.Params) -> tuple[int, int, int, int, int]:
+    """Validate field names, dtypes and shapes (ValueError naming record); return (B, H, T, Q, d)."""
+    if not isinstance(record, dict):
+        raise ValueError(f"record: must be a dict of mx arrays, got {type(record).__name__}")
+    names = field_names(p)
+    if set(record) != set(names):
+        raise ValueError(f"record: fields {sorted(record)} do not match {p.method}'s {names}")
+    for k, v in record.items():
+        if not isinstance(v, mx.array) or v.ndim != (3 if k in ("norm", "rnorm", "ip") else 4):
+            raise ValueError(f"record: field {k} must be an mx.array of the record's rank")
+    win = record["window"]
+    if win.dtype not in numerics.DTYPES.values():
+        raise ValueError(f"record: window dtype {win.dtype} is not an input dtype")
+    b, h, r, d = win.shape
+    p.check_head_dim(d)
+    q = record[names[0]].shape[2] * (p.group_size if (p.method == "kivi" and names[0] != "codes") else 1)
+    if p.method == "kivi" and q % p.group_size:
+        raise ValueError(f"record: kivi encoded tokens {q} not a multiple of group_size {p.group_size}")
+    want = expected_shapes(p, b, h, q + r, d, q)
+    for name, dt, _ in layout(p):
+        v = record[name]
+        want_dt = win.dtype if dt == "input" else _FIELD_DTYPES[dt]
+        if v.dtype != want_dt or tuple(v.shape) != want[name]:
+            raise ValueError(f"record: field {name} is {v.dtype} {tuple(v.shape)}, expected "
+                             f"{want_dt} {want[name]}")
+    return b, h, q + r, q, d
+
+
+def encode_with(method, x, params) -> dict[str, mx.array]:
+    p = resolve(params)
+    if p.method != method.NAME:
+        raise ValueError(f"params: method {p.method!r} given to {method.NAME}.encode")
+    numerics.check_x(x, p)
+    x32 = numerics.upcast(x)
+    pre = method.check(x32, p)
+    q = p.encoded_tokens(x.shape[2])
+    fields = method.encode_tokens(x32[:, :, :q], p, None if pre is None else pre[:, :, :q])
+    fields["window"] = x[:, :, q:]
+    return {name: fields[name] for name in field_names(p)}
+
+
+def decode_with(method, record, params) -> mx.array:
+    p = resolve(params)
+    if p.method != method.NAME:
+        raise ValueError(f"params: method {p.method!r} given to {method.NAME}.decode")
+    check_record(record, p)
+    win = numerics.upcast(record["window"])
+    fields = {k: v for k, v in record.items() if k != "window"}
+    prefix = method.decode_tokens(fields, p, win.shape[-1])
+    return mx.concatenate([prefix, win], axis=2)

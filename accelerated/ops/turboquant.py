@@ -1,0 +1,54 @@
+"""`turboquant`: MSE TurboQuant, norm kept apart (spec/methods/turboquant.md).
+
+Also home of the shared front end (steps 1-5: norm, reciprocal, RHT, unit vector) that turboquant_rvq,
+turboquant_prod and rabitq reuse.
+"""
+from __future__ import annotations
+
+import sys
+
+import mlx.core as mx
+
+import spec
+from accelerated.ops import codebooks, numerics, packing, prng, record, rotation
+
+NAME = "turboquant"
+
+
+def check(x32: mx.array, p: spec.Params) -> mx.array:
+    """Norms of every token of x (all of them are validated, window included); reject +Inf."""
+    n = numerics.norm(x32)
+    numerics.check_norm_finite(n)
+    return n
+
+
+def front(x32: mx.array, p: spec.Params, n: mx.array | None) -> tuple[mx.array, mx.array, mx.array]:
+    """Steps 1-5: n = norm, r = 1/n or 0, y = RHT(x) with sigma, u = y * r. Returns (n, y, u)."""
+    if n is None:
+        n = numerics.norm(x32)
+    r = numerics.reciprocal_or_zero(n)
+    sigma = prng.head_signs(p, x32.shape[1], x32.shape[-1])
+    y = rotation.rht(x32, sigma)
+    return n, y, y * r[..., None]
+
+
+def encode_tokens(x32: mx.array, p: spec.Params, n: mx.array | None = None) -> dict[str, mx.array]:
+    n, _, u = front(x32, p, n)
+    _, bd = codebooks.gaussian(p.bits, x32.shape[-1])
+    return {"codes": packing.pack(codebooks.quantize(u, bd), p.bits), "norm": n}
+
+
+def decode_tokens(fields: dict[str, mx.array], p: spec.Params, d: int) -> mx.array:
+    cd, _ = codebooks.gaussian(p.bits, d)
+    i = packing.unpack(fields["codes"], p.bits, d)
+    y_hat = codebooks.dequantize(i, cd) * fields["norm"][..., None]
+    sigma = prng.head_signs(p, y_hat.shape[1], d)
+    return rotation.rht_inverse(y_hat, sigma)
+
+
+def encode(x: mx.array, params: spec.Params) -> dict[str, mx.array]:
+    return record.encode_with(sys.modules[__name__], x, params)
+
+
+def decode(rec: dict[str, mx.array], params: spec.Params) -> mx.array:
+    return record.decode_with(sys.modules[__name__], rec, params)

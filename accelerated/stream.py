@@ -1,0 +1,196 @@
+"""Streaming state of one stream (one layer, one role, all heads) on mx arrays (spec/streaming.md).
+
+Chunks of any size arrive along T; the state after T tokens is the record that one-shot encode of those
+T tokens produces (until a lossy KIVI trim). Encoded fields live in buffers that grow along the token
+axis in steps of 256 rows (like mlx-lm's KVCache), so per-token appends do not copy the whole prefix.
+Every check (x, dtype, shape, norm overflow, KIVI float16 overflow) runs before any state changes.
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+
+import spec
+from accelerated import ops
+from accelerated.ops import numerics, record
+
+
+class _Rows:
+    """An array growing along axis 2, preallocated in steps; `n` rows are valid."""
+
+    step = 256
+
+    def __init__(self, arr: mx.array | None = None):
+        self.buf = arr
+        self.n = 0 if arr is None else arr.shape[2]
+
+    def extend(self, a: mx.array) -> None:
+        k = a.shape[2]
+        if k == 0 and self.buf is not None:
+            return
+        if self.buf is None or self.n + k > self.buf.shape[2]:
+            cap = -(-(self.n + k) // self.step) * self.step
+            new = mx.zeros((*a.shape[:2], cap, *a.shape[3:]), dtype=a.dtype)
+            if self.n:
+                new[:, :, : self.n] = self.buf[:, :, : self.n]
+            self.buf = new
+        if k:
+            self.buf[:, :, self.n : self.n + k] = a
+        self.n += k
+
+    def view(self, lo: int = 0, hi: int | None = None) -> mx.array:
+        return self.buf[:, :, lo : self.n if hi is None else hi]
+
+
+class Stream:
+    """`append(x)`, `trim(n)`, `record()`, `tokens`, `dequantized()`, `nbytes`, `state()`/`from_state`."""
+
+    def __init__(self, params: spec.Params, dtype=None):
+        self.params = record.resolve(params)
+        self._method = ops.method_module(self.params.method)
+        self._names = [n for n in record.field_names(self.params) if n != "window"]
+        self._dtype = None if dtype is None else numerics.dtype_name(dtype)
+        self._bhd: tuple[int, int, int] | None = None
+        self._rows = {n: _Rows() for n in self._names}
+        self._q = 0                          # encoded tokens
+        self._window: mx.array | None = None  # (B, H, r, d) in the input dtype
+
+    # -- sizes -------------------------------------------------------------------------------------
+    @property
+    def tokens(self) -> int:
+        return self._q + (0 if self._window is None else self._window.shape[2])
+
+    @property
+    def dtype(self) -> str | None:
+        return self._dtype
+
+    def _field_rows(self, name: str, tokens: int) -> int:
+        """Rows of a field for a token count (KIVI keys keep one scale/zero row per group of G tokens)."""
+        p = self.params
+        if p.method == "kivi" and p.role == "k" and name in ("scale", "zero"):
+            return tokens // p.group_size
+        return tokens
+
+    def _flush_count(self, r: int) -> int:
+        """Tokens leaving a window of r tokens (streaming.md 'Appending a chunk', step 3)."""
+        p = self.params
+        over = max(r - p.window, 0)
+        return p.group_size * (over // p.group_size) if p.method == "kivi" else over
+
+    # -- append / trim -------------------------------------------------------------------------------
+    def append(self, x: mx.array) -> None:
+        p = self.params
+        numerics.check_x(x, p)
+        name = numerics.dtype_name(x.dtype)
+        if self._dtype is not None and name != self._dtype:
+            raise ValueError(f"x: dtype {name} differs from the stream's {self._dtype}")
+        b, h, _, d = x.shape
+        if self._bhd is not None and (b, h, d) != self._bhd:
+            raise ValueError(f"x: shape {tuple(x.shape)} does not continue (B, H, d) = {self._bhd}")
+        self._method.check(numerics.upcast(x), p)
+        win = x if self._window is None else mx.concatenate([self._window, x], axis=2)
+        f = self._flush_count(win.shape[2])
+        fields = self._method.encode_tokens(numerics.upcast(win[:, :, :f]), p, None) if f else None
+        if fields is not None:
+            mx.eval(*fields.values())
+        # Everything is checked: commit.
+        self._dtype, self._bhd = name, (b, h, d)
+        if fields is not None:
+            for n in self._names:
+                self._rows[n].extend(fields[n])
+            self._q += f
+        self._window = win[:, :, f:]
+
+    def trim(self, n: int) -> int:
+        """Remove the newest min(n, T) tokens; returns how many were removed."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"n: must be a non-negative integer, got {n!r}")
+        t = self.tokens
+        n = min(n, t)
+        if n == 0:
+            return 0
+        r = self._window.shape[2]
+        if n <= r:
+            self._window = self._window[:, :, : r - n]
+            return n
+        t_new = t - n
+        p = self.params
+        if p.method == "kivi":
+            q_new = p.group_size * (t_new // p.group_size)
+            # Tokens q_new..t_new-1 sit in the group starting at q_new: decode it, cast (RNE), re-window.
+            if t_new > q_new:
+                grp = {k: self._rows[k].view(self._field_rows(k, q_new),
+                                             self._field_rows(k, q_new + p.group_size))
+                       for k in self._names}
+                dec = self._method.decode_tokens(grp, p, self._bhd[2])[:, :, : t_new - q_new]
+                self._window = dec.astype(numerics.DTYPES[self._dtype])
+            else:
+                self._window = self._window[:, :, :0]
+        else:
+            q_new = t_new
+            self._window = self._window[:, :, :0]
+        for k in self._names:
+            self._rows[k].n = self._field_rows(k, q_new)
+        self._q = q_new
+        mx.eval(self._window)
+        return n
+
+    # -- views -------------------------------------------------------------------------------------
+    def record(self) -> dict[str, mx.array]:
+        """The record of the current state ({} before the first append)."""
+        if self._bhd is None:
+            return {}
+        b, h, d = self._bhd
+        shapes = record.expected_shapes(self.params, b, h, self.tokens, d, self._q)
+        out = {}
+        for name, dt, _ in record.layout(self.params):
+            if name == "window":
+                out[name] = self._window
+            elif self._rows[name].buf is None:
+                out[name] = mx.zeros(shapes[name], dtype=record._FIELD_DTYPES[dt])
+            else:
+                out[name] = self._rows[name].view()
+        return out
+
+    def dequantized(self) -> mx.array:
+        """float32 (B, H, T, d): encoded prefix decoded, then the window upcast."""
+        if self._bhd is None:
+            raise ValueError("stream: no tokens appended yet")
+        return self._method.decode(self.record(), self.params)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(v.nbytes for v in self.record().values())
+
+    # -- save / load -------------------------------------------------------------------------------
+    def state(self) -> tuple[dict[str, mx.array], dict]:
+        """(record arrays, metadata of str/int): enough to continue exactly (streaming.md)."""
+        meta = {k: v for k, v in self.params.to_dict().items()}
+        meta.update(tokens=self.tokens, spec_version=spec.SPEC_VERSION)
+        if self._dtype is not None:
+            meta["dtype"] = self._dtype
+        return self.record(), meta
+
+    @classmethod
+    def from_state(cls, arrays: dict[str, mx.array], meta: dict) -> "Stream":
+        keys = ("method", "bits", "bits2", "group_size", "window", "seed", "layer", "head_offset", "role")
+        try:
+            p = spec.Params(**{k: meta[k] for k in keys if k in meta})
+        except TypeError as e:
+            raise ValueError(f"meta: {e}") from None
+        s = cls(p, meta.get("dtype"))
+        if not arrays:
+            if meta.get("tokens", 0):
+                raise ValueError("arrays: empty but meta says tokens > 0")
+            return s
+        b, h, t, q, d = record.check_record(arrays, s.params)
+        if meta.get("tokens") != t:
+            raise ValueError(f"meta: tokens {meta.get('tokens')} does not match the arrays ({t})")
+        win = arrays["window"]
+        name = numerics.dtype_name(win.dtype)
+        if s._dtype is not None and s._dtype != name:
+            raise ValueError(f"meta: dtype {s._dtype} does not match the window's {name}")
+        s._dtype, s._bhd, s._q = name, (b, h, d), q
+        for k in s._names:
+            s._rows[k].extend(arrays[k])
+        s._window = win
+        return s
