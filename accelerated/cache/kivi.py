@@ -1,4 +1,6 @@
-"""`KIVIKVCache`: mlx-lm KV cache, KIVI group quantization (keys per channel, values per token; group_size) (spec/methods/kivi.md).
+"""`KIVIKVCache`: mlx-lm KV cache, KIVI group quantization (spec/methods/kivi.md).
+
+Keys are grouped per channel over group_size tokens, values per token over group_size channels.
 
 Both roles use `kivi` unless key_method/value_method override one of them; everything else is in
 accelerated/cache/base.py.

@@ -1,0 +1,38 @@
+"""mlx-lm compatible KV caches storing VeloxQuant records (spec/streaming.md, spec/methods/).
+
+Import this package before `mlx_lm.models.cache.load_prompt_cache` reads a file holding these caches:
+load_prompt_cache rebuilds each cache as `globals()[class_name].from_state(state)`, i.e. it looks the saved
+class name up in the namespace of the module mlx_lm.models.cache itself (CacheList's state setter does the
+same). Classes defined elsewhere are invisible there, so importing this package registers each class in
+that module under its own name. A name already bound there to a different class is an error (we never
+shadow an mlx-lm class).
+"""
+from __future__ import annotations
+
+import mlx_lm.models.cache as _mlx_lm_cache
+
+from accelerated.cache.base import VeloxKVCache
+from accelerated.cache.kivi import KIVIKVCache
+from accelerated.cache.prompt_cache import CLASS_BY_METHOD, make_prompt_cache
+from accelerated.cache.rabitq import RaBitQKVCache
+from accelerated.cache.turboquant import TurboQuantKVCache
+from accelerated.cache.turboquant_prod import TurboQuantProdKVCache
+from accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
+
+CACHE_CLASSES = (VeloxKVCache, TurboQuantKVCache, TurboQuantRVQKVCache, TurboQuantProdKVCache,
+                 KIVIKVCache, RaBitQKVCache)
+
+
+def _register(classes) -> None:
+    for cls in classes:
+        bound = getattr(_mlx_lm_cache, cls.__name__, None)
+        # Same module and name: this package imported again (e.g. importlib.reload); rebind.
+        if bound is not None and bound is not cls and bound.__module__ != cls.__module__:
+            raise ImportError(f"mlx_lm.models.cache already defines {cls.__name__} ({bound.__module__})")
+        setattr(_mlx_lm_cache, cls.__name__, cls)
+
+
+_register(CACHE_CLASSES)
+
+__all__ = ["VeloxKVCache", "TurboQuantKVCache", "TurboQuantRVQKVCache", "TurboQuantProdKVCache",
+           "KIVIKVCache", "RaBitQKVCache", "CLASS_BY_METHOD", "CACHE_CLASSES", "make_prompt_cache"]
