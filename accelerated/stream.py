@@ -89,7 +89,8 @@ class Stream:
         self._method.check(numerics.upcast(x), p)
         win = x if self._window is None else mx.concatenate([self._window, x], axis=2)
         f = self._flush_count(win.shape[2])
-        fields = self._method.encode_tokens(numerics.upcast(win[:, :, :f]), p, None) if f else None
+        fields = (self._method.encode_tokens(numerics.upcast(win[:, :, :f]), p, None, win.dtype)
+                  if f else None)
         if fields is not None:
             mx.eval(*fields.values())
         # Everything is checked: commit.
@@ -146,7 +147,8 @@ class Stream:
             if name == "window":
                 out[name] = self._window
             elif self._rows[name].buf is None:
-                out[name] = mx.zeros(shapes[name], dtype=record._FIELD_DTYPES[dt])
+                dt = self._window.dtype if dt == "input" else record.FIELD_DTYPES[dt]
+                out[name] = mx.zeros(shapes[name], dtype=dt)
             else:
                 out[name] = self._rows[name].view()
         return out

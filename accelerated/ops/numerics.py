@@ -108,3 +108,12 @@ def check_norm_finite(n: mx.array) -> None:
     """Norm methods reject tokens whose sum of squares overflows binary32 (ValueError naming x)."""
     if n.size and mx.isinf(n).any().item():
         raise ValueError("x: norm overflows binary32")
+
+
+def rint_any(y: mx.array) -> mx.array:
+    """Round half to even for any finite binary32 y: |y| >= 2^23 is already an integer; below that,
+    (|y| + 2^23) - 2^23 rounds |y| (ulp 1 in [2^23, 2^24), 2^23 even so ties go to even), sign restored."""
+    two23 = f32(8388608.0)
+    a = mx.abs(y)
+    r = (a + two23) - two23
+    return mx.where(a < two23, mx.where(y < f32(0.0), -r, r), y)

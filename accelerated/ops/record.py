@@ -1,8 +1,8 @@
 """Record layout (spec/formats.toml) and the one-shot encode/decode frame shared by every method.
 
 A method module provides `check(x32, p)` (method rules over all tokens of x; returns what encode can
-reuse, e.g. the norms), `encode_tokens(x32, p, pre)` (fields of the encoded prefix, window excluded) and
-`decode_tokens(fields, p, d)` (float32 (B, H, Q, d)). This module adds the window (streaming.md: tokens
+reuse, e.g. the norms), `encode_tokens(x32, p, pre, dtype)` (fields of the encoded
+prefix, window excluded; dtype is the input dtype) and `decode_tokens(fields, p, d)` (float32 (B, H, Q, d)). This module adds the window (streaming.md: tokens
 Q..T-1 kept exactly in the input dtype) and the validation of x and of records.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import mlx.core as mx
 import spec
 from accelerated.ops import numerics, packing
 
-_FIELD_DTYPES = {"uint32": mx.uint32, "float32": mx.float32, "float16": mx.float16}
+FIELD_DTYPES = {"uint32": mx.uint32, "float32": mx.float32, "float16": mx.float16}
 
 
 def resolve(params) -> spec.Params:
@@ -76,7 +76,7 @@ def check_record(record, p: spec.Params) -> tuple[int, int, int, int, int]:
     want = expected_shapes(p, b, h, q + r, d, q)
     for name, dt, _ in layout(p):
         v = record[name]
-        want_dt = win.dtype if dt == "input" else _FIELD_DTYPES[dt]
+        want_dt = win.dtype if dt == "input" else FIELD_DTYPES[dt]
         if v.dtype != want_dt or tuple(v.shape) != want[name]:
             raise ValueError(f"record: field {name} is {v.dtype} {tuple(v.shape)}, expected "
                              f"{want_dt} {want[name]}")
@@ -91,7 +91,7 @@ def encode_with(method, x, params) -> dict[str, mx.array]:
     x32 = numerics.upcast(x)
     pre = method.check(x32, p)
     q = p.encoded_tokens(x.shape[2])
-    fields = method.encode_tokens(x32[:, :, :q], p, None if pre is None else pre[:, :, :q])
+    fields = method.encode_tokens(x32[:, :, :q], p, None if pre is None else pre[:, :, :q], x.dtype)
     fields["window"] = x[:, :, q:]
     return {name: fields[name] for name in field_names(p)}
 

@@ -32,7 +32,8 @@ def front(x32: mx.array, p: spec.Params, n: mx.array | None) -> tuple[mx.array, 
     return n, y, y * r[..., None]
 
 
-def encode_tokens(x32: mx.array, p: spec.Params, n: mx.array | None = None) -> dict[str, mx.array]:
+def encode_tokens(x32: mx.array, p: spec.Params, n: mx.array | None = None,
+                  dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
     n, _, u = front(x32, p, n)
     _, bd = codebooks.gaussian(p.bits, x32.shape[-1])
     return {"codes": packing.pack(codebooks.quantize(u, bd), p.bits), "norm": n}

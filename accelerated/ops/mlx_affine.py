@@ -1,0 +1,62 @@
+"""`mlx_affine`: MLX's affine `mx.quantize` format as its CPU backend computes it
+(spec/methods/mlx_affine.md). Per token, groups of G consecutive channels; scales and biases stored in
+the input dtype T."""
+from __future__ import annotations
+
+import sys
+
+import mlx.core as mx
+
+import spec
+from accelerated.ops import numerics, packing, record
+
+NAME = "mlx_affine"
+EPS = float.fromhex("0x1.ad7f2ap-24")  # binary32(1e-7), spec/methods/mlx_affine.md
+
+
+def check(x32: mx.array, p: spec.Params) -> None:
+    return None
+
+
+def encode_tokens(x32: mx.array, p: spec.Params, pre=None, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
+    if dtype is None:
+        raise ValueError("dtype: mlx_affine stores scales in the input dtype; it must be given")
+    b, h, q, d = x32.shape
+    g = p.group_size
+    w = x32.reshape(b, h, q, d // g, g)
+    levels = numerics.f32(float((1 << p.bits) - 1))
+    zero = numerics.f32(0.0)
+    m = mx.min(w, axis=-1, keepdims=True)
+    big = mx.max(w, axis=-1, keepdims=True)
+    flip = mx.abs(m) > mx.abs(big)
+    s = mx.maximum((big - m) / levels, numerics.f32(EPS))
+    s = mx.where(flip, s, -s)
+    edge = mx.where(flip, m, big)
+    q0 = numerics.rint_any(edge / s)
+    nz = q0 != zero
+    s = mx.where(nz, edge / mx.where(nz, q0, numerics.f32(1.0)), s)
+    beta = mx.where(nz, edge, zero)
+    c = mx.minimum(mx.maximum((w - beta) / s, zero), levels)  # clamp, then round (same as MLX's order)
+    c = numerics.rint(c).astype(mx.uint32).reshape(b, h, q, d)
+    return {"codes": packing.pack(c, p.bits), "scales": s.squeeze(-1).astype(dtype),
+            "biases": beta.squeeze(-1).astype(dtype)}
+
+
+def decode_tokens(fields: dict[str, mx.array], p: spec.Params, d: int) -> mx.array:
+    codes = fields["codes"]
+    b, h, q, _ = codes.shape
+    dt = fields["scales"].dtype
+    c = packing.unpack(codes, p.bits, d).astype(mx.float32).reshape(b, h, q, d // p.group_size, p.group_size)
+    s = numerics.upcast(fields["scales"])[..., None]
+    bias = numerics.upcast(fields["biases"])[..., None]
+    prod = numerics.upcast((c * s).astype(dt))        # T(c * S)
+    v = numerics.upcast((prod + bias).astype(dt))     # T(p + Bi)
+    return v.reshape(b, h, q, d)
+
+
+def encode(x: mx.array, params: spec.Params) -> dict[str, mx.array]:
+    return record.encode_with(sys.modules[__name__], x, params)
+
+
+def decode(rec: dict[str, mx.array], params: spec.Params) -> mx.array:
+    return record.decode_with(sys.modules[__name__], rec, params)
