@@ -34,7 +34,8 @@ def upcast(x: np.ndarray, dtype: str) -> np.ndarray:
 
 def to_float16(v: np.ndarray) -> np.ndarray:
     """binary32 -> float16 with RNE; beyond range gives ±Inf (numpy's conversion is IEEE RNE)."""
-    return np.asarray(v, dtype=np.float32).astype(np.float16)
+    with np.errstate(over="ignore"):  # overflow to ±Inf is the IEEE result we want
+        return np.asarray(v, dtype=np.float32).astype(np.float16)
 
 
 def to_bfloat16_bits(v: np.ndarray) -> np.ndarray:
