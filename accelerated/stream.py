@@ -3,7 +3,8 @@
 Chunks of any size arrive along T; the state after T tokens is the record that one-shot encode of those
 T tokens produces (until a lossy KIVI trim). Encoded fields live in buffers that grow along the token
 axis in steps of 256 rows (like mlx-lm's KVCache), so per-token appends do not copy the whole prefix.
-Every check (x, dtype, shape, norm overflow, KIVI float16 overflow) runs before any state changes.
+Every check (x, dtype, shape; norm overflow and KIVI float16 overflow of the tokens this append encodes)
+runs before any state changes.
 """
 from __future__ import annotations
 
@@ -61,7 +62,10 @@ class Stream:
 
     @property
     def dtype(self) -> str | None:
+        """Input dtype name ("float16", "bfloat16", "float32"), None until known."""
         return self._dtype
+
+    dtype_name = dtype
 
     def _field_rows(self, name: str, tokens: int) -> int:
         """Rows of a field for a token count (KIVI keys keep one scale/zero row per group of G tokens)."""
@@ -86,10 +90,9 @@ class Stream:
         b, h, _, d = x.shape
         if self._bhd is not None and (b, h, d) != self._bhd:
             raise ValueError(f"x: shape {tuple(x.shape)} does not continue (B, H, d) = {self._bhd}")
-        self._method.check(numerics.upcast(x), p)
         win = x if self._window is None else mx.concatenate([self._window, x], axis=2)
         f = self._flush_count(win.shape[2])
-        fields = (self._method.encode_tokens(numerics.upcast(win[:, :, :f]), p, None, win.dtype)
+        fields = (self._method.encode_tokens(numerics.upcast(win[:, :, :f]), p, win.dtype)
                   if f else None)
         if fields is not None:
             mx.eval(*fields.values())
@@ -173,7 +176,12 @@ class Stream:
         return self.record(), meta
 
     @classmethod
-    def from_state(cls, arrays: dict[str, mx.array], meta: dict) -> "Stream":
+    def from_state(cls, arrays, meta: dict | None = None) -> "Stream":
+        """Restore from `state()`'s (arrays, meta), given as two arguments or as the one tuple."""
+        if meta is None and isinstance(arrays, (tuple, list)) and len(arrays) == 2:
+            arrays, meta = arrays
+        if not isinstance(meta, dict):
+            raise ValueError("meta: must be the dict returned by state()")
         keys = ("method", "bits", "bits2", "group_size", "window", "seed", "layer", "head_offset", "role")
         try:
             p = spec.Params(**{k: meta[k] for k in keys if k in meta})

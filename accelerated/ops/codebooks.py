@@ -32,13 +32,19 @@ def residual(bits: int, bits2: int, d: int) -> tuple[mx.array, mx.array]:
     return _scaled(spec.residual(bits, bits2), d)
 
 
-def quantize(u: mx.array, boundaries: mx.array) -> mx.array:
+def quantize(u: mx.array, boundaries, d: int | None = None) -> mx.array:
     """Index = number of boundaries strictly below u (ties go to the lower index); uint32.
 
+    `boundaries` is B_d (mx array), or a spec.Codebook plus d (scaled here; for conformance probes).
     An integer sum of 0/1 values is exact in any order, so mx.sum is fine here.
     """
+    if isinstance(boundaries, spec.Codebook):
+        boundaries = _scaled(boundaries, d)[1]
     return (u[..., None] > boundaries).astype(mx.uint32).sum(axis=-1)
 
 
-def dequantize(i: mx.array, centroids: mx.array) -> mx.array:
-    return mx.take(centroids, i)
+def dequantize(i: mx.array, centroids, d: int | None = None) -> mx.array:
+    """C_d[i]; `centroids` is C_d (mx array) or a spec.Codebook plus d."""
+    if isinstance(centroids, spec.Codebook):
+        centroids = _scaled(centroids, d)[0]
+    return mx.take(centroids, i.astype(mx.uint32))

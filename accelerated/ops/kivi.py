@@ -15,10 +15,6 @@ from accelerated.ops import numerics, packing, record
 NAME = "kivi"
 
 
-def check(x32: mx.array, p: spec.Params) -> None:
-    """Nothing over all tokens: the float16 overflow rule applies to groups as they are encoded."""
-    return None
-
 
 def _groups(x32: mx.array, p: spec.Params) -> mx.array:
     """View with the group members on axis -2 (k: (B,H,Q/G,G,d)) or -1 (v: (B,H,Q,d/G,G))."""
@@ -29,7 +25,7 @@ def _groups(x32: mx.array, p: spec.Params) -> mx.array:
     return x32.reshape(b, h, q, d // g, g)
 
 
-def encode_tokens(x32: mx.array, p: spec.Params, pre=None, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
+def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
     b, h, q, d = x32.shape
     if q % p.group_size:
         raise ValueError(f"x: kivi encodes whole groups; {q} tokens is not a multiple of {p.group_size}")

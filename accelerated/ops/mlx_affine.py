@@ -14,11 +14,8 @@ NAME = "mlx_affine"
 EPS = float.fromhex("0x1.ad7f2ap-24")  # binary32(1e-7), spec/methods/mlx_affine.md
 
 
-def check(x32: mx.array, p: spec.Params) -> None:
-    return None
 
-
-def encode_tokens(x32: mx.array, p: spec.Params, pre=None, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
+def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
     if dtype is None:
         raise ValueError("dtype: mlx_affine stores scales in the input dtype; it must be given")
     b, h, q, d = x32.shape

@@ -1,8 +1,8 @@
 """Record layout (spec/formats.toml) and the one-shot encode/decode frame shared by every method.
 
-A method module provides `check(x32, p)` (method rules over all tokens of x; returns what encode can
-reuse, e.g. the norms), `encode_tokens(x32, p, pre, dtype)` (fields of the encoded
-prefix, window excluded; dtype is the input dtype) and `decode_tokens(fields, p, d)` (float32 (B, H, Q, d)). This module adds the window (streaming.md: tokens
+A method module provides `encode_tokens(x32, p, dtype)` (fields of the encoded prefix, window excluded;
+dtype is the input dtype; it applies the method's rejection rules, e.g. norm overflow, to exactly the
+tokens it encodes) and `decode_tokens(fields, p, d)` (float32 (B, H, Q, d)). This module adds the window (streaming.md: tokens
 Q..T-1 kept exactly in the input dtype) and the validation of x and of records.
 """
 from __future__ import annotations
@@ -89,9 +89,8 @@ def encode_with(method, x, params) -> dict[str, mx.array]:
         raise ValueError(f"params: method {p.method!r} given to {method.NAME}.encode")
     numerics.check_x(x, p)
     x32 = numerics.upcast(x)
-    pre = method.check(x32, p)
     q = p.encoded_tokens(x.shape[2])
-    fields = method.encode_tokens(x32[:, :, :q], p, None if pre is None else pre[:, :, :q], x.dtype)
+    fields = method.encode_tokens(x32[:, :, :q], p, x.dtype)
     fields["window"] = x[:, :, q:]
     return {name: fields[name] for name in field_names(p)}
 

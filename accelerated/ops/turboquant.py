@@ -15,26 +15,20 @@ from accelerated.ops import codebooks, numerics, packing, prng, record, rotation
 NAME = "turboquant"
 
 
-def check(x32: mx.array, p: spec.Params) -> mx.array:
-    """Norms of every token of x (all of them are validated, window included); reject +Inf."""
+
+def front(x32: mx.array, p: spec.Params) -> tuple[mx.array, mx.array, mx.array]:
+    """Steps 1-5: n = norm (rejects +Inf: x), r = 1/n or 0, y = RHT(x) with sigma, u = y * r.
+    Returns (n, y, u). Only encoded tokens come here, so only they are checked (streaming.md)."""
     n = numerics.norm(x32)
     numerics.check_norm_finite(n)
-    return n
-
-
-def front(x32: mx.array, p: spec.Params, n: mx.array | None) -> tuple[mx.array, mx.array, mx.array]:
-    """Steps 1-5: n = norm, r = 1/n or 0, y = RHT(x) with sigma, u = y * r. Returns (n, y, u)."""
-    if n is None:
-        n = numerics.norm(x32)
     r = numerics.reciprocal_or_zero(n)
     sigma = prng.head_signs(p, x32.shape[1], x32.shape[-1])
     y = rotation.rht(x32, sigma)
     return n, y, y * r[..., None]
 
 
-def encode_tokens(x32: mx.array, p: spec.Params, n: mx.array | None = None,
-                  dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
-    n, _, u = front(x32, p, n)
+def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
+    n, _, u = front(x32, p)
     _, bd = codebooks.gaussian(p.bits, x32.shape[-1])
     return {"codes": packing.pack(codebooks.quantize(u, bd), p.bits), "norm": n}
 

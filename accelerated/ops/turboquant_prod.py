@@ -10,13 +10,11 @@ import spec
 from accelerated.ops import codebooks, numerics, packing, prng, record, rotation, turboquant
 
 NAME = "turboquant_prod"
-check = turboquant.check
 
 
-def encode_tokens(x32: mx.array, p: spec.Params, n: mx.array | None = None,
-                  dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
+def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
     d, heads = x32.shape[-1], x32.shape[1]
-    n, _, u = turboquant.front(x32, p, n)
+    n, _, u = turboquant.front(x32, p)
     cd, bd = codebooks.gaussian(p.bits - 1, d)
     i = codebooks.quantize(u, bd)
     e = u - codebooks.dequantize(i, cd)

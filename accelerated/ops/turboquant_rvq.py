@@ -9,13 +9,11 @@ import spec
 from accelerated.ops import codebooks, packing, prng, record, rotation, turboquant
 
 NAME = "turboquant_rvq"
-check = turboquant.check  # same norm rule (every token of x)
 
 
-def encode_tokens(x32: mx.array, p: spec.Params, n: mx.array | None = None,
-                  dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
+def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
     d = x32.shape[-1]
-    n, _, u = turboquant.front(x32, p, n)
+    n, _, u = turboquant.front(x32, p)
     c1, b1 = codebooks.gaussian(p.bits, d)
     _, b2 = codebooks.residual(p.bits, p.bits2, d)
     i = codebooks.quantize(u, b1)
