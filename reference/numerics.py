@@ -72,7 +72,8 @@ def fold(v: np.ndarray) -> np.ndarray:
 def norm(v: np.ndarray) -> np.ndarray:
     """sqrt(fold(v * v)) over the last axis: squares first (one rounding each), then the fold, then sqrt."""
     v = np.asarray(v, dtype=np.float32)
-    return np.sqrt(fold(v * v))
+    with np.errstate(over="ignore"):  # an overflowing square gives +Inf, which callers reject
+        return np.sqrt(fold(v * v))
 
 
 RINT_MAGIC = spec.rint_magic()  # 0x1.8p+23
