@@ -1,0 +1,223 @@
+"""`veloxquant quality`: KL divergence of next-token distributions, compressed cache vs the fp16 KVCache.
+
+For each method, bits and head dim: a small randomly initialised mlx-lm llama (2 layers, float16, fixed
+seed) reads the same token sequences twice, once with mlx-lm's KVCache and once with the method's cache
+(accelerated.cache.make_prompt_cache), teacher-forced (prefill, then one token per step, the same tokens for
+both). At every position after the prefill we compute KL(p_fp16 || p_method) in float64 and whether the
+argmax agrees. Random models are not trained models: the numbers rank methods and bit widths against each
+other on the same model; they do not predict perplexity on real text.
+
+Writes the JSON (versions, device, date, command, settings, one row per configuration) and
+docs/quality.md (the table). Methods cover spec/methods/; bits are each method's allowed set
+(spec/formats.toml) unless --bits narrows it.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import spec
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DEFAULT_METHODS = ("turboquant", "turboquant_rvq", "turboquant_prod", "kivi", "rabitq")
+VOCAB = 512
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=DEFAULT_METHODS)
+    p.add_argument("--bits", nargs="+", type=int, default=None,
+                   help="bit widths to try (each method keeps only those it allows); default: all allowed")
+    p.add_argument("--head-dims", nargs="+", type=int, default=[64, 128], choices=[64, 128])
+    p.add_argument("--prompt", type=int, default=64, help="prefill tokens per sequence")
+    p.add_argument("--steps", type=int, default=32, help="decode steps per sequence (KL measured at each)")
+    p.add_argument("--sequences", type=int, default=2, help="random token sequences per model")
+    p.add_argument("--window", type=int, default=0, help="spec window R (exact newest tokens) for all methods")
+    p.add_argument("--group-size", type=int, default=32, help="kivi group size")
+    p.add_argument("--seed", type=int, default=0, help="model init, token and cache seed")
+    p.add_argument("--json", type=pathlib.Path, default=ROOT / "docs" / "quality.json")
+    p.add_argument("--markdown", type=pathlib.Path, default=ROOT / "docs" / "quality.md")
+
+
+# ---- model and measurement (also used by tests/test_mlx_lm_integration.py) --------------------------
+def tiny_llama(head_dim: int, seed: int = 0, dtype=None, layers: int = 2):
+    """A random mlx-lm llama: 4 query heads over 2 KV heads of `head_dim`, hidden 256, vocab 512."""
+    import mlx.core as mx
+    from mlx_lm.models import llama
+
+    mx.random.seed(seed)
+    args = llama.ModelArgs(model_type="llama", hidden_size=256, num_hidden_layers=layers,
+                           intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=head_dim, rms_norm_eps=1e-5, vocab_size=VOCAB)
+    model = llama.Model(args)
+    model.set_dtype(mx.float16 if dtype is None else dtype)
+    mx.eval(model.parameters())
+    return model
+
+
+def teacher_forced_logits(model, caches, tokens, prompt: int):
+    """float32 logits (len(tokens) - prompt + 1, vocab): after the prefill, then after each next token."""
+    import mlx.core as mx
+
+    out = [model(tokens[None, :prompt], cache=caches)[0, -1]]
+    for i in range(prompt, tokens.shape[0]):
+        out.append(model(tokens[None, i : i + 1], cache=caches)[0, -1])
+    return mx.stack(out).astype(mx.float32)
+
+
+def kl_divergence(ref_logits, logits) -> np.ndarray:
+    """KL(softmax(ref) || softmax(logits)) per row, float64."""
+    a = np.asarray(ref_logits, dtype=np.float64)
+    b = np.asarray(logits, dtype=np.float64)
+    la = a - _logsumexp(a)
+    lb = b - _logsumexp(b)
+    return np.sum(np.exp(la) * (la - lb), axis=-1)
+
+
+def _logsumexp(x):
+    m = x.max(axis=-1, keepdims=True)
+    return m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def cache_kwargs(method: str, bits: int, args) -> dict:
+    kw = dict(method=method, bits=bits, window=args.window, seed=args.seed)
+    if method == "kivi":
+        kw["group_size"] = args.group_size
+    return kw
+
+
+def measure(model, token_seqs, prompt: int, ref_logits, kwargs: dict) -> dict:
+    """KL / top-1 agreement over all sequences and positions, and stored bits per coordinate."""
+    import mlx.core as mx
+    from accelerated.cache import make_prompt_cache
+
+    kls, agree, nbytes, coords = [], [], 0, 0
+    for toks, ref in zip(token_seqs, ref_logits):
+        caches = make_prompt_cache(model, **kwargs)
+        logits = teacher_forced_logits(model, caches, toks, prompt)
+        kls.append(kl_divergence(np.array(ref), np.array(logits)))
+        agree.append(np.array(mx.argmax(ref, axis=-1)) == np.array(mx.argmax(logits, axis=-1)))
+        for c in caches:
+            nbytes += c.nbytes
+            b, h, _, d = c.state[0]["window"].shape
+            coords += 2 * b * h * c.offset * d            # keys and values
+    kl = np.concatenate(kls)
+    return {"kl_mean": float(kl.mean()), "kl_median": float(np.median(kl)), "kl_max": float(kl.max()),
+            "top1_agree": float(np.concatenate(agree).mean()), "bits_per_coord": 8.0 * nbytes / coords,
+            "positions": int(kl.size)}
+
+
+# ---- command ---------------------------------------------------------------------------------------
+def configurations(args) -> list[tuple[str, int]]:
+    out = []
+    for m in args.methods:
+        allowed = spec.method_info(m)["bits"]
+        for b in allowed if args.bits is None else [b for b in args.bits if b in allowed]:
+            out.append((m, b))
+    return out
+
+
+def run(args) -> int:
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    configs = configurations(args)
+    if not configs:
+        print("no (method, bits) configuration selected", file=sys.stderr)
+        return 2
+    total = len(configs) * len(args.head_dims)
+    rows, done, t0 = [], 0, time.time()
+    print(f"{'method':<16} {'bits':>4} {'d':>4} {'bits/coord':>10} {'KL mean':>10} {'KL max':>10} "
+          f"{'top-1':>6}")
+    for d in args.head_dims:
+        model = tiny_llama(d, seed=args.seed)
+        seqs = [mx.random.randint(0, VOCAB, (args.prompt + args.steps,), key=mx.random.key(args.seed + 1 + i))
+                for i in range(args.sequences)]
+        refs = [teacher_forced_logits(model, [KVCache() for _ in model.layers], s, args.prompt)
+                for s in seqs]
+        for method, bits in configs:
+            r = measure(model, seqs, args.prompt, refs, cache_kwargs(method, bits, args))
+            r = {"method": method, "bits": bits, "head_dim": d, **r}
+            rows.append(r)
+            done += 1
+            print(f"{method:<16} {bits:>4} {d:>4} {r['bits_per_coord']:>10.3f} {r['kl_mean']:>10.3e} "
+                  f"{r['kl_max']:>10.3e} {r['top1_agree']:>6.1%}   [{done}/{total}, "
+                  f"{time.time() - t0:.0f}s]", flush=True)
+    result = {
+        "tool": "veloxquant quality",
+        "command": " ".join(["veloxquant", *sys.argv[1:]]) if sys.argv else "veloxquant quality",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "versions": _versions(),
+        "device": str(mx.default_device()),
+        "settings": {"model": "mlx_lm llama, random init, 2 layers, hidden 256, 4 query / 2 KV heads, "
+                              f"vocab {VOCAB}, float16",
+                     "reference": "mlx_lm KVCache (float16)", "head_dims": args.head_dims,
+                     "prompt": args.prompt, "steps": args.steps, "sequences": args.sequences,
+                     "window": args.window, "kivi_group_size": args.group_size, "seed": args.seed,
+                     "turboquant_rvq_bits2": "equal to bits"},
+        "results": rows,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    args.markdown.parent.mkdir(parents=True, exist_ok=True)
+    args.markdown.write_text(render_markdown(result, args.json))
+    print(f"wrote {args.json} and {args.markdown}")
+    return 0
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    v = {"spec": spec.SPEC_VERSION, "python": platform.python_version()}
+    for pkg in ("veloxquant", "mlx", "mlx-lm", "numpy"):
+        try:
+            v[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            v[pkg] = None
+    try:
+        v["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                  text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        v["git"] = None
+    return v
+
+
+def render_markdown(result: dict, json_path: pathlib.Path) -> str:
+    s, v = result["settings"], result["versions"]
+    try:
+        json_name = json_path.resolve().relative_to(ROOT)
+    except ValueError:
+        json_name = json_path
+    lines = [
+        "# Quality: next-token KL divergence vs the fp16 cache",
+        "",
+        f"Generated by `{result['command']}` on {result['date']} ({result['device']}); raw data in "
+        f"`{json_name}`. Do not edit by hand.",
+        "",
+        f"Model: {s['model']}. Reference: {s['reference']}. Each configuration reads {s['sequences']} "
+        f"random token sequences of {s['prompt']} prefill + {s['steps']} teacher-forced decode tokens; KL "
+        "(nats, float64) and top-1 agreement are over every position after the prefill. All layers use the "
+        f"method for keys and values; window R = {s['window']}; kivi group size {s['kivi_group_size']}; "
+        f"turboquant_rvq bits2 = bits; seed {s['seed']}. Bits/coord is measured: the caches' `nbytes` "
+        "(codes, side information and any window tokens in float16) over stored coordinates.",
+        "",
+        "These are random models: use the table to compare methods and bit widths with each other, not to "
+        "predict quality on a trained model.",
+        "",
+        f"Versions: spec {v['spec']}, veloxquant {v['veloxquant']} (git {v['git']}), mlx {v['mlx']}, "
+        f"mlx-lm {v['mlx-lm']}, numpy {v['numpy']}, Python {v['python']}.",
+        "",
+        "| method | bits | head dim | bits/coord | KL mean | KL median | KL max | top-1 agree |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["results"]:
+        lines.append(f"| {r['method']} | {r['bits']} | {r['head_dim']} | {r['bits_per_coord']:.3f} | "
+                     f"{r['kl_mean']:.3e} | {r['kl_median']:.3e} | {r['kl_max']:.3e} | "
+                     f"{r['top1_agree']:.1%} |")
+    return "\n".join(lines) + "\n"
