@@ -13,10 +13,11 @@ def rejects(arg, x=GOOD, dtype="float32", method="turboquant", **kw):
         reference.encode(x, spec.Params(method, **kw), dtype)
 
 
-@pytest.mark.parametrize("method", ["turboquant", "turboquant_rvq", "turboquant_prod", "rabitq", "kivi"])
+@pytest.mark.parametrize("method", ["turboquant", "turboquant_rvq", "turboquant_prod", "rabitq", "kivi",
+                                    "mlx_affine"])
 def test_x_rules(method):
-    kw = {"group_size": 16, "window": 0} if method == "kivi" else {}
-    x16 = np.ones((1, 2, 16, 16), np.float32)
+    kw = {"kivi": {"group_size": 16, "window": 0}, "mlx_affine": {"group_size": 32}}.get(method, {})
+    x16 = np.ones((1, 2, 16, 32), np.float32)
     rejects("x", x16.astype(np.float16), "float32", method, **kw)         # array dtype != dtype
     rejects("x", x16.astype(np.float64), "float32", method, **kw)         # float64 never accepted
     rejects("x", x16.astype(np.float32), "bfloat16", method, **kw)        # bf16 must be uint16 bits
@@ -28,9 +29,9 @@ def test_x_rules(method):
     for bad in (np.nan, np.inf, -np.inf):
         x = x16.copy(); x[0, 1, 3, 5] = bad
         rejects("x", x, "float32", method, **kw)
-    xb = np.full((1, 2, 16, 16), 0x7FC0, np.uint16)                       # bf16 NaN pattern
+    xb = np.full((1, 2, 16, 32), 0x7FC0, np.uint16)                       # bf16 NaN pattern
     rejects("x", xb, "bfloat16", method, **kw)
-    xh = np.full((1, 2, 16, 16), np.inf, np.float16)
+    xh = np.full((1, 2, 16, 32), np.inf, np.float16)
     rejects("x", xh, "float16", method, **kw)
 
 
@@ -54,6 +55,9 @@ def test_parameter_rules():
     rejects("seed", seed=1 << 64)
     rejects("layer", layer=1 << 32)
     rejects("head_offset", head_offset=-3)
+    rejects("bits", method="mlx_affine", bits=3)
+    rejects("group_size", method="mlx_affine", group_size=16)
+    rejects("group_size", method="mlx_affine", group_size=32)      # G > d = 16
     with pytest.raises(ValueError, match=r"^method"):
         reference.encode(GOOD, spec.Params("nope"), "float32")
 

@@ -8,7 +8,7 @@ from reference import packing, prng
 
 f32 = np.float32
 PER_TOKEN = ["turboquant", "turboquant_rvq", "turboquant_prod", "rabitq"]
-ALL = PER_TOKEN + ["kivi"]
+ALL = PER_TOKEN + ["kivi", "mlx_affine"]
 
 
 # ---- a scalar, loop-by-loop transcription of turboquant.md (one np.float32 op at a time) ---------------
@@ -77,7 +77,7 @@ def test_layout_window_and_determinism(method, dtype):
     xf = rng.standard_normal((2, 3, 45, 32)).astype(np.float32)
     x = {"float16": xf.astype(np.float16), "float32": xf,
          "bfloat16": (xf.view(np.uint32) >> 16).astype(np.uint16)}[dtype]
-    kw = {"group_size": 16} if method == "kivi" else {}
+    kw = {"kivi": {"group_size": 16}, "mlx_affine": {"group_size": 32}}.get(method, {})
     p = spec.Params(method, window=10, **kw)
     rec = reference.encode(x, p, dtype)
     q = p.resolved().encoded_tokens(45)
@@ -209,3 +209,27 @@ def test_turboquant_mse_matches_lloyd_max(bits):
     mse, se = err.mean(), err.std(ddof=1) / np.sqrt(err.size)
     tol = MSE_SIGMAS * se + MSE_MODEL_ALLOWANCE * LLOYD_MAX_MSE[bits]
     assert abs(mse - LLOYD_MAX_MSE[bits]) <= tol, (bits, mse, se, tol)
+
+
+# ---- mlx_affine against MLX's own CPU backend (the format's definition, spec/methods/mlx_affine.md) ----
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_mlx_affine_matches_mlx_cpu(dtype, bits):
+    mx = pytest.importorskip("mlx.core")
+    rng = np.random.default_rng(bits)
+    xf = (rng.standard_normal((1, 2, 24, 128)) * rng.choice([1e-3, 1, 300], (1, 2, 24, 1))).astype(np.float32)
+    xf[0, 0, 0] = -np.abs(xf[0, 0, 0]) - 5      # all-negative group (GPU backends differ here)
+    xf[0, 0, 1] = 3.0                           # constant group: q0 path
+    xf[0, 0, 2] = 0.0
+    xa = mx.array(xf).astype({"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}[dtype])
+    x = np.array(xa.view(mx.uint16)) if dtype == "bfloat16" else np.array(xa)
+    as_np = (lambda a: np.array(a.view(mx.uint16))) if dtype == "bfloat16" else np.array
+    for g in (32, 64, 128):
+        p = spec.Params("mlx_affine", bits=bits, group_size=g)
+        rec = reference.encode(x, p, dtype)
+        wq, sc, bi = mx.quantize(xa, group_size=g, bits=bits, mode="affine", stream=mx.cpu)
+        assert np.array_equal(rec["codes"], np.array(wq))
+        assert np.array_equal(rec["scales"], as_np(sc)) and np.array_equal(rec["biases"], as_np(bi))
+        dq = mx.dequantize(wq, sc, bi, group_size=g, bits=bits, mode="affine", stream=mx.cpu)
+        want = np.array(dq.astype(mx.float32))
+        assert np.array_equal(reference.decode(rec, p, dtype).view(np.uint32), want.view(np.uint32))
