@@ -1,0 +1,31 @@
+"""Adapters: each turns one implementation into `base.Implementation` (numpy interchange).
+
+`load(name)` accepts the built-in names or `module:factory` (factory() returns an Implementation).
+"""
+from __future__ import annotations
+
+import importlib
+
+from .base import Implementation, StreamHandle, Unsupported
+
+BUILTIN = {
+    "reference": "conformance.adapters.reference:ReferenceImpl",
+    "mlx_ops": "conformance.adapters.mlx_ops:MlxOpsImpl",
+    "mlx_kernels": "conformance.adapters.mlx_kernels:MlxKernelsImpl",
+}
+
+
+def load(spec: str) -> Implementation:
+    """An Implementation from a built-in name or `package.module:factory`."""
+    target = BUILTIN.get(spec, spec)
+    if ":" not in target:
+        raise ValueError(f"--impl: {spec!r} is neither one of {sorted(BUILTIN)} nor 'module:factory'")
+    modname, attr = target.split(":", 1)
+    factory = getattr(importlib.import_module(modname), attr)
+    impl = factory()
+    if not isinstance(impl, Implementation):
+        raise TypeError(f"--impl: {spec} returned {type(impl).__name__}, not conformance.adapters.base.Implementation")
+    return impl
+
+
+__all__ = ["Implementation", "StreamHandle", "Unsupported", "load", "BUILTIN"]

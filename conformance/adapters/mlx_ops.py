@@ -1,0 +1,125 @@
+"""Adapter for the MLX implementation built from mx ops (accelerated.ops, accelerated.stream)."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+import spec
+
+from . import _mx
+from .base import Implementation, StreamHandle, Unsupported
+
+
+class _MxStream(StreamHandle):
+    def __init__(self, s, dtype):
+        self._s = s
+        self._dtype = dtype
+
+    def append(self, x):
+        self._s.append(_mx.to_mx(x, self._dtype))
+
+    def trim(self, n):
+        return int(self._s.trim(n))
+
+    def record(self):
+        return _mx.record_to_np(self._s.record())
+
+    @property
+    def tokens(self):
+        return int(self._s.tokens)
+
+    def save(self):
+        return _mx.tree_to_np(self._s.state())
+
+
+class MlxOpsImpl(Implementation):
+    name = "mlx_ops"
+    ops_module = "accelerated.ops"
+
+    def __init__(self):
+        self._device = None
+
+    def _ops(self):
+        return importlib.import_module(self.ops_module)
+
+    def unavailable(self):
+        try:
+            import mlx.core  # noqa: F401
+        except ImportError as e:
+            return f"mlx not importable: {e}"
+        try:
+            ops = self._ops()
+        except ImportError as e:
+            return f"{self.ops_module} not importable: {e}"
+        if not hasattr(ops, "encode"):
+            return f"{self.ops_module}.encode not present yet"
+        if self._device == "gpu":
+            import mlx.core as mx
+            if not mx.is_available(mx.gpu):
+                return "--device gpu: this mlx build has no GPU backend"
+        return None
+
+    def set_device(self, device):
+        import mlx.core as mx
+        self._device = device
+        if device == "gpu" and mx.is_available(mx.gpu):
+            mx.set_default_device(mx.gpu)
+        elif device == "cpu":
+            mx.set_default_device(mx.cpu)
+
+    def device_name(self):
+        import mlx.core as mx
+        return str(mx.default_device())
+
+    def versions(self):
+        import mlx.core as mx
+        return {"mlx": mx.__version__}
+
+    def encode(self, x, params, dtype):
+        return _mx.record_to_np(self._ops().encode(_mx.to_mx(x, dtype), params))
+
+    def decode(self, record, params, dtype):
+        return _mx.to_np(self._ops().decode(_mx.record_to_mx(record, dtype), params))
+
+    def _stream_cls(self):
+        try:
+            return importlib.import_module("accelerated.stream").Stream
+        except (ImportError, AttributeError) as e:
+            raise Unsupported(f"accelerated.stream.Stream not available: {e}")
+
+    def new_stream(self, params, dtype):
+        return _MxStream(self._stream_cls()(params, dtype), dtype)
+
+    def load_stream(self, state):
+        arrays, meta = _mx.tree_to_mx(state)   # accelerated.stream.Stream.state() = (arrays, meta)
+        s = self._stream_cls().from_state(arrays, meta)
+        return _MxStream(s, meta.get("dtype"))
+
+    def _codebooks(self):
+        try:
+            return importlib.import_module(f"{self.ops_module}.codebooks")
+        except ImportError:
+            raise Unsupported(f"{self.ops_module} has no codebooks module (quantize/dequantize)")
+
+    def _table(self, codebook, d):
+        """(C_d, B_d) as mx arrays from the implementation's own scaled tables."""
+        kind, *bits = codebook
+        cb = self._codebooks()
+        return cb.gaussian(*bits, d) if kind == "gaussian" else cb.residual(*bits, d)
+
+    def quantize(self, u, codebook, d):
+        return _mx.to_np(self._codebooks().quantize(_mx.to_mx(u), self._table(codebook, d)[1]))
+
+    def dequantize(self, idx, codebook, d):
+        return _mx.to_np(self._codebooks().dequantize(_mx.to_mx(idx), self._table(codebook, d)[0]))
+
+    def attention(self, q, k_record, v_record, k_params, v_params, dtype, scale):
+        # What an mlx-lm model does with the dequantized cache: the fused SDPA, here in float32.
+        import mlx.core as mx
+        ops = self._ops()
+        k = ops.decode(_mx.record_to_mx(k_record, dtype), k_params)
+        v = ops.decode(_mx.record_to_mx(v_record, dtype), v_params)
+        out = mx.fast.scaled_dot_product_attention(mx.array(q.astype(np.float32)), k, v, scale=float(scale))
+        return _mx.to_np(out)
+

@@ -1,0 +1,299 @@
+"""Check functions: each runs an implementation and raises `assertions.Mismatch` (an AssertionError) when
+it does not conform. Tests call them; test_mutants calls them on broken implementations and asserts
+that they fail. Nothing here quantizes: expectations come from the reference or the golden files.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import spec
+from spec import Params
+
+from .adapters.base import Implementation, Unsupported
+from .assertions import Mismatch, assert_exact, assert_record_exact, call_desc
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args), None
+    except Unsupported:
+        raise
+    except Exception as e:  # noqa: BLE001 - the kind of exception is part of what is checked
+        return None, e
+
+
+def _argname(err: Exception) -> str:
+    """The argument a spec ValueError names: the text before the first ':' (e.g. 'x', 'bits')."""
+    return str(err).split(":", 1)[0].strip()
+
+
+def check_raises(fn, args, argname: str, what: str) -> None:
+    """fn(*args) raises ValueError whose message names `argname`."""
+    res, err = _outcome(fn, *args)
+    if err is None:
+        raise Mismatch(f"{what}: accepted; expected ValueError naming {argname!r}")
+    if not isinstance(err, ValueError):
+        raise Mismatch(f"{what}: raised {type(err).__name__}: {err}; expected ValueError naming {argname!r}")
+    if argname not in str(err):
+        raise Mismatch(f"{what}: ValueError {str(err)!r} does not name the argument {argname!r}")
+
+
+def _same_outcome(what, r_imp, e_imp, r_ref, e_ref):
+    """Both raise ValueError naming the same argument, or neither raises. Returns True if results follow."""
+    if e_ref is not None:
+        if not isinstance(e_ref, ValueError):
+            raise e_ref  # the reference itself is broken: not a verdict on the implementation
+        if e_imp is None:
+            raise Mismatch(f"{what}: accepted, but the reference rejects it: {e_ref}")
+        arg = _argname(e_ref)
+        if not isinstance(e_imp, ValueError) or arg not in str(e_imp):
+            raise Mismatch(f"{what}: raised {type(e_imp).__name__}: {e_imp}; the reference raises "
+                           f"ValueError naming {arg!r}: {e_ref}")
+        return False
+    if e_imp is not None:
+        raise Mismatch(f"{what}: raised {type(e_imp).__name__}: {e_imp}; the reference accepts it") from e_imp
+    return True
+
+
+def check_encode(impl: Implementation, ref: Implementation, x, params: Params, dtype: str):
+    """impl.encode is bit-exact with the reference (or both reject with the same argument).
+    Returns the reference record (None if rejected)."""
+    what = call_desc(f"{impl.name}.encode", params, dtype, np.shape(x))
+    r_ref, e_ref = _outcome(ref.encode, x, params, dtype)
+    r_imp, e_imp = _outcome(impl.encode, x, params, dtype)
+    if _same_outcome(what, r_imp, e_imp, r_ref, e_ref):
+        assert_record_exact(r_imp, r_ref, what)
+        return r_ref
+    return None
+
+
+def check_decode(impl: Implementation, ref: Implementation, record, params: Params, dtype: str):
+    """impl.decode of a (reference) record is bit-exact with the reference's decode."""
+    shape = next(iter(record.values())).shape if record else None
+    what = call_desc(f"{impl.name}.decode", params, dtype, shape=None, record_shapes={
+        k: tuple(v.shape) for k, v in record.items()}) if shape is not None else f"{impl.name}.decode"
+    expected = ref.decode(record, params, dtype)
+    actual = impl.decode({k: v.copy() for k, v in record.items()}, params, dtype)
+    assert_exact(np.asarray(actual), np.asarray(expected, dtype=np.float32), what)
+
+
+def check_encode_decode(impl, ref, x, params, dtype) -> None:
+    rec = check_encode(impl, ref, x, params, dtype)
+    if rec is not None:
+        check_decode(impl, ref, rec, params, dtype)
+
+
+# --- golden ---------------------------------------------------------------------------------------------
+def check_golden(impl: Implementation, case) -> None:
+    """One golden case (tools/golden.py GoldenCase): kind "error" must raise the named ValueError; kind
+    "encode" must store the expected record; kind "stream" replays its ops (("append", n) takes the next n
+    tokens of x; ("trim", n)) and must return the expected trim counts and store the expected record;
+    decoding the expected record must give the expected values. All exact."""
+    p = case.params
+    base = dict(golden=case.id)
+    if case.kind == "error":
+        what = call_desc(f"{impl.name}.encode", p, case.dtype, np.shape(case.x), **base)
+        check_raises(impl.encode, (case.x, p, case.dtype), case.error.argument, what)
+        return
+    if case.kind == "stream":
+        s = impl.new_stream(p, case.dtype)
+        t, trims = 0, []
+        for op, n in case.ops:
+            if op == "append":
+                s.append(np.array(case.x[:, :, t:t + n], copy=True))
+                t += n
+            else:
+                trims.append(s.trim(n))
+        what = call_desc(f"{impl.name}.Stream", p, case.dtype, ops=list(case.ops), **base)
+        if case.trimmed is not None and list(map(int, trims)) != [int(v) for v in np.ravel(case.trimmed)]:
+            raise Mismatch(f"{what}: trim returned {trims}, expected {list(np.ravel(case.trimmed))}")
+        assert_record_exact(s.record(), case.record, what)
+    else:
+        what = call_desc(f"{impl.name}.encode", p, case.dtype, np.shape(case.x), **base)
+        assert_record_exact(impl.encode(np.array(case.x, copy=True), p, case.dtype), case.record, what)
+    if case.decoded is not None:
+        dwhat = call_desc(f"{impl.name}.decode", p, case.dtype, **base)
+        got = impl.decode({k: np.array(v, copy=True) for k, v in case.record.items()}, p, case.dtype)
+        assert_exact(np.asarray(got), np.asarray(case.decoded), dwhat)
+
+
+def _argname_of(s: str) -> str:
+    return s.split(":", 1)[0].strip()
+
+
+# --- codebooks ------------------------------------------------------------------------------------------
+def fp16_finite_values() -> np.ndarray:
+    """Every finite float16 bit pattern (63,488 of 65,536: +-0 and subnormals included), as binary32."""
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    v = bits.view(np.float16)
+    return v[np.isfinite(v)].astype(np.float32)
+
+
+def tie_values(boundaries: np.ndarray) -> np.ndarray:
+    """Each scaled boundary and its two binary32 neighbours: the exact ties of codebooks.md."""
+    b = np.asarray(boundaries, dtype=np.float32)
+    return np.concatenate([b, np.nextafter(b, np.float32(np.inf)), np.nextafter(b, np.float32(-np.inf)),
+                           np.array([0.0, -0.0, 2.0 ** -149, -(2.0 ** -149)], dtype=np.float32)])
+
+
+def codebook_table(codebook: tuple) -> spec.Codebook:
+    kind, *bits = codebook
+    return spec.gaussian(*bits) if kind == "gaussian" else spec.residual(*bits)
+
+
+def check_codebook(impl: Implementation, ref: Implementation, codebook: tuple, d: int, u=None) -> int:
+    """quantize over `u` (default: all finite fp16 values plus the ties), dequantize over every index and
+    over quantize's output, all bit-exact with the reference. Returns the number of values checked."""
+    if u is None:
+        scaled_b = codebook_table(codebook).boundaries * spec.scale(d)
+        u = np.concatenate([fp16_finite_values(), tie_values(scaled_b.astype(np.float32))])
+    name = "/".join(str(c) for c in codebook)
+    qi = impl.quantize(u.copy(), codebook, d)
+    qr = ref.quantize(u.copy(), codebook, d)
+    assert_exact(np.asarray(qi, dtype=np.uint32), np.asarray(qr, dtype=np.uint32),
+                 f"{impl.name}.quantize(u=<{u.size} values>, codebook={name}, d={d})")
+    k = codebook_table(codebook).centroids.size
+    idx = np.arange(k, dtype=np.uint32)
+    assert_exact(impl.dequantize(idx.copy(), codebook, d), ref.dequantize(idx.copy(), codebook, d),
+                 f"{impl.name}.dequantize(idx=0..{k - 1}, codebook={name}, d={d})")
+    qr = np.asarray(qr, dtype=np.uint32)
+    assert_exact(impl.dequantize(qr.copy(), codebook, d), ref.dequantize(qr.copy(), codebook, d),
+                 f"{impl.name}.dequantize(quantize(u), codebook={name}, d={d})")
+    return int(u.size)
+
+
+# --- streams --------------------------------------------------------------------------------------------
+def _snapshot(stream):
+    return stream.tokens, stream.record()
+
+
+def check_stream_matches_oneshot(impl: Implementation, ref: Implementation, x, params: Params, dtype: str,
+                                 chunks: list[int]) -> None:
+    """Appending x in `chunks` stores exactly the bytes of the reference's one-shot encode (streaming.md)."""
+    assert sum(chunks) == x.shape[2]
+    s = impl.new_stream(params, dtype)
+    t = 0
+    for c in chunks:
+        s.append(x[:, :, t:t + c].copy())
+        t += c
+    what = call_desc(f"{impl.name}.Stream.append", params, dtype, x.shape, chunks=chunks)
+    if s.tokens != x.shape[2]:
+        raise Mismatch(f"{what}: tokens {s.tokens} != {x.shape[2]}")
+    assert_record_exact(s.record(), ref.encode(x, params, dtype), what + " vs reference one-shot encode")
+
+
+def replay(impl: Implementation, params: Params, dtype: str, ops: list) -> list:
+    """Run ops on a fresh stream; returns per op (tokens, record, trim result). Ops: ("append", x),
+    ("trim", n), ("save_load",)."""
+    s = impl.new_stream(params, dtype)
+    out = []
+    for op in ops:
+        r = None
+        if op[0] == "append":
+            s.append(op[1].copy())
+        elif op[0] == "trim":
+            r = s.trim(op[1])
+        elif op[0] == "save_load":
+            s = impl.load_stream(s.save())
+        else:
+            raise ValueError(op[0])
+        out.append((s.tokens, s.record(), r))
+    return out
+
+
+def op_desc(op) -> str:
+    if op[0] == "append":
+        return f"append(T={op[1].shape[2]})"
+    if op[0] == "trim":
+        return f"trim({op[1]})"
+    return op[0]
+
+
+def check_stream_replay(impl: Implementation, ref: Implementation, params: Params, dtype: str, ops: list) -> None:
+    """After every op the implementation's stream equals the reference replaying the same ops."""
+    got = replay(impl, params, dtype, ops)
+    exp = replay(ref, params, dtype, ops)
+    for i, (g, e) in enumerate(zip(got, exp)):
+        what = call_desc(f"{impl.name}.Stream", params, dtype,
+                         ops=" ".join(op_desc(o) for o in ops[:i + 1]))
+        if g[0] != e[0] or g[2] != e[2]:
+            raise Mismatch(f"{what}: tokens/trim result ({g[0]}, {g[2]}) != reference ({e[0]}, {e[2]})")
+        assert_record_exact(g[1], e[1], what)
+
+
+def check_stream_rejects(impl: Implementation, params: Params, dtype: str, prefix, bad, argname: str,
+                         after=None) -> None:
+    """A rejected append raises ValueError naming `argname` and leaves the stream byte-identical; a later
+    good append continues exactly as if the bad one never happened."""
+    s = impl.new_stream(params, dtype)
+    if prefix is not None:
+        s.append(prefix.copy())
+    t0, r0 = _snapshot(s)
+    what = call_desc(f"{impl.name}.Stream.append", params, dtype, np.shape(bad), after_tokens=t0)
+    check_raises(s.append, (bad,), argname, what)
+    t1, r1 = _snapshot(s)
+    if t1 != t0:
+        raise Mismatch(f"{what}: rejected append changed tokens {t0} -> {t1}")
+    assert_record_exact(r1, r0, what + " state after the rejected append")
+    if after is not None:
+        s.append(after.copy())
+        clean = impl.new_stream(params, dtype)
+        if prefix is not None:
+            clean.append(prefix.copy())
+        clean.append(after.copy())
+        assert_record_exact(s.record(), clean.record(), what + " then a good append")
+
+
+# --- tolerance tier -------------------------------------------------------------------------------------
+# Budget for softmax(scale q K^T) V in binary32 against float64 on the same decoded K, V:
+# - logits: a d-term dot product, |error| <= d * u * sum|q_j k_j| (u = 2^-24, any summation order);
+# - softmax: exp and the normalising sum add a relative error of a few u per term plus T * u for the sum;
+# - output: a T-term weighted sum, |error| <= T * u * sum_t p_t |v_t| plus the propagated logit error
+#   (d|logit error| of p_t, times |v|).
+# ATTN_SAFETY covers implementations that use a different but legitimate order (tiles, online softmax)
+# and exp approximations within a few ulp. The bound is computed per output row from these terms.
+U32 = 2.0 ** -24
+ATTN_SAFETY = 8.0
+
+
+def attention_f64(q, k, v, scale):
+    """float64 softmax attention, the tolerance tier's oracle; GQA by repeating KV heads."""
+    rep = q.shape[1] // k.shape[1]
+    k = np.repeat(k.astype(np.float64), rep, axis=1)
+    v = np.repeat(v.astype(np.float64), rep, axis=1)
+    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * float(scale)
+    s -= s.max(axis=-1, keepdims=True)
+    p = np.exp(s)
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.einsum("bhqk,bhkd->bhqd", p, v), p, k, v
+
+
+def attention_budget(q, k64, v64, p, scale):
+    d, T = q.shape[-1], k64.shape[2]
+    absdot = np.einsum("bhqd,bhkd->bhqk", np.abs(q.astype(np.float64)), np.abs(k64)) * abs(float(scale))
+    logit_err = (d + 2) * U32 * absdot.max(axis=-1, keepdims=True)          # (b,h,q,1)
+    vmax = np.abs(v64).max(axis=2, keepdims=True).transpose(0, 1, 3, 2)      # (b,h,1,d)
+    pv = np.einsum("bhqk,bhkd->bhqd", p, np.abs(v64))
+    bound = (T + 4) * U32 * pv + 2 * logit_err * vmax + (T + 4) * U32 * vmax
+    return ATTN_SAFETY * bound + np.finfo(np.float32).tiny
+
+
+def check_attention(impl, ref, q, k_record, v_record, k_params, v_params, dtype, scale) -> float:
+    """impl.attention within the budget of the float64 evaluation on the reference-decoded K, V.
+    Returns the worst error / budget ratio."""
+    k = ref.decode(k_record, k_params, dtype)
+    v = ref.decode(v_record, v_params, dtype)
+    exp64, p, k64, v64 = attention_f64(q, k, v, scale)
+    got = np.asarray(impl.attention(q, k_record, v_record, k_params, v_params, dtype, scale), dtype=np.float64)
+    what = call_desc(f"{impl.name}.attention", k_params, dtype, q.shape, T=k.shape[2], scale=scale)
+    if got.shape != exp64.shape:
+        raise Mismatch(f"{what}: shape {got.shape} != {exp64.shape}")
+    budget = attention_budget(q, k64, v64, p, scale)
+    err = np.abs(got - exp64)
+    ratio = err / budget
+    if not np.all(np.isfinite(got)) or np.any(ratio > 1):
+        i = tuple(int(j) for j in np.unravel_index(int(np.nanargmax(np.where(np.isfinite(ratio), ratio, np.inf))),
+                                                    ratio.shape))
+        raise Mismatch(f"{what}: {int((~(ratio <= 1)).sum())} outputs exceed the budget; worst at {i}: "
+                       f"got {got[i]!r}, float64 {exp64[i]!r}, error {err[i]:.3e} > budget {budget[i]:.3e}")
+    return float(ratio.max())

@@ -1,0 +1,193 @@
+"""pytest wiring of the conformance suite: implementation selection, device, methods, hypothesis profiles,
+per-backend skip/xfail files, and the method/bits/dtype tags the report table is built from."""
+from __future__ import annotations
+
+import fnmatch
+import os
+import pathlib
+import sys
+import warnings
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from spec import METHODS
+
+from . import adapters
+
+XFAIL_DIR = pathlib.Path(__file__).resolve().parent / "xfail"
+PROFILE_ENV = "VELOXQUANT_PROFILE"
+
+_common = dict(deadline=None, database=None, print_blob=True,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                      HealthCheck.data_too_large, HealthCheck.filter_too_much])
+# ci: a few examples per parametrization, derandomized so a verdict is reproducible run to run.
+settings.register_profile("ci", max_examples=6, derandomize=True, **_common)
+# thorough: >= 10,000 examples per parametrization (so per method), fresh randomness every run.
+settings.register_profile("thorough", max_examples=10_000, **_common)
+
+
+class UnmatchedXfailWarning(pytest.PytestWarning):
+    """An entry of a conformance/xfail/*.toml file matched no collected test."""
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("veloxquant conformance")
+    g.addoption("--impl", default="mlx_ops",
+                help="implementation under test: reference | mlx_ops | mlx_kernels | module:factory")
+    g.addoption("--device", choices=["cpu", "gpu"], default=None,
+                help="MLX default device for MLX adapters (default: mlx's default)")
+    g.addoption("--methods", default=None, help=f"comma list out of {','.join(METHODS)} (default: all)")
+
+
+def pytest_configure(config):
+    if config.getoption("hypothesis_profile", None) is None:
+        settings.load_profile(os.environ.get(PROFILE_ENV, "ci"))
+    config._vq_profile = settings.default  # the loaded profile (recorded in the report)
+    impl = adapters.load(config.getoption("impl"))
+    impl.set_device(config.getoption("device"))
+    config._vq_impl = impl
+    ms = config.getoption("methods")
+    if ms:
+        chosen = tuple(m.strip() for m in ms.split(",") if m.strip())
+        bad = [m for m in chosen if m not in METHODS]
+        if bad:
+            raise pytest.UsageError(f"--methods: unknown {bad}; expected names out of {list(METHODS)}")
+        config._vq_methods = chosen
+    else:
+        config._vq_methods = METHODS
+
+
+def selected_methods(config) -> tuple[str, ...]:
+    return config._vq_methods
+
+
+def device_kind(config) -> str:
+    dev = config.getoption("device")
+    if dev:
+        return dev
+    name = config._vq_impl.device_name().lower()
+    return "gpu" if "gpu" in name else "cpu"
+
+
+def pytest_report_header(config):
+    impl = config._vq_impl
+    return [f"veloxquant conformance: impl={impl.name} device={impl.device_name()} "
+            f"methods={','.join(config._vq_methods)} profile={settings._current_profile}"]
+
+
+# --- skip / xfail files ---------------------------------------------------------------------------------
+def _load_lists(config):
+    path = XFAIL_DIR / f"{config._vq_impl.name}-{device_kind(config)}.toml"
+    if not path.exists():
+        return path, []
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    entries = []
+    for kind in ("skip", "xfail"):
+        for e in data.get(kind, []):
+            if "test" not in e or "reason" not in e:
+                raise pytest.UsageError(f"{path}: every [[{kind}]] entry needs 'test' and 'reason'")
+            entries.append((kind, e["test"], e["reason"]))
+    return path, entries
+
+
+def _short_id(nodeid: str) -> str:
+    return nodeid.split("conformance/", 1)[-1]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    path, entries = _load_lists(config)
+    used = [False] * len(entries)
+    for item in items:
+        sid = _short_id(item.nodeid)
+        for i, (kind, pattern, reason) in enumerate(entries):
+            if fnmatch.fnmatchcase(sid, pattern):
+                used[i] = True
+                if kind == "skip":
+                    item.add_marker(pytest.mark.skip(reason=f"{path.name}: {reason}"))
+                else:
+                    item.add_marker(pytest.mark.xfail(reason=f"{path.name}: {reason}", strict=False))
+                break
+    config._vq_unmatched = [(k, p) for (k, p, _), u in zip(entries, used) if not u]
+    for kind, pattern in config._vq_unmatched:
+        warnings.warn(UnmatchedXfailWarning(f"{path.name}: [[{kind}]] entry {pattern!r} matches no collected test"))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    for kind, pattern in getattr(config, "_vq_unmatched", []):
+        terminalreporter.write_line(f"WARNING: {kind} entry {pattern!r} matched no collected test", yellow=True)
+
+
+# --- fixtures -------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def impl(pytestconfig):
+    i = pytestconfig._vq_impl
+    reason = i.unavailable()
+    if reason:
+        pytest.skip(f"--impl {i.name}: {reason}")
+    return i
+
+
+@pytest.fixture(scope="session")
+def ref():
+    from .adapters.reference import ReferenceImpl
+    r = ReferenceImpl()
+    reason = r.unavailable()
+    if reason:
+        pytest.skip(f"oracle unavailable: {reason}")
+    return r
+
+
+@pytest.fixture
+def other(impl, ref):
+    """The implementation compared against the reference; differential tests of the reference itself
+    would compare it with itself and could not fail, so they skip."""
+    if impl.name == "reference":
+        pytest.skip("--impl reference: differential tests compare an implementation with the reference")
+    return impl
+
+
+TAG_KEYS = ("method", "bits", "dtype")
+
+
+class Tally:
+    def __init__(self):
+        self.n = 0
+
+    def case(self, k: int = 1):
+        self.n += k
+
+
+@pytest.fixture(autouse=True)
+def _tags(request):
+    """method/bits/dtype (from the parametrization) and the number of cases run, for the report table."""
+    callspec = getattr(request.node, "callspec", None)
+    params = dict(callspec.params) if callspec else {}
+    for key in TAG_KEYS:
+        if key in params:
+            request.node.user_properties.append((key, params[key]))
+    t = Tally()
+    request.node._vq_tally = t
+    yield
+    request.node.user_properties.append(("cases", t.n or 1))
+
+
+@pytest.fixture
+def tally(request):
+    return request.node._vq_tally
+
+
+@pytest.fixture
+def methods_ok(impl, pytestconfig):
+    """Skip when the parametrized method is not claimed by the implementation."""
+    def need(method):
+        if not impl.supports(method):
+            pytest.skip(f"{impl.name} does not support {method}")
+    return need

@@ -1,0 +1,77 @@
+"""Hypothesis strategies for parameters and shapes (spec/formats.toml ranges), and the parametrization
+lists (method x bits x dtype) that tag tests for the report table."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+import spec
+
+from . import data
+
+U32 = 2 ** 32 - 1
+U64 = 2 ** 64 - 1
+# head dims: every supported one; the small ones more often (speed), the large ones still drawn
+HEAD_DIMS = st.one_of(st.sampled_from([16, 32, 64, 128]), st.sampled_from(list(spec.HEAD_DIMS)))
+
+
+def method_bits(methods) -> list[tuple[str, int]]:
+    return [(m, b) for m in methods for b in spec.method_info(m)["bits"]]
+
+
+def method_bits_dtype(methods) -> list[tuple[str, int, str]]:
+    return [(m, b, dt) for m, b in method_bits(methods) for dt in spec.DTYPES]
+
+
+@st.composite
+def params_and_shape(draw, method: str, bits: int, max_t: int = 9):
+    """(resolved Params, (B, H, T, d)) valid for `method` at `bits`; random seeds, layers, head offsets,
+    windows, roles, group sizes."""
+    info = spec.method_info(method)
+    d = draw(HEAD_DIMS)
+    role = draw(st.sampled_from(["k", "v"]))
+    kw = {}
+    if method == "turboquant_rvq":
+        kw["bits2"] = draw(st.sampled_from(info["bits2"]))
+    groups = 0
+    if "group_sizes" in info:
+        allowed = [g for g in info["group_sizes"] if method == "kivi" and role == "k" or g <= d]
+        if not allowed:
+            d = max(d, min(info["group_sizes"]))
+            allowed = [g for g in info["group_sizes"] if g <= d]
+        g = draw(st.sampled_from(allowed))
+        kw["group_size"] = g
+        if method == "kivi":
+            groups = g
+    window = draw(st.one_of(st.just(0), st.integers(0, max_t + 2)))
+    if groups:
+        # kivi: enough tokens for 0..2 whole groups past the window
+        t = window + draw(st.integers(0, 2)) * groups + draw(st.integers(0, 3))
+        t = max(t, 1)
+    else:
+        t = draw(st.integers(1, max_t))
+    b = draw(st.integers(1, 2))
+    h = draw(st.integers(1, 3))
+    p = spec.Params(method, bits=bits, window=window, role=role,
+                    seed=draw(st.one_of(st.integers(0, 3), st.integers(0, U64))),
+                    layer=draw(st.one_of(st.integers(0, 3), st.integers(0, U32))),
+                    head_offset=draw(st.one_of(st.integers(0, 8), st.integers(0, U32 - 8))), **kw).resolved()
+    return p, (b, h, t, d)
+
+
+def inputs(shape, dtype: str):
+    """A strategy of x arrays: a regime and a numpy seed (cheap to shrink, exact to replay)."""
+    return st.tuples(st.sampled_from(data.REGIMES), st.integers(0, U32)).map(
+        lambda rs: data.make_x(np.random.default_rng(rs[1]), shape, dtype, rs[0]))
+
+
+@st.composite
+def chunking(draw, t: int):
+    """Random chunk sizes summing to t (single tokens, big chunks, everything between)."""
+    out = []
+    left = t
+    while left:
+        c = draw(st.one_of(st.just(1), st.integers(1, left)))
+        out.append(c)
+        left -= c
+    return out

@@ -1,0 +1,95 @@
+"""The suite catches broken implementations: each mutant (conformance/mutants.py, the reference with one
+deliberate bug) is run through the check function that targets its bug, which must fail; the unmodified
+reference must pass the same check (so the check is not simply always failing)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import spec
+
+from . import checks, data, mutants
+from .adapters.reference import ReferenceImpl
+from .assertions import Mismatch
+
+
+@pytest.fixture(scope="module")
+def reference_impl(ref):
+    return ref
+
+
+def _must_fail(check, mutant, control):
+    """`check(mutant)` raises Mismatch; `check(control)` does not. Returns the mutant's message."""
+    check(control)
+    with pytest.raises(Mismatch) as e:
+        check(mutant)
+    return str(e.value)
+
+
+def _x(shape, dtype="float32", seed=0, regime="normal"):
+    return data.make_x(np.random.default_rng(seed), shape, dtype, regime)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 4])
+def test_one_ulp_codebook_caught_by_exhaustive(reference_impl, bits):
+    mutant, control = mutants.OneUlpCodebook(), ReferenceImpl()
+    msg = _must_fail(lambda impl: checks.check_codebook(impl, reference_impl, ("gaussian", bits), 64),
+                     mutant, control)
+    assert "dequantize" in msg and "XOR" in msg
+
+
+def test_one_ulp_codebook_caught_by_differential(reference_impl):
+    p = spec.Params("turboquant", bits=4).resolved()
+    x = _x((1, 2, 16, 64))
+    _must_fail(lambda impl: checks.check_encode_decode(impl, reference_impl, x, p, "float32"),
+               mutants.OneUlpCodebook(), ReferenceImpl())
+
+
+@pytest.mark.parametrize("method,bits", [("turboquant", 3), ("turboquant_prod", 3), ("kivi", 4),
+                                         ("rabitq", 1), ("turboquant_rvq", 2)])
+def test_msb_first_packing_caught(reference_impl, method, bits):
+    kw = dict(group_size=16) if method == "kivi" else {}
+    p = spec.Params(method, bits=bits, window=0, **kw).resolved()
+    x = _x((1, 2, 16, 32), "float16")
+    msg = _must_fail(lambda impl: checks.check_encode(impl, reference_impl, x, p, "float16"),
+                     mutants.MsbFirstPacking(), ReferenceImpl())
+    assert "worst block" in msg
+
+
+@pytest.mark.parametrize("method", ["turboquant", "turboquant_rvq", "turboquant_prod", "rabitq"])
+def test_sequential_norm_caught(reference_impl, method):
+    p = spec.Params(method).resolved()
+    x = _x((2, 2, 8, 128), "float32")
+    msg = _must_fail(lambda impl: checks.check_encode(impl, reference_impl, x, p, "float32"),
+                     mutants.SequentialNorm(), ReferenceImpl())
+    assert "norm" in msg
+
+
+def _kivi_ties(role):
+    """The tie example of methods/kivi.md: groups spanning [0, 3] with elements on .5 (b = 2, L = 3)."""
+    base = np.array([0, 3, 0.5, 1.5, 2.5, 1, 2, 0.5], dtype=np.float32)
+    x = np.empty((1, 1, 16, 16), dtype=np.float32)
+    for t in range(16):
+        for c in range(16):
+            x[0, 0, t, c] = base[(t + c) % 8]
+    return x
+
+
+@pytest.mark.parametrize("role", ["k", "v"])
+def test_kivi_half_away_caught(reference_impl, role):
+    p = spec.Params("kivi", bits=2, group_size=16, window=0, role=role).resolved()
+    x = _kivi_ties(role)
+    _must_fail(lambda impl: checks.check_encode(impl, reference_impl, x, p, "float32"),
+               mutants.KiviHalfAway(), ReferenceImpl())
+
+
+@pytest.mark.parametrize("method", ["turboquant", "turboquant_prod", "rabitq"])
+def test_chunking_dependent_caught(reference_impl, method):
+    p = spec.Params(method, window=0).resolved()
+    x = _x((1, 2, 9, 32), "bfloat16")
+    # one chunk passes even for the mutant (the bug needs chunk boundaries) ...
+    checks.check_stream_matches_oneshot(mutants.ChunkingDependent(), reference_impl, x, p, "bfloat16", [9])
+    # ... a split does not
+    _must_fail(lambda impl: checks.check_stream_matches_oneshot(impl, reference_impl, x, p, "bfloat16",
+                                                                [4, 1, 4]),
+               mutants.ChunkingDependent(), ReferenceImpl())
