@@ -151,7 +151,7 @@ def run(args) -> int:
                   f"{time.time() - t0:.0f}s]", flush=True)
     result = {
         "tool": "veloxquant quality",
-        "command": " ".join(["veloxquant", *sys.argv[1:]]) if sys.argv else "veloxquant quality",
+        "command": getattr(args, "command_line", None) or " ".join(["veloxquant", *sys.argv[1:]]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "versions": _versions(),
         "device": str(mx.default_device()),
@@ -221,3 +221,13 @@ def render_markdown(result: dict, json_path: pathlib.Path) -> str:
                      f"{r['kl_mean']:.3e} | {r['kl_median']:.3e} | {r['kl_max']:.3e} | "
                      f"{r['top1_agree']:.1%} |")
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # `python -m tools.quality ...`, same arguments as `veloxquant quality`
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tools.quality", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    ns = parser.parse_args()
+    ns.command_line = " ".join(["python -m tools.quality", *sys.argv[1:]])
+    sys.exit(run(ns))
