@@ -148,3 +148,20 @@ def test_bad_trim_and_state():
     assert_unchanged(c, snap)
     with pytest.raises(ValueError, match="state"):
         vc.TurboQuantKVCache.from_state([None, None, '{"format": 99}'])
+
+
+def test_window_token_is_checked_when_flushed():
+    # spec/streaming.md step 1: per-method rules apply to the tokens an append encodes; a float32 token
+    # whose norm overflows is accepted while it sits in the window (R = 2) and rejects, atomically, every
+    # append that would flush it, until a trim removes it.
+    c = vc.TurboQuantKVCache(bits=4, window=2)
+    good = rnd((1, 2, 4, 64), mx.float32, 1)
+    c.update_and_fetch(good, good)
+    c.update_and_fetch(good[:, :, :1], with_value(good[:, :, :1], 3e38))   # values token 4, in the window
+    snap = snapshot(c)
+    with pytest.raises(ValueError, match="values"):
+        c.update_and_fetch(good[:, :, :2], good[:, :, :2])                  # would flush token 4
+    assert_unchanged(c, snap)
+    assert c.trim(1) == 1
+    c.update_and_fetch(good[:, :, :2], good[:, :, :2])
+    assert c.offset == 6

@@ -111,3 +111,11 @@ def test_saved_cache_continues_identically(model, method, tmp_path):
         assert list(x) == list(y)
         for name in x:
             np.testing.assert_array_equal(as_bits(x[name]), as_bits(y[name]), err_msg=name)
+
+
+def test_kl_divergence_definition():
+    # p = softmax([0, ln 3]) = (1/4, 3/4), q = uniform: KL = 1/4 ln(1/2) + 3/4 ln(3/2)
+    ref = np.array([[0.0, np.log(3.0)]])
+    want = 0.25 * np.log(0.5) + 0.75 * np.log(1.5)
+    np.testing.assert_allclose(kl_divergence(ref, np.array([[5.0, 5.0]])), [want], rtol=1e-12)
+    assert kl_divergence(ref, ref + 7.0)[0] == pytest.approx(0.0, abs=1e-15)
