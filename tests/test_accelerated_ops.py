@@ -152,6 +152,9 @@ def _x(shape=(1, 2, 4, 16), dtype=mx.float32):
     (lambda: ops.encode(mx.concatenate([_x((1, 1, 16, 16)) * -1e6, _x((1, 1, 16, 16)) * 1e6], axis=2),
                         spec.Params("kivi", group_size=32, role="k", window=0)), "x"),  # fp16 scale inf
     (lambda: ops.encode(_x((1, 2, 16, 16)) * 1e5, spec.Params("kivi", group_size=16, role="v", window=0)), "x"),
+    (lambda: ops.encode(_x((1, 1, 1, 32)) * mx.array([3e38, -3e38] * 16), spec.Params("mlx_affine", group_size=32)), "x"),
+    (lambda: ops.encode(_x(), spec.Params("turboquant"), "float16"), "x"),     # declared dtype differs
+    (lambda: ops.encode(_x(), spec.Params("turboquant"), "int8"), "dtype"),
     (lambda: ops.encode(_x(), spec.Params("turboquant", bits=5)), "bits"),
     (lambda: ops.encode(_x(), spec.Params("turboquant_rvq", bits2=7)), "bits2"),
     (lambda: ops.encode(_x(), spec.Params("kivi", group_size=24)), "group_size"),
@@ -176,3 +179,13 @@ def test_window_tokens_are_not_norm_checked():
     x = mx.concatenate([_x((1, 2, 3, 16)), _x((1, 2, 1, 16)) * 1e30], axis=2)
     r = ops.encode(x, spec.Params("turboquant", window=1))
     assert r["norm"].shape == (1, 2, 3) and r["window"].shape == (1, 2, 1, 16)
+
+
+@pytest.mark.parametrize("method", spec.METHODS)
+def test_everything_in_the_window_encodes_nothing(method):
+    """T <= R: Q = 0, empty encoded fields of the right shapes, decode is the exact upcast."""
+    p = spec.Params(method, window=5).resolved()
+    x = mx.array(np.random.default_rng(6).standard_normal((2, 3, 4, 64)).astype(np.float32)).astype(mx.bfloat16)
+    r = ops.encode(x, p, "bfloat16")
+    assert all(v.shape[2] == 0 for k, v in r.items() if k != "window")
+    assert np.array_equal(np.array(ops.decode(r, p)), np.array(x.astype(mx.float32)))

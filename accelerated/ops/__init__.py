@@ -25,13 +25,14 @@ def method_module(method: str):
         raise
 
 
-def encode(x: mx.array, params: spec.Params) -> dict[str, mx.array]:
-    """One-shot encode of x (B, H, T, d): the record of spec/formats.toml (window in x's dtype)."""
+def encode(x: mx.array, params: spec.Params, dtype=None) -> dict[str, mx.array]:
+    """One-shot encode of x (B, H, T, d): the record of spec/formats.toml (window in x's dtype).
+    `dtype` (optional, a name or mx dtype) is the declared input dtype; x must have it (else ValueError x)."""
     p = record.resolve(params)
-    return method_module(p.method).encode(x, p)
+    return method_module(p.method).encode(x, p, dtype)
 
 
-def decode(rec: dict[str, mx.array], params: spec.Params) -> mx.array:
+def decode(rec: dict[str, mx.array], params: spec.Params, dtype=None) -> mx.array:
     """Decode a record to float32 (B, H, T, d): encoded prefix, then the window upcast."""
     p = record.resolve(params)
-    return method_module(p.method).decode(rec, p)
+    return method_module(p.method).decode(rec, p, dtype)

@@ -25,8 +25,11 @@ def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) 
     zero = numerics.f32(0.0)
     m = mx.min(w, axis=-1, keepdims=True)
     big = mx.max(w, axis=-1, keepdims=True)
+    span = big - m
+    if span.size and mx.isinf(span).any().item():  # MLX would store scale Inf and decode NaN
+        raise ValueError("x: mlx_affine group range (max - min) overflows binary32")
     flip = mx.abs(m) > mx.abs(big)
-    s = mx.maximum((big - m) / levels, numerics.f32(EPS))
+    s = mx.maximum(span / levels, numerics.f32(EPS))
     s = mx.where(flip, s, -s)
     edge = mx.where(flip, m, big)
     q0 = numerics.rint_any(edge / s)
@@ -51,9 +54,9 @@ def decode_tokens(fields: dict[str, mx.array], p: spec.Params, d: int) -> mx.arr
     return v.reshape(b, h, q, d)
 
 
-def encode(x: mx.array, params: spec.Params) -> dict[str, mx.array]:
-    return record.encode_with(sys.modules[__name__], x, params)
+def encode(x: mx.array, params: spec.Params, dtype=None) -> dict[str, mx.array]:
+    return record.encode_with(sys.modules[__name__], x, params, dtype)
 
 
-def decode(rec: dict[str, mx.array], params: spec.Params) -> mx.array:
-    return record.decode_with(sys.modules[__name__], rec, params)
+def decode(rec: dict[str, mx.array], params: spec.Params, dtype=None) -> mx.array:
+    return record.decode_with(sys.modules[__name__], rec, params, dtype)

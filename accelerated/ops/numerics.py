@@ -86,15 +86,19 @@ def reciprocal_or_zero(n: mx.array) -> mx.array:
     return mx.where(pos, one / mx.where(pos, n, one), f32(0.0))
 
 
-def check_x(x, params: spec.Params) -> None:
+def check_x(x, params: spec.Params, dtype=None) -> None:
     """Reject bad input before any state changes (number-model.md 'Special values'): ValueError naming x.
+    `dtype`, if given, is the declared input dtype (interchange); x must have it.
 
     The finiteness test needs one evaluation (a host sync); that is the price of rejecting up front.
     """
+    want = None if dtype is None else dtype_name(dtype)
     if not isinstance(x, mx.array):
         raise ValueError(f"x: must be an mx.array, got {type(x).__name__}")
     if x.dtype not in DTYPES.values():
         raise ValueError(f"x: dtype {x.dtype} is not supported; expected float16, bfloat16 or float32")
+    if want is not None and dtype_name(x.dtype) != want:
+        raise ValueError(f"x: dtype {dtype_name(x.dtype)} differs from the declared dtype {want}")
     if x.ndim != 4:
         raise ValueError(f"x: must have rank 4 (B, H, T, d), got shape {tuple(x.shape)}")
     if any(s == 0 for s in x.shape):

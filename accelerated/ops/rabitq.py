@@ -31,9 +31,9 @@ def decode_tokens(fields: dict[str, mx.array], p: spec.Params, d: int) -> mx.arr
     return rotation.rht_inverse(y_hat, prng.head_signs(p, y_hat.shape[1], d))
 
 
-def encode(x: mx.array, params: spec.Params) -> dict[str, mx.array]:
-    return record.encode_with(sys.modules[__name__], x, params)
+def encode(x: mx.array, params: spec.Params, dtype=None) -> dict[str, mx.array]:
+    return record.encode_with(sys.modules[__name__], x, params, dtype)
 
 
-def decode(rec: dict[str, mx.array], params: spec.Params) -> mx.array:
-    return record.decode_with(sys.modules[__name__], rec, params)
+def decode(rec: dict[str, mx.array], params: spec.Params, dtype=None) -> mx.array:
+    return record.decode_with(sys.modules[__name__], rec, params, dtype)

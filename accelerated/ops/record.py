@@ -83,11 +83,11 @@ def check_record(record, p: spec.Params) -> tuple[int, int, int, int, int]:
     return b, h, q + r, q, d
 
 
-def encode_with(method, x, params) -> dict[str, mx.array]:
+def encode_with(method, x, params, dtype=None) -> dict[str, mx.array]:
     p = resolve(params)
     if p.method != method.NAME:
         raise ValueError(f"params: method {p.method!r} given to {method.NAME}.encode")
-    numerics.check_x(x, p)
+    numerics.check_x(x, p, dtype)
     x32 = numerics.upcast(x)
     q = p.encoded_tokens(x.shape[2])
     fields = method.encode_tokens(x32[:, :, :q], p, x.dtype)
@@ -95,11 +95,13 @@ def encode_with(method, x, params) -> dict[str, mx.array]:
     return {name: fields[name] for name in field_names(p)}
 
 
-def decode_with(method, record, params) -> mx.array:
+def decode_with(method, record, params, dtype=None) -> mx.array:
     p = resolve(params)
     if p.method != method.NAME:
         raise ValueError(f"params: method {p.method!r} given to {method.NAME}.decode")
     check_record(record, p)
+    if dtype is not None and numerics.dtype_name(record["window"].dtype) != numerics.dtype_name(dtype):
+        raise ValueError(f"record: window dtype {record['window'].dtype} differs from the declared {dtype}")
     win = numerics.upcast(record["window"])
     fields = {k: v for k, v in record.items() if k != "window"}
     prefix = method.decode_tokens(fields, p, win.shape[-1])

@@ -35,6 +35,8 @@ def butterfly(v: mx.array) -> mx.array:
 
 def hadamard(v: mx.array) -> mx.array:
     """H(v) over the last axis, float32."""
+    if v.size == 0:  # mx.hadamard_transform rejects empty arrays (e.g. T <= window: nothing encoded)
+        return v
     if not _FORCE_EXPLICIT and mx.default_device().type in BUILTIN_VERIFIED:
         return mx.hadamard_transform(v, scale=1.0)
     return butterfly(v)
