@@ -272,7 +272,7 @@ def attention_budget(q, k64, v64, p, scale):
     d, T = q.shape[-1], k64.shape[2]
     absdot = np.einsum("bhqd,bhkd->bhqk", np.abs(q.astype(np.float64)), np.abs(k64)) * abs(float(scale))
     logit_err = (d + 2) * U32 * absdot.max(axis=-1, keepdims=True)          # (b,h,q,1)
-    vmax = np.abs(v64).max(axis=2, keepdims=True).transpose(0, 1, 3, 2)      # (b,h,1,d)
+    vmax = np.abs(v64).max(axis=2, keepdims=True)                            # (b,h,1,d)
     pv = np.einsum("bhqk,bhkd->bhqd", p, np.abs(v64))
     bound = (T + 4) * U32 * pv + 2 * logit_err * vmax + (T + 4) * U32 * vmax
     return ATTN_SAFETY * bound + np.finfo(np.float32).tiny

@@ -27,7 +27,7 @@ _common = dict(deadline=None, database=None, print_blob=True,
                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                       HealthCheck.data_too_large, HealthCheck.filter_too_much])
 # ci: a few examples per parametrization, derandomized so a verdict is reproducible run to run.
-settings.register_profile("ci", max_examples=6, derandomize=True, **_common)
+settings.register_profile("ci", max_examples=20, derandomize=True, **_common)
 # thorough: >= 10,000 examples per parametrization (so per method), fresh randomness every run.
 settings.register_profile("thorough", max_examples=10_000, **_common)
 

@@ -77,10 +77,11 @@ class MlxOpsImpl(Implementation):
         return {"mlx": mx.__version__}
 
     def encode(self, x, params, dtype):
-        return _mx.record_to_np(self._ops().encode(_mx.to_mx(x, dtype), params))
+        # the declared dtype travels too, so a mismatching array is the implementation's to reject
+        return _mx.record_to_np(self._ops().encode(_mx.to_mx(x, dtype), params, dtype))
 
     def decode(self, record, params, dtype):
-        return _mx.to_np(self._ops().decode(_mx.record_to_mx(record, dtype), params))
+        return _mx.to_np(self._ops().decode(_mx.record_to_mx(record, dtype), params, dtype))
 
     def _stream_cls(self):
         try:
