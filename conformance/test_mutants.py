@@ -93,3 +93,8 @@ def test_chunking_dependent_caught(reference_impl, method):
     _must_fail(lambda impl: checks.check_stream_matches_oneshot(impl, reference_impl, x, p, "bfloat16",
                                                                 [4, 1, 4]),
                mutants.ChunkingDependent(), ReferenceImpl())
+
+
+@pytest.fixture(autouse=True)
+def _tag_mutants(record_property):
+    record_property("method", "(mutants)")
