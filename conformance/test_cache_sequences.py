@@ -47,8 +47,9 @@ def _ops(draw, shape, dtype):
     """A random op history: appends of random sizes (often single tokens), trims, save/load."""
     b, h, _t, d = shape
     ops, t = [], 0
-    for _ in range(draw(st.integers(1, 10))):
-        kind = draw(st.sampled_from(["append", "append", "append1", "trim", "save_load"]))
+    for i in range(draw(st.integers(1, 10))):
+        # the first op appends (B, H, d are only known then); later ops are any mix
+        kind = "append" if i == 0 else draw(st.sampled_from(["append", "append", "append1", "trim", "save_load"]))
         if kind.startswith("append"):
             n = 1 if kind == "append1" else draw(st.integers(1, 40))
             seed = draw(st.integers(0, 2 ** 32 - 1))
