@@ -26,8 +26,12 @@ def encode(x, params: spec.Params, dtype: str) -> dict[str, np.ndarray]:
     # 2. flip = |m| > |M|.
     flip = np.abs(m) > np.abs(big)
     # 3. s = max((M − m) ÷ N, EPS).
-    with np.errstate(over="ignore"):  # extreme fp32 ranges overflow to +Inf, as in MLX
-        s = np.maximum((big - m) / levels, EPS)
+    #    A range M − m that overflows to +Inf is rejected (MLX would store an infinite scale).
+    with np.errstate(over="ignore"):
+        span = big - m
+    if np.isinf(span).any():
+        raise ValueError("x: a group's range max − min overflows binary32 (mlx_affine)")
+    s = np.maximum(span / levels, EPS)
     # 4. s = −s unless flip; edge = m if flip else M.
     s = np.where(flip, s, -s)
     edge = np.where(flip, m, big)
