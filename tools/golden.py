@@ -556,6 +556,11 @@ def _edge_cases(method: str) -> list[CaseDef]:
     else:
         add(f"b{b}-d{d0}-f16-max-fp16-000", "encode", P(), "float16", cast_input(mx, "float16"),
             ["max-fp16"], "tokens of ±65504 (the largest float16); squares 2^32-ish stay finite in binary32")
+    if affine:
+        span = rows(dtype="float32"); span[0, 0, 0, 0] = 3e38; span[0, 0, 0, 1] = -3e38
+        add(f"b{b}-d{d0}-f32-range-overflow-error-000", "error", P(), "float32", cast_input(span, "float32"),
+            ["overflow", "error"], "float32 group holding ±3e38: max − min overflows binary32, rejected",
+            ExpectedError("ValueError", "x"))
     if norm_method:
         ov = rows(dtype="bfloat16"); ov[0, 0, 1, 3] = float.fromhex("0x1.fep+127")
         add(f"b{b}-d{d0}-bf16-overflow-error-000", "error", P(), "bfloat16", cast_input(ov, "bfloat16"),
