@@ -34,8 +34,9 @@ def encode(x, params: spec.Params, dtype: str) -> dict[str, np.ndarray]:
     # 1. m = min(v) + 0.0; M = max(v) + 0.0 (turns −0 into +0).
     m = v.min(axis=-2) + numerics.ZERO
     big = v.max(axis=-2) + numerics.ZERO
-    # 2. s = (M − m) ÷ L.
-    s = (big - m) / levels
+    # 2. s = (M − m) ÷ L (a binary32 range can overflow to +Inf; step 3 rejects it).
+    with np.errstate(over="ignore"):
+        s = (big - m) / levels
     # 3. s16, z16 by RNE; a non-finite one is rejected.
     s16 = numerics.to_float16(s)
     z16 = numerics.to_float16(m)
