@@ -8,11 +8,8 @@ from __future__ import annotations
 import datetime
 import json
 import pathlib
-import platform
 import sys
 import time
-
-import numpy as np
 
 SUITE = pathlib.Path(__file__).resolve().parent.parent / "conformance"
 SCHEMA = "veloxquant-conformance-report/1"
@@ -113,19 +110,8 @@ def _versions(impl) -> dict:
     import hypothesis
     import pytest
 
-    import spec
-    v = {"python": platform.python_version(), "numpy": np.__version__, "spec": spec.SPEC_VERSION,
-         "pytest": pytest.__version__, "hypothesis": hypothesis.__version__}
-    try:
-        from importlib.metadata import version
-        v["veloxquant"] = version("veloxquant")
-    except Exception:  # noqa: BLE001 - not installed as a distribution
-        v["veloxquant"] = "unknown"
-    try:
-        import mlx.core as mx
-        v["mlx"] = mx.__version__
-    except ImportError:
-        v["mlx"] = None
+    from ._env import versions
+    v = versions({"pytest": pytest.__version__, "hypothesis": hypothesis.__version__})
     if impl is not None:
         v.update(impl.versions())
     return v
