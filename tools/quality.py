@@ -7,23 +7,23 @@ both). At every position after the prefill we compute KL(p_fp16 || p_method) in 
 argmax agrees. Random models are not trained models: the numbers rank methods and bit widths against each
 other on the same model; they do not predict perplexity on real text.
 
-Writes the JSON (versions, device, date, command, settings, one row per configuration) and
-docs/quality.md (the table). Methods cover spec/methods/; bits are each method's allowed set
+Writes the JSON (versions, device, date, command, settings, one row per configuration), docs/quality.md
+(the table) and, with matplotlib, docs/quality.png (KL vs bits/coord, next to the markdown). --from-json
+re-renders the markdown and the figure from an earlier JSON without measuring. Methods cover spec/methods/; bits are each method's allowed set
 (spec/formats.toml) unless --bits narrows it.
 """
 from __future__ import annotations
 
-import datetime
 import json
 import pathlib
-import platform
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 import spec
+
+from ._env import utc_now_iso, versions
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_METHODS = ("turboquant", "turboquant_rvq", "turboquant_prod", "kivi", "rabitq")
@@ -42,7 +42,10 @@ def add_arguments(p) -> None:
     p.add_argument("--group-size", type=int, default=32, help="kivi group size")
     p.add_argument("--seed", type=int, default=0, help="model init, token and cache seed")
     p.add_argument("--json", type=pathlib.Path, default=ROOT / "docs" / "quality.json")
-    p.add_argument("--markdown", type=pathlib.Path, default=ROOT / "docs" / "quality.md")
+    p.add_argument("--markdown", type=pathlib.Path, default=ROOT / "docs" / "quality.md",
+                   help="the table; the figure goes next to it with suffix .png")
+    p.add_argument("--from-json", type=pathlib.Path, default=None, metavar="JSON",
+                   help="measure nothing: re-render --markdown and its figure from this quality JSON")
 
 
 # ---- model and measurement (also used by tests/test_mlx_lm_integration.py) --------------------------
@@ -127,6 +130,8 @@ def run(args) -> int:
     import mlx.core as mx
     from mlx_lm.models.cache import KVCache
 
+    if args.from_json:
+        return write_docs(json.loads(args.from_json.read_text()), args.from_json, args.markdown)
     configs = configurations(args)
     if not configs:
         print("no (method, bits) configuration selected", file=sys.stderr)
@@ -152,8 +157,8 @@ def run(args) -> int:
     result = {
         "tool": "veloxquant quality",
         "command": getattr(args, "command_line", None) or " ".join(["veloxquant", *sys.argv[1:]]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "versions": _versions(),
+        "date": utc_now_iso(),
+        "versions": versions(),
         "device": str(mx.default_device()),
         "settings": {"model": "mlx_lm llama, random init, 2 layers, hidden 256, 4 query / 2 KV heads, "
                               f"vocab {VOCAB}, float16",
@@ -165,30 +170,23 @@ def run(args) -> int:
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
-    args.markdown.parent.mkdir(parents=True, exist_ok=True)
-    args.markdown.write_text(render_markdown(result, args.json))
-    print(f"wrote {args.json} and {args.markdown}")
+    print(f"wrote {args.json}")
+    return write_docs(result, args.json, args.markdown)
+
+
+def write_docs(result: dict, json_path: pathlib.Path, markdown: pathlib.Path) -> int:
+    """The figure (if matplotlib is there) and the markdown that embeds it."""
+    from . import plots
+
+    png, why = plots.quality_plot(result, markdown.with_suffix(".png"))
+    print(f"wrote {png}" if png else f"plot skipped: {why}")
+    markdown.parent.mkdir(parents=True, exist_ok=True)
+    markdown.write_text(render_markdown(result, json_path, png.name if png else None))
+    print(f"wrote {markdown}")
     return 0
 
 
-def _versions() -> dict:
-    from importlib import metadata
-
-    v = {"spec": spec.SPEC_VERSION, "python": platform.python_version()}
-    for pkg in ("veloxquant", "mlx", "mlx-lm", "numpy"):
-        try:
-            v[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            v[pkg] = None
-    try:
-        v["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                  text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        v["git"] = None
-    return v
-
-
-def render_markdown(result: dict, json_path: pathlib.Path) -> str:
+def render_markdown(result: dict, json_path: pathlib.Path, figure: str | None = None) -> str:
     s, v = result["settings"], result["versions"]
     try:
         json_name = json_path.resolve().relative_to(ROOT)
@@ -213,6 +211,13 @@ def render_markdown(result: dict, json_path: pathlib.Path) -> str:
         f"Versions: spec {v['spec']}, veloxquant {v['veloxquant']} (git {v['git']}), mlx {v['mlx']}, "
         f"mlx-lm {v['mlx-lm']}, numpy {v['numpy']}, Python {v['python']}.",
         "",
+    ]
+    if figure:  # relative to the markdown: both live in the same folder
+        lines += [f"![Mean KL (log scale) against measured bits per coordinate, one line per method, one "
+                  f"panel per head dim; point labels are the configured bits]({figure})", "",
+                  "Lower and further left is better; labels next to the points are the configured bit widths.",
+                  ""]
+    lines += [
         "| method | bits | head dim | bits/coord | KL mean | KL median | KL max | top-1 agree |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]

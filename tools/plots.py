@@ -1,0 +1,133 @@
+"""Figures for docs/: quality (KL vs bits/coord) and benchmark throughput (GB/s per arm), from the JSON.
+
+matplotlib is optional (`pip install veloxquant[plots]`): every function returns (path, None) when it wrote
+the PNG and (None, reason) when it could not, so the tools still write their JSON and markdown without it.
+The Agg backend renders to files only (no display needed on servers).
+"""
+from __future__ import annotations
+
+import pathlib
+
+# Same colour and marker for a method in every figure.
+STYLE = {
+    "turboquant": ("tab:blue", "o"), "turboquant_rvq": ("tab:orange", "s"),
+    "turboquant_prod": ("tab:green", "^"), "kivi": ("tab:red", "D"), "rabitq": ("tab:purple", "P"),
+    "mlx_affine": ("tab:brown", "v"),
+}
+BASELINE_COLOUR = "0.55"
+
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend, or None if matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, plt, path: pathlib.Path) -> pathlib.Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Fixed metadata: regenerating from the same JSON gives the same bytes (no timestamp in the PNG).
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def quality_plot(result: dict, path: pathlib.Path) -> tuple[pathlib.Path | None, str | None]:
+    """KL mean (log y) vs measured bits/coord: one line per method, one panel per head dim."""
+    plt = _pyplot()
+    if plt is None:
+        return None, "matplotlib is not installed"
+    rows = result["results"]
+    dims = sorted({r["head_dim"] for r in rows})
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    fig, axes = plt.subplots(1, len(dims), figsize=(5.6 * len(dims), 4.6), sharey=True, squeeze=False)
+    for ax, d in zip(axes[0], dims):
+        for m in methods:
+            # KL 0 (nothing encoded yet, e.g. a prompt shorter than the KIVI group) has no place on a log axis.
+            pts = sorted((r["bits_per_coord"], r["kl_mean"], r["bits"]) for r in rows
+                         if r["method"] == m and r["head_dim"] == d and r["kl_mean"] > 0)
+            if not pts:
+                continue
+            colour, marker = STYLE.get(m, (None, "o"))
+            x, y, b = zip(*pts)
+            ax.plot(x, y, marker=marker, color=colour, label=m, linewidth=1.4, markersize=6)
+            for xi, yi, bi in pts:  # the configured bit width next to each point
+                ax.annotate(f"{bi}", (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7,
+                            color=colour)
+        if ax.lines:
+            ax.set_yscale("log")
+        ax.set_title(f"head dim {d}")
+        ax.set_xlabel("measured bits per coordinate (cache nbytes × 8 / coordinates)")
+        ax.grid(True, which="major", alpha=0.35)
+        ax.grid(True, which="minor", axis="y", alpha=0.12)
+    axes[0][0].set_ylabel("mean KL(fp16 ‖ method), nats (log)")
+    if axes[0][-1].lines:
+        axes[0][-1].legend(title="method (labels: bits)", fontsize=8, title_fontsize=8)
+    s = result.get("settings", {})
+    fig.suptitle("Next-token KL vs the fp16 KVCache — random 2-layer mlx-lm llama, "
+                 f"window R={s.get('window', '?')}, {result.get('device', '')}, {result.get('date', '')[:10]}",
+                 fontsize=10)
+    fig.tight_layout()
+    return _save(fig, plt, path), None
+
+
+def bench_plot(res: dict, path: pathlib.Path) -> tuple[pathlib.Path | None, str | None]:
+    """GB/s per arm of the ops suite's encode and decode over many tokens (horizontal bars, log x)."""
+    plt = _pyplot()
+    if plt is None:
+        return None, "matplotlib is not installed"
+    ops = [r for r in res["measurements"] if r["suite"] == "ops"]
+    groups = {}
+    for r in ops:
+        groups.setdefault((r["op"], tuple(r["shape"])), []).append(r)
+    # Encode at T=1 is latency (per-token cost), not throughput: its GB/s would only mislead here.
+    panels = [(k, v) for k, v in groups.items() if k[1][2] > 1]
+    if not panels:
+        return None, "no ops measurements over more than one token"
+    n = max(len(v) for _, v in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 0.42 * n + 1.9), squeeze=False)
+    lo = min(r["GB/s"] for _, v in panels for r in v)
+    hi = max(r["GB/s"] for _, v in panels for r in v)
+    for ax, ((op, shape), rows) in zip(axes[0], panels):
+        rows = rows[::-1]  # barh draws bottom-up: keep the JSON order (baselines first) top-down
+        labels = [r["arm"] for r in rows]
+        vals = [r["GB/s"] for r in rows]
+        base = [r["method"] not in STYLE for r in rows]
+        colours = [BASELINE_COLOUR if b else STYLE[r["method"]][0] for r, b in zip(rows, base)]
+        bars = ax.barh(range(len(rows)), vals, color=colours, hatch=None)
+        for bar, b in zip(bars, base):
+            if b:
+                bar.set_hatch("//")
+                bar.set_edgecolor("0.3")
+        for i, v in enumerate(vals):
+            ax.text(v * 1.06, i, f"{v:.1f}", va="center", fontsize=8)
+        ax.set_yticks(range(len(rows)), labels, fontsize=8)
+        for tick, b in zip(ax.get_yticklabels(), base):
+            if b:
+                tick.set_fontstyle("italic")
+        ax.set_xscale("log")
+        ax.set_xlim(lo / 1.6, hi * 2.2)
+        ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+                 if lo / 1.6 <= t <= hi * 2.2]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+        ax.set_xlabel("GB/s (fp16-equivalent bytes of x per second, log)")
+        ax.set_title(f"{op}, x {list(shape)} float16", fontsize=10)
+        ax.grid(True, axis="x", which="both", alpha=0.3)
+        ax.set_axisbelow(True)
+    from matplotlib.patches import Patch
+    fig.legend(handles=[Patch(facecolor=BASELINE_COLOUR, edgecolor="0.3", hatch="//",
+                              label="baseline: fp16 copy, mx.quantize / mx.dequantize (g64, b4)"),
+                        Patch(facecolor=STYLE["turboquant"][0], label="accelerated.ops (colour = method)")],
+               loc="lower center", ncol=2, fontsize=8, frameon=False)
+    dev = res["device"]
+    kind = f"{dev['name']} ({dev['backend']})" if dev["type"] == "gpu" else f"CPU {dev['name']}"
+    st = res["settings"]
+    fig.suptitle(f"accelerated.ops throughput — {kind}, {res['date'][:10]}, median of {st['iters']} "
+                 f"interleaved iterations (higher is better)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return _save(fig, plt, path), None
