@@ -1,9 +1,14 @@
-"""Adapter for fused MLX kernels (accelerated.kernels). Skips, with the reason, while they do not exist."""
+"""Adapter for the fused MLX kernels (accelerated.kernels): encode, decode and streams run through the
+kernels (kivi and mlx_affine, which have none, through accelerated.ops as accelerated.kernels does).
+Where the kernels cannot run (no Metal/CUDA backend, or --device cpu) the whole suite skips with the reason.
+"""
 from __future__ import annotations
 
 import importlib
 
-from .mlx_ops import MlxOpsImpl
+from .base import Unsupported
+from .mlx_ops import MlxOpsImpl, _MxStream
+from . import _mx
 
 
 class MlxKernelsImpl(MlxOpsImpl):
@@ -12,7 +17,29 @@ class MlxKernelsImpl(MlxOpsImpl):
 
     def unavailable(self):
         try:
-            importlib.import_module(self.ops_module)
+            kernels = importlib.import_module(self.ops_module)
         except ImportError as e:
             return f"no fused kernels: accelerated.kernels is not importable ({e})"
-        return super().unavailable()
+        why = super().unavailable()
+        if why:
+            return why
+        ok, reason = kernels.available()
+        return None if ok else f"no fused kernels here: {reason}"
+
+    def versions(self):
+        v = super().versions()
+        ok, reason = self._ops().available()
+        v["kernels"] = reason if ok else f"unavailable ({reason})"
+        return v
+
+    def new_stream(self, params, dtype):
+        return _MxStream(self._stream_cls()(params, dtype, use_kernels=True), dtype)
+
+    def load_stream(self, state):
+        arrays, meta = _mx.tree_to_mx(state)
+        s = self._stream_cls().from_state(arrays, meta, use_kernels=True)
+        return _MxStream(s, meta.get("dtype"))
+
+    def _codebooks(self):
+        raise Unsupported("mlx_kernels: quantization is fused into the kernels (no separate codebook op); "
+                          "the codebook probes of accelerated.ops run under --impl mlx_ops")
