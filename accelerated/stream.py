@@ -5,6 +5,9 @@ T tokens produces (until a lossy KIVI trim). Encoded fields live in buffers that
 axis in steps of 256 rows (like mlx-lm's KVCache), so per-token appends do not copy the whole prefix.
 Every check (x, dtype, shape; norm overflow and KIVI float16 overflow of the tokens this append encodes)
 runs before any state changes.
+
+`use_kernels` ("auto" | True | False) picks accelerated.kernels' fused kernels for the per-token math of the
+methods that have them ("auto": whenever the kernels can run, i.e. on a GPU); both paths store the same bytes.
 """
 from __future__ import annotations
 
@@ -42,12 +45,27 @@ class _Rows:
         return self.buf[:, :, lo : self.n if hi is None else hi]
 
 
+def _method_module(method: str, use_kernels):
+    """accelerated.ops's module, or accelerated.kernels' (same interface) when use_kernels says so."""
+    if use_kernels not in ("auto", True, False):
+        raise ValueError(f"use_kernels: must be 'auto', True or False, got {use_kernels!r}")
+    if use_kernels is False:
+        return ops.method_module(method)
+    from accelerated import kernels
+    ok, why = kernels.available()
+    if not ok:
+        if use_kernels is True:
+            raise ValueError(f"use_kernels: kernels unavailable ({why})")
+        return ops.method_module(method)
+    return kernels.method_module(method)
+
+
 class Stream:
     """`append(x)`, `trim(n)`, `record()`, `tokens`, `dequantized()`, `nbytes`, `state()`/`from_state`."""
 
-    def __init__(self, params: spec.Params, dtype=None):
+    def __init__(self, params: spec.Params, dtype=None, use_kernels="auto"):
         self.params = record.resolve(params)
-        self._method = ops.method_module(self.params.method)
+        self._method = _method_module(self.params.method, use_kernels)
         self._names = [n for n in record.field_names(self.params) if n != "window"]
         self._dtype = None if dtype is None else numerics.dtype_name(dtype)
         self._bhd: tuple[int, int, int] | None = None
@@ -176,7 +194,7 @@ class Stream:
         return self.record(), meta
 
     @classmethod
-    def from_state(cls, arrays, meta: dict | None = None) -> "Stream":
+    def from_state(cls, arrays, meta: dict | None = None, use_kernels="auto") -> "Stream":
         """Restore from `state()`'s (arrays, meta), given as two arguments or as the one tuple."""
         if meta is None and isinstance(arrays, (tuple, list)) and len(arrays) == 2:
             arrays, meta = arrays
@@ -187,7 +205,7 @@ class Stream:
             p = spec.Params(**{k: meta[k] for k in keys if k in meta})
         except TypeError as e:
             raise ValueError(f"meta: {e}") from None
-        s = cls(p, meta.get("dtype"))
+        s = cls(p, meta.get("dtype"), use_kernels)
         if not arrays:
             if meta.get("tokens", 0):
                 raise ValueError("arrays: empty but meta says tokens > 0")
