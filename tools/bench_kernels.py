@@ -1,0 +1,134 @@
+"""Speed of accelerated.kernels against accelerated.ops (and an fp16 copy, MLX's own affine quantization),
+measured side by side by the policy of tools/bench.py: per group, all arms in one process, interleaved with
+a rotating arm order; iteration i feeds input i mod 10; each call bracketed by mx.synchronize() and ended by
+mx.eval; warm-up dropped; medians and IQRs; ratios are per-iteration ratios to a baseline timed in the same
+iteration. Writes JSON (docs/bench/h200-kernels.json is one such run).
+
+Usage: python -m tools.bench_kernels [--json PATH] [--iters N] [--warmup N]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+import time
+
+import numpy as np
+
+import spec
+
+POOL = 10
+B, H, D = 1, 8, 128
+CASES = [
+    ("turboquant b=4", "turboquant", dict(bits=4)),
+    ("turboquant b=2", "turboquant", dict(bits=2)),
+    ("turboquant_rvq b=2", "turboquant_rvq", dict(bits=2)),
+    ("rabitq", "rabitq", dict()),
+    ("turboquant_prod b=4", "turboquant_prod", dict(bits=4)),
+]
+
+
+def interleaved(arms: dict, warmup: int, iters: int) -> dict[str, list[float]]:
+    import mlx.core as mx
+    names = list(arms)
+    times = {n: [] for n in names}
+    for it in range(warmup + iters):
+        k = it % len(names)
+        for n in names[k:] + names[:k]:
+            mx.synchronize()
+            t0 = time.perf_counter()
+            out = arms[n](it % POOL)
+            mx.eval(out)
+            mx.synchronize()
+            if it >= warmup:
+                times[n].append(time.perf_counter() - t0)
+    return times
+
+
+def _stats(v) -> dict:
+    q1, med, q3 = np.percentile(np.asarray(v), [25, 50, 75])
+    return {"median_s": float(med), "iqr_s": float(q3 - q1), "n": len(v)}
+
+
+def group(title: str, arms: dict, nbytes: int, warmup: int, iters: int, baselines=("fp16 copy",)) -> dict:
+    t = interleaved(arms, warmup, iters)
+    res = {"title": title, "fp16_bytes": nbytes, "arms": {}}
+    for n, v in t.items():
+        s = _stats(v)
+        s["GBps"] = nbytes / s["median_s"] / 1e9
+        for base in baselines:
+            if base in t and base != n:
+                r = np.asarray(v) / np.asarray(t[base])
+                q1, med, q3 = np.percentile(r, [25, 50, 75])
+                s[f"ratio_to[{base}]"] = {"median": float(med), "iqr": float(q3 - q1)}
+        res["arms"][n] = s
+    return res
+
+
+def run(tokens_list, warmup: int, iters: int) -> list[dict]:
+    import mlx.core as mx
+    from accelerated import kernels, ops
+    out = []
+    for tokens in tokens_list:
+        shape = (B, H, tokens, D)
+        nbytes = int(np.prod(shape)) * 2
+        xs = [mx.random.normal(shape, key=mx.random.key(i)).astype(mx.float16) for i in range(POOL)]
+        mx.eval(xs)
+        for label, method, kw in CASES:
+            p = spec.Params(method, window=0, **kw)
+            recs = [ops.encode(x, p) for x in xs]
+            mx.eval([list(r.values()) for r in recs])
+            enc = {"fp16 copy": lambda i: (xs[i] * 1).astype(mx.float16),   # as tools/bench.py
+                   "mx.quantize g64 b4": lambda i: mx.quantize(xs[i], group_size=64, bits=4),
+                   f"ops {label}": lambda i, p=p: list(ops.encode(xs[i], p).values()),
+                   f"kernels {label}": lambda i, p=p: list(kernels.encode(xs[i], p).values())}
+            qs = [mx.quantize(x, group_size=64, bits=4) for x in xs]
+            mx.eval(qs)
+            dec = {"fp16 copy": lambda i: (xs[i] * 1).astype(mx.float16),
+                   "mx.dequantize g64 b4": lambda i: mx.dequantize(*qs[i], group_size=64, bits=4),
+                   f"ops {label}": lambda i, p=p, r=recs: ops.decode(r[i], p),
+                   f"kernels {label}": lambda i, p=p, r=recs: kernels.decode(r[i], p)}
+            base = ("fp16 copy", f"ops {label}")
+            out.append(group(f"encode {label}, x {list(shape)} float16", enc, nbytes, warmup, iters, base))
+            out.append(group(f"decode {label}, x {list(shape)} float16", dec, nbytes, warmup, iters, base))
+            for g in out[-2:]:
+                a = g["arms"]
+                print(f"{g['title']}: ops {a[f'ops {label}']['median_s'] * 1e6:.1f} us, kernels "
+                      f"{a[f'kernels {label}']['median_s'] * 1e6:.1f} us (kernels/ops "
+                      f"{a[f'kernels {label}'][f'ratio_to[ops {label}]']['median']:.3f}), fp16 copy "
+                      f"{a['fp16 copy']['median_s'] * 1e6:.1f} us", flush=True)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--tokens", type=int, nargs="+", default=[4096, 1])
+    a = ap.parse_args(argv)
+    import mlx.core as mx
+    from accelerated import kernels
+    ok, why = kernels.available()
+    if not ok:
+        print(f"kernels unavailable: {why}")
+        return 2
+    info = mx.device_info() if hasattr(mx, "device_info") else {}
+    res = {"schema": "veloxquant-bench-kernels/1",
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "device": str(mx.default_device()), "device_info": {k: str(v) for k, v in dict(info).items()},
+           "backend": why, "versions": {"mlx": mx.__version__, "python": platform.python_version(),
+                                         "numpy": np.__version__, "spec": spec.SPEC_VERSION},
+           "command": " ".join(["python -m tools.bench_kernels"] + sys.argv[1:]),
+           "settings": {"warmup": a.warmup, "iters": a.iters, "pool": POOL},
+           "groups": run(a.tokens, a.warmup, a.iters)}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
