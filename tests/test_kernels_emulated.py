@@ -30,7 +30,10 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 PRELUDE = """
 #define TID vq_tid
 #define TOKEN vq_token
-#define ROW vq_row
+#define HEAD vq_head
+#define BATCH vq_batch
+#define NTOK vq_ntok
+#define NHEAD vq_nhead
 #define SHARED(type, name, n) static type name[n]
 #define BARRIER() vq_bar->arrive_and_wait()
 #define ADD(a, b) vq_add((a), (b))
@@ -51,7 +54,7 @@ HARNESS = r"""
 #include <thread>
 #include <vector>
 static thread_local int vq_tid;
-static int vq_token, vq_row;
+static int vq_token, vq_head, vq_batch, vq_ntok, vq_nhead;
 static std::barrier<>* vq_bar;
 static inline float vq_add(float a, float b) { return a + b; }
 static inline float vq_sub(float a, float b) { return a - b; }
@@ -76,9 +79,10 @@ static void dec_thread(int tid, const uint32_t* codes1, const uint32_t* codes2, 
 }
 
 template <typename F>
-static void run_blocks(int d, int q, int rows, F f) {
-  for (int r = 0; r < rows; ++r) for (int t = 0; t < q; ++t) {
-    vq_row = r; vq_token = t;
+static void run_blocks(int d, const int32_t* g, F f) {   // g = [Q, H, B]
+  vq_ntok = g[0]; vq_nhead = g[1];
+  for (int b = 0; b < g[2]; ++b) for (int h = 0; h < g[1]; ++h) for (int t = 0; t < g[0]; ++t) {
+    vq_batch = b; vq_head = h; vq_token = t;
     std::barrier<> bar(d); vq_bar = &bar;
     std::vector<std::thread> ths;
     for (int i = 0; i < d; ++i) ths.emplace_back(f, i);
@@ -88,11 +92,11 @@ static void run_blocks(int d, int q, int rows, F f) {
 
 extern "C" void vq_encode(int m, const float* x, const int64_t* st, const float* sig, const float* tau,
     const float* c1, const float* b1, const float* c2, const float* b2, const float* k, const int32_t* meta,
-    uint32_t* o1, uint32_t* o2, float* on, float* oa) {
+    const int32_t* g, uint32_t* o1, uint32_t* o2, float* on, float* oa) {
   Strides s{}; for (int i = 0; i < 4; ++i) s[i] = st[i];
   auto go = [&](auto tag) {
     constexpr int MM = decltype(tag)::value;
-    run_blocks(meta[0], meta[3], meta[5], [&](int i) {
+    run_blocks(meta[0], g, [&](int i) {
       enc_thread<MM>(i, x, s, sig, tau, c1, b1, c2, b2, k, meta, o1, o2, on, oa); });
   };
   if (m == 0) go(std::integral_constant<int, 0>{});
@@ -103,10 +107,10 @@ extern "C" void vq_encode(int m, const float* x, const int64_t* st, const float*
 
 extern "C" void vq_decode(int m, const uint32_t* i1, const uint32_t* i2, const float* nrm, const float* aux,
     const float* sig, const float* tau, const float* c1, const float* c2, const float* k, const int32_t* meta,
-    float* out) {
+    const int32_t* g, float* out) {
   auto go = [&](auto tag) {
     constexpr int MM = decltype(tag)::value;
-    run_blocks(meta[0], meta[3], meta[5], [&](int i) {
+    run_blocks(meta[0], g, [&](int i) {
       dec_thread<MM>(i, i1, i2, nrm, aux, sig, tau, c1, c2, k, meta, out); });
   };
   if (m == 0) go(std::integral_constant<int, 0>{});
@@ -145,14 +149,15 @@ def emulate_encode(lib, x32: np.ndarray, p: spec.Params) -> dict[str, np.ndarray
     sig, tau = (_np(a) for a in kmethods._signs(p, h, d))
     c1, b1, c2, b2 = (_np(a) for a in kmethods._tables(p, d))
     k = _np(kmethods._consts(d))
-    meta = np.array([d, bits1, bits2, q, h, b * h], dtype=np.int32)  # [5]: rows, for the harness only
+    meta = _np(kmethods._meta(d, bits1, bits2))
+    g = np.array([q, h, b], dtype=np.int32)   # the launch grid in threadgroups
     x = np.ascontiguousarray(x32, dtype=np.float32)
     st = np.array([s // 4 for s in x.strides], dtype=np.int64)
     o1 = np.zeros((b, h, q, spec.words_per_row(d, bits1)), np.uint32)
     o2 = np.zeros((b, h, q, spec.words_per_row(d, bits2)), np.uint32)
     on = np.zeros((b, h, q), np.float32)
     oa = np.zeros((b, h, q), np.float32)
-    lib.vq_encode(source.METHOD_IDS[p.method], *map(_ptr, (x, st, sig, tau, c1, b1, c2, b2, k, meta, o1, o2, on, oa)))
+    lib.vq_encode(source.METHOD_IDS[p.method], *map(_ptr, (x, st, sig, tau, c1, b1, c2, b2, k, meta, g, o1, o2, on, oa)))
     names = kmethods.FIELDS[p.method]
     return {n: a for n, a in zip(names, (o1, o2, on, oa)) if n}
 
@@ -164,13 +169,14 @@ def emulate_decode(lib, fields: dict[str, np.ndarray], p: spec.Params, d: int) -
     sig, tau = (_np(a) for a in kmethods._signs(p, h, d))
     c1, _, c2, _ = (_np(a) for a in kmethods._tables(p, d))
     k = _np(kmethods._consts(d))
-    meta = np.array([d, bits1, bits2, q, h, b * h], dtype=np.int32)
+    meta = _np(kmethods._meta(d, bits1, bits2))
+    g = np.array([q, h, b], dtype=np.int32)
     i1 = np.ascontiguousarray(fields[names[0]])
     i2 = np.ascontiguousarray(fields[names[1]]) if names[1] else np.zeros(1, np.uint32)
     aux = np.ascontiguousarray(fields[names[3]]) if names[3] else np.zeros(1, np.float32)
     out = np.zeros((b, h, q, d), np.float32)
     lib.vq_decode(source.METHOD_IDS[p.method],
-                  *map(_ptr, (i1, i2, np.ascontiguousarray(fields["norm"]), aux, sig, tau, c1, c2, k, meta, out)))
+                  *map(_ptr, (i1, i2, np.ascontiguousarray(fields["norm"]), aux, sig, tau, c1, c2, k, meta, g, out)))
     return out
 
 
@@ -218,13 +224,14 @@ def test_emulated_strided_input(lib):
     b, h, q, d = x.shape
     sig, tau = (_np(a) for a in kmethods._signs(p, h, d))
     c1, b1, c2, b2 = (_np(a) for a in kmethods._tables(p, d))
-    meta = np.array([d, 3, 1, q, h, b * h], dtype=np.int32)
+    meta = _np(kmethods._meta(d, 3, 1))
+    g = np.array([q, h, b], dtype=np.int32)
     st = np.array([s // 4 for s in x.strides], dtype=np.int64)
     o1 = np.zeros((b, h, q, spec.words_per_row(d, 3)), np.uint32)
     on = np.zeros((b, h, q), np.float32)
     z = np.zeros(1, np.uint32)
     zf = np.zeros(1, np.float32)
-    lib.vq_encode(0, *map(_ptr, (base, st, sig, tau, c1, b1, c2, b2, _np(kmethods._consts(d)), meta, o1, z, on, zf)))
+    lib.vq_encode(0, *map(_ptr, (base, st, sig, tau, c1, b1, c2, b2, _np(kmethods._consts(d)), meta, g, o1, z, on, zf)))
     want = ops.encode(mx.array(np.ascontiguousarray(x)), p)
     assert np.array_equal(o1, np.array(want["codes"]))
     assert np.array_equal(on.view(np.uint32), np.array(want["norm"]).view(np.uint32))

@@ -74,7 +74,7 @@ def test_cuda_and_metal_share_the_body(kind):
         # the prelude is only macros: no code of its own
         assert all(not ln.strip() or ln.startswith("#define ") for ln in prelude.splitlines())
         # every helper the body uses is defined by the prelude
-        for h in FLOAT_HELPERS + ("TID", "TOKEN", "ROW", "SHARED", "BARRIER"):
+        for h in FLOAT_HELPERS + ("TID", "TOKEN", "HEAD", "BATCH", "NTOK", "NHEAD", "SHARED", "BARRIER"):
             assert re.search(rf"^#define {h}\b", prelude, re.M), (backend, h)
 
 
@@ -95,7 +95,7 @@ def test_prelude_helpers_are_exact():
 def test_metal_indices_are_attributes_mlx_declares():
     # MLX adds a Metal attribute parameter only if its name occurs in the source; the prelude is in the source
     _, src = source.assemble("encode", "metal")
-    for attr in ("thread_position_in_threadgroup", "threadgroup_position_in_grid"):
+    for attr in ("thread_position_in_threadgroup", "threadgroup_position_in_grid", "threadgroups_per_grid"):
         assert attr in src
 
 

@@ -77,19 +77,24 @@ def run(tokens_list, warmup: int, iters: int) -> list[dict]:
         xs = [mx.random.normal(shape, key=mx.random.key(i)).astype(mx.float16) for i in range(POOL)]
         mx.eval(xs)
         for label, method, kw in CASES:
-            p = spec.Params(method, window=0, **kw)
+            p = spec.Params(method, window=0, **kw).resolved()
             recs = [ops.encode(x, p) for x in xs]
             mx.eval([list(r.values()) for r in recs])
+            fields = [{k: v for k, v in r.items() if k != "window"} for r in recs]
+            km = kernels.method_module(method)
             enc = {"fp16 copy": lambda i: (xs[i] * 1).astype(mx.float16),   # as tools/bench.py
                    "mx.quantize g64 b4": lambda i: mx.quantize(xs[i], group_size=64, bits=4),
                    f"ops {label}": lambda i, p=p: list(ops.encode(xs[i], p).values()),
-                   f"kernels {label}": lambda i, p=p: list(kernels.encode(xs[i], p).values())}
+                   f"kernels {label}": lambda i, p=p: list(kernels.encode(xs[i], p).values()),
+                   # the kernel launch alone: no input check, no norm check (each of those is a host sync)
+                   f"kernel only {label}": lambda i, p=p: list(km.encode_launch(xs[i], p, tokens).values())}
             qs = [mx.quantize(x, group_size=64, bits=4) for x in xs]
             mx.eval(qs)
             dec = {"fp16 copy": lambda i: (xs[i] * 1).astype(mx.float16),
                    "mx.dequantize g64 b4": lambda i: mx.dequantize(*qs[i], group_size=64, bits=4),
                    f"ops {label}": lambda i, p=p, r=recs: ops.decode(r[i], p),
-                   f"kernels {label}": lambda i, p=p, r=recs: kernels.decode(r[i], p)}
+                   f"kernels {label}": lambda i, p=p, r=recs: kernels.decode(r[i], p),
+                   f"kernel only {label}": lambda i, p=p, f=fields: km.decode_tokens(f[i], p, D)}
             base = ("fp16 copy", f"ops {label}")
             out.append(group(f"encode {label}, x {list(shape)} float16", enc, nbytes, warmup, iters, base))
             out.append(group(f"decode {label}, x {list(shape)} float16", dec, nbytes, warmup, iters, base))
@@ -97,7 +102,8 @@ def run(tokens_list, warmup: int, iters: int) -> list[dict]:
                 a = g["arms"]
                 print(f"{g['title']}: ops {a[f'ops {label}']['median_s'] * 1e6:.1f} us, kernels "
                       f"{a[f'kernels {label}']['median_s'] * 1e6:.1f} us (kernels/ops "
-                      f"{a[f'kernels {label}'][f'ratio_to[ops {label}]']['median']:.3f}), fp16 copy "
+                      f"{a[f'kernels {label}'][f'ratio_to[ops {label}]']['median']:.3f}), kernel only "
+                      f"{a[f'kernel only {label}']['median_s'] * 1e6:.1f} us, fp16 copy "
                       f"{a['fp16 copy']['median_s'] * 1e6:.1f} us", flush=True)
     return out
 

@@ -26,7 +26,7 @@ FIELDS = {
     "turboquant_prod": ("codes", "qjl", "norm", "rnorm"),
 }
 _MAX_GRID_X = 2**31 - 1     # grid x counts threads (d * Q)
-_MAX_GRID_Y = 65535         # B * H threadgroups along y (CUDA's limit)
+_MAX_GRID_YZ = 65535        # H threadgroups along y, B along z (CUDA's limit)
 
 
 @functools.lru_cache(maxsize=None)
@@ -74,10 +74,19 @@ def _signs(p: spec.Params, heads: int, d: int) -> tuple[mx.array, mx.array]:
     return sig, prng.head_signs(p, heads, d, prng.PURPOSE_QJL).reshape(heads * d)
 
 
+@functools.lru_cache(maxsize=None)
+def _meta(d: int, bits1: int, bits2: int) -> mx.array:
+    """meta = [d, bits of codes1, bits of codes2] (int32; cached: no per-call host array)."""
+    m = mx.array([d, bits1, bits2], dtype=mx.int32)
+    mx.eval(m)
+    return m
+
+
 def _launch_shape(b: int, h: int, q: int, d: int) -> tuple[tuple, tuple]:
-    if q == 0 or d * q > _MAX_GRID_X or b * h > _MAX_GRID_Y:
-        raise NotImplementedError(f"no kernel launch for B*H={b * h}, Q={q}, d={d}")
-    return (d * q, b * h, 1), (d, 1, 1)
+    """grid (threads) and threadgroup: one threadgroup of d threads per (token, head, batch)."""
+    if q == 0 or d * q > _MAX_GRID_X or h > _MAX_GRID_YZ or b > _MAX_GRID_YZ:
+        raise NotImplementedError(f"no kernel launch for B={b}, H={h}, Q={q}, d={d}")
+    return (d * q, h, b), (d, 1, 1)
 
 
 class KernelMethod:
@@ -93,7 +102,13 @@ class KernelMethod:
 
     # -- per-token math (the ops module's interface) ----------------------------------------------------
     def _encode_prefix(self, x: mx.array, p: spec.Params, q: int) -> dict[str, mx.array]:
-        """Fields of tokens 0..q-1 of x (any input dtype, any strides) via the encode kernel."""
+        """Fields of tokens 0..q-1 of x (any input dtype, any strides) via the encode kernel, checked."""
+        fields = self.encode_launch(x, p, q)
+        numerics.check_norm_finite(fields["norm"])   # number-model.md: reject (x) a norm of +Inf
+        return fields
+
+    def encode_launch(self, x: mx.array, p: spec.Params, q: int) -> dict[str, mx.array]:
+        """The encode kernel alone (lazy, unchecked): fields of tokens 0..q-1 of x."""
         if not backend.available()[0]:
             raise NotImplementedError(backend.available()[1])
         b, h, _, d = x.shape
@@ -101,19 +116,17 @@ class KernelMethod:
         bits1, bits2 = _code_bits(p)
         sig, tau = _signs(p, h, d)
         c1, bd1, c2, bd2 = _tables(p, d)
-        meta = mx.array([d, bits1, bits2, q, h], dtype=mx.int32)
         names = FIELDS[self.NAME]
         shapes = [(b, h, q, spec.words_per_row(d, bits1)),
                   (b, h, q, spec.words_per_row(d, bits2)) if names[1] else (1,),
                   (b, h, q),
                   (b, h, q) if names[3] else (1,)]
         k = backend.kernel("encode", self.NAME, numerics.dtype_name(x.dtype))
-        outs = k(inputs=[x, sig, tau, c1, bd1, c2, bd2, _consts(d), meta], template=[("M", self.method_id)],
+        outs = k(inputs=[x, sig, tau, c1, bd1, c2, bd2, _consts(d), _meta(d, bits1, bits2)],
+                 template=[("M", self.method_id)],
                  grid=grid, threadgroup=group, output_shapes=shapes,
                  output_dtypes=[mx.uint32, mx.uint32, mx.float32, mx.float32])
-        fields = {n: o for n, o in zip(names, outs) if n}
-        numerics.check_norm_finite(fields["norm"])   # number-model.md: reject (x) a norm of +Inf
-        return fields
+        return {n: o for n, o in zip(names, outs) if n}
 
     def encode_tokens(self, x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
         """Every token of x32 (float32 here, as accelerated.stream passes it; any input dtype works)."""
@@ -134,12 +147,11 @@ class KernelMethod:
         bits1, bits2 = _code_bits(p)
         sig, tau = _signs(p, h, d)
         c1, _, c2, _ = _tables(p, d)
-        meta = mx.array([d, bits1, bits2, q, h], dtype=mx.int32)
         codes2 = fields[names[1]] if names[1] else _dummy(mx.uint32)
         aux = fields[names[3]] if names[3] else _dummy(mx.float32)
         k = backend.kernel("decode", self.NAME, "any")
-        (out,) = k(inputs=[fields[names[0]], codes2, fields["norm"], aux, sig, tau, c1, c2, _consts(d), meta],
-                   template=[("M", self.method_id)], grid=grid, threadgroup=group,
+        ins = [fields[names[0]], codes2, fields["norm"], aux, sig, tau, c1, c2, _consts(d), _meta(d, bits1, bits2)]
+        (out,) = k(inputs=ins, template=[("M", self.method_id)], grid=grid, threadgroup=group,
                    output_shapes=[(b, h, q, d)], output_dtypes=[mx.float32])
         return out
 

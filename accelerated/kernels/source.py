@@ -2,8 +2,8 @@
 (spec/number-model.md, rotation.md, codebooks.md, packing.md, methods/turboquant*.md, rabitq.md).
 
 The bodies are written against a handful of macros that each prelude defines:
-- indices: TID (thread in the threadgroup = coordinate j), TOKEN (threadgroup x = token), ROW (threadgroup
-  y = b * H + h); SHARED(type, name, n) declares threadgroup/shared memory; BARRIER() syncs the group.
+- indices: TID (thread in the threadgroup = coordinate j), TOKEN, HEAD, BATCH (the threadgroup's position:
+  token, local head, batch), NTOK and NHEAD (threadgroups along x and y: Q and H); SHARED(type, name, n) declares threadgroup/shared memory; BARRIER() syncs the group.
 - exact float arithmetic: ADD SUB MUL DIV SQRT (one binary32 op, RNE, never contracted), NEG and ABS
   (sign-bit ops, exact), TO_F32 (exact upcast of the input element).
 Float variables and float arrays are named `f_*` so a lint can check that every float operation goes
@@ -26,17 +26,17 @@ DECODE_OUTPUTS = ["f_out"]
 
 # Shared fragments of the two bodies (plain text substitution, so both bodies stay one source each).
 _HEADER_PART = """
-  // meta = [d, bits, bits2, Q, H]; f_k = [s_d, A_d]
+  // threadgroup (TOKEN, HEAD, BATCH) of a grid of NTOK tokens x NHEAD heads; meta = [d, bits, bits2];
+  // f_k = [s_d, A_d]
   const int j = (int)TID;
   const int tok = (int)TOKEN;
-  const int row = (int)ROW;
+  const int h = (int)HEAD;
+  const int nq = (int)NTOK;
+  const int nh = (int)NHEAD;
   const int d = meta[0];
   const int bits = meta[1];
   const int bits2 = meta[2];
-  const int nq = meta[3];
-  const int nh = meta[4];
-  const int h = row % nh;
-  const int64_t tix = (int64_t)row * nq + tok;
+  const int64_t tix = ((int64_t)BATCH * nh + h) * nq + tok;
   const int sgn = h * d + j;
   SHARED(float, f_red, 1024);
   SHARED(float, f_buf, 2048);
@@ -106,7 +106,7 @@ ENCODE_BODY = (
   SHARED(uint32_t, cst1, 1024);
   SHARED(uint32_t, cst2, 1024);
   // 1. exact upcast (x is read through its strides: windows and views need no copy)
-  const int64_t xoff = (int64_t)(row / nh) * x_strides[0] + (int64_t)h * x_strides[1]
+  const int64_t xoff = (int64_t)BATCH * x_strides[0] + (int64_t)h * x_strides[1]
                      + (int64_t)tok * x_strides[2] + (int64_t)j * x_strides[3];
   const float f_x = TO_F32(x[xoff]);
   // 2. n = sqrt(fold(x * x)); squares go through memory before the fold
@@ -259,7 +259,10 @@ CUDA_HEADER = ""
 CUDA_PRELUDE = """
 #define TID threadIdx.x
 #define TOKEN blockIdx.x
-#define ROW blockIdx.y
+#define HEAD blockIdx.y
+#define BATCH blockIdx.z
+#define NTOK gridDim.x
+#define NHEAD gridDim.y
 #define SHARED(type, name, n) __shared__ type name[n]
 #define BARRIER() __syncthreads()
 #define ADD(a, b) __fadd_rn((a), (b))
@@ -285,7 +288,10 @@ inline float vq_sqrt(float a) { return metal::precise::sqrt(a); }
 METAL_PRELUDE = """
 #define TID thread_position_in_threadgroup.x
 #define TOKEN threadgroup_position_in_grid.x
-#define ROW threadgroup_position_in_grid.y
+#define HEAD threadgroup_position_in_grid.y
+#define BATCH threadgroup_position_in_grid.z
+#define NTOK threadgroups_per_grid.x
+#define NHEAD threadgroups_per_grid.y
 #define SHARED(type, name, n) threadgroup type name[n]
 #define BARRIER() threadgroup_barrier(metal::mem_flags::mem_threadgroup)
 #define ADD(a, b) vq_add((a), (b))
