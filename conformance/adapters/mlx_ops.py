@@ -90,11 +90,12 @@ class MlxOpsImpl(Implementation):
             raise Unsupported(f"accelerated.stream.Stream not available: {e}")
 
     def new_stream(self, params, dtype):
-        return _MxStream(self._stream_cls()(params, dtype), dtype)
+        # ops alone: Stream's default ('auto') would route the per-token math to fused kernels on a GPU
+        return _MxStream(self._stream_cls()(params, dtype, use_kernels=False), dtype)
 
     def load_stream(self, state):
         arrays, meta = _mx.tree_to_mx(state)   # accelerated.stream.Stream.state() = (arrays, meta)
-        s = self._stream_cls().from_state(arrays, meta)
+        s = self._stream_cls().from_state(arrays, meta, use_kernels=False)
         return _MxStream(s, meta.get("dtype"))
 
     def _codebooks(self):
