@@ -11,6 +11,8 @@ methods that have them ("auto": whenever the kernels can run, i.e. on a GPU); bo
 """
 from __future__ import annotations
 
+import dataclasses
+
 import mlx.core as mx
 
 import spec
@@ -60,6 +62,18 @@ def _method_module(method: str, use_kernels):
     return kernels.method_module(method)
 
 
+@dataclasses.dataclass(frozen=True)
+class Pending:
+    """A checked, encoded chunk waiting for `Stream.commit` (see `Stream.prepare`)."""
+    stream: "Stream"
+    version: int
+    dtype: str
+    bhd: tuple[int, int, int]
+    fields: dict[str, mx.array] | None   # encoded rows of the flushed tokens, or None
+    flushed: int                         # tokens leaving the window
+    window: mx.array                     # old window + chunk, before the flush
+
+
 class Stream:
     """`append(x)`, `trim(n)`, `record()`, `tokens`, `dequantized()`, `nbytes`, `state()`/`from_state`."""
 
@@ -72,6 +86,7 @@ class Stream:
         self._rows = {n: _Rows() for n in self._names}
         self._q = 0                          # encoded tokens
         self._window: mx.array | None = None  # (B, H, r, d) in the input dtype
+        self._version = 0                    # bumped by every state change (see commit)
 
     # -- sizes -------------------------------------------------------------------------------------
     @property
@@ -100,6 +115,14 @@ class Stream:
 
     # -- append / trim -------------------------------------------------------------------------------
     def append(self, x: mx.array) -> None:
+        self.commit(self.prepare(x))
+
+    def prepare(self, x: mx.array) -> "Pending":
+        """Everything `append` does short of changing the state: every check, the flush and its encoding.
+
+        `commit(prepare(x))` is `append(x)`. The split lets a caller accept several streams' chunks
+        together (an mlx-lm cache's keys and values) without snapshotting any of them.
+        """
         p = self.params
         numerics.check_x(x, p)
         name = numerics.dtype_name(x.dtype)
@@ -114,13 +137,19 @@ class Stream:
                   if f else None)
         if fields is not None:
             mx.eval(*fields.values())
-        # Everything is checked: commit.
-        self._dtype, self._bhd = name, (b, h, d)
-        if fields is not None:
+        return Pending(self, self._version, name, (b, h, d), fields, f, win)
+
+    def commit(self, pending: "Pending") -> None:
+        """Apply a `prepare` result; refused if the state changed since (the flush would be wrong)."""
+        if pending.stream is not self or pending.version != self._version:
+            raise ValueError("pending: prepared for another stream or an earlier state")
+        self._dtype, self._bhd = pending.dtype, pending.bhd
+        if pending.fields is not None:
             for n in self._names:
-                self._rows[n].extend(fields[n])
-            self._q += f
-        self._window = win[:, :, f:]
+                self._rows[n].extend(pending.fields[n])
+            self._q += pending.flushed
+        self._window = pending.window[:, :, pending.flushed:]
+        self._version += 1
 
     def trim(self, n: int) -> int:
         """Remove the newest min(n, T) tokens; returns how many were removed."""
@@ -130,6 +159,7 @@ class Stream:
         n = min(n, t)
         if n == 0:
             return 0
+        self._version += 1
         r = self._window.shape[2]
         if n <= r:
             self._window = self._window[:, :, : r - n]

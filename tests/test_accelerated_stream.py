@@ -120,3 +120,34 @@ def test_norm_overflow_rejected_only_when_flushed():
     with pytest.raises(ValueError, match="^x: norm"):
         s.append(mx.ones((1, 1, 1, 16)))         # would flush the 1e30 token
     assert s.tokens == 3 and _same(s.record(), before)
+
+
+def test_prepare_changes_nothing_and_commit_equals_append():
+    """Stream.prepare checks and encodes without touching the state; commit(prepare(x)) == append(x)."""
+    p = spec.Params("turboquant", bits=3, window=2)
+    x = mx.array(np.random.default_rng(7).standard_normal((1, 2, 5, 32)).astype(np.float16))
+    a, b = Stream(p), Stream(p)
+    a.append(x[:, :, :3])
+    b.append(x[:, :, :3])
+    before = {k: np.array(v) for k, v in b.record().items()}
+    pending = b.prepare(x[:, :, 3:])
+    assert {k: np.array(v).tobytes() for k, v in b.record().items()} == \
+        {k: v.tobytes() for k, v in before.items()}
+    b.commit(pending)
+    a.append(x[:, :, 3:])
+    assert {k: np.array(v).tobytes() for k, v in a.record().items()} == \
+        {k: np.array(v).tobytes() for k, v in b.record().items()}
+
+
+def test_commit_refuses_a_stale_pending():
+    """A pending prepared before another change (append, trim) would flush the wrong window."""
+    p = spec.Params("kivi", bits=2, group_size=16, window=4)
+    x = mx.array(np.random.default_rng(8).standard_normal((1, 1, 40, 16)).astype(np.float32))
+    s = Stream(p)
+    s.append(x[:, :, :20])
+    stale = s.prepare(x[:, :, 20:30])
+    s.trim(3)
+    with pytest.raises(ValueError, match="^pending"):
+        s.commit(stale)
+    with pytest.raises(ValueError, match="^pending"):
+        Stream(p).commit(s.prepare(x[:, :, 20:30]))

@@ -99,24 +99,15 @@ class VeloxKVCache(_BaseCache):
     # ---- mlx-lm protocol ------------------------------------------------------------------------
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         self._check_chunk(keys, values)
-        if self._k is None:
-            # Build both streams aside and assign only when both appends succeeded.
-            k, v = Stream(self.key_params), Stream(self.value_params)
-            _append("keys", k, keys)
-            _append("values", v, values)
-            self._k, self._v = k, v
-        else:
-            # Streams leave their own state unchanged on a rejected chunk; a rejection of the values
-            # after the keys were accepted is undone from a snapshot (mx.array(a) is a copy, immune to
-            # later in-place updates inside the stream).
-            arrays, meta = self._k.state()
-            snapshot = ({n: mx.array(a) for n, a in arrays.items()}, meta)
-            _append("keys", self._k, keys)
-            try:
-                _append("values", self._v, values)
-            except Exception:
-                self._k = Stream.from_state(*snapshot)
-                raise
+        # Both chunks are checked and encoded before either stream changes (Stream.prepare), so a
+        # rejected value chunk leaves the keys untouched too; streams are created on the first update.
+        k = self._k if self._k is not None else Stream(self.key_params)
+        v = self._v if self._v is not None else Stream(self.value_params)
+        pending_k = _prepare("keys", k, keys)
+        pending_v = _prepare("values", v, values)
+        k.commit(pending_k)
+        v.commit(pending_v)
+        self._k, self._v = k, v
         self.offset = self._k.tokens
         return self._k.dequantized().astype(keys.dtype), self._v.dequantized().astype(values.dtype)
 
@@ -225,9 +216,9 @@ class VeloxKVCache(_BaseCache):
                 f"head_offset={k.head_offset})")
 
 
-def _append(name: str, stream: Stream, x: mx.array) -> None:
-    """Append, naming the caller's argument (keys/values) in front of the stream's message."""
+def _prepare(name: str, stream: Stream, x: mx.array):
+    """stream.prepare(x), naming the caller's argument (keys/values) in front of the stream's message."""
     try:
-        stream.append(x)
+        return stream.prepare(x)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
