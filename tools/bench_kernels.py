@@ -2,7 +2,13 @@
 measured side by side by the policy of tools/bench.py: per group, all arms in one process, interleaved with
 a rotating arm order; iteration i feeds input i mod 10; each call bracketed by mx.synchronize() and ended by
 mx.eval; warm-up dropped; medians and IQRs; ratios are per-iteration ratios to a baseline timed in the same
-iteration. Writes JSON (docs/bench/h200-kernels.json is one such run).
+iteration. Writes JSON (docs/bench/h200-kernels.json is one such run); `veloxquant bench --from-json` renders
+it into docs/benchmarks.md with render_run below (and tools/plots.py's bench_kernels_plot).
+
+Arms per group: `fp16 copy` and `mx.quantize` / `mx.dequantize` (g64, b4) as in tools/bench.py; `ops <m>` =
+accelerated.ops; `kernels <m>` = accelerated.kernels' full API (encode: the NaN/Inf check of x and the
+norm-overflow check, each a host sync; decode: the record checks, no sync); `kernel only <m>` = the fused
+kernel launch alone (encode_launch / decode_tokens, no checks).
 
 Usage: python -m tools.bench_kernels [--json PATH] [--iters N] [--warmup N]
 """
@@ -15,10 +21,13 @@ import platform
 import sys
 import time
 
+import re
+
 import numpy as np
 
 import spec
 
+SCHEMA = "veloxquant-bench-kernels/1"
 POOL = 10
 B, H, D = 1, 8, 128
 CASES = [
@@ -108,6 +117,92 @@ def run(tokens_list, warmup: int, iters: int) -> list[dict]:
     return out
 
 
+# ---- markdown (docs/benchmarks.md; called by tools/bench.py for results of this SCHEMA) -------------------
+ARM_KINDS = ("ops", "kernels", "kernel only")
+
+
+def arm_kind(arm: str, label: str) -> str:
+    """'fp16 copy', 'mx.quantize ...' (a baseline: the arm itself) or one of ARM_KINDS for `arm` of `label`."""
+    for kind in ARM_KINDS:
+        if arm == f"{kind} {label}":
+            return kind
+    return arm
+
+
+def parse_title(title: str) -> tuple[str, str, list[int] | None]:
+    """(op, method label, x shape) from a group title such as 'encode rabitq, x [1, 8, 4096, 128] float16'."""
+    m = re.match(r"(\w+) (.+?), x (\[[\d, ]+\])", title)
+    if not m:
+        return title.split(" ", 1)[0], "", None
+    return m.group(1), m.group(2), json.loads(m.group(3))
+
+
+def iqr_spread(res: dict, min_tokens: int = 2) -> dict | None:
+    """IQR / median of the `kernels` and `kernel only` arms over more than one token: how noisy the short
+    kernel timings were (count at >= 30 %, range). None if there are none."""
+    rel, times = [], []
+    for g in res["groups"]:
+        _, label, shape = parse_title(g["title"])
+        if shape is None or shape[2] < min_tokens:
+            continue
+        for arm, s in g["arms"].items():
+            if arm_kind(arm, label) in ("kernels", "kernel only"):
+                rel.append(s["iqr_s"] / s["median_s"])
+                times.append(s["median_s"])
+    if not rel:
+        return None
+    return {"n": len(rel), "n_ge_30": sum(r >= 0.3 for r in rel), "lo": min(rel), "hi": max(rel),
+            "t_lo": min(times), "t_hi": max(times)}
+
+
+def render_run(res: dict, json_name: str, figure: str | None = None) -> list[str]:
+    """One section of docs/benchmarks.md: header, figure, one table per group (in the JSON's order)."""
+    from .bench import _fmt_s
+
+    info, v, st = res.get("device_info", {}), res["versions"], res["settings"]
+    name = info.get("device_name", res["device"])
+    arch = f", {info['architecture']}" if info.get("architecture") else ""
+    lines = [f"## GPU ({res.get('backend', '?').lower()}): {name} — accelerated.kernels vs accelerated.ops, "
+             f"{res['date']}", "",
+             f"- Device: `{res['device']}` — {name}{arch}, kernel backend {res.get('backend', '?')}",
+             "- Versions: " + ", ".join(f"{k} {v[k]}" for k in ("veloxquant", "spec", "mlx", "numpy", "python")
+                                        if k in v),
+             f"- Command: `{res['command']}`",
+             f"- Raw data: `{json_name}` (schema `{res.get('schema')}`); {st['warmup']} warm-up + {st['iters']} "
+             f"timed iterations per group, {st['pool']} rotating inputs",
+             "- Arms: `ops` = accelerated.ops; `kernels` = accelerated.kernels' full API (encode includes the "
+             "NaN/Inf check of x and the norm-overflow check, each a host sync; decode includes the record "
+             "checks, no sync); `kernel only` = the fused kernel launch alone (no checks). Ratios are medians "
+             "of per-iteration ratios to `fp16 copy` and to `ops` timed in the same iteration (IQR in "
+             "parentheses).", ""]
+    if figure:
+        lines += [f"![kernels throughput on {name}: GB/s of encode and decode per method for ops, kernels and "
+                  f"kernel only, with the fp16 copy and mx.quantize / mx.dequantize baselines]({figure})", "",
+                  "Throughput over many tokens (log scale; grey lines are the baselines, their median over the "
+                  "method groups, the band their range). One-token groups are latency: see their tables.", ""]
+    section = None
+    for g in res["groups"]:
+        op, label, shape = parse_title(g["title"])
+        tokens = shape[2] if shape else None
+        head = (None if tokens is None else f"### {tokens} tokens per call (throughput)" if tokens > 1
+                else "### one token per call (latency: GB/s is not meaningful)")
+        if head and head != section:
+            lines += [head, ""]
+            section = head
+        cols = ["arm", "median", "IQR", "GB/s", "ratio vs fp16 copy (IQR)", "ratio vs ops (IQR)", "n"]
+        lines += [f"**{g['title']}**", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for arm, s in g["arms"].items():
+            ratios = []
+            for base in ("fp16 copy", f"ops {label}"):
+                r = s.get(f"ratio_to[{base}]")
+                ratios.append("baseline" if arm == base else "—" if r is None
+                              else f"{r['median']:.2f} ({r['iqr']:.2f})")
+            lines.append("| " + " | ".join([arm, _fmt_s(s["median_s"]), _fmt_s(s["iqr_s"]), f"{s['GBps']:.2f}",
+                                            *ratios, str(s["n"])]) + " |")
+        lines.append("")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
@@ -122,7 +217,7 @@ def main(argv=None) -> int:
         print(f"kernels unavailable: {why}")
         return 2
     info = mx.device_info() if hasattr(mx, "device_info") else {}
-    res = {"schema": "veloxquant-bench-kernels/1",
+    res = {"schema": SCHEMA,
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "device": str(mx.default_device()), "device_info": {k: str(v) for k, v in dict(info).items()},
            "backend": why, "versions": {"mlx": mx.__version__, "python": platform.python_version(),

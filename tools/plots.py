@@ -7,6 +7,7 @@ The Agg backend renders to files only (no display needed on servers).
 from __future__ import annotations
 
 import pathlib
+import statistics
 
 # Same colour and marker for a method in every figure.
 STYLE = {
@@ -130,4 +131,79 @@ def bench_plot(res: dict, path: pathlib.Path) -> tuple[pathlib.Path | None, str 
     fig.suptitle(f"accelerated.ops throughput — {kind}, {res['date'][:10]}, median of {st['iters']} "
                  f"interleaved iterations (higher is better)", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return _save(fig, plt, path), None
+
+
+# tools/bench_kernels.py arms, light to dark: accelerated.ops, accelerated.kernels (full API), kernel alone.
+KERNEL_ARMS = (("ops", 0.35, "accelerated.ops"),
+               ("kernels", 0.7, "accelerated.kernels (full API, incl. validation syncs)"),
+               ("kernel only", 1.0, "kernel only (fused launch, no checks)"))
+
+
+def bench_kernels_plot(res: dict, path: pathlib.Path) -> tuple[pathlib.Path | None, str | None]:
+    """GB/s per method of a tools/bench_kernels.py run at its largest T: ops / kernels / kernel only bars
+    (colour = method, shade = arm), the fp16 copy and mx.quantize / mx.dequantize baselines as lines."""
+    plt = _pyplot()
+    if plt is None:
+        return None, "matplotlib is not installed"
+    from .bench_kernels import arm_kind, parse_title
+
+    parsed = [(parse_title(g["title"]), g) for g in res["groups"]]
+    parsed = [(t, g) for t, g in parsed if t[2] is not None]
+    if not parsed:
+        return None, "no group titles with an x shape"
+    tokens = max(t[2][2] for t, _ in parsed)
+    if tokens <= 1:
+        return None, "no groups over more than one token"
+    ops_order = list(dict.fromkeys(t[0] for t, _ in parsed if t[2][2] == tokens))
+    fig, axes = plt.subplots(1, len(ops_order), figsize=(6.4 * len(ops_order), 6.2), squeeze=False)
+    vals_all = [s["GBps"] for t, g in parsed if t[2][2] == tokens for s in g["arms"].values()]
+    lo, hi = min(vals_all), max(vals_all)
+    width = 0.26
+    for ax, op in zip(axes[0], ops_order):
+        groups = [(t, g) for t, g in parsed if t[0] == op and t[2][2] == tokens]
+        labels = [t[1] for t, _ in groups][::-1]  # barh draws bottom-up: keep the JSON order top-down
+        base: dict[str, list[float]] = {}
+        for y, ((_, label, _), g) in enumerate(groups[::-1]):
+            colour = STYLE.get(label.split()[0], ("0.3", "o"))[0]
+            for j, (kind, alpha, _) in enumerate(KERNEL_ARMS):
+                arm = f"{kind} {label}"
+                if arm not in g["arms"]:
+                    continue
+                v = g["arms"][arm]["GBps"]
+                yy = y + (1 - j) * width   # ops on top, kernel only at the bottom of each method's cluster
+                ax.barh(yy, v, height=width * 0.92, color=colour, alpha=alpha, edgecolor=colour)
+                ax.text(v * 1.06, yy, f"{v:.1f}", va="center", fontsize=7)
+            for arm, s in g["arms"].items():
+                if arm_kind(arm, label) == arm:   # a baseline arm, measured again in every group
+                    base.setdefault(arm, []).append(s["GBps"])
+        for (arm, v), style in zip(base.items(), ("--", ":")):
+            med = statistics.median(v)
+            ax.axvspan(min(v), max(v), color=BASELINE_COLOUR, alpha=0.12, lw=0)
+            ax.axvline(med, color="0.3", linestyle=style, linewidth=1.2,
+                       label=f"{arm}: {med:.1f} GB/s (median of {len(v)} groups)")
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.set_ylim(-0.6, len(labels) - 0.4)
+        ax.set_xscale("log")
+        ax.set_xlim(lo / 1.6, hi * 2.2)
+        ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000) if lo / 1.6 <= t <= hi * 2.2]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+        ax.set_xlabel("GB/s (fp16-equivalent bytes of x per second, log)")
+        ax.set_title(f"{op}, x {groups[0][0][2]} float16", fontsize=10)
+        ax.grid(True, axis="x", which="both", alpha=0.3)
+        ax.set_axisbelow(True)
+        # Below the axis: inside it would hide bars.
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=7, frameon=False,
+                  title="baselines, measured in every group (band: their range)", title_fontsize=7)
+    from matplotlib.patches import Patch
+    fig.legend(handles=[Patch(facecolor="0.25", alpha=a, label=t) for _, a, t in KERNEL_ARMS],
+               loc="lower center", ncol=3, fontsize=8, frameon=False, title="shade = arm (colour = method)",
+               title_fontsize=8)
+    info = res.get("device_info", {})
+    st = res["settings"]
+    fig.suptitle(f"accelerated.kernels vs accelerated.ops throughput — {info.get('device_name', res['device'])} "
+                 f"({res.get('backend', '?')}), {res['date'][:10]}, median of {st['iters']} interleaved "
+                 f"iterations (higher is better)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return _save(fig, plt, path), None
