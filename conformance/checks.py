@@ -9,6 +9,8 @@ import numpy as np
 import spec
 from spec import Params
 
+from tools import golden
+
 from .adapters.base import Implementation, Unsupported
 from .assertions import Mismatch, assert_exact, assert_record_exact, call_desc
 
@@ -97,13 +99,7 @@ def check_golden(impl: Implementation, case) -> None:
         return
     if case.kind == "stream":
         s = impl.new_stream(p, case.dtype)
-        t, trims = 0, []
-        for op, n in case.ops:
-            if op == "append":
-                s.append(np.array(case.x[:, :, t:t + n], copy=True))
-                t += n
-            else:
-                trims.append(s.trim(n))
+        trims = golden.replay(s, case.x, case.ops)
         what = call_desc(f"{impl.name}.Stream", p, case.dtype, ops=list(case.ops), **base)
         if case.trimmed is not None and list(map(int, trims)) != [int(v) for v in np.ravel(case.trimmed)]:
             raise Mismatch(f"{what}: trim returned {trims}, expected {list(np.ravel(case.trimmed))}")

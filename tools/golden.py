@@ -659,6 +659,19 @@ class GenerationError(RuntimeError):
     pass
 
 
+
+def replay(stream, x: np.ndarray, ops) -> list[int]:
+    """Run a stream case's ops on any stream object: ("append", n) feeds the next n tokens of x (a fresh
+    contiguous copy), ("trim", n) trims; returns what each trim returned."""
+    pos, trimmed = 0, []
+    for op, n in ops:
+        if op == "append":
+            stream.append(np.ascontiguousarray(x[:, :, pos:pos + n]))
+            pos += n
+        else:
+            trimmed.append(int(stream.trim(n)))
+    return trimmed
+
 def _run_reference(cd: CaseDef) -> GoldenCase:
     import reference
     import reference.stream
@@ -678,13 +691,7 @@ def _run_reference(cd: CaseDef) -> GoldenCase:
         case.record = reference.encode(cd.x.copy(), cd.params, cd.dtype)
     else:
         s = reference.stream.Stream(cd.params, cd.dtype)
-        pos, trimmed = 0, []
-        for op, n in cd.ops:
-            if op == "append":
-                s.append(np.ascontiguousarray(cd.x[:, :, pos:pos + n]))
-                pos += n
-            else:
-                trimmed.append(s.trim(n))
+        trimmed = replay(s, cd.x, cd.ops)
         case.record = s.record()
         case.trimmed = np.array(trimmed, dtype=np.int64)
     case.decoded = reference.decode(case.record, cd.params, cd.dtype)
