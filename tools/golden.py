@@ -661,8 +661,8 @@ class GenerationError(RuntimeError):
 
 
 def replay(stream, x: np.ndarray, ops) -> list[int]:
-    """Run a stream case's ops on any stream object: ("append", n) feeds the next n tokens of x (a fresh
-    contiguous copy), ("trim", n) trims; returns what each trim returned."""
+    """Run a stream case's ops on any stream object: ("append", n) feeds the next n tokens of x (as a
+    C-contiguous array), ("trim", n) trims; returns what each trim returned."""
     pos, trimmed = 0, []
     for op, n in ops:
         if op == "append":
