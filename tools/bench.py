@@ -335,6 +335,34 @@ def _is_kernels(res: dict) -> bool:
     return res.get("schema") == bench_kernels.SCHEMA
 
 
+
+def _is_pytest_benchmark(res: dict) -> bool:
+    """A `pytest benchmarks --benchmark-json` result (benchmarks/test_bench_ops.py: MLX ops vs reference)."""
+    return "benchmarks" in res and "machine_info" in res
+
+
+def render_pytest_benchmark(res: dict, json_name: str, figure: str | None = None) -> list[str]:
+    """MLX ops path vs the numpy reference on the CPU (issue: pytest-benchmark, every method)."""
+    cpu = res["machine_info"].get("cpu", {}).get("brand_raw", "CPU")
+    rows: dict[tuple[str, str], dict[str, dict]] = {}
+    for b in res["benchmarks"]:
+        prm = b["params"]
+        rows.setdefault((prm["method"], prm["op"]), {})[prm["impl"]] = b["stats"]
+    lines = [f"## CPU: {cpu}: MLX ops path vs numpy reference (pytest-benchmark), {res['datetime'][:19]}", "",
+             f"- Command: `pytest benchmarks --benchmark-only --benchmark-json {json_name}`; "
+             f"pytest-benchmark {res['version']}; raw data: `{json_name}`",
+             "- Shapes: B=1, H=8, T=256, d=128, float16 input (benchmarks/test_bench_ops.py). pytest-benchmark "
+             "runs one arm after the other (not interleaved, one input), so the ratio is indicative only.", "",
+             "| method | op | mlx_ops median | reference median | reference / mlx_ops |",
+             "|---|---|---|---|---|"]
+    for (method, op), arms in sorted(rows.items()):
+        m, r = arms.get("mlx_ops"), arms.get("reference")
+        ratio = f"{r['median'] / m['median']:.2f}" if m and r else "—"
+        lines.append(f"| {method} | {op} | {_fmt_s(m['median']) if m else '—'} | "
+                     f"{_fmt_s(r['median']) if r else '—'} | {ratio} |")
+    return lines + [""]
+
+
 def reading_notes(results: list[tuple[dict, str]]) -> list[str]:
     """'Reading these numbers' at the top: what the ratios are and, from the data, how noisy short GPU
     timings were (so nobody reads a 10 % difference inside a 60 % IQR as a result)."""
@@ -370,7 +398,8 @@ def render_markdown(results: list[tuple[dict, str]], figures: dict[str, str] | N
              "figures from different sections are not comparable with each other.", ""]
     lines += reading_notes(results)
     for res, name in results:
-        render = bench_kernels.render_run if _is_kernels(res) else render_run
+        render = (bench_kernels.render_run if _is_kernels(res) else
+                  render_pytest_benchmark if _is_pytest_benchmark(res) else render_run)
         lines += render(res, name, (figures or {}).get(name))
     return "\n".join(lines) + "\n" + NOTES
 
@@ -393,7 +422,7 @@ def write_figures(results: list[tuple[dict, str]], folder: pathlib.Path, log=pri
             if png:
                 out[name] = png.name
             continue
-        if res["device"]["type"] != "gpu":
+        if _is_pytest_benchmark(res) or res["device"]["type"] != "gpu":
             continue
         slug = _slug(res["device"]["name"].lower().replace("nvidia", "").replace("apple", ""))
         if f"benchmarks-{slug}.png" in out.values():
