@@ -2,9 +2,9 @@
 per-backend skip/xfail files, and the method/bits/dtype tags the report table is built from."""
 from __future__ import annotations
 
-import fnmatch
 import os
 import pathlib
+import re
 import sys
 import warnings
 
@@ -101,6 +101,13 @@ def _short_id(nodeid: str) -> str:
     return nodeid.split("conformance/", 1)[-1]
 
 
+def _id_matches(sid: str, pattern: str) -> bool:
+    """`*` and `?` are wildcards; everything else is literal (test ids are full of `[`, which fnmatch
+    would read as a character class)."""
+    rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(rx, sid, flags=re.DOTALL) is not None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
     path, entries = _load_lists(config)
@@ -108,7 +115,7 @@ def pytest_collection_modifyitems(session, config, items):
     for item in items:
         sid = _short_id(item.nodeid)
         for i, (kind, pattern, reason) in enumerate(entries):
-            if fnmatch.fnmatchcase(sid, pattern):
+            if _id_matches(sid, pattern):
                 used[i] = True
                 if kind == "skip":
                     item.add_marker(pytest.mark.skip(reason=f"{path.name}: {reason}"))

@@ -12,6 +12,7 @@ BUILTIN = {
     "reference": "conformance.adapters.reference:ReferenceImpl",
     "mlx_ops": "conformance.adapters.mlx_ops:MlxOpsImpl",
     "mlx_kernels": "conformance.adapters.mlx_kernels:MlxKernelsImpl",
+    "mlx_native": "conformance.adapters.mlx_native:MlxNativeImpl",
 }
 
 
