@@ -24,13 +24,21 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
                       key_method: str | None = None, value_method: str | None = None,
                       key_bits: int | None = None, value_bits: int | None = None,
                       bits2: int | None = None, group_size: int | None = None, window: int | None = None,
-                      fp16_layers: tuple[int, int] = (0, 0), seed: int = 0, head_offset: int = 0) -> list:
+                      fp16_layers: tuple[int, int] = (0, 0), seed: int = 0, head_offset: int | None = None,
+                      group=None) -> list:
     """Caches for `model.layers`: compressed ones, except mlx-lm's plain KVCache for the first
     `fp16_layers[0]` and last `fp16_layers[1]` layers (kept in the model dtype).
 
     If the model has `make_cache()` (e.g. sliding-window or SSM layers), only the layers for which it
     returns a plain KVCache are replaced; rotating/array caches keep their own semantics.
     Layers get the class of their key method when keys and values share one, else VeloxKVCache.
+
+    Models sharded over KV heads (mlx-lm's `model.shard(group)` splits k_proj/v_proj "all-to-sharded", so
+    rank r holds global KV heads [r * n, (r + 1) * n) with n = `layer.self_attn.n_kv_heads` after the
+    shard): pass the same `mx.distributed.Group` as `group` and each compressed layer gets
+    head_offset = group.rank() * layer.self_attn.n_kv_heads, so every rank stores, per head, the bytes of
+    the unsharded cache. Call it after `model.shard(group)`. `head_offset` (default 0) sets one offset
+    for all layers by hand; given together with `group` it must equal the derived offset of every layer.
     """
     if (not isinstance(fp16_layers, (tuple, list)) or len(fp16_layers) != 2
             or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in fp16_layers)):
@@ -40,12 +48,42 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
     km, vm = key_method or method, value_method or method
     cls = CLASS_BY_METHOD.get(km, VeloxKVCache) if km == vm else VeloxKVCache
     first_n, last_n = fp16_layers
+    rank = _group_rank(group)
     caches = []
     for layer, c in enumerate(base):
         if type(c) is not KVCache or layer < first_n or layer >= len(base) - last_n:
             caches.append(c)
             continue
+        offset = head_offset if rank is None else _shard_head_offset(model, layer, rank, head_offset)
         caches.append(cls(bits, method=km, key_method=km, value_method=vm, key_bits=key_bits,
                           value_bits=value_bits, bits2=bits2, group_size=group_size, window=window,
-                          seed=seed, layer=layer, head_offset=head_offset))
+                          seed=seed, layer=layer, head_offset=0 if offset is None else offset))
     return caches
+
+
+def _group_rank(group) -> int | None:
+    """This process's rank in `group` (None without a group); anything with rank()/size() is accepted."""
+    if group is None:
+        return None
+    try:
+        rank, size = group.rank(), group.size()
+    except (AttributeError, TypeError):
+        raise ValueError(f"group: expected an mx.distributed.Group (rank() and size()), got "
+                         f"{type(group).__name__}") from None
+    if (isinstance(rank, bool) or isinstance(size, bool) or not isinstance(rank, int)
+            or not isinstance(size, int) or not 0 <= rank < size):
+        raise ValueError(f"group: rank() {rank!r} is not in [0, size() = {size!r})")
+    return rank
+
+
+def _shard_head_offset(model, layer: int, rank: int, head_offset: int | None) -> int:
+    """Global index of this rank's first KV head in `layer` (the "all-to-sharded" split of k_proj)."""
+    n_local = getattr(getattr(model.layers[layer], "self_attn", None), "n_kv_heads", None)
+    if isinstance(n_local, bool) or not isinstance(n_local, int) or n_local <= 0:
+        raise ValueError(f"group: layer {layer} has no positive int self_attn.n_kv_heads to derive its "
+                         f"head offset from (got {n_local!r}); pass head_offset instead of group")
+    derived = rank * n_local
+    if head_offset is not None and head_offset != derived:
+        raise ValueError(f"head_offset: {head_offset!r} disagrees with group rank {rank} x layer {layer}'s "
+                         f"{n_local} local KV heads = {derived}; give one of head_offset and group")
+    return derived
