@@ -413,21 +413,16 @@ def write_figures(results: list[tuple[dict, str]], folder: pathlib.Path, log=pri
     out: dict[str, str] = {}
     for res, name in results:
         if _is_kernels(res):  # kernels run only where they can (a GPU): benchmarks-<device>-kernels.png
-            dev = res.get("device_info", {}).get("device_name", "gpu")
-            slug = _slug(dev.lower().replace("nvidia", "").replace("apple", "")) + "-kernels"
-            if f"benchmarks-{slug}.png" in out.values():
-                slug = _slug(pathlib.Path(name).stem)
-            png, why = plots.bench_kernels_plot(res, folder / f"benchmarks-{slug}.png")
-            log(f"wrote {png}" if png else f"plot for {name} skipped: {why}")
-            if png:
-                out[name] = png.name
+            dev, suffix = res.get("device_info", {}).get("device_name", "gpu"), "-kernels"
+            plot = plots.bench_kernels_plot
+        elif _is_pytest_benchmark(res) or res["device"]["type"] != "gpu":
             continue
-        if _is_pytest_benchmark(res) or res["device"]["type"] != "gpu":
-            continue
-        slug = _slug(res["device"]["name"].lower().replace("nvidia", "").replace("apple", ""))
+        else:
+            dev, suffix, plot = res["device"]["name"], "", plots.bench_plot
+        slug = _slug(dev.lower().replace("nvidia", "").replace("apple", "")) + suffix
         if f"benchmarks-{slug}.png" in out.values():
             slug = _slug(pathlib.Path(name).stem)
-        png, why = plots.bench_plot(res, folder / f"benchmarks-{slug}.png")
+        png, why = plot(res, folder / f"benchmarks-{slug}.png")
         log(f"wrote {png}" if png else f"plot for {name} skipped: {why}")
         if png:
             out[name] = png.name
