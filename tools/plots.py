@@ -18,6 +18,22 @@ STYLE = {
 BASELINE_COLOUR = "0.55"
 
 
+
+GBPS_TICKS = (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+
+
+def _gbps_axis(plt, ax, lo: float, hi: float, tick_values, title: str) -> None:
+    """The log GB/s x axis shared by the benchmark figures: limits with margins, round-number ticks."""
+    ax.set_xscale("log")
+    ax.set_xlim(lo / 1.6, hi * 2.2)
+    ticks = [t for t in tick_values if lo / 1.6 <= t <= hi * 2.2]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    ax.set_xlabel("GB/s (fp16-equivalent bytes of x per second, log)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="x", which="both", alpha=0.3)
+    ax.set_axisbelow(True)
+
 def _pyplot():
     """matplotlib.pyplot on the Agg backend, or None if matplotlib is not installed."""
     try:
@@ -110,16 +126,7 @@ def bench_plot(res: dict, path: pathlib.Path) -> tuple[pathlib.Path | None, str 
         for tick, b in zip(ax.get_yticklabels(), base):
             if b:
                 tick.set_fontstyle("italic")
-        ax.set_xscale("log")
-        ax.set_xlim(lo / 1.6, hi * 2.2)
-        ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
-                 if lo / 1.6 <= t <= hi * 2.2]
-        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-        ax.xaxis.set_minor_formatter(plt.NullFormatter())
-        ax.set_xlabel("GB/s (fp16-equivalent bytes of x per second, log)")
-        ax.set_title(f"{op}, x {list(shape)} float16", fontsize=10)
-        ax.grid(True, axis="x", which="both", alpha=0.3)
-        ax.set_axisbelow(True)
+        _gbps_axis(plt, ax, lo, hi, (0.01, 0.02, 0.05, 0.1, 0.2) + GBPS_TICKS, f"{op}, x {list(shape)} float16")
     from matplotlib.patches import Patch
     fig.legend(handles=[Patch(facecolor=BASELINE_COLOUR, edgecolor="0.3", hatch="//",
                               label="baseline: fp16 copy, mx.quantize / mx.dequantize (g64, b4)"),
@@ -184,15 +191,7 @@ def bench_kernels_plot(res: dict, path: pathlib.Path) -> tuple[pathlib.Path | No
                        label=f"{arm}: {med:.1f} GB/s (median of {len(v)} groups)")
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
         ax.set_ylim(-0.6, len(labels) - 0.4)
-        ax.set_xscale("log")
-        ax.set_xlim(lo / 1.6, hi * 2.2)
-        ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000) if lo / 1.6 <= t <= hi * 2.2]
-        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-        ax.xaxis.set_minor_formatter(plt.NullFormatter())
-        ax.set_xlabel("GB/s (fp16-equivalent bytes of x per second, log)")
-        ax.set_title(f"{op}, x {groups[0][0][2]} float16", fontsize=10)
-        ax.grid(True, axis="x", which="both", alpha=0.3)
-        ax.set_axisbelow(True)
+        _gbps_axis(plt, ax, lo, hi, GBPS_TICKS, f"{op}, x {groups[0][0][2]} float16")
         # Below the axis: inside it would hide bars.
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=7, frameon=False,
                   title="baselines, measured in every group (band: their range)", title_fontsize=7)
