@@ -6,6 +6,8 @@ order differs by backend, the spec fixes the halving-fold tree.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 
 import mlx.core as mx
@@ -104,14 +106,51 @@ def check_x(x, params: spec.Params, dtype=None) -> None:
     if any(s == 0 for s in x.shape):
         raise ValueError(f"x: empty axis in shape {tuple(x.shape)}")
     params.check_head_dim(int(x.shape[-1]))
-    if not mx.isfinite(x).all().item():
-        raise ValueError("x: contains NaN or Inf")
+    fault(mx.logical_not(mx.isfinite(x).all()), "x: contains NaN or Inf")
 
 
 def check_norm_finite(n: mx.array) -> None:
     """Norm methods reject tokens whose sum of squares overflows binary32 (ValueError naming x)."""
-    if n.size and mx.isinf(n).any().item():
-        raise ValueError("x: norm overflows binary32")
+    if n.size:
+        fault(mx.isinf(n).any(), "x: norm overflows binary32")
+
+
+# ---- data-dependent checks: now (one host sync each) or deferred (spec/streaming.md 'Deferred rejection')
+# Shape, dtype and parameter checks always raise at once. The checks that need the data (finiteness, norm
+# overflow, KIVI's float16 overflow, mlx_affine's span overflow) go through `fault`: outside
+# `deferred_checks()` it evaluates the flag and raises (a host sync); inside, it only records the lazy flag
+# with its message, so a caller can evaluate all of them later, at a point where it synchronizes anyway.
+_DEFERRED: contextvars.ContextVar[list | None] = contextvars.ContextVar("veloxquant_deferred", default=None)
+
+
+def fault(flag: mx.array, message: str) -> None:
+    """`flag` (a bool scalar, lazy) true means the input is rejected with ValueError(message)."""
+    pending = _DEFERRED.get()
+    if pending is None:
+        if flag.item():
+            raise ValueError(message)
+    else:
+        pending.append((flag, message))
+
+
+@contextlib.contextmanager
+def deferred_checks():
+    """Collect `fault` flags instead of evaluating them; yields the list of (flag, message) pairs."""
+    pending: list = []
+    token = _DEFERRED.set(pending)
+    try:
+        yield pending
+    finally:
+        _DEFERRED.reset(token)
+
+
+def first_fault(pending) -> str | None:
+    """Evaluate recorded faults (one host sync for all); the message of the first that is set, else None."""
+    if not pending:
+        return None
+    flags = mx.stack([mx.array(f).astype(mx.bool_).reshape(()) for f, _ in pending])
+    hits = flags.tolist()
+    return next((msg for (_, msg), hit in zip(pending, hits) if hit), None)
 
 
 def rint_any(y: mx.array) -> mx.array:
