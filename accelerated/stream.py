@@ -18,6 +18,7 @@ import mlx.core as mx
 import spec
 from accelerated import ops
 from accelerated.ops import numerics, record
+from accelerated.ops.attention import PackedRecord
 
 
 class _Rows:
@@ -80,6 +81,7 @@ class Stream:
     def __init__(self, params: spec.Params, dtype=None, use_kernels="auto"):
         self.params = record.resolve(params)
         self._method = _method_module(self.params.method, use_kernels)
+        self._kernel_input = hasattr(self._method, "encode_launch")   # accelerated.kernels' method objects
         self._names = [n for n in record.field_names(self.params) if n != "window"]
         self._dtype = None if dtype is None else numerics.dtype_name(dtype)
         self._bhd: tuple[int, int, int] | None = None
@@ -87,6 +89,7 @@ class Stream:
         self._q = 0                          # encoded tokens
         self._window: mx.array | None = None  # (B, H, r, d) in the input dtype
         self._version = 0                    # bumped by every state change (see commit)
+        self._epoch = 0                      # bumped by every trim (marks taken before it cannot be restored)
 
     # -- sizes -------------------------------------------------------------------------------------
     @property
@@ -121,7 +124,9 @@ class Stream:
         """Everything `append` does short of changing the state: every check, the flush and its encoding.
 
         `commit(prepare(x))` is `append(x)`. The split lets a caller accept several streams' chunks
-        together (an mlx-lm cache's keys and values) without snapshotting any of them.
+        together (an mlx-lm cache's keys and values) without snapshotting any of them. Inside
+        `numerics.deferred_checks()` the data-dependent checks are only recorded (no host sync; the
+        caller evaluates them later and restores a `mark()` if one fails, spec/streaming.md).
         """
         p = self.params
         numerics.check_x(x, p)
@@ -133,10 +138,13 @@ class Stream:
             raise ValueError(f"x: shape {tuple(x.shape)} does not continue (B, H, d) = {self._bhd}")
         win = x if self._window is None else mx.concatenate([self._window, x], axis=2)
         f = self._flush_count(win.shape[2])
-        fields = (self._method.encode_tokens(numerics.upcast(win[:, :, :f]), p, win.dtype)
-                  if f else None)
-        if fields is not None:
-            mx.eval(*fields.values())
+        fields = None
+        if f:
+            # kernel methods upcast on load (no float32 copy of the chunk); ops modules take binary32
+            tokens = win[:, :, :f] if self._kernel_input else numerics.upcast(win[:, :, :f])
+            fields = self._method.encode_tokens(tokens, p, win.dtype)
+            if not numerics.deferring():
+                mx.eval(*fields.values())
         return Pending(self, self._version, name, (b, h, d), fields, f, win)
 
     def commit(self, pending: "Pending") -> None:
@@ -160,6 +168,7 @@ class Stream:
         if n == 0:
             return 0
         self._version += 1
+        self._epoch += 1
         r = self._window.shape[2]
         if n <= r:
             self._window = self._window[:, :, : r - n]
@@ -186,7 +195,31 @@ class Stream:
         mx.eval(self._window)
         return n
 
+    # -- marks (rollback of chunks whose deferred checks fail) ------------------------------------------
+    def mark(self) -> tuple:
+        """The current state, restorable while no trim happens: appends only write rows past the valid
+        ones (a buffer that grows keeps them), so the row counts and the window array are the state."""
+        return (self._epoch, self._version, self._q, {k: r.n for k, r in self._rows.items()}, self._window,
+                self._dtype, self._bhd)
+
+    def restore(self, mark: tuple) -> None:
+        epoch, _, q, rows, window, dtype, bhd = mark
+        if epoch != self._epoch:
+            raise ValueError("mark: taken before a trim; it can no longer be restored")
+        for k, n in rows.items():
+            self._rows[k].n = n
+        self._q, self._window, self._dtype, self._bhd = q, window, dtype, bhd
+        self._version += 1
+
     # -- views -------------------------------------------------------------------------------------
+    def packed(self) -> "PackedRecord":
+        """What attention reads: views of the encoded fields (no copy, no decode) and the exact window."""
+        if self._bhd is None:
+            raise ValueError("stream: no tokens appended yet")
+        rec = self.record()
+        fields = {k: v for k, v in rec.items() if k != "window"}
+        return PackedRecord(self.params, fields, rec["window"], self._q, self._method.decode_tokens)
+
     def record(self) -> dict[str, mx.array]:
         """The record of the current state ({} before the first append)."""
         if self._bhd is None:

@@ -1,5 +1,8 @@
 """Bad input to accelerated.cache raises ValueError naming the argument and leaves the cache untouched
-(spec/number-model.md 'Special values' and the API rejections; spec/streaming.md 'Appending a chunk')."""
+(spec/number-model.md 'Special values' and the API rejections; spec/streaming.md 'Appending a chunk' and
+'Deferred rejection'). Every case runs with checks="eager" (raised by the append itself) and
+checks="deferred" (shape/dtype errors at once, data errors at the next check point: `check()` here, a
+later append in generation), and the cache must be the one before the bad chunk either way."""
 from __future__ import annotations
 
 import mlx.core as mx
@@ -7,6 +10,7 @@ import numpy as np
 import pytest
 
 import accelerated.cache as vc
+from accelerated.attention import PackedKV
 
 CONFIGS = {
     "turboquant": (vc.TurboQuantKVCache, dict(bits=4)),
@@ -19,6 +23,8 @@ METHODS = list(CONFIGS)
 
 
 def as_bits(a: mx.array) -> np.ndarray:
+    if isinstance(a, PackedKV):    # packed mode: compare the decoded record
+        a = a.dequantized()
     return np.array(a.view({1: mx.uint8, 2: mx.uint16, 4: mx.uint32}[a.itemsize]))
 
 
@@ -48,11 +54,21 @@ def with_value(x, value):
     return mx.array(a).astype(x.dtype)
 
 
-def started(method, dtype=mx.float16):
+CHECKS = ["eager", "deferred"]
+
+
+def started(method, dtype=mx.float16, checks="eager"):
     cls, kw = CONFIGS[method]
-    c = cls(**kw, seed=3, layer=1)
+    c = cls(**kw, seed=3, layer=1, checks=checks)
     c.update_and_fetch(rnd((1, 2, 21, 64), dtype, 1), rnd((1, 2, 21, 64), dtype, 2))
     return c
+
+
+def append_rejected(c, k, v, name):
+    """The append of (k, v) fails with a ValueError naming `name`, now or at the deferred check."""
+    with pytest.raises(ValueError, match=name):
+        c.update_and_fetch(k, v)
+        c.check()
 
 
 def bad_chunks(dtype):
@@ -76,14 +92,14 @@ def bad_chunks(dtype):
     }
 
 
+@pytest.mark.parametrize("checks", CHECKS)
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("case", list(bad_chunks(mx.float16)))
-def test_bad_chunk_leaves_cache_unchanged(method, case):
-    c = started(method)
+def test_bad_chunk_leaves_cache_unchanged(method, case, checks):
+    c = started(method, checks=checks)
     snap = snapshot(c)
     name, k, v = bad_chunks(mx.float16)[case]
-    with pytest.raises(ValueError, match=name):
-        c.update_and_fetch(k, v)
+    append_rejected(c, k, v, name)
     assert_unchanged(c, snap)
     # and the cache still works, exactly as one that never saw the bad chunk
     ref = started(method)
@@ -92,32 +108,32 @@ def test_bad_chunk_leaves_cache_unchanged(method, case):
         np.testing.assert_array_equal(as_bits(a), as_bits(b))
 
 
+@pytest.mark.parametrize("checks", CHECKS)
 @pytest.mark.parametrize("method", ["turboquant", "turboquant_rvq", "turboquant_prod", "rabitq"])
-def test_norm_overflow_in_values_rolls_back_keys(method):
+def test_norm_overflow_in_values_rolls_back_keys(method, checks):
     # float32 values whose squares overflow binary32: norm = +Inf is rejected (number-model.md)
-    c = started(method, mx.float32)
+    c = started(method, mx.float32, checks)
     snap = snapshot(c)
     good = rnd((1, 2, 2, 64), mx.float32, 9)
-    with pytest.raises(ValueError, match="values"):
-        c.update_and_fetch(good, with_value(good, 3e38))
+    append_rejected(c, good, with_value(good, 3e38), "values: x: norm overflows")
     assert_unchanged(c, snap)
 
 
-def test_kivi_float16_scale_overflow_rejected():
-    c = started("kivi", mx.float32)
+@pytest.mark.parametrize("checks", CHECKS)
+def test_kivi_float16_scale_overflow_rejected(checks):
+    c = started("kivi", mx.float32, checks)
     snap = snapshot(c)
     good = rnd((1, 2, 16, 64), mx.float32, 9)
     big = with_value(good, 1e6)   # (max - min) / L beyond float16's range for the value group
-    with pytest.raises(ValueError, match="values"):
-        c.update_and_fetch(good, big)
+    append_rejected(c, good, big, "values: x: kivi float16")
     assert_unchanged(c, snap)
 
 
-def test_first_chunk_rejected_leaves_cache_empty():
-    c = vc.TurboQuantKVCache(bits=4)
+@pytest.mark.parametrize("checks", CHECKS)
+def test_first_chunk_rejected_leaves_cache_empty(checks):
+    c = vc.TurboQuantKVCache(bits=4, checks=checks)
     good = rnd((1, 2, 3, 64))
-    with pytest.raises(ValueError, match="values"):
-        c.update_and_fetch(good, with_value(good, float("nan")))
+    append_rejected(c, good, with_value(good, float("nan")), "values: x: contains NaN")
     assert c.empty() and c.offset == 0 and c.nbytes == 0
     with pytest.raises(ValueError, match="head dim"):
         c.update_and_fetch(good[..., :24], good[..., :24])
@@ -150,17 +166,18 @@ def test_bad_trim_and_state():
         vc.TurboQuantKVCache.from_state([None, None, '{"format": 99}'])
 
 
-def test_window_token_is_checked_when_flushed():
+@pytest.mark.parametrize("checks", CHECKS)
+def test_window_token_is_checked_when_flushed(checks):
     # spec/streaming.md step 1: per-method rules apply to the tokens an append encodes; a float32 token
     # whose norm overflows is accepted while it sits in the window (R = 2) and rejects, atomically, every
     # append that would flush it, until a trim removes it.
-    c = vc.TurboQuantKVCache(bits=4, window=2)
+    c = vc.TurboQuantKVCache(bits=4, window=2, checks=checks)
     good = rnd((1, 2, 4, 64), mx.float32, 1)
     c.update_and_fetch(good, good)
     c.update_and_fetch(good[:, :, :1], with_value(good[:, :, :1], 3e38))   # values token 4, in the window
+    c.check()
     snap = snapshot(c)
-    with pytest.raises(ValueError, match="values"):
-        c.update_and_fetch(good[:, :, :2], good[:, :, :2])                  # would flush token 4
+    append_rejected(c, good[:, :, :2], good[:, :, :2], "values: x: norm overflows")   # would flush token 4
     assert_unchanged(c, snap)
     assert c.trim(1) == 1
     c.update_and_fetch(good[:, :, :2], good[:, :, :2])

@@ -15,6 +15,7 @@ from mlx_lm.models import base as mlx_base
 from mlx_lm.models import cache as mlx_cache
 
 import accelerated.cache as vc
+from accelerated.attention import PackedKV
 from accelerated import ops
 
 # One setting per class; KIVI with a short window and G = 16 so groups get encoded in short tests.
@@ -39,6 +40,8 @@ def chunk(shape, dtype=mx.float16, seed=0):
 
 def as_bits(a: mx.array) -> np.ndarray:
     """Raw bit patterns (numpy cannot hold bfloat16)."""
+    if isinstance(a, PackedKV):    # packed mode: compare the decoded record
+        a = a.dequantized()
     return np.array(a.view({1: mx.uint8, 2: mx.uint16, 4: mx.uint32}[a.itemsize]))
 
 
@@ -176,12 +179,17 @@ def test_mask_matches_kvcache(n, window_size, return_array):
         assert got == want
 
 
-def test_no_bits_attribute_and_no_to_quantized():
-    # mlx_lm.models.base.scaled_dot_product_attention takes the quantized-matmul path for caches with
-    # `bits`; generate_step's maybe_quantize_kv_cache replaces caches with `to_quantized`.
+def test_bits_only_in_packed_mode_and_no_to_quantized():
+    # mlx_lm.models.base.scaled_dot_product_attention sends caches with `bits` to
+    # quantized_scaled_dot_product_attention (hooked: packed records go to accelerated.attention); a
+    # dequantizing cache must not have it (its fetch returns plain arrays for mx.fast SDPA).
+    # generate_step's maybe_quantize_kv_cache would replace caches that have `to_quantized`.
     for method in METHODS:
         c = make(method)
-        assert not hasattr(c, "bits") and not hasattr(c, "to_quantized")
+        assert c.attention == "packed" and hasattr(c, "bits") and hasattr(c, "group_size")
+        d = make(method, attention="dequantize")
+        assert not hasattr(d, "bits") and not hasattr(d, "group_size")
+        assert not hasattr(c, "to_quantized") and not hasattr(d, "to_quantized")
 
 
 def test_classes_registered_for_load_prompt_cache():

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import mlx_lm.models.cache as _mlx_lm_cache
 
-from accelerated.cache.base import VeloxKVCache
+from accelerated.cache import hook
+from accelerated.cache.base import CacheGroup, VeloxKVCache
 from accelerated.cache.kivi import KIVIKVCache
 from accelerated.cache.prompt_cache import CLASS_BY_METHOD, make_prompt_cache
 from accelerated.cache.rabitq import RaBitQKVCache
@@ -33,6 +34,7 @@ def _register(classes) -> None:
 
 
 _register(CACHE_CLASSES)
+hook.install()
 
-__all__ = ["VeloxKVCache", "TurboQuantKVCache", "TurboQuantRVQKVCache", "TurboQuantProdKVCache",
+__all__ = ["CacheGroup", "VeloxKVCache", "TurboQuantKVCache", "TurboQuantRVQKVCache", "TurboQuantProdKVCache",
            "KIVIKVCache", "RaBitQKVCache", "CLASS_BY_METHOD", "CACHE_CLASSES", "make_prompt_cache"]

@@ -3,8 +3,12 @@
 `VeloxKVCache` follows the cache protocol of mlx-lm 0.32 (mlx_lm/models/cache.py, base.py) as the
 models and helpers call it:
 
-- `update_and_fetch(keys, values) -> (keys, values)`: append one chunk (B, H, t, d) to each stream and
-  return *all* tokens dequantized, cast to the chunk's dtype (RNE), so unchanged models attend over them.
+- `update_and_fetch(keys, values) -> (keys, values)`: append one chunk (B, H, t, d) to each stream. In
+  packed mode (`attention="packed"`, what make_prompt_cache picks for models whose attention goes through
+  mlx_lm.models.base.scaled_dot_product_attention) it returns two `accelerated.attention.PackedKV` views
+  of the records, and mlx-lm's attention dispatch (hooked in accelerated/cache/hook.py) attends over the
+  packed records without decoding them. In dequantize mode it returns *all* tokens decoded, cast to the
+  chunk's dtype (RNE), for models that compute attention themselves.
 - `offset` (int attribute, read by RoPE), `size()`, `empty()`, `nbytes`, `is_trimmable()`, `trim(n)`.
 - `make_mask(N, return_array=False, window_size=None)`: exactly KVCache's (mlx_lm's
   `create_attention_mask` with this cache's offset), so `base.create_attention_mask` gets the same masks.
@@ -14,24 +18,71 @@ models and helpers call it:
   property here is the JSON metadata string that is also the last element of `state`.
 
 What is stored: the two streams' records only (role "k" and role "v", each with its own method, bits and
-window). No dequantized copy is kept between calls; every fetch decodes the records again.
+window). No dequantized copy is kept between calls.
 
-Deliberately absent: a `bits` attribute (mlx_lm.models.base.scaled_dot_product_attention switches to
-mx.quantized_matmul for any cache that has one) and `to_quantized` (generate_step would replace the cache).
-Do not add either.
+`bits` / `group_size` exist only in packed mode: mlx_lm.models.base.scaled_dot_product_attention sends any
+cache that has `bits` to `quantized_scaled_dot_product_attention`, which the hook routes to
+accelerated.attention for PackedKV arguments (and to mlx-lm's own function otherwise). `to_quantized` is
+deliberately absent (generate_step would replace the cache).
+
+Checks (spec/streaming.md, 'Deferred rejection'): with `checks="deferred"` (the default) the data-dependent
+checks of a chunk (NaN/Inf, norm overflow, KIVI float16 overflow) are evaluated one append later, at a point
+where generation has synchronized anyway, so the decode step has no host sync; a failing chunk raises its
+ValueError then, and the cache (and every cache of the same make_prompt_cache list) is rolled back to its
+state before that chunk. `check()` (also run by `trim`, `state` and save) settles all pending chunks now.
+`checks="eager"` checks each chunk before it is stored (one host sync per append).
 """
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 
 import mlx.core as mx
 from mlx_lm.models.cache import _BaseCache, create_attention_mask
 
 import spec
+from accelerated.attention import PackedKV
+from accelerated.ops import numerics
 from accelerated.stream import Stream
 
 STATE_FORMAT = 1                       # version of the `state` layout below
 _DTYPES = (mx.float16, mx.bfloat16, mx.float32)
+ATTENTION_MODES = ("packed", "dequantize")
+CHECK_MODES = ("deferred", "eager")
+# Appends whose snapshots are kept: a fault is found one append after its chunk (in its own layer) or two
+# (when a later layer of the same forward finds it), so three snapshots cover every rollback target.
+_KEPT_CHUNKS = 3
+
+
+@dataclasses.dataclass
+class _Chunk:
+    """One append: its lazy fault flags (None: no data-dependent check), their messages, and the state
+    before it (key mark, value mark, offset)."""
+    index: int
+    flags: mx.array | None
+    messages: list
+    before: tuple
+    checked: bool = False
+
+
+class CacheGroup:
+    """The caches of one prompt cache (make_prompt_cache): a fault found in any layer rolls every layer back
+    to its state before the faulty chunk, so the layers stay consistent. Foreign caches (mlx-lm's own,
+    e.g. fp16 boundary layers) are trimmed back to the same offset."""
+
+    def __init__(self, caches):
+        self.caches = list(caches)
+        for c in self.caches:
+            if isinstance(c, VeloxKVCache):
+                c._group = self
+
+    def rollback(self, index: int, offset: int) -> None:
+        for c in self.caches:
+            if isinstance(c, VeloxKVCache):
+                c._rollback_to(index)
+            elif hasattr(c, "trim") and getattr(c, "offset", 0) > offset and c.is_trimmable():
+                c.trim(c.offset - offset)
 
 
 def _role_params(role: str, method, bits, bits2, group_size, window, seed, layer, head_offset) -> spec.Params:
@@ -84,7 +135,12 @@ class VeloxKVCache(_BaseCache):
                  key_method: str | None = None, value_method: str | None = None,
                  key_bits: int | None = None, value_bits: int | None = None,
                  bits2: int | None = None, group_size: int | None = None, window: int | None = None,
-                 seed: int = 0, layer: int = 0, head_offset: int = 0):
+                 seed: int = 0, layer: int = 0, head_offset: int = 0, attention: str = "packed",
+                 checks: str = "deferred"):
+        if attention not in ATTENTION_MODES:
+            raise ValueError(f"attention: expected one of {ATTENTION_MODES}, got {attention!r}")
+        if checks not in CHECK_MODES:
+            raise ValueError(f"checks: expected one of {CHECK_MODES}, got {checks!r}")
         method = method or self.method
         common = dict(bits2=bits2, group_size=group_size, window=window, seed=seed, layer=layer,
                       head_offset=head_offset)
@@ -92,24 +148,101 @@ class VeloxKVCache(_BaseCache):
                                        **common)
         self.value_params = _role_params("v", value_method or method,
                                          bits if value_bits is None else value_bits, **common)
+        self.attention = attention
+        self.checks = checks
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
         self._k: Stream | None = None
         self._v: Stream | None = None
         self.offset = 0
+        self._chunks: collections.deque = collections.deque(maxlen=_KEPT_CHUNKS)
+        self._appends = 0
+        self._group: CacheGroup | None = None
 
     # ---- mlx-lm protocol ------------------------------------------------------------------------
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+    def update_and_fetch(self, keys: mx.array, values: mx.array):
+        # Chunks before the previous one were evaluated with the previous step's output: checking
+        # them costs no wait (mlx-lm's generate_step evaluates step n-1 while it builds step n).
+        self._settle(keep=1)
         self._check_chunk(keys, values)
         # Both chunks are checked and encoded before either stream changes (Stream.prepare), so a
         # rejected value chunk leaves the keys untouched too; streams are created on the first update.
         k = self._k if self._k is not None else Stream(self.key_params)
         v = self._v if self._v is not None else Stream(self.value_params)
-        pending_k = _prepare("keys", k, keys)
-        pending_v = _prepare("values", v, values)
+        before = (None if self._k is None else self._k.mark(), None if self._v is None else self._v.mark(),
+                  self.offset)
+        if self.checks == "eager":
+            pending_k, pending_v = _prepare("keys", k, keys), _prepare("values", v, values)
+            faults = []
+        else:
+            with numerics.deferred_checks() as faults:
+                pending_k = _prepare("keys", k, keys, faults)
+                pending_v = _prepare("values", v, values, faults)
         k.commit(pending_k)
         v.commit(pending_v)
         self._k, self._v = k, v
         self.offset = self._k.tokens
-        return self._k.dequantized().astype(keys.dtype), self._v.dequantized().astype(values.dtype)
+        flags = mx.stack([mx.reshape(f, ()).astype(mx.bool_) for f, _ in faults]) if faults else None
+        self._appends += 1
+        self._chunks.append(_Chunk(self._appends, flags, [m for _, m in faults], before))
+        if self.attention == "packed":
+            return PackedKV(self._k.packed(), flags), PackedKV(self._v.packed(), flags)
+        kd = self._k.dequantized().astype(keys.dtype)
+        vd = self._v.dequantized().astype(values.dtype)
+        if flags is not None:
+            kd, vd = mx.depends([kd, vd], [flags])
+        return kd, vd
+
+    # Present only in packed mode: mlx-lm's attention dispatch tests hasattr(cache, "bits").
+    @property
+    def bits(self) -> int:
+        if self.attention != "packed":
+            raise AttributeError("bits")
+        return self.key_params.bits
+
+    @property
+    def group_size(self) -> int:
+        if self.attention != "packed":
+            raise AttributeError("group_size")
+        return self.key_params.group_size or 0
+
+    # ---- deferred checks ----------------------------------------------------------------------------
+    def check(self) -> None:
+        """Evaluate every pending chunk's checks now (a host sync); a failing chunk raises its ValueError
+        after rolling the cache (and its CacheGroup) back to the state before that chunk."""
+        self._settle(keep=0)
+
+    def _settle(self, keep: int) -> None:
+        chunks = [c for c in self._chunks if not c.checked]
+        for c in chunks[: max(len(chunks) - keep, 0)]:
+            hits = [] if c.flags is None else c.flags.tolist()   # evaluated already: no wait
+            msg = next((m for m, hit in zip(c.messages, hits) if hit), None)
+            if msg is not None:
+                steps = self._appends - c.index
+                if self._group is not None:
+                    self._group.rollback(c.index, c.before[2])
+                else:
+                    self._rollback_to(c.index)
+                raise ValueError(f"{msg} (chunk {c.index}, found {steps} append(s) later; the cache was "
+                                 f"rolled back to offset {self.offset})")
+            c.checked = True
+
+    def _rollback_to(self, index: int) -> None:
+        """Restore the state before chunk `index` (no-op if this cache never appended it)."""
+        for c in self._chunks:
+            if c.index == index:
+                mk, mv, offset = c.before
+                if mk is None:
+                    self._k = self._v = None
+                else:
+                    self._k.restore(mk)
+                    self._v.restore(mv)
+                self.offset = offset
+                while self._chunks and self._chunks[-1].index >= index:
+                    self._chunks.pop()
+                self._appends = index - 1
+                return
 
     def size(self) -> int:
         return self.offset
@@ -130,6 +263,8 @@ class VeloxKVCache(_BaseCache):
     def trim(self, n: int) -> int:
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"n: must be a non-negative int, got {n!r}")
+        self._settle(keep=0)
+        self._chunks.clear()        # marks taken before a trim cannot be restored
         n = min(self.offset, n)
         if n and self._k is not None:
             tk = self._k.trim(n)
@@ -146,7 +281,8 @@ class VeloxKVCache(_BaseCache):
     def meta_state(self) -> str:
         """JSON: state format, class, offset, both roles' params and their streams' metadata."""
         meta = {"format": STATE_FORMAT, "class": type(self).__name__, "offset": self.offset,
-                "key_params": self.key_params.to_dict(), "value_params": self.value_params.to_dict()}
+                "key_params": self.key_params.to_dict(), "value_params": self.value_params.to_dict(),
+                "attention": self.attention, "checks": self.checks}
         if self._k is not None:
             meta["k"] = self._k.state()[1]
             meta["v"] = self._v.state()[1]
@@ -159,6 +295,7 @@ class VeloxKVCache(_BaseCache):
         save_prompt_cache flattens this with mlx.utils.tree_flatten (dict fields become "i.0.codes" …)
         and stores strings as code points; an empty cache has None records (stored as "none").
         """
+        self._settle(keep=0)
         if self._k is None:
             return None, None, self.meta_state
         return dict(self._k.state()[0]), dict(self._v.state()[0]), self.meta_state
@@ -169,6 +306,9 @@ class VeloxKVCache(_BaseCache):
             raise ValueError("state: expected (key record, value record, meta JSON string)")
         k_arrays, v_arrays, meta_json = v
         meta = json.loads(meta_json)
+        if not hasattr(self, "_chunks"):        # from_state: built without __init__
+            self._init_runtime()
+            self.attention, self.checks = meta.get("attention", "packed"), meta.get("checks", "deferred")
         if meta.get("format") != STATE_FORMAT:
             raise ValueError(f"state: unsupported cache state format {meta.get('format')!r}")
         self.key_params = spec.Params(**meta["key_params"]).resolved()
@@ -184,6 +324,7 @@ class VeloxKVCache(_BaseCache):
             if not self._k.tokens == self._v.tokens == meta["offset"]:
                 raise ValueError("state: key/value token counts disagree with the saved offset")
             self.offset = self._k.tokens
+        self._chunks.clear()
 
     @classmethod
     def from_state(cls, state, meta_state=None):
@@ -216,9 +357,14 @@ class VeloxKVCache(_BaseCache):
                 f"head_offset={k.head_offset})")
 
 
-def _prepare(name: str, stream: Stream, x: mx.array):
-    """stream.prepare(x), naming the caller's argument (keys/values) in front of the stream's message."""
+def _prepare(name: str, stream: Stream, x: mx.array, faults: list | None = None):
+    """stream.prepare(x), naming the caller's argument (keys/values) in front of the stream's message
+    (also in front of the messages of the faults it records in deferred mode)."""
+    n0 = 0 if faults is None else len(faults)
     try:
-        return stream.prepare(x)
+        pending = stream.prepare(x)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
+    if faults is not None:
+        faults[n0:] = [(f, f"{name}: {m}") for f, m in faults[n0:]]
+    return pending

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from mlx_lm.models.cache import KVCache
 
-from accelerated.cache.base import VeloxKVCache
+from accelerated.cache import hook
+from accelerated.cache.base import CacheGroup, VeloxKVCache
 from accelerated.cache.kivi import KIVIKVCache
 from accelerated.cache.rabitq import RaBitQKVCache
 from accelerated.cache.turboquant import TurboQuantKVCache
@@ -25,7 +26,7 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
                       key_bits: int | None = None, value_bits: int | None = None,
                       bits2: int | None = None, group_size: int | None = None, window: int | None = None,
                       fp16_layers: tuple[int, int] = (0, 0), seed: int = 0, head_offset: int | None = None,
-                      group=None) -> list:
+                      group=None, attention: str = "auto", checks: str = "deferred") -> list:
     """Caches for `model.layers`: compressed ones, except mlx-lm's plain KVCache for the first
     `fp16_layers[0]` and last `fp16_layers[1]` layers (kept in the model dtype).
 
@@ -39,7 +40,16 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
     head_offset = group.rank() * layer.self_attn.n_kv_heads, so every rank stores, per head, the bytes of
     the unsharded cache. Call it after `model.shard(group)`. `head_offset` (default 0) sets one offset
     for all layers by hand; given together with `group` it must equal the derived offset of every layer.
+
+    attention: "packed" (attention over the packed records, accelerated.attention), "dequantize" (every
+    fetch returns the decoded cache) or "auto": packed for each layer whose attention goes through
+    mlx-lm's base.scaled_dot_product_attention (llama, qwen2/3, mistral, gemma, gemma3 ...), dequantize
+    for layers that compute attention themselves (e.g. gemma2's soft-capped logits).
+    checks: "deferred" or "eager" (VeloxKVCache); the returned caches form one CacheGroup, so a deferred
+    fault rolls every layer back together.
     """
+    if attention not in ("auto", "packed", "dequantize"):
+        raise ValueError(f"attention: expected 'auto', 'packed' or 'dequantize', got {attention!r}")
     if (not isinstance(fp16_layers, (tuple, list)) or len(fp16_layers) != 2
             or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in fp16_layers)):
         raise ValueError(f"fp16_layers: expected (first_n, last_n) of non-negative ints, got {fp16_layers!r}")
@@ -55,9 +65,15 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
             caches.append(c)
             continue
         offset = head_offset if rank is None else _shard_head_offset(model, layer, rank, head_offset)
+        mode = attention
+        if mode == "auto":
+            attn = getattr(model.layers[layer], "self_attn", None)
+            mode = "packed" if attn is not None and hook.uses_hooked_sdpa(attn) else "dequantize"
         caches.append(cls(bits, method=km, key_method=km, value_method=vm, key_bits=key_bits,
                           value_bits=value_bits, bits2=bits2, group_size=group_size, window=window,
-                          seed=seed, layer=layer, head_offset=0 if offset is None else offset))
+                          seed=seed, layer=layer, head_offset=0 if offset is None else offset,
+                          attention=mode, checks=checks))
+    CacheGroup(caches)
     return caches
 
 

@@ -133,6 +133,11 @@ def fault(flag: mx.array, message: str) -> None:
         pending.append((flag, message))
 
 
+def deferring() -> bool:
+    """True inside `deferred_checks()`."""
+    return _DEFERRED.get() is not None
+
+
 @contextlib.contextmanager
 def deferred_checks():
     """Collect `fault` flags instead of evaluating them; yields the list of (flag, message) pairs."""

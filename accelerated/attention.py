@@ -1,0 +1,77 @@
+"""Attention over the caches' packed records (spec/attention.md): the fused kernels where they run, the MLX
+ops path elsewhere, and the decoded fallback for long query blocks (prefill).
+
+`PackedKV` is what an mlx-lm cache in packed mode returns from `update_and_fetch`: a view of one stream's
+record (no decoded copy) plus the lazy fault flags of the chunk just appended, which the attention output
+depends on, so that evaluating the output also evaluates the checks (spec/streaming.md, 'Deferred
+rejection').
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import mlx.core as mx
+
+from accelerated.ops import attention as ops_attention
+from accelerated.ops.attention import PackedRecord
+
+# Longest query block attended over the packed records directly (decode, speculative decoding's draft
+# verification); longer blocks (prefill) decode the records and call mx.fast.scaled_dot_product_attention.
+MAX_PACKED_QUERIES = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedKV:
+    """Keys or values as an mlx-lm cache in packed mode hands them to attention."""
+    record: PackedRecord
+    flags: mx.array | None = None     # fault flags of the latest chunk (a dependency of the output)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return self.record.shape
+
+    @property
+    def dtype(self):
+        return self.record.dtype
+
+    @property
+    def ndim(self) -> int:
+        return 4
+
+    def dequantized(self) -> mx.array:
+        """Every token decoded and cast to the input dtype (what a dequantizing cache would return)."""
+        return self.record.dequantized().astype(self.dtype)
+
+
+def _with_flags(out: mx.array, *views: PackedKV) -> mx.array:
+    deps = [v.flags for v in views if v.flags is not None]
+    return mx.depends(out, deps) if deps else out
+
+
+def path(queries: mx.array, keys: PackedKV, values: PackedKV, mask=None) -> str:
+    """Which implementation `attend` uses: "kernels", "ops" or "decoded"."""
+    if queries.shape[2] > MAX_PACKED_QUERIES or (mask is not None and not isinstance(mask, str)
+                                                   and queries.shape[2] > 1 and mask.size > 2 ** 24):
+        return "decoded"
+    from accelerated.kernels import attention as kernel_attention
+    if kernel_attention.supports(queries, keys.record, values.record, mask):
+        return "kernels"
+    return "ops"
+
+
+def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, mask=None,
+           sinks=None) -> mx.array:
+    """softmax(scale * q K^T + mask) V over packed keys/values; mlx-lm's SDPA contract (queries
+    (B, Hq, L, d), GQA with Hq a multiple of the KV heads, mask None / "causal" / array)."""
+    if sinks is not None:
+        raise ValueError("sinks: attention sinks are not supported over packed records")
+    which = path(queries, keys, values, mask)
+    if which == "decoded":
+        k, v = keys.dequantized(), values.dequantized()
+        out = mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask)
+    elif which == "kernels":
+        from accelerated.kernels import attention as kernel_attention
+        out = kernel_attention.attention(queries, keys.record, values.record, scale, mask)
+    else:
+        out = ops_attention.attention(queries, keys.record, values.record, scale, mask)
+    return _with_flags(out, keys, values)

@@ -1,0 +1,41 @@
+"""mlx-lm's attention dispatch, extended to packed records (spec/attention.md; issue: models unchanged).
+
+mlx_lm.models.base.scaled_dot_product_attention calls the module-level
+`quantized_scaled_dot_product_attention(queries, keys, values, scale=, mask=, group_size=, bits=)` for any
+cache with a `bits` attribute (our caches have one in packed mode), looking the name up in base's globals
+at call time. `install()` rebinds that name to `dispatch`, which sends PackedKV arguments to
+accelerated.attention.attend and everything else to mlx-lm's own function, unchanged. Models whose
+attention goes through base.scaled_dot_product_attention (llama, qwen2, qwen3, mistral, gemma, gemma3, ...)
+thus attend over the packed records with no change to their code.
+"""
+from __future__ import annotations
+
+import mlx_lm.models.base as _base
+
+from accelerated.attention import PackedKV, attend
+
+_ORIGINAL = getattr(_base.quantized_scaled_dot_product_attention, "__wrapped__",
+                    _base.quantized_scaled_dot_product_attention)
+
+
+def dispatch(queries, q_keys, q_values, scale, mask, group_size: int = 64, bits: int = 8):
+    if isinstance(q_keys, PackedKV):
+        return attend(queries, q_keys, q_values, scale, mask)
+    return _ORIGINAL(queries, q_keys, q_values, scale=scale, mask=mask, group_size=group_size, bits=bits)
+
+
+dispatch.__wrapped__ = _ORIGINAL
+
+
+def install() -> None:
+    """Idempotent; mlx-lm's behaviour for its own caches is unchanged."""
+    _base.quantized_scaled_dot_product_attention = dispatch
+
+
+def uses_hooked_sdpa(attn_module) -> bool:
+    """True if an attention layer's class computes attention with mlx-lm's base.scaled_dot_product_attention
+    (the name its module imported is that function) and has no attention sinks."""
+    import sys
+    mod = sys.modules.get(type(attn_module).__module__)
+    return (getattr(mod, "scaled_dot_product_attention", None) is _base.scaled_dot_product_attention
+            and getattr(attn_module, "sinks", None) is None)

@@ -1,0 +1,242 @@
+"""Softmax attention over packed records, in MLX ops (tolerance tier, spec/attention.md).
+
+No dequantized copy of the cache is made: the encoded prefix is read in blocks of `BLOCK` tokens (only one
+block's values exist at a time) and merged with an online softmax in float32; the exact window is one more
+block. For the rotation family the keys are never rotated back: the query is rotated once (RHT is
+orthogonal, so <q, RHT_inverse(y)> = <RHT(q), y>) and the weighted values are summed in the rotated
+domain, then rotated back once per query row (spec/attention.md, 'Rotated domain').
+
+`PackedRecord` is what attention reads of one stream; `attention(q, k, v, scale, mask)` is the entry point
+(accelerated.attention picks between this path and the fused kernels).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import mlx.core as mx
+
+import spec
+from accelerated.ops import codebooks, numerics, packing, prng, rotation
+
+BLOCK = 2048          # encoded tokens per block: bounds the per-block temporaries (no full decoded copy)
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedRecord:
+    """One stream's record as attention reads it: `fields` of the Q encoded tokens (window excluded,
+    views of the stored buffers), the exact `window` (B, H, T - Q, d) in the input dtype, and the
+    `decode_tokens(fields, params, d)` of the path that stored it (exact decode of a block of fields)."""
+    params: spec.Params
+    fields: dict
+    window: mx.array
+    encoded: int
+    decode_tokens: object = None
+
+    def dequantized(self) -> mx.array:
+        """float32 (B, H, T, d): every token decoded (the slow path: a full decoded copy)."""
+        win = numerics.upcast(self.window)
+        if not self.encoded:
+            return win
+        prefix = self.decode_tokens(self.fields, self.params, win.shape[-1])
+        return prefix if win.shape[2] == 0 else mx.concatenate([prefix, win], axis=2)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        b, h, r, d = self.window.shape
+        return b, h, self.encoded + r, d
+
+    @property
+    def dtype(self):
+        return self.window.dtype
+
+    def block(self, t0: int, t1: int) -> dict:
+        """Fields of encoded tokens t0..t1-1 (KIVI keys: t0, t1 multiples of G)."""
+        p = self.params
+        out = {}
+        for name, a in self.fields.items():
+            if p.method == "kivi" and p.role == "k" and name in ("scale", "zero"):
+                out[name] = a[:, :, t0 // p.group_size: t1 // p.group_size]
+            else:
+                out[name] = a[:, :, t0:t1]
+        return out
+
+
+# ---- one role's records in the attention's domain -------------------------------------------------------
+# key_queries(q32, p, d) -> the query forms the key scores need (rotated for the rotation family);
+# key_scores(qs, f, p, d) -> (B, H, NQ, Tb) scores of a block; value_parts(f, p, d) -> arrays (B, H, Tb, d)
+# whose p-weighted sums `finish` maps back to the model's domain.
+
+def _rotated(p: spec.Params) -> bool:
+    return p.method in ("turboquant", "turboquant_rvq", "turboquant_prod", "rabitq")
+
+
+def _signs(p: spec.Params, h: int, d: int, purpose: int = prng.PURPOSE_ROTATION) -> mx.array:
+    return prng.head_signs(p, h, d, purpose)
+
+
+def _bits_signs(words: mx.array, d: int) -> mx.array:
+    """+1 / -1 (float32) from 1-bit codes (1 = negative)."""
+    q = packing.unpack(words, 1, d)
+    return mx.where(q == 1, numerics.f32(-1.0), numerics.f32(1.0))
+
+
+def _rotated_values(f: dict, p: spec.Params, d: int) -> list[mx.array]:
+    """The rotated-domain value(s) y^ of a block, before the inverse rotation (methods/*.md, 'Decode')."""
+    n = f["norm"][..., None]
+    if p.method == "turboquant":
+        c, _ = codebooks.gaussian(p.bits, d)
+        return [mx.take(c, packing.unpack(f["codes"], p.bits, d)) * n]
+    if p.method == "turboquant_rvq":
+        c1, _ = codebooks.gaussian(p.bits, d)
+        c2, _ = codebooks.residual(p.bits, p.bits2, d)
+        return [(mx.take(c1, packing.unpack(f["codes1"], p.bits, d))
+                 + mx.take(c2, packing.unpack(f["codes2"], p.bits2, d))) * n]
+    if p.method == "turboquant_prod":
+        c, _ = codebooks.gaussian(p.bits - 1, d)
+        g = (f["rnorm"] * numerics.qjl_scale(d))[..., None] * n
+        return [mx.take(c, packing.unpack(f["codes"], p.bits - 1, d)) * n, _bits_signs(f["qjl"], d) * g]
+    if p.method == "rabitq":
+        ip = f["ip"]
+        pos = ip > 0
+        g = mx.where(pos, (f["norm"] * numerics.scale(d)) / mx.where(pos, ip, 1.0), 0.0)[..., None]
+        return [_bits_signs(f["codes"], d) * g]
+    raise AssertionError(p.method)
+
+
+def key_queries(q32: mx.array, p: spec.Params, d: int) -> list[mx.array]:
+    """q (B, H, NQ, d) scaled; rotation family: [RHT_sigma(q)] (+ [RHT_tau(RHT_sigma(q))] for prod)."""
+    if not _rotated(p):
+        return [q32]
+    h = q32.shape[1]
+    q1 = rotation.rht(q32, _signs(p, h, d))
+    if p.method == "turboquant_prod":
+        return [q1, rotation.rht(q1, _signs(p, h, d, prng.PURPOSE_QJL))]
+    return [q1]
+
+
+def key_scores(qs: list[mx.array], f: dict, p: spec.Params, d: int, decode) -> mx.array:
+    if not _rotated(p):
+        k = decode(f, p, d)                                  # one block of exact decoded keys
+        return qs[0] @ k.swapaxes(-1, -2)
+    ys = _rotated_values(f, p, d)
+    return sum(qi @ yi.swapaxes(-1, -2) for qi, yi in zip(qs, ys))
+
+
+def value_parts(f: dict, p: spec.Params, d: int, decode) -> list[mx.array]:
+    if not _rotated(p):
+        return [decode(f, p, d)]
+    return _rotated_values(f, p, d)
+
+
+def finish(parts: list[mx.array], p: spec.Params, d: int) -> mx.array:
+    """Weighted sums of value_parts back in the model's domain: the inverse rotation(s), once per row."""
+    if not _rotated(p):
+        return parts[0]
+    h = parts[0].shape[1]
+    y = parts[0]
+    if p.method == "turboquant_prod":
+        y = y + rotation.rht_inverse(parts[1], _signs(p, h, d, prng.PURPOSE_QJL))
+    return rotation.rht_inverse(y, _signs(p, h, d))
+
+
+# ---- online softmax -----------------------------------------------------------------------------------------
+class _Online:
+    """Running (max, sum, weighted parts) of one domain; scores (B, H, NQ, Tb)."""
+
+    def __init__(self):
+        self.m = self.l = None
+        self.acc: list[mx.array] | None = None
+
+    def add(self, s: mx.array, parts: list[mx.array]) -> None:
+        bm = s.max(axis=-1, keepdims=True)
+        m_new = bm if self.m is None else mx.maximum(self.m, bm)
+        m_safe = mx.where(m_new == -mx.inf, 0.0, m_new)      # rows with every token masked so far
+        e = mx.exp(s - m_safe)
+        ls = e.sum(axis=-1, keepdims=True)
+        pv = [e @ v for v in parts]
+        if self.m is None:
+            self.l, self.acc = ls, pv
+        else:
+            a = mx.exp(self.m - m_safe)
+            self.l = self.l * a + ls
+            self.acc = [x * a + y for x, y in zip(self.acc, pv)]
+        self.m = m_new
+
+
+def _mask_rows(mask, b: int, hkv: int, rep: int, l: int, t_total: int):
+    """mlx-lm's mask (None, "causal", bool or additive array broadcastable to (B, Hq, L, T)) as a function
+    of a token range giving an array broadcastable to (B, Hkv, rep*L, t1 - t0), or None."""
+    if mask is None:
+        return None
+    if isinstance(mask, str):
+        if mask != "causal":
+            raise ValueError(f"mask: unknown mask {mask!r}")
+        qpos = (t_total - l) + (mx.arange(rep * l) % l)
+
+        def causal(t0, t1):
+            return mx.arange(t0, t1)[None, :] <= qpos[:, None]
+        return causal
+    m = mask
+    while m.ndim < 4:
+        m = m[None]
+    m = mx.broadcast_to(m, (m.shape[0], m.shape[1], l, t_total))
+    if m.shape[1] == 1:
+        m = mx.broadcast_to(m[:, :, None], (m.shape[0], 1, rep, l, t_total)).reshape(m.shape[0], 1, rep * l, t_total)
+    else:
+        m = m.reshape(m.shape[0], hkv, rep * l, t_total)
+    return lambda t0, t1: m[..., t0:t1]
+
+
+def _apply(s: mx.array, keep) -> mx.array:
+    if keep is None:
+        return s
+    if keep.dtype == mx.bool_:
+        return mx.where(keep, s, -mx.inf)
+    return s + keep.astype(s.dtype)
+
+
+def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
+              decode_k=None, decode_v=None, block: int = BLOCK) -> mx.array:
+    """softmax(scale * q K^T + mask) V over two packed records; queries (B, Hq, L, d), Hq = rep * H.
+
+    decode_k / decode_v: a method module's decode_tokens for the non-rotated methods (exact decode of one
+    block; default: accelerated.ops's). Returns (B, Hq, L, d) in the queries' dtype."""
+    from accelerated import ops
+    b, hq, l, d = queries.shape
+    _, hkv, t, dk = k.shape
+    if dk != d or v.shape[3] != d or v.shape[:3] != k.shape[:3] or hq % hkv:
+        raise ValueError(f"queries: shape {tuple(queries.shape)} does not fit keys {k.shape} / values {v.shape}")
+    rep = hq // hkv
+    kp, vp = k.params, v.params
+    decode_k = decode_k or k.decode_tokens or ops.method_module(kp.method).decode_tokens
+    decode_v = decode_v or v.decode_tokens or ops.method_module(vp.method).decode_tokens
+    q32 = (queries.astype(mx.float32) * scale).reshape(b, hkv, rep * l, d)
+    keep = _mask_rows(mask, b, hkv, rep, l, t)
+    q_enc = k.encoded
+    step = block
+    if kp.method == "kivi" and kp.role == "k":
+        step = max(kp.group_size, block // kp.group_size * kp.group_size)
+    enc, win = _Online(), _Online()
+    if q_enc:
+        qs = key_queries(q32, kp, d)
+        for t0 in range(0, q_enc, step):
+            t1 = min(q_enc, t0 + step)
+            s = key_scores(qs, k.block(t0, t1), kp, d, decode_k)
+            s = _apply(s, keep(t0, t1) if keep else None)
+            enc.add(s, value_parts(v.block(t0, t1), vp, d, decode_v))
+    if t > q_enc:
+        kw = numerics.upcast(k.window)
+        s = _apply(q32 @ kw.swapaxes(-1, -2), keep(q_enc, t) if keep else None)
+        win.add(s, [numerics.upcast(v.window)])
+    if enc.m is None:
+        out = win.acc[0] / win.l
+    else:
+        acc = finish(enc.acc, vp, d)
+        if win.m is None:
+            out = acc / enc.l
+        else:
+            m = mx.maximum(enc.m, win.m)
+            m = mx.where(m == -mx.inf, 0.0, m)
+            we, ww = mx.exp(enc.m - m), mx.exp(win.m - m)
+            out = (acc * we + win.acc[0] * ww) / (enc.l * we + win.l * ww)
+    return out.reshape(b, hkv, rep, l, d).reshape(b, hq, l, d).astype(queries.dtype)
