@@ -1,6 +1,194 @@
-"""Fused decode attention over packed records (work in progress: not selected yet)."""
+"""Fused decode attention over packed records (spec/attention.md): the `partial` and `combine` kernels of
+accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode).
+
+`supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
+at most accelerated.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
+records with the same encoded prefix); `attention(...)` runs them. `launch_plan(...)` is the pure
+description of the two launches (inputs, templates, grids), shared with the CPU emulation test.
+"""
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
 
-def supports(queries, k, v, mask) -> bool:
-    return False
+import mlx.core as mx
+
+import spec
+from accelerated.kernels import attention_source as src
+from accelerated.kernels import backend
+from accelerated.ops import codebooks, numerics, prng
+from accelerated.ops.attention import PackedRecord
+
+NT = 128                      # threads per partial threadgroup (4 warps)
+TOKENS_PER_SPLIT = 256        # encoded tokens per split before the split count is capped
+MAX_THREADGROUPS = 2048       # partial threadgroups per launch: enough to fill the GPU, bounded partials
+LOG2E = 1.4426950408889634
+
+_FIELDS = {   # record fields as the kernel's (c1, c2, s0, s1, gs, gz) inputs
+    "turboquant": ("codes", None, "norm", None, None, None),
+    "turboquant_rvq": ("codes1", "codes2", "norm", None, None, None),
+    "rabitq": ("codes", None, "norm", "ip", None, None),
+    "turboquant_prod": ("codes", "qjl", "norm", "rnorm", None, None),
+    "kivi": ("codes", None, None, None, "scale", "zero"),
+    "mlx_affine": ("codes", None, None, None, "scales", "biases"),
+}
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask) -> bool:
+    if not backend.available()[0]:
+        return False
+    from accelerated.attention import MAX_PACKED_QUERIES
+    d = queries.shape[-1]
+    return (queries.shape[2] <= MAX_PACKED_QUERIES and (mask is None or mask == "causal")
+            and _pow2(d) and 16 <= d <= 1024 and k.encoded > 0 and k.encoded == v.encoded
+            and k.shape[:2] == v.shape[:2] and queries.shape[1] % k.shape[1] == 0
+            and queries.shape[0] == k.shape[0])
+
+
+@functools.lru_cache(maxsize=None)
+def _dummy(rank: int, dtype=mx.float32) -> mx.array:
+    a = mx.zeros((1,) * rank, dtype=dtype)
+    mx.eval(a)
+    return a
+
+
+@functools.lru_cache(maxsize=None)
+def _consts(d: int) -> mx.array:
+    a = mx.array([float(spec.scale(d)), float(spec.qjl_scale(d))], dtype=mx.float32)
+    mx.eval(a)
+    return a
+
+
+@functools.lru_cache(maxsize=256)
+def _scalar(x: float) -> mx.array:
+    a = mx.array([x], dtype=mx.float32)
+    mx.eval(a)
+    return a
+
+
+def _bits(p: spec.Params) -> tuple[int, int]:
+    if p.method == "turboquant_prod":
+        return p.bits - 1, 1
+    if p.method == "turboquant_rvq":
+        return p.bits, p.bits2
+    return p.bits, 1
+
+
+def _tables(p: spec.Params, d: int) -> tuple[mx.array, mx.array]:
+    if p.method in ("turboquant", "turboquant_prod"):
+        return codebooks.gaussian(_bits(p)[0], d)[0], _dummy(1)
+    if p.method == "turboquant_rvq":
+        return codebooks.gaussian(p.bits, d)[0], codebooks.residual(p.bits, p.bits2, d)[0]
+    return _dummy(1), _dummy(1)
+
+
+@functools.lru_cache(maxsize=1024)
+def _signs(p: spec.Params, h: int, d: int) -> tuple[mx.array, mx.array]:
+    """(sigma, tau) of the heads, flat (H * d,) float32; dummies for methods without them."""
+    if p.method not in ("turboquant", "turboquant_rvq", "rabitq", "turboquant_prod"):
+        return _dummy(1), _dummy(1)
+    sig = prng.head_signs(p, h, d).reshape(h * d)
+    tau = (prng.head_signs(p, h, d, prng.PURPOSE_QJL).reshape(h * d) if p.method == "turboquant_prod"
+           else _dummy(1))
+    mx.eval(sig, tau)
+    return sig, tau
+
+
+def _record_inputs(r: PackedRecord) -> list[mx.array]:
+    """c1, c2, s0, s1, gs, gz of a record (views of the buffers; stand-ins of the right rank)."""
+    out = []
+    for i, (name, rank) in enumerate(zip(_FIELDS[r.params.method], (4, 4, 3, 3, 4, 4))):
+        out.append(_dummy(rank, mx.uint32 if i < 2 else mx.float32) if name is None else r.fields[name])
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The two launches of one attention call."""
+    partial_inputs: list
+    partial_template: list
+    partial_grid: tuple
+    partial_outputs: list          # [(shape, dtype)]
+    combine_template: list
+    combine_grid: tuple
+    combine_threads: int
+    out_shape: tuple
+    splits: int
+    qb: int
+
+
+def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
+                flags: mx.array | None = None) -> Plan:
+    b, hq, l, d = queries.shape
+    hkv = k.shape[1]
+    kp, vp = k.params, v.params
+    nq = (hq // hkv) * l
+    p_lanes = min(32, d // 8)
+    nc = d // (8 * p_lanes)
+    parts = 2 if "turboquant_prod" in (kp.method, vp.method) else 1
+    qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
+    qb = max(1, min(qb, 32 // (nc * parts)))               # registers: qb * nc query + accumulator values
+    nqg = -(-nq // qb)
+    q_enc = k.encoded
+    splits = max(1, min(-(-q_enc // TOKENS_PER_SPLIT), MAX_THREADGROUPS // max(1, hkv * b * nqg)))
+    has_win = k.window.shape[2] > 0
+    kw = k.window if has_win else _dummy(4)
+    vw = v.window if has_win else _dummy(4)
+    kt1, kt2 = _tables(kp, d)
+    vt1, vt2 = _tables(vp, d)
+    ksig, ktau = _signs(kp, hkv, d)
+    flags = _dummy(1, mx.bool_) if flags is None else flags
+    kin = _record_inputs(k)
+    vin = _record_inputs(v)
+    ins = ([queries, _scalar(float(scale) * LOG2E), _consts(d)] + kin + [kw, kt1, kt2, ksig, ktau]
+           + vin + [vw, vt1, vt2, flags])
+    kb1, kb2 = _bits(kp)
+    vb1, vb2 = _bits(vp)
+    tmpl = [("MK", src.METHOD_IDS[kp.method]), ("MV", src.METHOD_IDS[vp.method]), ("KB1", kb1), ("KB2", kb2),
+            ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", NT), ("P", p_lanes),
+            ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(mask == "causal")),
+            ("HASWIN", int(has_win))]
+    vparts = 2 if vp.method == "turboquant_prod" else 1
+    outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]
+    return Plan(ins, tmpl, (NT * (splits + 1), hkv, b * nqg), outs,
+                [("MV", src.METHOD_IDS[vp.method]), ("D", d), ("OT", queries.dtype)],
+                (d * nq, hkv, b), d, (b, hq, l, d), splits, qb)
+
+
+def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
+              flags: mx.array | None = None) -> mx.array:
+    """softmax(scale q K^T [+ causal]) V over two packed records, on the GPU; (B, Hq, L, d) in the
+    queries' dtype."""
+    plan = launch_plan(queries, k, v, scale, mask, flags)
+    part = _kernel("partial")
+    o_acc, o_ml = part(inputs=plan.partial_inputs, template=plan.partial_template, grid=plan.partial_grid,
+                       threadgroup=(NT, 1, 1), output_shapes=[s for s, _ in plan.partial_outputs],
+                       output_dtypes=[t for _, t in plan.partial_outputs])
+    vsig, vtau = _signs(v.params, k.shape[1], queries.shape[-1])
+    comb = _kernel("combine")
+    (out,) = comb(inputs=[o_acc, o_ml, _consts(queries.shape[-1]), vsig, vtau, queries],
+                  template=plan.combine_template, grid=plan.combine_grid,
+                  threadgroup=(plan.combine_threads, 1, 1), output_shapes=[plan.out_shape],
+                  output_dtypes=[queries.dtype])
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(kind: str):
+    be = backend.backend()
+    if be is None:
+        raise RuntimeError(backend.available()[1])
+    header, source = src.assemble(kind, be)
+    ins = src.PARTIAL_INPUTS if kind == "partial" else src.COMBINE_INPUTS
+    outs = src.PARTIAL_OUTPUTS if kind == "partial" else src.COMBINE_OUTPUTS
+    name = f"vq_attention_{kind}"
+    if be == "cuda":
+        return mx.fast.cuda_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,
+                                   ensure_row_contiguous=False)
+    return mx.fast.metal_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,
+                                ensure_row_contiguous=False)

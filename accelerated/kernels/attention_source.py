@@ -1,0 +1,558 @@
+"""Decode-attention kernels over packed records (spec/attention.md): one body per kernel for CUDA and
+Metal, written against the macros of a thin prelude (as accelerated/kernels/source.py).
+
+Tolerance tier: plain float arithmetic (contraction allowed), exp2 of log2-scaled scores, float32
+accumulation. Nothing here is bit-exact and the raw-operator lint of source.py does not apply.
+
+Two kernels, flash-decoding style:
+
+- `partial`: a threadgroup of NT threads per (split s, KV head h, batch x query group). Splits 0..S-1 take
+  contiguous ranges of the encoded tokens, split S the exact window. The QB query rows of the group
+  (GQA: query row r of KV head h is query head h*rep + r/L at position r%L) are loaded once, scaled by
+  scale*log2(e) and, for the rotation family, rotated into the keys' domain (RHT with sigma, and tau for
+  turboquant_prod). Lanes: P lanes share one token, each owning NCH chunks of 8 coordinates, so the query
+  rows for its coordinates sit in registers and every packed word is read once by one lane. A token's
+  score is the lanes' partial dot products summed by xor-shuffles; the online softmax and the value
+  accumulation (in the values' rotated domain) run per lane; slots and warps are merged at the end.
+  Output: per (row, split) the running max m, sum l and the weighted value sums (PARTS of them).
+- `combine`: a threadgroup of D threads per query row merges the S encoded partials, applies the values'
+  inverse rotation once, adds the window partial and writes the output row in the queries' dtype.
+
+Method ids (template MK / MV): 0 turboquant, 1 turboquant_rvq, 2 rabitq, 3 turboquant_prod, 4 kivi,
+5 mlx_affine. Keys of kivi (role k) are grouped per channel over KG tokens, values (role v) per token over
+VG channels; mlx_affine groups per token, with its decode rounded to the input dtype.
+"""
+from __future__ import annotations
+
+METHOD_IDS = {"turboquant": 0, "turboquant_rvq": 1, "rabitq": 2, "turboquant_prod": 3, "kivi": 4,
+              "mlx_affine": 5}
+
+PARTIAL_INPUTS = ["q", "f_scale", "f_k",
+                  "kc1", "kc2", "ks0", "ks1", "kgs", "kgz", "kw", "f_ktab1", "f_ktab2", "f_ksig", "f_ktau",
+                  "vc1", "vc2", "vs0", "vs1", "vgs", "vgz", "vw", "f_vtab1", "f_vtab2", "flags"]
+PARTIAL_OUTPUTS = ["o_acc", "o_ml"]
+COMBINE_INPUTS = ["o_acc", "o_ml", "f_k", "f_vsig", "f_vtau", "q"]
+COMBINE_OUTPUTS = ["out"]
+
+# ---- helpers (header text, shared by both backends after the prelude) -----------------------------------
+HELPERS = """
+// code j of a packed row: word j / (32 / B), bits B * (j % (32 / B))      (spec/packing.md)
+template <int B>
+inline uint32_t vq_code(const DEVICE uint32_t* row, int j) {
+  constexpr int PER = 32 / B;
+  return (row[j / PER] >> (B * (j % PER))) & ((1u << B) - 1u);
+}
+"""
+
+# ---- partial ------------------------------------------------------------------------------------------------
+PARTIAL_BODY = """
+  constexpr int NW = NT / 32;             // warps
+  constexpr int TPW = 32 / P;             // token slots per warp
+  constexpr int TPI = NW * TPW;           // tokens per iteration of the block
+  constexpr int NCH = D / (8 * P);        // 8-coordinate chunks per lane
+  constexpr int NC = NCH * 8;             // coordinates per lane
+  constexpr bool KROT = MK <= 3;          // keys in the rotated domain
+  constexpr bool VROT = MV <= 3;
+  constexpr int KPARTS = (MK == 3) ? 2 : 1;
+  constexpr int VPARTS = (MV == 3) ? 2 : 1;
+  const int tid = (int)TID;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int slot = lane / P;
+  const int lp = lane % P;
+  const int s = (int)BLOCK_X;
+  const int S = (int)NBLOCK_X - 1;        // encoded splits; split S is the window
+  const int h = (int)BLOCK_Y;
+  const int nqg = (int)NBLOCK_Z / (int)q_shape[0];
+  const int b = (int)BLOCK_Z / nqg;
+  const int qg = (int)BLOCK_Z % nqg;
+  const int hkv = (int)NBLOCK_Y;
+  const int hq = (int)q_shape[1];
+  const int L = (int)q_shape[2];
+  const int rep = hq / hkv;
+  const int nq = rep * L;
+  const int Q = (int)kc1_shape[2];
+  const int R = HASWIN ? (int)kw_shape[2] : 0;   // no window: kw is a stand-in
+  const int T = Q + R;
+  const bool is_win = (s == S);
+  int t0 = 0;
+  int t1 = R;
+  if (!is_win) {
+    const int chunk = (Q + S - 1) / S;
+    t0 = min(Q, s * chunk);
+    t1 = min(Q, t0 + chunk);
+  }
+
+  // 1. the group's query rows, scaled (log2 domain), rotated into the keys' domain (encoded splits)
+  SHARED(float, sq, QB * D);
+  SHARED(float, sq2, QB * D);
+  for (int i = tid; i < QB * D; i += NT) {
+    const int r = qg * QB + i / D;
+    float v = 0.0f;
+    if (r < nq) {
+      const int head = h * rep + r / L;
+      const int pos = r % L;
+      v = static_cast<float>(q[(int64_t)b * q_strides[0] + (int64_t)head * q_strides[1]
+                               + (int64_t)pos * q_strides[2] + (int64_t)(i % D) * q_strides[3]]) * f_scale[0];
+      if (KROT && !is_win) {
+        v = v * f_ksig[h * D + i % D];
+      }
+    }
+    sq[i] = v;
+  }
+  BARRIER();
+  if (KROT && !is_win) {
+    // H by ascending butterfly stages, then s_d (rotation.md); tau's RHT on top for turboquant_prod
+    for (int pass = 0; pass < KPARTS; ++pass) {
+      if (pass == 1) {
+        for (int i = tid; i < QB * D; i += NT) {
+          sq2[i] = sq[i] * f_ktau[h * D + i % D];
+        }
+        BARRIER();
+      }
+      for (int hh = 1; hh < D; hh <<= 1) {
+        for (int i = tid; i < QB * D / 2; i += NT) {
+          const int row = i / (D / 2);
+          const int k = i % (D / 2);
+          const int j = (k / hh) * 2 * hh + (k % hh);
+          const int o = row * D + j;
+          if (pass == 0) {
+            const float a = sq[o];
+            const float c = sq[o + hh];
+            sq[o] = a + c;
+            sq[o + hh] = a - c;
+          } else {
+            const float a = sq2[o];
+            const float c = sq2[o + hh];
+            sq2[o] = a + c;
+            sq2[o + hh] = a - c;
+          }
+        }
+        BARRIER();
+      }
+      for (int i = tid; i < QB * D; i += NT) {
+        if (pass == 0) {
+          sq[i] = sq[i] * f_k[0];
+        } else {
+          sq2[i] = sq2[i] * f_k[0];
+        }
+      }
+      BARRIER();
+    }
+  }
+  float qr[QB][NC];
+  float qr2[KPARTS == 2 ? QB : 1][KPARTS == 2 ? NC : 1];
+  for (int r = 0; r < QB; ++r) {
+    for (int k = 0; k < NCH; ++k) {
+      for (int j = 0; j < 8; ++j) {
+        const int c = (lp + k * P) * 8 + j;
+        qr[r][k * 8 + j] = sq[r * D + c];
+        if (KPARTS == 2) {
+          qr2[r % (KPARTS == 2 ? QB : 1)][(k * 8 + j) % (KPARTS == 2 ? NC : 1)] = sq2[r * D + c];
+        }
+      }
+    }
+  }
+  // causal: query row r sits at position T - L + r % L and sees tokens at positions <= it
+  int qpos[QB];
+  for (int r = 0; r < QB; ++r) {
+    qpos[r] = CAUSAL ? (T - L + (qg * QB + r) % L) : T;
+  }
+
+  // 2. online softmax over this split's tokens
+  float m[QB];
+  float l[QB];
+  float acc[QB][NC];
+  float acc2[VPARTS == 2 ? QB : 1][VPARTS == 2 ? NC : 1];
+  for (int r = 0; r < QB; ++r) {
+    m[r] = NEG_INF;
+    l[r] = 0.0f;
+    for (int c = 0; c < NC; ++c) {
+      acc[r][c] = 0.0f;
+    }
+    if (VPARTS == 2) {
+      for (int c = 0; c < NC; ++c) {
+        acc2[r % (VPARTS == 2 ? QB : 1)][c % (VPARTS == 2 ? NC : 1)] = 0.0f;
+      }
+    }
+  }
+  const int n_it = (t1 - t0 + TPI - 1) / TPI;
+  for (int it = 0; it < n_it; ++it) {
+    const int t = t0 + it * TPI + warp * TPW + slot;
+    const bool valid = t < t1;
+    const int tt = valid ? t : t0;          // a readable token for lanes past the end (result unused)
+    // -- keys: this lane's coordinates of token tt, and the token's factor
+    float kv[NC];
+    float kv2[KPARTS == 2 ? NC : 1];
+    float kfac = 1.0f;
+    float kfac2 = 0.0f;
+    if (is_win) {
+      const int64_t base = (int64_t)b * kw_strides[0] + (int64_t)h * kw_strides[1] + (int64_t)tt * kw_strides[2];
+      for (int k = 0; k < NCH; ++k) {
+        for (int j = 0; j < 8; ++j) {
+          kv[k * 8 + j] = static_cast<float>(kw[base + (int64_t)((lp + k * P) * 8 + j) * kw_strides[3]]);
+        }
+      }
+    } else {
+      const DEVICE uint32_t* row1 = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1]
+                                    + (int64_t)tt * kc1_strides[2];
+      const int64_t ts = (int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1] + (int64_t)tt * ks0_strides[2];
+      if (MK <= 3) {
+        kfac = ks0[ts];
+      }
+      if (MK == 2) {
+        const float ip = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + (int64_t)tt * ks1_strides[2]];
+        kfac = (ip > 0.0f) ? (kfac * f_k[0]) / ip : 0.0f;
+      }
+      if (MK == 3) {
+        kfac2 = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + (int64_t)tt * ks1_strides[2]] * f_k[1];
+      }
+      for (int k = 0; k < NCH; ++k) {
+        const int c0 = (lp + k * P) * 8;
+        for (int j = 0; j < 8; ++j) {
+          const int c = c0 + j;
+          if (MK == 0 || MK == 3) {
+            kv[k * 8 + j] = f_ktab1[vq_code<KB1>(row1, c)];
+          }
+          if (MK == 1) {
+            const DEVICE uint32_t* row2 = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1]
+                                          + (int64_t)tt * kc2_strides[2];
+            kv[k * 8 + j] = f_ktab1[vq_code<KB1>(row1, c)] + f_ktab2[vq_code<KB2>(row2, c)];
+          }
+          if (MK == 2) {
+            kv[k * 8 + j] = vq_code<1>(row1, c) ? -1.0f : 1.0f;
+          }
+          if (MK == 3) {
+            const DEVICE uint32_t* row2 = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1]
+                                          + (int64_t)tt * kc2_strides[2];
+            kv2[(k * 8 + j) % (KPARTS == 2 ? NC : 1)] = vq_code<1>(row2, c) ? -1.0f : 1.0f;
+          }
+          if (MK == 4) {
+            const int64_t g = (int64_t)b * kgs_strides[0] + (int64_t)h * kgs_strides[1]
+                              + (int64_t)(tt / KG) * kgs_strides[2] + (int64_t)c * kgs_strides[3];
+            kv[k * 8 + j] = (float)vq_code<KB1>(row1, c) * static_cast<float>(kgs[g]) + static_cast<float>(kgz[g]);
+          }
+          if (MK == 5) {
+            const int64_t g = (int64_t)b * kgs_strides[0] + (int64_t)h * kgs_strides[1]
+                              + (int64_t)tt * kgs_strides[2] + (int64_t)(c / KG) * kgs_strides[3];
+            const float sc = static_cast<float>(kgs[g]);
+            const float bi = static_cast<float>(kgz[g]);
+            kv[k * 8 + j] = vq_round_to(kgs[0], vq_round_to(kgs[0], (float)vq_code<KB1>(row1, c) * sc) + bi);
+          }
+        }
+      }
+    }
+    // -- scores: partial dot products, summed over the token's P lanes
+    float sc[QB];
+    for (int r = 0; r < QB; ++r) {
+      float part = 0.0f;
+      for (int c = 0; c < NC; ++c) {
+        part += qr[r][c] * kv[c];
+      }
+      float part2 = 0.0f;
+      if (KPARTS == 2 && !is_win) {
+        for (int c = 0; c < NC; ++c) {
+          part2 += qr2[r % (KPARTS == 2 ? QB : 1)][c % (KPARTS == 2 ? NC : 1)] * kv2[c % (KPARTS == 2 ? NC : 1)];
+        }
+      }
+      for (int off = P / 2; off > 0; off >>= 1) {
+        part += SHFL_XOR(part, off);
+        if (KPARTS == 2) {
+          part2 += SHFL_XOR(part2, off);
+        }
+      }
+      sc[r] = (KPARTS == 2 && !is_win) ? kfac * (part + kfac2 * part2) : kfac * part;
+    }
+    // -- values: this lane's coordinates of token tt (rotated domain for the rotation family)
+    float vv[NC];
+    float vv2[VPARTS == 2 ? NC : 1];
+    float vfac = 1.0f;
+    float vfac2 = 0.0f;
+    if (is_win) {
+      const int64_t base = (int64_t)b * vw_strides[0] + (int64_t)h * vw_strides[1] + (int64_t)tt * vw_strides[2];
+      for (int k = 0; k < NCH; ++k) {
+        for (int j = 0; j < 8; ++j) {
+          vv[k * 8 + j] = static_cast<float>(vw[base + (int64_t)((lp + k * P) * 8 + j) * vw_strides[3]]);
+        }
+      }
+    } else {
+      const DEVICE uint32_t* row1 = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
+                                    + (int64_t)tt * vc1_strides[2];
+      const int64_t ts = (int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + (int64_t)tt * vs0_strides[2];
+      if (MV <= 3) {
+        vfac = vs0[ts];
+      }
+      if (MV == 2) {
+        const float ip = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + (int64_t)tt * vs1_strides[2]];
+        vfac = (ip > 0.0f) ? (vfac * f_k[0]) / ip : 0.0f;
+      }
+      if (MV == 3) {
+        vfac2 = vfac * (vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + (int64_t)tt * vs1_strides[2]] * f_k[1]);
+      }
+      for (int k = 0; k < NCH; ++k) {
+        const int c0 = (lp + k * P) * 8;
+        for (int j = 0; j < 8; ++j) {
+          const int c = c0 + j;
+          if (MV == 0 || MV == 3) {
+            vv[k * 8 + j] = f_vtab1[vq_code<VB1>(row1, c)];
+          }
+          if (MV == 1) {
+            const DEVICE uint32_t* row2 = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1]
+                                          + (int64_t)tt * vc2_strides[2];
+            vv[k * 8 + j] = f_vtab1[vq_code<VB1>(row1, c)] + f_vtab2[vq_code<VB2>(row2, c)];
+          }
+          if (MV == 2) {
+            vv[k * 8 + j] = vq_code<1>(row1, c) ? -1.0f : 1.0f;
+          }
+          if (MV == 3) {
+            const DEVICE uint32_t* row2 = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1]
+                                          + (int64_t)tt * vc2_strides[2];
+            vv2[(k * 8 + j) % (VPARTS == 2 ? NC : 1)] = vq_code<1>(row2, c) ? -1.0f : 1.0f;
+          }
+          if (MV == 4 || MV == 5) {
+            const int64_t g = (int64_t)b * vgs_strides[0] + (int64_t)h * vgs_strides[1]
+                              + (int64_t)tt * vgs_strides[2] + (int64_t)(c / VG) * vgs_strides[3];
+            const float x = (float)vq_code<VB1>(row1, c) * static_cast<float>(vgs[g]);
+            vv[k * 8 + j] = (MV == 4) ? x + static_cast<float>(vgz[g])
+                                      : vq_round_to(vgs[0], vq_round_to(vgs[0], x) + static_cast<float>(vgz[g]));
+          }
+        }
+      }
+    }
+    // -- online softmax update (every lane of the token holds the same scores)
+    for (int r = 0; r < QB; ++r) {
+      const bool use = valid && (is_win ? Q + tt : tt) <= qpos[r] && qg * QB + r < nq;
+      if (use) {
+        const float x = sc[r];
+        float w = 1.0f;
+        if (x > m[r]) {
+          const float a = vq_exp2(m[r] - x);      // 0 when m is -inf
+          l[r] = l[r] * a + 1.0f;
+          for (int c = 0; c < NC; ++c) {
+            acc[r][c] *= a;
+          }
+          if (VPARTS == 2) {
+            for (int c = 0; c < NC; ++c) {
+              acc2[r % (VPARTS == 2 ? QB : 1)][c % (VPARTS == 2 ? NC : 1)] *= a;
+            }
+          }
+          m[r] = x;
+        } else {
+          w = vq_exp2(x - m[r]);
+          l[r] += w;
+        }
+        const float wv = is_win ? w : w * vfac;
+        for (int c = 0; c < NC; ++c) {
+          acc[r][c] += wv * vv[c];
+        }
+        if (VPARTS == 2 && !is_win) {
+          const float wv2 = w * vfac2;
+          for (int c = 0; c < NC; ++c) {
+            acc2[r % (VPARTS == 2 ? QB : 1)][c % (VPARTS == 2 ? NC : 1)] += wv2 * vv2[c % (VPARTS == 2 ? NC : 1)];
+          }
+        }
+      }
+    }
+  }
+
+  // 3. merge the token slots of each warp (xor over slots), then the warps (in shared memory, in order)
+  for (int off = P; off < 32; off <<= 1) {
+    for (int r = 0; r < QB; ++r) {
+      const float mo = SHFL_XOR(m[r], off);
+      const float lo = SHFL_XOR(l[r], off);
+      const float mx = max(m[r], mo);
+      const float a = (m[r] == NEG_INF) ? 0.0f : vq_exp2(m[r] - mx);
+      const float bo = (mo == NEG_INF) ? 0.0f : vq_exp2(mo - mx);
+      l[r] = l[r] * a + lo * bo;
+      m[r] = mx;
+      for (int c = 0; c < NC; ++c) {
+        acc[r][c] = acc[r][c] * a + SHFL_XOR(acc[r][c], off) * bo;
+      }
+      if (VPARTS == 2) {
+        for (int c = 0; c < NC; ++c) {
+          const int rr = r % (VPARTS == 2 ? QB : 1);
+          const int cc = c % (VPARTS == 2 ? NC : 1);
+          acc2[rr][cc] = acc2[rr][cc] * a + SHFL_XOR(acc2[rr][cc], off) * bo;
+        }
+      }
+    }
+  }
+  SHARED(float, sacc, QB * VPARTS * D);
+  SHARED(float, sml, 2 * QB);
+  for (int w = 0; w < NW; ++w) {
+    // read the running (m, l) of warps 0..w-1 before any lane of warp w overwrites them
+    float a[QB];
+    float bo[QB];
+    for (int r = 0; r < QB; ++r) {
+      a[r] = 1.0f;
+      bo[r] = 0.0f;
+      if (w > 0 && warp == w) {
+        const float mo = sml[2 * r];
+        const float mx = max(m[r], mo);
+        a[r] = (m[r] == NEG_INF) ? 0.0f : vq_exp2(m[r] - mx);
+        bo[r] = (mo == NEG_INF) ? 0.0f : vq_exp2(mo - mx);
+        l[r] = l[r] * a[r] + sml[2 * r + 1] * bo[r];
+        m[r] = mx;
+      }
+    }
+    BARRIER();
+    if (warp == w && slot == 0) {
+      for (int r = 0; r < QB; ++r) {
+        for (int k = 0; k < NCH; ++k) {
+          for (int j = 0; j < 8; ++j) {
+            const int c = (lp + k * P) * 8 + j;
+            const int o = (r * VPARTS) * D + c;
+            sacc[o] = acc[r][k * 8 + j] * a[r] + (w > 0 ? sacc[o] * bo[r] : 0.0f);
+            if (VPARTS == 2) {
+              sacc[o + D] = acc2[r % (VPARTS == 2 ? QB : 1)][(k * 8 + j) % (VPARTS == 2 ? NC : 1)] * a[r]
+                            + (w > 0 ? sacc[o + D] * bo[r] : 0.0f);
+            }
+          }
+        }
+        if (lp == 0) {
+          sml[2 * r] = m[r];
+          sml[2 * r + 1] = l[r];
+        }
+      }
+    }
+    BARRIER();
+  }
+  // 4. this split's partial: o_acc (B, Hkv, NQ, S + 1, VPARTS, D), o_ml (B, Hkv, NQ, S + 1, 2)
+  for (int i = tid; i < QB * VPARTS * D; i += NT) {
+    const int r = qg * QB + i / (VPARTS * D);
+    if (r < nq) {
+      const int64_t row = (((int64_t)b * hkv + h) * nq + r) * (S + 1) + s;
+      o_acc[row * VPARTS * D + i % (VPARTS * D)] = sacc[i];
+    }
+  }
+  for (int i = tid; i < QB * 2; i += NT) {
+    const int r = qg * QB + i / 2;
+    if (r < nq) {
+      const int64_t row = (((int64_t)b * hkv + h) * nq + r) * (S + 1) + s;
+      o_ml[row * 2 + i % 2] = sml[i];
+    }
+  }
+"""
+
+# ---- combine ------------------------------------------------------------------------------------------------
+COMBINE_BODY = """
+  constexpr bool VROT = MV <= 3;
+  constexpr int VPARTS = (MV == 3) ? 2 : 1;
+  const int c = (int)TID;                 // one thread per coordinate
+  const int r = (int)BLOCK_X;             // query row of this KV head
+  const int h = (int)BLOCK_Y;
+  const int b = (int)BLOCK_Z;
+  const int nq = (int)NBLOCK_X;
+  const int hkv = (int)NBLOCK_Y;
+  const int S = (int)o_ml_shape[3] - 1;
+  const int L = (int)q_shape[2];
+  const int hq = (int)q_shape[1];
+  const int rep = hq / hkv;
+  const int64_t row0 = (((int64_t)b * hkv + h) * nq + r) * (S + 1);
+  float me = NEG_INF;
+  for (int s = 0; s < S; ++s) {
+    me = max(me, o_ml[(row0 + s) * 2]);
+  }
+  float le = 0.0f;
+  float y = 0.0f;
+  float y2 = 0.0f;
+  for (int s = 0; s < S; ++s) {
+    const float ms = o_ml[(row0 + s) * 2];
+    const float w = (ms == NEG_INF) ? 0.0f : vq_exp2(ms - me);
+    le += o_ml[(row0 + s) * 2 + 1] * w;
+    y += o_acc[(row0 + s) * VPARTS * D + c] * w;
+    if (VPARTS == 2) {
+      y2 += o_acc[(row0 + s) * VPARTS * D + D + c] * w;
+    }
+  }
+  SHARED(float, sy, D);
+  if (VROT) {
+    // inverse RHT: H, s_d, signs (rotation.md); turboquant_prod adds tau's inverse of the sketch part
+    for (int pass = (VPARTS == 2 ? 0 : 1); pass < 2; ++pass) {
+      sy[c] = (pass == 0) ? y2 : y;
+      BARRIER();
+      for (int hh = 1; hh < D; hh <<= 1) {
+        float a = 0.0f;
+        const bool lo = (c & hh) == 0;
+        if (lo) {
+          a = sy[c] + sy[c + hh];
+        } else {
+          a = sy[c - hh] - sy[c];
+        }
+        BARRIER();
+        sy[c] = a;
+        BARRIER();
+      }
+      if (pass == 0) {
+        y = y + sy[c] * f_k[0] * f_vtau[h * D + c];
+      } else {
+        y = sy[c] * f_k[0] * f_vsig[h * D + c];
+      }
+      BARRIER();
+    }
+  }
+  const float mw = o_ml[(row0 + S) * 2];
+  const float lw = o_ml[(row0 + S) * 2 + 1];
+  const float yw = o_acc[(row0 + S) * VPARTS * D + c];
+  const float mt = max(me, mw);
+  const float we = (me == NEG_INF) ? 0.0f : vq_exp2(me - mt);
+  const float ww = (mw == NEG_INF) ? 0.0f : vq_exp2(mw - mt);
+  const float o = (y * we + yw * ww) / (le * we + lw * ww);
+  const int head = h * rep + r / L;
+  const int pos = r % L;
+  out[(((int64_t)b * hq + head) * L + pos) * D + c] = static_cast<OT>(o);
+"""
+
+BODIES = {"partial": PARTIAL_BODY, "combine": COMBINE_BODY}
+
+# ---- preludes -------------------------------------------------------------------------------------------------
+CUDA_PRELUDE = """
+#define TID threadIdx.x
+#define BLOCK_X blockIdx.x
+#define BLOCK_Y blockIdx.y
+#define BLOCK_Z blockIdx.z
+#define NBLOCK_X gridDim.x
+#define NBLOCK_Y gridDim.y
+#define NBLOCK_Z gridDim.z
+#define SHARED(type, name, n) __shared__ type name[n]
+#define BARRIER() __syncthreads()
+#define SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
+"""
+CUDA_HEADER = """
+#define DEVICE
+#define NEG_INF (-__int_as_float(0x7f800000))
+__device__ inline float vq_exp2(float x) { return exp2f(x); }
+__device__ inline float vq_round_to(float, float x) { return x; }
+__device__ inline float vq_round_to(__half, float x) { return __half2float(__float2half_rn(x)); }
+__device__ inline float vq_round_to(__nv_bfloat16, float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+""" + HELPERS.replace("inline uint32_t", "__device__ inline uint32_t")
+
+METAL_PRELUDE = """
+#define TID thread_position_in_threadgroup.x
+#define BLOCK_X threadgroup_position_in_grid.x
+#define BLOCK_Y threadgroup_position_in_grid.y
+#define BLOCK_Z threadgroup_position_in_grid.z
+#define NBLOCK_X threadgroups_per_grid.x
+#define NBLOCK_Y threadgroups_per_grid.y
+#define NBLOCK_Z threadgroups_per_grid.z
+#define SHARED(type, name, n) threadgroup type name[n]
+#define BARRIER() threadgroup_barrier(metal::mem_flags::mem_threadgroup)
+#define SHFL_XOR(v, m) metal::simd_shuffle_xor((v), (ushort)(m))
+"""
+METAL_HEADER = """
+#define DEVICE device
+using metal::min;
+using metal::max;
+using metal::exp2;
+inline float vq_round_to(float, float x) { return x; }
+inline float vq_round_to(half, float x) { return static_cast<float>(static_cast<half>(x)); }
+inline float vq_round_to(bfloat, float x) { return static_cast<float>(static_cast<bfloat>(x)); }
+""" + HELPERS
+
+PRELUDES = {"cuda": (CUDA_HEADER, CUDA_PRELUDE), "metal": (METAL_HEADER, METAL_PRELUDE)}
+
+
+def assemble(kind: str, backend: str) -> tuple[str, str]:
+    """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal")."""
+    header, prelude = PRELUDES[backend]
+    return header, prelude + BODIES[kind]

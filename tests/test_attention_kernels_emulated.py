@@ -1,0 +1,266 @@
+"""The decode-attention kernel bodies (accelerated/kernels/attention_source.py) executed on the CPU against
+accelerated.ops.attention and a float64 evaluation over the decoded records (tolerance tier).
+
+No GPU here, so a third prelude runs the shared body as C++20: one std::thread per GPU thread, a
+std::barrier per threadgroup (BARRIER) and one per warp (SHFL_XOR exchanges through memory between two
+warp barriers), `static` arrays as threadgroup memory. The launch description (inputs, templates, grids)
+is accelerated.kernels.attention.launch_plan itself, and every record field reaches the body as a strided
+view inside a larger buffer, as the caches' buffers do. What it cannot check (the intrinsics, MLX's launch,
+occupancy) is checked on a GPU by tests/test_attention_gpu.py and tools/bench_decode.py.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import spec
+from accelerated import ops
+from accelerated.kernels import attention as katt
+from accelerated.kernels import attention_source as src
+from accelerated.ops import attention as oatt
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
+
+PRELUDE = """
+#define TID vq_tid
+#define BLOCK_X vq_bx
+#define BLOCK_Y vq_by
+#define BLOCK_Z vq_bz
+#define NBLOCK_X vq_nx
+#define NBLOCK_Y vq_ny
+#define NBLOCK_Z vq_nz
+#define SHARED(type, name, n) static type name[n]
+#define BARRIER() vq_bar->arrive_and_wait()
+#define SHFL_XOR(v, m) vq_shfl((v), (m))
+"""
+
+HEADER = r"""
+#include <algorithm>
+#include <array>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+using std::min;
+using std::max;
+#define DEVICE
+#define NEG_INF (-INFINITY)
+using Arr = std::array<int64_t, 10>;
+struct vq_bf16 {
+  uint16_t bits;
+  vq_bf16() = default;
+  explicit vq_bf16(float f) { uint32_t u; std::memcpy(&u, &f, 4); u += 0x7fffu + ((u >> 16) & 1u); bits = u >> 16; }
+  operator float() const { uint32_t u = (uint32_t)bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
+};
+static thread_local int vq_tid;
+static int vq_bx, vq_by, vq_bz, vq_nx, vq_ny, vq_nz;
+static std::barrier<>* vq_bar;
+static std::barrier<>* vq_warp_bar[32];
+static float vq_xchg[1024];
+static inline float vq_shfl(float v, int m) {
+  const int w = vq_tid / 32;
+  vq_xchg[vq_tid] = v;
+  vq_warp_bar[w]->arrive_and_wait();
+  const float r = vq_xchg[(vq_tid & ~31) | ((vq_tid & 31) ^ m)];
+  vq_warp_bar[w]->arrive_and_wait();
+  return r;
+}
+static inline float vq_exp2(float x) { return std::exp2(x); }
+static inline float vq_round_to(float, float x) { return x; }
+static inline float vq_round_to(_Float16, float x) { return (float)(_Float16)x; }
+static inline float vq_round_to(vq_bf16, float x) { return (float)vq_bf16(x); }
+template <int B>
+static inline uint32_t vq_code(const uint32_t* row, int j) {
+  constexpr int PER = 32 / B;
+  return (row[j / PER] >> (B * (j % PER))) & ((1u << B) - 1u);
+}
+template <typename F>
+static void vq_run(int nt, int gx, int gy, int gz, F f) {
+  vq_nx = gx; vq_ny = gy; vq_nz = gz;
+  for (int z = 0; z < gz; ++z) for (int y = 0; y < gy; ++y) for (int x = 0; x < gx; ++x) {
+    vq_bx = x; vq_by = y; vq_bz = z;
+    std::barrier<> bar(nt);
+    vq_bar = &bar;
+    std::vector<std::barrier<>*> wb;
+    for (int w = 0; w < (nt + 31) / 32; ++w) { wb.push_back(new std::barrier<>(std::min(32, nt - 32 * w))); vq_warp_bar[w] = wb.back(); }
+    std::vector<std::thread> ths;
+    for (int i = 0; i < nt; ++i) ths.emplace_back(f, i);
+    for (auto& t : ths) t.join();
+    for (auto* p : wb) delete p;
+  }
+}
+"""
+
+CTYPES = {mx.float16: "_Float16", mx.bfloat16: "vq_bf16", mx.float32: "float", mx.uint32: "uint32_t",
+          mx.bool_: "bool"}
+NP_VIEW = {mx.float16: np.float16, mx.bfloat16: np.uint16, mx.float32: np.float32, mx.uint32: np.uint32,
+           mx.bool_: np.bool_}
+
+
+def _params(names, types, shaped):
+    out = []
+    for n in names:
+        out.append(f"const {types[n]}* {n}")
+        if n in shaped:
+            out.append(f"Arr {n}_shape")
+            out.append(f"Arr {n}_strides")
+    return out
+
+
+def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
+    p_ins, c_ins = src.PARTIAL_INPUTS, src.COMBINE_INPUTS
+    types = {**in_types, "o_acc": "float", "o_ml": "float", "f_vsig": "float", "f_vtau": "float"}
+    pbody, cbody = src.PARTIAL_BODY, src.COMBINE_BODY
+    p_shaped = [n for n in p_ins if f"{n}_shape" in pbody or f"{n}_strides" in pbody]
+    c_shaped = [n for n in c_ins if f"{n}_shape" in cbody or f"{n}_strides" in cbody]
+    consts = "".join(f"  constexpr int {k} = {v};\n" for k, v in plan.partial_template)
+    cconsts = "".join(f"  constexpr int {k} = {v};\n" for k, v in plan.combine_template if k != "OT")
+    p_sig = ", ".join(["int vq_thread"] + _params(p_ins, types, p_shaped) + ["float* o_acc", "float* o_ml"])
+    c_sig = ", ".join(["int vq_thread"] + _params(c_ins, types, c_shaped) + [f"{out_type}* out"])
+    # the C entry points take every input as (pointer, shape[10], strides[10]) in input order
+    def call(names, shaped):
+        args = []
+        for i, n in enumerate(names):
+            args.append(f"(const {types[n]}*)ptr[{i}]")
+            if n in shaped:
+                args.append(f"arr(sh, {i})")
+                args.append(f"arr(st, {i})")
+        return ", ".join(args)
+    return (HEADER + PRELUDE
+            + f"static Arr arr(const int64_t* a, int i) {{ Arr r; for (int k = 0; k < 10; ++k) r[k] = a[i * 10 + k]; return r; }}\n"
+            + f"static void partial_thread({p_sig}) {{\n  vq_tid = vq_thread;\n{consts}{pbody}\n}}\n"
+            + f"static void combine_thread({c_sig}) {{\n  vq_tid = vq_thread;\n  using OT = {out_type};\n{cconsts}{cbody}\n}}\n"
+            + "extern \"C\" void run_partial(void** ptr, const int64_t* sh, const int64_t* st, float* o_acc, "
+              "float* o_ml, int nt, int gx, int gy, int gz) {\n"
+            + f"  vq_run(nt, gx, gy, gz, [&](int i) {{ partial_thread(i, {call(p_ins, p_shaped)}, o_acc, o_ml); }});\n}}\n"
+            + f"extern \"C\" void run_combine(void** ptr, const int64_t* sh, const int64_t* st, {out_type}* out, "
+              "int nt, int gx, int gy, int gz) {\n"
+            + f"  vq_run(nt, gx, gy, gz, [&](int i) {{ combine_thread(i, {call(c_ins, c_shaped)}, out); }});\n}}\n")
+
+
+@functools.lru_cache(maxsize=None)
+def _compile(text: str) -> ctypes.CDLL:
+    d = Path(tempfile.gettempdir()) / "vq_attention_emulated"
+    d.mkdir(exist_ok=True)
+    tag = hashlib.sha256(text.encode()).hexdigest()[:16]
+    so = d / f"k_{tag}.so"
+    if not so.exists():
+        cpp = d / f"k_{tag}.cpp"
+        cpp.write_text(text)
+        r = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", str(cpp), "-o", str(so)],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-4000:]
+    return ctypes.CDLL(str(so))
+
+
+def _strided(a: mx.array, pad: int) -> np.ndarray:
+    """a as a numpy view inside a buffer with `pad` extra rows on axis 2 (the caches' buffer layout)."""
+    n = np.array(a.view(mx.uint16) if a.dtype == mx.bfloat16 else a).astype(NP_VIEW[a.dtype], copy=False)
+    if n.ndim >= 3 and pad:
+        big = np.zeros(n.shape[:2] + (n.shape[2] + pad,) + n.shape[3:], n.dtype)
+        big[:, :, : n.shape[2]] = n
+        n = big[:, :, : n.shape[2]]
+    return n
+
+
+def _marshal(arrays: list[np.ndarray]):
+    ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+    sh = np.zeros((len(arrays), 10), np.int64)
+    st = np.zeros((len(arrays), 10), np.int64)
+    for i, a in enumerate(arrays):
+        sh[i, : a.ndim] = a.shape
+        st[i, : a.ndim] = [s // a.itemsize for s in a.strides]
+    return ptrs, sh, st
+
+
+def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale: float, mask=None) -> np.ndarray:
+    plan = katt.launch_plan(queries, k, v, scale, mask)
+    ins = [_strided(a, 3 if i >= 3 else 0) for i, a in enumerate(plan.partial_inputs)]
+    in_types = {n: CTYPES[a.dtype] for n, a in zip(src.PARTIAL_INPUTS, plan.partial_inputs)}
+    out_type = CTYPES[queries.dtype]
+    lib = _compile(_source(plan, in_types, out_type))
+    (acc_shape, _), (ml_shape, _) = plan.partial_outputs
+    o_acc = np.full(acc_shape, np.nan, np.float32)
+    o_ml = np.full(ml_shape, np.nan, np.float32)
+    ptrs, sh, st = _marshal(ins)
+    gx, gy, gz = plan.partial_grid
+    lib.run_partial(ptrs, sh.ctypes.data_as(ctypes.c_void_p), st.ctypes.data_as(ctypes.c_void_p),
+                    o_acc.ctypes.data_as(ctypes.c_void_p), o_ml.ctypes.data_as(ctypes.c_void_p),
+                    katt.NT, gx // katt.NT, gy, gz)
+    vsig, vtau = katt._signs(v.params, k.shape[1], queries.shape[-1])
+    cins = [o_acc, o_ml, np.array(katt._consts(queries.shape[-1])), np.array(vsig), np.array(vtau), ins[0]]
+    out = np.zeros(plan.out_shape, NP_VIEW[queries.dtype])
+    ptrs, sh, st = _marshal(cins)
+    gx, gy, gz = plan.combine_grid
+    lib.run_combine(ptrs, sh.ctypes.data_as(ctypes.c_void_p), st.ctypes.data_as(ctypes.c_void_p),
+                    out.ctypes.data_as(ctypes.c_void_p), plan.combine_threads, gx // plan.combine_threads, gy, gz)
+    if queries.dtype == mx.bfloat16:
+        return np.array(mx.array(out).view(mx.bfloat16).astype(mx.float32))
+    return out.astype(np.float32)
+
+
+def _packed(x: mx.array, p: spec.Params) -> oatt.PackedRecord:
+    rec = ops.encode(x, p)
+    fields = {n: a for n, a in rec.items() if n != "window"}
+    return oatt.PackedRecord(p, fields, rec["window"], x.shape[2] - rec["window"].shape[2],
+                             ops.method_module(p.method).decode_tokens)
+
+
+def f64_attention(q, k, v, scale, causal):
+    rep = q.shape[1] // k.shape[1]
+    k = np.repeat(k.astype(np.float64), rep, 1)
+    v = np.repeat(v.astype(np.float64), rep, 1)
+    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * scale
+    if causal:
+        lq, t = s.shape[-2:]
+        s = np.where(np.arange(t)[None] <= (t - lq + np.arange(lq))[:, None], s, -np.inf)
+    s -= s.max(-1, keepdims=True)
+    p = np.exp(s)
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhqk,bhkd->bhqd", p, v)
+
+
+CASES = [
+    # key method/kw, value method/kw, (B, Hkv, rep, L, T, d, window), queries dtype, causal
+    (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (1, 2, 4, 1, 300, 128, 0), mx.float16, False),
+    (("turboquant", dict(bits=3)), ("turboquant_rvq", dict(bits=2, bits2=2)), (2, 2, 2, 3, 200, 64, 5), mx.float16, True),
+    (("turboquant_prod", dict(bits=4)), ("turboquant_prod", dict(bits=3)), (1, 2, 3, 1, 150, 64, 3), mx.bfloat16, False),
+    (("rabitq", {}), ("rabitq", {}), (1, 1, 2, 2, 90, 32, 0), mx.float32, True),
+    (("kivi", dict(bits=2, group_size=16)), ("kivi", dict(bits=3, group_size=16)), (1, 2, 2, 1, 260, 64, 16), mx.float16, False),
+    (("mlx_affine", dict(bits=4, group_size=32)), ("mlx_affine", dict(bits=8, group_size=32)), (1, 2, 1, 4, 120, 64, 0), mx.float16, True),
+    (("turboquant", dict(bits=2)), ("kivi", dict(bits=4, group_size=32)), (1, 1, 5, 1, 64, 256, 0), mx.float16, False),
+    (("turboquant_rvq", dict(bits=1, bits2=3)), ("turboquant", dict(bits=1)), (1, 1, 1, 1, 40, 16, 2), mx.float16, False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0][0]}-{c[1][0]}-d{c[2][5]}" for c in CASES])
+def test_kernel_bodies_match_ops_attention_and_float64(case):
+    (km, kkw), (vm, vkw), (b, hkv, rep, lq, t, d, win), qdt, causal = case
+    rng = np.random.default_rng(sum(map(ord, km + vm)) + d)
+    kp = spec.Params(km, role="k", window=win, seed=9, layer=2, head_offset=1, **kkw).resolved()
+    vp = spec.Params(vm, role="v", window=win, seed=9, layer=2, head_offset=1, **vkw).resolved()
+    kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+    vx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+    q = mx.array((rng.standard_normal((b, hkv * rep, lq, d)) * 2).astype(np.float32)).astype(qdt)
+    k, v = _packed(kx, kp), _packed(vx, vp)
+    scale = 1.0 / np.sqrt(d)
+    mask = "causal" if causal else None
+    got = emulate(q, k, v, scale, mask)
+    ops_out = np.array(oatt.attention(q, k, v, scale, mask).astype(mx.float32))
+    want = f64_attention(np.array(q.astype(mx.float32)), np.array(k.dequantized()), np.array(v.dequantized()),
+                         scale, causal)
+    # output dtype rounding (bf16: 2^-8 relative) dominates; float32 attention error is far below it
+    tol = {mx.float32: 2e-5, mx.float16: 2e-3, mx.bfloat16: 1.6e-2}[qdt] * np.abs(want).max()
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg="kernel body vs float64")
+    np.testing.assert_allclose(got, ops_out, rtol=0, atol=2 * tol, err_msg="kernel body vs ops path")
