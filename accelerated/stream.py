@@ -136,7 +136,7 @@ class Stream:
         b, h, _, d = x.shape
         if self._bhd is not None and (b, h, d) != self._bhd:
             raise ValueError(f"x: shape {tuple(x.shape)} does not continue (B, H, d) = {self._bhd}")
-        win = x if self._window is None else mx.concatenate([self._window, x], axis=2)
+        win = x if self._window is None or self._window.shape[2] == 0 else mx.concatenate([self._window, x], axis=2)
         f = self._flush_count(win.shape[2])
         fields = None
         if f:

@@ -241,55 +241,80 @@ def check_stream_rejects(impl: Implementation, params: Params, dtype: str, prefi
 
 
 # --- tolerance tier -------------------------------------------------------------------------------------
-# Budget for softmax(scale q K^T) V in binary32 against float64 on the same decoded K, V:
+# Budget for softmax(scale q K^T + mask) V in binary32 against float64 on the same decoded K, V:
 # - logits: a d-term dot product, |error| <= d * u * sum|q_j k_j| (u = 2^-24, any summation order);
 # - softmax: exp and the normalising sum add a relative error of a few u per term plus T * u for the sum;
 # - output: a T-term weighted sum, |error| <= T * u * sum_t p_t |v_t| plus the propagated logit error
 #   (d|logit error| of p_t, times |v|).
+# ROTATED_DOMAIN_* (spec/attention.md 'Rotated domain'): the rotation family may take scores as
+# <RHT(q), y^> and sum values before one RHT_inverse, instead of using the binary32-decoded x^ = RHT_inverse
+# (y^). Equal in exact arithmetic; in binary32 each side's log2(d) butterfly stages and two scalings round,
+# so a logit moves by up to (2 log2 d + 4) u |q| |k| and an output coordinate by up to
+# (log2 d + 2) u sum_t p_t |v_t| (Euclidean norms: the butterfly mixes all coordinates).
 # ATTN_SAFETY covers implementations that use a different but legitimate order (tiles, online softmax)
 # and exp approximations within a few ulp. The bound is computed per output row from these terms.
 U32 = 2.0 ** -24
 ATTN_SAFETY = 8.0
+ROTATED_METHODS = ("turboquant", "turboquant_rvq", "turboquant_prod", "rabitq")
 
 
-def attention_f64(q, k, v, scale):
+def causal_keep(tq: int, t: int) -> np.ndarray:
+    """(Tq, T) bool: query i (position T - Tq + i) sees tokens 0 .. T - Tq + i (spec/attention.md)."""
+    return np.arange(t)[None, :] <= (t - tq + np.arange(tq))[:, None]
+
+
+def attention_f64(q, k, v, scale, mask=None):
     """float64 softmax attention, the tolerance tier's oracle; GQA by repeating KV heads."""
     rep = q.shape[1] // k.shape[1]
     k = np.repeat(k.astype(np.float64), rep, axis=1)
     v = np.repeat(v.astype(np.float64), rep, axis=1)
     s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * float(scale)
+    if mask == "causal":
+        s = np.where(causal_keep(*s.shape[-2:]), s, -np.inf)
     s -= s.max(axis=-1, keepdims=True)
     p = np.exp(s)
     p /= p.sum(axis=-1, keepdims=True)
     return np.einsum("bhqk,bhkd->bhqd", p, v), p, k, v
 
 
-def attention_budget(q, k64, v64, p, scale):
+def attention_budget(q, k64, v64, p, scale, rotated_k=False, rotated_v=False):
     d, T = q.shape[-1], k64.shape[2]
-    absdot = np.einsum("bhqd,bhkd->bhqk", np.abs(q.astype(np.float64)), np.abs(k64)) * abs(float(scale))
+    q64 = np.abs(q.astype(np.float64)) * abs(float(scale))
+    absdot = np.einsum("bhqd,bhkd->bhqk", q64, np.abs(k64))
     logit_err = (d + 2) * U32 * absdot.max(axis=-1, keepdims=True)          # (b,h,q,1)
+    if rotated_k:
+        norms = np.linalg.norm(q64, axis=-1)[..., None] * np.linalg.norm(k64, axis=-1)[:, :, None, :]
+        logit_err = logit_err + (2 * np.log2(d) + 4) * U32 * norms.max(axis=-1, keepdims=True)
     vmax = np.abs(v64).max(axis=2, keepdims=True)                            # (b,h,1,d)
     pv = np.einsum("bhqk,bhkd->bhqd", p, np.abs(v64))
     bound = (T + 4) * U32 * pv + 2 * logit_err * vmax + (T + 4) * U32 * vmax
+    if rotated_v:
+        pnorm = np.einsum("bhqk,bhk->bhq", p, np.linalg.norm(v64, axis=-1))[..., None]
+        bound = bound + (np.log2(d) + 2) * U32 * pnorm
     return ATTN_SAFETY * bound + np.finfo(np.float32).tiny
 
 
-def check_attention(impl, ref, q, k_record, v_record, k_params, v_params, dtype, scale) -> float:
+def check_attention(impl, ref, q, k_record, v_record, k_params, v_params, dtype, scale, mask=None) -> float:
     """impl.attention within the budget of the float64 evaluation on the reference-decoded K, V.
     Returns the worst error / budget ratio."""
     k = ref.decode(k_record, k_params, dtype)
     v = ref.decode(v_record, v_params, dtype)
-    exp64, p, k64, v64 = attention_f64(q, k, v, scale)
-    got = np.asarray(impl.attention(q, k_record, v_record, k_params, v_params, dtype, scale), dtype=np.float64)
-    what = call_desc(f"{impl.name}.attention", k_params, dtype, q.shape, T=k.shape[2], scale=scale)
+    exp64, p, k64, v64 = attention_f64(q, k, v, scale, mask)
+    got = np.asarray(impl.attention(q, k_record, v_record, k_params, v_params, dtype, scale, mask),
+                     dtype=np.float64)
+    h = k.shape[1]
+    what = call_desc(f"{impl.name}.attention", k_params, dtype, q.shape, T=k.shape[2], scale=scale, mask=mask,
+                     kv_heads=h, gqa=f"query head i reads KV head i // {q.shape[1] // h}")
     if got.shape != exp64.shape:
         raise Mismatch(f"{what}: shape {got.shape} != {exp64.shape}")
-    budget = attention_budget(q, k64, v64, p, scale)
+    budget = attention_budget(q, k64, v64, p, scale, k_params.method in ROTATED_METHODS,
+                              v_params.method in ROTATED_METHODS)
     err = np.abs(got - exp64)
     ratio = err / budget
     if not np.all(np.isfinite(got)) or np.any(ratio > 1):
         i = tuple(int(j) for j in np.unravel_index(int(np.nanargmax(np.where(np.isfinite(ratio), ratio, np.inf))),
                                                     ratio.shape))
-        raise Mismatch(f"{what}: {int((~(ratio <= 1)).sum())} outputs exceed the budget; worst at {i}: "
-                       f"got {got[i]!r}, float64 {exp64[i]!r}, error {err[i]:.3e} > budget {budget[i]:.3e}")
+        raise Mismatch(f"{what}: {int((~(ratio <= 1)).sum())} outputs exceed the budget; worst at (b, query "
+                       f"head, query, coord) {i} (KV head {i[1] // (q.shape[1] // h)}): got {got[i]!r}, "
+                       f"float64 {exp64[i]!r}, error {err[i]:.3e} > budget {budget[i]:.3e}")
     return float(ratio.max())

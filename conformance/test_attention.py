@@ -1,6 +1,10 @@
-"""Tolerance tier (spec/README.md "Tiers"): softmax attention over the decoded cache against a float64
-evaluation of the same formula on the same decoded K, V. Budgets: checks.ATTN_SAFETY and
-checks.attention_budget (named terms with their reasons)."""
+"""Tolerance tier (spec/README.md "Tiers", spec/attention.md): softmax attention over the cache against a
+float64 evaluation of the same formula on the same decoded K, V. Budgets: checks.ATTN_SAFETY,
+checks.ROTATED_DOMAIN terms and checks.attention_budget (named terms with their reasons).
+
+Drawn: head dims, lengths up to 700 (several blocks / splits of an online softmax), GQA layouts (KV heads
+1-4, 1-4 query heads each), query blocks of 1-8 rows with and without the causal mask, windows, query
+scales up to sharp softmaxes."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,19 +23,23 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("method,dtype", cells, ids=[f"{m}-{dt}" for m, dt in cells])
 
 
-def _p(method, role):
+def _p(method, role, window):
     kw = dict(group_size=32) if method in ("kivi", "mlx_affine") else {}
-    return spec.Params(method, window=4, role=role, **kw).resolved()
+    return spec.Params(method, window=window, role=role, **kw).resolved()
 
 
 @given(data_=st.data())
 def test_attention(impl, ref, methods_ok, tally, method, dtype, data_, record_property):
     methods_ok(method)
-    kp, vp = _p(method, "k"), _p(method, "v")
+    window = data_.draw(st.sampled_from([0, 4, 40]), label="window")
+    kp, vp = _p(method, "k", window), _p(method, "v", window)
     record_property("bits", kp.bits)
     d = data_.draw(st.sampled_from([32, 64, 128]), label="d")
-    t = data_.draw(st.integers(1, 80), label="T")
-    h, rep, tq = data_.draw(st.sampled_from([(1, 1, 1), (2, 2, 1), (2, 1, 5)]), label="H, GQA, Tq")
+    t = data_.draw(st.one_of(st.integers(1, 80), st.integers(250, 700)), label="T")
+    h = data_.draw(st.integers(1, 4), label="KV heads")
+    rep = data_.draw(st.integers(1, 4), label="query heads per KV head")
+    tq = data_.draw(st.sampled_from([1, 1, 2, 5, 8]), label="Tq")
+    mask = data_.draw(st.sampled_from([None, "causal"]), label="mask") if tq <= t else None
     seed = data_.draw(st.integers(0, 2 ** 32 - 1), label="seed")
     rng = np.random.default_rng(seed)
     k = data.make_x(rng, (1, h, t, d), dtype, "normal")
@@ -39,4 +47,30 @@ def test_attention(impl, ref, methods_ok, tally, method, dtype, data_, record_pr
     q = (rng.standard_normal((1, h * rep, tq, d)) * data_.draw(st.sampled_from([0.5, 1.0, 4.0]))).astype(np.float32)
     scale = float(np.float32(1.0 / np.sqrt(d)))
     tally.case()
-    checks.check_attention(impl, ref, q, ref.encode(k, kp, dtype), ref.encode(v, vp, dtype), kp, vp, dtype, scale)
+    checks.check_attention(impl, ref, q, ref.encode(k, kp, dtype), ref.encode(v, vp, dtype), kp, vp, dtype,
+                           scale, mask)
+
+
+@pytest.mark.parametrize("rep", [2, 3])
+def test_attention_gqa_head_mapping(impl, ref, methods_ok, rep):
+    """Second, independent check of the GQA mapping: KV heads whose values are constant and different
+    (head j's values are all j + 1) make query head i's output exactly KV head i // rep's constant, whatever
+    the softmax weights; any other mapping returns another head's constant."""
+    methods_ok("turboquant")
+    h, t, d = 3, 50, 64
+    rng = np.random.default_rng(rep)
+    kp, vp = _p("turboquant", "k", 0), _p("turboquant", "v", 0)
+    k = data.make_x(rng, (1, h, t, d), "float32", "normal")
+    v = np.broadcast_to(np.arange(1, h + 1, dtype=np.float32)[None, :, None, None], (1, h, t, d)).copy()
+    q = rng.standard_normal((1, h * rep, 2, d)).astype(np.float32)
+    got = np.asarray(impl.attention(q, ref.encode(k, kp, "float32"), ref.encode(v, vp, "float32"), kp, vp,
+                                    "float32", 0.125, None))
+    vd = ref.decode(ref.encode(v, vp, "float32"), vp, "float32")   # decoded constants (lossy, per head)
+    for i in range(h * rep):
+        want = vd[0, i // rep].mean(axis=0)
+        other = [j for j in range(h) if j != i // rep]
+        err = np.abs(got[0, i] - want).max()
+        assert err < 1e-3 * np.abs(want).max(), (
+            f"{impl.name}.attention: query head {i} (GQA {rep} query heads per KV head, {h} KV heads) should "
+            f"read KV head {i // rep}; max error {err:.3g}; closest other heads "
+            f"{[float(np.abs(got[0, i] - vd[0, j].mean(axis=0)).max()) for j in other]}")

@@ -43,6 +43,7 @@ from mlx_lm.models.cache import _BaseCache, create_attention_mask
 
 import spec
 from accelerated.attention import PackedKV
+from accelerated.kernels.faults import flags as fault_flags
 from accelerated.ops import numerics
 from accelerated.stream import Stream
 
@@ -183,9 +184,9 @@ class VeloxKVCache(_BaseCache):
         v.commit(pending_v)
         self._k, self._v = k, v
         self.offset = self._k.tokens
-        flags = mx.stack([mx.reshape(f, ()).astype(mx.bool_) for f, _ in faults]) if faults else None
+        flags = fault_flags(faults) if faults else None     # one launch on a GPU, no sync
         self._appends += 1
-        self._chunks.append(_Chunk(self._appends, flags, [m for _, m in faults], before))
+        self._chunks.append(_Chunk(self._appends, flags, [m for _, _, m in faults], before))
         if self.attention == "packed":
             return PackedKV(self._k.packed(), flags), PackedKV(self._v.packed(), flags)
         kd = self._k.dequantized().astype(keys.dtype)
@@ -366,5 +367,5 @@ def _prepare(name: str, stream: Stream, x: mx.array, faults: list | None = None)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
     if faults is not None:
-        faults[n0:] = [(f, f"{name}: {m}") for f, m in faults[n0:]]
+        faults[n0:] = [(kind, a, f"{name}: {m}") for kind, a, m in faults[n0:]]
     return pending

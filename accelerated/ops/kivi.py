@@ -38,8 +38,8 @@ def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) 
     s16 = ((big - m) / levels).astype(mx.float16)       # RNE to float16
     z16 = m.astype(mx.float16)
     if s16.size:
-        numerics.fault(mx.logical_not(mx.isfinite(s16).all() & mx.isfinite(z16).all()),
-                       "x: kivi float16 scale or zero overflows (not finite)")
+        numerics.fault_nonfinite(s16, "x: kivi float16 scale or zero overflows (not finite)")
+        numerics.fault_nonfinite(z16, "x: kivi float16 scale or zero overflows (not finite)")
     s32 = s16.astype(mx.float32)
     z32 = z16.astype(mx.float32)
     nz = s32 != zero

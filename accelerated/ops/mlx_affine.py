@@ -27,7 +27,7 @@ def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) 
     big = mx.max(w, axis=-1, keepdims=True)
     span = big - m
     if span.size:   # MLX would store scale Inf and decode NaN
-        numerics.fault(mx.isinf(span).any(), "x: mlx_affine group range (max - min) overflows binary32")
+        numerics.fault_nonfinite(span, "x: mlx_affine group range (max - min) overflows binary32")
     flip = mx.abs(m) > mx.abs(big)
     s = mx.maximum(span / levels, numerics.f32(EPS))
     s = mx.where(flip, s, -s)

@@ -106,31 +106,49 @@ def check_x(x, params: spec.Params, dtype=None) -> None:
     if any(s == 0 for s in x.shape):
         raise ValueError(f"x: empty axis in shape {tuple(x.shape)}")
     params.check_head_dim(int(x.shape[-1]))
-    fault(mx.logical_not(mx.isfinite(x).all()), "x: contains NaN or Inf")
+    fault_nonfinite(x, "x: contains NaN or Inf")
 
 
 def check_norm_finite(n: mx.array) -> None:
     """Norm methods reject tokens whose sum of squares overflows binary32 (ValueError naming x)."""
     if n.size:
-        fault(mx.isinf(n).any(), "x: norm overflows binary32")
+        fault_nonfinite(n, "x: norm overflows binary32")   # a norm is >= 0 or +Inf
 
 
 # ---- data-dependent checks: now (one host sync each) or deferred (spec/streaming.md 'Deferred rejection')
 # Shape, dtype and parameter checks always raise at once. The checks that need the data (finiteness, norm
-# overflow, KIVI's float16 overflow, mlx_affine's span overflow) go through `fault`: outside
-# `deferred_checks()` it evaluates the flag and raises (a host sync); inside, it only records the lazy flag
-# with its message, so a caller can evaluate all of them later, at a point where it synchronizes anyway.
+# overflow, KIVI's float16 overflow, mlx_affine's span overflow) go through `fault` / `fault_nonfinite`:
+# outside `deferred_checks()` they evaluate and raise (a host sync); inside, they only record a `Fault`
+# (kind, array, message), so a caller can evaluate all of them later, in one launch, at a point where it
+# synchronizes anyway (accelerated.kernels.faults.flags).
 _DEFERRED: contextvars.ContextVar[list | None] = contextvars.ContextVar("veloxquant_deferred", default=None)
+FAULT_KINDS = ("flag", "nonfinite")     # any element nonzero / any element NaN or +-Inf
 
 
 def fault(flag: mx.array, message: str) -> None:
-    """`flag` (a bool scalar, lazy) true means the input is rejected with ValueError(message)."""
+    """`flag` (lazy; any nonzero element) means the input is rejected with ValueError(message)."""
+    _record("flag", flag, message)
+
+
+def fault_nonfinite(a: mx.array, message: str) -> None:
+    """Any NaN or +-Inf in `a` means the input is rejected with ValueError(message)."""
+    _record("nonfinite", a, message)
+
+
+def fault_flag(kind: str, a: mx.array) -> mx.array:
+    """The lazy bool scalar of one recorded check (MLX ops)."""
+    if kind == "nonfinite":
+        return mx.logical_not(mx.isfinite(a).all())
+    return (a != 0).any()
+
+
+def _record(kind: str, a: mx.array, message: str) -> None:
     pending = _DEFERRED.get()
     if pending is None:
-        if flag.item():
+        if fault_flag(kind, a).item():
             raise ValueError(message)
     else:
-        pending.append((flag, message))
+        pending.append((kind, a, message))
 
 
 def deferring() -> bool:
@@ -149,13 +167,17 @@ def deferred_checks():
         _DEFERRED.reset(token)
 
 
-def first_fault(pending) -> str | None:
-    """Evaluate recorded faults (one host sync for all); the message of the first that is set, else None."""
+def fault_flags(pending) -> mx.array:
+    """The recorded checks as one lazy (n,) bool array (MLX ops: a few small ops per check)."""
+    return mx.stack([fault_flag(kind, a) for kind, a, _ in pending])
+
+
+def first_fault(pending, flags: mx.array | None = None) -> str | None:
+    """The message of the first recorded check that fails (evaluates `flags`: one host sync), else None."""
     if not pending:
         return None
-    flags = mx.stack([mx.array(f).astype(mx.bool_).reshape(()) for f, _ in pending])
-    hits = flags.tolist()
-    return next((msg for (_, msg), hit in zip(pending, hits) if hit), None)
+    hits = (fault_flags(pending) if flags is None else flags).tolist()
+    return next((msg for (_, _, msg), hit in zip(pending, hits) if hit), None)
 
 
 def rint_any(y: mx.array) -> mx.array:

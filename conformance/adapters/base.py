@@ -96,10 +96,12 @@ class Implementation:
 
     # --- tolerance tier -------------------------------------------------------------------------------
     def attention(self, q: np.ndarray, k_record: dict, v_record: dict, k_params: Params, v_params: Params,
-                  dtype: str, scale: float) -> np.ndarray:
-        """softmax(scale * q K^T) V over the decoded cache, float32 (B, Hq, Tq, d); Hq a multiple of H.
+                  dtype: str, scale: float, mask: str | None = None) -> np.ndarray:
+        """softmax(scale * q K^T + mask) V over the cache, float32 (B, Hq, Tq, d) (spec/attention.md).
 
-        `q` is float32 numpy. Optional: the default raises Unsupported."""
+        Hq is a multiple of H (query head i reads KV head i // (Hq // H)). `mask` is None (every token) or
+        "causal" (the Tq queries are the last Tq tokens: query i sees tokens 0 .. T - Tq + i). `q` is
+        float32 numpy. Optional: the default raises Unsupported."""
         raise Unsupported(f"{self.name}: attention not provided")
 
     def supports(self, method: str) -> bool:

@@ -40,6 +40,11 @@ class MlxKernelsImpl(MlxOpsImpl):
         s = self._stream_cls().from_state(arrays, meta, use_kernels=True)
         return _MxStream(s, meta.get("dtype"))
 
+    def _attend(self, q, k, v, scale, mask):
+        # what the caches run: the fused kernels wherever they take the call, the ops path otherwise
+        from accelerated.attention import PackedKV, attend
+        return attend(q, PackedKV(k), PackedKV(v), scale, mask)
+
     def _codebooks(self):
         raise Unsupported("mlx_kernels: quantization is fused into the kernels (no separate codebook op); "
                           "the codebook probes of accelerated.ops run under --impl mlx_ops")

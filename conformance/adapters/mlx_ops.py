@@ -116,12 +116,24 @@ class MlxOpsImpl(Implementation):
     def dequantize(self, idx, codebook, d):
         return _mx.to_np(self._codebooks().dequantize(_mx.to_mx(idx), self._table(codebook, d)[0]))
 
-    def attention(self, q, k_record, v_record, k_params, v_params, dtype, scale):
-        # What an mlx-lm model does with the dequantized cache: the fused SDPA, here in float32.
+    def attention(self, q, k_record, v_record, k_params, v_params, dtype, scale, mask=None):
+        # Attention over the packed records, as the caches run it (spec/attention.md): the MLX ops path
+        # here; mlx_kernels takes the fused kernels where they apply.
         import mlx.core as mx
-        ops = self._ops()
-        k = ops.decode(_mx.record_to_mx(k_record, dtype), k_params)
-        v = ops.decode(_mx.record_to_mx(v_record, dtype), v_params)
-        out = mx.fast.scaled_dot_product_attention(mx.array(q.astype(np.float32)), k, v, scale=float(scale))
+        k = self._packed(k_record, k_params, dtype)
+        v = self._packed(v_record, v_params, dtype)
+        out = self._attend(mx.array(q.astype(np.float32)), k, v, float(scale), mask)
         return _mx.to_np(out)
+
+    def _attend(self, q, k, v, scale, mask):
+        from accelerated.ops.attention import attention
+        return attention(q, k, v, scale, mask)
+
+    def _packed(self, rec, params, dtype):
+        from accelerated.ops.attention import PackedRecord
+        r = _mx.record_to_mx(rec, dtype)
+        win = r.pop("window")
+        q = r["codes" if "codes" in r else "codes1"].shape[2]    # codes are per token for every method
+        method = self._ops().method_module(params.method)
+        return PackedRecord(params.resolved(), r, win, q, method.decode_tokens)
 

@@ -79,7 +79,7 @@ class ReferenceImpl(Implementation):
         from reference import codebooks as rc
         return np.asarray(rc.dequantize(idx, self._table(codebook, d)[0]))
 
-    def attention(self, q, k_record, v_record, k_params, v_params, dtype, scale):
+    def attention(self, q, k_record, v_record, k_params, v_params, dtype, scale, mask=None):
         # The reference's own float32 evaluation: decode, then plain numpy float32 attention.
         k = self.decode(k_record, k_params, dtype)
         v = self.decode(v_record, v_params, dtype)
@@ -87,6 +87,9 @@ class ReferenceImpl(Implementation):
         k = np.repeat(k, rep, axis=1)
         v = np.repeat(v, rep, axis=1)
         s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float32), k) * np.float32(scale)
+        if mask == "causal":
+            tq, t = s.shape[-2:]
+            s = np.where(np.arange(t)[None] <= (t - tq + np.arange(tq))[:, None], s, -np.inf)
         s = s - s.max(axis=-1, keepdims=True)
         p = np.exp(s)
         p = p / p.sum(axis=-1, keepdims=True)
