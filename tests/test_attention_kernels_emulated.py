@@ -52,8 +52,8 @@ HEADER = r"""
 #include <cstring>
 #include <thread>
 #include <vector>
-using std::min;
-using std::max;
+static inline float vq_max(float a, float b) { return std::fmax(a, b); }
+static inline int vq_min(int a, int b) { return a < b ? a : b; }
 #define DEVICE
 #define NEG_INF (-INFINITY)
 using Arr = std::array<int64_t, 10>;

@@ -13,6 +13,7 @@ SUBCOMMANDS = {
     "codebooks": ("tools.codebooks_cmd", "regenerate or check spec/codebooks.toml"),
     "conformance": ("tools.conformance", "run the conformance suite and print/write a report"),
     "bench": ("tools.bench", "benchmarks (speed), results into docs/benchmarks.md + JSON"),
+    "bench-decode": ("tools.bench_decode", "decode-step benchmark: per-layer step and generation, every cache"),
     "quality": ("tools.quality", "KL divergence of next-token logits per method and bits"),
 }
 

@@ -79,8 +79,8 @@ PARTIAL_BODY = """
   int t1 = R;
   if (!is_win) {
     const int chunk = (Q + S - 1) / S;
-    t0 = min(Q, s * chunk);
-    t1 = min(Q, t0 + chunk);
+    t0 = vq_min(Q, s * chunk);
+    t1 = vq_min(Q, t0 + chunk);
   }
 
   // 1. the group's query rows, scaled (log2 domain), rotated into the keys' domain (encoded splits)
@@ -360,7 +360,7 @@ PARTIAL_BODY = """
     for (int r = 0; r < QB; ++r) {
       const float mo = SHFL_XOR(m[r], off);
       const float lo = SHFL_XOR(l[r], off);
-      const float mx = max(m[r], mo);
+      const float mx = vq_max(m[r], mo);
       const float a = (m[r] == NEG_INF) ? 0.0f : vq_exp2(m[r] - mx);
       const float bo = (mo == NEG_INF) ? 0.0f : vq_exp2(mo - mx);
       l[r] = l[r] * a + lo * bo;
@@ -388,7 +388,7 @@ PARTIAL_BODY = """
       bo[r] = 0.0f;
       if (w > 0 && warp == w) {
         const float mo = sml[2 * r];
-        const float mx = max(m[r], mo);
+        const float mx = vq_max(m[r], mo);
         a[r] = (m[r] == NEG_INF) ? 0.0f : vq_exp2(m[r] - mx);
         bo[r] = (mo == NEG_INF) ? 0.0f : vq_exp2(mo - mx);
         l[r] = l[r] * a[r] + sml[2 * r + 1] * bo[r];
@@ -451,7 +451,7 @@ COMBINE_BODY = """
   const int64_t row0 = (((int64_t)b * hkv + h) * nq + r) * (S + 1);
   float me = NEG_INF;
   for (int s = 0; s < S; ++s) {
-    me = max(me, o_ml[(row0 + s) * 2]);
+    me = vq_max(me, o_ml[(row0 + s) * 2]);
   }
   float le = 0.0f;
   float y = 0.0f;
@@ -494,7 +494,7 @@ COMBINE_BODY = """
   const float mw = o_ml[(row0 + S) * 2];
   const float lw = o_ml[(row0 + S) * 2 + 1];
   const float yw = o_acc[(row0 + S) * VPARTS * D + c];
-  const float mt = max(me, mw);
+  const float mt = vq_max(me, mw);
   const float we = (me == NEG_INF) ? 0.0f : vq_exp2(me - mt);
   const float ww = (mw == NEG_INF) ? 0.0f : vq_exp2(mw - mt);
   const float o = (y * we + yw * ww) / (le * we + lw * ww);
@@ -521,6 +521,8 @@ CUDA_PRELUDE = """
 CUDA_HEADER = """
 #define DEVICE
 #define NEG_INF (-__int_as_float(0x7f800000))
+__device__ inline float vq_max(float a, float b) { return fmaxf(a, b); }
+__device__ inline int vq_min(int a, int b) { return a < b ? a : b; }
 __device__ inline float vq_exp2(float x) { return exp2f(x); }
 __device__ inline float vq_round_to(float, float x) { return x; }
 __device__ inline float vq_round_to(__half, float x) { return __half2float(__float2half_rn(x)); }
@@ -541,9 +543,10 @@ METAL_PRELUDE = """
 """
 METAL_HEADER = """
 #define DEVICE device
-using metal::min;
-using metal::max;
-using metal::exp2;
+#define NEG_INF (-INFINITY)
+inline float vq_exp2(float x) { return metal::exp2(x); }
+inline float vq_max(float a, float b) { return metal::fmax(a, b); }
+inline int vq_min(int a, int b) { return a < b ? a : b; }
 inline float vq_round_to(float, float x) { return x; }
 inline float vq_round_to(half, float x) { return static_cast<float>(static_cast<half>(x)); }
 inline float vq_round_to(bfloat, float x) { return static_cast<float>(static_cast<bfloat>(x)); }

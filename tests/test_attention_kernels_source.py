@@ -1,0 +1,96 @@
+"""accelerated.kernels.attention_source and faults on the CPU: CUDA and Metal share each body behind a
+macro-only prelude, and (where nvcc is installed) every kernel compiles for sm_90 as mx.fast.cuda_kernel
+would wrap it, for each method pair, head-dim class and dtype, with no register spills in the common
+configuration (d = 128, four query rows per KV head)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from accelerated.kernels import attention_source as src
+from accelerated.kernels import faults
+
+MACROS = ("TID", "BLOCK_X", "BLOCK_Y", "BLOCK_Z", "NBLOCK_X", "NBLOCK_Y", "NBLOCK_Z", "SHARED", "BARRIER",
+          "SHFL_XOR")
+
+
+@pytest.mark.parametrize("kind", ["partial", "combine"])
+def test_cuda_and_metal_share_the_body(kind):
+    body = src.BODIES[kind]
+    for backend in ("cuda", "metal"):
+        header, text = src.assemble(kind, backend)
+        assert text.endswith(body) and text.count(body) == 1
+        prelude = text[: -len(body)]
+        assert all(not ln.strip() or ln.startswith("#define ") for ln in prelude.splitlines())
+        for m in MACROS:
+            assert re.search(rf"^#define {m}\b", prelude, re.M), (backend, m)
+        for helper in ("vq_exp2", "vq_max", "vq_min", "vq_round_to", "vq_code", "NEG_INF", "DEVICE"):
+            assert helper in header, (backend, helper)
+
+
+def _param(name, ctype, source):
+    s = f"    const {ctype}* {name},\n"
+    if f"{name}_shape" in source:
+        s += f"    const __grid_constant__ Shape {name}_shape,\n"
+    if f"{name}_strides" in source:
+        s += f"    const __grid_constant__ Strides {name}_strides,\n"
+    return s
+
+
+def _kernel(name, header_src, ins, outs, types, consts):
+    """Like mlx/backend/cuda/custom_kernel.cpp build_kernel: signature, constants, then the source."""
+    text = f"__global__ void {name}(\n"
+    text += "".join(_param(n, types.get(n, "float"), header_src) for n in ins)
+    text += ",\n".join(f"    {types.get(n, 'float')}* {n}" for n in outs) + ") {\n"
+    for k, v in consts:
+        text += f"  using {k} = {v};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n"
+    return text + header_src + "\n}\n"
+
+
+PAIRS = [(0, 0, 4, 1, 4, 1), (1, 1, 2, 2, 3, 2), (3, 3, 3, 1, 2, 1), (2, 2, 1, 1, 1, 1), (4, 4, 2, 1, 5, 1),
+         (5, 5, 4, 1, 8, 1), (0, 4, 3, 1, 2, 1)]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_sources_compile(tmp_path):
+    header, partial = src.assemble("partial", "cuda")
+    _, combine = src.assemble("combine", "cuda")
+    body, names = "", []
+    for i, (mk, mv, kb1, kb2, vb1, vb2) in enumerate(PAIRS):
+        for d, qb, dt in [(128, 4, "__half"), (64, 2, "__nv_bfloat16"), (1024, 1, "float"), (16, 4, "__half")]:
+            p = min(32, d // 8)
+            g = lambda m: "__half" if m == 4 else dt   # noqa: E731  kivi: float16 scale/zero
+            types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", kgs=g(mk),
+                         kgz=g(mk), vgs=g(mv), vgz=g(mv), kw=dt, vw=dt, flags="uint32_t")
+            name = f"partial_{i}_{d}"
+            names.append(name)
+            body += _kernel(name, partial, src.PARTIAL_INPUTS, src.PARTIAL_OUTPUTS, types,
+                            [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2),
+                             ("D", d), ("QB", qb), ("NT", 128), ("P", p), ("KG", 32), ("VG", 32), ("CAUSAL", 1),
+                             ("HASWIN", 1)])
+            body += _kernel(f"combine_{i}_{d}", combine, src.COMBINE_INPUTS, src.COMBINE_OUTPUTS,
+                            dict(q=dt, out=dt), [("MV", mv), ("D", d), ("OT", dt)])
+    sig = (("nonfinite", 4), ("nonfinite", 3), ("flag", 1))
+    fsrc = faults.PRELUDES["cuda"] + faults.body(sig)
+    body += _kernel("faults", fsrc, ["a0", "a1", "a2"], ["out"],
+                    dict(a0="__half", a1="float", a2="uint32_t", out="uint32_t"), [])
+    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
+            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
+            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header
+            + "namespace mlx::core::cu {\n" + body + "}\n")
+    cu = tmp_path / "attention.cu"
+    cu.write_text(text)
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o",
+                        str(tmp_path / "attention.cubin")], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    stats = {}
+    for entry in r.stderr.split("Compiling entry function '")[1:]:
+        m = re.search(r"(partial_\d+_\d+)", entry.split("'")[0])
+        spill = re.search(r"(\d+) bytes spill stores", entry)
+        if m and spill:
+            stats[m.group(1)] = int(spill.group(1))
+    assert set(stats) == set(names), sorted(set(names) - set(stats))
+    assert stats["partial_0_128"] == 0, stats    # turboquant b4 keys and values, d = 128: no spills

@@ -1,0 +1,348 @@
+"""Decode-step benchmark (a benchmark, not a test): what one generated token costs per layer with each
+cache, as mlx-lm runs it, side by side in one process.
+
+`layer` suite: L layers (default 8) per evaluation, each a cache prefilled to the context length; one step
+appends one token to every layer's cache (update_and_fetch) and attends with mlx-lm's
+base.scaled_dot_product_attention (so packed caches go through the hooked dispatch, exactly as in a
+model); each layer's output is the next layer's query, so the layers run in sequence as in a model. Arms:
+mlx-lm's KVCache (fp16, mx.fast.scaled_dot_product_attention), mlx-lm's QuantizedKVCache (q4, q8) and ours.
+Arms are interleaved step by step over a rotating pool of inputs; medians per arm. Also per arm: the bytes
+the step must read per layer (the cache as stored), the fraction of the measured copy bandwidth that makes,
+the resident cache bytes and the step's transient peak memory, and which attention path ran.
+
+`e2e` suite: mlx_lm.generate.generate_step with a random model shaped like Llama-3-8B (few layers),
+prompt of the context length, tokens/s of the generated tokens, fp16 cache vs ours.
+
+    python3 -m tools.cli bench-decode --device gpu --contexts 4096 32768 131072 --json out.json
+    python3 -m tools.cli bench-decode --from-json docs/bench/*-decode*.json --markdown docs/benchmarks-decode.md
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import shlex
+import statistics
+import sys
+import time
+
+from ._env import utc_now_iso, versions
+
+B, HQ, HKV, D = 1, 32, 8, 128            # Llama-3-8B attention shape
+POOL = 10
+OURS = {   # arm name -> make_prompt_cache-style settings (about 4 bits per coordinate where the method allows)
+    "turboquant b4": dict(method="turboquant", bits=4),
+    "turboquant_rvq 2+2": dict(method="turboquant_rvq", bits=2, bits2=2),
+    "turboquant_prod b4": dict(method="turboquant_prod", bits=4),
+    "kivi b4 (window 128)": dict(method="kivi", bits=4, group_size=32),
+    "rabitq": dict(method="rabitq", bits=1),
+    "mlx_affine b4": dict(method="mlx_affine", bits=4, group_size=64),
+}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--device", choices=["cpu", "gpu"], default=None)
+    p.add_argument("--suites", nargs="+", choices=["layer", "e2e"], default=["layer"])
+    p.add_argument("--contexts", nargs="+", type=int, default=[4096, 32768, 131072])
+    p.add_argument("--layers", type=int, default=8, help="layers per evaluation (layer suite)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per arm (layer suite)")
+    p.add_argument("--arms", nargs="+", default=None, help="subset of arm names (default: all)")
+    p.add_argument("--e2e-contexts", nargs="+", type=int, default=[8192, 32768, 131072])
+    p.add_argument("--e2e-layers", type=int, default=4)
+    p.add_argument("--e2e-tokens", type=int, default=48)
+    p.add_argument("--json", type=pathlib.Path, default=None)
+    p.add_argument("--from-json", type=pathlib.Path, nargs="+", default=None, metavar="JSON")
+    p.add_argument("--markdown", type=pathlib.Path, default=None)
+
+
+# ---- arms ----------------------------------------------------------------------------------------------------
+def _arm_names(selected) -> list[str]:
+    names = ["fp16 KVCache", "mlx q4 QuantizedKVCache", "mlx q8 QuantizedKVCache", *OURS]
+    return [n for n in names if selected is None or n in selected]
+
+
+def _make(name: str, layers: int):
+    import mlx_lm.models.cache as lm
+
+    import accelerated.cache as vc
+    if name == "fp16 KVCache":
+        return [lm.KVCache() for _ in range(layers)]
+    if name.startswith("mlx q"):
+        bits = int(name[5])
+        return [lm.QuantizedKVCache(group_size=64, bits=bits) for _ in range(layers)]
+    kw = dict(OURS[name])
+    method = kw.pop("method")
+    caches = [vc.VeloxKVCache(method=method, layer=i, seed=1, **kw) for i in range(layers)]
+    vc.CacheGroup(caches)
+    return caches
+
+
+def _prefill(caches, t: int, log) -> None:
+    import mlx.core as mx
+    chunk = 4096
+    done = 0
+    while done < t:
+        n = min(chunk, t - done)
+        for i, c in enumerate(caches):
+            k = mx.random.normal((B, HKV, n, D), key=mx.random.key(done + i)).astype(mx.float16)
+            v = mx.random.normal((B, HKV, n, D), key=mx.random.key(done + i + 7919)).astype(mx.float16)
+            c.update_and_fetch(k, v)
+        mx.eval([c.state for c in caches])
+        done += n
+    for c in caches:
+        if hasattr(c, "check"):
+            c.check()
+
+
+def _step(caches, q, k, v):
+    """One decode step through every layer: append a token, attend, feed the output on as the next query."""
+    from mlx_lm.models import base
+    x = q
+    for c in caches:
+        kk, vv = c.update_and_fetch(k, v)
+        x = base.scaled_dot_product_attention(x, kk, vv, cache=c, scale=D ** -0.5, mask=None)
+    return x
+
+
+def _nbytes(caches) -> int:
+    return int(sum(c.nbytes for c in caches))
+
+
+def copy_bandwidth(log) -> float:
+    """Bytes/s of a 1 GiB float16 copy (read + write), median of 10: the ceiling the steps are read against."""
+    import mlx.core as mx
+    x = mx.random.normal((1 << 29,)).astype(mx.float16)
+    mx.eval(x)
+    ts = []
+    for _ in range(12):
+        t0 = time.perf_counter()
+        y = x * 1
+        mx.eval(y)
+        ts.append(time.perf_counter() - t0)
+        del y
+    bw = 2 * x.nbytes / statistics.median(ts[2:])
+    log(f"copy ceiling: {bw / 1e9:.0f} GB/s (1 GiB float16, read + write)")
+    return bw
+
+
+def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list[dict]:
+    import mlx.core as mx
+
+    import accelerated.attention as attention
+    rows = []
+    for t in contexts:
+        log(f"context {t}: prefilling {len(arms)} arms x {layers} layers")
+        state = {}
+        for name in arms:
+            t0 = time.perf_counter()
+            try:
+                caches = _make(name, layers)
+                _prefill(caches, t, log)
+                state[name] = caches
+                log(f"  {name}: {_nbytes(caches) / layers / 1e6:.1f} MB per layer, {time.perf_counter() - t0:.1f} s")
+            except Exception as e:            # e.g. a backend without a kernel for this shape
+                rows.append({"context": t, "arm": name, "error": f"{type(e).__name__}: {e}"})
+                log(f"  {name}: prefill failed: {type(e).__name__}: {e}")
+        pool = [(mx.random.normal((B, HQ, 1, D), key=mx.random.key(100 + i)).astype(mx.float16),
+                 mx.random.normal((B, HKV, 1, D), key=mx.random.key(200 + i)).astype(mx.float16),
+                 mx.random.normal((B, HKV, 1, D), key=mx.random.key(300 + i)).astype(mx.float16))
+                for i in range(POOL)]
+        mx.eval(pool)
+        times = {n: [] for n in state}
+        paths = {n: {} for n in state}
+        errors = {}
+        real_path = attention.path
+        for it in range(steps + 3):
+            order = list(state)
+            order = order[it % len(order):] + order[: it % len(order)]
+            for name in order:
+                if name in errors:
+                    continue
+                q, k, v = pool[(it + len(times[name])) % POOL]
+                seen = paths[name]
+
+                def spy(*a, _seen=seen, **kw):
+                    p = real_path(*a, **kw)
+                    _seen[p] = _seen.get(p, 0) + 1
+                    return p
+                attention.path = spy
+                try:
+                    t0 = time.perf_counter()
+                    mx.eval(_step(state[name], q, k, v))
+                    dt = time.perf_counter() - t0
+                except Exception as e:
+                    errors[name] = f"{type(e).__name__}: {e}"
+                    log(f"  {name}: step failed: {errors[name]}")
+                    continue
+                finally:
+                    attention.path = real_path
+                if it >= 3:
+                    times[name].append(dt)
+        for name in state:
+            if name in errors:
+                rows.append({"context": t, "arm": name, "error": errors[name]})
+                continue
+            # memory of one more step: resident cache + the step's transient peak
+            caches = state[name]
+            q, k, v = pool[0]
+            mx.synchronize()
+            before = mx.get_active_memory()
+            mx.reset_peak_memory()
+            mx.eval(_step(caches, q, k, v))
+            transient = mx.get_peak_memory() - before
+            ts = sorted(times[name])
+            med = statistics.median(ts)
+            rows.append({"context": t, "arm": name, "layers": layers, "steps": len(ts),
+                         "step_s": med, "layer_s": med / layers,
+                         "layer_s_iqr": (ts[3 * len(ts) // 4] - ts[len(ts) // 4]) / layers,
+                         "bytes_per_layer": _nbytes(caches) / layers,
+                         "transient_peak_bytes": int(transient), "paths": paths[name]})
+        base = next((r for r in rows if r["context"] == t and r["arm"] == "fp16 KVCache" and "layer_s" in r), None)
+        for r in rows:
+            if r["context"] == t and "layer_s" in r and base:
+                r["vs_fp16"] = r["layer_s"] / base["layer_s"]
+                log(f"  {r['arm']:<26} {r['layer_s'] * 1e6:8.1f} us/layer  x{r['vs_fp16']:.2f} of fp16  "
+                    f"{r['bytes_per_layer'] / 1e6:7.1f} MB/layer  paths {r['paths']}")
+        del state
+        mx.clear_cache()
+    return rows
+
+
+def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log) -> list[dict]:
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+    from mlx_lm.models import llama
+
+    import accelerated.cache as vc
+    mx.random.seed(0)
+    args = llama.ModelArgs(model_type="llama", hidden_size=4096, num_hidden_layers=n_layers,
+                           intermediate_size=14336, num_attention_heads=HQ, num_key_value_heads=HKV,
+                           head_dim=D, rms_norm_eps=1e-5, vocab_size=128256, rope_theta=500000.0,
+                           tie_word_embeddings=False)
+    model = llama.Model(args)
+    model.set_dtype(mx.float16)
+    mx.eval(model.parameters())
+    rows = []
+    for t in contexts:
+        prompt = mx.random.randint(0, args.vocab_size, (t,), key=mx.random.key(t))
+        for name in arms:
+            if name.startswith("mlx q"):
+                continue
+            if name == "fp16 KVCache":
+                caches = None
+            else:
+                kw = dict(OURS[name])
+                caches = vc.make_prompt_cache(model, seed=1, **kw)
+            t0 = time.perf_counter()
+            stamps = []
+            try:
+                for _tok, _lp in generate_step(prompt, model, max_tokens=n_tokens, prompt_cache=caches):
+                    stamps.append(time.perf_counter())
+            except Exception as e:
+                rows.append({"context": t, "arm": name, "error": f"{type(e).__name__}: {e}"})
+                log(f"  e2e {t} {name}: failed: {type(e).__name__}: {e}")
+                continue
+            gen = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+            rows.append({"context": t, "arm": name, "layers": n_layers, "tokens": len(stamps),
+                         "prefill_s": stamps[0] - t0, "tokens_per_s": gen})
+            log(f"  e2e context {t} {name:<24} prefill {stamps[0] - t0:6.2f} s, generation {gen:7.1f} tok/s")
+            del caches
+            mx.clear_cache()
+        base = next((r for r in rows if r["context"] == t and r["arm"] == "fp16 KVCache" and "tokens_per_s" in r), None)
+        for r in rows:
+            if r["context"] == t and base and "tokens_per_s" in r:
+                r["vs_fp16"] = r["tokens_per_s"] / base["tokens_per_s"]
+    return rows
+
+
+# ---- report ----------------------------------------------------------------------------------------------------
+def _us(s: float) -> str:
+    return f"{s * 1e6:.1f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms"
+
+
+def render(res: dict, name: str) -> list[str]:
+    dev = res["device"]
+    v = res["versions"]
+    lines = [f"## Decode step: {dev['name']} ({dev['type']}), {res['date']}", "",
+             f"- Versions: mlx {v.get('mlx')}, mlx-lm {v.get('mlx-lm')}, spec {v.get('spec')}, git {v.get('git')}",
+             f"- Command: `{res['command']}`",
+             f"- Raw data: `{name}`; attention shape B={B}, {HQ} query heads, {HKV} KV heads, d={D}, float16",
+             f"- Copy ceiling measured in the same run: {res['copy_bytes_per_s'] / 1e9:.0f} GB/s "
+             "(1 GiB float16 copy, read + write)", ""]
+    layer = [r for r in res["layer"] if "layer_s" in r or "error" in r]
+    if layer:
+        lines += [f"Per-layer decode step (append one token + attention; {layer[0].get('layers', '?')} layers per "
+                  "evaluation, median of interleaved steps). `bytes/layer` is the cache as stored, which the step "
+                  "reads; `of copy BW` is that over the step time against the copy ceiling; memory is the "
+                  "resident cache of the layer plus the step's transient peak (all layers).", "",
+                  "| context | arm | time / layer | × fp16 | IQR | bytes / layer | of copy BW | resident + transient | path |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in layer:
+            if "error" in r:
+                lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | | | | | |")
+                continue
+            frac = r["bytes_per_layer"] / r["layer_s"] / res["copy_bytes_per_s"]
+            mem = r["bytes_per_layer"] * r["layers"] + r["transient_peak_bytes"]
+            paths = ", ".join(f"{k} {n}" for k, n in sorted(r["paths"].items())) or "mlx-lm"
+            lines.append(f"| {r['context']} | {r['arm']} | {_us(r['layer_s'])} | {r.get('vs_fp16', float('nan')):.2f} | "
+                         f"{_us(r['layer_s_iqr'])} | {r['bytes_per_layer'] / 1e6:.1f} MB | {frac:.0%} | "
+                         f"{mem / 1e6:.0f} MB | {paths} |")
+        lines.append("")
+    e2e = res.get("e2e") or []
+    if e2e:
+        lines += ["End-to-end generation (mlx_lm.generate.generate_step, random Llama-3-8B-shaped model with "
+                  f"{e2e[0].get('layers', '?')} layers, greedy): tokens/s after the prompt.", "",
+                  "| context | arm | tokens/s | × fp16 | prefill |", "|---|---|---|---|---|"]
+        for r in e2e:
+            if "error" in r:
+                lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | |")
+            else:
+                lines.append(f"| {r['context']} | {r['arm']} | {r['tokens_per_s']:.1f} | "
+                             f"{r.get('vs_fp16', float('nan')):.2f} | {r['prefill_s']:.2f} s |")
+        lines.append("")
+    return lines
+
+
+def run(args) -> int:
+    if args.from_json:
+        if not args.markdown:
+            print("bench-decode: --from-json needs --markdown", file=sys.stderr)
+            return 2
+        lines = ["# Decode-step benchmarks", "",
+                 "Generated by `veloxquant bench-decode --from-json` (tools/bench_decode.py). Each section is one "
+                 "run on one device.", ""]
+        for p in args.from_json:
+            lines += render(json.loads(p.read_text()), str(p))
+        args.markdown.write_text("\n".join(lines) + "\n")
+        print(f"wrote {args.markdown}")
+        return 0
+    import mlx.core as mx
+
+    from tools.bench import device_info
+    if args.device == "gpu":
+        if not mx.is_available(mx.gpu):
+            print("bench-decode: --device gpu, but this MLX build has no GPU", file=sys.stderr)
+            return 2
+        mx.set_default_device(mx.gpu)
+    elif args.device == "cpu":
+        mx.set_default_device(mx.cpu)
+    log = lambda *a: print(*a, flush=True)   # noqa: E731
+    arms = _arm_names(args.arms)
+    res = {"command": " ".join(["veloxquant", "bench-decode", *map(shlex.quote, sys.argv[2:])]),
+           "date": utc_now_iso(), "device": device_info(), "versions": versions(),
+           "layer": [], "e2e": []}
+    res["device"]["type"] = "gpu" if mx.default_device().type == mx.DeviceType.gpu else "cpu"
+    res["copy_bytes_per_s"] = copy_bandwidth(log)
+    t0 = time.perf_counter()
+    if "layer" in args.suites:
+        res["layer"] = layer_suite(args.contexts, args.layers, args.steps, arms, log)
+    if "e2e" in args.suites:
+        res["e2e"] = e2e_suite(args.e2e_contexts, args.e2e_layers, args.e2e_tokens, arms, log)
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(res, indent=1) + "\n")
+        log(f"wrote {args.json}")
+    if args.markdown:
+        args.markdown.write_text("\n".join(render(res, str(args.json))) + "\n")
+        log(f"wrote {args.markdown}")
+    return 0
