@@ -195,6 +195,18 @@ def _apply(s: mx.array, keep) -> mx.array:
     return s + keep.astype(s.dtype)
 
 
+def _tail(r: PackedRecord, t0: int, decode) -> mx.array:
+    """Tokens t0..T-1 of a record decoded exactly (float32): its encoded ones from t0 on, then the window."""
+    win = numerics.upcast(r.window)
+    if t0 >= r.encoded:
+        return win
+    g0 = t0
+    if r.params.method == "kivi" and r.params.role == "k":
+        g0 = t0 // r.params.group_size * r.params.group_size
+    dec = decode(r.block(g0, r.encoded), r.params, win.shape[-1])[:, :, t0 - g0:]
+    return mx.concatenate([dec, win], axis=2)
+
+
 def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
               decode_k=None, decode_v=None, block: int = BLOCK) -> mx.array:
     """softmax(scale * q K^T + mask) V over two packed records; queries (B, Hq, L, d), Hq = rep * H.
@@ -212,10 +224,11 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
     decode_v = decode_v or v.decode_tokens or ops.method_module(vp.method).decode_tokens
     q32 = (queries.astype(mx.float32) * scale).reshape(b, hkv, rep * l, d)
     keep = _mask_rows(mask, b, hkv, rep, l, t)
-    q_enc = k.encoded
     step = block
+    q_enc = min(k.encoded, v.encoded)      # tokens encoded in both records
     if kp.method == "kivi" and kp.role == "k":
         step = max(kp.group_size, block // kp.group_size * kp.group_size)
+        q_enc = q_enc // kp.group_size * kp.group_size
     enc, win = _Online(), _Online()
     if q_enc:
         qs = key_queries(q32, kp, d)
@@ -225,9 +238,10 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
             s = _apply(s, keep(t0, t1) if keep else None)
             enc.add(s, value_parts(v.block(t0, t1), vp, d, decode_v))
     if t > q_enc:
-        kw = numerics.upcast(k.window)
+        # the window, and tokens encoded in one record only (different windows or KIVI groups): exact
+        kw, vw = _tail(k, q_enc, decode_k), _tail(v, q_enc, decode_v)
         s = _apply(q32 @ kw.swapaxes(-1, -2), keep(q_enc, t) if keep else None)
-        win.add(s, [numerics.upcast(v.window)])
+        win.add(s, [vw])
     if enc.m is None:
         out = win.acc[0] / win.l
     else:
