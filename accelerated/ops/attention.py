@@ -12,6 +12,7 @@ domain, then rotated back once per query row (spec/attention.md, 'Rotated domain
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import mlx.core as mx
 
@@ -74,32 +75,54 @@ def _signs(p: spec.Params, h: int, d: int, purpose: int = prng.PURPOSE_ROTATION)
     return prng.head_signs(p, h, d, purpose)
 
 
-def _bits_signs(words: mx.array, d: int) -> mx.array:
-    """+1 / -1 (float32) from 1-bit codes (1 = negative)."""
-    q = packing.unpack(words, 1, d)
-    return mx.where(q == 1, numerics.f32(-1.0), numerics.f32(1.0))
+@functools.lru_cache(maxsize=None)
+def _byte_lut(kind: str, bits: int, d: int, stage1_bits: int = 0) -> mx.array:
+    """(256, 8 / bits) float32: the table values of the codes packed in each possible byte (LSB first,
+    spec/packing.md), so one gather of the record's bytes yields the looked-up row (bits in 1, 2, 4, 8)."""
+    if kind == "sign":
+        table = mx.array([1.0, -1.0], dtype=mx.float32)          # 1 = negative
+    elif kind == "gaussian":
+        table = codebooks.gaussian(bits, d)[0]
+    else:                                                         # turboquant_rvq stage 2 after stage1_bits
+        table = codebooks.residual(stage1_bits, bits, d)[0]
+    per = 8 // bits
+    byte = mx.arange(256, dtype=mx.uint32)[:, None]
+    idx = (byte >> (mx.arange(per, dtype=mx.uint32)[None, :] * bits)) & ((1 << bits) - 1)
+    lut = mx.take(table, idx)
+    mx.eval(lut)
+    return lut
 
 
-def _rotated_values(f: dict, p: spec.Params, d: int) -> list[mx.array]:
-    """The rotated-domain value(s) y^ of a block, before the inverse rotation (methods/*.md, 'Decode')."""
-    n = f["norm"][..., None]
+def _lookup(words: mx.array, kind: str, bits: int, d: int, stage1_bits: int = 0) -> mx.array:
+    """Table values of every code of a packed block, float32 (..., d): one gather over the bytes where the
+    codes tile bytes, else unpack then gather (3-bit codes do not)."""
+    if bits in (1, 2, 4, 8):
+        by = words.view(mx.uint8)                                 # little-endian words: byte order = code order
+        vals = mx.take(_byte_lut(kind, bits, d, stage1_bits), by, axis=0)  # (..., bytes, 8 / bits)
+        return vals.reshape(*words.shape[:-1], -1)[..., :d]
+    table = (mx.array([1.0, -1.0], dtype=mx.float32) if kind == "sign" else
+             codebooks.gaussian(bits, d)[0] if kind == "gaussian" else codebooks.residual(stage1_bits, bits, d)[0])
+    return mx.take(table, packing.unpack(words, bits, d))
+
+
+def _rotated_values(f: dict, p: spec.Params, d: int) -> tuple[list[mx.array], list[mx.array]]:
+    """The rotated-domain values y^ of a block as (rows, per-token factors): y^ = sum_i rows_i * factors_i
+    before the inverse rotation (methods/*.md, 'Decode'); the factors multiply scores or weights, never the
+    (T, d) rows, so a block costs one gather per code stream."""
+    n = f["norm"]
     if p.method == "turboquant":
-        c, _ = codebooks.gaussian(p.bits, d)
-        return [mx.take(c, packing.unpack(f["codes"], p.bits, d)) * n]
+        return [_lookup(f["codes"], "gaussian", p.bits, d)], [n]
     if p.method == "turboquant_rvq":
-        c1, _ = codebooks.gaussian(p.bits, d)
-        c2, _ = codebooks.residual(p.bits, p.bits2, d)
-        return [(mx.take(c1, packing.unpack(f["codes1"], p.bits, d))
-                 + mx.take(c2, packing.unpack(f["codes2"], p.bits2, d))) * n]
+        return [_lookup(f["codes1"], "gaussian", p.bits, d)
+                + _lookup(f["codes2"], "residual", p.bits2, d, p.bits)], [n]
     if p.method == "turboquant_prod":
-        c, _ = codebooks.gaussian(p.bits - 1, d)
-        g = (f["rnorm"] * numerics.qjl_scale(d))[..., None] * n
-        return [mx.take(c, packing.unpack(f["codes"], p.bits - 1, d)) * n, _bits_signs(f["qjl"], d) * g]
+        g = (f["rnorm"] * numerics.qjl_scale(d)) * n
+        return [_lookup(f["codes"], "gaussian", p.bits - 1, d), _lookup(f["qjl"], "sign", 1, d)], [n, g]
     if p.method == "rabitq":
         ip = f["ip"]
         pos = ip > 0
-        g = mx.where(pos, (f["norm"] * numerics.scale(d)) / mx.where(pos, ip, 1.0), 0.0)[..., None]
-        return [_bits_signs(f["codes"], d) * g]
+        g = mx.where(pos, (n * numerics.scale(d)) / mx.where(pos, ip, 1.0), 0.0)
+        return [_lookup(f["codes"], "sign", 1, d)], [g]
     raise AssertionError(p.method)
 
 
@@ -118,14 +141,20 @@ def key_scores(qs: list[mx.array], f: dict, p: spec.Params, d: int, decode) -> m
     if not _rotated(p):
         k = decode(f, p, d)                                  # one block of exact decoded keys
         return qs[0] @ k.swapaxes(-1, -2)
-    ys = _rotated_values(f, p, d)
-    return sum(qi @ yi.swapaxes(-1, -2) for qi, yi in zip(qs, ys))
+    rows, fac = _rotated_values(f, p, d)
+    if p.method == "turboquant_prod":                        # n * (<q', C[i]> + gamma A_d <q'', s>)
+        return (qs[0] @ rows[0].swapaxes(-1, -2)) * fac[0][:, :, None, :] + \
+            (qs[1] @ rows[1].swapaxes(-1, -2)) * fac[1][:, :, None, :]
+    return (qs[0] @ rows[0].swapaxes(-1, -2)) * fac[0][:, :, None, :]
 
 
-def value_parts(f: dict, p: spec.Params, d: int, decode) -> list[mx.array]:
+def value_parts(f: dict, p: spec.Params, d: int, decode) -> list[tuple[mx.array, mx.array | None]]:
+    """[(rows (B, H, Tb, d), per-token factor (B, H, Tb) or None)]: the weights times the factor, then
+    times the rows, summed over the block, are the part's contribution."""
     if not _rotated(p):
-        return [decode(f, p, d)]
-    return _rotated_values(f, p, d)
+        return [(decode(f, p, d), None)]
+    rows, fac = _rotated_values(f, p, d)
+    return list(zip(rows, fac))
 
 
 def finish(parts: list[mx.array], p: spec.Params, d: int) -> mx.array:
@@ -153,7 +182,7 @@ class _Online:
         m_safe = mx.where(m_new == -mx.inf, 0.0, m_new)      # rows with every token masked so far
         e = mx.exp(s - m_safe)
         ls = e.sum(axis=-1, keepdims=True)
-        pv = [e @ v for v in parts]
+        pv = [(e if f is None else e * f[:, :, None, :]) @ v for v, f in parts]
         if self.m is None:
             self.l, self.acc = ls, pv
         else:
@@ -241,7 +270,7 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
         # the window, and tokens encoded in one record only (different windows or KIVI groups): exact
         kw, vw = _tail(k, q_enc, decode_k), _tail(v, q_enc, decode_v)
         s = _apply(q32 @ kw.swapaxes(-1, -2), keep(q_enc, t) if keep else None)
-        win.add(s, [vw])
+        win.add(s, [(vw, None)])
     if enc.m is None:
         out = win.acc[0] / win.l
     else:
