@@ -22,6 +22,7 @@ from accelerated.kernels import methods as kmethods
 
 emu = pytest.importorskip("test_kernels_emulated")   # the same emulation (same directory on sys.path)
 lib = emu.lib                                          # its module-scoped fixture, reused
+pytestmark = emu.pytestmark                            # skipped without g++, as that module
 
 NEW_DIMS = [20, 80, 96, 192]
 CASES = [("turboquant", dict(bits=4)), ("turboquant_rvq", dict(bits=2, bits2=3)), ("rabitq", dict()),
