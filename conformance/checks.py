@@ -89,7 +89,9 @@ def check_encode_decode(impl, ref, x, params, dtype) -> None:
 def check_golden(impl: Implementation, case) -> None:
     """One golden case (tools/golden.py GoldenCase): kind "error" must raise the named ValueError; kind
     "encode" must store the expected record; kind "stream" replays its ops (("append", n) takes the next n
-    tokens of x; ("trim", n)) and must return the expected trim counts and store the expected record;
+    tokens of x; ("trim", n); ("reject", n): that append must fail naming x, state unchanged; ("save_load", 0):
+    continue with impl.load_stream(stream.save())) and must return the expected trim counts and store the
+    expected record;
     decoding the expected record must give the expected values. All exact."""
     p = case.params
     base = dict(golden=case.id)
@@ -98,9 +100,12 @@ def check_golden(impl: Implementation, case) -> None:
         check_raises(impl.encode, (case.x, p, case.dtype), case.error.argument, what)
         return
     if case.kind == "stream":
-        s = impl.new_stream(p, case.dtype)
-        trims = golden.replay(s, case.x, case.ops)
         what = call_desc(f"{impl.name}.Stream", p, case.dtype, ops=list(case.ops), **base)
+        try:
+            s, trims = golden.replay(impl.new_stream(p, case.dtype), case.x, case.ops,
+                                     lambda st: impl.load_stream(st.save()))
+        except golden.ReplayMismatch as e:
+            raise Mismatch(f"{what}: {e}") from None
         if case.trimmed is not None and list(map(int, trims)) != [int(v) for v in np.ravel(case.trimmed)]:
             raise Mismatch(f"{what}: trim returned {trims}, expected {list(np.ravel(case.trimmed))}")
         assert_record_exact(s.record(), case.record, what)

@@ -11,8 +11,10 @@ from . import data
 
 U32 = 2 ** 32 - 1
 U64 = 2 ** 64 - 1
-# head dims: every supported one; the small ones more often (speed), the large ones still drawn
-HEAD_DIMS = st.one_of(st.sampled_from([16, 32, 64, 128]), st.sampled_from(list(spec.HEAD_DIMS)))
+# head dims: every supported one; small powers of two and the common non-powers of two (d = m * 2^k,
+# spec 1.1: 80, 96, 192 of real models; 20, 24, 28 where stage A of H is (almost) empty) more often
+HEAD_DIMS = st.one_of(st.sampled_from([16, 32, 64, 128]), st.sampled_from([20, 24, 28, 80, 96, 192]),
+                      st.sampled_from(list(spec.HEAD_DIMS)))
 
 
 def method_bits(methods) -> list[tuple[str, int]]:
@@ -35,10 +37,11 @@ def params_and_shape(draw, method: str, bits: int, max_t: int = 9):
         kw["bits2"] = draw(st.sampled_from(info["bits2"]))
     groups = 0
     if "group_sizes" in info:
-        allowed = [g for g in info["group_sizes"] if method == "kivi" and role == "k" or g <= d]
+        along_d = role in info.get("group_divides_head_dim", ())   # G must divide d (kivi values, mlx_affine)
+        allowed = [g for g in info["group_sizes"] if not along_d or d % g == 0]
         if not allowed:
-            d = max(d, min(info["group_sizes"]))
-            allowed = [g for g in info["group_sizes"] if g <= d]
+            d = draw(st.sampled_from([dd for dd in spec.HEAD_DIMS if any(dd % g == 0 for g in info["group_sizes"])]))
+            allowed = [g for g in info["group_sizes"] if d % g == 0]
         g = draw(st.sampled_from(allowed))
         kw["group_size"] = g
         if method == "kivi":

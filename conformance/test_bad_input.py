@@ -34,7 +34,8 @@ def _bad_inputs(method, dtype):
            (f"-inf", _poison(good, dtype, -np.inf), "x"),
            ("empty-T", good[:, :, :0], "x"), ("empty-B", good[:0], "x"), ("empty-d", good[..., :0], "x"),
            ("rank3", good[0], "x"), ("rank5", good[None], "x"),
-           ("head-dim-48", _x((1, 2, 3, 48), dtype), "x"), ("head-dim-8", _x((1, 2, 3, 8), dtype), "x"),
+           ("head-dim-36", _x((1, 2, 3, 36), dtype), "x"), ("head-dim-8", _x((1, 2, 3, 8), dtype), "x"),
+           ("head-dim-44", _x((1, 2, 3, 44), dtype), "x"),       # neither 36 nor 44 is m * 2^k
            ("head-dim-2048", _x((1, 1, 1, 2048), dtype), "x")]
     if dtype == "float32":
         out += [("int32", good.astype(np.int32), "x"), ("float64", good.astype(np.float64), "x")]
@@ -69,6 +70,8 @@ CELLS = [(m, dt) for m in spec.METHODS for dt in spec.DTYPES]
 def pytest_generate_tests(metafunc):
     if {"method", "dtype"} <= set(metafunc.fixturenames):
         cells = [(m, dt) for m, dt in CELLS if m in selected_methods(metafunc.config)]
+        if metafunc.function.__name__ == "test_group_must_divide_head_dim":
+            cells = [(m, dt) for m, dt in cells if "group_sizes" in spec.method_info(m)]
         metafunc.parametrize("method,dtype", cells, ids=[f"{m}-{dt}" for m, dt in cells])
 
 
@@ -101,6 +104,23 @@ def test_bad_params(impl, methods_ok, tally, method, dtype):
         tally.case()
         checks.check_raises(impl.encode, (x, p, dtype), arg,
                             checks.call_desc(f"{impl.name}.encode", p, dtype, x.shape))
+
+
+def test_group_must_divide_head_dim(impl, methods_ok, tally, method, dtype):
+    """Groups along d (kivi values, mlx_affine) need G to divide d, not only G <= d (spec 1.1); keys any d."""
+    methods_ok(method)
+    x = _x((1, 2, 16, 96), dtype)
+    bad = [("group_size", dict(group_size=64, **({"role": "v"} if method == "kivi" else {})))]  # 64 <= 96
+    x80 = _x((1, 2, 16, 80), dtype)
+    bad.append(("group_size", dict(group_size=32, **({"role": "v"} if method == "kivi" else {}))))
+    if method == "kivi":
+        tally.case()
+        impl.encode(x80, _params(method, group_size=32, role="k"), dtype)   # keys group tokens: accepted
+    for (arg, kw), xx in zip(bad, (x, x80)):
+        p = _params(method, **kw)
+        tally.case()
+        checks.check_raises(impl.encode, (xx, p, dtype), arg,
+                            checks.call_desc(f"{impl.name}.encode", p, dtype, xx.shape))
 
 
 def test_stream_state_unchanged(impl, methods_ok, tally, method, dtype):

@@ -95,6 +95,77 @@ def test_chunking_dependent_caught(reference_impl, method):
                mutants.ChunkingDependent(), ReferenceImpl())
 
 
+# ---- spec 1.1: each deviation issue 9 lists, and each head-dim bug, fails the golden cases made for it ------
+
+def _golden(pred):
+    from tools import golden
+    return [c for c in golden.iter_cases() if pred(c)]
+
+
+def _flag(flag, methods=None):
+    return lambda c: flag in c.flags and (methods is None or c.method in methods)
+
+
+def _m_n(c):
+    import spec as _spec
+    return _spec.split_head_dim(c.shape[3]) if c.kind != "error" else (1, 0)
+
+
+NORM = ("turboquant", "turboquant_rvq", "turboquant_prod", "rabitq")
+RULE_TARGETS = [  # (mutant, the golden cases made to catch it: every one of them must)
+    (mutants.KiviTrimOriginals, _flag("kivi-trim")),
+    (mutants.OneShotAfterTrim, _flag("short-window")),
+    (mutants.RejectedChunkKept, _flag("reject")),
+    (mutants.WindowCheckedOnArrival, _flag("flush-reject", NORM + ("mlx_affine",))),
+    (mutants.LoadReencodes, _flag("save-load")),
+    (mutants.HeadIndexWrap32, _flag("head-index-64", NORM)),
+    (mutants.Bits2DefaultIsDefaultBits, _flag("bits2-default")),
+    (mutants.GroupAtMostHeadDim, lambda c: "group-divides" in c.flags and c.kind == "error"
+     and c.params.group_size <= c.shape[3]),
+    (mutants.NoGroupCheck, lambda c: "group-divides" in c.flags and c.kind == "error"),
+    (mutants.ValuesBeforeGroupSize, lambda c: "precedence" in c.flags and "-group-nan-" in f"-{c.id}-"),
+    (mutants.StageBFirstTerm, _flag("stage-b-zero")),
+]
+HEAD_DIM_TARGETS = [  # (mutant, the head-dim cases it shows in: each method's set must catch it)
+    (mutants.InverseUsesH, lambda c: "head-dim" in c.flags and c.method in NORM and _m_n(c)[0] in (20, 28)),
+    (mutants.StagesSwapped, lambda c: "head-dim" in c.flags and c.method in NORM and _m_n(c)[0] > 1
+     and _m_n(c)[1] > 1),
+    (mutants.FoldHalvingFirst, lambda c: "head-dim" in c.flags and c.method in NORM and _m_n(c)[0] > 1
+     and _m_n(c)[1] > 1),
+]
+
+
+def _catches(mutant, case) -> bool:
+    try:
+        checks.check_golden(mutant, case)
+    except Mismatch:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("mutant_cls,select", RULE_TARGETS, ids=[m.name for m, _ in RULE_TARGETS])
+def test_spec11_rule_golden_catches_its_deviation(mutant_cls, select):
+    cases = _golden(select)
+    assert cases, f"no golden case pins what {mutant_cls.name} breaks"
+    control, mutant = ReferenceImpl(), mutant_cls()
+    for c in cases:
+        checks.check_golden(control, c)            # the unmodified reference passes ...
+        assert _catches(mutant, c), c.id           # ... the deviation fails
+
+
+@pytest.mark.parametrize("mutant_cls,select", HEAD_DIM_TARGETS, ids=[m.name for m, _ in HEAD_DIM_TARGETS])
+def test_spec11_head_dim_goldens_catch_head_dim_bugs(mutant_cls, select):
+    cases = _golden(select)
+    by_method = {}
+    control, mutant = ReferenceImpl(), mutant_cls()
+    for c in cases:
+        checks.check_golden(control, c)
+        by_method.setdefault(c.method, []).append(_catches(mutant, c))
+    assert set(by_method) == set(NORM)
+    for m, hits in by_method.items():
+        assert sum(hits) >= max(1, len(hits) // 2), (m, sum(hits), len(hits))
+
+
 @pytest.fixture(autouse=True)
 def _tag_mutants(record_property):
     record_property("method", "(mutants)")

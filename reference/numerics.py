@@ -58,15 +58,22 @@ def downcast(v: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def fold(v: np.ndarray) -> np.ndarray:
-    """Halving-fold sum over the last axis (power-of-two length): v[i] += v[i + n/2], one add each."""
+    """The canonical reduction tree over the last axis, length d = m * n (number-model.md):
+    1. block fold (m > 1 only): w = v[0:n], then w = w + v[k n:(k+1) n] for k = 1 .. m-1 (elementwise);
+    2. halving fold of w: w[i] += w[i + n/2], one add each, until one value is left.
+    For a power-of-two length (m = 1) step 1 does nothing: the v1.0 halving fold."""
     v = np.asarray(v, dtype=np.float32)
-    n = v.shape[-1]
-    if n & (n - 1):
-        raise ValueError(f"fold: length {n} is not a power of two")
+    try:
+        m, n = spec.split_head_dim(v.shape[-1])
+    except ValueError:
+        raise ValueError(f"fold: length {v.shape[-1]} is not m * 2^k with m in {spec.HADAMARD_RADICES}") from None
+    w = v[..., :n]
+    for k in range(1, m):
+        w = w + v[..., k * n:(k + 1) * n]
     while n > 1:
         n //= 2
-        v = v[..., :n] + v[..., n:]
-    return v[..., 0]
+        w = w[..., :n] + w[..., n:]
+    return w[..., 0]
 
 
 def norm(v: np.ndarray) -> np.ndarray:
@@ -97,8 +104,11 @@ def check_norm_finite(n: np.ndarray) -> None:
         raise ValueError("x: norm overflows binary32 (a token's sum of squares is +Inf)")
 
 
-def check_input(x, dtype) -> np.ndarray:
-    """Validate x (B, H, T, d) in `dtype`; return its exact binary32 upcast. ValueError names `x`/`dtype`."""
+def check_input(x, dtype, params: spec.Params | None = None) -> np.ndarray:
+    """Validate x (B, H, T, d) in `dtype`; return its exact binary32 upcast. ValueError names `x`/`dtype`,
+    or `group_size` when the (resolved) params' group size does not fit d. The order of the checks is
+    number-model.md's 'Which error is reported': dtype, then x's type, dtype, rank, axes and head dim, then
+    the group size against d, then x's values."""
     check_dtype(dtype)
     if not isinstance(x, np.ndarray):
         raise ValueError(f"x: must be a numpy array, got {type(x).__name__}")
@@ -111,6 +121,8 @@ def check_input(x, dtype) -> np.ndarray:
         raise ValueError(f"x: every axis must be non-empty, got shape {x.shape}")
     if x.shape[3] not in spec.HEAD_DIMS:
         raise ValueError(f"x: head dim {x.shape[3]} is not supported; expected one of {spec.HEAD_DIMS}")
+    if params is not None:
+        params.check_head_dim(x.shape[3])
     xf = upcast(x, dtype)
     if not np.isfinite(xf).all():
         raise ValueError("x: contains NaN or Inf")

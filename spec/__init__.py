@@ -36,6 +36,31 @@ def codebooks() -> dict:
 
 SPEC_VERSION: str = formats()["spec_version"]
 HEAD_DIMS: tuple[int, ...] = tuple(formats()["head_dims"])
+HADAMARD_RADICES: tuple[int, ...] = tuple(formats()["head_dim_radices"])   # m of d = m * 2^k
+
+
+def split_head_dim(d: int) -> tuple[int, int]:
+    """(m, n) with d = m * n, m in HADAMARD_RADICES, n a power of two (rotation.md). The odd part of d
+    decides m (1, 3, 5, 7 for m = 1, 12, 20, 28), so the split is unique. ValueError (naming x) otherwise."""
+    for m in HADAMARD_RADICES:
+        if d % m == 0 and d // m > 0 and (d // m) & (d // m - 1) == 0:
+            return m, d // m
+    raise ValueError(f"x: head dim {d} is not m * 2^k with m in {HADAMARD_RADICES}")
+
+
+@functools.lru_cache(maxsize=None)
+def hadamard_matrix(m: int) -> np.ndarray:
+    """H_m of formats.toml `[hadamard]` as a read-only float32 (m, m) array of +-1 (row j, column k);
+    H_1 = [[1]]."""
+    if m == 1:
+        h = np.ones((1, 1), dtype=np.float32)
+    else:
+        rows = formats()["hadamard"][str(m)]
+        h = np.array([[1.0 if c == "+" else -1.0 for c in row] for row in rows], dtype=np.float32)
+        if h.shape != (m, m) or any(len(r) != m or set(r) - {"+", "-"} for r in rows):
+            raise ValueError(f"spec: hadamard {m} is not an {m} x {m} matrix of '+'/'-'")
+    h.setflags(write=False)
+    return h
 
 
 def hexf32(s: str) -> np.float32:
@@ -125,7 +150,10 @@ class Params:
         _check_int("bits", bits, allowed=info["bits"])
         bits2 = None
         if self.method == "turboquant_rvq":
-            bits2 = bits if self.bits2 is None else self.bits2
+            if self.bits2 is None:   # formats.toml default_bits2 = "bits": equal to bits
+                bits2 = bits if info["default_bits2"] == "bits" else info["default_bits2"]
+            else:
+                bits2 = self.bits2
             _check_int("bits2", bits2, allowed=info["bits2"])
         elif self.bits2 is not None:
             raise ValueError(f"bits2: only turboquant_rvq takes bits2, not {self.method}")
@@ -149,12 +177,18 @@ class Params:
         return 0 if self.role == "k" else 1
 
     def check_head_dim(self, d: int) -> None:
+        """x's head dim d is supported (x), and the group size fits it (group_size): methods whose groups
+        run along d (formats.toml group_divides_head_dim: kivi values, mlx_affine) need G to divide d.
+        Called after the shape checks of x and before any check of x's values (number-model.md
+        'Which error is reported')."""
         if d not in HEAD_DIMS:
             raise ValueError(f"x: head dim {d} is not supported; expected one of {HEAD_DIMS}")
-        if self.method == "kivi" and self.role == "v" and self.group_size is not None and self.group_size > d:
-            raise ValueError(f"group_size: {self.group_size} exceeds head dim {d} for kivi values")
-        if self.method == "mlx_affine" and self.group_size is not None and self.group_size > d:
-            raise ValueError(f"group_size: {self.group_size} exceeds head dim {d}")
+        info = method_info(self.method)
+        g = self.group_size
+        if g is not None and self.role in info.get("group_divides_head_dim", ()) and d % g:
+            what = "exceeds" if g > d else "does not divide"
+            raise ValueError(f"group_size: {g} {what} head dim {d} ({self.method}, role {self.role!r}: "
+                             "groups run along the head dim, so G must divide d)")
 
     def encoded_tokens(self, t: int) -> int:
         """Q(T): tokens in the encoded prefix after one-shot encode of T tokens (streaming.md)."""

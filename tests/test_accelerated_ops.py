@@ -74,24 +74,71 @@ def test_zero_vector_turboquant():  # methods/turboquant.md: codes K/2-1, decode
 
 
 # -- MLX primitives the tier relies on ------------------------------------------------------------
-@pytest.mark.parametrize("d", spec.HEAD_DIMS)
-def test_builtin_hadamard_equals_ascending_butterfly_on_cpu(d):
-    """rotation.BUILTIN_VERIFIED lists CPU: this is the verification (mixed exponents in every row)."""
+def _spec_hadamard_loop(x: np.ndarray, transpose: bool = False) -> np.ndarray:
+    """rotation.md's two stages written as plain loops over numpy float32 (an independent oracle)."""
+    d = x.shape[-1]
+    m, n = spec.split_head_dim(d)
+    v = x.copy()
+    for b0 in range(0, d, n):                 # stage A on each block
+        h = 1
+        while h < n:
+            for i0 in range(b0, b0 + n, 2 * h):
+                a, b = v[:, i0:i0 + h].copy(), v[:, i0 + h:i0 + 2 * h].copy()
+                v[:, i0:i0 + h], v[:, i0 + h:i0 + 2 * h] = a + b, a - b
+            h *= 2
+    if m == 1:
+        return v
+    hm = spec.hadamard_matrix(m)
+    out = np.empty_like(v)
+    for j in range(m):                         # stage B: +0, then +- w_k left to right
+        acc = np.zeros((v.shape[0], n), np.float32)
+        for k in range(m):
+            sign = hm[k, j] if transpose else hm[j, k]
+            w = v[:, k * n:(k + 1) * n]
+            acc = acc + w if sign > 0 else acc - w
+        out[:, j * n:(j + 1) * n] = acc
+    return out
+
+
+def _hadamard_inputs(d: int) -> np.ndarray:
     rng = np.random.default_rng(d)
     x = (rng.standard_normal((64, d)) * 2.0 ** rng.integers(-40, 40, (64, d))).astype(np.float32)
+    x[0], x[1] = 0.0, -0.0                                           # signed zeros: stage B starts at +0
+    x[2] = np.where(rng.random(d) < 0.5, np.float32(0.0), np.float32(-0.0))
+    x[3] = (rng.standard_normal(d) * 2.0 ** -140).astype(np.float32)   # subnormals (no flush to zero)
+    if spec.split_head_dim(d)[1] == 1:   # n = 1: each w_k is an input; signs making every term -0
+        m = d
+        x[4] = np.where(spec.hadamard_matrix(m)[0] > 0, np.float32(-0.0), np.float32(0.0))
+    return x
+
+
+@pytest.mark.parametrize("d", spec.HEAD_DIMS)
+def test_builtin_hadamard_equals_the_spec_on_cpu(d):
+    """rotation.BUILTIN_VERIFIED lists CPU: this is the verification (mixed exponents, signed zeros,
+    subnormals), for H at every head dim; Hᵀ goes through mx.hadamard_transform only where Hᵀ = H."""
+    x = _hadamard_inputs(d)
     with mx.stream(mx.cpu):
         got = mx.hadamard_transform(mx.array(x), scale=1.0)
-        want = rotation.butterfly(mx.array(x))
+        want = rotation.explicit(mx.array(x))
+        want_t = rotation.explicit(mx.array(x), transpose=True)
     assert np.array_equal(_bits(got), _bits(want))
-    # the butterfly itself against the spec's loop in numpy float32
-    v = x.copy()
-    h = 1
-    while h < d:
-        for i0 in range(0, d, 2 * h):
-            a, b = v[:, i0:i0 + h].copy(), v[:, i0 + h:i0 + 2 * h].copy()
-            v[:, i0:i0 + h], v[:, i0 + h:i0 + 2 * h] = a + b, a - b
-        h *= 2
-    assert np.array_equal(np.array(want).view(np.uint32), v.view(np.uint32))
+    assert np.array_equal(np.array(want).view(np.uint32), _spec_hadamard_loop(x).view(np.uint32))
+    assert np.array_equal(np.array(want_t).view(np.uint32), _spec_hadamard_loop(x, True).view(np.uint32))
+    m = spec.split_head_dim(d)[0]
+    hm = spec.hadamard_matrix(m)
+    assert rotation._symmetric(m) == bool((hm == hm.T).all()) == (m in (1, 12))
+
+
+def test_hadamard_dispatch_uses_explicit_transpose_for_asymmetric_h():
+    """Hᵀ at m = 20, 28 differs from H, so the inverse never takes mx.hadamard_transform there (this
+    test fails if hadamard(transpose=True) returned H)."""
+    for d in (20, 80, 224):
+        x = _hadamard_inputs(d)[5:9]
+        with mx.stream(mx.cpu):
+            got = np.array(rotation.hadamard(mx.array(x), transpose=True))
+            fwd = np.array(rotation.hadamard(mx.array(x)))
+        assert np.array_equal(got.view(np.uint32), _spec_hadamard_loop(x, True).view(np.uint32))
+        assert not np.array_equal(got, fwd)
 
 
 def test_casts_are_rne_with_overflow_to_inf():
@@ -144,7 +191,8 @@ def _x(shape=(1, 2, 4, 16), dtype=mx.float32):
     (lambda: ops.encode(_x(dtype=mx.uint16), spec.Params("turboquant")), "x"),
     (lambda: ops.encode(mx.ones((2, 4, 16)), spec.Params("turboquant")), "x"),
     (lambda: ops.encode(_x((1, 2, 0, 16)), spec.Params("turboquant")), "x"),
-    (lambda: ops.encode(_x((1, 2, 4, 48)), spec.Params("turboquant")), "x"),
+    (lambda: ops.encode(_x((1, 2, 4, 36)), spec.Params("turboquant")), "x"),        # 36 is not m * 2^k
+    (lambda: ops.encode(_x((1, 2, 4, 2048)), spec.Params("turboquant")), "x"),      # beyond 1024
     (lambda: ops.encode(_x() * float("nan"), spec.Params("turboquant")), "x"),
     (lambda: ops.encode(_x() * float("inf"), spec.Params("kivi", window=0)), "x"),
     (lambda: ops.encode(np.ones((1, 2, 4, 16), np.float32), spec.Params("turboquant")), "x"),
@@ -159,6 +207,8 @@ def _x(shape=(1, 2, 4, 16), dtype=mx.float32):
     (lambda: ops.encode(_x(), spec.Params("turboquant_rvq", bits2=7)), "bits2"),
     (lambda: ops.encode(_x(), spec.Params("kivi", group_size=24)), "group_size"),
     (lambda: ops.encode(_x(), spec.Params("kivi", group_size=32, role="v")), "group_size"),
+    (lambda: ops.encode(_x((1, 2, 4, 80)), spec.Params("kivi", group_size=32, role="v")), "group_size"),
+    (lambda: ops.encode(_x((1, 2, 4, 96)), spec.Params("mlx_affine", group_size=64)), "group_size"),
     (lambda: ops.encode(_x(), spec.Params("turboquant", window=-1)), "window"),
     (lambda: ops.encode(_x(), spec.Params("turboquant", role="q")), "role"),
     (lambda: ops.encode(_x(), spec.Params("turboquant", seed=2**64)), "seed"),

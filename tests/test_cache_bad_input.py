@@ -85,7 +85,7 @@ def bad_chunks(dtype):
         "values rank 3": ("values", good, good[0]),
         "values t mismatch": ("values", good, good[:, :, :2]),
         "keys empty t": ("keys", good[:, :, :0], good[:, :, :0]),
-        "values head dim 48": ("values", good, good[..., :48]),
+        "values head dim 36": ("values", good, good[..., :36]),     # not m * 2^k (48 is, since spec 1.1)
         "keys head dim change": ("keys", good[..., :32], good),
         "keys heads change": ("keys", good[:, :1], good[:, :1]),
         "keys not an array": ("keys", np.zeros((1, 2, 3, 64), np.float16), good),
@@ -136,7 +136,7 @@ def test_first_chunk_rejected_leaves_cache_empty(checks):
     append_rejected(c, good, with_value(good, float("nan")), "values: x: contains NaN")
     assert c.empty() and c.offset == 0 and c.nbytes == 0
     with pytest.raises(ValueError, match="head dim"):
-        c.update_and_fetch(good[..., :24], good[..., :24])
+        c.update_and_fetch(good[..., :36], good[..., :36])      # 24 = 12 * 2 is a head dim since spec 1.1
     assert c.empty()
 
 

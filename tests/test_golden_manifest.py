@@ -46,12 +46,64 @@ def test_coverage_methods_bits_dtypes_dims():
                 want = {64, 128} | ({16} if m != "mlx_affine" else {32})
                 assert want <= dims and dims & {256, 512, 1024}, (m, b, dt, dims)
         if m == "turboquant_rvq":
-            combos = {(c["params"]["bits"], c["params"]["bits2"]) for c in mine}
+            combos = {(c["params"]["bits"], c["params"].get("bits2", c["params"]["bits"])) for c in mine}
             assert combos == {(b, b2) for b in info["bits"] for b2 in info["bits2"]}
         if m == "kivi":
             assert {c["params"]["role"] for c in mine} == {"k", "v"}
             assert {c["params"]["group_size"] for c in mine} == set(info["group_sizes"])
-        assert {c["shape"][3] for c in mine} >= set(spec.HEAD_DIMS) - ({16} if m == "mlx_affine" else set())
+        dims = set(spec.HEAD_DIMS)
+        if m == "mlx_affine":   # G in (32, 64, 128) must divide d
+            dims = {d for d in dims if d % 32 == 0}
+        assert {c["shape"][3] for c in mine} >= dims, (m, dims - {c["shape"][3] for c in mine})
+
+
+def test_new_head_dims_every_bits_and_dtype():
+    """spec 1.1: every method, every bits setting and every dtype at one of d = 80, 96, 192 (mlx_affine:
+    96, 160, 192), and every dtype at each of them at the default bits."""
+    from tools import golden_spec11 as g11
+    ok = [c for c in CASES if c["kind"] != "error" and "head-dim" in c["flags"]]
+    for m in golden.available_methods():
+        info = spec.method_info(m)
+        main = set(g11.AFFINE_DIMS if m == "mlx_affine" else g11.MAIN_DIMS)
+        mine = [c for c in ok if c["method"] == m]
+        for b in info["bits"]:
+            for dt in ("float16", "bfloat16", "float32"):
+                assert any(c["params"]["bits"] == b and c["dtype"] == dt and c["shape"][3] in main for c in mine), \
+                    (m, b, dt)
+        for d in main:
+            assert {c["dtype"] for c in mine if c["shape"][3] == d and c["params"]["bits"] == info["default_bits"]} \
+                == {"float16", "bfloat16", "float32"}, (m, d)
+        assert any(c["kind"] == "stream" for c in mine), m
+
+
+RULE_FLAGS = {  # flag -> methods that must have a case pinning it (issue 9's list of unpinned rules)
+    "kivi-trim": ("kivi",),
+    "head-index-64": spec.METHODS,
+    "short-window": spec.METHODS,
+    "reject": spec.METHODS,
+    "flush-reject": spec.METHODS,
+    "save-load": spec.METHODS,
+    "group-divides": ("kivi", "mlx_affine"),
+    "bits2-default": ("turboquant_rvq",),
+    "precedence": spec.METHODS,
+    "stage-b-zero": ("turboquant_prod",),
+}
+
+
+def test_rule_cases_present_with_comments():
+    for flag, methods in RULE_FLAGS.items():
+        for m in methods:
+            mine = [c for c in CASES if c["method"] == m and flag in c["flags"]]
+            assert mine, (flag, m)
+            for c in mine:
+                assert c["comment"].startswith("pins "), c["id"]   # which rule it pins
+    # the issue's "mlx_affine with G > d"
+    assert any(c["method"] == "mlx_affine" and "group-divides" in c["flags"] and
+               c["params"]["group_size"] > c["shape"][3] for c in CASES)
+    # ops of the new kinds appear, and a bits2-default case leaves bits2 out of its params
+    ops = {o["op"] for c in CASES for o in c.get("ops", [])}
+    assert ops == {"append", "trim", "reject", "save_load"}
+    assert all("bits2" not in c["params"] for c in CASES if "bits2-default" in c["flags"])
 
 
 def test_edge_case_flags_present():
@@ -90,8 +142,21 @@ def test_packing_vectors_unpack_to_their_codes():
 
 
 def test_codebook_vectors_are_scaled_tables():
-    for e in golden.iter_vectors("codebooks")["table"]:
+    tables = golden.iter_vectors("codebooks")["table"] + golden.iter_vectors("headdims")["table"]
+    assert {e["d"] for e in tables} == set(spec.HEAD_DIMS)
+    for e in tables:
         book = spec.gaussian(e["bits"]) if e["kind"] == "gaussian" else spec.residual(e["bits"], e["bits2"])
         s = spec.scale(e["d"])
         c = np.array([int(h, 16) for h in e["centroids"]], np.uint32).view(np.float32)
         assert np.array_equal(c, book.centroids * s), e["id"]
+
+
+def test_signed_zero_hadamard_vectors_match_the_spec_text():
+    """rotation.md: stage B starts from +0, so an output whose terms are all -0 is +0 (bits 0x00000000)."""
+    vecs = {e["id"]: e for e in golden.iter_vectors("headdims")["hadamard"]}
+    for d in (20, 28):
+        e = vecs[f"headdims-hadamard-d{d}-signed-zero"]
+        h = spec.hadamard_matrix(d)
+        x = np.array([int(v, 16) for v in e["x"]], np.uint32).view(np.float32)
+        assert np.all(x == 0) and np.array_equal(np.signbit(x), h[0] > 0)   # every term of output 0 is -0
+        assert e["h"][0] == "0x00000000"

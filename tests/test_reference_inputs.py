@@ -24,8 +24,9 @@ def test_x_rules(method):
     rejects("x", x16[0], "float32", method, **kw)                         # rank 3
     rejects("x", x16[:, :, :0], "float32", method, **kw)                  # empty axis
     rejects("x", x16.tolist(), "float32", method, **kw)                   # not an array
-    with pytest.raises(ValueError, match=r"^x: head dim"):
-        reference.encode(np.ones((1, 1, 16, 48), np.float32), spec.Params(method, **kw), "float32")
+    for d in (8, 36, 2048):                                              # not m * 2^k in [16, 1024]
+        with pytest.raises(ValueError, match=r"^x: head dim"):
+            reference.encode(np.ones((1, 1, 16, d), np.float32), spec.Params(method, **kw), "float32")
     for bad in (np.nan, np.inf, -np.inf):
         x = x16.copy(); x[0, 1, 3, 5] = bad
         rejects("x", x, "float32", method, **kw)
@@ -58,6 +59,10 @@ def test_parameter_rules():
     rejects("bits", method="mlx_affine", bits=3)
     rejects("group_size", method="mlx_affine", group_size=16)
     rejects("group_size", method="mlx_affine", group_size=32)      # G > d = 16
+    x80 = np.ones((1, 1, 16, 80), np.float32)
+    rejects("group_size", x80, method="mlx_affine", group_size=32)       # 32 does not divide 80
+    rejects("group_size", x80, method="kivi", group_size=32, role="v")   # nor for kivi values
+    reference.encode(x80, spec.Params("kivi", group_size=32, role="k"), "float32")   # keys: any d
     with pytest.raises(ValueError, match=r"^method"):
         reference.encode(GOOD, spec.Params("nope"), "float32")
 

@@ -2,15 +2,19 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
+import spec
 from reference import numerics
 
 f32 = np.float32
 
 
 def fold_by_loop(v):
-    """spec/number-model.md's pseudocode, one np.float32 add at a time."""
+    """spec/number-model.md's pseudocode, one np.float32 add at a time: block fold, then halving."""
     v = [f32(a) for a in v]
-    n = len(v)
+    m, n = spec.split_head_dim(len(v)) if len(v) >= 16 else (1, len(v))
+    for k in range(1, m):
+        for i in range(n):
+            v[i] = f32(v[i] + v[k * n + i])
     while n > 1:
         n //= 2
         for i in range(n):
@@ -24,6 +28,26 @@ def test_fold_matches_pseudocode_bitwise(log_n, seed):
     rng = np.random.default_rng(seed)
     v = (rng.standard_normal(2**log_n) * 10.0 ** rng.integers(-30, 30, 2**log_n)).astype(np.float32)
     assert numerics.fold(v).view(np.uint32) == fold_by_loop(v).view(np.uint32)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(spec.HEAD_DIMS), st.integers(0, 2**32 - 1))
+def test_fold_matches_pseudocode_bitwise_at_every_head_dim(d, seed):
+    rng = np.random.default_rng(seed)
+    v = (rng.standard_normal(d) * 10.0 ** rng.integers(-30, 30, d)).astype(np.float32)
+    assert numerics.fold(v).view(np.uint32) == fold_by_loop(v).view(np.uint32)
+
+
+def test_fold_of_m_blocks_is_left_to_right_before_halving():
+    """d = 20 = 20 * 1: the block fold alone, left to right. 1e8 + 1 (= 1e8 in binary32) ... a halving
+    tree over 20 values or a right-to-left order would keep the 1s."""
+    v = np.zeros(20, np.float32)
+    v[0], v[1], v[2], v[3] = 1e8, 1, -1e8, 1
+    assert numerics.fold(v) == f32(1)
+    # d = 24 = 12 * 2: blocks of 2 summed first (w = [1e8 - 1e8 + ..., ...]), then one halving step
+    w = np.zeros(24, np.float32)
+    w[0], w[2], w[1], w[3] = 1e8, -1e8, 1, 1
+    assert numerics.fold(w) == f32(2)     # (1e8 + -1e8) + (1 + 1)
 
 
 def test_fold_order_is_halving_not_sequential():

@@ -40,18 +40,84 @@ def sylvester(d):
     return h
 
 
+def h_matrix(d):
+    """rotation.md's H as a matrix: H_m ⊗ H_n (Sylvester H_n), index k·n + i."""
+    m, n = spec.split_head_dim(d)
+    return np.kron(spec.hadamard_matrix(m).astype(np.int64), sylvester(n))
+
+
+def test_head_dims_follow_the_rule_and_h_m_are_hadamard():
+    f = spec.formats()
+    want = sorted({m * 2**k for m in f["head_dim_radices"] for k in range(11)
+                   if f["head_dim_min"] <= m * 2**k <= f["head_dim_max"]})
+    assert list(spec.HEAD_DIMS) == want and len(want) == 25
+    for m in (12, 20, 28):
+        h = spec.hadamard_matrix(m).astype(np.int64)
+        assert np.array_equal(h @ h.T, m * np.eye(m, dtype=np.int64)), m
+    assert [bool((spec.hadamard_matrix(m) == spec.hadamard_matrix(m).T).all()) for m in (12, 20, 28)] == \
+        [True, False, False]   # so RHT_inverse must use Hᵀ at m = 20, 28
+
+
 @pytest.mark.parametrize("d", spec.HEAD_DIMS)
-def test_hadamard_is_sylvester_and_involutive_on_integers(d):
+def test_hadamard_is_kronecker_and_transpose_inverts_on_integers(d):
     rng = np.random.default_rng(d)
     x = rng.integers(-1000, 1000, size=(3, d))
     got = rotation.hadamard(x.astype(np.float32))
-    assert np.array_equal(got, (x @ sylvester(d).T).astype(np.float32))  # exact: small integers
-    assert np.array_equal(rotation.hadamard(got), (d * x).astype(np.float32))  # H H = d I
+    assert np.array_equal(got, (x @ h_matrix(d).T).astype(np.float32))  # exact: small integers
+    got_t = rotation.hadamard(x.astype(np.float32), transpose=True)
+    assert np.array_equal(got_t, (x @ h_matrix(d)).astype(np.float32))
+    assert np.array_equal(rotation.hadamard(got, transpose=True), (d * x).astype(np.float32))  # Hᵀ H = d I
+
+
+def _loop_hadamard(x, transpose=False):
+    """rotation.md's pseudocode with one np.float32 operation at a time (an independent oracle)."""
+    d = x.size
+    m, n = spec.split_head_dim(d)
+    v = [f for f in x.astype(np.float32)]
+    for b0 in range(0, d, n):
+        h = 1
+        while h < n:
+            for i0 in range(b0, b0 + n, 2 * h):
+                for i in range(i0, i0 + h):
+                    a, b = v[i], v[i + h]
+                    v[i], v[i + h] = np.float32(a + b), np.float32(a - b)
+            h *= 2
+    if m == 1:
+        return np.array(v, np.float32)
+    hm = spec.hadamard_matrix(m)
+    out = [None] * d
+    for i in range(n):
+        for j in range(m):
+            acc = np.float32(0.0)
+            for k in range(m):
+                s = hm[k, j] if transpose else hm[j, k]
+                acc = np.float32(acc + v[k * n + i]) if s > 0 else np.float32(acc - v[k * n + i])
+            out[j * n + i] = acc
+    return np.array(out, np.float32)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([d for d in spec.HEAD_DIMS if d <= 256]), st.booleans(), st.integers(0, 2**32 - 1))
+def test_hadamard_matches_the_pseudocode_bitwise(d, transpose, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(d) * 2.0 ** rng.integers(-60, 60, d)).astype(np.float32)
+    x[rng.random(d) < 0.2] = -0.0
+    got = rotation.hadamard(x, transpose=transpose)
+    assert np.array_equal(got.view(np.uint32), _loop_hadamard(x, transpose).view(np.uint32))
+
+
+def test_stage_b_starts_from_plus_zero():
+    """Signed zeros chosen so every term H_20[0][k] * x_k is -0: starting from +0 gives +0 (a sum that
+    starts from the first term, as MLX's CUDA codelet does, gives -0)."""
+    h = spec.hadamard_matrix(20)
+    x = np.where(h[0] > 0, np.float32(-0.0), np.float32(0.0)).astype(np.float32)
+    y = rotation.hadamard(x)
+    assert y[0] == 0 and not np.signbit(y[0])
 
 
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from(spec.HEAD_DIMS), st.integers(0, 2**32 - 1))
-def test_rht_round_trip_close(d, seed):
+def test_rht_round_trip_close(d, seed):   # fails at d = 80 if the inverse used H instead of Hᵀ
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((2, d)).astype(np.float32)
     sigma = prng.sign_vector(seed, 0, 0, 0, 0, d)

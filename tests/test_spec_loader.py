@@ -139,9 +139,31 @@ def test_check_head_dim():
     p = spec.Params("turboquant").resolved()
     for d in spec.HEAD_DIMS:
         p.check_head_dim(d)
-    for d in (8, 48, 2048):
+    for d in (8, 12, 36, 44, 60, 2048, 1536):   # not m * 2^k with m in (1, 12, 20, 28), or outside [16, 1024]
         with pytest.raises(ValueError, match=r"^x: head dim"):
             p.check_head_dim(d)
     with pytest.raises(ValueError, match=r"^group_size:"):
         spec.Params("kivi", role="v", group_size=32).resolved().check_head_dim(16)
     spec.Params("kivi", role="k", group_size=32).resolved().check_head_dim(16)   # keys group over tokens
+    # G must divide d where groups run along d (kivi values, mlx_affine): G <= d is not enough
+    for method, role, g, d in (("kivi", "v", 32, 80), ("kivi", "v", 64, 96), ("mlx_affine", "k", 64, 96),
+                               ("mlx_affine", "v", 32, 80), ("mlx_affine", "k", 128, 192)):
+        with pytest.raises(ValueError, match=r"^group_size: .* does not divide head dim"):
+            spec.Params(method, role=role, group_size=g).resolved().check_head_dim(d)
+    for method, role, g, d in (("kivi", "v", 16, 80), ("kivi", "k", 128, 20), ("mlx_affine", "k", 32, 96),
+                               ("mlx_affine", "v", 64, 192), ("kivi", "v", 32, 96)):
+        spec.Params(method, role=role, group_size=g).resolved().check_head_dim(d)
+
+
+def test_split_head_dim():
+    assert [spec.split_head_dim(d) for d in (16, 20, 24, 28, 80, 96, 192, 896, 1024)] == [
+        (1, 16), (20, 1), (12, 2), (28, 1), (20, 4), (12, 8), (12, 16), (28, 32), (1, 1024)]
+    with pytest.raises(ValueError, match=r"^x: head dim 36"):
+        spec.split_head_dim(36)
+
+
+def test_bits2_default_is_bits():
+    """methods/turboquant_rvq.md: bits2 not given means bits2 = bits (not the default bits)."""
+    assert spec.method_info("turboquant_rvq")["default_bits2"] == "bits"
+    for b in (1, 2, 3, 4):
+        assert spec.Params("turboquant_rvq", bits=b).resolved().bits2 == b

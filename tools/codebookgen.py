@@ -1,11 +1,15 @@
 """Codebook generator (spec/codebooks.md): Lloyd-Max tables in float64, rounded once to binary32.
 
-This is the only producer of spec/codebooks.toml. Pure Python float64 (math module) so that the output
-is reproducible bit for bit; numpy is used only to round to binary32.
+This is the only producer of spec/codebooks.toml, and of the head-dim constants s_d and A_d in
+spec/formats.toml (`[scale]`, `[qjl_scale]`). Tables: pure Python float64 (math module) so that the output
+is reproducible bit for bit; numpy is used only to round to binary32. Head-dim constants: exact rational
+comparisons (s_d) and 80-digit decimals (A_d), so each is the correctly rounded binary32 value.
 """
 from __future__ import annotations
 
 import math
+from decimal import Decimal, localcontext
+from fractions import Fraction
 
 import numpy as np
 
@@ -121,3 +125,67 @@ def render_toml(tables: dict) -> str:
                       f"centroids = {_hexlist(t['centroids'])}",
                       f"boundaries = {_hexlist(t['boundaries'])}", ""]
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Head-dim constants (codebooks.md "Scaling to head dim d"; rotation.md; methods/turboquant_prod.md)
+
+# pi to 70 digits (a published constant); A_d needs far fewer, the margin is asserted below.
+_PI = Decimal("3.141592653589793238462643383279502884197169399375105820974944592307816")
+
+
+def _nearest_binary32(approx: float, cmp_square) -> np.float32:
+    """The binary32 nearest to a positive real t, ties to even. `cmp_square(q)` is the sign of q*q - t*t
+    for a rational q >= 0 (exact, or refusing to answer when too close to call)."""
+    up, down = np.float32(np.inf), np.float32(0)
+    lo = np.float32(approx)
+    while cmp_square(Fraction(float(lo))) > 0:
+        lo = np.nextafter(lo, down)
+    while cmp_square(Fraction(float(np.nextafter(lo, up)))) <= 0:
+        lo = np.nextafter(lo, up)
+    if cmp_square(Fraction(float(lo))) == 0:
+        return lo
+    hi = np.nextafter(lo, up)
+    c = cmp_square((Fraction(float(lo)) + Fraction(float(hi))) / 2)    # t against the midpoint
+    if c == 0:
+        return lo if int(np.array(lo).view(np.uint32)) % 2 == 0 else hi
+    return lo if c > 0 else hi
+
+
+def _sign(v) -> int:
+    return (v > 0) - (v < 0)
+
+
+def inverse_sqrt_scale(d: int) -> np.float32:
+    """s_d = 1/sqrt(d) rounded to binary32 (RNE of the real number): exact rational comparisons."""
+    return _nearest_binary32(1.0 / math.sqrt(d), lambda q: _sign(q * q - Fraction(1, d)))
+
+
+def qjl_scale(d: int) -> np.float32:
+    """A_d = sqrt(pi / (2d)) rounded to binary32, compared at 80 digits (pi to 70 digits)."""
+    with localcontext() as ctx:
+        ctx.prec = 80
+        t2 = _PI / (2 * Decimal(d))
+
+        def cmp(q: Fraction) -> int:
+            with localcontext() as c2:
+                c2.prec = 80
+                diff = (Decimal(q.numerator) / Decimal(q.denominator)) ** 2 - t2
+                if abs(diff) < t2 * Decimal("1e-60"):
+                    raise ArithmeticError(f"A_{d}: too close to a binary32 tie to decide with 70 digits of pi")
+                return _sign(diff)
+        return _nearest_binary32(math.sqrt(math.pi / (2 * d)), cmp)
+
+
+def hex32(v: np.float32) -> str:
+    """A binary32 value as the spec writes it: float.hex without trailing zero digits ("0x1.6a09e6p-3")."""
+    mant, exp = float(v).hex().split("p")
+    if "." in mant:
+        mant = mant.rstrip("0").rstrip(".")
+    return f"{mant}p{exp}"
+
+
+def head_dim_constants(head_dims) -> dict[str, dict[str, str]]:
+    """{"scale": {d: s_d}, "qjl_scale": {d: A_d}} as hex strings, for formats.toml."""
+    return {"scale": {str(d): hex32(inverse_sqrt_scale(d)) for d in head_dims},
+            "qjl_scale": {str(d): hex32(qjl_scale(d)) for d in head_dims}}

@@ -8,11 +8,15 @@ Layout of golden/ (spec/README.md "Versioning"; the manifest records the spec ve
 - `cases/{prng,rotation,packing,codebooks}.toml`: component vectors of the shared building blocks.
 - `bulk/<method>.npz`: random cases, exact bits (bf16 as uint16 bit patterns; stored uncompressed, with a
   fixed zip timestamp, so the bytes are a function of the content alone).
+- Added by spec 1.1 (case tables in tools/golden_spec11.py; the 1.0 files above keep their bytes):
+  `bulk/<method>-headdims.npz` (the head dims d = m·2^k), `cases/<method>-rules.toml` (one case per rule
+  the 1.0 cases did not pin), `cases/headdims.toml` (component vectors at the new head dims).
 
-Case kinds: `encode` (one-shot encode + decode), `stream` (appends/trims on reference.stream.Stream, then
-decode of the final record), `error` (encode must raise the named exception mentioning the argument).
+Case kinds: `encode` (one-shot encode + decode), `stream` (appends/trims/rejected appends/save-load on
+reference.stream.Stream, then decode of the final record), `error` (encode must raise the named exception
+mentioning the argument).
 
-The case list is code (`_method_cases`, `_edge_cases`); inputs come from a private counter-based RNG with
+The case list is code (`_random_cases`, `_edge_cases`, ...); inputs come from a private counter-based RNG with
 exact integer arithmetic (not numpy's Generator, whose streams may change between numpy versions), so
 `check` can rebuild every input and every expected value in memory and compare bit for bit.
 Adding a method: add its name to `METHOD_ORDER` (bits/group sizes come from spec/formats.toml).
@@ -48,7 +52,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "golden"
 METHOD_ORDER = ("turboquant", "turboquant_rvq", "turboquant_prod", "kivi", "rabitq", "mlx_affine")
 OPTIONAL_METHODS = ("mlx_affine",)
 DT_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
-COMPONENT_FILES = ("prng", "rotation", "packing", "codebooks")
+COMPONENT_FILES = ("prng", "rotation", "packing", "codebooks", "headdims")
+# Head dims of spec 1.0 (powers of two): the 1.0 component files cover exactly these, byte for byte.
+V1_HEAD_DIMS = (16, 32, 64, 128, 256, 512, 1024)
 
 # ----------------------------------------------------------------------------------------------------
 # Exact array <-> bit-pattern conversion (numpy interchange of docs/interfaces.md)
@@ -588,9 +594,10 @@ def _edge_cases(method: str) -> list[CaseDef]:
     inf = rows(dtype="float16"); inf[0, 0, 0, 2] = -np.inf
     add(f"b{b}-d{d0}-f16-inf-error-000", "error", P(), "float16", inf.astype(np.float16),
         ["inf", "error"], "a -Inf in x is rejected", ExpectedError("ValueError", "x"))
-    add(f"b{b}-d48-f16-head-dim-error-000", "error", P(), "float16",
-        cast_input(InputRng("hd").normalish((1, 1, T, 48)), "float16"), ["error", "shape"],
-        "head dim 48 is not a supported power of two", ExpectedError("ValueError", "x"))
+    add(f"b{b}-d36-f16-head-dim-error-000", "error", P(), "float16",
+        cast_input(InputRng("hd").normalish((1, 1, T, 36)), "float16"), ["error", "shape"],
+        "head dim 36 is not m * 2^k with m in (1, 12, 20, 28) (spec 1.0's case used 48 = 12 * 4, "
+        "accepted since 1.1)", ExpectedError("ValueError", "x"))
     add(f"b{b}-d{d0}-f16-rank-error-000", "error", P(), "float16",
         cast_input(InputRng("rk").normalish((1, T, d0)), "float16"), ["error", "shape"],
         "rank-3 input", ExpectedError("ValueError", "x"))
@@ -660,17 +667,62 @@ class GenerationError(RuntimeError):
 
 
 
-def replay(stream, x: np.ndarray, ops) -> list[int]:
-    """Run a stream case's ops on any stream object: ("append", n) feeds the next n tokens of x (as a
-    C-contiguous array), ("trim", n) trims; returns what each trim returned."""
+class ReplayMismatch(AssertionError):
+    """A stream op of a golden case did not behave as the case requires (a rejected append was accepted,
+    raised something else, or changed the state)."""
+
+
+def _same_state(a: dict | None, b: dict | None) -> bool:
+    a, b = a or {}, b or {}
+    return list(a) == list(b) and all(
+        np.asarray(a[k]).dtype == np.asarray(b[k]).dtype and np.asarray(a[k]).shape == np.asarray(b[k]).shape
+        and np.asarray(a[k]).tobytes() == np.asarray(b[k]).tobytes() for k in a)
+
+
+def replay(stream, x: np.ndarray, ops, reload=None):
+    """Run a stream case's ops on any stream object (append, trim, record, tokens); returns
+    (final stream, what each trim returned). Ops:
+    ("append", n): feed the next n tokens of x (as a C-contiguous array);
+    ("trim", n): trim n;
+    ("reject", n): feed the next n tokens, which must raise ValueError naming `x` and leave the stream's
+      tokens and record unchanged (else ReplayMismatch);
+    ("save_load", 0): stream = reload(stream), the stream saved and loaded (`reload` must be given)."""
     pos, trimmed = 0, []
-    for op, n in ops:
+    for i, (op, n) in enumerate(ops):
         if op == "append":
-            stream.append(np.ascontiguousarray(x[:, :, pos:pos + n]))
+            try:
+                stream.append(np.ascontiguousarray(x[:, :, pos:pos + n]))
+            except ValueError as e:
+                raise ReplayMismatch(f"op {i} (append {n}): rejected ({e}); the case expects it accepted") from e
             pos += n
-        else:
+        elif op == "trim":
             trimmed.append(int(stream.trim(n)))
-    return trimmed
+        elif op == "reject":
+            before = (stream.tokens, stream.record())
+            try:
+                stream.append(np.ascontiguousarray(x[:, :, pos:pos + n]))
+            except ValueError as e:
+                if not re.match(r"\s*x\b", str(e)):
+                    raise ReplayMismatch(f"op {i} (reject {n}): ValueError does not name x: {e}") from e
+            else:
+                raise ReplayMismatch(f"op {i} (reject {n}): the append was accepted; expected ValueError naming x")
+            pos += n
+            if stream.tokens != before[0] or not _same_state(stream.record(), before[1]):
+                raise ReplayMismatch(f"op {i} (reject {n}): the rejected append changed the state")
+        elif op == "save_load":
+            if reload is None:
+                raise ValueError("ops: a save_load op needs `reload`")
+            stream = reload(stream)
+        else:
+            raise ValueError(f"ops: unknown op {op!r}")
+    return stream, trimmed
+
+
+def _reference_reload(stream):
+    import copy
+    import reference.stream
+    return reference.stream.Stream.from_state(copy.deepcopy(stream.state()))
+
 
 def _run_reference(cd: CaseDef) -> GoldenCase:
     import reference
@@ -691,7 +743,7 @@ def _run_reference(cd: CaseDef) -> GoldenCase:
         case.record = reference.encode(cd.x.copy(), cd.params, cd.dtype)
     else:
         s = reference.stream.Stream(cd.params, cd.dtype)
-        trimmed = replay(s, cd.x, cd.ops)
+        s, trimmed = replay(s, cd.x, cd.ops, _reference_reload)
         case.record = s.record()
         case.trimmed = np.array(trimmed, dtype=np.int64)
     case.decoded = reference.decode(case.record, cd.params, cd.dtype)
@@ -700,9 +752,12 @@ def _run_reference(cd: CaseDef) -> GoldenCase:
 
 def case_defs(methods=None) -> list[CaseDef]:
     """Every method case, in manifest order."""
+    from tools import golden_spec11
     out = []
     for m in methods or available_methods():
         out += _edge_cases(m) + _random_cases(m) + _window_and_stream_cases(m)
+    for m in methods or available_methods():
+        out += golden_spec11.case_defs(m)
     ids = [c.id for c in out]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
@@ -721,9 +776,12 @@ def _check_ties(defs: list[CaseDef]) -> None:
 
 
 def generate_cases(methods=None) -> list[GoldenCase]:
+    from tools import golden_spec11
     defs = case_defs(methods)
     _check_ties(defs)
-    return [_run_reference(cd) for cd in defs]
+    cases = [_run_reference(cd) for cd in defs]
+    golden_spec11.check_cases(cases)   # each 1.1 case really exercises its rule (else GenerationError)
+    return cases
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -758,7 +816,7 @@ def component_vectors() -> dict[str, dict]:
                                    "seed": _hx(seed, 16), "layer": layer, "head": head, "role": role,
                                    "purpose": purpose, "key": _hx(k, 16),
                                    "words": [_hx(w, 16) for w in rpr.words(k, 4)]})
-    for i, d in enumerate(spec.HEAD_DIMS):
+    for i, d in enumerate(V1_HEAD_DIMS):
         seed, layer, head, role, purpose = 2026, 3, d % 7, i % 2, (i // 2) % 2
         sig = rpr.sign_vector(seed, layer, head, role, purpose, d)
         prng["signs"].append({"id": f"prng-signs-d{d}", "comment": "sign vector: '-' where the bit is 1",
@@ -771,7 +829,7 @@ def component_vectors() -> dict[str, dict]:
         rot["hadamard"].append({"id": f"rotation-hadamard-d{d}", "comment": "unnormalized H (no signs, no scale)",
                                 "d": d, "x": _hexarr(x, "float32"),
                                 "h": _hexarr(rrot.hadamard(x), "float32")})
-    for i, d in enumerate(spec.HEAD_DIMS):
+    for i, d in enumerate(V1_HEAD_DIMS):
         seed, layer, head, role, purpose = 7, 1, d % 5, 0, i % 2
         sig = rpr.sign_vector(seed, layer, head, role, purpose, d)
         x = InputRng(f"rht-{d}").normalish((d,)).astype(np.float32)
@@ -793,7 +851,7 @@ def component_vectors() -> dict[str, dict]:
             pack["pack"].append({"id": f"packing-b{b}-n{n}", "comment": f"{n} random codes at {b} bits",
                                  "bits": b, "codes": [int(v) for v in c], "words": _hexarr(w, "uint32")})
     cb: dict = {"table": []}
-    for d in spec.HEAD_DIMS:
+    for d in V1_HEAD_DIMS:
         for b in (1, 2, 3, 4):
             c, bb = rcb.gaussian(b, d)
             cb["table"].append({"id": f"codebooks-gaussian{b}-d{d}", "comment": "C_d, B_d = table x s_d",
@@ -805,7 +863,9 @@ def component_vectors() -> dict[str, dict]:
                 cb["table"].append({"id": f"codebooks-residual{b}.{b2}-d{d}", "comment": "C_d, B_d = table x s_d",
                                     "kind": "residual", "bits": b, "bits2": b2, "d": d,
                                     "centroids": _hexarr(c, "float32"), "boundaries": _hexarr(bb, "float32")})
-    return {"prng": prng, "rotation": rot, "packing": pack, "codebooks": cb}
+    from tools import golden_spec11
+    return {"prng": prng, "rotation": rot, "packing": pack, "codebooks": cb,
+            "headdims": golden_spec11.component_vectors()}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -934,26 +994,36 @@ regenerates everything in memory and compares bits. Do not edit by hand. What th
   spec's parameters; `seed` as a hex string, or a plain integer where the case is an invalid seed),
   `dtype` (the **declared** input dtype; an error case may hold an array of another dtype), `shape`,
   `flags`, `comment`, `file` (where its arrays are); stream cases add `ops` (a list of
-  `{op = "append" | "trim", n}`); error cases add `error = {type, argument}`: encode must raise that
-  exception type with a message naming that argument.
+  `{op = "append" | "trim" | "reject" | "save_load", n}`); error cases add `error = {type, argument}`:
+  encode must raise that exception type with a message naming that argument. `params` holds what the case
+  passes: a parameter left out takes its default (e.g. `bits2` in the `bits2-default` cases).
 
 ## Arrays
 - `cases/<method>.toml`: hand-picked cases. Each `[[case]]` has `id`, `comment` and sub-tables
   `[case.x]`, `[case.record.<field>]`, `[case.decoded]`, `[case.trimmed]` (as present), each with `dtype`,
   `shape` (row-major) and `hex`: the elements' bit patterns (floats as their IEEE bits, bfloat16 as its
   16-bit pattern, integers as themselves).
+- `cases/<method>-rules.toml` (spec 1.1): the same format; one case per rule the 1.0 cases did not pin, its
+  comment naming the rule.
 - `bulk/<method>.npz`: random cases, uncompressed. Keys: `<id>/x`, `<id>/record/<field>`, `<id>/decoded`,
   `<id>/trimmed`. bfloat16 arrays are stored as uint16 bit patterns; every other array in its own dtype.
+  `bulk/<method>-headdims.npz` (spec 1.1): the same, at the head dims that are not powers of two.
 - Stream cases: `x` is all appended chunks joined along T; the `ops` consume it in order (`append n` takes the
-  next n tokens); `record` and `decoded` describe the final state; `trimmed` holds what each trim returned.
+  next n tokens; `reject n` takes the next n tokens too, and that append must raise ValueError naming `x` and
+  leave the state unchanged; `save_load` saves the stream's state and continues with a stream loaded from
+  it); `record` and `decoded` describe the final state; `trimmed` holds what each trim returned.
 
-## Component vectors (cases/prng.toml, rotation.toml, packing.toml, codebooks.toml)
+## Component vectors (cases/prng.toml, rotation.toml, packing.toml, codebooks.toml, headdims.toml)
 Listed under `[files]` only. Each table array holds vectors with an `id` and a `comment`:
 - prng.toml: `[[mix64]]` input/output (hex uint64), `[[sequence]]` (words of `next` from a state), `[[stream_key]]` inputs
   (seed, layer, head, role as 0/1, purpose) and key, `[[signs]]` sign vectors as strings of '+'/'-'.
 - rotation.toml: `[[hadamard]]` (H on integer vectors) and `[[rht]]` (RHT and its inverse for a stream).
 - packing.toml: `[[pack]]`: bits, codes, words (hex uint32).
-- codebooks.toml: `[[table]]`: every codebook table scaled to every head dim (C_d, B_d as binary32 hex).
+- codebooks.toml: `[[table]]`: every codebook table scaled to every power-of-two head dim (C_d, B_d as
+  binary32 hex).
+- headdims.toml (spec 1.1), the head dims d = m·2^k that are not powers of two: `[[signs]]` as in
+  prng.toml; `[[hadamard]]` (x, H(x) and Hᵀ(x), binary32 hex); `[[rht]]` as in rotation.toml;
+  `[[fold]]` (v and fold(v), binary32 hex); `[[table]]` as in codebooks.toml.
 """
 
 

@@ -60,14 +60,19 @@ def upcast(x: mx.array) -> mx.array:
 
 
 def fold(v: mx.array) -> mx.array:
-    """Halving-fold sum over the last axis (power-of-two length): v[i] += v[i + n/2], repeated."""
-    n = v.shape[-1]
-    if n & (n - 1):
-        raise ValueError(f"fold: length {n} is not a power of two")
+    """The canonical reduction tree over the last axis, length d = m * n (number-model.md): the m blocks of
+    n summed elementwise left to right (m > 1 only), then the halving fold w[i] += w[i + n/2], repeated."""
+    try:
+        m, n = spec.split_head_dim(v.shape[-1])
+    except ValueError:
+        raise ValueError(f"fold: length {v.shape[-1]} is not m * 2^k with m in {spec.HADAMARD_RADICES}") from None
+    w = v[..., :n]
+    for k in range(1, m):
+        w = w + v[..., k * n:(k + 1) * n]
     while n > 1:
         n //= 2
-        v = v[..., :n] + v[..., n:2 * n]
-    return v[..., 0]
+        w = w[..., :n] + w[..., n:2 * n]
+    return w[..., 0]
 
 
 def norm(x32: mx.array) -> mx.array:
