@@ -34,7 +34,7 @@ def test_attention(impl, ref, methods_ok, tally, method, dtype, data_, record_pr
     window = data_.draw(st.sampled_from([0, 4, 40]), label="window")
     kp, vp = _p(method, "k", window), _p(method, "v", window)
     record_property("bits", kp.bits)
-    d = data_.draw(st.sampled_from([32, 64, 128]), label="d")
+    d = data_.draw(st.sampled_from([32, 64, 96, 128]), label="d")
     t = data_.draw(st.one_of(st.integers(1, 80), st.integers(250, 700)), label="T")
     h = data_.draw(st.integers(1, 4), label="KV heads")
     rep = data_.draw(st.integers(1, 4), label="query heads per KV head")

@@ -5,10 +5,9 @@ Where `accelerated.kernels` cannot compute a d bit-exactly it must route to acce
 on the CPU (the C++ emulation of tests/test_kernels_emulated.py) and accept either outcome per d: the launch
 is refused (ops fallback), or the body's bytes equal accelerated.ops'.
 
-Today neither holds: the bodies run stage A over all of d (`hh < d`) and halve from d/2, so at d = 96 a
-butterfly partner j | hh can lie beyond d and the fold drops values; _launch_shape accepts the launch.
-The xfail is strict, so the test fails as soon as accelerated/kernels falls back or supports these d,
-and the mark must then go (owner of accelerated/kernels: see the spec 1.1 notes in the issue).
+The bodies implement the power-of-two butterfly and fold only (stage A over all of d, halving from d/2:
+at d = 96 a partner index would lie beyond d and the fold would drop values), so _launch_shape refuses
+d that are not powers of two and accelerated.ops runs them; this test held as a strict xfail until then.
 """
 from __future__ import annotations
 
@@ -33,8 +32,6 @@ def _exact(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-@pytest.mark.xfail(strict=True, reason="accelerated/kernels neither refuses nor supports d = m * 2^k (m > 1) "
-                   "yet; remove this mark with the kernels change")
 @pytest.mark.parametrize("d", NEW_DIMS)
 @pytest.mark.parametrize("method,kw", CASES, ids=[c[0] for c in CASES])
 def test_kernel_path_exact_or_refused_at_new_head_dims(lib, method, kw, d):

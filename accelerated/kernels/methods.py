@@ -86,6 +86,8 @@ def _launch_shape(b: int, h: int, q: int, d: int) -> tuple[tuple, tuple]:
     """grid (threads) and threadgroup: one threadgroup of d threads per (token, head, batch)."""
     if q == 0 or d * q > _MAX_GRID_X or h > _MAX_GRID_YZ or b > _MAX_GRID_YZ:
         raise NotImplementedError(f"no kernel launch for B={b}, H={h}, Q={q}, d={d}")
+    if d & (d - 1):   # the bodies implement the power-of-two butterfly and fold only (spec 1.1 d = m*2^k: ops)
+        raise NotImplementedError(f"no kernel for head dim {d} (not a power of two): accelerated.ops runs it")
     return (d * q, h, b), (d, 1, 1)
 
 
