@@ -213,12 +213,13 @@ class Stream:
 
     # -- views -------------------------------------------------------------------------------------
     def packed(self) -> "PackedRecord":
-        """What attention reads: views of the encoded fields (no copy, no decode) and the exact window."""
+        """What attention reads: views of the encoded fields (no copy, no decode) and the exact window.
+        Called once per layer and decode step, so it builds views only (no shape bookkeeping); fields with
+        nothing encoded yet are left out (attention reads none while Q = 0)."""
         if self._bhd is None:
             raise ValueError("stream: no tokens appended yet")
-        rec = self.record()
-        fields = {k: v for k, v in rec.items() if k != "window"}
-        return PackedRecord(self.params, fields, rec["window"], self._q, self._method.decode_tokens)
+        fields = {k: r.view() for k, r in self._rows.items() if r.buf is not None}
+        return PackedRecord(self.params, fields, self._window, self._q, self._method.decode_tokens)
 
     def record(self) -> dict[str, mx.array]:
         """The record of the current state ({} before the first append)."""

@@ -55,6 +55,8 @@ HEADER = r"""
 static inline float vq_max(float a, float b) { return std::fmax(a, b); }
 static inline int vq_min(int a, int b) { return a < b ? a : b; }
 #define DEVICE
+#define TGMEM
+#define THREAD
 #define NEG_INF (-INFINITY)
 using Arr = std::array<int64_t, 10>;
 struct vq_bf16 {
@@ -80,11 +82,7 @@ static inline float vq_exp2(float x) { return std::exp2(x); }
 static inline float vq_round_to(float, float x) { return x; }
 static inline float vq_round_to(_Float16, float x) { return (float)(_Float16)x; }
 static inline float vq_round_to(vq_bf16, float x) { return (float)vq_bf16(x); }
-template <int B>
-static inline uint32_t vq_code(const uint32_t* row, int j) {
-  constexpr int PER = 32 / B;
-  return (row[j / PER] >> (B * (j % PER))) & ((1u << B) - 1u);
-}
+@HELPERS@
 template <typename F>
 static void vq_run(int nt, int gx, int gy, int gz, F f) {
   vq_nx = gx; vq_ny = gy; vq_nz = gz;
@@ -137,7 +135,7 @@ def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
                 args.append(f"arr(sh, {i})")
                 args.append(f"arr(st, {i})")
         return ", ".join(args)
-    return (HEADER + PRELUDE
+    return (HEADER.replace("@HELPERS@", src.HELPERS.replace("inline ", "static inline ")) + PRELUDE
             + f"static Arr arr(const int64_t* a, int i) {{ Arr r; for (int k = 0; k < 10; ++k) r[k] = a[i * 10 + k]; return r; }}\n"
             + f"static void partial_thread({p_sig}) {{\n  vq_tid = vq_thread;\n{consts}{pbody}\n}}\n"
             + f"static void combine_thread({c_sig}) {{\n  vq_tid = vq_thread;\n  using OT = {out_type};\n{cconsts}{cbody}\n}}\n"

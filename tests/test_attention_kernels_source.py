@@ -70,7 +70,7 @@ def test_cuda_sources_compile(tmp_path):
             body += _kernel(name, partial, src.PARTIAL_INPUTS, src.PARTIAL_OUTPUTS, types,
                             [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2),
                              ("D", d), ("QB", qb), ("NT", 128), ("P", p), ("KG", 32), ("VG", 32), ("CAUSAL", 1),
-                             ("HASWIN", 1)])
+                             ("HASWIN", 1), ("U", 2 if {mk, mv} & {4, 5} else 4)])
             body += _kernel(f"combine_{i}_{d}", combine, src.COMBINE_INPUTS, src.COMBINE_OUTPUTS,
                             dict(q=dt, out=dt), [("MV", mv), ("D", d), ("OT", dt)])
     sig = (("nonfinite", 4), ("nonfinite", 3), ("flag", 1))

@@ -79,11 +79,24 @@ def _bits(p: spec.Params) -> tuple[int, int]:
     return p.bits, 1
 
 
+@functools.lru_cache(maxsize=None)
+def _sign_table() -> mx.array:
+    """The table of 1-bit sign codes (rabitq's codes, turboquant_prod's QJL bits): 0 -> +1, 1 -> -1."""
+    a = mx.array([1.0, -1.0], dtype=mx.float32)
+    mx.eval(a)
+    return a
+
+
 def _tables(p: spec.Params, d: int) -> tuple[mx.array, mx.array]:
-    if p.method in ("turboquant", "turboquant_prod"):
-        return codebooks.gaussian(_bits(p)[0], d)[0], _dummy(1)
+    """The tables of a record's two code streams (codes1/codes2 in the kernel's terms)."""
+    if p.method == "turboquant":
+        return codebooks.gaussian(p.bits, d)[0], _dummy(1)
+    if p.method == "turboquant_prod":
+        return codebooks.gaussian(p.bits - 1, d)[0], _sign_table()
     if p.method == "turboquant_rvq":
         return codebooks.gaussian(p.bits, d)[0], codebooks.residual(p.bits, p.bits2, d)[0]
+    if p.method == "rabitq":
+        return _sign_table(), _dummy(1)
     return _dummy(1), _dummy(1)
 
 
@@ -105,6 +118,12 @@ def _record_inputs(r: PackedRecord) -> list[mx.array]:
     for i, (name, rank) in enumerate(zip(_FIELDS[r.params.method], (4, 4, 3, 3, 4, 4))):
         out.append(_dummy(rank, mx.uint32 if i < 2 else mx.float32) if name is None else r.fields[name])
     return out
+
+
+def _tokens_per_lane(kp: spec.Params, vp: spec.Params) -> int:
+    """Tokens each lane works on at once: 4 independent load/reduce chains hide latency; the group-scaled
+    methods (kivi, mlx_affine) need more registers per token, so 2 keeps them from spilling."""
+    return 2 if {kp.method, vp.method} & {"kivi", "mlx_affine"} else 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +171,7 @@ def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: floa
     tmpl = [("MK", src.METHOD_IDS[kp.method]), ("MV", src.METHOD_IDS[vp.method]), ("KB1", kb1), ("KB2", kb2),
             ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", NT), ("P", p_lanes),
             ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(mask == "causal")),
-            ("HASWIN", int(has_win))]
+            ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp))]
     vparts = 2 if vp.method == "turboquant_prod" else 1
     outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]
     return Plan(ins, tmpl, (NT * (splits + 1), hkv, b * nqg), outs,

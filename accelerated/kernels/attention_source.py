@@ -42,6 +42,48 @@ inline uint32_t vq_code(const DEVICE uint32_t* row, int j) {
   constexpr int PER = 32 / B;
   return (row[j / PER] >> (B * (j % PER))) & ((1u << B) - 1u);
 }
+
+// threadgroup table of a B-bit code stream: B = 2, 4: lut[byte * (8 / B) + k] = tab[code k of the byte];
+// other B: a copy of tab (sign streams pass the table [+1, -1])
+template <int B>
+inline void vq_fill_table(TGMEM float* lut, const DEVICE float* tab, int tid, int nt) {
+  if (B == 2 || B == 4) {
+    constexpr int PERB = 8 / B;
+    for (int i = tid; i < 256 * PERB; i += nt) {
+      lut[i] = tab[((uint32_t)(i / PERB) >> (B * (i % PERB))) & ((1u << B) - 1u)];
+    }
+  } else {
+    for (int i = tid; i < (1 << B); i += nt) {
+      lut[i] = tab[i];
+    }
+  }
+}
+
+// the 8 values of chunk c (codes 8c .. 8c + 7) of a packed row: one byte for B = 1, byte-table lookups
+// for B = 2, 4 (the chunk's B bytes lie in one word), else one code at a time
+template <int B>
+inline void vq_chunk(const DEVICE uint32_t* row, int c, const TGMEM float* lut, THREAD float* out) {
+  if (B == 1) {
+    const uint32_t byte = (row[c / 4] >> (8 * (c % 4))) & 255u;
+    for (int k = 0; k < 8; ++k) {
+      out[k] = lut[(byte >> k) & 1u];
+    }
+  } else if (B == 2 || B == 4) {
+    constexpr int PERB = 8 / B;
+    const uint32_t w = row[(c * B) / 4];
+    const int sh = 8 * ((c * B) % 4);
+    for (int i = 0; i < B; ++i) {
+      const uint32_t byte = (w >> (sh + 8 * i)) & 255u;
+      for (int k = 0; k < PERB; ++k) {
+        out[i * PERB + k] = lut[byte * PERB + k];
+      }
+    }
+  } else {
+    for (int k = 0; k < 8; ++k) {
+      out[k] = lut[vq_code<B>(row, 8 * c + k)];
+    }
+  }
+}
 """
 
 # ---- partial ------------------------------------------------------------------------------------------------
@@ -159,203 +201,268 @@ PARTIAL_BODY = """
     qpos[r] = CAUSAL ? (T - L + (qg * QB + r) % L) : T;
   }
 
-  // 2. online softmax over this split's tokens
+  // 2. code tables in threadgroup memory: byte tables for 2- and 4-bit streams (one lookup yields the
+  //    8 / B values of a byte), the plain table otherwise
+  SHARED(float, lk1, 1024);
+  SHARED(float, lk2, 1024);
+  SHARED(float, lv1, 1024);
+  SHARED(float, lv2, 1024);
+  // (rotation family: C1 or the sign table [+1, -1] in *tab1, C2 or the signs in *tab2)
+  if (MK <= 3) {
+    vq_fill_table<KB1>(lk1, f_ktab1, tid, NT);
+  }
+  if (MK == 1 || MK == 3) {
+    vq_fill_table<KB2>(lk2, f_ktab2, tid, NT);
+  }
+  if (MV <= 3) {
+    vq_fill_table<VB1>(lv1, f_vtab1, tid, NT);
+  }
+  if (MV == 1 || MV == 3) {
+    vq_fill_table<VB2>(lv2, f_vtab2, tid, NT);
+  }
+  BARRIER();
+
+  // 3. online softmax over this split's tokens, U tokens per lane per iteration (independent loads and
+  //    reductions in flight), one rescale per iteration
+  constexpr int TPB = TPI * U;           // U: tokens per lane per iteration (template)
+  constexpr int KP2 = (KPARTS == 2) ? QB : 1;     // sizes of arrays that only turboquant_prod uses
+  constexpr int VP2 = (VPARTS == 2) ? NC : 1;
   float m[QB];
   float l[QB];
   float acc[QB][NC];
-  float acc2[VPARTS == 2 ? QB : 1][VPARTS == 2 ? NC : 1];
+  float acc2[VPARTS == 2 ? QB : 1][VP2];
   for (int r = 0; r < QB; ++r) {
     m[r] = NEG_INF;
     l[r] = 0.0f;
     for (int c = 0; c < NC; ++c) {
       acc[r][c] = 0.0f;
-    }
-    if (VPARTS == 2) {
-      for (int c = 0; c < NC; ++c) {
-        acc2[r % (VPARTS == 2 ? QB : 1)][c % (VPARTS == 2 ? NC : 1)] = 0.0f;
-      }
+      acc2[r % (VPARTS == 2 ? QB : 1)][c % VP2] = 0.0f;
     }
   }
-  const int n_it = (t1 - t0 + TPI - 1) / TPI;
+  const int n_it = (t1 - t0 + TPB - 1) / TPB;
   for (int it = 0; it < n_it; ++it) {
-    const int t = t0 + it * TPI + warp * TPW + slot;
-    const bool valid = t < t1;
-    const int tt = valid ? t : t0;          // a readable token for lanes past the end (result unused)
-    // -- keys: this lane's coordinates of token tt, and the token's factor
-    float kv[NC];
-    float kv2[KPARTS == 2 ? NC : 1];
-    float kfac = 1.0f;
-    float kfac2 = 0.0f;
-    if (is_win) {
-      const int64_t base = (int64_t)b * kw_strides[0] + (int64_t)h * kw_strides[1] + (int64_t)tt * kw_strides[2];
-      for (int k = 0; k < NCH; ++k) {
-        for (int j = 0; j < 8; ++j) {
-          kv[k * 8 + j] = static_cast<float>(kw[base + (int64_t)((lp + k * P) * 8 + j) * kw_strides[3]]);
+    int tu[U];
+    bool ok[U];
+    for (int u = 0; u < U; ++u) {
+      const int t = t0 + it * TPB + u * TPI + warp * TPW + slot;
+      ok[u] = t < t1;
+      tu[u] = ok[u] ? t : t0;             // a readable token for lanes past the end (result unused)
+    }
+    // -- keys: partial dot products of this lane's coordinates, and each token's factors
+    float part[U][QB];
+    float part2[U][KP2];
+    float kfac[U];
+    float kfac2[U];
+    for (int u = 0; u < U; ++u) {
+      const int tt = tu[u];
+      float kv[NC];
+      float kv2[KPARTS == 2 ? NC : 1];
+      kfac[u] = 1.0f;
+      kfac2[u] = 0.0f;
+      if (is_win) {
+        const int64_t base = (int64_t)b * kw_strides[0] + (int64_t)h * kw_strides[1] + (int64_t)tt * kw_strides[2];
+        for (int k = 0; k < NCH; ++k) {
+          for (int j = 0; j < 8; ++j) {
+            kv[k * 8 + j] = static_cast<float>(kw[base + (int64_t)((lp + k * P) * 8 + j) * kw_strides[3]]);
+          }
         }
-      }
-    } else {
-      const DEVICE uint32_t* row1 = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1]
-                                    + (int64_t)tt * kc1_strides[2];
-      const int64_t ts = (int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1] + (int64_t)tt * ks0_strides[2];
-      if (MK <= 3) {
-        kfac = ks0[ts];
-      }
-      if (MK == 2) {
-        const float ip = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + (int64_t)tt * ks1_strides[2]];
-        kfac = (ip > 0.0f) ? (kfac * f_k[0]) / ip : 0.0f;
-      }
-      if (MK == 3) {
-        kfac2 = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + (int64_t)tt * ks1_strides[2]] * f_k[1];
-      }
-      for (int k = 0; k < NCH; ++k) {
-        const int c0 = (lp + k * P) * 8;
-        for (int j = 0; j < 8; ++j) {
-          const int c = c0 + j;
+      } else {
+        const DEVICE uint32_t* row1 = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1]
+                                      + (int64_t)tt * kc1_strides[2];
+        const DEVICE uint32_t* row2 = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1]
+                                      + (int64_t)tt * kc2_strides[2];
+        if (MK <= 3) {
+          kfac[u] = ks0[(int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1] + (int64_t)tt * ks0_strides[2]];
+        }
+        if (MK == 2 || MK == 3) {
+          const float a1 = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + (int64_t)tt * ks1_strides[2]];
+          if (MK == 2) {
+            kfac[u] = (a1 > 0.0f) ? (kfac[u] * f_k[0]) / a1 : 0.0f;   // g = (n s_d) / ip
+          } else {
+            kfac2[u] = a1 * f_k[1];                                  // gamma A_d
+          }
+        }
+        for (int k = 0; k < NCH; ++k) {
+          const int ch = lp + k * P;
+          float v8[8];
           if (MK == 0 || MK == 3) {
-            kv[k * 8 + j] = f_ktab1[vq_code<KB1>(row1, c)];
+            vq_chunk<KB1>(row1, ch, lk1, v8);
           }
           if (MK == 1) {
-            const DEVICE uint32_t* row2 = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1]
-                                          + (int64_t)tt * kc2_strides[2];
-            kv[k * 8 + j] = f_ktab1[vq_code<KB1>(row1, c)] + f_ktab2[vq_code<KB2>(row2, c)];
-          }
-          if (MK == 2) {
-            kv[k * 8 + j] = vq_code<1>(row1, c) ? -1.0f : 1.0f;
-          }
-          if (MK == 3) {
-            const DEVICE uint32_t* row2 = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1]
-                                          + (int64_t)tt * kc2_strides[2];
-            kv2[(k * 8 + j) % (KPARTS == 2 ? NC : 1)] = vq_code<1>(row2, c) ? -1.0f : 1.0f;
-          }
-          if (MK == 4) {
-            const int64_t g = (int64_t)b * kgs_strides[0] + (int64_t)h * kgs_strides[1]
-                              + (int64_t)(tt / KG) * kgs_strides[2] + (int64_t)c * kgs_strides[3];
-            kv[k * 8 + j] = (float)vq_code<KB1>(row1, c) * static_cast<float>(kgs[g]) + static_cast<float>(kgz[g]);
-          }
-          if (MK == 5) {
-            const int64_t g = (int64_t)b * kgs_strides[0] + (int64_t)h * kgs_strides[1]
-                              + (int64_t)tt * kgs_strides[2] + (int64_t)(c / KG) * kgs_strides[3];
-            const float sc = static_cast<float>(kgs[g]);
-            const float bi = static_cast<float>(kgz[g]);
-            kv[k * 8 + j] = vq_round_to(kgs[0], vq_round_to(kgs[0], (float)vq_code<KB1>(row1, c) * sc) + bi);
-          }
-        }
-      }
-    }
-    // -- scores: partial dot products, summed over the token's P lanes
-    float sc[QB];
-    for (int r = 0; r < QB; ++r) {
-      float part = 0.0f;
-      for (int c = 0; c < NC; ++c) {
-        part += qr[r][c] * kv[c];
-      }
-      float part2 = 0.0f;
-      if (KPARTS == 2 && !is_win) {
-        for (int c = 0; c < NC; ++c) {
-          part2 += qr2[r % (KPARTS == 2 ? QB : 1)][c % (KPARTS == 2 ? NC : 1)] * kv2[c % (KPARTS == 2 ? NC : 1)];
-        }
-      }
-      for (int off = P / 2; off > 0; off >>= 1) {
-        part += SHFL_XOR(part, off);
-        if (KPARTS == 2) {
-          part2 += SHFL_XOR(part2, off);
-        }
-      }
-      sc[r] = (KPARTS == 2 && !is_win) ? kfac * (part + kfac2 * part2) : kfac * part;
-    }
-    // -- values: this lane's coordinates of token tt (rotated domain for the rotation family)
-    float vv[NC];
-    float vv2[VPARTS == 2 ? NC : 1];
-    float vfac = 1.0f;
-    float vfac2 = 0.0f;
-    if (is_win) {
-      const int64_t base = (int64_t)b * vw_strides[0] + (int64_t)h * vw_strides[1] + (int64_t)tt * vw_strides[2];
-      for (int k = 0; k < NCH; ++k) {
-        for (int j = 0; j < 8; ++j) {
-          vv[k * 8 + j] = static_cast<float>(vw[base + (int64_t)((lp + k * P) * 8 + j) * vw_strides[3]]);
-        }
-      }
-    } else {
-      const DEVICE uint32_t* row1 = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
-                                    + (int64_t)tt * vc1_strides[2];
-      const int64_t ts = (int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + (int64_t)tt * vs0_strides[2];
-      if (MV <= 3) {
-        vfac = vs0[ts];
-      }
-      if (MV == 2) {
-        const float ip = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + (int64_t)tt * vs1_strides[2]];
-        vfac = (ip > 0.0f) ? (vfac * f_k[0]) / ip : 0.0f;
-      }
-      if (MV == 3) {
-        vfac2 = vfac * (vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + (int64_t)tt * vs1_strides[2]] * f_k[1]);
-      }
-      for (int k = 0; k < NCH; ++k) {
-        const int c0 = (lp + k * P) * 8;
-        for (int j = 0; j < 8; ++j) {
-          const int c = c0 + j;
-          if (MV == 0 || MV == 3) {
-            vv[k * 8 + j] = f_vtab1[vq_code<VB1>(row1, c)];
-          }
-          if (MV == 1) {
-            const DEVICE uint32_t* row2 = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1]
-                                          + (int64_t)tt * vc2_strides[2];
-            vv[k * 8 + j] = f_vtab1[vq_code<VB1>(row1, c)] + f_vtab2[vq_code<VB2>(row2, c)];
-          }
-          if (MV == 2) {
-            vv[k * 8 + j] = vq_code<1>(row1, c) ? -1.0f : 1.0f;
-          }
-          if (MV == 3) {
-            const DEVICE uint32_t* row2 = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1]
-                                          + (int64_t)tt * vc2_strides[2];
-            vv2[(k * 8 + j) % (VPARTS == 2 ? NC : 1)] = vq_code<1>(row2, c) ? -1.0f : 1.0f;
-          }
-          if (MV == 4 || MV == 5) {
-            const int64_t g = (int64_t)b * vgs_strides[0] + (int64_t)h * vgs_strides[1]
-                              + (int64_t)tt * vgs_strides[2] + (int64_t)(c / VG) * vgs_strides[3];
-            const float x = (float)vq_code<VB1>(row1, c) * static_cast<float>(vgs[g]);
-            vv[k * 8 + j] = (MV == 4) ? x + static_cast<float>(vgz[g])
-                                      : vq_round_to(vgs[0], vq_round_to(vgs[0], x) + static_cast<float>(vgz[g]));
-          }
-        }
-      }
-    }
-    // -- online softmax update (every lane of the token holds the same scores)
-    for (int r = 0; r < QB; ++r) {
-      const bool use = valid && (is_win ? Q + tt : tt) <= qpos[r] && qg * QB + r < nq;
-      if (use) {
-        const float x = sc[r];
-        float w = 1.0f;
-        if (x > m[r]) {
-          const float a = vq_exp2(m[r] - x);      // 0 when m is -inf
-          l[r] = l[r] * a + 1.0f;
-          for (int c = 0; c < NC; ++c) {
-            acc[r][c] *= a;
-          }
-          if (VPARTS == 2) {
-            for (int c = 0; c < NC; ++c) {
-              acc2[r % (VPARTS == 2 ? QB : 1)][c % (VPARTS == 2 ? NC : 1)] *= a;
+            float w8[8];
+            vq_chunk<KB1>(row1, ch, lk1, v8);
+            vq_chunk<KB2>(row2, ch, lk2, w8);
+            for (int j = 0; j < 8; ++j) {
+              v8[j] += w8[j];
             }
           }
-          m[r] = x;
-        } else {
-          w = vq_exp2(x - m[r]);
-          l[r] += w;
+          if (MK == 2) {
+            vq_chunk<1>(row1, ch, lk1, v8);
+          }
+          if (MK == 3) {
+            float w8[8];
+            vq_chunk<1>(row2, ch, lk2, w8);
+            for (int j = 0; j < 8; ++j) {
+              kv2[(k * 8 + j) % (KPARTS == 2 ? NC : 1)] = w8[j];
+            }
+          }
+          if (MK == 4 || MK == 5) {
+            for (int j = 0; j < 8; ++j) {
+              const int c = ch * 8 + j;
+              const int64_t g = (int64_t)b * kgs_strides[0] + (int64_t)h * kgs_strides[1]
+                                + (int64_t)(MK == 4 ? tt / KG : tt) * kgs_strides[2]
+                                + (int64_t)(MK == 4 ? c : c / KG) * kgs_strides[3];
+              const float x = (float)vq_code<KB1>(row1, c) * static_cast<float>(kgs[g]);
+              v8[j] = (MK == 4) ? x + static_cast<float>(kgz[g])
+                                : vq_round_to(kgs[0], vq_round_to(kgs[0], x) + static_cast<float>(kgz[g]));
+            }
+          }
+          for (int j = 0; j < 8; ++j) {
+            kv[k * 8 + j] = v8[j];
+          }
         }
-        const float wv = is_win ? w : w * vfac;
+      }
+      for (int r = 0; r < QB; ++r) {
+        float a = 0.0f;
+        float a2 = 0.0f;
+        for (int c = 0; c < NC; ++c) {
+          a += qr[r][c] * kv[c];
+          if (KPARTS == 2) {
+            a2 += qr2[r % KP2][c % (KPARTS == 2 ? NC : 1)] * kv2[c % (KPARTS == 2 ? NC : 1)];
+          }
+        }
+        part[u][r] = a;
+        part2[u][r % KP2] = a2;
+      }
+    }
+    // -- sum over the token's P lanes (all U x QB chains in flight together)
+    for (int off = P / 2; off > 0; off >>= 1) {
+      for (int u = 0; u < U; ++u) {
+        for (int r = 0; r < QB; ++r) {
+          part[u][r] += SHFL_XOR(part[u][r], off);
+          if (KPARTS == 2) {
+            part2[u][r % KP2] += SHFL_XOR(part2[u][r % KP2], off);
+          }
+        }
+      }
+    }
+    // -- scores (masked: -inf), then the running max, sum and one rescale per query row
+    float w[U][QB];
+    for (int r = 0; r < QB; ++r) {
+      float mb = NEG_INF;
+      for (int u = 0; u < U; ++u) {
+        const bool use = ok[u] && (is_win ? Q + tu[u] : tu[u]) <= qpos[r] && qg * QB + r < nq;
+        const float x = (KPARTS == 2 && !is_win) ? kfac[u] * (part[u][r] + kfac2[u] * part2[u][r % KP2])
+                                                 : kfac[u] * part[u][r];
+        w[u][r] = use ? x : NEG_INF;
+        mb = vq_max(mb, w[u][r]);
+      }
+      const float mn = vq_max(m[r], mb);
+      float alpha = 1.0f;
+      if (mn != NEG_INF) {
+        alpha = (m[r] == NEG_INF) ? 0.0f : vq_exp2(m[r] - mn);
+        float ls = 0.0f;
+        for (int u = 0; u < U; ++u) {
+          w[u][r] = (w[u][r] == NEG_INF) ? 0.0f : vq_exp2(w[u][r] - mn);
+          ls += w[u][r];
+        }
+        l[r] = l[r] * alpha + ls;
+        m[r] = mn;
+      } else {
+        for (int u = 0; u < U; ++u) {
+          w[u][r] = 0.0f;
+        }
+      }
+      for (int c = 0; c < NC; ++c) {
+        acc[r][c] *= alpha;
+        acc2[r % (VPARTS == 2 ? QB : 1)][c % VP2] *= alpha;
+      }
+    }
+    // -- values: this lane's coordinates (rotated domain for the rotation family), weighted
+    for (int u = 0; u < U; ++u) {
+      const int tt = tu[u];
+      float vv[NC];
+      float vv2[VP2];
+      float vfac = 1.0f;
+      float vfac2 = 0.0f;
+      if (is_win) {
+        const int64_t base = (int64_t)b * vw_strides[0] + (int64_t)h * vw_strides[1] + (int64_t)tt * vw_strides[2];
+        for (int k = 0; k < NCH; ++k) {
+          for (int j = 0; j < 8; ++j) {
+            vv[k * 8 + j] = static_cast<float>(vw[base + (int64_t)((lp + k * P) * 8 + j) * vw_strides[3]]);
+          }
+        }
+      } else {
+        const DEVICE uint32_t* row1 = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
+                                      + (int64_t)tt * vc1_strides[2];
+        const DEVICE uint32_t* row2 = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1]
+                                      + (int64_t)tt * vc2_strides[2];
+        if (MV <= 3) {
+          vfac = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + (int64_t)tt * vs0_strides[2]];
+        }
+        if (MV == 2 || MV == 3) {
+          const float a1 = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + (int64_t)tt * vs1_strides[2]];
+          if (MV == 2) {
+            vfac = (a1 > 0.0f) ? (vfac * f_k[0]) / a1 : 0.0f;
+          } else {
+            vfac2 = vfac * (a1 * f_k[1]);
+          }
+        }
+        for (int k = 0; k < NCH; ++k) {
+          const int ch = lp + k * P;
+          float v8[8];
+          if (MV == 0 || MV == 3) {
+            vq_chunk<VB1>(row1, ch, lv1, v8);
+          }
+          if (MV == 1) {
+            float w8[8];
+            vq_chunk<VB1>(row1, ch, lv1, v8);
+            vq_chunk<VB2>(row2, ch, lv2, w8);
+            for (int j = 0; j < 8; ++j) {
+              v8[j] += w8[j];
+            }
+          }
+          if (MV == 2) {
+            vq_chunk<1>(row1, ch, lv1, v8);
+          }
+          if (MV == 3) {
+            float w8[8];
+            vq_chunk<1>(row2, ch, lv2, w8);
+            for (int j = 0; j < 8; ++j) {
+              vv2[(k * 8 + j) % VP2] = w8[j];
+            }
+          }
+          if (MV == 4 || MV == 5) {
+            for (int j = 0; j < 8; ++j) {
+              const int c = ch * 8 + j;
+              const int64_t g = (int64_t)b * vgs_strides[0] + (int64_t)h * vgs_strides[1]
+                                + (int64_t)tt * vgs_strides[2] + (int64_t)(c / VG) * vgs_strides[3];
+              const float x = (float)vq_code<VB1>(row1, c) * static_cast<float>(vgs[g]);
+              v8[j] = (MV == 4) ? x + static_cast<float>(vgz[g])
+                                : vq_round_to(vgs[0], vq_round_to(vgs[0], x) + static_cast<float>(vgz[g]));
+            }
+          }
+          for (int j = 0; j < 8; ++j) {
+            vv[k * 8 + j] = v8[j];
+          }
+        }
+      }
+      for (int r = 0; r < QB; ++r) {
+        const float wv = is_win ? w[u][r] : w[u][r] * vfac;
         for (int c = 0; c < NC; ++c) {
           acc[r][c] += wv * vv[c];
         }
         if (VPARTS == 2 && !is_win) {
-          const float wv2 = w * vfac2;
+          const float wv2 = w[u][r] * vfac2;
           for (int c = 0; c < NC; ++c) {
-            acc2[r % (VPARTS == 2 ? QB : 1)][c % (VPARTS == 2 ? NC : 1)] += wv2 * vv2[c % (VPARTS == 2 ? NC : 1)];
+            acc2[r % (VPARTS == 2 ? QB : 1)][c % VP2] += wv2 * vv2[c % VP2];
           }
         }
       }
     }
   }
 
-  // 3. merge the token slots of each warp (xor over slots), then the warps (in shared memory, in order)
+  // 4. merge the token slots of each warp (xor over slots), then the warps (in shared memory, in order)
   for (int off = P; off < 32; off <<= 1) {
     for (int r = 0; r < QB; ++r) {
       const float mo = SHFL_XOR(m[r], off);
@@ -417,7 +524,7 @@ PARTIAL_BODY = """
     }
     BARRIER();
   }
-  // 4. this split's partial: o_acc (B, Hkv, NQ, S + 1, VPARTS, D), o_ml (B, Hkv, NQ, S + 1, 2)
+  // 5. this split's partial: o_acc (B, Hkv, NQ, S + 1, VPARTS, D), o_ml (B, Hkv, NQ, S + 1, 2)
   for (int i = tid; i < QB * VPARTS * D; i += NT) {
     const int r = qg * QB + i / (VPARTS * D);
     if (r < nq) {
@@ -520,6 +627,8 @@ CUDA_PRELUDE = """
 """
 CUDA_HEADER = """
 #define DEVICE
+#define TGMEM
+#define THREAD
 #define NEG_INF (-__int_as_float(0x7f800000))
 __device__ inline float vq_max(float a, float b) { return fmaxf(a, b); }
 __device__ inline int vq_min(int a, int b) { return a < b ? a : b; }
@@ -527,7 +636,7 @@ __device__ inline float vq_exp2(float x) { return exp2f(x); }
 __device__ inline float vq_round_to(float, float x) { return x; }
 __device__ inline float vq_round_to(__half, float x) { return __half2float(__float2half_rn(x)); }
 __device__ inline float vq_round_to(__nv_bfloat16, float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-""" + HELPERS.replace("inline uint32_t", "__device__ inline uint32_t")
+""" + HELPERS.replace("inline ", "__device__ inline ")
 
 METAL_PRELUDE = """
 #define TID thread_position_in_threadgroup.x
@@ -543,6 +652,8 @@ METAL_PRELUDE = """
 """
 METAL_HEADER = """
 #define DEVICE device
+#define TGMEM threadgroup
+#define THREAD thread
 #define NEG_INF (-INFINITY)
 inline float vq_exp2(float x) { return metal::exp2(x); }
 inline float vq_max(float a, float b) { return metal::fmax(a, b); }

@@ -67,6 +67,7 @@ def _tables(p: spec.Params, d: int) -> tuple[mx.array, mx.array, mx.array, mx.ar
     return c1, bd1, z, z
 
 
+@functools.lru_cache(maxsize=1024)   # per stream and head count: no reshape per decode step
 def _signs(p: spec.Params, heads: int, d: int) -> tuple[mx.array, mx.array]:
     sig = prng.head_signs(p, heads, d).reshape(heads * d)
     if p.method != "turboquant_prod":
