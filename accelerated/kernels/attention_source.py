@@ -59,25 +59,37 @@ inline void vq_fill_table(TGMEM float* lut, const DEVICE float* tab, int tid, in
   }
 }
 
-// the 8 values of chunk c (codes 8c .. 8c + 7) of a packed row: one byte for B = 1, byte-table lookups
-// for B = 2, 4 (the chunk's B bytes lie in one word), else one code at a time
+// B = 1, 2, 4: the 8 codes of chunk c (codes 8c .. 8c + 7, B bytes) lie in one word of the row; that word
+// can be loaded early (vq_chunk_word) and decoded later (vq_chunk_w): one byte-table lookup per byte
 template <int B>
-inline void vq_chunk(const DEVICE uint32_t* row, int c, const TGMEM float* lut, THREAD float* out) {
+inline uint32_t vq_chunk_word(const DEVICE uint32_t* row, int c) {
+  return row[(c * B) / 4];
+}
+
+template <int B>
+inline void vq_chunk_w(uint32_t w, int c, const TGMEM float* lut, THREAD float* out) {
+  const int sh = 8 * ((c * B) % 4);
   if (B == 1) {
-    const uint32_t byte = (row[c / 4] >> (8 * (c % 4))) & 255u;
+    const uint32_t byte = (w >> sh) & 255u;
     for (int k = 0; k < 8; ++k) {
       out[k] = lut[(byte >> k) & 1u];
     }
-  } else if (B == 2 || B == 4) {
+  } else {
     constexpr int PERB = 8 / B;
-    const uint32_t w = row[(c * B) / 4];
-    const int sh = 8 * ((c * B) % 4);
     for (int i = 0; i < B; ++i) {
       const uint32_t byte = (w >> (sh + 8 * i)) & 255u;
       for (int k = 0; k < PERB; ++k) {
         out[i * PERB + k] = lut[byte * PERB + k];
       }
     }
+  }
+}
+
+// the 8 values of chunk c of a packed row: through its word for B = 1, 2, 4, else one code at a time
+template <int B>
+inline void vq_chunk(const DEVICE uint32_t* row, int c, const TGMEM float* lut, THREAD float* out) {
+  if (B == 1 || B == 2 || B == 4) {
+    vq_chunk_w<B>(vq_chunk_word<B>(row, c), c, lut, out);
   } else {
     for (int k = 0; k < 8; ++k) {
       out[k] = lut[vq_code<B>(row, 8 * c + k)];
@@ -248,6 +260,37 @@ PARTIAL_BODY = """
       ok[u] = t < t1;
       tu[u] = ok[u] ? t : t0;             // a readable token for lanes past the end (result unused)
     }
+    // -- the values' words and factors are loaded with the keys' (one memory latency per iteration)
+    constexpr bool VPRE = MV <= 3 && (VB1 == 1 || VB1 == 2 || VB1 == 4) && (VB2 == 1 || VB2 == 2 || VB2 == 4);
+    uint32_t pv1[VPRE ? U : 1][VPRE ? NCH : 1];
+    uint32_t pv2[VPRE ? U : 1][VPRE ? NCH : 1];
+    float pvf[U];
+    float pvf2[U];
+    if (VPRE && !is_win) {
+      for (int u = 0; u < U; ++u) {
+        const int tt = tu[u];
+        const DEVICE uint32_t* row1 = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
+                                      + (int64_t)tt * vc1_strides[2];
+        const DEVICE uint32_t* row2 = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1]
+                                      + (int64_t)tt * vc2_strides[2];
+        for (int k = 0; k < NCH; ++k) {
+          pv1[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)] = vq_chunk_word<VB1>(row1, lp + k * P);
+          if (MV == 1 || MV == 3) {
+            pv2[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)] = vq_chunk_word<VB2>(row2, lp + k * P);
+          }
+        }
+        pvf[u] = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + (int64_t)tt * vs0_strides[2]];
+        pvf2[u] = 0.0f;
+        if (MV == 2 || MV == 3) {
+          const float a1 = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + (int64_t)tt * vs1_strides[2]];
+          if (MV == 2) {
+            pvf[u] = (a1 > 0.0f) ? (pvf[u] * f_k[0]) / a1 : 0.0f;
+          } else {
+            pvf2[u] = pvf[u] * (a1 * f_k[1]);
+          }
+        }
+      }
+    }
     // -- keys: partial dot products of this lane's coordinates, and each token's factors
     float part[U][QB];
     float part2[U][KP2];
@@ -390,6 +433,31 @@ PARTIAL_BODY = """
         for (int k = 0; k < NCH; ++k) {
           for (int j = 0; j < 8; ++j) {
             vv[k * 8 + j] = static_cast<float>(vw[base + (int64_t)((lp + k * P) * 8 + j) * vw_strides[3]]);
+          }
+        }
+      } else if (VPRE) {
+        vfac = pvf[u];
+        vfac2 = pvf2[u];
+        for (int k = 0; k < NCH; ++k) {
+          const int ch = lp + k * P;
+          float v8[8];
+          vq_chunk_w<VB1>(pv1[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)], ch, lv1, v8);
+          if (MV == 1) {
+            float w8[8];
+            vq_chunk_w<VB2>(pv2[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)], ch, lv2, w8);
+            for (int j = 0; j < 8; ++j) {
+              v8[j] += w8[j];
+            }
+          }
+          if (MV == 3) {
+            float w8[8];
+            vq_chunk_w<VB2>(pv2[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)], ch, lv2, w8);
+            for (int j = 0; j < 8; ++j) {
+              vv2[(k * 8 + j) % VP2] = w8[j];
+            }
+          }
+          for (int j = 0; j < 8; ++j) {
+            vv[k * 8 + j] = v8[j];
           }
         }
       } else {
