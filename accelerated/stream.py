@@ -44,6 +44,23 @@ class _Rows:
             self.buf[:, :, self.n : self.n + k] = a
         self.n += k
 
+    def reserve(self, a: mx.array) -> list[tuple[mx.array, mx.array]]:
+        """`extend` for a caller that stores the rows itself (accelerated.kernels.commit): grows the
+        buffer if needed and returns the (destination view, source) pairs to copy (old rows into a grown
+        buffer, then `a`); the row count counts them already."""
+        k = a.shape[2]
+        writes = []
+        if self.buf is None or self.n + k > self.buf.shape[2]:
+            cap = -(-(self.n + k) // self.step) * self.step
+            new = mx.zeros((*a.shape[:2], cap, *a.shape[3:]), dtype=a.dtype)
+            if self.n:
+                writes.append((new[:, :, : self.n], self.buf[:, :, : self.n]))
+            self.buf = new
+        if k:
+            writes.append((self.buf[:, :, self.n : self.n + k], a))
+        self.n += k
+        return writes
+
     def view(self, lo: int = 0, hi: int | None = None) -> mx.array:
         return self.buf[:, :, lo : self.n if hi is None else hi]
 
@@ -90,6 +107,7 @@ class Stream:
         self._window: mx.array | None = None  # (B, H, r, d) in the input dtype
         self._version = 0                    # bumped by every state change (see commit)
         self._epoch = 0                      # bumped by every trim (marks taken before it cannot be restored)
+        self._token: mx.array | None = None  # the pending in-place store of the newest rows (see commit)
 
     # -- sizes -------------------------------------------------------------------------------------
     @property
@@ -147,17 +165,35 @@ class Stream:
                 mx.eval(*fields.values())
         return Pending(self, self._version, name, (b, h, d), fields, f, win)
 
-    def commit(self, pending: "Pending") -> None:
-        """Apply a `prepare` result; refused if the state changed since (the flush would be wrong)."""
+    def commit(self, pending: "Pending", writes: list | None = None) -> None:
+        """Apply a `prepare` result; refused if the state changed since (the flush would be wrong).
+
+        With `writes` (a list), the encoded rows are not stored here: their (destination view, source)
+        pairs are appended to `writes` for the caller to store in one launch (accelerated.kernels.commit),
+        which must then hand its token to `stored_by`."""
         if pending.stream is not self or pending.version != self._version:
             raise ValueError("pending: prepared for another stream or an earlier state")
         self._dtype, self._bhd = pending.dtype, pending.bhd
         if pending.fields is not None:
             for n in self._names:
-                self._rows[n].extend(pending.fields[n])
+                if writes is None:
+                    self._rows[n].extend(pending.fields[n])
+                else:
+                    writes += self._rows[n].reserve(pending.fields[n])
             self._q += pending.flushed
         self._window = pending.window[:, :, pending.flushed:]
         self._version += 1
+
+    def stored_by(self, token: mx.array) -> None:
+        """The rows of the last `commit(..., writes)` are being stored by the launch that returns `token`."""
+        self._token = token
+
+    def sync(self) -> None:
+        """Wait for rows stored in place (a host sync; only where an MLX op is about to read the buffers,
+        which cannot take the token as an input): trim, save, decode, the ops path."""
+        if self._token is not None:
+            mx.eval(self._token)
+            self._token = None
 
     def trim(self, n: int) -> int:
         """Remove the newest min(n, T) tokens; returns how many were removed."""
@@ -167,6 +203,7 @@ class Stream:
         n = min(n, t)
         if n == 0:
             return 0
+        self.sync()
         self._version += 1
         self._epoch += 1
         r = self._window.shape[2]
@@ -219,12 +256,13 @@ class Stream:
         if self._bhd is None:
             raise ValueError("stream: no tokens appended yet")
         fields = {k: r.view() for k, r in self._rows.items() if r.buf is not None}
-        return PackedRecord(self.params, fields, self._window, self._q, self._method.decode_tokens)
+        return PackedRecord(self.params, fields, self._window, self._q, self._method.decode_tokens, self._token)
 
     def record(self) -> dict[str, mx.array]:
         """The record of the current state ({} before the first append)."""
         if self._bhd is None:
             return {}
+        self.sync()
         b, h, d = self._bhd
         shapes = record.expected_shapes(self.params, b, h, self.tokens, d, self._q)
         out = {}

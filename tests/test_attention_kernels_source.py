@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from accelerated.kernels import attention_source as src
-from accelerated.kernels import faults
+from accelerated.kernels import commit, faults
 
 MACROS = ("TID", "BLOCK_X", "BLOCK_Y", "BLOCK_Z", "NBLOCK_X", "NBLOCK_Y", "NBLOCK_Z", "SHARED", "BARRIER",
           "SHFL_XOR")
@@ -77,6 +77,10 @@ def test_cuda_sources_compile(tmp_path):
     fsrc = faults.PRELUDES["cuda"] + faults.body(sig)
     body += _kernel("faults", fsrc, ["a0", "a1", "a2"], ["out"],
                     dict(a0="__half", a1="float", a2="uint32_t", out="uint32_t"), [])
+    csrc = commit.PRELUDES["cuda"] + commit.body((("uint32_t", 4), ("float", 3)), (("nonfinite", 4), ("flag", 2)))
+    body += _kernel("commit", csrc, ["w0d", "w0s", "w1d", "w1s", "c0", "c1"], ["out"],
+                    dict(w0d="uint32_t", w0s="uint32_t", w1d="float", w1s="float", c0="__half", c1="uint32_t",
+                         out="uint32_t"), [])
     text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
             "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
             "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header

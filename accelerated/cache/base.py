@@ -43,6 +43,8 @@ from mlx_lm.models.cache import _BaseCache, create_attention_mask
 
 import spec
 from accelerated.attention import PackedKV
+from accelerated.kernels import backend as kernel_backend
+from accelerated.kernels.commit import commit as store_rows
 from accelerated.kernels.faults import flags as fault_flags
 from accelerated.ops import numerics
 from accelerated.stream import Stream
@@ -159,6 +161,7 @@ class VeloxKVCache(_BaseCache):
         self.offset = 0
         self._chunks: collections.deque = collections.deque(maxlen=_KEPT_CHUNKS)
         self._appends = 0
+        self._token: mx.array | None = None     # the last in-place store's token (kernels/commit.py)
         self._group: CacheGroup | None = None
 
     # ---- mlx-lm protocol ------------------------------------------------------------------------
@@ -180,13 +183,25 @@ class VeloxKVCache(_BaseCache):
             with numerics.deferred_checks() as faults:
                 pending_k = _prepare("keys", k, keys, faults)
                 pending_v = _prepare("values", v, values, faults)
-        k.commit(pending_k)
-        v.commit(pending_v)
+        faults = [f for f in faults if f[1].size]
+        if self.checks == "deferred" and self.attention == "packed" and kernel_backend.available()[0]:
+            # GPU: both streams' new rows and the checks in one launch, stored in place (kernels/commit.py)
+            writes: list = []
+            k.commit(pending_k, writes)
+            v.commit(pending_v, writes)
+            writes = [(dst, src) for dst, src in writes if src.size]
+            flags = store_rows(writes, faults, self._token)
+            self._token = flags
+            k.stored_by(flags)
+            v.stored_by(flags)
+        else:
+            k.commit(pending_k)
+            v.commit(pending_v)
+            flags = fault_flags(faults) if faults else None     # one launch on a GPU, no sync
         self._k, self._v = k, v
         self.offset = self._k.tokens
-        flags = fault_flags(faults) if faults else None     # one launch on a GPU, no sync
         self._appends += 1
-        self._chunks.append(_Chunk(self._appends, flags, [m for _, _, m in faults], before))
+        self._chunks.append(_Chunk(self._appends, flags if faults else None, [m for _, _, m in faults], before))
         if self.attention == "packed":
             return PackedKV(self._k.packed(), flags), PackedKV(self._v.packed(), flags)
         kd = self._k.dequantized().astype(keys.dtype)
@@ -218,7 +233,8 @@ class VeloxKVCache(_BaseCache):
         chunks = [c for c in self._chunks if not c.checked]
         for c in chunks[: max(len(chunks) - keep, 0)]:
             hits = [] if c.flags is None else c.flags.tolist()   # evaluated already: no wait
-            msg = next((m for m, hit in zip(c.messages, hits) if hit), None)
+            msg = next((m for m, hit in zip(c.messages, hits) if (any(hit) if isinstance(hit, list) else hit)),
+                       None)
             if msg is not None:
                 steps = self._appends - c.index
                 if self._group is not None:

@@ -161,7 +161,10 @@ def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: floa
     kt1, kt2 = _tables(kp, d)
     vt1, vt2 = _tables(vp, d)
     ksig, ktau = _signs(kp, hkv, d)
-    flags = _dummy(1, mx.bool_) if flags is None else flags
+    if flags is None:          # order after the in-place store of the newest rows (kernels.commit)
+        flags = k.token if k.token is not None else _dummy(1, mx.bool_)
+        if v.token is not None and v.token is not k.token:
+            v.sync()
     kin = _record_inputs(k)
     vin = _record_inputs(v)
     ins = ([queries, _scalar(float(scale) * LOG2E), _consts(d)] + kin + [kw, kt1, kt2, ksig, ktau]

@@ -32,9 +32,16 @@ class PackedRecord:
     window: mx.array
     encoded: int
     decode_tokens: object = None
+    token: mx.array | None = None     # pending in-place store of the newest rows (accelerated.kernels.commit)
+
+    def sync(self) -> None:
+        """Wait for rows stored in place before MLX ops read the fields (kernels take the token instead)."""
+        if self.token is not None:
+            mx.eval(self.token)
 
     def dequantized(self) -> mx.array:
         """float32 (B, H, T, d): every token decoded (the slow path: a full decoded copy)."""
+        self.sync()
         win = numerics.upcast(self.window)
         if not self.encoded:
             return win
@@ -249,6 +256,8 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
         raise ValueError(f"queries: shape {tuple(queries.shape)} does not fit keys {k.shape} / values {v.shape}")
     rep = hq // hkv
     kp, vp = k.params, v.params
+    k.sync()
+    v.sync()
     decode_k = decode_k or k.decode_tokens or ops.method_module(kp.method).decode_tokens
     decode_v = decode_v or v.decode_tokens or ops.method_module(vp.method).decode_tokens
     q32 = (queries.astype(mx.float32) * scale).reshape(b, hkv, rep * l, d)
