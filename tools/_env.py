@@ -59,6 +59,11 @@ def _dist(name: str) -> str | None:
 
 
 def _git() -> str | None:
+    # A copy of the tree without its history (the GPU machine gets the working tree, and a stale .git at
+    # best) is told its revision by VELOXQUANT_GIT (tree state committed before the run).
+    import os
+    if os.environ.get("VELOXQUANT_GIT"):
+        return os.environ["VELOXQUANT_GIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True, timeout=10).stdout.strip() or None
