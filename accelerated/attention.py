@@ -44,7 +44,9 @@ class PackedKV:
 
 
 def _with_flags(out: mx.array, *views: PackedKV) -> mx.array:
-    deps = [v.flags for v in views if v.flags is not None]
+    # a chunk stored in place (kernels/commit.py) has its flags as the rows' token: the kernels already
+    # take it as an input, any other path waited for it
+    deps = [v.flags for v in views if v.flags is not None and v.flags is not v.record.token]
     return mx.depends(out, deps) if deps else out
 
 

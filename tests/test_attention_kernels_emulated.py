@@ -41,6 +41,7 @@ PRELUDE = """
 #define SHARED(type, name, n) static type name[n]
 #define BARRIER() vq_bar->arrive_and_wait()
 #define SHFL_XOR(v, m) vq_shfl((v), (m))
+#define WARP_SYNC() vq_warp_bar[vq_tid / 32]->arrive_and_wait()
 """
 
 HEADER = r"""

@@ -14,7 +14,7 @@ from accelerated.kernels import attention_source as src
 from accelerated.kernels import commit, faults
 
 MACROS = ("TID", "BLOCK_X", "BLOCK_Y", "BLOCK_Z", "NBLOCK_X", "NBLOCK_Y", "NBLOCK_Z", "SHARED", "BARRIER",
-          "SHFL_XOR")
+          "SHFL_XOR", "WARP_SYNC")
 
 
 @pytest.mark.parametrize("kind", ["partial", "combine"])

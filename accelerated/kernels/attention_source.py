@@ -251,6 +251,7 @@ PARTIAL_BODY = """
       acc2[r % (VPARTS == 2 ? QB : 1)][c % VP2] = 0.0f;
     }
   }
+  SHARED(float, sg, NW * TPW * U * QB);   // per token slot: the all-gather of its U x QB scores
   const int n_it = (t1 - t0 + TPB - 1) / TPB;
   for (int it = 0; it < n_it; ++it) {
     int tu[U];
@@ -378,16 +379,47 @@ PARTIAL_BODY = """
         part2[u][r % KP2] = a2;
       }
     }
-    // -- sum over the token's P lanes (all U x QB chains in flight together)
-    for (int off = P / 2; off > 0; off >>= 1) {
-      for (int u = 0; u < U; ++u) {
-        for (int r = 0; r < QB; ++r) {
-          part[u][r] += SHFL_XOR(part[u][r], off);
-          if (KPARTS == 2) {
-            part2[u][r % KP2] += SHFL_XOR(part2[u][r % KP2], off);
+    // -- sum over the token's P lanes: reduce-scatter by halving exchanges (each lane ends with its share
+    //    of the U x QB sums: U * QB - 1 shuffles for U * QB >= P instead of U * QB * log2 P), then an
+    //    all-gather through threadgroup memory. turboquant_prod's two parts are combined per token first.
+    float red[U * QB];
+    for (int u = 0; u < U; ++u) {
+      for (int r = 0; r < QB; ++r) {
+        red[u * QB + r] = (KPARTS == 2 && !is_win) ? part[u][r] + kfac2[u] * part2[u][r % KP2] : part[u][r];
+      }
+    }
+    int base = 0;
+    {
+      int n = U * QB;
+      for (int off = P / 2; off > 0; off >>= 1) {
+        if (n >= 2) {
+          const int half = n / 2;
+          const bool upper = (lane & off) != 0;
+          for (int j = 0; j < half; ++j) {
+            const float send = upper ? red[j] : red[j + half];
+            const float keep = upper ? red[j + half] : red[j];
+            red[j] = keep + SHFL_XOR(send, off);
           }
+          base += upper ? half : 0;
+          n = half;
+        } else {
+          red[0] += SHFL_XOR(red[0], off);
         }
       }
+    }
+    {
+      constexpr int NFIN = (U * QB >= P) ? (U * QB / P) : 1;
+      const int row0 = (warp * TPW + slot) * U * QB;
+      for (int j = 0; j < NFIN; ++j) {
+        sg[row0 + base + j] = red[j];
+      }
+      WARP_SYNC();
+      for (int u = 0; u < U; ++u) {
+        for (int r = 0; r < QB; ++r) {
+          part[u][r] = sg[row0 + u * QB + r];
+        }
+      }
+      WARP_SYNC();                         // the next iteration overwrites sg
     }
     // -- scores (masked: -inf), then the running max, sum and one rescale per query row
     float w[U][QB];
@@ -395,8 +427,7 @@ PARTIAL_BODY = """
       float mb = NEG_INF;
       for (int u = 0; u < U; ++u) {
         const bool use = ok[u] && (is_win ? Q + tu[u] : tu[u]) <= qpos[r] && qg * QB + r < nq;
-        const float x = (KPARTS == 2 && !is_win) ? kfac[u] * (part[u][r] + kfac2[u] * part2[u][r % KP2])
-                                                 : kfac[u] * part[u][r];
+        const float x = kfac[u] * part[u][r];
         w[u][r] = use ? x : NEG_INF;
         mb = vq_max(mb, w[u][r]);
       }
@@ -692,6 +723,7 @@ CUDA_PRELUDE = """
 #define SHARED(type, name, n) __shared__ type name[n]
 #define BARRIER() __syncthreads()
 #define SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
+#define WARP_SYNC() __syncwarp()
 """
 CUDA_HEADER = """
 #define DEVICE
@@ -717,6 +749,7 @@ METAL_PRELUDE = """
 #define SHARED(type, name, n) threadgroup type name[n]
 #define BARRIER() threadgroup_barrier(metal::mem_flags::mem_threadgroup)
 #define SHFL_XOR(v, m) metal::simd_shuffle_xor((v), (ushort)(m))
+#define WARP_SYNC() metal::simdgroup_barrier(metal::mem_flags::mem_threadgroup)
 """
 METAL_HEADER = """
 #define DEVICE device
