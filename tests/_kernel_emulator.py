@@ -195,7 +195,8 @@ extern "C" int vq_decode(int m, int d, int ts, int groups, int warps, const void
 }
 """
 
-HEAD_DIMS = (16, 32, 64, 128)
+# head dims instantiated (VELOXQUANT_KEMU_DIMS=16,32,...,1024 for a run that covers every spec head dim)
+HEAD_DIMS = tuple(int(v) for v in os.environ.get("VELOXQUANT_KEMU_DIMS", "16,32,64,128").split(","))
 XTYPES = {"float32": "float", "float16": "_Float16", "bfloat16": "vq_bf16"}
 _XT_ID = {n: i for i, n in enumerate(XTYPES)}
 
@@ -208,8 +209,9 @@ def _combos():
             if m == 5 and d < 32:
                 continue   # mlx_affine: G >= 32 and G <= d
             for xt in XTYPES:
-                ts = "float32" if m <= 3 else "float16" if m == 4 else xt
-                enc.append((m, d, xt, ts))
+                # mlx_affine: TS is the declared input dtype, which a stream's float32 upcast x differs from
+                for ts in (("float32",) if m <= 3 else ("float16",) if m == 4 else tuple(XTYPES)):
+                    enc.append((m, d, xt, ts))
             for ts in (("float32",) if m <= 3 else ("float16",) if m == 4 else tuple(XTYPES)):
                 dec.append((m, d, ts))
     return enc, dec
@@ -334,3 +336,74 @@ class Emulator:
                                 *map(_ptr, (codes, sh, codes2, s1, s2, sig, tau, c1, c2, k, meta, out)))
         assert rc == 0, f"no emulator instantiation for {p.method} d={d} TS={ts}"
         return out
+
+
+# ---- the emulator as a stand-in for mx.fast.cuda_kernel (tests of accelerated.kernels' Python side) ------
+_MX_NP = {mx.float32: np.float32, mx.float16: np.float16, mx.bfloat16: np.uint16, mx.uint32: np.uint32,
+          mx.bool_: np.bool_}
+
+
+def _to_np(a: mx.array) -> np.ndarray:
+    return _np(a)
+
+
+def _from_np(a: np.ndarray, dt) -> mx.array:
+    return mx.array(a).view(mx.bfloat16) if dt == mx.bfloat16 else mx.array(a)
+
+
+def fake_kernel(lib: ctypes.CDLL, kind: str):
+    """A callable with mx.fast.cuda_kernel's kernel signature that runs the body in the emulator."""
+    def call(inputs, template, grid, threadgroup, output_shapes, output_dtypes, init_value=None, verbose=False,
+             stream=None):
+        assert init_value is None, "the kernels never ask MLX to fill outputs"
+        t = dict(template)
+        m, d, ts = t["M"], t["D"], t["TS"]
+        groups, warps = grid[0] // threadgroup[0], threadgroup[0] // 32
+        assert grid[0] % threadgroup[0] == 0 and threadgroup[0] % 32 == 0 and 1 <= warps <= source.MAX_WARPS
+        assert warps * 2 * d <= source.SMEM_CODES
+        outs = [np.zeros(s, _MX_NP[dt]) for s, dt in zip(output_shapes, output_dtypes)]
+        ins = [_to_np(a) for a in inputs]
+        if kind == "encode":
+            x = ins[0]
+            sh = np.array(x.shape, np.int64)
+            st = np.array([s // x.itemsize for s in x.strides], np.int64)
+            xt = _dtname(inputs[0].dtype)
+            assert outs[4].shape == (groups, 2)
+            rc = lib.vq_encode(m, d, _XT_ID[xt], _XT_ID[_dtname(ts)], groups, warps, _ptr(x), _ptr(sh), _ptr(st),
+                               *map(_ptr, ins[1:]), *map(_ptr, outs))
+        else:
+            sh = np.array(ins[0].shape, np.int64)
+            rc = lib.vq_decode(m, d, _XT_ID[_dtname(ts)], groups, warps, _ptr(ins[0]), _ptr(sh),
+                               *map(_ptr, ins[1:]), *map(_ptr, outs))
+        assert rc == 0, f"no emulator instantiation for {kind} M={m} D={d} TS={ts}"
+        return [_from_np(o, dt) for o, dt in zip(outs, output_dtypes)]
+    return call
+
+
+def install(monkeypatch, lib: ctypes.CDLL, max_warps: int = 4, big_warps: int = 2) -> None:
+    """Make accelerated.kernels believe a GPU backend is there and run every launch in the emulator (small
+    threadgroups: the emulator spawns one thread per lane)."""
+    from accelerated import kernels
+    from accelerated.kernels import backend
+    monkeypatch.setattr(backend, "available", lambda: (True, "CPU emulator"))
+    monkeypatch.setattr(kernels, "available", lambda: (True, "CPU emulator"))
+    monkeypatch.setattr(backend, "kernel", lambda kind, method, dtype_name: fake_kernel(lib, kind))
+    monkeypatch.setattr(source, "MAX_WARPS", max_warps)
+    monkeypatch.setattr(km, "BIG_WARPS", big_warps)
+
+
+def make():
+    """`--impl tests._kernel_emulator:make`: the conformance suite's mlx_kernels adapter with every kernel
+    launch run in the emulator (a CPU check of the whole path before a GPU run; slow, not part of CI)."""
+    import sys as _sys
+    from accelerated import kernels
+    from accelerated.kernels import backend
+    from conformance.adapters.mlx_kernels import MlxKernelsImpl
+    lib = build()
+    backend.available = lambda: (True, "CPU emulator")
+    kernels.available = lambda: (True, "CPU emulator")
+    backend.kernel = lambda kind, method, dtype_name: fake_kernel(lib, kind)
+    source.MAX_WARPS = 4
+    km.BIG_WARPS = 2
+    _sys.modules.setdefault("_kernel_emulator", _sys.modules[__name__])
+    return MlxKernelsImpl()
