@@ -190,11 +190,16 @@ def test_fault_rules(emu):
 
 
 def test_fault_one_slot_per_threadgroup(emu):
-    """The flag lands in the slot of the threadgroup whose warp met the token (grid-stride loop)."""
+    """The flag lands in the slot of the threadgroup whose warp met the token (a contiguous chunk of
+    rows per warp)."""
     import _kernel_emulator as ke
     e4 = ke.Emulator(emu.lib, warps=2, groups=4)
     p = spec.Params("turboquant").resolved()
     x = np.random.default_rng(0).standard_normal((1, 1, 16, 16)).astype(np.float32)
-    x[0, 0, 13, 0] = np.nan            # row 13: warp 13 mod 8 = 5 -> threadgroup 2, warp 1
+    x[0, 0, 13, 0] = np.nan            # 16 rows over 8 warps: row 13 is warp 6's -> threadgroup 3
     _, fault = e4.encode(x, p, 16, 16)
-    assert fault[:, 0].tolist() == [False, False, True, False]
+    assert fault[:, 0].tolist() == [False, False, False, True]
+    x = np.random.default_rng(0).standard_normal((1, 3, 5, 16)).astype(np.float32)
+    x[0, 2, 4, 0] = np.nan             # 15 rows, 2 per warp: row 14 is warp 7's -> threadgroup 3
+    _, fault = e4.encode(x, p, 5, 5)
+    assert fault[:, 0].tolist() == [False, False, False, True]

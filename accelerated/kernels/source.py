@@ -2,7 +2,8 @@
 (spec/number-model.md, rotation.md, codebooks.md, packing.md, methods/*.md, streaming.md).
 
 Shape of the bodies: one SIMD group (a CUDA warp, a Metal simdgroup: 32 lanes) per row, where a row is one
-token (a KIVI key row: one group of G tokens); several warps per threadgroup; a grid-stride loop over rows.
+token (a KIVI key row: one group of G tokens); several warps per threadgroup; each warp takes a contiguous
+chunk of rows (its head's sign bits stay cached in two registers).
 Lane l holds coordinates j = l + LW*e, e = 0..E-1 (LW = min(d, 32), E = d / LW), in registers. So:
 - the halving fold (number-model.md) does its strides >= LW inside each lane (slot e += slot e + s) and
   the last strides LW/2..1 with shuffle-down, exactly the spec's tree;
@@ -111,29 +112,71 @@ def _butterfly(arr: str) -> str:
 """
 
 
-def _flip(words: str, src: str, dst: str) -> str:
-    """dst[e] = src[e] * sigma_j (exact: a sign flip where the head's sign bit j is set)."""
+def _flip(lanebits: str, src: str, dst: str) -> str:
+    """dst[e] = src[e] * sigma_j (exact: a sign flip where bit e of the lane's cached sign bits is set)."""
     return f"""
     for (int e = 0; e < E; ++e) {{
-      const int j = lane + LW * e;
-      const uint32_t sw = {words}[h * WS + (j >> 5)];
-      {dst}[e] = FLIP({src}[e], ((sw >> (j & 31)) & 1u) << 31);
+      const uint32_t fm = ({lanebits} << (31 - e)) & 0x80000000u;
+      {dst}[e] = FLIP({src}[e], fm);
     }}
 """
 
 
+_SIGNS = """
+      if (h != hsig) {                          // a new head: cache this lane's sign bits (bit e: slot e)
+        hsig = h;
+        sgb = 0u;
+        tab = 0u;
+        for (int e = 0; e < E; ++e) {
+          const int j = lane + LW * e;
+          sgb |= ((sig[h * WS + (j >> 5)] >> (j & 31)) & 1u) << e;
+          if (M == 3) {
+            tab |= ((tau[h * WS + (j >> 5)] >> (j & 31)) & 1u) << e;
+          }
+        }
+      }
+"""
+
+
 def _rows(per: str, rows: str) -> str:
-    """Grid-stride loop over rows r = (b * nh + h) * per + i, one warp per row (unsigned divisions: cheaper
-    than signed ones; keeping (i, h, b) incrementally instead cost ~15 registers, measured with ptxas)."""
+    """Loop over this warp's rows: rows r = (b * nh + h) * per + i are split into one contiguous chunk per
+    warp (a warp's rows mostly share a head: its sign bits stay cached), with (i, h, b) advanced
+    incrementally (no division per row). The loop body ends with _ROWS_END."""
     return f"""
-  const uint32_t uper = (uint32_t)({per});
-  const uint32_t unh = (uint32_t)nh;
-  for (uint32_t r = (uint32_t)GROUP * (uint32_t)nwarps + (uint32_t)warp; r < (uint32_t)({rows});
-       r += (uint32_t)NGROUPS * (uint32_t)nwarps) {{
-    const int i = (int)(r % uper);
-    const int bh = (int)(r / uper);
-    const int h = (int)((uint32_t)bh % unh);
-    const int b = (int)((uint32_t)bh / unh);
+  const uint32_t uper = ({per}) > 0 ? (uint32_t)({per}) : 1u;   // no division by 0 when there are no rows
+  const uint32_t unh = nh > 0 ? (uint32_t)nh : 1u;
+  const uint32_t nrows = (uint32_t)({rows});
+  const uint32_t nwall = (uint32_t)NGROUPS * (uint32_t)nwarps;
+  const uint32_t chunk = (nrows + nwall - 1u) / nwall;
+  const uint32_t rbeg = ((uint32_t)GROUP * (uint32_t)nwarps + (uint32_t)warp) * chunk;
+  const uint32_t rend = rbeg + chunk < nrows ? rbeg + chunk : nrows;
+  uint32_t ui = rbeg % uper;
+  uint32_t ubh = rbeg / uper;
+  uint32_t uh = ubh % unh;
+  uint32_t ub = ubh / unh;
+  int hsig = -1;                                // the head whose sign bits sgb (sigma), tab (tau) hold
+  uint32_t sgb = 0u;
+  uint32_t tab = 0u;
+  for (uint32_t r = rbeg; r < rend; ++r) {{
+    const int i = (int)ui;
+    const int h = (int)uh;
+    const int bh = (int)ubh;
+    const int b = (int)ub;
+"""
+
+
+_ROWS_END = """
+    ui += 1u;                                   // the next row: (i, h, b) with carries
+    if (ui == uper) {
+      ui = 0u;
+      ubh += 1u;
+      uh += 1u;
+      if (uh == unh) {
+        uh = 0u;
+        ub += 1u;
+      }
+    }
+  }
 """
 
 
@@ -335,11 +378,11 @@ ENCODE_BODY = (
 """
     + _load_x("from + (i - ne)")
     + """
-      continue;
-    }
+    } else {
     if (M <= 3) {
       // rotation family. 1. exact upcast; 2. n = sqrt(fold(x * x))
 """
+    + _SIGNS
     + _load_x("i")
     + """
       float f_q[E];
@@ -356,7 +399,7 @@ ENCODE_BODY = (
       // 4. y = RHT(x): sign flip, butterfly, scale
       float f_v[E];
 """
-    + _flip("sig", "f_x", "f_v")
+    + _flip("sgb", "f_x", "f_v")
     + _butterfly("f_v")
     + """
       for (int e = 0; e < E; ++e) {
@@ -412,7 +455,7 @@ ENCODE_BODY = (
           }
           float f_w[E];
 """
-    + _flip("tau", "f_e", "f_w")
+    + _flip("tab", "f_e", "f_w")
     + _butterfly("f_w")
     + """
           for (int e = 0; e < E; ++e) {
@@ -523,7 +566,10 @@ ENCODE_BODY = (
     + _pack("c1", "bits", "codes1", "orow", "0")
     + """
     }
-  }
+    }
+"""
+    + _ROWS_END
+    + """
   // fault flags: warp vote, then one slot per threadgroup (every warp gets here: no early return)
   const bool any_x = ANY(bad_x);
   const bool any_rule = ANY(bad_rule);
@@ -556,11 +602,15 @@ DECODE_BODY = (
     + _rows("nq", "rows")
     + """
     (void)b;
+    (void)i;
 """
     + _unpack("codes1", "bits", "r", "ci")
     + """
     float f_v[E];
     if (M <= 3) {
+"""
+    + _SIGNS
+    + """
       const float f_n = TO_F32(f_s1[r]);
       if (M == 0) {
         // y^ = C_d[i] * n
@@ -603,7 +653,7 @@ DECODE_BODY = (
         }
         float f_t[E];
 """
-    + _flip("tau", "f_s", "f_t")
+    + _flip("tab", "f_s", "f_t")
     + """
         const float f_g = MUL(TO_F32(f_s2[r]), f_k[1]);
         for (int e = 0; e < E; ++e) {
@@ -620,7 +670,7 @@ DECODE_BODY = (
       }
       float f_o[E];
 """
-    + _flip("sig", "f_v", "f_o")
+    + _flip("sgb", "f_v", "f_o")
     + """
       for (int e = 0; e < E; ++e) {
         f_v[e] = f_o[e];
@@ -646,8 +696,8 @@ DECODE_BODY = (
         f_out[(int64_t)r * D + lane + LW * e] = f_v[e];
       }
     }
-  }
 """
+    + _ROWS_END
 )
 
 BODIES = {"encode": ENCODE_BODY, "decode": DECODE_BODY}
