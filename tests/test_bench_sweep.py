@@ -69,6 +69,7 @@ def test_render_and_figure(tmp_path):
     md = bench.render_markdown([(res, "docs/bench/x.json")], {"docs/bench/x.json": "fig.png"})
     assert "fused kernels against the memory" in md and "![" in md and "| encode | 262144 | turboquant b=4 |" in md
     assert "api now rabitq" in md and "In the sweep" in md
+    assert "**What the kernels cost**" in md and "| encode | turboquant |" in md   # docs/bench/kernel-resources
     pytest.importorskip("matplotlib")
     figs = bench.write_figures([(res, "docs/bench/x.json")], tmp_path, log=lambda *a: None)
     assert figs == {"docs/bench/x.json": "benchmarks-test-gpu-kernels-sweep.png"}

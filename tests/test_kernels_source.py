@@ -296,3 +296,18 @@ def test_metal_rule_lint_catches():
     assert metal_rule_violations("__syncthreads();")
     assert metal_rule_violations("static int k = 0;")
     assert metal_rule_violations("SHARED(float, f_t, 4);\nconst float f_a = 1.5f;") == []
+
+
+@NVCC
+def test_committed_resources_are_current():
+    """docs/bench/kernel-resources-sm90.json (rendered into docs/benchmarks.md) matches the kernels as they
+    are; regenerate with its `command` after changing a body (skipped for another nvcc version)."""
+    import json
+    path = pathlib.Path(__file__).resolve().parent.parent / "docs" / "bench" / "kernel-resources-sm90.json"
+    info = json.loads(path.read_text())
+    nv = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    if not nv or nv[-1] != info["nvcc"]:
+        pytest.skip(f"nvcc {nv[-1] if nv else '?'} differs from the one that wrote the file ({info['nvcc']})")
+    keys = ("kind", "method", "registers", "smem_bytes", "spill_stores", "encode_moved", "decode_moved")
+    now = [{k: r.get(k) for k in keys} for r in kr.report()]
+    assert now == [{k: r.get(k) for k in keys} for r in info["rows"]], f"stale: rerun `{info['command']}`"

@@ -231,6 +231,38 @@ def iqr_spread(res: dict) -> dict | None:
             "t_lo": min(times), "t_hi": max(times)}
 
 
+RESOURCES = "kernel-resources-sm90.json"   # tools/kernel_resources.py output, next to the sweep's JSON
+
+
+def resources_table(res: dict, json_name: str) -> list[str]:
+    """What each kernel costs per thread (ptxas for sm_90, from RESOURCES beside the sweep JSON, if there)
+    next to what it reached at the largest N: the numbers behind 'what limits it'."""
+    import pathlib
+    from .bench import ROOT
+    path = (ROOT / json_name).parent / RESOURCES
+    if not path.exists():
+        return []
+    info = json.loads(path.read_text())
+    big = {g["op"]: g for g in res["groups"] if g["op"] in ("encode", "decode")
+           and g["n"] == max(h["n"] for h in res["groups"] if h["op"] == g["op"])}
+    lines = [f"**What the kernels cost** (ptxas for {info.get('arch')}, d = 128, float16 x, {info.get('nvcc')}; "
+             f"`{info.get('command')}`; occupancy = resident threads / 2048 for {info.get('block_threads')}-thread "
+             f"threadgroups; bytes per row = read + written per token), against the moved GB/s measured at the "
+             f"largest N", "",
+             "| op | method | registers | smem / threadgroup | spills | occupancy | bytes / row | moved GB/s | "
+             "% of copy |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in info["rows"]:
+        g = big.get(r["kind"])
+        cases = [a for a in (g["arms"] if g else {}) if (case_of(a) or "-").split()[0] == r["method"]]
+        meas = "; ".join(f"{g['arms'][a]['moved_GBps']:.0f}" for a in cases) if cases else "—"
+        frac = ("; ".join(f"{100 * g['arms'][a]['moved_GBps'] / g['arms'][COPY]['moved_GBps']:.0f}%" for a in cases)
+                if cases else "—")
+        moved = r[f"{r['kind']}_moved"]
+        lines.append(f"| {r['kind']} | {r['method']} | {r.get('registers', '?')} | {r.get('smem_bytes', '?')} | "
+                     f"{r.get('spill_stores', 0)} | {r['occupancy_256']:.0%} | {moved} | {meas} | {frac} |")
+    return lines + [""]
+
+
 def render_run(res: dict, json_name: str, figure: str | None = None) -> list[str]:
     from .bench import _fmt_s
 
@@ -276,6 +308,7 @@ def render_run(res: dict, json_name: str, figure: str | None = None) -> list[str
             lines.append(f"| {arm} | " + " | ".join(cells) + " |")
         lines += ["", f"Medians (IQR) at N = {gs[-1]['n']}: " + "; ".join(
             f"{a} {_fmt_s(s['median_s'])} ({_fmt_s(s['iqr_s'])})" for a, s in gs[-1]["arms"].items()), ""]
+    lines += resources_table(res, json_name)
     for g in res["groups"]:
         if g["op"] != "step":
             continue

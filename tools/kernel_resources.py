@@ -175,7 +175,11 @@ def main(argv=None) -> int:
     for r in rows:
         print(" | ".join(f"{r.get(c, '')}" if not isinstance(r.get(c), float) else f"{r[c]:.2f}" for c in cols))
     if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+        nv = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+        meta = {"schema": "veloxquant-kernel-resources/1", "command": " ".join(["python3 -m tools.kernel_resources"]
+                                                                              + sys.argv[1:]),
+                "nvcc": nv[-1] if nv else None, "arch": "sm_90", "block_threads": 256, "rows": rows}
+        Path(a.json).write_text(json.dumps(meta, indent=1) + "\n")
     return 0
 
 
