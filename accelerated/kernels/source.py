@@ -67,7 +67,6 @@ _COMMON = """
   const int gs = meta[3];
   const int keys = meta[4];
   const float f_sd = f_k[0];
-  SHARED(uint8_t, cst, 8192);
 """
 
 
@@ -349,7 +348,8 @@ def _kivi_code(val: str, fs: str, fz: str, out: str) -> str:
 ENCODE_BODY = (
     _COMMON
     + """
-  SHARED(uint32_t, flt, 64);
+  SHARED(uint8_t, cst, 8192);                    // per-warp code staging (3/5/6/7-bit packing)
+  SHARED(uint32_t, flt, 64);                     // per-warp fault flags
   const int nq = meta[5];                       // tokens to encode: 0..nq-1
   const int lo = meta[6];                       // tokens lo..T-1 are checked for NaN/Inf too
   const float f_lev = f_k[5];
