@@ -105,3 +105,24 @@ def test_sweep_runs_with_emulated_kernels(monkeypatch):
     assert {bench_sweep.case_of(a) for a in groups[0]["arms"]} - {None} == {c[0] for c in bench_sweep.CASES}
     step = bench_sweep.decode_step_group(0, 1, log=lambda *a, **k: None)
     assert len(step["arms"]) == 2 + 3 * len(bench_sweep.CASES)
+
+
+def test_merge_conformance_reports():
+    """tools/conformance.merge_reports: per-method runs (kernel_check runs them in parallel) into one report."""
+    from tools import conformance as tc
+
+    def rep(method, outcome, extra_unmatched):
+        tests = [{"id": f"conformance/test_differential.py::test_encode_decode[{method}-b2-float16]",
+                  "outcome": outcome, "message": None if outcome == "passed" else "boom", "method": method,
+                  "bits": 2, "dtype": "float16", "cases": 20},
+                 {"id": "conformance/test_mutants.py::test_mutant[x]", "outcome": "passed", "message": None}]
+        return {"schema": tc.SCHEMA, "date": f"2026-11-30T00:00:0{len(method) % 10}+00:00", "duration_s": len(method),
+                "impl": "mlx_kernels", "device": "gpu", "methods": [method], "profile": "ci",
+                "pytest_exit_code": 0 if outcome == "passed" else 1, "versions": {}, "summary": {},
+                "cells": [], "tests": tests, "unmatched_skip_xfail": [{"kind": "skip", "test": "a"}] + extra_unmatched}
+    m = tc.merge_reports([rep("kivi", "passed", [{"kind": "skip", "test": "b"}]), rep("rabitq", "failed", [])],
+                         ["k.json", "r.json"])
+    assert m["methods"] == ["kivi", "rabitq"] and m["pytest_exit_code"] == 1 and m["duration_s"] == 6
+    assert m["summary"]["passed"] == 2 and m["summary"]["failed"] == 1 and len(m["tests"]) == 3   # mutant once
+    assert m["unmatched_skip_xfail"] == [{"kind": "skip", "test": "a"}] and m["merged_from"] == ["k.json", "r.json"]
+    assert [c["failed"] for c in m["cells"] if c["method"] == "rabitq"] == [1]

@@ -3,10 +3,11 @@
 1. compile: the first call of every kernel (six methods x three input dtypes for encode, six for decode),
    each compared with accelerated.ops byte for byte; the source of any kernel that fails to compile is kept.
 2. in parallel (the host has cores to spare; the GPU work of each job is small): the GPU tests
-   (tests/test_kernels_gpu.py, tests/test_accelerated_stream.py), the conformance suite with
-   --impl mlx_kernels (ci profile, every method, JSON report), and the differential encode/decode tests
-   under the thorough profile's fresh randomness, one process per method, capped at --thorough-examples
-   examples per (method, bits, dtype) cell (profile "thorough-maxN" in their logs).
+   (tests/test_kernels_gpu.py, tests/test_accelerated_stream.py; two processes), the conformance suite with
+   --impl mlx_kernels (ci profile), one process per method, merged into OUT/h200-cuda-mlx_kernels.json
+   (tools/conformance.py merge_reports), and the differential encode/decode tests under the thorough
+   profile's fresh randomness, one process per method, capped at --thorough-examples examples per
+   (method, bits, dtype) cell (profile "thorough-maxN" in their logs).
 3. alone, on a quiet GPU: the benchmark sweep (tools/bench_sweep.py) into OUT/h200-kernels-sweep.json.
 Everything is logged under --out; nothing stops at the first failure; a summary (rc and seconds per step)
 ends the output and kernel_check.json.
@@ -142,10 +143,16 @@ def main(argv=None) -> int:
         log["steps"]["compile"]["s"] = round(time.time() - s, 1)
     if "parallel" not in skip:
         print("\n===== parallel: GPU tests, conformance (ci), differential (thorough, capped) =====", flush=True)
+        # One process per method for the suite too: every process JIT-compiles its own kernels (one per
+        # method, head dim and dtype), so splitting by method spreads ~250 compiles over the host's cores.
         pq = [py, "-m", "pytest", "-q", "-rfE", "--tb=short", "-p", "no:randomly"]
-        jobs = [start("gpu-tests", pq + ["tests/test_kernels_gpu.py", "tests/test_accelerated_stream.py"], out),
-                start("conformance-ci", [py, "-m", "tools.cli", "conformance", "--impl", "mlx_kernels", "--device",
-                                         "gpu", "--json", str(out / "h200-cuda-mlx_kernels.json")], out)]
+        jobs = [start("gpu-tests-dims", pq + ["tests/test_kernels_gpu.py", "-k", "test_head_dims"], out),
+                start("gpu-tests", pq + ["tests/test_kernels_gpu.py", "-k", "not test_head_dims",
+                                         "tests/test_accelerated_stream.py"], out)]
+        for m in spec.METHODS:
+            jobs.append(start(f"conformance-{m}", [py, "-m", "tools.cli", "conformance", "--impl", "mlx_kernels",
+                                                   "--device", "gpu", "--methods", m, "--json",
+                                                   str(out / f"conformance-{m}.json")], out))
         for m in spec.METHODS:
             jobs.append(start(f"thorough-{m}", pq + ["conformance/test_differential.py", "-k", "test_encode_decode",
                                                      "--impl", "mlx_kernels", "--device", "gpu", "--methods", m],
@@ -155,6 +162,13 @@ def main(argv=None) -> int:
         for name, r in res.items():
             r["tail"] = tail(out / f"{name}.log")
         log["steps"]["parallel"] = res
+        parts = [out / f"conformance-{m}.json" for m in spec.METHODS]
+        if all(f.exists() for f in parts):
+            from .conformance import merge_reports
+            merged = merge_reports([json.loads(f.read_text()) for f in parts], [f.name for f in parts])
+            (out / "h200-cuda-mlx_kernels.json").write_text(json.dumps(merged, indent=1, default=str) + "\n")
+            log["conformance"] = merged["summary"]
+            print(f"conformance (merged): {merged['summary']}", flush=True)
     if "bench" not in skip:
         print("\n===== bench (alone) =====", flush=True)
         s = time.time()
