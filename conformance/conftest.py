@@ -30,6 +30,7 @@ _common = dict(deadline=None, database=None, print_blob=True,
 settings.register_profile("ci", max_examples=20, derandomize=True, **_common)
 # thorough: >= 10,000 examples per parametrization (so per method), fresh randomness every run.
 settings.register_profile("thorough", max_examples=10_000, **_common)
+# VELOXQUANT_MAX_EXAMPLES=N caps a profile's examples (profile "<name>-maxN", shown in the header and report).
 
 
 class UnmatchedXfailWarning(pytest.PytestWarning):
@@ -45,9 +46,18 @@ def pytest_addoption(parser):
     g.addoption("--methods", default=None, help=f"comma list out of {','.join(METHODS)} (default: all)")
 
 
+MAX_EXAMPLES_ENV = "VELOXQUANT_MAX_EXAMPLES"
+
+
 def pytest_configure(config):
     if config.getoption("hypothesis_profile", None) is None:
-        settings.load_profile(os.environ.get(PROFILE_ENV, "ci"))
+        name = os.environ.get(PROFILE_ENV, "ci")
+        settings.load_profile(name)
+        cap = os.environ.get(MAX_EXAMPLES_ENV)
+        if cap:   # a time-boxed run (e.g. thorough randomness on a GPU session): named so in the report
+            capped = f"{name}-max{int(cap)}"
+            settings.register_profile(capped, settings.get_profile(name), max_examples=int(cap))
+            settings.load_profile(capped)
     config._vq_profile = settings.default  # the loaded profile (recorded in the report)
     impl = adapters.load(config.getoption("impl"))
     impl.set_device(config.getoption("device"))

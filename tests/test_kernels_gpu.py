@@ -1,8 +1,10 @@
-"""accelerated.kernels on a GPU, bit for bit against accelerated.ops (spec/methods/turboquant*.md, rabitq.md).
+"""accelerated.kernels on a GPU, bit for bit against accelerated.ops (spec/methods/*.md).
 
 accelerated.ops is the bit-exact MLX path (conformance-checked against the reference on CPU and CUDA); the
 kernels must store and decode the same bits for every method, bits, head dim, dtype, window and stride
-layout. Where no kernels can run (no Metal/CUDA, CPU device) everything skips with the reason.
+layout, and reject bad input with the same error (the fault flags of the encode kernel, raised now or
+recorded in numerics.deferred_checks()). Where no kernels can run (no Metal/CUDA, CPU device) everything
+skips with the reason.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import pytest
 
 import spec
 from accelerated import kernels, ops
+from accelerated.kernels import methods as km
+from accelerated.ops import numerics
 from accelerated.stream import Stream
 
 OK, WHY = kernels.available()
@@ -20,7 +24,11 @@ pytestmark = pytest.mark.skipif(not OK, reason=f"kernels unavailable: {WHY}")
 DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 METHOD_BITS = [("turboquant", dict(bits=b)) for b in (1, 2, 3, 4)] + \
               [("turboquant_rvq", dict(bits=b, bits2=b2)) for b in (1, 2, 3, 4) for b2 in (1, 2, 3, 4)] + \
-              [("rabitq", dict())] + [("turboquant_prod", dict(bits=b)) for b in (2, 3, 4, 5)]
+              [("rabitq", dict())] + [("turboquant_prod", dict(bits=b)) for b in (2, 3, 4, 5)] + \
+              [("kivi", dict(bits=b, group_size=g, role=r)) for b, g, r in
+               ((1, 16, "k"), (2, 32, "v"), (3, 64, "k"), (4, 16, "v"), (5, 128, "v"), (6, 32, "k"), (7, 16, "v"),
+                (8, 64, "v"))] + \
+              [("mlx_affine", dict(bits=b, group_size=g)) for b in (2, 4, 8) for g in (32, 64, 128)]
 HEAD_DIMS = [16, 32, 64, 128, 256, 512, 1024]
 
 
@@ -56,8 +64,10 @@ def _x(rng, shape, dtype) -> mx.array:
 
 def _check(method, kw, shape, dtype, seed=0, window=None):
     rng = np.random.default_rng(seed)
-    p = spec.Params(method, seed=11, layer=2, head_offset=3, role="k", window=window, **kw)
+    p = spec.Params(method, seed=11, layer=2, head_offset=3, window=window, **{"role": "k", **kw})
     x = _x(rng, shape, dtype)
+    if method == "kivi":   # float16 scales: keep the x2 300 token inside float16's range
+        x = mx.clip(x, -6e4, 6e4)
     want = ops.encode(x, p, dtype)
     got = kernels.encode(x, p, dtype)
     assert_same(got, want, f"{method}{kw} {shape} {dtype} encode")
@@ -67,20 +77,28 @@ def _check(method, kw, shape, dtype, seed=0, window=None):
 @pytest.mark.parametrize("method,kw", METHOD_BITS, ids=[f"{m}-{'-'.join(map(str, k.values()))}" for m, k in METHOD_BITS])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_bits_and_dtypes(method, kw, dtype):
-    _check(method, kw, (2, 3, 5, 128), dtype)
+    t = 2 * kw.get("group_size", 0) + 5 if method == "kivi" else 5
+    _check(method, kw, (2, 3, t, 128), dtype, window=2)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("method,kw", [("turboquant", dict(bits=3)), ("turboquant_rvq", dict(bits=2, bits2=3)),
-                                       ("rabitq", dict()), ("turboquant_prod", dict(bits=4))])
+                                       ("rabitq", dict()), ("turboquant_prod", dict(bits=4)),
+                                       ("kivi", dict(bits=3, group_size=16, role="k")),
+                                       ("kivi", dict(bits=4, group_size=16, role="v")),
+                                       ("mlx_affine", dict(bits=4, group_size=32))])
 def test_head_dims(method, kw, d):
-    _check(method, kw, (1, 2, 4, d), "bfloat16", seed=d)
+    if method == "mlx_affine" and d < 32:
+        pytest.skip("mlx_affine: G >= 32 > d")
+    _check(method, kw, (1, 2, 36 if method == "kivi" else 4, d), "bfloat16", seed=d, window=0)
 
 
-@pytest.mark.parametrize("method", ["turboquant", "turboquant_rvq", "rabitq", "turboquant_prod"])
+@pytest.mark.parametrize("method", ["turboquant", "turboquant_rvq", "rabitq", "turboquant_prod", "kivi",
+                                    "mlx_affine"])
 def test_window_and_many_tokens(method):
-    _check(method, {}, (1, 4, 300, 64), "float16", window=37)
-    _check(method, {}, (2, 2, 9, 32), "float32", window=20)   # everything in the window: Q = 0
+    kw = dict(group_size=16) if method == "kivi" else dict(group_size=32) if method == "mlx_affine" else {}
+    _check(method, kw, (1, 4, 300, 64), "float16", window=37)
+    _check(method, kw, (2, 2, 9, 32), "float32", window=20)   # everything in the window: Q = 0
 
 
 def test_strided_input():
@@ -98,11 +116,61 @@ def test_norm_overflow_rejected():
         kernels.encode(x, spec.Params("turboquant"))
 
 
-@pytest.mark.parametrize("method", ["turboquant", "turboquant_prod", "kivi"])
+def _poisoned(method, t=40):
+    """(x, its rule-breaking copy, the copy with NaN in a window token too) for `method`, float32."""
+    x = np.random.default_rng(3).standard_normal((2, 3, t, 64)).astype(np.float32)
+    rule = x.copy()
+    if method == "mlx_affine":
+        rule[1, 2, 4, :2] = [-3e38, 3e38]
+    elif method == "kivi":
+        rule[1, 2, 4, :2] = 1e6
+    else:
+        rule[1, 2, 4, :] = 3e38
+    both = rule.copy()
+    both[0, 0, t - 1, 5] = np.nan
+    return x, rule, both
+
+
+@pytest.mark.parametrize("method", ["turboquant", "turboquant_rvq", "rabitq", "turboquant_prod", "kivi",
+                                    "mlx_affine"])
+def test_faults_like_ops(method):
+    """The same ValueError (message and precedence) as accelerated.ops, raised at once; inside
+    deferred_checks() recorded as lazy flags whose first set one names the same error."""
+    kw = dict(group_size=16) if method == "kivi" else {}
+    p = spec.Params(method, window=3, **kw)
+    x, rule, both = _poisoned(method)
+    for arr, msg in ((rule, km.RULES[method]), (both, km.NONFINITE)):
+        with pytest.raises(ValueError) as want:
+            ops.encode(mx.array(arr), p)
+        assert str(want.value) == msg
+        with pytest.raises(ValueError) as got:
+            kernels.encode(mx.array(arr), p)
+        assert str(got.value) == msg
+        with numerics.deferred_checks() as pending:
+            kernels.encode(mx.array(arr), p)
+        assert numerics.first_fault(pending) == msg
+    with numerics.deferred_checks() as pending:
+        kernels.encode(mx.array(x), p)
+    assert numerics.first_fault(pending) is None
+
+
+def test_decode_step_one_launch_one_slot():
+    """A decode step (B=1, H=8, one token) is one threadgroup: its fault flags are views of the kernel's
+    output, with no reduction launched after it."""
+    p = spec.Params("turboquant", bits=4, window=0).resolved()
+    x = mx.random.normal((1, 8, 1, 128)).astype(mx.float16)
+    fields, flags = km.method("turboquant").encode_launch(x, p, 1, 0)
+    assert km.launch_shape(8, 128)[2] == 1
+    mx.eval(list(fields.values()), *flags)
+    assert not flags[0].item() and not flags[1].item()
+    assert_same(fields, {k: v for k, v in ops.encode(x, p).items() if k != "window"}, "decode step")
+
+
+@pytest.mark.parametrize("method", ["turboquant", "turboquant_prod", "kivi", "mlx_affine"])
 def test_stream_through_kernels(method):
     """Chunked appends through kernels store the bytes of accelerated.ops's stream and of one-shot encode."""
     rng = np.random.default_rng(9)
-    p = spec.Params(method, window=5)
+    p = spec.Params(method, window=5, **(dict(group_size=16) if method == "kivi" else {}))
     x = _x(rng, (1, 2, 70, 64), "bfloat16")
     a, b = Stream(p, use_kernels=True), Stream(p, use_kernels=False)
     for lo, hi in [(0, 1), (1, 40), (40, 41), (41, 70)]:

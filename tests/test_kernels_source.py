@@ -1,9 +1,16 @@
-"""accelerated.kernels.source on the CPU: one body per kernel shared by CUDA and Metal, every float operation
-through the exact-arithmetic helpers (a lint of the body), the preludes' helpers are the correctly rounded
-non-contractible ones, and (where nvcc is installed) the CUDA source compiles to PTX with only .rn float ops
-and no fma (spec/number-model.md: no contraction, correctly rounded division and square root)."""
+"""accelerated.kernels.source on the CPU, without a GPU:
+- one body per kernel shared by CUDA and Metal, every float operation through the exact-arithmetic helpers
+  (a lint of the body), the preludes' helpers are the correctly rounded non-contractible ones;
+- CUDA (where nvcc is installed): every kernel, as MLX's cuda_kernel assembles it, compiles for sm_90 to PTX
+  whose float ops are all .rn, with no fma / rcp / rsqrt (spec/number-model.md), and ptxas reports no spills
+  for the head dims up to 256;
+- Metal: the kernels as MLX's metal_kernel assembles them compile with g++ against tests/metal_shim.h (the
+  Metal builtins the bodies use), and a lint checks the Metal rules the shim cannot (address spaces,
+  threadgroup arrays at kernel scope, no double, no CUDA names). No Metal result is claimed.
+"""
 from __future__ import annotations
 
+import pathlib
 import re
 import shutil
 import subprocess
@@ -11,8 +18,12 @@ import subprocess
 import pytest
 
 from accelerated.kernels import source
+from tools import kernel_resources as kr
 
-FLOAT_HELPERS = ("ADD", "SUB", "MUL", "DIV", "SQRT", "NEG", "ABS", "TO_F32")
+FLOAT_HELPERS = ("ADD", "SUB", "MUL", "DIV", "SQRT", "NEG", "ABS", "FLIP", "MINF", "MAXF", "PIN", "TO_F32", "TO_TS")
+OTHER_MACROS = ("TID", "TOKEN", "HEAD", "BATCH", "NTOK", "NHEAD", "LANE", "WARP", "NWARPS", "GROUP", "NGROUPS",
+                "SHARED", "BARRIER", "WARP_SYNC", "SHFL_XOR", "SHFL_DOWN", "SHFL", "ANY", "BALLOT")
+SHIM = pathlib.Path(__file__).with_name("metal_shim.h")
 
 
 def _strip_brackets(s: str) -> str:
@@ -50,7 +61,7 @@ def float_op_violations(body: str) -> list[str]:
 def test_body_has_no_raw_float_ops(kind):
     body = source.BODIES[kind]
     assert float_op_violations(body) == []
-    for helper in ("ADD", "MUL"):
+    for helper in ("ADD", "MUL", "FLIP"):
         assert f"{helper}(" in body  # the lint is not vacuous: the helpers are there
 
 
@@ -73,8 +84,8 @@ def test_cuda_and_metal_share_the_body(kind):
         assert prelude == source.PRELUDES[backend][1]
         # the prelude is only macros: no code of its own
         assert all(not ln.strip() or ln.startswith("#define ") for ln in prelude.splitlines())
-        # every helper the body uses is defined by the prelude
-        for h in FLOAT_HELPERS + ("TID", "TOKEN", "HEAD", "BATCH", "NTOK", "NHEAD", "SHARED", "BARRIER"):
+        # every macro the bodies use is defined by the prelude
+        for h in FLOAT_HELPERS + OTHER_MACROS:
             assert re.search(rf"^#define {h}\b", prelude, re.M), (backend, h)
 
 
@@ -84,52 +95,219 @@ def test_prelude_helpers_are_exact():
                          ("DIV", "__fdiv_rn"), ("SQRT", "__fsqrt_rn")]:
         assert re.search(rf"^#define {h}\(.*\) {intrinsic}\(", cuda, re.M), h
     assert "rsqrt" not in cuda and "__frcp" not in cuda
+    assert "__float2half_rn" in source.CUDA_HEADER and "__float2bfloat16_rn" in source.CUDA_HEADER
     metal_h, metal_p = source.METAL_HEADER, source.METAL_PRELUDE
     assert "#pragma clang fp contract(off)" in metal_h
     assert "metal::precise::divide" in metal_h and "metal::precise::sqrt" in metal_h
     assert "fast::" not in metal_h and "rsqrt" not in metal_h
-    for h, fn in [("ADD", "vq_add"), ("SUB", "vq_sub"), ("MUL", "vq_mul"), ("DIV", "vq_div"), ("SQRT", "vq_sqrt")]:
+    for h, fn in [("ADD", "vq_add"), ("SUB", "vq_sub"), ("MUL", "vq_mul"), ("DIV", "vq_div"), ("SQRT", "vq_sqrt"),
+                  ("PIN", "vq_pin")]:
         assert re.search(rf"^#define {h}\(.*\) {fn}\(", metal_p, re.M), h
 
 
+# MLX's metal_kernel adds an attribute parameter only if its name occurs in the source; these are the ones it
+# knows (mlx/backend/common/metal_kernel.cpp). Anything else the prelude names would be undeclared.
+MLX_METAL_ATTRIBUTES = {
+    "dispatch_quadgroups_per_threadgroup": "uint", "dispatch_simdgroups_per_threadgroup": "uint",
+    "dispatch_threads_per_threadgroup": "uint3", "grid_origin": "uint3", "grid_size": "uint3",
+    "quadgroup_index_in_threadgroup": "uint", "quadgroups_per_threadgroup": "uint",
+    "simdgroup_index_in_threadgroup": "uint", "simdgroups_per_threadgroup": "uint", "thread_execution_width": "uint",
+    "thread_index_in_quadgroup": "uint", "thread_index_in_simdgroup": "uint", "thread_index_in_threadgroup": "uint",
+    "thread_position_in_grid": "uint3", "thread_position_in_threadgroup": "uint3",
+    "threadgroup_position_in_grid": "uint3", "threadgroups_per_grid": "uint3", "threads_per_grid": "uint3",
+    "threads_per_simdgroup": "uint", "threads_per_threadgroup": "uint3",
+}
+
+
 def test_metal_indices_are_attributes_mlx_declares():
-    # MLX adds a Metal attribute parameter only if its name occurs in the source; the prelude is in the source
     _, src = source.assemble("encode", "metal")
-    for attr in ("thread_position_in_threadgroup", "threadgroup_position_in_grid", "threadgroups_per_grid"):
-        assert attr in src
+    used = [a for a in MLX_METAL_ATTRIBUTES if a in src]
+    for attr in ("thread_index_in_simdgroup", "simdgroup_index_in_threadgroup", "simdgroups_per_threadgroup",
+                 "threadgroup_position_in_grid", "threadgroups_per_grid"):
+        assert attr in used
+    # nothing else of the [[...]] family is referenced
+    for name in re.findall(r"\b(\w+(?:_in_|_per_)\w+)\b", source.METAL_PRELUDE):
+        assert name in MLX_METAL_ATTRIBUTES, name
 
 
-def _mlx_like_cuda(kind: str, m: int, xt: str = "float") -> str:
-    """The kernel as mx.fast.cuda_kernel generates it (signature, constexpr M, then the source)."""
-    _, src = source.assemble(kind, "cuda")
-    if kind == "encode":
-        params = (f"const {xt}* x, const __grid_constant__ Strides x_strides, "
-                  + ", ".join(f"const {'int32_t' if n == 'meta' else 'float'}* {n}" for n in source.ENCODE_INPUTS[1:])
-                  + ", uint32_t* codes1, uint32_t* codes2, float* f_norm, float* f_aux")
-    else:
-        params = ", ".join(f"const {'uint32_t' if n.startswith('codes') else 'int32_t' if n == 'meta' else 'float'}* {n}"
-                           for n in source.DECODE_INPUTS) + ", float* f_out"
-    name = f"{kind}_{m}_{xt.strip('_')}"
-    return f"__global__ void {name}({params}) {{\n  constexpr int M = {m};\n{src}\n}}\n"
+# ---- CUDA: nvcc ----------------------------------------------------------------------------------------
+NVCC = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+PTX_KERNELS = ([("encode", m, 128, xt) for m in source.METHOD_IDS for xt in kr.CUDA_TYPES]
+               + [("decode", m, 128, "float16") for m in source.METHOD_IDS]
+               + [("decode", "mlx_affine", 128, xt) for xt in ("float32", "bfloat16")]
+               + [(k, m, d, "bfloat16") for k in ("encode", "decode") for m in ("turboquant_prod", "kivi")
+                  for d in (16, 1024)])
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
-def test_cuda_source_compiles_without_fma(tmp_path):
-    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
-            "namespace mlx::core::cu {\nusing Strides = cuda::std::array<int64_t, 10>;\n")
-    for m in range(4):
-        for xt in ("float", "__half", "__nv_bfloat16"):
-            text += _mlx_like_cuda("encode", m, xt)
-        text += _mlx_like_cuda("decode", m)
-    text += "}\n"
-    cu = tmp_path / "k.cu"
-    cu.write_text(text)
-    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-ptx", str(cu), "-o", str(tmp_path / "k.ptx")],
-                       capture_output=True, text=True, timeout=120)
+@NVCC
+def test_cuda_source_compiles_without_fma():
+    r = kr.nvcc(kr.translation_unit(PTX_KERNELS), "ptx")
     assert r.returncode == 0, r.stderr[-3000:]
-    ptx = (tmp_path / "k.ptx").read_text()
+    ptx = r.artifact
+    assert ptx.count(".entry") == len(PTX_KERNELS)
     ops = re.findall(r"^\s*(fma|add|sub|mul|div|sqrt|rsqrt|rcp)\.([a-z0-9.]+)", ptx, re.M)
     float_ops = {f"{op}.{mod}" for op, mod in ops if mod.endswith("f32")}
-    assert float_ops, "no float ops found in the PTX"
+    assert {"add.rn.f32", "mul.rn.f32", "div.rn.f32", "sqrt.rn.f32"} <= float_ops, float_ops
     assert all(".rn." in f".{fo}." for fo in float_ops), float_ops     # explicit RNE: ptxas may not fuse
     assert not any(fo.startswith(("fma", "rsqrt", "rcp")) for fo in float_ops), float_ops
+    assert "cvt.rn.f16.f32" in ptx and "cvt.rn.bf16.f32" in ptx      # RNE to float16 / bfloat16 (TS)
+    assert ".ftz" not in ptx                                          # no flush to zero anywhere
+
+
+@NVCC
+def test_cuda_resources_no_spills():
+    """ptxas -v for sm_90: no spills and a bounded register count for d <= 256 (bandwidth depends on it)."""
+    kernels = [(k, m, d, "float16") for k in ("encode", "decode") for m in source.METHOD_IDS for d in (128, 256)]
+    r = kr.nvcc(kr.translation_unit(kernels), "cubin", verbose=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = kr.ptxas_resources(r.stderr)
+    assert len(res) == len(kernels)
+    for name, info in res.items():
+        assert info.get("spill_stores", 0) == 0 and info.get("spill_loads", 0) == 0, (name, info)
+        assert info["registers"] <= 128, (name, info)
+        assert info["smem_bytes"] <= source.SMEM_CODES + 256, (name, info)
+
+
+def test_resource_parser():
+    text = ("ptxas info    : Compiling entry function '_Zk1' for 'sm_90'\nptxas info    : Function properties for "
+            "_Zk1\n    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\nptxas info    : Used 40 "
+            "registers, used 1 barriers, 8448 bytes smem, 456 bytes cmem[0]\n")
+    assert kr.ptxas_resources(text) == {"_Zk1": {"registers": 40, "smem_bytes": 8448, "stack_bytes": 8,
+                                                 "spill_stores": 4, "spill_loads": 4}}
+    assert kr.occupancy(32, 0) == 1.0 and kr.occupancy(40, 8448) == 0.75 and kr.occupancy(64, 8448) == 0.5
+
+
+# ---- Metal: the shim compile and the Metal rules -------------------------------------------------------
+METAL_TYPES = {"float32": "float", "float16": "float16_t", "bfloat16": "bfloat16_t"}
+
+
+def metal_kernel_source(kind: str, method: str, d: int, xt: str, small: frozenset = frozenset()) -> str:
+    """The kernel as MLX's metal_kernel writes it (mlx/backend/common/metal_kernel.cpp write_signature and
+    the explicit instantiation): `const device T*` inputs (`constant` for arrays of < 8 elements: `small`),
+    `device T*` outputs, the attributes the source names, `template <int M, int D, typename TS>`."""
+    header, src = source.assemble(kind, "metal")
+    ts = METAL_TYPES[kr.side_type(method, xt)]
+    if kind == "encode":
+        types = {"x": METAL_TYPES[xt], "sig": "uint32_t", "tau": "uint32_t", "meta": "int32_t"}
+        outs = [("codes1", "uint32_t"), ("codes2", "uint32_t"), ("f_s1", ts), ("f_s2", ts), ("fault", "bool")]
+        names = source.ENCODE_INPUTS
+    else:
+        types = {"codes1": "uint32_t", "codes2": "uint32_t", "f_s1": ts, "f_s2": ts, "sig": "uint32_t",
+                 "tau": "uint32_t", "meta": "int32_t"}
+        outs = [("f_out", "float")]
+        names = source.DECODE_INPUTS
+    params, i = [], 0
+    for n in names:
+        loc = "constant" if n in small else "device"
+        params.append(f"  const {loc} {types.get(n, 'float')}* {n} [[buffer({i})]]")
+        i += 1
+        if f"{n}_shape" in src:
+            params.append(f"  const constant int* {n}_shape [[buffer({i})]]")
+            i += 1
+        if f"{n}_strides" in src:
+            params.append(f"  const constant int64_t* {n}_strides [[buffer({i})]]")
+            i += 1
+    for n, t in outs:
+        params.append(f"  device {t}* {n} [[buffer({i})]]")
+        i += 1
+    params += [f"  {t} {a} [[{a}]]" for a, t in MLX_METAL_ATTRIBUTES.items() if a in src]
+    name = f"custom_kernel_vq_{kind}_{method}_{xt}"
+    targs = f"<{source.METHOD_IDS[method]}, {d}, {ts}>"
+    return (f"{header}\ntemplate <int M, int D, typename TS>\n[[kernel]] void {name}(\n" + ",\n".join(params)
+            + f") {{\n{src}\n}}\n"
+            + f"template [[host_name(\"{name}\")]] [[kernel]] decltype({name}{targs}) {name}{targs};\n")
+
+
+def _gxx_metal(text: str, tmp_path) -> subprocess.CompletedProcess:
+    f = tmp_path / "k.metal.cpp"
+    f.write_text(f'#include "{SHIM}"\n' + text)
+    return subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wno-attributes", "-Werror=double-promotion",
+                           "-Werror=float-conversion", "-x", "c++", str(f)], capture_output=True, text=True,
+                          timeout=300)
+
+
+GXX = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: Metal shim compile skipped")
+
+
+@GXX
+@pytest.mark.parametrize("kind", ["encode", "decode"])
+def test_metal_source_compiles_against_shim(kind, tmp_path):
+    text = source.METAL_HEADER    # once: each MLX kernel is its own library, here they share one file
+    for m in source.METHOD_IDS:
+        for xt in (METAL_TYPES if kind == "encode" or m == "mlx_affine" else ("float32",)):
+            for d in (16, 128):
+                if m == "mlx_affine" and d < 32:
+                    continue
+                small = frozenset({"tau", "f_c2", "f_b2", "codes2"})   # 1-element dummies: constant space
+                text += metal_kernel_source(kind, m, d, xt, small).replace(source.METAL_HEADER, "").replace(
+                    f"custom_kernel_vq_{kind}_{m}_{xt}", f"custom_kernel_vq_{kind}_{m}_{xt}_d{d}")
+    r = _gxx_metal(text, tmp_path)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
+@GXX
+def test_metal_shim_catches_cuda_names(tmp_path):
+    """The shim compile fails on what would not compile for Metal (shown on deliberately broken bodies)."""
+    good = metal_kernel_source("decode", "turboquant", 128, "float32")
+    for bad in ("__syncwarp();", "const float f_q = __shfl_sync(0xffffffffu, 1.0f, 0);",
+                "const float f_q = simd_shuffle_xor(1.0f);", "const double f_q = 1.0f;"):
+        broken = good.replace("  const float f_sd = f_k[0];", f"  const float f_sd = f_k[0];\n  {bad}")
+        assert broken != good
+        r = _gxx_metal(broken, tmp_path)
+        assert r.returncode != 0, bad
+
+
+def metal_rule_violations(body: str) -> list[str]:
+    """Metal rules the shim does not enforce: every pointer needs an address space (so the bodies declare no
+    pointers or references and index the kernel parameters directly), threadgroup memory is declared at
+    kernel scope only, no double or unsuffixed float literal, no CUDA names, no C++ features MSL lacks."""
+    code = re.sub(r"//[^\n]*", "", body)
+    bad = []
+    if re.search(r"\b(?:const\s+)?[A-Za-z_]\w*\s*[*&]\s*[A-Za-z_]\w*\s*=", code):
+        bad.append("pointer or reference declaration (Metal pointers need an address space)")
+    depth = 0
+    for tok in re.finditer(r"[{}]|SHARED\(", code):
+        if tok.group() == "{":
+            depth += 1
+        elif tok.group() == "}":
+            depth -= 1
+        elif depth:
+            bad.append("SHARED inside a block (Metal: threadgroup memory at kernel scope only)")
+    if re.search(r"\bdouble\b|\blong\s+long\b", code):
+        bad.append("double / long long")
+    if re.search(r"(?<![\w.])(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])", code):
+        bad.append("float literal without the f suffix (a double)")
+    for pat in (r"\b__\w+", r"\b(?:threadIdx|blockIdx|blockDim|gridDim|atomic\w*|printf|assert|malloc)\b",
+                r"\b(?:new|delete|goto|throw|try|virtual|thread_local|static)\b", r"\[\s*[&=]\s*\]"):
+        for m in re.finditer(pat, code):
+            bad.append(f"not in MSL / CUDA-only: {m.group()}")
+    return bad
+
+
+@pytest.mark.parametrize("kind", ["encode", "decode"])
+def test_bodies_follow_metal_rules(kind):
+    assert metal_rule_violations(source.BODIES[kind]) == []
+
+
+def test_metal_rule_lint_catches():
+    assert metal_rule_violations("const float* f_p = f_c1;")
+    assert metal_rule_violations("if (x) {\n  SHARED(float, f_t, 4);\n}")
+    assert metal_rule_violations("const float f_a = 1.5;")
+    assert metal_rule_violations("__syncthreads();")
+    assert metal_rule_violations("static int k = 0;")
+    assert metal_rule_violations("SHARED(float, f_t, 4);\nconst float f_a = 1.5f;") == []
+
+
+@NVCC
+def test_committed_resources_are_current():
+    """docs/bench/kernel-resources-sm90.json (rendered into docs/benchmarks.md) matches the kernels as they
+    are; regenerate with its `command` after changing a body (skipped for another nvcc version)."""
+    import json
+    path = pathlib.Path(__file__).resolve().parent.parent / "docs" / "bench" / "kernel-resources-sm90.json"
+    info = json.loads(path.read_text())
+    nv = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    if not nv or nv[-1] != info["nvcc"]:
+        pytest.skip(f"nvcc {nv[-1] if nv else '?'} differs from the one that wrote the file ({info['nvcc']})")
+    keys = ("kind", "method", "registers", "smem_bytes", "spill_stores", "encode_moved", "decode_moved")
+    now = [{k: r.get(k) for k in keys} for r in kr.report()]
+    assert now == [{k: r.get(k) for k in keys} for r in info["rows"]], f"stale: rerun `{info['command']}`"

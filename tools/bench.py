@@ -341,6 +341,13 @@ def _is_decode(res: dict) -> bool:
     return "layer" in res and "copy_bytes_per_s" in res
 
 
+def _is_sweep(res: dict) -> bool:
+    """A result of tools/bench_sweep.py (kernels against the memory, N = 8k..1M vectors)."""
+    from . import bench_sweep
+
+    return res.get("schema") == bench_sweep.SCHEMA
+
+
 def _is_pytest_benchmark(res: dict) -> bool:
     """A `pytest benchmarks --benchmark-json` result (benchmarks/test_bench_ops.py: MLX ops vs reference)."""
     return "benchmarks" in res and "machine_info" in res
@@ -377,6 +384,14 @@ def reading_notes(results: list[tuple[dict, str]]) -> list[str]:
             "interleaved in the same iterations of the same process, not ratios of separately measured medians; "
             "compare arms within a table, not across sections.")
     for res, name in results:
+        if _is_sweep(res):
+            from . import bench_sweep
+            sp = bench_sweep.iqr_spread(res)
+            if sp:
+                text += (f" In the sweep `{name}`, {sp['n_ge_30']} of the {sp['n']} kernel arms (medians "
+                         f"{_fmt_s(sp['t_lo'])} – {_fmt_s(sp['t_hi'])}) had an IQR of 30% of their median or more "
+                         f"(range {sp['lo']:.0%}–{sp['hi']:.0%}).")
+            continue
         if not _is_kernels(res):
             continue
         text += (" In the kernels run, `kernels` is accelerated.kernels' full API and includes its input "
@@ -408,7 +423,8 @@ def render_markdown(results: list[tuple[dict, str]], figures: dict[str, str] | N
             fig = (figures or {}).get(name)
             lines += bench_decode.render(res, name) + ([f"![decode step per layer]({fig})", ""] if fig else [])
             continue
-        render = (bench_kernels.render_run if _is_kernels(res) else
+        from . import bench_sweep
+        render = (bench_kernels.render_run if _is_kernels(res) else bench_sweep.render_run if _is_sweep(res) else
                   render_pytest_benchmark if _is_pytest_benchmark(res) else render_run)
         lines += render(res, name, (figures or {}).get(name))
     return "\n".join(lines) + "\n" + NOTES
@@ -417,7 +433,8 @@ def render_markdown(results: list[tuple[dict, str]], figures: dict[str, str] | N
 def write_figures(results: list[tuple[dict, str]], folder: pathlib.Path, log=print) -> dict[str, str]:
     """One PNG per GPU run (CPU times say nothing about speed) named after the device, e.g.
     benchmarks-h200.png; a second run on the same device is named after its JSON file instead. A
-    tools/bench_kernels.py run gets benchmarks-<device>-kernels.png."""
+    tools/bench_kernels.py run gets benchmarks-<device>-kernels.png, a tools/bench_sweep.py run
+    benchmarks-<device>-kernels-sweep.png."""
     from . import plots
 
     from . import bench_decode
@@ -434,6 +451,9 @@ def write_figures(results: list[tuple[dict, str]], folder: pathlib.Path, log=pri
         if _is_kernels(res):  # kernels run only where they can (a GPU): benchmarks-<device>-kernels.png
             dev, suffix = res.get("device_info", {}).get("device_name", "gpu"), "-kernels"
             plot = plots.bench_kernels_plot
+        elif _is_sweep(res):  # benchmarks-<device>-kernels-sweep.png
+            dev, suffix = res.get("device_info", {}).get("device_name", "gpu"), "-kernels-sweep"
+            plot = plots.bench_sweep_plot
         elif _is_pytest_benchmark(res) or res["device"]["type"] != "gpu":
             continue
         else:

@@ -11,6 +11,8 @@ import pathlib
 import sys
 import time
 
+import spec
+
 SUITE = pathlib.Path(__file__).resolve().parent.parent / "conformance"
 SCHEMA = "veloxquant-conformance-report/1"
 TOLERANCE_FILES = ("test_attention.py",)   # tolerance tier; everything else is the bit-exact tier
@@ -104,6 +106,28 @@ def _cells(tests) -> list[dict]:
         else:
             c["skipped"] += 1
     return [cells[k] for k in sorted(cells)]
+
+
+def merge_reports(reports: list[dict], names: list[str] | None = None) -> dict:
+    """One report from several runs of the same implementation on disjoint --methods (run in parallel):
+    tests by id (a method-independent test run by several keeps its first outcome), counts and cells
+    recomputed, the longest duration, the worst exit code, skip/xfail entries unmatched by every run."""
+    tests: dict[str, dict] = {}
+    for r in reports:
+        for t in r["tests"]:
+            tests.setdefault(t["id"], t)
+    tl = list(tests.values())
+    methods = {m for r in reports for m in r["methods"]}
+    unmatched = [u for u in reports[0]["unmatched_skip_xfail"]
+                 if all(u in r["unmatched_skip_xfail"] for r in reports[1:])]
+    out = dict(reports[0])
+    out.update(date=min(r["date"] for r in reports), duration_s=max(r["duration_s"] for r in reports),
+               methods=[m for m in spec.METHODS if m in methods],
+               pytest_exit_code=max(r["pytest_exit_code"] for r in reports), summary=_counts(tl),
+               cells=_cells(tl), tests=tl, unmatched_skip_xfail=unmatched)
+    if names:
+        out["merged_from"] = list(names)
+    return out
 
 
 def _versions(impl) -> dict:

@@ -1,14 +1,25 @@
-"""One-shot GPU check of accelerated.kernels (for a short device session): compile every kernel, the bit-exact
-tests against accelerated.ops, the kernel benchmark, the conformance suite through --impl mlx_kernels, and
-the existing stream tests (Stream now uses kernels by default). Everything is logged; nothing stops at the
-first failure. Results go to --out (a folder).
+"""One GPU session's check of accelerated.kernels, in the order that keeps a short device budget useful:
 
-Usage: PYTHONUNBUFFERED=1 python3 -m tools.kernel_check --out DIR [--skip conformance,bench,...]
+1. compile: the first call of every kernel (six methods x three input dtypes for encode, six for decode),
+   each compared with accelerated.ops byte for byte; the source of any kernel that fails to compile is kept.
+2. in parallel (the host has cores to spare; the GPU work of each job is small): the GPU tests
+   (tests/test_kernels_gpu.py, tests/test_accelerated_stream.py; two processes), the conformance suite with
+   --impl mlx_kernels (ci profile), one process per method, merged into OUT/h200-cuda-mlx_kernels.json
+   (tools/conformance.py merge_reports), and the differential encode/decode tests under the thorough
+   profile's fresh randomness, one process per method, capped at --thorough-examples examples per
+   (method, bits, dtype) cell (profile "thorough-maxN" in their logs).
+3. alone, on a quiet GPU: the benchmark sweep (tools/bench_sweep.py) into OUT/h200-kernels-sweep.json.
+Everything is logged under --out; nothing stops at the first failure; a summary (rc and seconds per step)
+ends the output and kernel_check.json.
+
+Usage: PYTHONUNBUFFERED=1 python3 -m tools.kernel_check --out DIR [--skip compile,parallel,bench]
+       [--thorough-examples 1000] [--parallel-timeout 240]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -17,11 +28,9 @@ import traceback
 
 import spec
 
-
-def step(name: str, log: dict):
-    print(f"\n===== {name} =====", flush=True)
-    log.setdefault("steps", {})[name] = {"t0": time.time()}
-    return log["steps"][name]
+METHOD_KW = {"turboquant": dict(bits=4), "turboquant_rvq": dict(bits=2, bits2=3), "rabitq": {},
+             "turboquant_prod": dict(bits=3), "kivi": dict(bits=3, group_size=32, window=0),
+             "mlx_affine": dict(bits=4, group_size=64)}
 
 
 def _raw(a) -> "np.ndarray":
@@ -35,12 +44,11 @@ def compile_all(out: pathlib.Path) -> dict:
     import mlx.core as mx
     import numpy as np
     from accelerated import kernels, ops
-    from accelerated.kernels import backend, source
+    from accelerated.kernels import source
     res = {}
     rng = np.random.default_rng(0)
-    x32 = rng.standard_normal((1, 2, 3, 128)).astype(np.float32)
-    for method, kw in [("turboquant", dict(bits=4)), ("turboquant_rvq", dict(bits=2, bits2=3)),
-                       ("rabitq", {}), ("turboquant_prod", dict(bits=3))]:
+    x32 = rng.standard_normal((1, 2, 64, 128)).astype(np.float32)
+    for method, kw in METHOD_KW.items():
         p = spec.Params(method, **kw)
         for dt in ("float32", "float16", "bfloat16"):
             key = f"encode/{method}/{dt}"
@@ -49,19 +57,18 @@ def compile_all(out: pathlib.Path) -> dict:
             try:
                 got = kernels.encode(x, p)
                 mx.eval(list(got.values()))
-                dt_s = time.perf_counter() - t0
+                res[key] = {"ok": True, "first_call_s": round(time.perf_counter() - t0, 3)}
                 want = ops.encode(x, p)
-                bad = {k: int(np.count_nonzero(_raw(got[k]) != _raw(want[k]))) for k in want}
-                res[key] = {"ok": True, "first_call_s": round(dt_s, 3), "differing_bytes": bad}
+                res[key]["differing_bytes"] = {k: int(np.count_nonzero(_raw(got[k]) != _raw(want[k]))) for k in want}
             except Exception as e:  # noqa: BLE001 - log and go on
                 res[key] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:4000]}
-                hdr, src = source.assemble("encode", backend._gpu_backend()[0] or "cuda")
-                (out / f"src-encode-{method}-{dt}.txt").write_text(hdr + "\n" + src)
+                hdr, src = source.assemble("encode", "cuda")
+                (out / "src-encode.txt").write_text(hdr + "\n" + src)
                 traceback.print_exc()
             print(key, res[key], flush=True)
         key = f"decode/{method}"
         try:
-            rec = ops.encode(mx.array(x32), p)
+            rec = ops.encode(mx.array(x32).astype(mx.bfloat16), p)
             t0 = time.perf_counter()
             got = kernels.decode(rec, p)
             mx.eval(got)
@@ -72,57 +79,116 @@ def compile_all(out: pathlib.Path) -> dict:
                         "xor_bits": [hex(v) for v in np.unique(xor)[:8]]}
         except Exception as e:  # noqa: BLE001
             res[key] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:4000]}
-            hdr, src = source.assemble("decode", backend._gpu_backend()[0] or "cuda")
-            (out / f"src-decode-{method}.txt").write_text(hdr + "\n" + src)
+            hdr, src = source.assemble("decode", "cuda")
+            (out / "src-decode.txt").write_text(hdr + "\n" + src)
             traceback.print_exc()
         print(key, res[key], flush=True)
     return res
 
 
-def sh(cmd: list[str], timeout: int) -> dict:
-    print("$", " ".join(cmd), flush=True)
-    t0 = time.time()
+def start(name: str, cmd: list[str], out: pathlib.Path, env: dict | None = None) -> dict:
+    log = out / f"{name}.log"
+    print(f"[{name}] $ {' '.join(cmd)}  > {log.name}", flush=True)
+    f = open(log, "w")
+    p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    return {"name": name, "proc": p, "file": f, "t0": time.time(), "cmd": " ".join(cmd), "env": env or {}}
+
+
+def finish(jobs: list[dict], timeout: float) -> dict:
+    """Wait for every job until `timeout` seconds after the first started; kill the rest (rc 'timeout')."""
+    res = {}
+    t_end = min(j["t0"] for j in jobs) + timeout
+    for j in jobs:
+        try:
+            rc = j["proc"].wait(timeout=max(1.0, t_end - time.time()))
+        except subprocess.TimeoutExpired:
+            j["proc"].kill()
+            j["proc"].wait()
+            rc = "timeout"
+        j["file"].close()
+        res[j["name"]] = {"rc": rc, "s": round(time.time() - j["t0"], 1), "cmd": j["cmd"], "env": j["env"]}
+        print(f"[{j['name']}] rc={rc} after {res[j['name']]['s']} s", flush=True)
+    return res
+
+
+def tail(path: pathlib.Path, n: int = 3) -> list[str]:
     try:
-        r = subprocess.run(cmd, timeout=timeout)
-        rc = r.returncode
-    except subprocess.TimeoutExpired:
-        rc = "timeout"
-    return {"rc": rc, "s": round(time.time() - t0, 1)}
+        return [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()][-n:]
+    except OSError:
+        return []
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, type=pathlib.Path)
     ap.add_argument("--skip", default="")
+    ap.add_argument("--thorough-examples", type=int, default=1000)
+    ap.add_argument("--parallel-timeout", type=float, default=240.0)
+    ap.add_argument("--bench-iters", type=int, default=30)
     a = ap.parse_args(argv)
     out = a.out
     out.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, a.skip.split(",")))
     import mlx.core as mx
     from accelerated import kernels
-    log = {"mlx": mx.__version__, "device": str(mx.default_device()), "available": kernels.available()}
+    log = {"mlx": mx.__version__, "device": str(mx.default_device()), "available": kernels.available(),
+           "steps": {}}
     print(log, flush=True)
     py = sys.executable
+    t0 = time.time()
     if "compile" not in skip:
-        s = step("compile", log)
-        s["result"] = compile_all(out)
-    if "tests" not in skip:
-        s = step("tests", log)
-        s.update(sh([py, "-m", "pytest", "tests/test_kernels_gpu.py", "tests/test_kernels_source.py", "-q",
-                     "-rfE", "--tb=short", "-p", "no:randomly"], 200))
+        print("\n===== compile =====", flush=True)
+        s = time.time()
+        log["steps"]["compile"] = {"result": compile_all(out)}
+        log["steps"]["compile"]["s"] = round(time.time() - s, 1)
+    if "parallel" not in skip:
+        print("\n===== parallel: GPU tests, conformance (ci), differential (thorough, capped) =====", flush=True)
+        # One process per method for the suite too: every process JIT-compiles its own kernels (one per
+        # method, head dim and dtype), so splitting by method spreads ~250 compiles over the host's cores.
+        pq = [py, "-m", "pytest", "-q", "-rfE", "--tb=short", "-p", "no:randomly"]
+        jobs = [start("gpu-tests-dims", pq + ["tests/test_kernels_gpu.py", "-k", "test_head_dims"], out),
+                start("gpu-tests", pq + ["tests/test_kernels_gpu.py", "-k", "not test_head_dims",
+                                         "tests/test_accelerated_stream.py"], out)]
+        for m in spec.METHODS:
+            jobs.append(start(f"conformance-{m}", [py, "-m", "tools.cli", "conformance", "--impl", "mlx_kernels",
+                                                   "--device", "gpu", "--methods", m, "--json",
+                                                   str(out / f"conformance-{m}.json")], out))
+        for m in spec.METHODS:
+            jobs.append(start(f"thorough-{m}", pq + ["conformance/test_differential.py", "-k", "test_encode_decode",
+                                                     "--impl", "mlx_kernels", "--device", "gpu", "--methods", m],
+                              out, {"VELOXQUANT_PROFILE": "thorough",
+                                    "VELOXQUANT_MAX_EXAMPLES": str(a.thorough_examples)}))
+        res = finish(jobs, a.parallel_timeout)
+        for name, r in res.items():
+            r["tail"] = tail(out / f"{name}.log")
+        log["steps"]["parallel"] = res
+        parts = [out / f"conformance-{m}.json" for m in spec.METHODS]
+        if all(f.exists() for f in parts):
+            from .conformance import merge_reports
+            merged = merge_reports([json.loads(f.read_text()) for f in parts], [f.name for f in parts])
+            (out / "h200-cuda-mlx_kernels.json").write_text(json.dumps(merged, indent=1, default=str) + "\n")
+            log["conformance"] = merged["summary"]
+            print(f"conformance (merged): {merged['summary']}", flush=True)
     if "bench" not in skip:
-        s = step("bench", log)
-        s.update(sh([py, "-m", "tools.bench_kernels", "--json", str(out / "h200-kernels.json"), "--iters", "50"], 200))
-    if "conformance" not in skip:
-        s = step("conformance", log)
-        s.update(sh([py, "-m", "tools.cli", "conformance", "--impl", "mlx_kernels", "--device", "gpu",
-                     "--json", str(out / "h200-cuda-mlx_kernels.json")], 240))
-    if "stream" not in skip:
-        s = step("stream-tests", log)
-        s.update(sh([py, "-m", "pytest", "tests/test_accelerated_stream.py", "-q", "-rfE", "--tb=short"], 90))
+        print("\n===== bench (alone) =====", flush=True)
+        s = time.time()
+        r = subprocess.run([py, "-m", "tools.bench_sweep", "--json", str(out / "h200-kernels-sweep.json"),
+                            "--iters", str(a.bench_iters)], timeout=300)
+        log["steps"]["bench"] = {"rc": r.returncode, "s": round(time.time() - s, 1)}
+    log["total_s"] = round(time.time() - t0, 1)
     (out / "kernel_check.json").write_text(json.dumps(log, indent=1, default=str))
-    print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "result"} for k, v in log["steps"].items()},
-                     default=str), flush=True)
+    print("\n===== summary =====", flush=True)
+    for name, st in log["steps"].items():
+        if name == "parallel":
+            for job, r in st.items():
+                print(f"{job}: rc={r['rc']} {r['s']} s | " + " / ".join(r["tail"][-2:]), flush=True)
+        elif name == "compile":
+            bad = {k: v for k, v in st["result"].items() if not v.get("ok") or any(
+                (v.get("differing_bytes") or {}).values()) or v.get("differing")}
+            print(f"compile: {len(st['result'])} kernels in {st['s']} s, {len(bad)} not ok: {list(bad)}", flush=True)
+        else:
+            print(f"{name}: {st}", flush=True)
+    print(f"total {log['total_s']} s", flush=True)
     return 0
 
 

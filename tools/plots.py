@@ -206,3 +206,54 @@ def bench_kernels_plot(res: dict, path: pathlib.Path) -> tuple[pathlib.Path | No
                  f"iterations (higher is better)", fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     return _save(fig, plt, path), None
+
+
+def bench_sweep_plot(res: dict, path: pathlib.Path) -> tuple[pathlib.Path | None, str | None]:
+    """tools/bench_sweep.py: GB/s against N (log-log), one line per method, encode and decode side by side;
+    top row x GB/s (fp16 bytes of x per second), bottom row moved GB/s (read + written); the fp16 copy and
+    mx.quantize / mx.dequantize in grey."""
+    plt = _pyplot()
+    if plt is None:
+        return None, "matplotlib is not installed"
+    from .bench_sweep import case_of
+
+    ops = [op for op in ("encode", "decode") if any(g["op"] == op for g in res["groups"])]
+    if not ops:
+        return None, "no sweep groups"
+    fig, axes = plt.subplots(2, len(ops), figsize=(6.6 * len(ops), 9.0), squeeze=False, sharex=True)
+    for col, op in enumerate(ops):
+        gs = sorted((g for g in res["groups"] if g["op"] == op), key=lambda g: g["n"])
+        ns = [g["n"] for g in gs]
+        for row, key in enumerate(("x_GBps", "moved_GBps")):
+            ax = axes[row][col]
+            for arm in gs[0]["arms"]:
+                ys = [g["arms"][arm][key] for g in gs]
+                case = case_of(arm)
+                if case is None:
+                    ax.plot(ns, ys, color="0.35", linestyle="--" if "copy" in arm else ":", linewidth=1.6,
+                            label=arm)
+                else:
+                    colour, marker = STYLE.get(case.split()[0], ("0.2", "o"))
+                    style = "-." if "keys" in case else "-"
+                    ax.plot(ns, ys, color=colour, marker=marker, linestyle=style, linewidth=1.3, markersize=4,
+                            label=case)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(ns, [f"{n // 1024}k" for n in ns])
+            ax.xaxis.set_minor_formatter(plt.NullFormatter())
+            ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(plt.FuncFormatter(
+                lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+            ax.grid(True, which="both", alpha=0.3)
+            ax.set_title(f"{op}: {'x GB/s (fp16 bytes of x per second)' if row == 0 else 'moved GB/s (read + written)'}",
+                         fontsize=10)
+            if row == 1:
+                ax.set_xlabel("N vectors (d = 128, H = 8, float16)")
+        axes[0][col].legend(fontsize=7, ncol=2)
+    info = res.get("device_info", {})
+    st = res["settings"]
+    fig.suptitle(f"fused kernels against the memory — {info.get('device_name', res['device'])} "
+                 f"({res.get('backend', '?')}), {res['date'][:10]}, median of {st['iters']} interleaved iterations",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return _save(fig, plt, path), None

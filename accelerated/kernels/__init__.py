@@ -1,10 +1,13 @@
-"""Fused GPU kernels (CUDA and Metal from one body per kernel) for the rotation family: turboquant,
-turboquant_rvq, rabitq, turboquant_prod. Bit-exact with accelerated.ops and the spec (spec/number-model.md:
-one binary32 op per step, no contraction, halving-fold reductions, strict-crossing quantization).
+"""Fused GPU kernels (CUDA and Metal from one body per kernel) for every method of the spec: turboquant,
+turboquant_rvq, rabitq, turboquant_prod, kivi, mlx_affine. Bit-exact with accelerated.ops and the spec
+(spec/number-model.md: one binary32 op per step, no contraction, halving-fold reductions, strict-crossing
+quantization, RNE to float16 / the input dtype where a method stores it).
 
 API mirrors accelerated.ops: `available() -> (bool, reason)`, `encode(x, params, dtype=None)`,
-`decode(record, params, dtype=None)`, `method_module(method)`. Methods without a kernel (kivi, mlx_affine)
-run accelerated.ops. On the CPU there are no kernels: encode/decode raise RuntimeError with the reason
+`decode(record, params, dtype=None)`, `method_module(method)`. The encode kernel also checks x for NaN/Inf
+and applies the method's rule (norm overflow, KIVI float16 overflow, mlx_affine span overflow) in the same
+pass; the flags go to accelerated.ops.numerics.fault (raise now, or recorded inside deferred_checks()).
+On the CPU there are no kernels: encode/decode raise RuntimeError with the reason
 (accelerated.stream.Stream's default use_kernels="auto" then simply uses accelerated.ops).
 
 Modules: source (kernel bodies + per-backend preludes), backend (backend choice, compiled kernels),
@@ -24,13 +27,11 @@ KERNEL_METHODS = tuple(METHOD_IDS)
 
 
 def method_module(method: str):
-    """The kernel method object (same interface as an accelerated.ops method module) for the rotation
-    family, accelerated.ops's own module for the others. ValueError naming `method` if unknown."""
-    mod = ops.method_module(method)
-    if method in METHOD_IDS:
-        from accelerated.kernels import methods
-        return methods.method(method)
-    return mod
+    """The kernel method object (same interface as an accelerated.ops method module, plus `encode_chunk` and
+    `encode_launch`) of `method`. ValueError naming `method` if unknown."""
+    ops.method_module(method)   # the same ValueError as accelerated.ops for an unknown method
+    from accelerated.kernels import methods
+    return methods.method(method)
 
 
 def _require() -> None:

@@ -1,32 +1,52 @@
-"""The rotation-family methods through the fused kernels: turboquant, turboquant_rvq, rabitq, turboquant_prod
-(spec/methods/*.md). Each `KernelMethod` looks like an accelerated.ops method module to its callers
-(`NAME`, `encode_tokens`, `decode_tokens`, `encode`, `decode`), so accelerated.stream.Stream can use it.
+"""Every method of the spec through the fused kernels (spec/methods/*.md). Each `KernelMethod` looks like an
+accelerated.ops method module to its callers (`NAME`, `encode_tokens`, `decode_tokens`, `encode`, `decode`),
+so accelerated.stream.Stream can use it, and adds `encode_chunk` (encode a prefix and check a chunk for
+NaN/Inf in the same launch) and `encode_launch` (the kernel alone, lazy).
 
-Only the per-token math runs in the kernels. Record layout, input and record validation, the window and the
-norm-overflow rejection are accelerated.ops's (accelerated.ops.record / numerics), so both paths frame the
-same bytes. Tables and sign vectors are accelerated.ops's too (codebooks, prng: host-side, cached).
-Whatever a kernel does not cover (no GPU now, zero encoded tokens, launch limits) runs accelerated.ops.
+Record layout and the shape/parameter checks are accelerated.ops's (accelerated.ops.record / numerics), so
+both paths frame the same bytes. The data-dependent checks (NaN/Inf in x, then the method's rule: norm
+overflow, KIVI's float16 overflow, mlx_affine's span overflow) come out of the encode kernel as flags, one
+pair per threadgroup, and go to accelerated.ops.numerics.fault in that order: outside `deferred_checks()`
+that raises the same ValueError as accelerated.ops (one host sync, after the launch); inside, it records the
+lazy flags and nothing waits. Tables and sign vectors are accelerated.ops's (host-side, cached).
+Whatever a kernel does not cover (no GPU now, launch limits) runs accelerated.ops.
 """
 from __future__ import annotations
 
 import functools
 
 import mlx.core as mx
+import numpy as np
 
 import spec
 from accelerated import ops
 from accelerated.kernels import backend, source
-from accelerated.ops import codebooks, numerics, prng, record
+from accelerated.ops import codebooks, numerics, packing, prng, record
 
-# record field names of the kernel outputs codes1, codes2, f_norm, f_aux (None: output unused)
+# record field names of the kernel outputs codes1, codes2, f_s1, f_s2 (None: output unused)
 FIELDS = {
     "turboquant": ("codes", None, "norm", None),
     "turboquant_rvq": ("codes1", "codes2", "norm", None),
     "rabitq": ("codes", None, "norm", "ip"),
     "turboquant_prod": ("codes", "qjl", "norm", "rnorm"),
+    "kivi": ("codes", None, "scale", "zero"),
+    "mlx_affine": ("codes", None, "scales", "biases"),
 }
-_MAX_GRID_X = 2**31 - 1     # grid x counts threads (d * Q)
-_MAX_GRID_YZ = 65535        # H threadgroups along y, B along z (CUDA's limit)
+# The rule each method applies to the tokens it encodes (accelerated.ops's messages, word for word).
+RULES = {
+    "turboquant": "x: norm overflows binary32",
+    "turboquant_rvq": "x: norm overflows binary32",
+    "rabitq": "x: norm overflows binary32",
+    "turboquant_prod": "x: norm overflows binary32",
+    "kivi": "x: kivi float16 scale or zero overflows (not finite)",
+    "mlx_affine": "x: mlx_affine group range (max - min) overflows binary32",
+}
+NONFINITE = "x: contains NaN or Inf"
+BIG_WARPS = 8            # warps per threadgroup for large launches (256 threads)
+BLOCK_CAP = 4096         # threadgroups at most; warps loop over further rows (grid-stride)
+_MAX_ROWS = 2**31 - 1    # rows are counted in int32 in the kernels
+_EPS = float.fromhex("0x1.ad7f2ap-24")
+_FMAX = float(np.finfo(np.float32).max)
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,11 +56,21 @@ def _dummy(dtype) -> mx.array:
 
 
 @functools.lru_cache(maxsize=None)
-def _consts(d: int) -> mx.array:
-    """f_k = [s_d, A_d] (rotation.md, methods/turboquant_prod.md)."""
-    k = mx.concatenate([numerics.scale(d).reshape(1), numerics.qjl_scale(d).reshape(1)])
+def _consts(d: int, levels: int = 0) -> mx.array:
+    """f_k (source.py): [s_d, A_d, 2^23, rint magic, EPS, L, FLT_MAX, 0]."""
+    k = mx.array([float(spec.scale(d)), float(spec.qjl_scale(d)), 8388608.0, float(spec.rint_magic()),
+                  _EPS, float(levels), _FMAX, 0.0], dtype=mx.float32)
     mx.eval(k)
     return k
+
+
+@functools.lru_cache(maxsize=4096)
+def _meta(bits1: int, bits2: int, group: int, keys: int, q: int = 0, lo: int = 0) -> mx.array:
+    """meta (source.py): [0, bits of codes1, bits of codes2, G, keys, Q, first checked token, 0]
+    (cached: a decode step reuses the same small array instead of making one per call)."""
+    m = mx.array([0, bits1, bits2, group, keys, q, lo, 0], dtype=mx.int32)
+    mx.eval(m)
+    return m
 
 
 def _code_bits(p: spec.Params) -> tuple[int, int]:
@@ -54,46 +84,97 @@ def _code_bits(p: spec.Params) -> tuple[int, int]:
     return p.bits, 1
 
 
-def _tables(p: spec.Params, d: int) -> tuple[mx.array, mx.array, mx.array, mx.array]:
-    """(C1_d, B1_d, C2_d, B2_d); unused ones are dummies."""
-    z = _dummy(mx.float32)
-    if p.method == "rabitq":
-        return z, z, z, z
-    b1, _ = _code_bits(p)
-    c1, bd1 = codebooks.gaussian(b1, d)
-    if p.method == "turboquant_rvq":
-        c2, bd2 = codebooks.residual(p.bits, p.bits2, d)
-        return c1, bd1, c2, bd2
-    return c1, bd1, z, z
-
-
-@functools.lru_cache(maxsize=1024)   # per stream and head count: no reshape per decode step
-def _signs(p: spec.Params, heads: int, d: int) -> tuple[mx.array, mx.array]:
-    sig = prng.head_signs(p, heads, d).reshape(heads * d)
-    if p.method != "turboquant_prod":
-        return sig, sig
-    return sig, prng.head_signs(p, heads, d, prng.PURPOSE_QJL).reshape(heads * d)
+def _sorted(b: mx.array) -> mx.array:
+    """The kernels count crossings by binary search, which equals the spec's count only for sorted tables."""
+    v = np.array(b)
+    if np.any(v[1:] < v[:-1]):
+        raise RuntimeError("codebook boundaries are not sorted: the kernels' binary search needs them sorted")
+    return b
 
 
 @functools.lru_cache(maxsize=None)
-def _meta(d: int, bits1: int, bits2: int) -> mx.array:
-    """meta = [d, bits of codes1, bits of codes2] (int32; cached: no per-call host array)."""
-    m = mx.array([d, bits1, bits2], dtype=mx.int32)
-    mx.eval(m)
-    return m
+def _tables_for(method: str, bits: int, bits2: int, d: int) -> tuple[mx.array, mx.array, mx.array, mx.array]:
+    z = _dummy(mx.float32)
+    if method not in ("turboquant", "turboquant_rvq", "turboquant_prod"):
+        return z, z, z, z
+    c1, bd1 = codebooks.gaussian(bits, d)
+    if method == "turboquant_rvq":
+        c2, bd2 = codebooks.residual(bits, bits2, d)
+        return c1, _sorted(bd1), c2, _sorted(bd2)
+    return c1, _sorted(bd1), z, z
 
 
-def _launch_shape(b: int, h: int, q: int, d: int) -> tuple[tuple, tuple]:
-    """grid (threads) and threadgroup: one threadgroup of d threads per (token, head, batch)."""
-    if q == 0 or d * q > _MAX_GRID_X or h > _MAX_GRID_YZ or b > _MAX_GRID_YZ:
-        raise NotImplementedError(f"no kernel launch for B={b}, H={h}, Q={q}, d={d}")
+def _tables(p: spec.Params, d: int) -> tuple[mx.array, mx.array, mx.array, mx.array]:
+    """(C1_d, B1_d, C2_d, B2_d); unused ones are dummies."""
+    b1, b2 = _code_bits(p)
+    return _tables_for(p.method, b1, b2, d)
+
+
+@functools.lru_cache(maxsize=1024)
+def _sign_words(seed: int, layer: int, head_offset: int, heads: int, role: int, purpose: int,
+                d: int) -> mx.array:
+    """Sign vectors as bits (H, ceil(d/32)) uint32: bit j mod 32 of word j div 32 set where sigma_j = -1
+    (the bit order of rotation.md's 64-bit words)."""
+    sig = prng.signs(seed, layer, head_offset, heads, role, purpose, d).reshape(heads, d)
+    w = packing.pack((sig < 0).astype(mx.uint32), 1)
+    mx.eval(w)
+    return w
+
+
+def _signs(p: spec.Params, heads: int, d: int) -> tuple[mx.array, mx.array]:
+    if p.method not in ("turboquant", "turboquant_rvq", "turboquant_prod", "rabitq"):
+        z = _dummy(mx.uint32)
+        return z, z
+    args = (p.seed, p.layer, p.head_offset, heads, p.role_id)
+    sig = _sign_words(*args, prng.PURPOSE_ROTATION, d)
+    if p.method != "turboquant_prod":
+        return sig, sig
+    return sig, _sign_words(*args, prng.PURPOSE_QJL, d)
+
+
+def _side_dtype(p: spec.Params, dtype) -> mx.Dtype:
+    """TS: the dtype of the side information (norm and friends float32, KIVI float16, mlx_affine T)."""
+    if p.method == "kivi":
+        return mx.float16
+    if p.method == "mlx_affine":
+        return numerics.DTYPES[numerics.dtype_name(dtype)]
+    return mx.float32
+
+
+def launch_shape(rows: int, d: int) -> tuple[tuple, tuple, int]:
+    """(grid in threads, threadgroup, threadgroups) for `rows` rows of head dim d: one warp per row; a
+    single threadgroup when the rows fit in one (a decode step: one fault slot, nothing to reduce)."""
+    if rows <= 0 or rows > _MAX_ROWS:
+        raise NotImplementedError(f"no kernel launch for {rows} rows")
     if d & (d - 1):   # the bodies implement the power-of-two butterfly and fold only (spec 1.1 d = m*2^k: ops)
         raise NotImplementedError(f"no kernel for head dim {d} (not a power of two): accelerated.ops runs it")
-    return (d * q, h, b), (d, 1, 1)
+    most = max(1, min(source.MAX_WARPS, source.SMEM_CODES // (2 * d)))
+    if rows <= most:
+        warps, groups = rows, 1
+    else:
+        warps = min(BIG_WARPS, most)
+        groups = min(-(-rows // warps), BLOCK_CAP)
+    return (groups * warps * 32, 1, 1), (warps * 32, 1, 1), groups
+
+
+def _field_shapes(p: spec.Params, b: int, h: int, q: int, d: int) -> list[tuple]:
+    """Shapes of codes1, codes2, f_s1, f_s2 for q encoded tokens ((1,) where the method has no field)."""
+    bits1, bits2 = _code_bits(p)
+    names = FIELDS[p.method]
+    if p.method == "kivi":
+        g = p.group_size
+        side = (b, h, q // g, d) if p.role == "k" else (b, h, q, d // g)
+    elif p.method == "mlx_affine":
+        side = (b, h, q, d // p.group_size)
+    else:
+        side = (b, h, q)
+    return [(b, h, q, spec.words_per_row(d, bits1)),
+            (b, h, q, spec.words_per_row(d, bits2)) if names[1] else (1,),
+            side, side if names[3] else (1,)]
 
 
 class KernelMethod:
-    """One rotation-family method through the kernels, with accelerated.ops's module as the fallback."""
+    """One method through the kernels, with accelerated.ops's module as the fallback."""
 
     def __init__(self, name: str):
         self.NAME = name
@@ -103,58 +184,112 @@ class KernelMethod:
     def __repr__(self):
         return f"<accelerated.kernels method {self.NAME}>"
 
-    # -- per-token math (the ops module's interface) ----------------------------------------------------
-    def _encode_prefix(self, x: mx.array, p: spec.Params, q: int) -> dict[str, mx.array]:
-        """Fields of tokens 0..q-1 of x (any input dtype, any strides) via the encode kernel, checked."""
-        fields = self.encode_launch(x, p, q)
-        numerics.check_norm_finite(fields["norm"])   # number-model.md: reject (x) a norm of +Inf
-        return fields
+    def _template(self, d: int, ts: mx.Dtype) -> list:
+        return [("M", self.method_id), ("D", d), ("TS", ts)]
 
-    def encode_launch(self, x: mx.array, p: spec.Params, q: int) -> dict[str, mx.array]:
-        """The encode kernel alone (lazy, unchecked): fields of tokens 0..q-1 of x."""
+    # -- the kernel ------------------------------------------------------------------------------------
+    def encode_launch(self, x: mx.array, p: spec.Params, q: int, check_from: int | None = None,
+                      dtype=None) -> tuple[dict[str, mx.array], tuple[mx.array, mx.array] | None]:
+        """The encode kernel alone (lazy, nothing evaluated): the fields of tokens 0..q-1 of x (any input
+        dtype, any strides) and the fault flags (NaN/Inf in tokens 0..q-1 and check_from..T-1, the method's
+        rule on tokens 0..q-1) as two lazy bool scalars, or None when there was nothing to launch.
+        `dtype` is the input dtype (mlx_affine stores its scales in it; default x.dtype).
+        NotImplementedError where no kernel can run (the caller falls back to accelerated.ops)."""
         if not backend.available()[0]:
             raise NotImplementedError(backend.available()[1])
-        b, h, _, d = x.shape
-        grid, group = _launch_shape(b, h, q, d)
+        b, h, t, d = x.shape
+        lo = t if check_from is None else check_from
+        keys = int(self.NAME == "kivi" and p.role == "k")
+        g = p.group_size or 1
+        ne = q // g if keys else q
+        rows = b * h * (ne + t - max(q, lo))
+        ts = _side_dtype(p, x.dtype if dtype is None else dtype)
+        shapes = _field_shapes(p, b, h, q, d)
+        names = FIELDS[self.NAME]
+        if rows == 0:
+            return ({n: mx.zeros(s, dtype=mx.uint32 if k < 2 else ts) for k, (n, s) in
+                     enumerate(zip(names, shapes)) if n}, None)
+        grid, group, groups = launch_shape(rows, d)
         bits1, bits2 = _code_bits(p)
         sig, tau = _signs(p, h, d)
         c1, bd1, c2, bd2 = _tables(p, d)
-        names = FIELDS[self.NAME]
-        shapes = [(b, h, q, spec.words_per_row(d, bits1)),
-                  (b, h, q, spec.words_per_row(d, bits2)) if names[1] else (1,),
-                  (b, h, q),
-                  (b, h, q) if names[3] else (1,)]
+        levels = (1 << p.bits) - 1 if self.NAME in ("kivi", "mlx_affine") else 0
+        meta = _meta(bits1, bits2, g, keys, q, lo)
+        out_shapes = shapes if q else [(1,)] * 4
         k = backend.kernel("encode", self.NAME, numerics.dtype_name(x.dtype))
-        outs = k(inputs=[x, sig, tau, c1, bd1, c2, bd2, _consts(d), _meta(d, bits1, bits2)],
-                 template=[("M", self.method_id)],
-                 grid=grid, threadgroup=group, output_shapes=shapes,
-                 output_dtypes=[mx.uint32, mx.uint32, mx.float32, mx.float32])
-        return {n: o for n, o in zip(names, outs) if n}
+        outs = k(inputs=[x, sig, tau, c1, bd1, c2, bd2, _consts(d, levels), meta],
+                 template=self._template(d, ts), grid=grid, threadgroup=group,
+                 output_shapes=out_shapes + [(groups, 2)],
+                 output_dtypes=[mx.uint32, mx.uint32, ts, ts, mx.bool_])
+        fault = outs[4]
+        flags = fault[0] if groups == 1 else mx.any(fault, axis=0)
+        if q:
+            fields = {n: o for n, o in zip(names, outs[:4]) if n}
+        else:
+            fields = {n: mx.zeros(s, dtype=mx.uint32 if i < 2 else ts)
+                      for i, (n, s) in enumerate(zip(names, shapes)) if n}
+        return fields, (flags[0], flags[1])
 
-    def encode_tokens(self, x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
-        """Every token of x32 (float32 here, as accelerated.stream passes it; any input dtype works)."""
+    def encode_chunk(self, x: mx.array, p: spec.Params, q: int, check_from: int = 0,
+                     dtype=None) -> dict[str, mx.array]:
+        """Fields of tokens 0..q-1 of x; rejects (through numerics.fault, in this order) NaN/Inf in tokens
+        0..q-1 and check_from..T-1, then the method's rule on tokens 0..q-1. One launch, no extra pass
+        over x. A stream appending chunk c to window w calls it with x = w ++ c, check_from = len(w)."""
+        if self.NAME == "kivi" and q % p.group_size:
+            raise ValueError(f"x: kivi encodes whole groups; {q} tokens is not a multiple of {p.group_size}")
+        if self.NAME == "mlx_affine" and dtype is None:
+            dtype = x.dtype
         try:
-            return self._encode_prefix(x32, p, x32.shape[2])
+            fields, flags = self.encode_launch(x, p, q, check_from, dtype)
+        except NotImplementedError:
+            return record.encode_chunk(self.ops_module, x, p, q, check_from, dtype)
+        if flags is not None:
+            numerics.fault(flags[0], NONFINITE)
+            numerics.fault(flags[1], RULES[self.NAME])
+        return fields
+
+    # -- per-token math (the ops module's interface) ----------------------------------------------------
+    def encode_tokens(self, x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
+        """Every token of x32 (float32 as accelerated.stream passes it, or any input dtype), with the method's
+        rule (not the NaN/Inf check: callers of encode_tokens have checked x already, as with ops)."""
+        if self.NAME == "mlx_affine" and dtype is None:
+            raise ValueError("dtype: mlx_affine stores scales in the input dtype; it must be given")
+        if self.NAME == "kivi" and x32.shape[2] % p.group_size:
+            raise ValueError(f"x: kivi encodes whole groups; {x32.shape[2]} tokens is not a multiple of "
+                             f"{p.group_size}")
+        try:
+            fields, flags = self.encode_launch(x32, p, x32.shape[2], None, dtype)
         except NotImplementedError:
             return self.ops_module.encode_tokens(numerics.upcast(x32), p, dtype)
+        if flags is not None:
+            numerics.fault(flags[1], RULES[self.NAME])
+        return fields
 
     def decode_tokens(self, fields: dict[str, mx.array], p: spec.Params, d: int) -> mx.array:
         names = FIELDS[self.NAME]
+        codes = fields[names[0]]
+        b, h, q, _ = codes.shape
+        if q == 0:
+            return mx.zeros((b, h, 0, d), dtype=mx.float32)
         try:
             if not backend.available()[0]:
                 raise NotImplementedError(backend.available()[1])
-            b, h, q = fields["norm"].shape
-            grid, group = _launch_shape(b, h, q, d)
+            grid, group, _ = launch_shape(b * h * q, d)
         except NotImplementedError:
             return self.ops_module.decode_tokens(fields, p, d)
         bits1, bits2 = _code_bits(p)
         sig, tau = _signs(p, h, d)
         c1, _, c2, _ = _tables(p, d)
+        s1 = fields[names[2]]
+        ts = s1.dtype
         codes2 = fields[names[1]] if names[1] else _dummy(mx.uint32)
-        aux = fields[names[3]] if names[3] else _dummy(mx.float32)
-        k = backend.kernel("decode", self.NAME, "any")
-        ins = [fields[names[0]], codes2, fields["norm"], aux, sig, tau, c1, c2, _consts(d), _meta(d, bits1, bits2)]
-        (out,) = k(inputs=ins, template=[("M", self.method_id)], grid=grid, threadgroup=group,
+        s2 = fields[names[3]] if names[3] else _dummy(ts)
+        keys = int(self.NAME == "kivi" and p.role == "k")
+        levels = (1 << p.bits) - 1 if self.NAME in ("kivi", "mlx_affine") else 0
+        k = backend.kernel("decode", self.NAME, numerics.dtype_name(ts))
+        ins = [codes, codes2, s1, s2, sig, tau, c1, c2, _consts(d, levels),
+               _meta(bits1, bits2, p.group_size or 1, keys)]
+        (out,) = k(inputs=ins, template=self._template(d, ts), grid=grid, threadgroup=group,
                    output_shapes=[(b, h, q, d)], output_dtypes=[mx.float32])
         return out
 
@@ -163,12 +298,9 @@ class KernelMethod:
         p = record.resolve(params)
         if p.method != self.NAME:
             raise ValueError(f"params: method {p.method!r} given to {self.NAME}.encode")
-        numerics.check_x(x, p, dtype)
+        numerics.check_x(x, p, dtype, finite=False)   # shape, dtype, parameters; the data: in the kernel
         q = p.encoded_tokens(x.shape[2])
-        try:   # x itself, not an upcast copy: the kernel upcasts on load
-            fields = self._encode_prefix(x, p, q)
-        except NotImplementedError:
-            fields = self.ops_module.encode_tokens(numerics.upcast(x[:, :, :q]), p, x.dtype)
+        fields = self.encode_chunk(x, p, q, 0, x.dtype)   # x itself, not an upcast copy
         fields["window"] = x[:, :, q:]
         return {name: fields[name] for name in record.field_names(p)}
 

@@ -93,11 +93,12 @@ def reciprocal_or_zero(n: mx.array) -> mx.array:
     return mx.where(pos, one / mx.where(pos, n, one), f32(0.0))
 
 
-def check_x(x, params: spec.Params, dtype=None) -> None:
+def check_x(x, params: spec.Params, dtype=None, finite: bool = True) -> None:
     """Reject bad input before any state changes (number-model.md 'Special values'): ValueError naming x.
     `dtype`, if given, is the declared input dtype (interchange); x must have it.
 
-    The finiteness test needs one evaluation (a host sync); that is the price of rejecting up front.
+    The finiteness test goes through `fault` (a host sync, or a deferred flag). `finite=False` leaves it to
+    the caller (the fused encode kernel checks x in the pass that encodes it: accelerated.kernels).
     """
     want = None if dtype is None else dtype_name(dtype)
     if not isinstance(x, mx.array):
@@ -111,7 +112,8 @@ def check_x(x, params: spec.Params, dtype=None) -> None:
     if any(s == 0 for s in x.shape):
         raise ValueError(f"x: empty axis in shape {tuple(x.shape)}")
     params.check_head_dim(int(x.shape[-1]))
-    fault_nonfinite(x, "x: contains NaN or Inf")
+    if finite:
+        fault_nonfinite(x, "x: contains NaN or Inf")
 
 
 def check_norm_finite(n: mx.array) -> None:

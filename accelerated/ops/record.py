@@ -95,6 +95,25 @@ def encode_with(method, x, params, dtype=None) -> dict[str, mx.array]:
     return {name: fields[name] for name in field_names(p)}
 
 
+def encode_chunk(method, x: mx.array, p: spec.Params, q: int, check_from: int = 0, dtype=None) -> dict[str, mx.array]:
+    """Fields of tokens 0..q-1 of x (zero-length fields when q = 0), rejecting first NaN/Inf in tokens
+    0..q-1 and check_from..T-1, then (encode_tokens) the method's rule on tokens 0..q-1, all through
+    numerics.fault. A stream appending chunk c to window w calls it with x = w ++ c, check_from = len(w)
+    and q = the flush. A method object with its own `encode_chunk` (accelerated.kernels: one launch, no
+    extra pass over x) is handed the call; for accelerated.ops modules it is the check, then encode_tokens."""
+    if hasattr(method, "encode_chunk"):
+        return method.encode_chunk(x, p, q, check_from, dtype)
+    bad = mx.logical_not(mx.isfinite(x[:, :, :q]).all() & mx.isfinite(x[:, :, check_from:]).all())
+    numerics.fault(bad, "x: contains NaN or Inf")
+    dt = x.dtype if dtype is None else numerics.DTYPES[numerics.dtype_name(dtype)]
+    if q == 0:
+        b, h, _, d = x.shape
+        shapes = expected_shapes(p, b, h, 0, d, 0)
+        return {name: mx.zeros(shapes[name], dtype=dt if kind == "input" else FIELD_DTYPES[kind])
+                for name, kind, _ in layout(p) if name != "window"}
+    return method.encode_tokens(numerics.upcast(x[:, :, :q]), p, dt)
+
+
 def decode_with(method, record, params, dtype=None) -> mx.array:
     p = resolve(params)
     if p.method != method.NAME:

@@ -1,5 +1,5 @@
-"""Adapter for the fused MLX kernels (accelerated.kernels): encode, decode and streams run through the
-kernels (kivi and mlx_affine, which have none, through accelerated.ops as accelerated.kernels does).
+"""Adapter for the fused MLX kernels (accelerated.kernels): encode, decode and streams of all six methods run
+through the kernels (input checks included: the encode kernel's fault flags).
 Where the kernels cannot run (no Metal/CUDA backend, or --device cpu) the whole suite skips with the reason.
 """
 from __future__ import annotations
