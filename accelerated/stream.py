@@ -98,7 +98,6 @@ class Stream:
     def __init__(self, params: spec.Params, dtype=None, use_kernels="auto"):
         self.params = record.resolve(params)
         self._method = _method_module(self.params.method, use_kernels)
-        self._kernel_input = hasattr(self._method, "encode_launch")   # accelerated.kernels' method objects
         self._names = [n for n in record.field_names(self.params) if n != "window"]
         self._dtype = None if dtype is None else numerics.dtype_name(dtype)
         self._bhd: tuple[int, int, int] | None = None
@@ -147,7 +146,7 @@ class Stream:
         caller evaluates them later and restores a `mark()` if one fails, spec/streaming.md).
         """
         p = self.params
-        numerics.check_x(x, p)
+        numerics.check_x(x, p, finite=False)     # NaN/Inf: checked by encode_chunk with the flush, one pass
         name = numerics.dtype_name(x.dtype)
         if self._dtype is not None and name != self._dtype:
             raise ValueError(f"x: dtype {name} differs from the stream's {self._dtype}")
@@ -156,13 +155,13 @@ class Stream:
             raise ValueError(f"x: shape {tuple(x.shape)} does not continue (B, H, d) = {self._bhd}")
         win = x if self._window is None or self._window.shape[2] == 0 else mx.concatenate([self._window, x], axis=2)
         f = self._flush_count(win.shape[2])
-        fields = None
-        if f:
-            # kernel methods upcast on load (no float32 copy of the chunk); ops modules take binary32
-            tokens = win[:, :, :f] if self._kernel_input else numerics.upcast(win[:, :, :f])
-            fields = self._method.encode_tokens(tokens, p, win.dtype)
-            if not numerics.deferring():
-                mx.eval(*fields.values())
+        # the flushed tokens' fields and the whole chunk's NaN/Inf check in one call (one launch on a GPU);
+        # kernel methods read any input dtype (no float32 copy of the chunk)
+        fields = record.encode_chunk(self._method, win, p, f, win.shape[2] - x.shape[2], win.dtype)
+        if not f:
+            fields = None
+        elif not numerics.deferring():
+            mx.eval(*fields.values())
         return Pending(self, self._version, name, (b, h, d), fields, f, win)
 
     def commit(self, pending: "Pending", writes: list | None = None) -> None:

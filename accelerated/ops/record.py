@@ -103,8 +103,9 @@ def encode_chunk(method, x: mx.array, p: spec.Params, q: int, check_from: int = 
     extra pass over x) is handed the call; for accelerated.ops modules it is the check, then encode_tokens."""
     if hasattr(method, "encode_chunk"):
         return method.encode_chunk(x, p, q, check_from, dtype)
-    bad = mx.logical_not(mx.isfinite(x[:, :, :q]).all() & mx.isfinite(x[:, :, check_from:]).all())
-    numerics.fault(bad, "x: contains NaN or Inf")
+    # two records, one message: deferred, they are reduced with the chunk's other checks in one launch
+    numerics.fault_nonfinite(x[:, :, :q], "x: contains NaN or Inf")
+    numerics.fault_nonfinite(x[:, :, check_from:], "x: contains NaN or Inf")
     dt = x.dtype if dtype is None else numerics.DTYPES[numerics.dtype_name(dtype)]
     if q == 0:
         b, h, _, d = x.shape
