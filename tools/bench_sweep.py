@@ -148,7 +148,7 @@ def decode_step_group(warmup: int, iters: int, log=print) -> dict:
     def deferred(p, i):
         with numerics.deferred_checks() as pending:
             rec = kernels.encode(xs[i], p)
-        return list(rec.values()) + [f for f, _ in pending]
+        return list(rec.values()) + [a for _, a, _ in pending]
 
     for label, method, kw in CASES:
         p = spec.Params(method, window=0, **kw).resolved()
