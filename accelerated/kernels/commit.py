@@ -146,6 +146,8 @@ def commit(writes: list, checks: list, after: mx.array | None = None) -> mx.arra
     for dst, src in writes:
         if dst.shape != src.shape or dst.dtype != src.dtype:
             raise ValueError(f"writes: destination {dst.dtype} {dst.shape} != source {src.dtype} {src.shape}")
+    # scalar flags (the encode kernel's fault slots) are read as one-element arrays (a view, no copy)
+    checks = [(kind, a.reshape(1) if a.ndim == 0 else a, msg) for kind, a, msg in checks]
     sizes = [s.size for _, s in writes] + [a.size for _, a, _ in checks]
     ncol = max(1, min(MAX_BLOCKS, -(-max(sizes + [1]) // NT)))
     wsig = tuple((s.dtype, s.ndim) for _, s in writes)

@@ -93,8 +93,9 @@ def flags(pending: list) -> mx.array:
     """(n,) lazy flags of recorded checks [(kind, array, message)], nonzero where a check fails."""
     if not pending:
         raise ValueError("pending: no checks to evaluate")
+    pending = [(kind, a.reshape(1) if a.ndim == 0 else a, msg) for kind, a, msg in pending]  # scalar flags
     arrays = [a for _, a, _ in pending]
-    if not backend.available()[0] or any(a.ndim == 0 or a.size == 0 for a in arrays):
+    if not backend.available()[0] or any(a.size == 0 for a in arrays):
         return numerics.fault_flags(pending)
     signature = tuple((kind, a.ndim) for kind, a, _ in pending)
     (out,) = _kernel(signature)(inputs=arrays, grid=(NT, len(arrays), 1), threadgroup=(NT, 1, 1),
