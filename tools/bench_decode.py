@@ -290,8 +290,10 @@ def render(res: dict, name: str) -> list[str]:
     e2e = res.get("e2e") or []
     if e2e:
         lines += ["End-to-end generation (mlx_lm.generate.generate_step, random Llama-3-8B-shaped model with "
-                  f"{e2e[0].get('layers', '?')} layers, greedy): tokens/s after the prompt.", "",
-                  "| context | arm | tokens/s | × fp16 | prefill |", "|---|---|---|---|---|"]
+                  f"{e2e[0].get('layers', '?')} layers, greedy): tokens/s of the generated tokens after the first. "
+                  "`first token` is the time to the first token (the prompt's prefill; the first context of a "
+                  "run also pays the kernels' JIT compilation).", "",
+                  "| context | arm | tokens/s | × fp16 | first token |", "|---|---|---|---|---|"]
         for r in e2e:
             if "error" in r:
                 lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | |")
