@@ -68,10 +68,13 @@ def test_committed_weights_reach_recorded_heldout_loss(head_dim):
     assert rec["corpus_sha256"] == tm.load_manifest()["corpus_sha256"]
     model = tm.load_model(head_dim)
     assert model.args.head_dim == head_dim and len(model.layers) == tm.LAYERS
-    loss = tm.heldout_loss(model)
-    assert abs(loss - rec["heldout_loss"]) <= tm.HELDOUT_TOLERANCE, (loss, rec["heldout_loss"])
-    # The model has learned something: well below a uniform byte (ln 256 = 5.55) and the unigram entropy.
-    assert loss < 0.75 * np.log(256)
+    assert rec["heldout_loss"] == pytest.approx(np.mean(rec["heldout_window_losses"]), abs=1e-9)
+    # The first 2 of the recorded windows (all 8 take ~40 s per model on MLX's bundled BLAS).
+    losses = tm.heldout_losses(model, windows=2)
+    for got, want in zip(losses, rec["heldout_window_losses"][:2], strict=True):
+        assert abs(got - want) <= tm.HELDOUT_TOLERANCE, (losses, rec["heldout_window_losses"])
+    # The model has learned something: far below a uniform byte (ln 256 = 5.55 nats).
+    assert max(losses) < 0.6 * np.log(256)
 
 
 # ---- measurement pieces ----------------------------------------------------------------------------

@@ -111,7 +111,45 @@ class DequantizedQuantizedKVCache:
         return self.inner.empty()
 
 
+class Float16KV:
+    """Any cache behind a float16 boundary: keys and values are cast to float16 on the way in (what a
+    float16 model hands its cache) and the fetched ones back to the model's dtype.
+
+    The sweep runs the model in float32 (float16 weights, exact in float32) because MLX's CPU backend
+    multiplies float16 matrices ~30x slower than float32 ones; the caches still see and store float16."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    @property
+    def offset(self):
+        return self.inner.offset
+
+    def update_and_fetch(self, keys, values):
+        import mlx.core as mx
+
+        k, v = self.inner.update_and_fetch(keys.astype(mx.float16), values.astype(mx.float16))
+        return k.astype(keys.dtype), v.astype(values.dtype)
+
+    def make_mask(self, *args, **kwargs):
+        return self.inner.make_mask(*args, **kwargs)
+
+    def empty(self):
+        return self.inner.empty()
+
+
 def make_caches(model, cfg: dict, seed: int, mlx_q_native: bool = False) -> list:
+    """The configuration's caches, each behind Float16KV when the model computes in float32 (mlx-lm's
+    native QuantizedKVCache path excepted: the model must see its `bits`, so it gets the model dtype)."""
+    import mlx.core as mx
+
+    caches = _make_caches(model, cfg, seed, mlx_q_native)
+    if model.layers[0].self_attn.q_proj.weight.dtype == mx.float16 or (mlx_q_native and cfg["method"].startswith("mlx_q")):
+        return caches
+    return [Float16KV(c) for c in caches]
+
+
+def _make_caches(model, cfg: dict, seed: int, mlx_q_native: bool = False) -> list:
     from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
     from accelerated.cache import make_prompt_cache
@@ -146,6 +184,7 @@ def cache_bits(caches, kv_width: int, tokens: int) -> tuple[float, float]:
     coords_layer = 2 * kv_width * tokens  # keys + values of one layer
     total_bits = q_bits = q_coords = 0.0
     for c in caches:
+        c = c.inner if isinstance(c, Float16KV) else c
         if type(c) is KVCache:
             total_bits += 16 * coords_layer
             continue
@@ -272,7 +311,7 @@ def key_statistics(model, seqs: list[dict]) -> dict:
     acc = {"k": [], "v": []}
     for s in seqs:
         caches = [KVCache() for _ in model.layers]
-        mx.eval(model(mx.array(s["tokens"][None]), cache=caches))
+        mx.eval(model(mx.array(s["tokens"][None]), cache=[Float16KV(c) for c in caches]))
         for layer, c in enumerate(caches):
             k, v = (a[..., : c.offset, :] for a in c.state[:2])   # buffers grow in steps past offset
             acc["k"].append((layer, np.array(k[0].astype(mx.float32), dtype=np.float64)))
@@ -357,10 +396,10 @@ def run(args) -> int:
     models = {}
     for d, n, c, v, g in blocks:
         if d not in models:
-            models[d] = tm.load_model(d)
+            models[d] = tm.load_model(d, dtype=mx.float32)   # float16 weights; see Float16KV
             stat_seqs = eval_sequences(1024 if n >= 1024 else n, 2, args.seed + 1)
             stats[d] = {"trained": key_statistics(models[d], stat_seqs),
-                        "random": key_statistics(_random_fp16(d, args.seed), stat_seqs)}
+                        "random": key_statistics(_random_fp16(d, args.seed, mx.float32), stat_seqs)}
         rows += run_block(models[d], d, n, c, v, g, args, progress)
     wall = time.time() - t0
     result = {
@@ -370,6 +409,7 @@ def run(args) -> int:
         "wall_s": round(wall, 1),
         "settings": {"sweep": args.sweep, "chunk": args.chunk, "seed": args.seed, "kivi_group_size": KIVI_GROUP,
                      "mlx_affine_group_size": AFFINE_GROUP, "mlx_q_group_size": 64,
+                     "compute": "float16 weights, float32 activations; caches see and store float16",
                      "mlx_q_attention": "mx.quantized_matmul (native)" if args.mlx_q_native else
                      "dequantized, float attention",
                      "blocks": [{"head_dim": d, "context": n, "sequences": c, "variants": list(v),
@@ -394,11 +434,13 @@ def run(args) -> int:
     return 0
 
 
-def _random_fp16(head_dim: int, seed: int):
+def _random_fp16(head_dim: int, seed: int, dtype=None):
     import mlx.core as mx
 
+    dtype = dtype or mx.float16
     model = tm.new_model(head_dim, seed)
     model.set_dtype(mx.float16)
+    model.set_dtype(dtype)   # float16 values; float32 compute if asked (see Float16KV)
     mx.eval(model.parameters())
     return model
 
