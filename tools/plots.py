@@ -224,7 +224,9 @@ def quality_trained_plot(result: dict, path: pathlib.Path) -> tuple[pathlib.Path
     if not panels:
         return None, "no kv, k or v rows"
     names = {"kv": "keys and values", "k": "keys only (values fp16)", "v": "values only (keys fp16)"}
-    fig, axes = plt.subplots(2, len(panels), figsize=(4.3 * len(panels), 7.4), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(2, len(panels), figsize=(max(9.0, 4.3 * len(panels)), 7.8), squeeze=False,
+                             sharex=True)
+    from matplotlib.ticker import LogLocator, ScalarFormatter
     for col, (d, n, v) in enumerate(panels):
         sub = [r for r in rows if r["head_dim"] == d and r["context"] == n]
         top, bot = axes[0][col], axes[1][col]
@@ -252,6 +254,9 @@ def quality_trained_plot(result: dict, path: pathlib.Path) -> tuple[pathlib.Path
             top.axhline(base["ppl"], color="0.3", linestyle="--", linewidth=1, label="fp16 KVCache")
             bot.axhline(100 * base["retrieval"], color="0.3", linestyle="--", linewidth=1)
         top.set_yscale("log")
+        top.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 1.5, 2, 3, 5, 7)))
+        top.yaxis.set_major_formatter(ScalarFormatter())
+        top.yaxis.set_minor_formatter(plt.NullFormatter())
         top.set_title(f"head dim {d}, context {n}\n{names[v]}", fontsize=9)
         bot.set_ylim(-5, 105)
         bot.set_xlabel("stored bits per quantized coordinate")
@@ -260,8 +265,8 @@ def quality_trained_plot(result: dict, path: pathlib.Path) -> tuple[pathlib.Path
     axes[0][0].set_ylabel("held-out perplexity (bytes, log)")
     axes[1][0].set_ylabel("passkey exact match, %")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 9), fontsize=8, frameon=False)
-    fig.suptitle(f"Trained byte-level llama: quality vs bits per coordinate — {result.get('device', '')}, "
-                 f"{result.get('date', '')[:10]} (labels: configured bits)", fontsize=10)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8, frameon=False)
+    fig.suptitle(f"Trained byte-level llama: quality vs bits per coordinate\n{result.get('device', '')}, "
+                 f"{result.get('date', '')[:10]}; labels: configured bits", fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return _save(fig, plt, path), None

@@ -76,6 +76,10 @@ class OneRoleCache:
     def make_mask(self, *args, **kwargs):
         return self.exact.make_mask(*args, **kwargs)
 
+    @property
+    def state(self):  # generate_step evaluates every cache's state while prefilling
+        return self.q.state, self.exact.state
+
     def empty(self):
         return self.exact.empty()
 
@@ -107,6 +111,10 @@ class DequantizedQuantizedKVCache:
     def make_mask(self, *args, **kwargs):
         return self.inner.make_mask(*args, **kwargs)
 
+    @property
+    def state(self):  # generate_step evaluates every cache's state while prefilling
+        return self.inner.state
+
     def empty(self):
         return self.inner.empty()
 
@@ -133,6 +141,10 @@ class Float16KV:
 
     def make_mask(self, *args, **kwargs):
         return self.inner.make_mask(*args, **kwargs)
+
+    @property
+    def state(self):  # generate_step evaluates every cache's state while prefilling
+        return self.inner.state
 
     def empty(self):
         return self.inner.empty()
