@@ -46,7 +46,7 @@ KIVI_GROUP, AFFINE_GROUP = 32, 32  # one group_size for both (the caches take on
 # CI's (one method, one bit width, short context).
 PRESETS = {
     "full": [(64, 1024, 8, tuple(VARIANTS), GRID), (128, 1024, 8, ("kv",), GRID),
-             (64, 2048, 4, ("kv",), GRID)],
+             (64, 4096, 2, ("kv",), GRID)],
     "quick": [(64, 256, 2, ("kv",), [("turboquant", 4, None)])],
 }
 
@@ -284,11 +284,13 @@ def score(logits: np.ndarray, seq: dict, ref_logp: np.ndarray | None):
     mask = seq["score_mask"]
     a = seq["answer_len"]
     # rows n - a .. n - 1 predict the answer digits (the first one from the query's last byte)
-    correct = bool(np.all(lp[n - a : n].argmax(-1) == tgt[n - a : n]))
+    digit_ok = lp[n - a : n].argmax(-1) == tgt[n - a : n]
+    correct = bool(np.all(digit_ok))
     kl = None
     if ref_logp is not None:
         kl = np.sum(np.exp(ref_logp) * (ref_logp - lp), axis=-1)[mask]
-    return nll[mask], correct, kl, lp
+    return nll[mask], correct, kl, lp, {"answer_nll": float(nll[n - a :].mean()),
+                                        "digit_acc": float(digit_ok.mean())}
 
 
 def config_label(cfg: dict) -> str:
@@ -352,12 +354,13 @@ def run_block(model, head_dim: int, context: int, count: int, variants, grid, ar
     rows, ref_lps = [], []
     for cfg in configs:
         t0 = time.time()
-        nlls, hits, kls, bits = [], [], [], []
+        nlls, hits, kls, bits, answers = [], [], [], [], []
         for i, s in enumerate(seqs):
             caches = make_caches(model, cfg, args.seed, args.mlx_q_native)
             logits = run_sequence(model, caches, s["tokens"], s["answer_len"], args.chunk)
             is_ref = cfg["method"] == "fp16"   # the first configuration: its log-probs are the reference
-            nll, hit, kl, lp = score(logits, s, None if is_ref else ref_lps[i])
+            nll, hit, kl, lp, ans = score(logits, s, None if is_ref else ref_lps[i])
+            answers.append(ans)
             if is_ref:
                 ref_lps.append(lp)
             nlls.append(nll)
@@ -369,7 +372,8 @@ def run_block(model, head_dim: int, context: int, count: int, variants, grid, ar
         kl = np.concatenate(kls) if kls else np.zeros(1)
         row = {**cfg, "fp16_layers": list(cfg["fp16_layers"]), "label": config_label(cfg), "head_dim": head_dim,
                "context": context, "sequences": len(seqs), "nll": float(nll.mean()), "ppl": float(np.exp(nll.mean())),
-               "retrieval": float(np.mean(hits)), "kl_mean": float(kl.mean()), "kl_p99": float(np.percentile(kl, 99)),
+               "retrieval": float(np.mean(hits)), "answer_nll": float(np.mean([x["answer_nll"] for x in answers])),
+               "digit_acc": float(np.mean([x["digit_acc"] for x in answers])), "kl_mean": float(kl.mean()), "kl_p99": float(np.percentile(kl, 99)),
                "bits_per_coord": float(np.mean([b[0] for b in bits])),
                "role_bits_per_coord": float(np.mean([b[1] for b in bits])), "seconds": round(time.time() - t0, 2)}
         rows.append(row)
@@ -402,7 +406,8 @@ def run(args) -> int:
         done[0] += 1
         print(f"[{done[0]}/{total} {time.time() - t0:6.0f}s] hd{r['head_dim']} ctx{r['context']} "
               f"{r['label']:<32} bits/coord {r['role_bits_per_coord']:6.2f}  ppl {r['ppl']:7.4f}  "
-              f"KL {r['kl_mean']:.2e}/{r['kl_p99']:.2e}  retrieval {r['retrieval']:.0%}  ({r['seconds']:.0f}s)",
+              f"KL {r['kl_mean']:.2e}/{r['kl_p99']:.2e}  retrieval {r['retrieval']:.0%} (answer NLL "
+              f"{r['answer_nll']:.2f})  ({r['seconds']:.0f}s)",
               flush=True)
 
     models = {}
@@ -537,7 +542,7 @@ def render_markdown(result: dict, json_path, figure: str | None) -> str:
               f"it as generate_step would: prefill in chunks of {s['chunk']} bytes, then the answer one byte per "
               "call. Perplexity = exp(mean next-byte NLL) over text positions; KL(fp16 ‖ cache) in nats over "
               "the same positions (mean, 99th percentile); retrieval = exact match of the 5 digits (teacher-forced "
-              "argmax, which equals greedy decoding). Bits/coord: measured stored bits per quantized coordinate "
+              "argmax, which equals greedy decoding); answer NLL = mean NLL of the 5 digits (ln 10 = 2.30 is chance). Bits/coord: measured stored bits per quantized coordinate "
               "(VeloxQuant `nbytes`, QuantizedKVCache arrays); `kv+fp16ends` and one-role rows also list the whole "
               "cache's average with fp16 layers/roles at 16 bits.", "",
               "Variants: `kv` keys and values quantized in every layer, window 0; `k` keys only (values exact); "
@@ -561,17 +566,20 @@ def render_markdown(result: dict, json_path, figure: str | None) -> str:
         sub = [r for r in rows if r["head_dim"] == d and r["context"] == n]
         base = next(r for r in sub if r["method"] == "fp16")
         lines += [f"## head dim {d}, context {n} bytes, {blk['sequences']} sequences", "",
-                  f"fp16 cache: perplexity {base['ppl']:.4f}, retrieval {base['retrieval']:.0%}.", ""]
+                  f"fp16 cache: perplexity {base['ppl']:.4f}, retrieval {base['retrieval']:.0%} (answer NLL "
+                  f"{base['answer_nll']:.2f} nats per digit; chance is ln 10 = 2.30).", ""]
         variants = blk["variants"]
         head = "| method | bits | bits/coord |" + "".join(
-            f" {vv}: ppl | KL mean | KL p99 | retr |" if vv == "kv" else f" {vv}: ppl | retr |" for vv in variants)
-        lines += [head, "|---|---:|---:|" + "".join("---:|---:|---:|---:|" if vv == "kv" else "---:|---:|"
+            f" {vv}: ppl | KL mean | KL p99 | retr | ans NLL |" if vv == "kv" else f" {vv}: ppl | retr |"
+            for vv in variants)
+        lines += [head, "|---|---:|---:|" + "".join("---:|---:|---:|---:|---:|" if vv == "kv" else "---:|---:|"
                                                    for vv in variants)]
         for r in sub:
             if r["method"] in BASELINES:
                 if r["method"] == "fp16":
                     continue
-                cells = [f"{r['ppl']:.4f} | {r['kl_mean']:.2e} | {r['kl_p99']:.2e} | {r['retrieval']:.0%}"] + \
+                cells = [f"{r['ppl']:.4f} | {r['kl_mean']:.2e} | {r['kl_p99']:.2e} | {r['retrieval']:.0%} | "
+                         f"{r['answer_nll']:.2f}"] + \
                         ["- | -"] * (len(variants) - 1)
                 lines.append(f"| mlx-lm QuantizedKVCache | {r['bits']} | {r['role_bits_per_coord']:.2f} | "
                              + " | ".join(cells) + " |")
@@ -581,11 +589,12 @@ def render_markdown(result: dict, json_path, figure: str | None) -> str:
             for vv in variants:
                 r = next((r for r in sub if (r["method"], r["bits"], r["bits2"], r["variant"]) == (m, b, b2, vv)), None)
                 if r is None:
-                    cells.append("- | - | - | -" if vv == "kv" else "- | -")
+                    cells.append("- | - | - | - | -" if vv == "kv" else "- | -")
                     continue
                 if vv == "kv":
                     bpc = r["role_bits_per_coord"]
-                    cells.append(f"{r['ppl']:.4f} | {r['kl_mean']:.2e} | {r['kl_p99']:.2e} | {r['retrieval']:.0%}")
+                    cells.append(f"{r['ppl']:.4f} | {r['kl_mean']:.2e} | {r['kl_p99']:.2e} | {r['retrieval']:.0%} | "
+                                 f"{r['answer_nll']:.2f}")
                 else:
                     cells.append(f"{r['ppl']:.4f} | {r['retrieval']:.0%}")
             lines.append(f"| {m} | {b}{'+' + str(b2) if b2 else ''} | {bpc:.2f} | " + " | ".join(cells) + " |")

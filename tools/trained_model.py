@@ -166,14 +166,24 @@ def _line_start(text: np.ndarray, pos: int) -> int:
     return pos + int(nl[0]) + 1 if nl.size else pos
 
 
-def training_sequence(text: np.ndarray, length: int, rng: np.random.Generator, p_task: float) -> np.ndarray:
+def training_sequence(text: np.ndarray, length: int, rng: np.random.Generator, p_task: float,
+                      p_copy: float = 0.0) -> np.ndarray:
     """`length` bytes of corpus text; with probability p_task a passkey line is spliced in at a line start
-    and repeated at a later line start (the second copy is what teaches retrieval)."""
+    and repeated at a later line start (the second copy is what teaches retrieval); otherwise, with
+    probability p_copy, the same with a line of 32 random lowercase letters (more copying signal per
+    sequence than 5 digits). The random draws for p_copy = 0 are those of the committed recipe."""
     start = int(rng.integers(0, text.size - length - 1))
     seq = text[start : start + length]
     if rng.random() >= p_task:
-        return seq
+        if p_copy <= 0 or rng.random() >= p_copy:
+            return seq
+        letters = "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), 32))
+        return _splice_twice(seq, np.frombuffer(f"# {letters}\n".encode(), np.uint8), rng, length)
     line = np.frombuffer(passkey_line("".join(rng.choice(list("0123456789"), PASSKEY_DIGITS))), np.uint8)
+    return _splice_twice(seq, line, rng, length)
+
+
+def _splice_twice(seq: np.ndarray, line: np.ndarray, rng: np.random.Generator, length: int) -> np.ndarray:
     hi = length - 2 * line.size           # both copies must fit: the second starts at b + line.size
     a = min(_line_start(seq, int(rng.integers(0, int(0.6 * length)))), int(0.6 * length))
     b = min(_line_start(seq, int(rng.integers(a + 1, hi))), hi)
@@ -224,7 +234,7 @@ def blas_gflops() -> float:
 
 
 def train(head_dim: int, seed: int, phases: list[tuple[int, int, int]], lr: float, p_task: float,
-          log_every: int = 10) -> dict:
+          p_copy: float = 0.0, log_every: int = 10, init: pathlib.Path | None = None) -> dict:
     """AdamW, linear warm-up then cosine decay to lr/10, gradient clipping at 1; `phases` are
     (steps, batch, sequence length). Returns the run record; the caller saves weights and record."""
     import mlx.core as mx
@@ -236,6 +246,9 @@ def train(head_dim: int, seed: int, phases: list[tuple[int, int, int]], lr: floa
     text = corpus_bytes("train", manifest)
     rng = np.random.default_rng(seed)
     model = new_model(head_dim, seed)
+    if init is not None:   # continue from saved weights (a fine-tune), e.g. the committed ones
+        model.load_weights(str(init), strict=True)
+        model.set_dtype(mx.float32)
     n_params = sum(v.size for _, v in tree_flatten(model.parameters()))
     total = sum(s for s, _, _ in phases)
     warm = max(1, total // 20)
@@ -254,7 +267,7 @@ def train(head_dim: int, seed: int, phases: list[tuple[int, int, int]], lr: floa
     t0, step, log = time.time(), 0, []
     for steps, batch, length in phases:
         for _ in range(steps):
-            seqs = np.stack([training_sequence(text, length + 1, rng, p_task) for _ in range(batch)])
+            seqs = np.stack([training_sequence(text, length + 1, rng, p_task, p_copy) for _ in range(batch)])
             x = mx.array(seqs.astype(np.int32))
             loss, g = grad(model, x[:, :-1], x[:, 1:])
             g, _ = optim.clip_grad_norm(g, 1.0)
@@ -270,13 +283,14 @@ def train(head_dim: int, seed: int, phases: list[tuple[int, int, int]], lr: floa
     mx.eval(model.parameters())
     return {"model": model, "record": {
         "head_dim": head_dim, "parameters": int(n_params), "seed": seed, "phases": phases, "lr": lr,
-        "p_task": p_task, "train_wall_s": round(wall, 1), "matmul_gflops": round(gflops, 1),
+        "p_task": p_task, "p_copy": p_copy, "init": str(init) if init else None, "train_wall_s": round(wall, 1),
+        "matmul_gflops": round(gflops, 1),
         "corpus_sha256": manifest["corpus_sha256"], "loss_log": log}}
 
 
 def cmd_train(args) -> int:
     phases = [(args.steps_short, args.batch_short, args.len_short), (args.steps_long, args.batch_long, args.len_long)]
-    out = train(args.head_dim, args.seed, phases, args.lr, args.p_task)
+    out = train(args.head_dim, args.seed, phases, args.lr, args.p_task, args.p_copy, init=args.init)
     model, rec = out["model"], out["record"]
     t = time.time()
     rec["heldout_window_losses"] = heldout_losses(model)
@@ -286,11 +300,13 @@ def cmd_train(args) -> int:
     rec["model_args"] = {k: v for k, v in dataclasses.asdict(model_args(args.head_dim)).items() if v is not None}
     rec["versions"] = _versions()
     rec["command"] = " ".join(["python -m tools.trained_model", *sys.argv[1:]])
-    TRAINED_DIR.mkdir(parents=True, exist_ok=True)
-    model.save_weights(str(weights_path(args.head_dim)))
-    record_path(args.head_dim).write_text(json.dumps(rec, indent=1) + "\n")
+    out_dir = args.out_dir or TRAINED_DIR
+    wpath, rpath = (out_dir / p.name for p in (weights_path(args.head_dim), record_path(args.head_dim)))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_weights(str(wpath))
+    rpath.write_text(json.dumps(rec, indent=1) + "\n")
     print(f"held-out loss {rec['heldout_loss']:.4f} nats/byte ({time.time() - t:.0f}s); training took "
-          f"{rec['train_wall_s']:.0f}s; wrote {weights_path(args.head_dim)} and {record_path(args.head_dim)}")
+          f"{rec['train_wall_s']:.0f}s; wrote {wpath} and {rpath}")
     return 0
 
 
@@ -327,6 +343,10 @@ def add_arguments(p) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--lr", type=float, default=3e-3)
     t.add_argument("--p-task", type=float, default=0.5, help="fraction of sequences with a passkey pair")
+    t.add_argument("--p-copy", type=float, default=0.0,
+                   help="of the other sequences, the fraction with a repeated random-letter line")
+    t.add_argument("--init", type=pathlib.Path, default=None, help="start from these weights (fine-tune)")
+    t.add_argument("--out-dir", type=pathlib.Path, default=None, help="write here instead of tools/trained/")
     t.add_argument("--steps-short", type=int, default=240)
     t.add_argument("--batch-short", type=int, default=16)
     t.add_argument("--len-short", type=int, default=256)
