@@ -127,7 +127,7 @@ def test_teacher_forced_exact_match_is_greedy_decoding():
                                      "fp16_layers": (0, 0), "window": 0}):
         for s in seqs:
             logits = qt.run_sequence(model, qt.make_caches(model, cfg, 0), s["tokens"], s["answer_len"], 64)
-            _, correct, _, _ = qt.score(logits, s, None)
+            _, correct, _, _, _ = qt.score(logits, s, None)
             prompt = mx.array(s["tokens"][: -s["answer_len"]])
             gen = [int(t) for t, _ in generate_step(prompt, model, max_tokens=s["answer_len"],
                                                      prompt_cache=qt.make_caches(model, cfg, 0),
@@ -156,9 +156,10 @@ def test_trained_mode_writes_nothing_unless_asked():
 
 # ---- CI's quick sweep ------------------------------------------------------------------------------
 # turboquant 4 bits at context 256 on the trained hd64 model: bounds about 4x the values measured when
-# written (KL mean 0.0035, perplexity +0.6 %). A broken cache (keys zeroed) measures KL ~0.5.
-QUICK_KL_MEAN_BOUND = 0.015
-QUICK_PPL_RATIO_BOUND = 1.03
+# written (KL mean 0.0123, perplexity +2.0 %; mlx-lm q4 0.008). See the test's docstring for what a broken
+# cache measures.
+QUICK_KL_MEAN_BOUND = 0.05
+QUICK_PPL_RATIO_BOUND = 1.08
 
 
 @needs_corpus

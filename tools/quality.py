@@ -39,6 +39,9 @@ def add_arguments(p) -> None:
     p.add_argument("--contexts", nargs="+", type=int, default=None,
                    help="--model trained: context lengths in bytes (default: the sweep's)")
     p.add_argument("--chunk", type=int, default=64, help="--model trained: prefill chunk (bytes per call)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="--model trained: processes sharing the configurations (the caches' CPU ops use about "
+                        "one core each; use the core count)")
     p.add_argument("--mlx-q-native", action="store_true",
                    help="--model trained: attend over mlx-lm's QuantizedKVCache with mx.quantized_matmul "
                         "(its own path; ~10x slower on CPU) instead of over its dequantized arrays")

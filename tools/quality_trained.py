@@ -16,9 +16,11 @@ last layer in fp16, and with a window; mlx-lm's KVCache (the reference) and Quan
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 import time
+import types
 
 import numpy as np
 
@@ -348,11 +350,14 @@ def key_statistics(model, seqs: list[dict]) -> dict:
     return out
 
 
-def run_block(model, head_dim: int, context: int, count: int, variants, grid, args, progress) -> list[dict]:
+def run_block(model, head_dim: int, context: int, count: int, configs: list[dict], args, progress) -> list[dict]:
+    """Rows for `configs` on one block's sequences; the fp16 reference runs first whether or not it is
+    one of them (its log-probs are what KL is measured against)."""
     seqs = eval_sequences(context, count, args.seed)
-    configs = configs_for(variants, grid)
+    ref = configs_for((), [])[0]
+    todo = configs if configs and configs[0]["method"] == "fp16" else [ref, *configs]
     rows, ref_lps = [], []
-    for cfg in configs:
+    for cfg in todo:
         t0 = time.time()
         nlls, hits, kls, bits, answers = [], [], [], [], []
         for i, s in enumerate(seqs):
@@ -373,9 +378,11 @@ def run_block(model, head_dim: int, context: int, count: int, variants, grid, ar
         row = {**cfg, "fp16_layers": list(cfg["fp16_layers"]), "label": config_label(cfg), "head_dim": head_dim,
                "context": context, "sequences": len(seqs), "nll": float(nll.mean()), "ppl": float(np.exp(nll.mean())),
                "retrieval": float(np.mean(hits)), "answer_nll": float(np.mean([x["answer_nll"] for x in answers])),
-               "digit_acc": float(np.mean([x["digit_acc"] for x in answers])), "kl_mean": float(kl.mean()), "kl_p99": float(np.percentile(kl, 99)),
-               "bits_per_coord": float(np.mean([b[0] for b in bits])),
+               "digit_acc": float(np.mean([x["digit_acc"] for x in answers])), "kl_mean": float(kl.mean()),
+               "kl_p99": float(np.percentile(kl, 99)), "bits_per_coord": float(np.mean([b[0] for b in bits])),
                "role_bits_per_coord": float(np.mean([b[1] for b in bits])), "seconds": round(time.time() - t0, 2)}
+        if cfg is ref and todo is not configs:
+            continue   # computed for the reference only
         rows.append(row)
         progress(row)
     return rows
@@ -400,7 +407,7 @@ def run(args) -> int:
     total = sum(3 + len(v) * len(g) for _, _, _, v, g in blocks)
     print(f"veloxquant quality --model trained: sweep {args.sweep}, {total} configurations in {len(blocks)} "
           f"block(s), chunk {args.chunk}", flush=True)
-    t0, done, rows, stats = time.time(), [0], [], {}
+    t0, done, rows, stats, load0 = time.time(), [0], [], {}, os.getloadavg()[0]
 
     def progress(r):
         done[0] += 1
@@ -410,21 +417,30 @@ def run(args) -> int:
               f"{r['answer_nll']:.2f})  ({r['seconds']:.0f}s)",
               flush=True)
 
-    models = {}
-    for d, n, c, v, g in blocks:
-        if d not in models:
-            models[d] = tm.load_model(d, dtype=mx.float32)   # float16 weights; see Float16KV
-            stat_seqs = eval_sequences(1024 if n >= 1024 else n, 2, args.seed + 1)
-            stats[d] = {"trained": key_statistics(models[d], stat_seqs),
-                        "random": key_statistics(_random_fp16(d, args.seed, mx.float32), stat_seqs)}
-        rows += run_block(models[d], d, n, c, v, g, args, progress)
+    for d in dict.fromkeys(b[0] for b in blocks):
+        stat_seqs = eval_sequences(1024, 2, args.seed + 1)
+        stats[d] = {"trained": key_statistics(tm.load_model(d, dtype=mx.float32), stat_seqs),
+                    "random": key_statistics(_random_fp16(d, args.seed, mx.float32), stat_seqs)}
+    settings = types.SimpleNamespace(seed=args.seed, chunk=args.chunk, mlx_q_native=args.mlx_q_native)
+    plain_blocks = [(d, n, c, tuple(v), [tuple(x) for x in g]) for d, n, c, v, g in blocks]
+    jobs = max(1, args.jobs)
+    if jobs == 1:
+        parts = [_shard((0, 1, plain_blocks, settings, t0), progress)]
+    else:  # separate processes: MLX's CPU ops on these small tensors use about one core each
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            parts = pool.map(_shard, [(i, jobs, plain_blocks, settings, t0) for i in range(jobs)])
+    rows = [r for _, r in sorted((x for part in parts for x in part), key=lambda x: x[0])]
     wall = time.time() - t0
     result = {
         "tool": "veloxquant quality --model trained",
         "command": getattr(args, "command_line", None) or " ".join(["veloxquant", *sys.argv[1:]]),
         "date": _env().utc_now_iso(), "versions": _env().versions(), "device": str(mx.default_device()),
         "wall_s": round(wall, 1),
-        "settings": {"sweep": args.sweep, "chunk": args.chunk, "seed": args.seed, "kivi_group_size": KIVI_GROUP,
+        # The machine's share matters for wall time: BLAS preloaded (see DEVELOPERS.md) and load averages.
+        "ld_preload": os.environ.get("LD_PRELOAD"), "loadavg_start": load0, "loadavg_end": os.getloadavg()[0],
+        "settings": {"sweep": args.sweep, "jobs": jobs, "chunk": args.chunk, "seed": args.seed, "kivi_group_size": KIVI_GROUP,
                      "mlx_affine_group_size": AFFINE_GROUP, "mlx_q_group_size": 64,
                      "compute": "float16 weights, float32 activations; caches see and store float16",
                      "mlx_q_attention": "mx.quantized_matmul (native)" if args.mlx_q_native else
@@ -435,7 +451,7 @@ def run(args) -> int:
                                   for k, (r, e, w) in VARIANTS.items()}},
         "models": {str(d): {k: tm.load_record(d)[k] for k in ("parameters", "heldout_loss", "train_wall_s",
                                                                 "corpus_sha256", "phases", "command")}
-                   for d in models},
+                   for d in stats},
         "key_statistics": {str(d): s for d, s in stats.items()},
         "results": rows,
     }
@@ -449,6 +465,31 @@ def run(args) -> int:
     if not args.json and not args.markdown:
         print("nothing written (give --json and/or --markdown)")
     return 0
+
+
+def _shard(task, progress=None) -> list[tuple[tuple[int, int], dict]]:
+    """Configurations j with j % jobs == shard of every block, as ((block, j), row)."""
+    import mlx.core as mx
+
+    shard, jobs, blocks, settings, t0 = task
+    out, models = [], {}
+
+    def say(r):
+        print(f"[shard {shard + 1}/{jobs} {time.time() - t0:6.0f}s] hd{r['head_dim']} ctx{r['context']} "
+              f"{r['label']:<32} bits/coord {r['role_bits_per_coord']:6.2f}  ppl {r['ppl']:7.4f}  "
+              f"KL {r['kl_mean']:.2e}/{r['kl_p99']:.2e}  retrieval {r['retrieval']:.0%} (answer NLL "
+              f"{r['answer_nll']:.2f})  ({r['seconds']:.0f}s)", flush=True)
+
+    for b, (d, n, c, v, g) in enumerate(blocks):
+        configs = configs_for(v, g)
+        mine = [j for j in range(len(configs)) if j % jobs == shard]
+        if not mine:
+            continue
+        if d not in models:
+            models[d] = tm.load_model(d, dtype=mx.float32)   # float16 weights; see Float16KV
+        rows = run_block(models[d], d, n, c, [configs[j] for j in mine], settings, progress or say)
+        out += [((b, j), r) for j, r in zip(mine, rows)]
+    return out
 
 
 def _random_fp16(head_dim: int, seed: int, dtype=None):
@@ -504,7 +545,9 @@ def render_markdown(result: dict, json_path, figure: str | None) -> str:
         "# Quality on a trained model: perplexity, passkey retrieval and KL per cache",
         "",
         f"Generated by `{result['command']}` on {result['date']} ({result['device']}) in "
-        f"{result['wall_s'] / 60:.1f} min; raw data in `{json_path}`. Do not edit by hand.",
+        f"{result['wall_s'] / 60:.1f} min (load average {result.get('loadavg_start', float('nan')):.0f} at the start, "
+        f"{result.get('loadavg_end', float('nan')):.0f} at the end; LD_PRELOAD={result.get('ld_preload')}); raw data "
+        f"in `{json_path}`. Do not edit by hand.",
         "",
         f"Versions: spec {v['spec']}, veloxquant {v['veloxquant']} (git {v['git']}), mlx {v['mlx']}, "
         f"mlx-lm {v['mlx-lm']}, numpy {v['numpy']}, Python {v['python']}.",
