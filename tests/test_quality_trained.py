@@ -119,20 +119,26 @@ def test_dequantized_quantized_cache_matches_mlx_lm_native_attention():
 
 @needs_corpus
 def test_teacher_forced_exact_match_is_greedy_decoding():
-    """score()'s exact match (argmax at every answer byte given the correct prefix) against mlx-lm's own
-    greedy generate_step from the same prompt, with a cache that passes and one that may not."""
+    """The sweep's logits (chunked prefill, then one byte per call) reproduce mlx-lm's own greedy
+    generate_step: fed the greedy continuation, their argmax is that continuation byte for byte. So
+    score()'s exact match (argmax = the true digit at every answer byte) is greedy decoding's exact match,
+    whether or not the model retrieves (the committed model mostly does not; see docs)."""
     model = tm.load_model(64, dtype=mx.float32)   # as the sweep runs it (caches behind Float16KV)
     seqs = qt.eval_sequences(256, 3, seed=7)
     for cfg in ({"method": "fp16"}, {"method": "turboquant", "bits": 1, "bits2": None, "roles": "kv",
                                      "fp16_layers": (0, 0), "window": 0}):
         for s in seqs:
-            logits = qt.run_sequence(model, qt.make_caches(model, cfg, 0), s["tokens"], s["answer_len"], 64)
-            _, correct, _, _, _ = qt.score(logits, s, None)
-            prompt = mx.array(s["tokens"][: -s["answer_len"]])
-            gen = [int(t) for t, _ in generate_step(prompt, model, max_tokens=s["answer_len"],
+            a = s["answer_len"]
+            prompt = s["tokens"][:-a]
+            gen = [int(t) for t, _ in generate_step(mx.array(prompt), model, max_tokens=a,
                                                      prompt_cache=qt.make_caches(model, cfg, 0),
                                                      prefill_step_size=64)]
-            assert correct == (bytes(gen).decode(errors="replace") == s["digits"]), (cfg, s["digits"], gen)
+            fed = {**s, "tokens": np.concatenate([prompt, np.array(gen, np.int32)])}
+            logits = qt.run_sequence(model, qt.make_caches(model, cfg, 0), fed["tokens"], a, 64)
+            assert logits[-a:].argmax(-1).tolist() == gen, (cfg, gen)
+            _, correct, _, _, _ = qt.score(qt.run_sequence(model, qt.make_caches(model, cfg, 0), s["tokens"], a, 64),
+                                           s, None)
+            assert correct == (bytes(gen) == s["digits"].encode()), (cfg, s["digits"], gen)
 
 
 @needs_corpus

@@ -592,6 +592,14 @@ def render_markdown(result: dict, json_path, figure: str | None) -> str:
               "`v` values only; `kv+fp16ends` first and last layer fp16; `kv+window` the newest 128 tokens exact. "
               f"kivi group {s['kivi_group_size']}, mlx_affine group {s['mlx_affine_group_size']}, mlx-lm "
               f"QuantizedKVCache group {s['mlx_q_group_size']}; seed {s['seed']}.", ""]
+    fp16_rows = [r for r in rows if r["method"] == "fp16"]
+    if fp16_rows and all(r["retrieval"] == 0 for r in fp16_rows):
+        lines += ["**The fp16 cache retrieves no passkey in any block** (exact match 0 %, answer NLL "
+                  + ", ".join(f"{r['answer_nll']:.2f}" for r in fp16_rows) + " nats per digit against ln 10 = "
+                  "2.30 for guessing): this model has not learned long-range copying, so the retrieval columns "
+                  "say nothing about the caches here and the recommendation's retrieval condition is empty. "
+                  "Perplexity and KL are the evidence. A model that retrieves needs more training than the "
+                  "committed run (`python -m tools.trained_model train --help`).", ""]
     if figure:
         lines += [f"![Perplexity and retrieval against stored bits per coordinate, one line per method; "
                   f"mlx-lm's QuantizedKVCache as points, fp16 as a dashed line]({figure})", ""]

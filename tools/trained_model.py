@@ -18,8 +18,12 @@ can then test (tools/quality_trained.py).
 MLX's Linux CPU wheel links the reference BLAS (about 1-2 GFLOP/s); training in minutes needs an
 optimized one preloaded, e.g. `apt-get install libopenblas0-pthread` and
 `LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 OPENBLAS_NUM_THREADS=1`. `train` measures the
-matmul speed and says so. The BLAS changes float rounding, so retrained weights match the committed ones
-in held-out loss (to about 0.01 nats), not bit for bit.
+matmul speed and says so. Training is seeded (data order, init), but the BLAS and its threads round
+float32 sums differently, so a retrained model is not expected to match the committed weights bit for
+bit; how far its held-out loss moves has not been measured (the committed run was the only one).
+
+The committed run (records in tools/trained/): 240 steps of 16 x 256 bytes, then 40 of 4 x 1024, both
+variants at once on 2 cores shared with other jobs (load average 60-150): 52 and 47 min wall time.
 """
 from __future__ import annotations
 
@@ -324,9 +328,10 @@ def cmd_check(args) -> int:
     return 0 if worst <= HELDOUT_TOLERANCE else 1
 
 
-# Recorded vs recomputed held-out loss: the same float16 weights, but another BLAS (training preloads
-# OpenBLAS; CI uses MLX's bundled one) rounds the float32 matmuls differently. Measured differences are
-# ~1e-4; a broken model (random init, or one layer zeroed) moves the loss by > 0.2.
+# Recorded vs recomputed held-out loss per window (nats): the float16 forward pass. On MLX 0.32.4's CPU
+# backend the recomputation is bit-identical with or without a preloaded BLAS (float16 matmuls do not go
+# through BLAS); the margin is for other MLX versions and backends, whose float16 kernels round
+# differently. Zeroing one layer's MLP output moves a window by 0.026-0.06; random weights by > 3.
 HELDOUT_TOLERANCE = 0.01
 
 
