@@ -209,7 +209,7 @@ def bench_kernels_plot(res: dict, path: pathlib.Path) -> tuple[pathlib.Path | No
 
 
 def quality_trained_plot(result: dict, path: pathlib.Path) -> tuple[pathlib.Path | None, str | None]:
-    """Perplexity (log y, top) and passkey retrieval (bottom) vs measured stored bits per quantized
+    """Perplexity (top) and passkey retrieval (bottom) vs measured stored bits per quantized
     coordinate: one line per method, one column per (head dim, context, variant); mlx-lm's
     QuantizedKVCache as black points, the fp16 cache as a dashed line."""
     plt = _pyplot()
@@ -226,7 +226,6 @@ def quality_trained_plot(result: dict, path: pathlib.Path) -> tuple[pathlib.Path
     names = {"kv": "keys and values", "k": "keys only (values fp16)", "v": "values only (keys fp16)"}
     fig, axes = plt.subplots(2, len(panels), figsize=(max(9.0, 4.3 * len(panels)), 7.8), squeeze=False,
                              sharex=True)
-    from matplotlib.ticker import LogLocator, ScalarFormatter
     for col, (d, n, v) in enumerate(panels):
         sub = [r for r in rows if r["head_dim"] == d and r["context"] == n]
         top, bot = axes[0][col], axes[1][col]
@@ -253,16 +252,12 @@ def quality_trained_plot(result: dict, path: pathlib.Path) -> tuple[pathlib.Path
         if base is not None:
             top.axhline(base["ppl"], color="0.3", linestyle="--", linewidth=1, label="fp16 KVCache")
             bot.axhline(100 * base["retrieval"], color="0.3", linestyle="--", linewidth=1)
-        top.set_yscale("log")
-        top.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 1.5, 2, 3, 5, 7)))
-        top.yaxis.set_major_formatter(ScalarFormatter())
-        top.yaxis.set_minor_formatter(plt.NullFormatter())
         top.set_title(f"head dim {d}, context {n}\n{names[v]}", fontsize=9)
         bot.set_ylim(-5, 105)
         bot.set_xlabel("stored bits per quantized coordinate")
         for ax in (top, bot):
             ax.grid(True, which="major", alpha=0.35)
-    axes[0][0].set_ylabel("held-out perplexity (bytes, log)")
+    axes[0][0].set_ylabel("held-out perplexity (per byte)")
     axes[1][0].set_ylabel("passkey exact match, %")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8, frameon=False)
