@@ -257,3 +257,62 @@ def bench_sweep_plot(res: dict, path: pathlib.Path) -> tuple[pathlib.Path | None
                  fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     return _save(fig, plt, path), None
+
+
+def quality_trained_plot(result: dict, path: pathlib.Path) -> tuple[pathlib.Path | None, str | None]:
+    """Perplexity (top) and passkey retrieval (bottom) vs measured stored bits per quantized
+    coordinate: one line per method, one column per (head dim, context, variant); mlx-lm's
+    QuantizedKVCache as black points, the fp16 cache as a dashed line."""
+    plt = _pyplot()
+    if plt is None:
+        return None, "matplotlib is not installed"
+    rows = result["results"]
+    panels = []
+    for blk in result["settings"]["blocks"]:
+        for v in blk["variants"]:
+            if v in ("kv", "k", "v"):
+                panels.append((blk["head_dim"], blk["context"], v))
+    if not panels:
+        return None, "no kv, k or v rows"
+    names = {"kv": "keys and values", "k": "keys only (values fp16)", "v": "values only (keys fp16)"}
+    fig, axes = plt.subplots(2, len(panels), figsize=(max(9.0, 4.3 * len(panels)), 7.8), squeeze=False,
+                             sharex=True)
+    for col, (d, n, v) in enumerate(panels):
+        sub = [r for r in rows if r["head_dim"] == d and r["context"] == n]
+        top, bot = axes[0][col], axes[1][col]
+        base = next((r for r in sub if r["method"] == "fp16"), None)
+        for m in dict.fromkeys(r["method"] for r in sub if r["variant"] == v):
+            if m.startswith("mlx_q") or m == "fp16":
+                continue
+            pts = sorted((r["role_bits_per_coord"], r["ppl"], r["retrieval"],
+                          f"{r['bits']}+{r['bits2']}" if r["bits2"] else str(r["bits"]))
+                         for r in sub if r["method"] == m and r["variant"] == v)
+            colour, marker = STYLE.get(m, (None, "o"))
+            x, p, q, lab = zip(*pts)
+            top.plot(x, p, marker=marker, color=colour, label=m, linewidth=1.3, markersize=5)
+            bot.plot(x, [100 * y for y in q], marker=marker, color=colour, linewidth=1.3, markersize=5)
+            for xi, pi, li in zip(x, p, lab):
+                top.annotate(li, (xi, pi), textcoords="offset points", xytext=(3, 3), fontsize=6, color=colour)
+        if v == "kv":  # mlx-lm's caches quantize both roles
+            for r in sub:
+                if r["method"].startswith("mlx_q"):
+                    mk = "X" if r["bits"] == 4 else "*"
+                    lab = f"mlx-lm QuantizedKVCache q{r['bits']}"
+                    top.plot([r["role_bits_per_coord"]], [r["ppl"]], mk, color="black", markersize=8, label=lab)
+                    bot.plot([r["role_bits_per_coord"]], [100 * r["retrieval"]], mk, color="black", markersize=8)
+        if base is not None:
+            top.axhline(base["ppl"], color="0.3", linestyle="--", linewidth=1, label="fp16 KVCache")
+            bot.axhline(100 * base["retrieval"], color="0.3", linestyle="--", linewidth=1)
+        top.set_title(f"head dim {d}, context {n}\n{names[v]}", fontsize=9)
+        bot.set_ylim(-5, 105)
+        bot.set_xlabel("stored bits per quantized coordinate")
+        for ax in (top, bot):
+            ax.grid(True, which="major", alpha=0.35)
+    axes[0][0].set_ylabel("held-out perplexity (per byte)")
+    axes[1][0].set_ylabel("passkey exact match, %")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8, frameon=False)
+    fig.suptitle(f"Trained byte-level llama: quality vs bits per coordinate\n{result.get('device', '')}, "
+                 f"{result.get('date', '')[:10]}; labels: configured bits", fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return _save(fig, plt, path), None

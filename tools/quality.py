@@ -31,19 +31,38 @@ VOCAB = 512
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=DEFAULT_METHODS)
+    p.add_argument("--model", choices=["random", "trained"], default="random",
+                   help="random: KL on random-weight models (this module); trained: perplexity, passkey "
+                        "retrieval and KL on the committed trained byte-level model (tools/quality_trained.py)")
+    p.add_argument("--sweep", choices=["full", "quick"], default="full",
+                   help="--model trained: the documented sweep (full) or CI's (quick: one method, one bits)")
+    p.add_argument("--contexts", nargs="+", type=int, default=None,
+                   help="--model trained: context lengths in bytes (default: the sweep's)")
+    p.add_argument("--chunk", type=int, default=64, help="--model trained: prefill chunk (bytes per call)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="--model trained: processes sharing the configurations (the caches' CPU ops use about "
+                        "one core each; use the core count)")
+    p.add_argument("--mlx-q-native", action="store_true",
+                   help="--model trained: attend over mlx-lm's QuantizedKVCache with mx.quantized_matmul "
+                        "(its own path; ~10x slower on CPU) instead of over its dequantized arrays")
+    p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=DEFAULT_METHODS + ("mlx_affine",),
+                   help="methods to try (random model: mlx_affine is not in the default set)")
     p.add_argument("--bits", nargs="+", type=int, default=None,
                    help="bit widths to try (each method keeps only those it allows); default: all allowed")
     p.add_argument("--head-dims", nargs="+", type=int, default=[64, 128], choices=[64, 128])
     p.add_argument("--prompt", type=int, default=64, help="prefill tokens per sequence")
     p.add_argument("--steps", type=int, default=32, help="decode steps per sequence (KL measured at each)")
-    p.add_argument("--sequences", type=int, default=2, help="random token sequences per model")
+    p.add_argument("--sequences", type=int, default=None,
+                   help="random token sequences per model (default 2); --model trained: passkey sequences "
+                        "per block (default: the sweep's)")
     p.add_argument("--window", type=int, default=0, help="spec window R (exact newest tokens) for all methods")
     p.add_argument("--group-size", type=int, default=32, help="kivi group size")
     p.add_argument("--seed", type=int, default=0, help="model init, token and cache seed")
-    p.add_argument("--json", type=pathlib.Path, default=ROOT / "docs" / "quality.json")
-    p.add_argument("--markdown", type=pathlib.Path, default=ROOT / "docs" / "quality.md",
-                   help="the table; the figure goes next to it with suffix .png")
+    p.add_argument("--json", type=pathlib.Path, default=None,
+                   help="raw results (random model default: docs/quality.json; trained: none unless given)")
+    p.add_argument("--markdown", type=pathlib.Path, default=None,
+                   help="the table; the figure goes next to it with suffix .png (random model default: "
+                        "docs/quality.md; trained: none unless given)")
     p.add_argument("--from-json", type=pathlib.Path, default=None, metavar="JSON",
                    help="measure nothing: re-render --markdown and its figure from this quality JSON")
 
@@ -130,6 +149,19 @@ def run(args) -> int:
     import mlx.core as mx
     from mlx_lm.models.cache import KVCache
 
+    if args.model == "trained":
+        from . import quality_trained
+
+        args.methods_given = args.methods != list(DEFAULT_METHODS)
+        args.sequences_given = args.sequences is not None
+        if args.from_json:
+            return quality_trained.write_docs(json.loads(args.from_json.read_text()), args.from_json,
+                                              args.markdown or args.from_json.with_suffix(".md"))
+        return quality_trained.run(args)
+    # The random model's outputs keep their historical defaults.
+    args.json = args.json or ROOT / "docs" / "quality.json"
+    args.markdown = args.markdown or ROOT / "docs" / "quality.md"
+    args.sequences = 2 if args.sequences is None else args.sequences
     if args.from_json:
         return write_docs(json.loads(args.from_json.read_text()), args.from_json, args.markdown)
     configs = configurations(args)
