@@ -181,9 +181,10 @@ def _make_caches(model, cfg: dict, seed: int, mlx_q_native: bool = False) -> lis
         kw["bits2"] = cfg["bits2"]
     if cfg["method"] in ("kivi", "mlx_affine"):
         kw["group_size"] = KIVI_GROUP if cfg["method"] == "kivi" else AFFINE_GROUP
-    caches = make_prompt_cache(model, **kw)
     if cfg["roles"] == "kv":
-        return caches
+        return make_prompt_cache(model, **kw)
+    # one role quantized: the wrapper mixes arrays of both caches, so ours returns decoded keys/values
+    caches = make_prompt_cache(model, attention="dequantize", **kw)
     return [c if type(c) is KVCache else OneRoleCache(c, cfg["roles"]) for c in caches]
 
 
