@@ -157,13 +157,17 @@ def make_caches(model, cfg: dict, seed: int, mlx_q_native: bool = False) -> list
     native QuantizedKVCache path excepted: the model must see its `bits`, so it gets the model dtype)."""
     import mlx.core as mx
 
-    caches = _make_caches(model, cfg, seed, mlx_q_native)
-    if model.layers[0].self_attn.q_proj.weight.dtype == mx.float16 or (mlx_q_native and cfg["method"].startswith("mlx_q")):
+    native = model.layers[0].self_attn.q_proj.weight.dtype == mx.float16 or (
+        mlx_q_native and cfg["method"].startswith("mlx_q"))
+    # behind Float16KV our caches return decoded keys/values (the wrapper casts arrays): the sweep measures
+    # quality, identical within the tolerance tier to attention over the packed records
+    caches = _make_caches(model, cfg, seed, mlx_q_native, attention="auto" if native else "dequantize")
+    if native:
         return caches
     return [Float16KV(c) for c in caches]
 
 
-def _make_caches(model, cfg: dict, seed: int, mlx_q_native: bool = False) -> list:
+def _make_caches(model, cfg: dict, seed: int, mlx_q_native: bool = False, attention: str = "auto") -> list:
     from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
     from accelerated.cache import make_prompt_cache
@@ -182,7 +186,7 @@ def _make_caches(model, cfg: dict, seed: int, mlx_q_native: bool = False) -> lis
     if cfg["method"] in ("kivi", "mlx_affine"):
         kw["group_size"] = KIVI_GROUP if cfg["method"] == "kivi" else AFFINE_GROUP
     if cfg["roles"] == "kv":
-        return make_prompt_cache(model, **kw)
+        return make_prompt_cache(model, attention=attention, **kw)
     # one role quantized: the wrapper mixes arrays of both caches, so ours returns decoded keys/values
     caches = make_prompt_cache(model, attention="dequantize", **kw)
     return [c if type(c) is KVCache else OneRoleCache(c, cfg["roles"]) for c in caches]
