@@ -108,9 +108,11 @@ def _nbytes(caches) -> int:
 
 
 def copy_bandwidth(log) -> float:
-    """Bytes/s of a 1 GiB float16 copy (read + write), median of 10: the ceiling the steps are read against."""
+    """Bytes/s of a float16 copy (read + write; 1 GiB on a GPU, 128 MiB on the CPU), median of 10: the
+    ceiling the steps are read against."""
     import mlx.core as mx
-    x = mx.random.normal((1 << 29,)).astype(mx.float16)
+    n = 1 << (29 if mx.default_device().type == mx.DeviceType.gpu else 26)
+    x = mx.random.normal((n,)).astype(mx.float16)
     mx.eval(x)
     ts = []
     for _ in range(12):
@@ -120,7 +122,7 @@ def copy_bandwidth(log) -> float:
         ts.append(time.perf_counter() - t0)
         del y
     bw = 2 * x.nbytes / statistics.median(ts[2:])
-    log(f"copy ceiling: {bw / 1e9:.0f} GB/s (1 GiB float16, read + write)")
+    log(f"copy ceiling: {bw / 1e9:.1f} GB/s ({x.nbytes >> 20} MiB float16, read + write)")
     return bw
 
 
@@ -266,8 +268,8 @@ def render(res: dict, name: str) -> list[str]:
              f"- Versions: mlx {v.get('mlx')}, mlx-lm {v.get('mlx-lm')}, spec {v.get('spec')}, git {v.get('git')}",
              f"- Command: `{res['command']}`",
              f"- Raw data: `{name}`; attention shape B={B}, {HQ} query heads, {HKV} KV heads, d={D}, float16",
-             f"- Copy ceiling measured in the same run: {res['copy_bytes_per_s'] / 1e9:.0f} GB/s "
-             "(1 GiB float16 copy, read + write)", ""]
+             f"- Copy ceiling measured in the same run: {res['copy_bytes_per_s'] / 1e9:.1f} GB/s "
+             "(float16 copy, read + write)", ""]
     layer = [r for r in res["layer"] if "layer_s" in r or "error" in r]
     if layer:
         lines += [f"Per-layer decode step (append one token + attention; {layer[0].get('layers', '?')} layers per "
