@@ -288,7 +288,8 @@ def render(res: dict, name: str) -> list[str]:
             lines.append(f"| {r['context']} | {r['arm']} | {_us(r['layer_s'])} | {r.get('vs_fp16', float('nan')):.2f} | "
                          f"{_us(r['layer_s_iqr'])} | {r['bytes_per_layer'] / 1e6:.1f} MB | {frac:.0%} | "
                          f"{mem / 1e6:.0f} MB | {paths} |")
-        lines.append("")
+        lines += ["", "Where the time goes (launch, kernel and host costs measured on the H200): "
+                  "[decode-step-analysis.md](decode-step-analysis.md).", ""]
     e2e = res.get("e2e") or []
     if e2e:
         lines += ["End-to-end generation (mlx_lm.generate.generate_step, random Llama-3-8B-shaped model with "
