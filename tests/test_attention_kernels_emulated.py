@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 import spec
-from accelerated import ops
 from accelerated.kernels import attention as katt
 from accelerated.kernels import attention_source as src
 from accelerated.ops import attention as oatt
+from _attention_util import f64_attention, packed
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 
@@ -209,25 +209,7 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
     return out.astype(np.float32)
 
 
-def _packed(x: mx.array, p: spec.Params) -> oatt.PackedRecord:
-    rec = ops.encode(x, p)
-    fields = {n: a for n, a in rec.items() if n != "window"}
-    return oatt.PackedRecord(p, fields, rec["window"], x.shape[2] - rec["window"].shape[2],
-                             ops.method_module(p.method).decode_tokens)
-
-
-def f64_attention(q, k, v, scale, causal):
-    rep = q.shape[1] // k.shape[1]
-    k = np.repeat(k.astype(np.float64), rep, 1)
-    v = np.repeat(v.astype(np.float64), rep, 1)
-    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * scale
-    if causal:
-        lq, t = s.shape[-2:]
-        s = np.where(np.arange(t)[None] <= (t - lq + np.arange(lq))[:, None], s, -np.inf)
-    s -= s.max(-1, keepdims=True)
-    p = np.exp(s)
-    p /= p.sum(-1, keepdims=True)
-    return np.einsum("bhqk,bhkd->bhqd", p, v)
+_packed = packed
 
 
 CASES = [

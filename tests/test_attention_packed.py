@@ -20,12 +20,14 @@ from mlx_lm.models import cache as mlx_cache
 import accelerated.attention as attn
 import accelerated.cache as vc
 import spec
-from accelerated import kernels, ops
+from accelerated import kernels
 from accelerated.kernels import faults
 from accelerated.kernels import attention as katt
 from accelerated.ops import attention as oatt
 from accelerated.ops import numerics
 from tools.quality import VOCAB, tiny_llama
+
+from _attention_util import f64_attention, packed
 
 GPU, WHY = kernels.available()
 SETTINGS = {
@@ -42,24 +44,7 @@ SETTINGS = {
 TOP2_MARGIN = 0.05
 
 
-def _packed(x: mx.array, p: spec.Params) -> oatt.PackedRecord:
-    rec = ops.encode(x, p)
-    fields = {n: a for n, a in rec.items() if n != "window"}
-    return oatt.PackedRecord(p, fields, rec["window"], x.shape[2] - rec["window"].shape[2],
-                             ops.method_module(p.method).decode_tokens)
-
-
-def _f64(q, k, v, scale, causal):
-    rep = q.shape[1] // k.shape[1]
-    k = np.repeat(k.astype(np.float64), rep, 1)
-    v = np.repeat(v.astype(np.float64), rep, 1)
-    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * scale
-    if causal:
-        lq, t = s.shape[-2:]
-        s = np.where(np.arange(t)[None] <= (t - lq + np.arange(lq))[:, None], s, -np.inf)
-    s -= s.max(-1, keepdims=True)
-    p = np.exp(s)
-    return np.einsum("bhqk,bhkd->bhqd", p / p.sum(-1, keepdims=True), v)
+_packed, _f64 = packed, f64_attention
 
 
 @pytest.mark.skipif(not GPU, reason=f"fused kernels unavailable: {WHY}")

@@ -25,22 +25,7 @@ CASES = [("turboquant", dict(bits=4)), ("turboquant_rvq", dict(bits=2, bits2=3))
          ("mlx_affine", dict(bits=4, group_size=32))]
 
 
-@pytest.fixture(scope="module")
-def lib():
-    import _kernel_emulator as ke
-    return ke.build()
-
-
-@pytest.fixture
-def emu(lib, monkeypatch):
-    import _kernel_emulator as ke
-    ke.install(monkeypatch, lib)
-    return lib
-
-
-def _u(a: mx.array) -> np.ndarray:
-    n = np.array(a.view(mx.uint16)) if a.dtype == mx.bfloat16 else np.array(a)
-    return n.view({4: np.uint32, 2: np.uint16, 1: np.uint8}[n.itemsize]) if n.dtype.kind == "f" else n
+from test_kernels_glue import _bits as _u, emu, lib  # noqa: E402,F401  (the emulator standing in for the GPU)
 
 
 @pytest.mark.parametrize("d", NEW_DIMS)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import mlx.core as mx
 
 import spec
 from accelerated.kernels import attention_source as src
 from accelerated.kernels import backend
-from accelerated.ops import codebooks, numerics, prng
+from accelerated.ops import codebooks, prng
 from accelerated.ops.attention import PackedRecord
 
 NT = 128                      # threads per partial threadgroup (4 warps)

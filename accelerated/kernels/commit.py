@@ -95,7 +95,6 @@ def body(writes: tuple, checks: tuple) -> str:
     }}
   }}
 """)
-    nflags = max(1, len(checks))
     parts.append(f"""
   hit[tid] = mine;
   BARRIER();

@@ -1,0 +1,30 @@
+"""Helpers shared by the attention tests: a packed record from accelerated.ops' one-shot encode, and the
+float64 attention oracle (GQA by repeating KV heads, optional causal mask; spec/attention.md)."""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+import spec
+from accelerated import ops
+from accelerated.ops import attention as oatt
+
+
+def packed(x: mx.array, p: spec.Params) -> oatt.PackedRecord:
+    rec = ops.encode(x, p)
+    fields = {n: a for n, a in rec.items() if n != "window"}
+    return oatt.PackedRecord(p, fields, rec["window"], x.shape[2] - rec["window"].shape[2],
+                             ops.method_module(p.method).decode_tokens)
+
+
+def f64_attention(q, k, v, scale, causal):
+    rep = q.shape[1] // k.shape[1]
+    k = np.repeat(k.astype(np.float64), rep, 1)
+    v = np.repeat(v.astype(np.float64), rep, 1)
+    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * scale
+    if causal:
+        lq, t = s.shape[-2:]
+        s = np.where(np.arange(t)[None] <= (t - lq + np.arange(lq))[:, None], s, -np.inf)
+    s -= s.max(-1, keepdims=True)
+    p = np.exp(s)
+    return np.einsum("bhqk,bhkd->bhqd", p / p.sum(-1, keepdims=True), v)
