@@ -49,13 +49,19 @@ def run(device: str) -> dict:
         x = inputs(d)
         want, want_t = rrot.hadamard(x), rrot.hadamard(x, transpose=True)
         with mx.stream(dev):
-            b = np.array(mx.hadamard_transform(mx.array(x), scale=1.0))
+            try:   # MLX 0.32.4's CUDA hadamard_transform does not compile for some d (seen: d = 20)
+                b = np.array(mx.hadamard_transform(mx.array(x), scale=1.0))
+                builtin = compare(b, want)
+            except RuntimeError as exc:
+                builtin = {"equal": False, "differ": -1, "zero_sign_only": False,
+                           "error": str(exc).splitlines()[-1][:200]}
             e = np.array(rotation.explicit(mx.array(x)))
             et = np.array(rotation.explicit(mx.array(x), transpose=True))
-        r = {"builtin": compare(b, want), "explicit": compare(e, want), "explicit_t": compare(et, want_t)}
+        r = {"builtin": builtin, "explicit": compare(e, want), "explicit_t": compare(et, want_t)}
         out["head_dims"][str(d)] = r
         m, n = spec.split_head_dim(d)
-        print(f"d={d:4d} (m={m:2d}, n={n:4d})  builtin H: {'equal' if r['builtin']['equal'] else 'DIFFERS'}"
+        state = ("FAILS: " + builtin["error"]) if "error" in builtin else ("equal" if builtin["equal"] else "DIFFERS")
+        print(f"d={d:4d} (m={m:2d}, n={n:4d})  builtin H: {state}"
               f" {r['builtin']['differ']:4d}{' (zero signs only)' if r['builtin']['zero_sign_only'] else ''}"
               f"   explicit H: {'equal' if r['explicit']['equal'] else 'DIFFERS'}"
               f"   explicit Hᵀ: {'equal' if r['explicit_t']['equal'] else 'DIFFERS'}", flush=True)
