@@ -1,4 +1,4 @@
-"""accelerated.kernels.attention_source and faults on the CPU: CUDA and Metal share each body behind a
+"""accelerated.kernels.attention_source and commit (which also serves faults) on the CPU: CUDA and Metal share each body behind a
 macro-only prelude, and (where nvcc is installed) every kernel compiles for sm_90 as mx.fast.cuda_kernel
 would wrap it, for each method pair, head-dim class and dtype, with no register spills in the common
 configuration (d = 128, four query rows per KV head)."""
@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from accelerated.kernels import attention_source as src
-from accelerated.kernels import commit, faults
+from accelerated.kernels import commit
 
 MACROS = ("TID", "BLOCK_X", "BLOCK_Y", "BLOCK_Z", "NBLOCK_X", "NBLOCK_Y", "NBLOCK_Z", "SHARED", "BARRIER",
           "SHFL_XOR", "WARP_SYNC")
@@ -73,10 +73,6 @@ def test_cuda_sources_compile(tmp_path):
                              ("HASWIN", 1), ("U", 2 if {mk, mv} & {4, 5} else 4)])
             body += _kernel(f"combine_{i}_{d}", combine, src.COMBINE_INPUTS, src.COMBINE_OUTPUTS,
                             dict(q=dt, out=dt), [("MV", mv), ("D", d), ("OT", dt)])
-    sig = (("nonfinite", 4), ("nonfinite", 3), ("flag", 1))
-    fsrc = faults.PRELUDES["cuda"] + faults.body(sig)
-    body += _kernel("faults", fsrc, ["a0", "a1", "a2"], ["out"],
-                    dict(a0="__half", a1="float", a2="uint32_t", out="uint32_t"), [])
     csrc = commit.PRELUDES["cuda"] + commit.body((("uint32_t", 4), ("float", 3)), (("nonfinite", 4), ("flag", 2)))
     body += _kernel("commit", csrc, ["w0d", "w0s", "w1d", "w1s", "c0", "c1"], ["out"],
                     dict(w0d="uint32_t", w0s="uint32_t", w1d="float", w1s="float", c0="__half", c1="uint32_t",

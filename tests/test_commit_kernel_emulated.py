@@ -81,3 +81,12 @@ def test_commit_without_checks_writes_a_zero_token():
     out = _run([(dst[:, :, 5:8], src)], [])
     np.testing.assert_array_equal(dst[:, :, 5:8], src)
     assert out.shape == (1, 3) and not out.any()
+
+
+def test_checks_only_is_the_fault_reduction():
+    """accelerated.kernels.faults.flags is this kernel with nothing to store: one flag row per check."""
+    a = np.zeros((2, 3, 4), np.float32)
+    b = a.copy()
+    b[1, 2, 3] = np.nan
+    out = _run([], [("nonfinite", a), ("nonfinite", b), ("flag", np.array([0, 0], np.uint32))])
+    assert out.any(axis=1).tolist() == [False, True, False]

@@ -138,8 +138,9 @@ def _kernel(writes: tuple, checks: tuple, has_after: bool):
                                 source=source, ensure_row_contiguous=False)
 
 
-def commit(writes: list, checks: list, after: mx.array | None = None) -> mx.array:
-    """Store the writes in place and evaluate the checks in one launch; returns the token (see module)."""
+def commit(writes: list, checks: list, after: mx.array | None = None, columns: int | None = None) -> mx.array:
+    """Store the writes in place and evaluate the checks in one launch; returns the token (see module).
+    `columns` fixes the number of block columns (default: enough for the largest write or check)."""
     if not backend.available()[0]:
         raise RuntimeError(backend.available()[1])
     for dst, src in writes:
@@ -148,7 +149,7 @@ def commit(writes: list, checks: list, after: mx.array | None = None) -> mx.arra
     # scalar flags (the encode kernel's fault slots) are read as one-element arrays (a view, no copy)
     checks = [(kind, a.reshape(1) if a.ndim == 0 else a, msg) for kind, a, msg in checks]
     sizes = [s.size for _, s in writes] + [a.size for _, a, _ in checks]
-    ncol = max(1, min(MAX_BLOCKS, -(-max(sizes + [1]) // NT)))
+    ncol = columns or max(1, min(MAX_BLOCKS, -(-max(sizes + [1]) // NT)))
     wsig = tuple((s.dtype, s.ndim) for _, s in writes)
     csig = tuple((kind, a.ndim) for kind, a, _ in checks)
     inputs = ([after] if after is not None else []) + [x for d, s in writes for x in (d, s)] + \
