@@ -21,6 +21,34 @@ from accelerated.ops import numerics, record
 from accelerated.ops.attention import PackedRecord
 
 
+def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, after: mx.array | None):
+    """A keys/values chunk stored by one launch of accelerated.kernels.append (encode + in-place store +
+    deferred checks), where it applies: both streams on the kernels, R = 0 and per-token records, their
+    (B, H, d) and dtype already set by an earlier append, room in the buffers. Returns the launch's token
+    (both streams now end with the chunk), or None with nothing changed (the caller takes the general path).
+    The checks an earlier append made (shape, dtype, parameters) hold for a chunk continuing it; the data
+    checks are in the token (accelerated.kernels.append.messages)."""
+    from accelerated.kernels import append as fused
+    t = keys.shape[2]
+    for s, x in ((k, keys), (v, values)):
+        b, h, _, d = x.shape
+        if (s._bhd != (b, h, d) or not hasattr(s._method, "encode_launch") or not fused.applies(s.params)
+                or s._window is None or s._window.shape[2] or s._window.dtype != x.dtype or s._q != k._q):
+            return None
+        for r in s._rows.values():
+            if r.buf is None or r.n + t > r.buf.shape[2] or not fused.fits(b, h, r.buf.shape[2]):
+                return None
+    token = fused.append(k.params, keys, {n: r.buf for n, r in k._rows.items()}, v.params, values,
+                         {n: r.buf for n, r in v._rows.items()}, k._q, after)
+    for s in (k, v):
+        for r in s._rows.values():
+            r.n += t
+        s._q += t
+        s._version += 1
+        s._token = token
+    return token
+
+
 class _Rows:
     """An array growing along axis 2, preallocated in steps; `n` rows are valid."""
 
