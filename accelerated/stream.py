@@ -18,7 +18,7 @@ import mlx.core as mx
 import spec
 from accelerated import ops
 from accelerated.ops import numerics, record
-from accelerated.ops.attention import PackedRecord
+from accelerated.ops.attention import PackedRecord, Views
 
 
 def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, after: mx.array | None):
@@ -282,7 +282,8 @@ class Stream:
         nothing encoded yet are left out (attention reads none while Q = 0)."""
         if self._bhd is None:
             raise ValueError("stream: no tokens appended yet")
-        fields = {k: r.view() for k, r in self._rows.items() if r.buf is not None}
+        fields = Views({k: r.buf for k, r in self._rows.items() if r.buf is not None},
+                       {k: r.n for k, r in self._rows.items()})
         return PackedRecord(self.params, fields, self._window, self._q, self._method.decode_tokens, self._token)
 
     def record(self) -> dict[str, mx.array]:

@@ -64,7 +64,7 @@ def test_cuda_sources_compile(tmp_path):
             p = min(32, d // 8)
             g = lambda m: "__half" if m == 4 else dt   # noqa: E731  kivi: float16 scale/zero
             types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", kgs=g(mk),
-                         kgz=g(mk), vgs=g(mv), vgz=g(mv), kw=dt, vw=dt, flags="uint32_t")
+                         kgz=g(mk), vgs=g(mv), vgz=g(mv), kw=dt, vw=dt, flags="uint32_t", nenc="int32_t")
             name = f"partial_{i}_{d}"
             names.append(name)
             body += _kernel(name, partial, src.PARTIAL_INPUTS, src.PARTIAL_OUTPUTS, types,

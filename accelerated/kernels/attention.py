@@ -17,7 +17,7 @@ import spec
 from accelerated.kernels import attention_source as src
 from accelerated.kernels import backend
 from accelerated.ops import codebooks, prng
-from accelerated.ops.attention import PackedRecord
+from accelerated.ops.attention import PackedRecord, Views
 
 NT = 128                      # threads per partial threadgroup (4 warps)
 TOKENS_PER_SPLIT = 256        # encoded tokens per split before the split count is capped
@@ -112,11 +112,21 @@ def _signs(p: spec.Params, h: int, d: int) -> tuple[mx.array, mx.array]:
 
 
 def _record_inputs(r: PackedRecord) -> list[mx.array]:
-    """c1, c2, s0, s1, gs, gz of a record (views of the buffers; stand-ins of the right rank)."""
+    """c1, c2, s0, s1, gs, gz of a record (the buffers themselves where the record has them: the kernel reads
+    rows < nenc only; else views; stand-ins of the right rank)."""
+    f = r.fields.buffers if isinstance(r.fields, Views) else r.fields
     out = []
     for i, (name, rank) in enumerate(zip(_FIELDS[r.params.method], (4, 4, 3, 3, 4, 4))):
-        out.append(_dummy(rank, mx.uint32 if i < 2 else mx.float32) if name is None else r.fields[name])
+        out.append(_dummy(rank, mx.uint32 if i < 2 else mx.float32) if name is None else f[name])
     return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _count(n: int) -> mx.array:
+    """nenc: the encoded token count as a one-element int32 input (made once per count, shared by layers)."""
+    a = mx.array([n], dtype=mx.int32)
+    mx.eval(a)
+    return a
 
 
 def _tokens_per_lane(kp: spec.Params, vp: spec.Params) -> int:
@@ -140,11 +150,10 @@ class Plan:
     qb: int
 
 
-def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
-                flags: mx.array | None = None) -> Plan:
-    b, hq, l, d = queries.shape
-    hkv = k.shape[1]
-    kp, vp = k.params, v.params
+@functools.lru_cache(maxsize=1024)
+def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, hkv: int, q_enc_splits: int,
+            has_win: bool, causal: bool, qdtype, scale: float) -> tuple:
+    """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it)."""
     nq = (hq // hkv) * l
     p_lanes = min(32, d // 8)
     nc = d // (8 * p_lanes)
@@ -152,33 +161,40 @@ def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: floa
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     qb = max(1, min(qb, 32 // (nc * parts)))               # registers: qb * nc query + accumulator values
     nqg = -(-nq // qb)
-    q_enc = k.encoded
-    splits = max(1, min(-(-q_enc // TOKENS_PER_SPLIT), MAX_THREADGROUPS // max(1, hkv * b * nqg)))
-    has_win = k.window.shape[2] > 0
-    kw = k.window if has_win else _dummy(4)
-    vw = v.window if has_win else _dummy(4)
+    splits = max(1, min(q_enc_splits, MAX_THREADGROUPS // max(1, hkv * b * nqg)))
     kt1, kt2 = _tables(kp, d)
     vt1, vt2 = _tables(vp, d)
     ksig, ktau = _signs(kp, hkv, d)
-    if flags is None:          # order after the in-place store of the newest rows (kernels.commit)
-        flags = k.token if k.token is not None else _dummy(1, mx.bool_)
-        if v.token is not None and v.token is not k.token:
-            v.sync()
-    kin = _record_inputs(k)
-    vin = _record_inputs(v)
-    ins = ([queries, _scalar(float(scale) * LOG2E), _consts(d)] + kin + [kw, kt1, kt2, ksig, ktau]
-           + vin + [vw, vt1, vt2, flags])
     kb1, kb2 = _bits(kp)
     vb1, vb2 = _bits(vp)
     tmpl = [("MK", src.METHOD_IDS[kp.method]), ("MV", src.METHOD_IDS[vp.method]), ("KB1", kb1), ("KB2", kb2),
             ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", NT), ("P", p_lanes),
-            ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(mask == "causal")),
+            ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
             ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp))]
     vparts = 2 if vp.method == "turboquant_prod" else 1
     outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]
-    return Plan(ins, tmpl, (NT * (splits + 1), hkv, b * nqg), outs,
-                [("MV", src.METHOD_IDS[vp.method]), ("D", d), ("OT", queries.dtype)],
-                (d * nq, hkv, b), d, (b, hq, l, d), splits, qb)
+    head = [_scalar(float(scale) * LOG2E), _consts(d)]
+    return (head, [kt1, kt2, ksig, ktau], [vt1, vt2], tmpl, (NT * (splits + 1), hkv, b * nqg), outs,
+            [("MV", src.METHOD_IDS[vp.method]), ("D", d), ("OT", qdtype)], (d * nq, hkv, b), splits, qb)
+
+
+def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
+                flags: mx.array | None = None) -> Plan:
+    b, hq, l, d = queries.shape
+    hkv = k.shape[1]
+    q_enc = k.encoded
+    has_win = k.window.shape[2] > 0
+    head, ktail, vtail, tmpl, grid, outs, ctmpl, cgrid, splits, qb = _static(
+        k.params, v.params, b, hq, l, d, hkv, -(-q_enc // TOKENS_PER_SPLIT), has_win, mask == "causal",
+        queries.dtype, float(scale))
+    kw = k.window if has_win else _dummy(4)
+    vw = v.window if has_win else _dummy(4)
+    if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
+        flags = k.token if k.token is not None else _dummy(1, mx.bool_)
+        if v.token is not None and v.token is not k.token:
+            v.sync()
+    ins = [queries, *head, _count(q_enc), *_record_inputs(k), kw, *ktail, *_record_inputs(v), vw, *vtail, flags]
+    return Plan(ins, tmpl, grid, outs, ctmpl, cgrid, d, (b, hq, l, d), splits, qb)
 
 
 def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,

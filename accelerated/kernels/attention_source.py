@@ -27,7 +27,7 @@ from __future__ import annotations
 METHOD_IDS = {"turboquant": 0, "turboquant_rvq": 1, "rabitq": 2, "turboquant_prod": 3, "kivi": 4,
               "mlx_affine": 5}
 
-PARTIAL_INPUTS = ["q", "f_scale", "f_k",
+PARTIAL_INPUTS = ["q", "f_scale", "f_k", "nenc",
                   "kc1", "kc2", "ks0", "ks1", "kgs", "kgz", "kw", "f_ktab1", "f_ktab2", "f_ksig", "f_ktau",
                   "vc1", "vc2", "vs0", "vs1", "vgs", "vgz", "vw", "f_vtab1", "f_vtab2", "flags"]
 PARTIAL_OUTPUTS = ["o_acc", "o_ml"]
@@ -125,7 +125,7 @@ PARTIAL_BODY = """
   const int L = (int)q_shape[2];
   const int rep = hq / hkv;
   const int nq = rep * L;
-  const int Q = (int)kc1_shape[2];
+  const int Q = nenc[0];                          // encoded tokens (the code buffers may hold more rows)
   const int R = HASWIN ? (int)kw_shape[2] : 0;   // no window: kw is a stand-in
   const int T = Q + R;
   const bool is_win = (s == S);
