@@ -41,46 +41,45 @@ def _ts(method: str, xt: str) -> str:
     return xt if method == "mlx_affine" else "float32"
 
 
-def _role_params(r: str) -> str:
-    t = "KTS" if r == "k" else "VTS"
-    return (f"const XT* {r}x, Shape {r}x_shape, Strides {r}x_strides, const uint32_t* {r}sig, const uint32_t* {r}tau, "
-            f"const float* {r}f_c1, const float* {r}f_b1, const float* {r}f_c2, const float* {r}f_b2, "
-            f"const float* {r}f_k, const int32_t* {r}meta, const uint32_t* {r}codes1, Shape {r}codes1_shape, "
-            f"const uint32_t* {r}codes2, const {t}* {r}f_s1, const {t}* {r}f_s2")
-
-
-def _role_args(i0: int, sh: int, xt: str, t: str) -> str:
-    types = [xt, "uint32_t", "uint32_t", "float", "float", "float", "float", "float", "int32_t", "uint32_t",
-             "uint32_t", t, t]
-    out = []
-    for j, ty in enumerate(types):
-        out.append(f"(const {ty}*)p[{i0 + j}]")
-        if j == 0:
-            out += [f"shape_of(sh + {sh * 4})", f"strides_of(st + {sh * 4})"]
-        if j == 9:
-            out.append(f"shape_of(sh + {(sh + 1) * 4})")
-    return ", ".join(out)
+def _ctype(name: str, xt: str, tk: str, tv: str) -> str:
+    if name == "base":
+        return "int32_t"
+    if name == "after":
+        return "bool"
+    role, rest = name[0], name[1:]
+    return {"x": _C[xt], "const": "uint32_t", "codes1": "uint32_t", "codes2": "uint32_t"}.get(
+        rest, tk if role == "k" else tv)
 
 
 def _source() -> str:
+    """One emulated kernel per pair: the parameters MLX would pass for fused.inputs(mk, mv), then the text."""
     head = (ke.HARNESS.replace("@ENCODE@", ke.PRELUDE + source.ENCODE_BODY)
             .replace("@DECODE@", ke.PRELUDE + source.DECODE_BODY)
             .replace("@ENC_DISPATCH@", "").replace("@DEC_DISPATCH@", ""))
-    fn = ("#define VQ_ALIAS(n, s) const auto& n = s;\n#define VQ_MUT(type, p) const_cast<type*>(p)\n"
-          "template <int KM, int VM, int D, typename XT, typename KTS, typename VTS>\n"
-          f"static void app_thread(const int32_t* base, const bool* after, {_role_params('k')}, "
-          f"{_role_params('v')}, bool* flags) {{\n" + ke.PRELUDE + fused.body() + "}\n")
+    text = head + "#define VQ_DEV\n#define VQ_REF const auto&\n#define VQ_MUT(type, p) const_cast<type*>(p)\n"
     calls = []
-    for mk, mv, xt in PAIRS:
+    for i, (mk, mv, xt) in enumerate(PAIRS):
         tk, tv = _C[_ts(mk, xt)], _C[_ts(mv, xt)]
-        ids = (source.METHOD_IDS[mk], source.METHOD_IDS[mv], ke._XT_ID[xt])
-        calls.append(
-            f"  if (km == {ids[0]} && vm == {ids[1]} && xt == {ids[2]}) {{ run_grid(groups, warps, [&] {{ "
-            f"app_thread<{ids[0]}, {ids[1]}, {D}, {_C[xt]}, {tk}, {tv}>((const int32_t*)p[0], (const bool*)p[1], "
-            f"{_role_args(2, 0, _C[xt], tk)}, {_role_args(15, 2, _C[xt], tv)}, (bool*)p[28]); }}); return 0; }}")
-    entry = ("extern \"C\" int vq_append(int km, int vm, int xt, int groups, int warps, void** p, const int64_t* sh, "
-             "const int64_t* st) {\n" + "\n".join(calls) + "\n  return 1;\n}\n")
-    return head + fn + entry
+        names = fused.inputs(mk, mv)
+        params, args = [], []
+        for j, n in enumerate(names):
+            ty = _ctype(n, xt, tk, tv)
+            params.append(f"const {ty}* {n}")
+            args.append(f"(const {ty}*)p[{j}]")
+            if n in ("kx", "vx", "kcodes1", "vcodes1"):
+                params.append(f"Shape {n}_shape")
+                args.append(f"shape_of(sh + {4 * j})")
+            if n in ("kx", "vx"):
+                params.append(f"Strides {n}_strides")
+                args.append(f"strides_of(st + {4 * j})")
+        ids = (source.METHOD_IDS[mk], source.METHOD_IDS[mv])
+        text += (f"static void app_thread_{i}({', '.join(params)}, bool* flags) {{\n"
+                 f"  constexpr int KM = {ids[0]};\n  constexpr int VM = {ids[1]};\n  constexpr int D = {D};\n"
+                 f"  using KTS = {tk};\n  using VTS = {tv};\n" + ke.PRELUDE + fused.body(mk, mv) + "}\n")
+        calls.append(f"  if (pair == {i}) {{ run_grid(groups, warps, [&] {{ app_thread_{i}({', '.join(args)}, "
+                     f"(bool*)p[{len(names)}]); }}); return 0; }}")
+    return text + ("extern \"C\" int vq_append(int pair, int groups, int warps, void** p, const int64_t* sh, "
+                   "const int64_t* st) {\n" + "\n".join(calls) + "\n  return 1;\n}\n")
 
 
 @pytest.fixture(scope="module")
@@ -106,23 +105,25 @@ def _x(rng, shape, xt):
 
 def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2):
     """The emulated launch; buffers (numpy, written in place) by field name; returns the token."""
-    ins = [np.array([base], np.int32), np.zeros(1, np.bool_)]
-    shapes, strides = [], []
-    for p, x, bufs in ((kp, xk, kbufs), (vp, xv, vbufs)):
-        xn = ke._np(x)
-        role = fused._role(p, x, {n: mx.array(0) for n in bufs})      # the static inputs, as the launch has them
-        names = km.FIELDS[p.method]
-        outs = [bufs[n] if n else np.zeros(1, np.uint32 if i < 2 else ke._NP[km._side_dtype(p, x.dtype)])
-                for i, n in enumerate(names)]
-        ins += [xn] + [ke._np(a) for a in role[1:9]] + outs
-        shapes += [list(xn.shape), list(outs[0].shape)]
-        strides += [[s // xn.itemsize for s in xn.strides], [0, 0, 0, 0]]
+    arrays = {"base": np.array([base], np.int32), "after": np.zeros(1, np.bool_)}
+    for r, p, x, bufs in (("k", kp, xk, kbufs), ("v", vp, xv, vbufs)):
+        arrays[f"{r}x"] = ke._np(x)
+        arrays[f"{r}const"] = ke._np(fused.constants(p, x.shape[1], x.shape[2], x.shape[3]))
+        for out, field in zip(("codes1", "codes2", "f_s1", "f_s2"), km.FIELDS[p.method]):
+            if field:
+                arrays[f"{r}{out}"] = bufs[field]
+    names = fused.inputs(kp.method, vp.method)
+    ins = [arrays[n] for n in names]
     flags = np.zeros((2, groups, 2), np.bool_)
-    ins.append(flags)
-    ptrs = (ctypes.c_void_p * len(ins))(*[a.ctypes.data for a in ins])
-    sh, st = np.array(shapes, np.int64), np.array(strides, np.int64)
-    rc = lib.vq_append(source.METHOD_IDS[kp.method], source.METHOD_IDS[vp.method],
-                       ke._XT_ID[ke._dtname(xk.dtype)], groups, warps, ptrs, ke._ptr(sh), ke._ptr(st))
+    ptrs = (ctypes.c_void_p * (len(ins) + 1))(*[a.ctypes.data for a in ins + [flags]])
+    sh = np.zeros((len(ins), 4), np.int64)
+    st = np.zeros((len(ins), 4), np.int64)
+    for j, a in enumerate(ins):
+        if a.ndim == 4:
+            sh[j] = a.shape
+            st[j] = [s_ // a.itemsize for s_ in a.strides]
+    pair = next(i for i, (mk, mv, xt) in enumerate(PAIRS) if (mk, mv, xt) == (kp.method, vp.method, ke._dtname(xk.dtype)))
+    rc = lib.vq_append(pair, groups, warps, ptrs, ke._ptr(sh), ke._ptr(st))
     assert rc == 0, "no instantiation"
     return flags
 
@@ -184,28 +185,26 @@ def test_append_fault_slots(lib):
 
 def metal_append_source(mk: str, mv: str, xt: str) -> str:
     """The kernel as MLX's metal_kernel writes it (see tests/test_kernels_source.metal_kernel_source): arrays
-    of < 8 elements in `constant` memory (base, after, the dummies of unused sign vectors and tables)."""
+    of < 8 elements (base, after) in `constant` memory, the attributes the source names."""
     import test_kernels_source as tks
-    header, src = fused.assemble("metal")
-    ts = {r: tks.METAL_TYPES[_ts(m, xt)] for r, m in (("k", mk), ("v", mv))}
-    small = {"base", "after"} | {f"{r}{n}" for r in "kv" for n in ("tau", "f_c2", "f_b2", "sig", "f_c1", "f_b1")}
-    types = {"base": "int32_t", "after": "bool"}
-    for r in "kv":
-        types.update({f"{r}x": tks.METAL_TYPES[xt], f"{r}sig": "uint32_t", f"{r}tau": "uint32_t", f"{r}meta": "int32_t",
-                      f"{r}codes1": "uint32_t", f"{r}codes2": "uint32_t", f"{r}f_s1": ts[r], f"{r}f_s2": ts[r]})
+    header, src = fused.assemble("metal", mk, mv)
+    tk, tv = tks.METAL_TYPES[_ts(mk, xt)], tks.METAL_TYPES[_ts(mv, xt)]
     params, i = [], 0
-    for n in fused.INPUTS:
-        loc = "constant" if n in small else "device"
-        params.append(f"  const {loc} {types.get(n, 'float')}* {n} [[buffer({i})]]")
+    for n in fused.inputs(mk, mv):
+        loc = "constant" if n in ("base", "after") else "device"
+        ty = {"base": "int32_t", "after": "bool"}.get(n) or {"x": tks.METAL_TYPES[xt], "const": "uint32_t",
+                                                               "codes1": "uint32_t", "codes2": "uint32_t"}.get(
+            n[1:], tk if n[0] == "k" else tv)
+        params.append(f"  const {loc} {ty}* {n} [[buffer({i})]]")
         i += 1
-        for suffix, ty in (("_shape", "int"), ("_strides", "int64_t")):
+        for suffix, t in (("_shape", "int"), ("_strides", "int64_t")):
             if f"{n}{suffix}" in src:
-                params.append(f"  const constant {ty}* {n}{suffix} [[buffer({i})]]")
+                params.append(f"  const constant {t}* {n}{suffix} [[buffer({i})]]")
                 i += 1
     params.append(f"  device bool* flags [[buffer({i})]]")
     params += [f"  {t} {a} [[{a}]]" for a, t in tks.MLX_METAL_ATTRIBUTES.items() if a in src]
     name = f"custom_kernel_vq_append_{mk}_{mv}_{xt}"
-    targs = f"<{source.METHOD_IDS[mk]}, {source.METHOD_IDS[mv]}, {D}, {ts['k']}, {ts['v']}>"
+    targs = f"<{source.METHOD_IDS[mk]}, {source.METHOD_IDS[mv]}, {D}, {tk}, {tv}>"
     return (f"template <int KM, int VM, int D, typename KTS, typename VTS>\n[[kernel]] void {name}(\n"
             + ",\n".join(params) + f") {{\n{src}\n}}\n"
             + f"template [[host_name(\"{name}\")]] [[kernel]] decltype({name}{targs}) {name}{targs};\n")
@@ -213,6 +212,34 @@ def metal_append_source(mk: str, mv: str, xt: str) -> str:
 
 def test_metal_append_compiles_against_shim(tmp_path):
     import test_kernels_source as tks
-    text = source.METAL_HEADER + "".join(metal_append_source(mk, mv, xt) for mk, mv, xt in PAIRS)
+    text = source.METAL_HEADER + "".join(metal_append_source(mk, mv, xt) + "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n"
+                                         for mk, mv, xt in PAIRS)
     r = tks._gxx_metal(text, tmp_path)
     assert r.returncode == 0, r.stderr[-4000:]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_append_compiles(tmp_path):
+    """Each pair's kernel as mx.fast.cuda_kernel wraps it (tests/test_attention_kernels_source._kernel), sm_90."""
+    import test_attention_kernels_source as tas
+    cu = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+    body, header = "", ""
+    for i, (mk, mv, xt) in enumerate(PAIRS):
+        header, text = fused.assemble("cuda", mk, mv)
+        tk, tv = cu[_ts(mk, xt)], cu[_ts(mv, xt)]
+        types = {n: _ctype(n, xt, tk, tv).replace("_Float16", "__half").replace("vq_bf16", "__nv_bfloat16")
+                 for n in fused.inputs(mk, mv)}
+        types["flags"] = "bool"
+        body += tas._kernel(f"append_{i}", text, fused.inputs(mk, mv), fused.OUTPUTS, types,
+                            [("KM", source.METHOD_IDS[mk]), ("VM", source.METHOD_IDS[mv]), ("D", 128), ("KTS", tk),
+                             ("VTS", tv)])
+        body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n"
+    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
+            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
+            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n" + body + "}\n")
+    f = tmp_path / "append.cu"
+    f.write_text(text)
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(f), "-o",
+                        str(tmp_path / "append.cubin")], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert " 0 bytes spill stores" in r.stderr and "bytes spill stores" in r.stderr

@@ -17,7 +17,8 @@ GPU, WHY = kernels.available()
 pytestmark = pytest.mark.skipif(not GPU, reason=f"fused kernels unavailable: {WHY}")
 
 PAIRS = [("turboquant", "turboquant", dict(bits=4)), ("turboquant_rvq", "turboquant_prod", dict(bits=3, bits2=2)),
-         ("rabitq", "mlx_affine", dict(bits=4, group_size=64)), ("turboquant_prod", "rabitq", dict(bits=4)),
+         ("rabitq", "mlx_affine", dict(key_bits=1, value_bits=4, group_size=64)),
+         ("turboquant_prod", "rabitq", dict(key_bits=4, value_bits=1)),
          ("mlx_affine", "turboquant_rvq", dict(bits=2, bits2=2, group_size=32))]
 CHUNKS = [3] + [1] * 10 + [5] + [1] * 240 + [1] * 6        # crosses the 256-row growth of the buffers
 

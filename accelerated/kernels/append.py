@@ -19,37 +19,62 @@ from __future__ import annotations
 import functools
 
 import mlx.core as mx
+import numpy as np
 
 import spec
 from accelerated.kernels import backend, source
 from accelerated.kernels import methods as km
 
-ROLE_INPUTS = ["x", "sig", "tau", "f_c1", "f_b1", "f_c2", "f_b2", "f_k", "meta", "codes1", "codes2", "f_s1",
-               "f_s2"]
-INPUTS = ["base", "after"] + [f"k{n}" for n in ROLE_INPUTS] + [f"v{n}" for n in ROLE_INPUTS]
 OUTPUTS = ["flags"]
 _MAX_ROWS = 2 ** 31 - 1
+# A role's constants in one uint32 array (MLX's CUDA launch costs about 1 us per input, measured on the H200):
+# sigma's words, tau's words (H * ceil(D / 32) each), then the tables C1, B1, C2, B2 (TABLE entries reserved
+# each, float bits), f_k (8 floats) and meta (8 int32): source.py's inputs of the same names, by offset.
+TABLE = 256
 
-_ALIAS = {   # how a scope gives a kernel input the encode body's name (a reference / a pointer copy)
-    "cuda": "#define VQ_ALIAS(n, s) const auto& n = s;\n#define VQ_MUT(type, p) const_cast<type*>(p)\n",
-    "metal": "#define VQ_ALIAS(n, s) auto n = s;\n#define VQ_MUT(type, p) const_cast<device type*>(p)\n",
+_ALIAS = {   # the scope's pointers to a role's inputs, in the kernel's address space
+    "cuda": "#define VQ_DEV\n#define VQ_REF const auto&\n#define VQ_MUT(type, p) const_cast<type*>(p)\n",
+    "metal": "#define VQ_DEV device\n#define VQ_REF const auto\n#define VQ_MUT(type, p) const_cast<device type*>(p)\n",
 }
 
 
-def _scope(role: str, index: int) -> str:
+def _fields(method: str) -> tuple[str, ...]:
+    """The outputs of source.py's encode body that a method writes (the others are aliased, never written)."""
+    return tuple(n for n, f in zip(("codes1", "codes2", "f_s1", "f_s2"), km.FIELDS[method]) if f)
+
+
+def inputs(mk: str, mv: str) -> list[str]:
+    """The arrays one launch passes, in order, for key method mk and value method mv."""
+    return (["base", "after"] + [f"k{n}" for n in ("x", "const", *_fields(mk))]
+            + [f"v{n}" for n in ("x", "const", *_fields(mv))])
+
+
+def _scope(role: str, index: int, method: str) -> str:
     """The encode body for one role: its inputs under the body's names, its rows in the buffers."""
     r = role
+    have = _fields(method)
+    out = {n: f"{r}{n}" if n in have else f"{r}{'codes1' if n.startswith('codes') else 'f_s1'}"
+           for n in ("codes1", "codes2", "f_s1", "f_s2")}
     return f"""
   {{
     constexpr int M = {r.upper()}M;
     using TS = {r.upper()}TS;
-    VQ_ALIAS(x, {r}x) VQ_ALIAS(x_shape, {r}x_shape) VQ_ALIAS(x_strides, {r}x_strides)
-    VQ_ALIAS(sig, {r}sig) VQ_ALIAS(tau, {r}tau) VQ_ALIAS(f_c1, {r}f_c1) VQ_ALIAS(f_b1, {r}f_b1)
-    VQ_ALIAS(f_c2, {r}f_c2) VQ_ALIAS(f_b2, {r}f_b2) VQ_ALIAS(f_k, {r}f_k) VQ_ALIAS(meta, {r}meta)
-    auto codes1 = VQ_MUT(uint32_t, {r}codes1);
-    auto codes2 = VQ_MUT(uint32_t, {r}codes2);
-    auto f_s1 = VQ_MUT(TS, {r}f_s1);
-    auto f_s2 = VQ_MUT(TS, {r}f_s2);
+    VQ_REF x_shape = {r}x_shape;
+    VQ_REF x_strides = {r}x_strides;
+    const auto x = {r}x;
+    const int vq_sw = (int){r}x_shape[1] * ((D + 31) / 32);
+    const VQ_DEV uint32_t* sig = {r}const;
+    const VQ_DEV uint32_t* tau = {r}const + vq_sw;
+    const VQ_DEV float* f_c1 = reinterpret_cast<const VQ_DEV float*>({r}const + 2 * vq_sw);
+    const VQ_DEV float* f_b1 = f_c1 + {TABLE};
+    const VQ_DEV float* f_c2 = f_c1 + {2 * TABLE};
+    const VQ_DEV float* f_b2 = f_c1 + {3 * TABLE};
+    const VQ_DEV float* f_k = f_c1 + {4 * TABLE};
+    const VQ_DEV int32_t* meta = reinterpret_cast<const VQ_DEV int32_t*>({r}const + 2 * vq_sw + {4 * TABLE + 8});
+    auto codes1 = VQ_MUT(uint32_t, {out["codes1"]});
+    auto codes2 = VQ_MUT(uint32_t, {out["codes2"]});
+    auto f_s1 = VQ_MUT(TS, {out["f_s1"]});
+    auto f_s2 = VQ_MUT(TS, {out["f_s2"]});
     auto fault = flags + {index} * 2 * (int)NGROUPS;
     const int vq_cap = (int){r}codes1_shape[2];     // rows of the buffers
     const int vq_base = base[0];                    // first row of this chunk
@@ -60,26 +85,27 @@ def _scope(role: str, index: int) -> str:
 """
 
 
-def body() -> str:
+def body(mk: str = "turboquant", mv: str = "turboquant") -> str:
     """The kernel text after a prelude (both roles; `after` only orders this launch after the last store)."""
-    return "  (void)after;\n" + _scope("k", 0) + "  BARRIER();\n" + _scope("v", 1)
+    return "  (void)after;\n" + _scope("k", 0, mk) + "  BARRIER();\n" + _scope("v", 1, mv)
 
 
-def assemble(be: str) -> tuple[str, str]:
+def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant") -> tuple[str, str]:
     header, prelude = source.PRELUDES[be]
-    return header, prelude + _ALIAS[be] + body()
+    return header, prelude + _ALIAS[be] + body(mk, mv)
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel():
+def _kernel(mk: str, mv: str):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, text = assemble(be)
+    header, text = assemble(be, mk, mv)
+    name = f"vq_append_{mk}_{mv}"
     if be == "cuda":
-        return mx.fast.cuda_kernel(name="vq_append", input_names=INPUTS, output_names=OUTPUTS, source=text,
+        return mx.fast.cuda_kernel(name=name, input_names=inputs(mk, mv), output_names=OUTPUTS, source=text,
                                    header=header, ensure_row_contiguous=False)
-    return mx.fast.metal_kernel(name="vq_append", input_names=INPUTS, output_names=OUTPUTS, source=text,
+    return mx.fast.metal_kernel(name=name, input_names=inputs(mk, mv), output_names=OUTPUTS, source=text,
                                 header=header, ensure_row_contiguous=False, compile_options={"math_mode": "safe"})
 
 
@@ -89,55 +115,47 @@ def applies(p: spec.Params) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _static(p: spec.Params, h: int, t: int, d: int) -> tuple:
-    """The inputs of one role that depend only on its parameters and the chunk's shape (cached)."""
+def constants(p: spec.Params, h: int, t: int, d: int) -> mx.array:
+    """One role's constant array (see TABLE): source.py's sig, tau, f_c1, f_b1, f_c2, f_b2, f_k and meta for a
+    chunk of t tokens, all encoded (cached per parameters and shape)."""
     bits1, bits2 = km._code_bits(p)
     sig, tau = km._signs(p, h, d)
-    c1, bd1, c2, bd2 = km._tables(p, d)
+    sw = h * ((d + 31) // 32)
+    c = np.zeros(2 * sw + 4 * TABLE + 16, np.uint32)
+    for i, a in enumerate((sig, tau)):
+        a = np.array(a, np.uint32).reshape(-1)
+        if a.size == sw:
+            c[i * sw:(i + 1) * sw] = a
     levels = (1 << p.bits) - 1 if p.method == "mlx_affine" else 0
-    meta = km._meta(bits1, bits2, p.group_size or 1, 0, t, t)
-    return sig, tau, c1, bd1, c2, bd2, km._consts(d, levels), meta
+    for i, tab in enumerate((*km._tables(p, d), km._consts(d, levels))):
+        t32 = np.array(tab, np.float32).reshape(-1)
+        c[2 * sw + i * TABLE: 2 * sw + i * TABLE + t32.size] = t32.view(np.uint32)
+    c[2 * sw + 4 * TABLE + 8:] = np.array(km._meta(bits1, bits2, p.group_size or 1, 0, t, t), np.int32).view(np.uint32)
+    out = mx.array(c)
+    mx.eval(out)
+    return out
 
 
 @functools.lru_cache(maxsize=1024)
 def _launch(b: int, h: int, t: int, d: int) -> tuple:
-    grid, group, groups = km.launch_shape(b * h * t, d)
-    return grid, group, groups
-
-
-def _role(p: spec.Params, x: mx.array, bufs: dict) -> list:
-    """[x, sig, tau, f_c1, f_b1, f_c2, f_b2, f_k, meta, codes1, codes2, f_s1, f_s2] of one role; `bufs` are the
-    stream's whole buffers by record field name."""
-    b, h, t, d = x.shape
-    names = km.FIELDS[p.method]
-    ts = km._side_dtype(p, x.dtype)
-    outs = [bufs[n] if n else _unused(mx.uint32 if i < 2 else ts) for i, n in enumerate(names)]
-    return [x, *_static(p, h, t, d), *outs]
+    return km.launch_shape(b * h * t, d)
 
 
 def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values: mx.array, vbufs: dict,
            base: int, after: mx.array | None) -> mx.array:
     """Encode keys and values (B, H, t, d) into rows base..base+t-1 of their streams' buffers (in place);
-    returns the token. The caller has checked shapes, dtypes and room in the buffers."""
+    returns the token. `kbufs`/`vbufs`: the streams' whole buffers by record field name. The caller has
+    checked shapes, dtypes and room in the buffers."""
     b, h, t, d = keys.shape
     grid, group, groups = _launch(b, h, t, d)
-    kts = km._side_dtype(kp, keys.dtype)
-    vts = km._side_dtype(vp, values.dtype)
-    ins = ([_base(base), after if after is not None else km._dummy(mx.bool_)] + _role(kp, keys, kbufs)
-           + _role(vp, values, vbufs))
-    (flags,) = _kernel()(inputs=ins, template=[("KM", source.METHOD_IDS[kp.method]), ("VM", source.METHOD_IDS[vp.method]),
-                                               ("D", d), ("KTS", kts), ("VTS", vts)],
-                         grid=grid, threadgroup=group, output_shapes=[(2, groups, 2)], output_dtypes=[mx.bool_])
+    ins = [_base(base), after if after is not None else km._dummy(mx.bool_)]
+    for p, x, bufs in ((kp, keys, kbufs), (vp, values, vbufs)):
+        ins += [x, constants(p, h, t, d)] + [bufs[f] for f in km.FIELDS[p.method] if f]
+    (flags,) = _kernel(kp.method, vp.method)(
+        inputs=ins, template=[("KM", source.METHOD_IDS[kp.method]), ("VM", source.METHOD_IDS[vp.method]), ("D", d),
+                              ("KTS", km._side_dtype(kp, keys.dtype)), ("VTS", km._side_dtype(vp, values.dtype))],
+        grid=grid, threadgroup=group, output_shapes=[(2, groups, 2)], output_dtypes=[mx.bool_])
     return flags
-
-
-@functools.lru_cache(maxsize=None)
-def _unused(dtype) -> mx.array:
-    """Stand-in for a field the method does not have (never written). 8 elements: MLX's Metal kernels pass
-    arrays of fewer in `constant` memory, which the body's mutable alias of an output cannot point to."""
-    a = mx.zeros((8,), dtype=dtype)
-    mx.eval(a)
-    return a
 
 
 @functools.lru_cache(maxsize=1 << 16)
