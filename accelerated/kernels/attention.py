@@ -20,7 +20,9 @@ from accelerated.ops import codebooks, prng
 from accelerated.ops.attention import PackedRecord, Views
 
 NT = 128                      # threads per partial threadgroup (4 warps)
-TOKENS_PER_SPLIT = 256        # encoded tokens per split before the split count is capped
+TOKENS_PER_SPLIT = 256        # encoded tokens per split before the split count is capped (contexts <= 8k)
+LONG_SPLIT = 1024             # ... and beyond 8k encoded tokens: fewer, longer splits were 10-15 % faster on the
+                              # H200 at 32k and 128k (partial + combine, sweep of 2026-11-30 in docs/benchmarks.md)
 MAX_THREADGROUPS = 2048       # partial threadgroups per launch: enough to fill the GPU, bounded partials
 LOG2E = 1.4426950408889634
 
@@ -203,7 +205,7 @@ def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: floa
     q_enc = k.encoded
     has_win = k.window.shape[2] > 0
     consts, names, tmpl, grid, outs, ctmpl, cgrid, splits, qb, key = _static(
-        k.params, v.params, b, hq, l, d, hkv, -(-q_enc // TOKENS_PER_SPLIT), has_win, mask == "causal",
+        k.params, v.params, b, hq, l, d, hkv, -(-q_enc // (TOKENS_PER_SPLIT if q_enc <= 8192 else LONG_SPLIT)), has_win, mask == "causal",
         queries.dtype, float(scale))
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
         flags = k.token if k.token is not None else _dummy(1, mx.bool_)
