@@ -9,7 +9,7 @@ import numpy as np
 import spec
 from spec import Params
 
-from tools import golden
+from . import golden_format as golden
 
 from .adapters.base import Implementation, Unsupported
 from .assertions import Mismatch, assert_exact, assert_record_exact, call_desc
@@ -87,7 +87,7 @@ def check_encode_decode(impl, ref, x, params, dtype) -> None:
 
 # --- golden ---------------------------------------------------------------------------------------------
 def check_golden(impl: Implementation, case) -> None:
-    """One golden case (tools/golden.py GoldenCase): kind "error" must raise the named ValueError; kind
+    """One golden case (conformance/golden_format.py GoldenCase): kind "error" must raise the named ValueError; kind
     "encode" must store the expected record; kind "stream" replays its ops (("append", n) takes the next n
     tokens of x; ("trim", n); ("reject", n): that append must fail naming x, state unchanged; ("save_load", 0):
     continue with impl.load_stream(stream.save())) and must return the expected trim counts and store the

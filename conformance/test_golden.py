@@ -10,7 +10,7 @@ from .conftest import selected_methods
 
 def _cases(config):
     try:
-        from tools import golden
+        from . import golden_format as golden
         cases = list(golden.iter_cases())
     except (ImportError, AttributeError, FileNotFoundError) as e:
         return None, f"golden vectors not available: {type(e).__name__}: {e}"

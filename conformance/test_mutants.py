@@ -98,7 +98,7 @@ def test_chunking_dependent_caught(reference_impl, method):
 # ---- spec 1.1: each deviation issue 9 lists, and each head-dim bug, fails the golden cases made for it ------
 
 def _golden(pred):
-    from tools import golden
+    from . import golden_format as golden
     return [c for c in golden.iter_cases() if pred(c)]
 
 
