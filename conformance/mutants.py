@@ -348,14 +348,14 @@ class ValuesBeforeGroupSize(_Patched):
 
     def patch(self):
         from reference import numerics
-        real = numerics.check_input
+        real = numerics.check_x
 
-        def check_input(x, dtype, params=None):
+        def check_x(x, dtype, params=None):
             xf = real(x, dtype)          # finiteness first ...
             if params is not None:
                 params.check_head_dim(x.shape[3])   # ... then the group size
             return xf
-        return patched(numerics, "check_input", check_input)
+        return patched(numerics, "check_x", check_x)
 
 
 def _hadamard_variant(bug):
