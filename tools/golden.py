@@ -11,6 +11,7 @@ Layout of golden/ (spec/README.md "Versioning"; the manifest records the spec ve
 - Added by spec 1.1 (case tables in tools/golden_spec11.py; the 1.0 files above keep their bytes):
   `bulk/<method>-headdims.npz` (the head dims d = m·2^k), `cases/<method>-rules.toml` (one case per rule
   the 1.0 cases did not pin), `cases/headdims.toml` (component vectors at the new head dims).
+- `bulk/<method>-wide.npz` (tools/golden_wide.py): B = 4 and H = 8 or 9 (every earlier file keeps its bytes).
 
 Case kinds: `encode` (one-shot encode + decode), `stream` (appends/trims/rejected appends/save-load on
 reference.stream.Stream, then decode of the final record), `error` (encode must raise the named exception

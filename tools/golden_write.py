@@ -115,6 +115,7 @@ regenerates everything in memory and compares bits. Do not edit by hand. What th
 - `bulk/<method>.npz`: random cases, uncompressed. Keys: `<id>/x`, `<id>/record/<field>`, `<id>/decoded`,
   `<id>/trimmed`. bfloat16 arrays are stored as uint16 bit patterns; every other array in its own dtype.
   `bulk/<method>-headdims.npz` (spec 1.1): the same, at the head dims that are not powers of two.
+  `bulk/<method>-wide.npz`: the same, with B = 4 batch rows and H = 8 or 9 heads (flag `wide`).
 - Stream cases: `x` is all appended chunks joined along T; the `ops` consume it in order (`append n` takes the
   next n tokens; `reject n` takes the next n tokens too, and that append must raise ValueError naming `x` and
   leave the state unchanged; `save_load` saves the stream's state and continues with a stream loaded from
