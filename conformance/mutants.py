@@ -444,3 +444,8 @@ ALL = (OneUlpCodebook, MsbFirstPacking, SequentialNorm, KiviHalfAway, ChunkingDe
 SPEC11 = (KiviTrimOriginals, OneShotAfterTrim, RejectedChunkKept, WindowCheckedOnArrival, LoadReencodes,
           HeadIndexWrap32, Bits2DefaultIsDefaultBits, GroupAtMostHeadDim, NoGroupCheck, ValuesBeforeGroupSize,
           InverseUsesH, StageBFirstTerm, StagesSwapped, FoldHalvingFirst)
+
+
+# Issue 11's mutants (one per added check) live in mutants_suite.py; listed here with the others.
+from .mutants_suite import (SUITE, AttentionHeadsTiled, BufferStepRow256, FirstAppendLocksShape,  # noqa: E402,F401
+                            HeadSignsModulo4, KiviZeroSaturated, MissingLimitChecks, SeedTruncated63)
