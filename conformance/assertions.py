@@ -51,8 +51,10 @@ def describe_difference(actual: np.ndarray, expected: np.ndarray, *, packed: boo
     pc = _popcount(x)
     flat = int(np.flatnonzero(diff.ravel())[0])
     idx = tuple(int(i) for i in np.unravel_index(flat, actual.shape))
+    every = ("; every element differs: suspect the randomness (seed, layer, head_offset, role), the parameters "
+             "or the layout rather than the arithmetic") if n == actual.size and n > 8 else ""
     lines = [
-        f"{n} of {actual.size} elements differ; XOR popcount total {int(pc.sum())} bits",
+        f"{n} of {actual.size} elements differ{every}; XOR popcount total {int(pc.sum())} bits",
         f"first differing index {idx}: actual {_fmt(actual[idx], actual.dtype, ab[idx])}, "
         f"expected {_fmt(expected[idx], expected.dtype, eb[idx])}, XOR 0x{int(x[idx]):X} "
         f"({int(pc[idx])} bits)",

@@ -9,7 +9,7 @@ import numpy as np
 import spec
 from spec import Params
 
-from tools import golden
+from . import golden_format as golden
 
 from .adapters.base import Implementation, Unsupported
 from .assertions import Mismatch, assert_exact, assert_record_exact, call_desc
@@ -87,7 +87,7 @@ def check_encode_decode(impl, ref, x, params, dtype) -> None:
 
 # --- golden ---------------------------------------------------------------------------------------------
 def check_golden(impl: Implementation, case) -> None:
-    """One golden case (tools/golden.py GoldenCase): kind "error" must raise the named ValueError; kind
+    """One golden case (conformance/golden_format.py GoldenCase): kind "error" must raise the named ValueError; kind
     "encode" must store the expected record; kind "stream" replays its ops (("append", n) takes the next n
     tokens of x; ("trim", n); ("reject", n): that append must fail naming x, state unchanged; ("save_load", 0):
     continue with impl.load_stream(stream.save())) and must return the expected trim counts and store the
@@ -237,12 +237,58 @@ def check_stream_rejects(impl: Implementation, params: Params, dtype: str, prefi
         raise Mismatch(f"{what}: rejected append changed tokens {t0} -> {t1}")
     assert_record_exact(r1, r0, what + " state after the rejected append")
     if after is not None:
-        s.append(after.copy())
+        try:
+            s.append(after.copy())
+        except ValueError as e:
+            raise Mismatch(f"{what}: after the rejected append, a good append of shape {np.shape(after)} was "
+                           f"rejected too ({e}); the rejected chunk must leave no trace") from None
         clean = impl.new_stream(params, dtype)
         if prefix is not None:
             clean.append(prefix.copy())
         clean.append(after.copy())
         assert_record_exact(s.record(), clean.record(), what + " then a good append")
+
+
+def _to_input_dtype(v32: np.ndarray, dtype: str) -> np.ndarray:
+    """binary32 -> the input dtype's interchange array, RNE (bf16 as uint16 patterns; values finite)."""
+    v32 = np.ascontiguousarray(v32, dtype=np.float32)
+    if dtype == "float32":
+        return v32.copy()
+    if dtype == "float16":
+        return v32.astype(np.float16)
+    b = v32.view(np.uint32).astype(np.uint64)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def check_kivi_trim_put_back(impl: Implementation, params: Params, dtype: str, x, n: int) -> None:
+    """streaming.md 'Trim' step 2 for kivi, checked without the reference: after appending x and trimming n
+    tokens into the encoded prefix, the prefix is the old one cut to Q' = G*floor(T'/G) and the window holds
+    tokens Q'..T'-1 as the implementation's own decode of the old record, cast to the input dtype (RNE)."""
+    s = impl.new_stream(params, dtype)
+    s.append(x.copy())
+    before = s.record()
+    t = s.tokens
+    dec = np.asarray(impl.decode({k: v.copy() for k, v in before.items()}, params, dtype), dtype=np.float32)
+    q = t - before["window"].shape[2]
+    what = call_desc(f"{impl.name}.Stream", params, dtype, np.shape(x), ops=f"append({t}) trim({n})")
+    if n <= t - q:
+        raise ValueError(f"check_kivi_trim_put_back: trim {n} does not reach the encoded prefix (Q={q}, T={t})")
+    got = s.trim(n)
+    t2 = t - min(n, t)
+    g = params.group_size
+    q2 = g * (t2 // g)
+    if got != min(n, t) or s.tokens != t2:
+        raise Mismatch(f"{what}: trim returned {got}, tokens {s.tokens}; expected {min(n, t)}, {t2}")
+    rec = s.record()
+    want_window = _to_input_dtype(dec[:, :, q2:t2], dtype)
+    assert_exact(np.asarray(rec["window"]), want_window,
+                 what + f": window after the trim vs the decoded tokens {q2}..{t2 - 1} of the record before it")
+    per_group = params.role == "k"      # key records hold one scale/zero row per group of G tokens
+    for k, v in before.items():
+        if k == "window":
+            continue
+        rows = q2 // g if per_group and k != "codes" else q2
+        assert_exact(np.asarray(rec[k]), np.asarray(v)[:, :, :rows], what + f": field {k!r} cut to Q'={q2}")
 
 
 # --- tolerance tier -------------------------------------------------------------------------------------
@@ -323,3 +369,31 @@ def check_attention(impl, ref, q, k_record, v_record, k_params, v_params, dtype,
                        f"head, query, coord) {i} (KV head {i[1] // (q.shape[1] // h)}): got {got[i]!r}, "
                        f"float64 {exp64[i]!r}, error {err[i]:.3e} > budget {budget[i]:.3e}")
     return float(ratio.max())
+
+
+def check_attention_head_mapping(impl, ref, method: str, rep: int, dtype: str = "float32") -> None:
+    """Second check of the GQA mapping, independent of the budget: KV heads whose values are constant and
+    different (head j's values are all 8(j + 1)) make query head i's output KV head i // rep's decoded
+    constant, whatever the softmax weights; another mapping returns another head's constant."""
+    h, t, d = 3, 50, 64
+    rng = np.random.default_rng(rep)
+    kw = dict(group_size=32) if method in ("kivi", "mlx_affine") else {}
+    kp = spec.Params(method, window=0, role="k", **kw).resolved()
+    vp = spec.Params(method, window=0, role="v", **kw).resolved()
+    k = rng.standard_normal((1, h, t, d)).astype(np.float32)
+    v = np.broadcast_to(8 * np.arange(1, h + 1, dtype=np.float32)[None, :, None, None], (1, h, t, d)).copy()
+    if dtype != "float32":
+        k, v = _to_input_dtype(k, dtype), _to_input_dtype(v, dtype)
+    q = rng.standard_normal((1, h * rep, 2, d)).astype(np.float32)
+    krec, vrec = ref.encode(k, kp, dtype), ref.encode(v, vp, dtype)
+    got = np.asarray(impl.attention(q, krec, vrec, kp, vp, dtype, 0.125, None))
+    vd = ref.decode(vrec, vp, dtype)   # decoded constants (lossy, per head)
+    means = [vd[0, j].mean(axis=0) for j in range(h)]
+    for i in range(h * rep):
+        errs = [float(np.abs(got[0, i] - means[j]).max()) for j in range(h)]
+        want = i // rep
+        if not errs[want] < 1e-3 * float(np.abs(means[want]).max()):
+            raise Mismatch(
+                f"{call_desc(impl.name + '.attention', kp, dtype, q.shape, kv_heads=h)}: query head {i} (GQA: "
+                f"{rep} query heads per KV head, {h} KV heads) should read KV head {want}; its output is "
+                f"closest to KV head {int(np.argmin(errs))} (max error per KV head {[f'{e:.3g}' for e in errs]})")

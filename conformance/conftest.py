@@ -40,7 +40,7 @@ class UnmatchedXfailWarning(pytest.PytestWarning):
 def pytest_addoption(parser):
     g = parser.getgroup("veloxquant conformance")
     g.addoption("--impl", default="mlx_ops",
-                help="implementation under test: reference | mlx_ops | mlx_kernels | module:factory")
+                help="implementation under test: reference | mlx_ops | mlx_kernels | mlx_native | module:factory")
     g.addoption("--device", choices=["cpu", "gpu"], default=None,
                 help="MLX default device for MLX adapters (default: mlx's default)")
     g.addoption("--methods", default=None, help=f"comma list out of {','.join(METHODS)} (default: all)")
@@ -59,8 +59,7 @@ def pytest_configure(config):
             settings.register_profile(capped, settings.get_profile(name), max_examples=int(cap))
             settings.load_profile(capped)
     config._vq_profile = settings.default  # the loaded profile (recorded in the report)
-    impl = adapters.load(config.getoption("impl"))
-    impl.set_device(config.getoption("device"))
+    impl = _load_impl(config.getoption("impl"), config.getoption("device"))
     config._vq_impl = impl
     ms = config.getoption("methods")
     if ms:
@@ -71,6 +70,27 @@ def pytest_configure(config):
         config._vq_methods = chosen
     else:
         config._vq_methods = METHODS
+
+
+def _load_impl(name: str, device: str | None):
+    """The implementation under test, or a one-line usage error: an unknown name, a factory that does not
+    import, an implementation or device that cannot run here, or a reference (the oracle) that does not
+    import are errors, never a green run of skips."""
+    try:
+        impl = adapters.load(name)
+        impl.set_device(device)
+    except (ValueError, TypeError, ImportError, AttributeError) as e:
+        msg = str(e) if str(e).startswith("--impl") else f"--impl {name}: {type(e).__name__}: {e}"
+        raise pytest.UsageError(msg) from None
+    reason = impl.unavailable()
+    if reason:
+        where = f" --device {device}" if device else ""
+        raise pytest.UsageError(f"--impl {impl.name}{where} cannot run here: {reason}")
+    from .adapters.reference import ReferenceImpl
+    reason = ReferenceImpl().unavailable()
+    if reason:
+        raise pytest.UsageError(f"the reference (the suite's oracle) cannot run: {reason}")
+    return impl
 
 
 def selected_methods(config) -> tuple[str, ...]:
@@ -145,11 +165,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # --- fixtures -------------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def impl(pytestconfig):
-    i = pytestconfig._vq_impl
-    reason = i.unavailable()
-    if reason:
-        pytest.skip(f"--impl {i.name}: {reason}")
-    return i
+    return pytestconfig._vq_impl   # checked in pytest_configure: an impl that cannot run is a usage error
 
 
 @pytest.fixture(scope="session")
@@ -157,8 +173,8 @@ def ref():
     from .adapters.reference import ReferenceImpl
     r = ReferenceImpl()
     reason = r.unavailable()
-    if reason:
-        pytest.skip(f"oracle unavailable: {reason}")
+    if reason:   # never a skip: differential tests without their oracle would pass by not running
+        pytest.fail(f"the reference (oracle) is unavailable: {reason}", pytrace=False)
     return r
 
 

@@ -348,14 +348,14 @@ class ValuesBeforeGroupSize(_Patched):
 
     def patch(self):
         from reference import numerics
-        real = numerics.check_input
+        real = numerics.check_x
 
-        def check_input(x, dtype, params=None):
+        def check_x(x, dtype, params=None):
             xf = real(x, dtype)          # finiteness first ...
             if params is not None:
                 params.check_head_dim(x.shape[3])   # ... then the group size
             return xf
-        return patched(numerics, "check_input", check_input)
+        return patched(numerics, "check_x", check_x)
 
 
 def _hadamard_variant(bug):
@@ -444,3 +444,8 @@ ALL = (OneUlpCodebook, MsbFirstPacking, SequentialNorm, KiviHalfAway, ChunkingDe
 SPEC11 = (KiviTrimOriginals, OneShotAfterTrim, RejectedChunkKept, WindowCheckedOnArrival, LoadReencodes,
           HeadIndexWrap32, Bits2DefaultIsDefaultBits, GroupAtMostHeadDim, NoGroupCheck, ValuesBeforeGroupSize,
           InverseUsesH, StageBFirstTerm, StagesSwapped, FoldHalvingFirst)
+
+
+# Issue 11's mutants (one per added check) live in mutants_suite.py; listed here with the others.
+from .mutants_suite import (SUITE, AttentionHeadsTiled, BufferStepRow256, FirstAppendLocksShape,  # noqa: E402,F401
+                            HeadSignsModulo4, KiviZeroSaturated, MissingLimitChecks, SeedTruncated63)

@@ -53,24 +53,6 @@ def test_attention(impl, ref, methods_ok, tally, method, dtype, data_, record_pr
 
 @pytest.mark.parametrize("rep", [2, 3])
 def test_attention_gqa_head_mapping(impl, ref, methods_ok, rep):
-    """Second, independent check of the GQA mapping: KV heads whose values are constant and different
-    (head j's values are all j + 1) make query head i's output exactly KV head i // rep's constant, whatever
-    the softmax weights; any other mapping returns another head's constant."""
+    """Second, independent check of the GQA mapping (checks.check_attention_head_mapping)."""
     methods_ok("turboquant")
-    h, t, d = 3, 50, 64
-    rng = np.random.default_rng(rep)
-    kp, vp = _p("turboquant", "k", 0), _p("turboquant", "v", 0)
-    k = data.make_x(rng, (1, h, t, d), "float32", "normal")
-    v = np.broadcast_to(np.arange(1, h + 1, dtype=np.float32)[None, :, None, None], (1, h, t, d)).copy()
-    q = rng.standard_normal((1, h * rep, 2, d)).astype(np.float32)
-    got = np.asarray(impl.attention(q, ref.encode(k, kp, "float32"), ref.encode(v, vp, "float32"), kp, vp,
-                                    "float32", 0.125, None))
-    vd = ref.decode(ref.encode(v, vp, "float32"), vp, "float32")   # decoded constants (lossy, per head)
-    for i in range(h * rep):
-        want = vd[0, i // rep].mean(axis=0)
-        other = [j for j in range(h) if j != i // rep]
-        err = np.abs(got[0, i] - want).max()
-        assert err < 1e-3 * np.abs(want).max(), (
-            f"{impl.name}.attention: query head {i} (GQA {rep} query heads per KV head, {h} KV heads) should "
-            f"read KV head {i // rep}; max error {err:.3g}; closest other heads "
-            f"{[float(np.abs(got[0, i] - vd[0, j].mean(axis=0)).max()) for j in other]}")
+    checks.check_attention_head_mapping(impl, ref, "turboquant", rep)

@@ -51,6 +51,8 @@ def _bad_inputs(method, dtype):
         wide[..., 0::2] = 1e6
         wide[..., 1::2] = -1e6
         out.append(("kivi-float16-overflow", data.to_dtype(wide, dtype), "x"))
+        # the zero point alone overflows: a constant group at -70000 has S = 0 but z16 = -Inf (kivi.md step 3)
+        out.append(("kivi-zero-overflow", data.to_dtype(np.full((1, 2, 16, 32), -7e4, np.float32), dtype), "x"))
     return out
 
 
@@ -91,8 +93,7 @@ def test_bad_params(impl, methods_ok, tally, method, dtype):
     info = spec.method_info(method)
     x = _x((1, 2, 3, 32), dtype)
     bad = [("bits", dict(bits=max(info["bits"]) + 1)), ("bits", dict(bits=0)),
-           ("window", dict(window=-1)), ("seed", dict(seed=-1)), ("seed", dict(seed=2 ** 64)),
-           ("layer", dict(layer=2 ** 32)), ("head_offset", dict(head_offset=-1)), ("role", dict(role="q"))]
+           ("role", dict(role="q"))] + past_limits()
     if "group_sizes" in info:
         bad.append(("group_size", dict(group_size=24)))
     if method == "kivi":
@@ -104,6 +105,34 @@ def test_bad_params(impl, methods_ok, tally, method, dtype):
         tally.case()
         checks.check_raises(impl.encode, (x, p, dtype), arg,
                             checks.call_desc(f"{impl.name}.encode", p, dtype, x.shape))
+
+
+def past_limits() -> list[tuple[str, dict]]:
+    """Each common parameter one step past each end of its range (formats.toml [limits])."""
+    lim = spec.formats()["limits"]
+    return [("window", dict(window=-1)), ("window", dict(window=lim["window_max"] + 1)),
+            ("seed", dict(seed=-1)), ("seed", dict(seed=int(lim["seed_max"], 16) + 1)),
+            ("layer", dict(layer=-1)), ("layer", dict(layer=lim["layer_max"] + 1)),
+            ("head_offset", dict(head_offset=-1)), ("head_offset", dict(head_offset=lim["head_offset_max"] + 1))]
+
+
+def at_limits() -> list[dict]:
+    """Each common parameter at the top of its range (all accepted, same bytes as the reference)."""
+    lim = spec.formats()["limits"]
+    return [dict(window=lim["window_max"]), dict(seed=int(lim["seed_max"], 16)), dict(layer=lim["layer_max"]),
+            dict(head_offset=lim["head_offset_max"]),
+            dict(seed=int(lim["seed_max"], 16), layer=lim["layer_max"], head_offset=lim["head_offset_max"] - 1)]
+
+
+def test_params_at_limits(other, ref, methods_ok, tally, method, dtype):
+    """The largest seed, layer, head_offset and window are accepted and give the reference's bytes
+    (head_offset at its top with H = 2 puts global head 2^32 in play: 64-bit head index)."""
+    methods_ok(method)
+    x = _x((1, 2, 3, 32), dtype)
+    for kw in at_limits():
+        p = _params(method, **kw).resolved()
+        tally.case()
+        checks.check_encode_decode(other, ref, x, p, dtype)
 
 
 def test_group_must_divide_head_dim(impl, methods_ok, tally, method, dtype):
@@ -142,3 +171,16 @@ def test_stream_state_unchanged(impl, methods_ok, tally, method, dtype):
     for label, shape in (("other-d", (1, 2, 2, 64)), ("other-H", (1, 3, 2, 32)), ("other-B", (2, 2, 2, 32))):
         tally.case()
         checks.check_stream_rejects(impl, p, dtype, prefix, _x(shape, dtype), "x", after=after)
+
+
+def test_first_append_rejected(impl, methods_ok, tally, method, dtype):
+    """A bad *first* append (NaN, wrong dtype, wrong rank or shape) is rejected naming x and leaves a stream
+    that still takes any good first chunk, as a fresh stream would (its B, H, d and dtype are not fixed by
+    the rejected chunk)."""
+    methods_ok(method)
+    p = _params(method)
+    good = _x((1, 2, 16, 32), dtype, seed=3)
+    bad = [(label, x) for label, x, _ in _bad_inputs(method, dtype) if label not in ("empty-T",)]
+    for label, x in bad:
+        tally.case()
+        checks.check_stream_rejects(impl, p, dtype, None, x, "x", after=good)

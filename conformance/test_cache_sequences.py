@@ -116,3 +116,44 @@ def test_save_load_continues(impl, methods_ok, tally, method, dtype, data_, reco
     if got[0] != exp[0]:
         raise Mismatch(f"{what}: tokens {got[0]} != {exp[0]} without save/load")
     assert_record_exact(got[1], exp[1], what + " vs the same ops without save/load")
+
+
+# Chunks that cross the 256- and 512-row steps a cache's buffer typically grows by (mlx-lm's KVCache
+# step is 256): T = 600 reaches the third step, and no chunk edge falls on a step edge.
+LONG_CHUNKS = [200, 100, 1, 254, 3, 42]          # cumulative 200, 300, 301, 555, 558, 600
+
+
+@pytest.mark.parametrize("window", [0, 5])
+def test_long_stream_crosses_buffer_steps(impl, ref, methods_ok, tally, method, dtype, window, record_property):
+    """T > 256 and > 512 with chunks crossing the 256-row boundaries: one-shot bytes; then trims back across
+    the boundaries and appends again: the reference replaying the same ops."""
+    methods_ok(method)
+    p = _params(method, window)
+    record_property("bits", p.bits)
+    x = data.make_x(np.random.default_rng(600), (1, 2, sum(LONG_CHUNKS), 32), dtype, "normal")
+    tally.case()
+    checks.check_stream_matches_oneshot(impl, ref, x, p, dtype, LONG_CHUNKS)
+    if impl.name == "reference":
+        return
+    more = data.make_x(np.random.default_rng(601), (1, 2, 300, 32), dtype, "normal")
+    ops = [("append", x[:, :, :300]), ("append", x[:, :, 300:]), ("trim", 90), ("append", more[:, :, :3]),
+           ("trim", 260), ("append", more[:, :, 3:])]     # 600 -> 510 -> 513 -> 253 -> 550 tokens
+    tally.case()
+    checks.check_stream_replay(impl, ref, p, dtype, ops)
+
+
+@pytest.mark.parametrize("role", ["k", "v"])
+@pytest.mark.parametrize("kdtype", spec.DTYPES)
+def test_kivi_trim_puts_back_decoded(impl, methods_ok, tally, kdtype, role, record_property):
+    """Second check of kivi's lossy trim (streaming.md 'Trim' step 2), without the reference: the tokens a
+    trim cuts out of an encoded group come back as the implementation's own decoded values."""
+    methods_ok("kivi")
+    dtype = kdtype
+    for k, v in (("method", "kivi"), ("dtype", dtype)):
+        record_property(k, v)
+    p = spec.Params("kivi", window=5, group_size=16, role=role, seed=3).resolved()
+    record_property("bits", p.bits)
+    x = data.make_x(np.random.default_rng(40), (1, 2, 40, 32), dtype, "normal")   # Q = 32, window 8
+    for n in (12, 20, 9):      # T' = 28 (Q' = 16), 20 (Q' = 16), 31 (Q' = 16)
+        tally.case()
+        checks.check_kivi_trim_put_back(impl, p, dtype, x, n)

@@ -42,6 +42,33 @@ def test_stream_chunking(other, ref, methods_ok, tally, method, bits, dtype, dat
     checks.check_stream_matches_oneshot(other, ref, x, p, dtype, chunks)
 
 
+WIDE_SHAPES = [(4, 8, 3, 32), (4, 9, 2, 64), (5, 8, 2, 96)]   # B >= 4, H >= 8 (every head gets its own signs)
+
+
+def test_wide_shapes(other, ref, methods_ok, tally, method, bits, dtype):
+    """More batch rows and heads than the drawn shapes give: B >= 4, H >= 8, encode/decode and a chunked
+    stream, at head offsets near 2^32 and at 0."""
+    methods_ok(method)
+    import numpy as np
+
+    import spec
+    from . import data as _data
+    info = spec.method_info(method)
+    for i, (b, h, t, d) in enumerate(WIDE_SHAPES):
+        kw = {"bits2": bits} if method == "turboquant_rvq" else {}
+        if method == "kivi":
+            kw.update(group_size=16, role="kv"[i % 2])
+            t += 16
+        elif "group_sizes" in info:
+            kw.update(group_size=32)
+        p = spec.Params(method, bits=bits, window=1, seed=2 ** 64 - 1 - i, layer=i,
+                        head_offset=(0, 2 ** 32 - 9, 5)[i], **kw).resolved()
+        x = _data.make_x(np.random.default_rng(i), (b, h, t, d), dtype, "normal")
+        tally.case(2)
+        checks.check_encode_decode(other, ref, x, p, dtype)
+        checks.check_stream_matches_oneshot(other, ref, x, p, dtype, [1, t - 1])
+
+
 def _encodable(ref, x, p, dtype) -> bool:
     try:
         ref.encode(x, p, dtype)

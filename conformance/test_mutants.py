@@ -98,7 +98,7 @@ def test_chunking_dependent_caught(reference_impl, method):
 # ---- spec 1.1: each deviation issue 9 lists, and each head-dim bug, fails the golden cases made for it ------
 
 def _golden(pred):
-    from tools import golden
+    from . import golden_format as golden
     return [c for c in golden.iter_cases() if pred(c)]
 
 
@@ -164,6 +164,120 @@ def test_spec11_head_dim_goldens_catch_head_dim_bugs(mutant_cls, select):
     assert set(by_method) == set(NORM)
     for m, hits in by_method.items():
         assert sum(hits) >= max(1, len(hits) // 2), (m, sum(hits), len(hits))
+
+
+# ---- issue 11: each added check fails on the mutant made for it (conformance/mutants_suite.py) -------------
+
+def _bad_input_module():
+    from . import test_bad_input
+    return test_bad_input
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_first_append_lock_caught(dtype):
+    tbi = _bad_input_module()
+    p = tbi._params("turboquant")
+    good = tbi._x((1, 2, 16, 32), dtype, seed=3)
+    bad = {label: x for label, x, _ in tbi._bad_inputs("turboquant", dtype)}
+    for label in ("rank3", "head-dim-36", "nan"):
+        # the older check (a bad append after a good prefix) cannot see it: the prefix fixed the shape
+        checks.check_stream_rejects(mutants.FirstAppendLocksShape(), p, dtype, good, bad[label], "x", after=good)
+    for label in ("rank3", "head-dim-36"):
+        _must_fail(lambda impl: checks.check_stream_rejects(impl, p, dtype, None, bad[label], "x", after=good),
+                   mutants.FirstAppendLocksShape(), ReferenceImpl())
+
+
+@pytest.mark.parametrize("method", ["turboquant", "kivi", "mlx_affine"])
+def test_buffer_step_row256_caught(reference_impl, method):
+    from .test_cache_sequences import LONG_CHUNKS, _params
+    p = _params(method, 0)
+    short = _x((1, 2, 77, 32), "float16", seed=11)
+    # the older sequence test (T = 77) passes the mutant ...
+    checks.check_stream_matches_oneshot(mutants.BufferStepRow256(), reference_impl, short, p, "float16", [37] + [1] * 40)
+    x = _x((1, 2, sum(LONG_CHUNKS), 32), "float16", seed=600)
+    msg = _must_fail(lambda impl: checks.check_stream_matches_oneshot(impl, reference_impl, x, p, "float16",
+                                                                      LONG_CHUNKS),
+                     mutants.BufferStepRow256(), ReferenceImpl())
+    assert "256" in msg
+
+
+@pytest.mark.parametrize("method", ["turboquant", "kivi"])
+def test_missing_limit_checks_caught(method):
+    tbi = _bad_input_module()
+    x = tbi._x((1, 2, 3, 32), "float32")
+    caught = []
+    for arg, kw in tbi.past_limits():
+        p = tbi._params(method, **kw)
+        what = f"encode {kw}"
+        checks.check_raises(ReferenceImpl().encode, (x, p, "float32"), arg, what)
+        try:
+            checks.check_raises(mutants.MissingLimitChecks().encode, (x, p, "float32"), arg, what)
+        except Mismatch:
+            caught.append(kw)
+    assert [list(k)[0] for k in caught] == ["window", "layer", "head_offset"], caught
+
+
+@pytest.mark.parametrize("method", ["turboquant", "rabitq", "turboquant_prod"])
+def test_seed_truncated_caught_at_the_largest_seed(reference_impl, method):
+    tbi = _bad_input_module()
+    x = tbi._x((1, 2, 3, 32), "float32")
+    small = spec.Params(method, window=0, seed=2 ** 62).resolved()
+    checks.check_encode_decode(mutants.SeedTruncated63(), reference_impl, x, small, "float32")
+    p = tbi._params(method, seed=2 ** 64 - 1).resolved()
+    _must_fail(lambda impl: checks.check_encode_decode(impl, reference_impl, x, p, "float32"),
+               mutants.SeedTruncated63(), ReferenceImpl())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_kivi_zero_saturated_caught(dtype):
+    tbi = _bad_input_module()
+    p = tbi._params("kivi")
+    bad = {label: (x, arg) for label, x, arg in tbi._bad_inputs("kivi", dtype)}
+    x, arg = bad["kivi-float16-overflow"]      # the older scale-overflow input: the mutant still rejects it
+    checks.check_raises(mutants.KiviZeroSaturated().encode, (x, p, dtype), arg, "scale overflow")
+    x, arg = bad["kivi-zero-overflow"]
+    _must_fail(lambda impl: checks.check_raises(impl.encode, (x, p, dtype), arg, "zero overflow"),
+               mutants.KiviZeroSaturated(), ReferenceImpl())
+
+
+@pytest.mark.parametrize("method", NORM)
+def test_head_signs_modulo4_caught_by_wide_shapes(reference_impl, method):
+    from .test_differential import WIDE_SHAPES
+    p = spec.Params(method, window=0, seed=5).resolved()
+    narrow = _x((2, 3, 3, 32), "float16")
+    checks.check_encode_decode(mutants.HeadSignsModulo4(), reference_impl, narrow, p, "float16")
+    b, h, t, d = WIDE_SHAPES[0]
+    _must_fail(lambda impl: checks.check_encode_decode(impl, reference_impl, _x((b, h, t, d), "float16"), p,
+                                                       "float16"),
+               mutants.HeadSignsModulo4(), ReferenceImpl())
+    wide = _golden(lambda c: "wide" in c.flags and c.method == method)
+    assert wide and all(_catches(mutants.HeadSignsModulo4(), c) for c in wide if c.shape[1] > 4)
+
+
+def test_kivi_trim_originals_caught_by_the_put_back_check():
+    p = spec.Params("kivi", window=5, group_size=16, role="v", seed=3).resolved()
+    x = _x((1, 2, 40, 32), "float16", seed=40)
+    _must_fail(lambda impl: checks.check_kivi_trim_put_back(impl, p, "float16", x, 12),
+               mutants.KiviTrimOriginals(), ReferenceImpl())
+
+
+@pytest.mark.parametrize("rep", [2, 3])
+def test_attention_heads_tiled_caught(reference_impl, rep):
+    msg = _must_fail(lambda impl: checks.check_attention_head_mapping(impl, reference_impl, "turboquant", rep),
+                     mutants.AttentionHeadsTiled(), ReferenceImpl())
+    assert "should read KV head" in msg
+
+
+def test_every_element_differs_is_said():
+    from .assertions import assert_exact
+    a = np.arange(32, dtype=np.uint32)
+    with pytest.raises(Mismatch, match="every element differs"):
+        assert_exact(a + 1, a, "probe")
+    b = a.copy()
+    b[3] += 1
+    with pytest.raises(Mismatch) as e:
+        assert_exact(b, a, "probe")
+    assert "every element" not in str(e.value)
 
 
 @pytest.fixture(autouse=True)

@@ -104,7 +104,7 @@ def check_norm_finite(n: np.ndarray) -> None:
         raise ValueError("x: norm overflows binary32 (a token's sum of squares is +Inf)")
 
 
-def check_input(x, dtype, params: spec.Params | None = None) -> np.ndarray:
+def check_x(x, dtype, params: spec.Params | None = None) -> np.ndarray:
     """Validate x (B, H, T, d) in `dtype`; return its exact binary32 upcast. ValueError names `x`/`dtype`,
     or `group_size` when the (resolved) params' group size does not fit d. The order of the checks is
     number-model.md's 'Which error is reported': dtype, then x's type, dtype, rank, axes and head dim, then

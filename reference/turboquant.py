@@ -15,7 +15,7 @@ from .prng import PURPOSE_ROTATION
 def prepare(x, params: spec.Params, dtype: str):
     """Validate; return (resolved params, binary32 upcast of x, Q)."""
     p = params.resolved()
-    xf = numerics.check_input(x, dtype, p)   # group size against d before x's values
+    xf = numerics.check_x(x, dtype, p)   # group size against d before x's values
     return p, xf, p.encoded_tokens(xf.shape[2])
 
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import pathlib
-import platform
 import shlex
-import subprocess
 import sys
 import time
 
@@ -30,10 +28,9 @@ import numpy as np
 import spec
 
 from ._env import utc_now_iso, versions
+from .bench_common import POOL, ROOT, device_info, fmt_s as _fmt_s, interleaved
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 B, H, D = 1, 8, 128
-POOL = 10                  # distinct inputs per group (policy: >= 10)
 FP16 = 2                   # bytes per fp16 element: GB/s is of the fp16-equivalent tensor
 REF_GROUP, REF_BITS = 64, 4  # MLX's own affine quantization, the reference arm
 
@@ -76,24 +73,6 @@ def add_arguments(p) -> None:
 
 
 # ---- timing ------------------------------------------------------------------------------------------
-def interleaved(arms: dict, warmup: int, iters: int) -> dict[str, list[float]]:
-    """Seconds per call of each arm `fn(i)` (i = input index), arms alternating every iteration."""
-    import mlx.core as mx
-
-    names = list(arms)
-    times = {n: [] for n in names}
-    for it in range(warmup + iters):
-        k = it % len(names)
-        for name in names[k:] + names[:k]:  # rotate the order: no arm always follows the same one
-            mx.synchronize()
-            t0 = time.perf_counter()
-            mx.eval(arms[name](it % POOL))
-            mx.synchronize()
-            if it >= warmup:
-                times[name].append(time.perf_counter() - t0)
-    return times
-
-
 def _median_iqr(v) -> tuple[float, float]:
     q1, med, q3 = np.percentile(np.asarray(v, dtype=np.float64), [25, 50, 75])
     return float(med), float(q3 - q1)
@@ -209,39 +188,7 @@ def cache_suite(cases, cfg: dict, log) -> tuple[list[dict], str | None]:
 
 
 # ---- environment ---------------------------------------------------------------------------------------
-def device_info() -> dict:
-    """The default device and, where MLX (or nvidia-smi) says, its name; absent pieces are left out."""
-    import mlx.core as mx
-
-    d = mx.default_device()
-    info = {"default_device": str(d), "type": "gpu" if d.type == mx.gpu else "cpu"}
-    backends = [name for name in ("metal", "cuda")
-                if getattr(getattr(mx, name, None), "is_available", lambda: False)()]
-    info["backend"] = backends[0] if backends and info["type"] == "gpu" else "cpu"
-    for get in (getattr(mx, "device_info", None), getattr(getattr(mx, "metal", None), "device_info", None)):
-        try:
-            info["info"] = {k: (v if isinstance(v, (int, float, str)) else str(v)) for k, v in get().items()}
-            break
-        except Exception:  # missing function or backend without device info
-            continue
-    if info["backend"] == "cuda":
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20, check=True).stdout
-            info["nvidia_smi"] = out.strip().splitlines()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    info["name"] = (info.get("info", {}).get("device_name") or (info.get("nvidia_smi") or [None])[0]
-                    or platform.processor() or "unknown")
-    info["cpu_count"] = __import__("os").cpu_count()
-    return info
-
-
 # ---- markdown -----------------------------------------------------------------------------------------
-def _fmt_s(s: float) -> str:
-    return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} µs"
-
-
 def _table(rows: list[dict], absolute: bool) -> list[str]:
     base = rows[0]["baseline"]
     head = ["arm", "params", f"time / {base} (median)", "ratio IQR"]

@@ -362,7 +362,7 @@ def run(args) -> int:
         return 0
     import mlx.core as mx
 
-    from tools.bench import device_info
+    from tools.bench_common import device_info
     if args.device == "gpu":
         if not mx.is_available(mx.gpu):
             print("bench-decode: --device gpu, but this MLX build has no GPU", file=sys.stderr)

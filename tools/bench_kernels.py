@@ -19,16 +19,15 @@ import datetime
 import json
 import platform
 import sys
-import time
 
-import re
 
 import numpy as np
 
 import spec
 
+from .bench_common import POOL, arm_kind, fmt_s as _fmt_s, interleaved, parse_title  # noqa: F401
+
 SCHEMA = "veloxquant-bench-kernels/1"
-POOL = 10
 B, H, D = 1, 8, 128
 CASES = [
     ("turboquant b=4", "turboquant", dict(bits=4)),
@@ -37,23 +36,6 @@ CASES = [
     ("rabitq", "rabitq", dict()),
     ("turboquant_prod b=4", "turboquant_prod", dict(bits=4)),
 ]
-
-
-def interleaved(arms: dict, warmup: int, iters: int) -> dict[str, list[float]]:
-    import mlx.core as mx
-    names = list(arms)
-    times = {n: [] for n in names}
-    for it in range(warmup + iters):
-        k = it % len(names)
-        for n in names[k:] + names[:k]:
-            mx.synchronize()
-            t0 = time.perf_counter()
-            out = arms[n](it % POOL)
-            mx.eval(out)
-            mx.synchronize()
-            if it >= warmup:
-                times[n].append(time.perf_counter() - t0)
-    return times
 
 
 def _stats(v) -> dict:
@@ -118,25 +100,6 @@ def run(tokens_list, warmup: int, iters: int) -> list[dict]:
 
 
 # ---- markdown (docs/benchmarks.md; called by tools/bench.py for results of this SCHEMA) -------------------
-ARM_KINDS = ("ops", "kernels", "kernel only")
-
-
-def arm_kind(arm: str, label: str) -> str:
-    """'fp16 copy', 'mx.quantize ...' (a baseline: the arm itself) or one of ARM_KINDS for `arm` of `label`."""
-    for kind in ARM_KINDS:
-        if arm == f"{kind} {label}":
-            return kind
-    return arm
-
-
-def parse_title(title: str) -> tuple[str, str, list[int] | None]:
-    """(op, method label, x shape) from a group title such as 'encode rabitq, x [1, 8, 4096, 128] float16'."""
-    m = re.match(r"(\w+) (.+?), x (\[[\d, ]+\])", title)
-    if not m:
-        return title.split(" ", 1)[0], "", None
-    return m.group(1), m.group(2), json.loads(m.group(3))
-
-
 def iqr_spread(res: dict, min_tokens: int = 2) -> dict | None:
     """IQR / median of the `kernels` and `kernel only` arms over more than one token: how noisy the short
     kernel timings were (count at >= 30 %, range). None if there are none."""
@@ -157,7 +120,6 @@ def iqr_spread(res: dict, min_tokens: int = 2) -> dict | None:
 
 def render_run(res: dict, json_name: str, figure: str | None = None) -> list[str]:
     """One section of docs/benchmarks.md: header, figure, one table per group (in the JSON's order)."""
-    from .bench import _fmt_s
 
     info, v, st = res.get("device_info", {}), res["versions"], res["settings"]
     name = info.get("device_name", res["device"])

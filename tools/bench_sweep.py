@@ -32,9 +32,9 @@ import numpy as np
 import spec
 
 from ._env import utc_now_iso, versions
+from .bench_common import POOL, ROOT, case_of, fmt_s as _fmt_s, interleaved  # noqa: F401
 
 SCHEMA = "veloxquant-bench-kernels-sweep/1"
-POOL = 10
 H, D = 8, 128
 NS = [8192, 32768, 131072, 262144, 524288, 1048576]
 TARGET_N = 262144                      # the issue's targets apply at N >= 256k
@@ -48,23 +48,6 @@ CASES = [
     ("mlx_affine b=4 G=64", "mlx_affine", dict(bits=4, group_size=64)),
 ]
 COPY, QUANT, DEQUANT = "fp16 copy", "mx.quantize g64 b4", "mx.dequantize g64 b4"
-
-
-def interleaved(arms: dict, warmup: int, iters: int, log=None) -> dict[str, list[float]]:
-    import mlx.core as mx
-    names = list(arms)
-    times = {n: [] for n in names}
-    for it in range(warmup + iters):
-        k = it % len(names)
-        for n in names[k:] + names[:k]:
-            mx.synchronize()
-            t0 = time.perf_counter()
-            out = arms[n](it % POOL)
-            mx.eval(out)
-            mx.synchronize()
-            if it >= warmup:
-                times[n].append(time.perf_counter() - t0)
-    return times
 
 
 def _nbytes(out) -> int:
@@ -193,11 +176,6 @@ def main(argv=None) -> int:
 
 
 # ---- markdown (docs/benchmarks.md; called by tools/bench.py for results of this SCHEMA) -------------------
-def case_of(arm: str) -> str | None:
-    """The case label of a `kernel <label>` arm, None for a baseline or an api arm."""
-    return arm[len("kernel "):] if arm.startswith("kernel ") else None
-
-
 def targets(res: dict, resources: list[dict] | None = None) -> list[dict]:
     """Per op and case at the largest N >= target_n: x GB/s, speed-up over mx.quantize / mx.dequantize
     (median of per-iteration time ratios, inverted), moved GB/s as a fraction of the copy's, and the
@@ -237,8 +215,6 @@ RESOURCES = "kernel-resources-sm90.json"   # tools/kernel_resources.py output, n
 def resources_table(res: dict, json_name: str) -> list[str]:
     """What each kernel costs per thread (ptxas for sm_90, from RESOURCES beside the sweep JSON, if there)
     next to what it reached at the largest N: the numbers behind 'what limits it'."""
-    import pathlib
-    from .bench import ROOT
     path = (ROOT / json_name).parent / RESOURCES
     if not path.exists():
         return []
@@ -264,7 +240,6 @@ def resources_table(res: dict, json_name: str) -> list[str]:
 
 
 def render_run(res: dict, json_name: str, figure: str | None = None) -> list[str]:
-    from .bench import _fmt_s
 
     info, v, st = res.get("device_info", {}), res["versions"], res["settings"]
     name = info.get("device_name", res["device"])

@@ -12,7 +12,7 @@ SUBCOMMANDS = {
     "golden": ("tools.golden", "regenerate or check the golden vectors"),
     "codebooks": ("tools.codebooks_cmd", "regenerate or check spec/codebooks.toml"),
     "conformance": ("tools.conformance", "run the conformance suite and print/write a report"),
-    "bench": ("tools.bench", "benchmarks (speed), results into docs/benchmarks.md + JSON"),
+    "bench": ("tools.bench", "benchmarks (speed); writes JSON / markdown only with --json / --markdown"),
     "bench-decode": ("tools.bench_decode", "decode-step benchmark: per-layer step and generation, every cache"),
     "quality": ("tools.quality", "KL divergence of next-token logits per method and bits"),
 }
@@ -23,12 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     modules = {}
     for name, (modname, helptext) in SUBCOMMANDS.items():
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name == modname:
-                continue  # subcommand not built yet
-            raise
+        mod = importlib.import_module(modname)
         p = sub.add_parser(name, help=helptext, description=helptext)
         mod.add_arguments(p)
         modules[name] = mod

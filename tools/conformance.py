@@ -1,7 +1,9 @@
 """`veloxquant conformance`: run the conformance suite (pytest underneath) and report.
 
 Prints progress, then a table (method x bits x dtype: tests, cases, bit-exact, first failure) and writes
-a JSON report (schema in conformance/README.md). Exit status: pytest's (0 = everything passed/skipped).
+a JSON report (schema in conformance/README.md). Exit status: pytest's, except that an unexpected pass of an
+xfail entry (XPASS) fails the run (1): the list is out of date. A usage error (unknown --impl or method, an
+implementation or device that cannot run here) prints one line and exits 4, with no table.
 """
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ TOLERANCE_FILES = ("test_attention.py",)   # tolerance tier; everything else is 
 
 def add_arguments(p) -> None:
     p.add_argument("--impl", default="mlx_ops",
-                   help="reference | mlx_ops | mlx_kernels | module:factory (default mlx_ops)")
-    p.add_argument("--device", choices=["cpu", "gpu"], default=None, help="MLX device (default: mlx's default)")
-    p.add_argument("--methods", default=None, help="comma list of methods (default: all)")
+                   help="reference | mlx_ops | mlx_kernels | mlx_native | package.module:factory (default mlx_ops)")
+    p.add_argument("--device", choices=["cpu", "gpu"], default=None,
+                   help="MLX device (default: mlx's default); a device that is not there is an error")
+    p.add_argument("--methods", default=None, help=f"comma list out of {','.join(spec.METHODS)} (default: all)")
     p.add_argument("--profile", choices=["ci", "thorough"], default="ci", help="hypothesis profile")
     p.add_argument("--json", metavar="PATH", default=None, help="write the JSON report here")
     p.add_argument("-k", dest="keyword", default=None, help="pytest -k expression (select tests)")
@@ -165,6 +168,12 @@ def _table(cells) -> str:
     return "\n".join(lines)
 
 
+def exit_code(pytest_code: int, counts: dict) -> int:
+    """pytest's code, but 1 when it says 0 and an xfail entry passed (conformance/xfail/README.md: an
+    XPASS fails the CLI, the entry is stale)."""
+    return 1 if pytest_code == 0 and counts.get("xpassed") else int(pytest_code)
+
+
 def run(args) -> int:
     import pytest
     argv = [str(SUITE), "-p", "no:cacheprovider", "-p", "no:terminal",
@@ -180,10 +189,17 @@ def run(args) -> int:
     print(f"veloxquant conformance: impl={args.impl} device={args.device or 'default'} "
           f"methods={args.methods or 'all'} profile={args.profile}", flush=True)
     code = int(pytest.main(argv, plugins=[col]))
+    if code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR) or not col.total:
+        # pytest printed the reason; an empty table would read as a run
+        print(f"veloxquant conformance: no tests ran (pytest exit code {code})", file=sys.stderr)
+        return code or 1
     tests = list(col.tests.values())
     cells = _cells(tests)
     counts = _counts(tests)
+    code = exit_code(code, counts)
     impl = getattr(col.config, "_vq_impl", None) if col.config else None
+    if impl is not None:
+        print(f"device: {impl.device_name()}")
     print()
     print(_table(cells))
     print()

@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 import spec
-from tools.golden import (PROFILES, V1_HEAD_DIMS, CaseDef, ExpectedError, GenerationError, InputRng,
-                          _hexarr, _hx, _short, _stream_params, _variants, cast_input, random_input, upcast)
+from conformance.golden_format import ExpectedError, hexarr as _hexarr, hx as _hx
+from tools.golden_cases import V1_HEAD_DIMS, CaseDef, GenerationError, _short, _stream_params, _variants
+from tools.golden_inputs import PROFILES, InputRng, cast_input, random_input, upcast
 
 NEW_HEAD_DIMS = tuple(d for d in spec.HEAD_DIMS if d not in V1_HEAD_DIMS)
 MAIN_DIMS = (80, 96, 192)             # Phi-2 / Pythia, Phi-3 / GPT-NeoX, DeepSeek-V2 MLA keys

@@ -7,8 +7,9 @@ both). At every position after the prefill we compute KL(p_fp16 || p_method) in 
 argmax agrees. Random models are not trained models: the numbers rank methods and bit widths against each
 other on the same model; they do not predict perplexity on real text.
 
-Writes the JSON (versions, device, date, command, settings, one row per configuration), docs/quality.md
-(the table) and, with matplotlib, docs/quality.png (KL vs bits/coord, next to the markdown). --from-json
+With --json, writes the JSON (versions, device, date, command, settings, one row per configuration); with
+--markdown too, the table and, with matplotlib, a .png next to it (KL vs bits/coord); without either flag it
+only prints (the tracked docs: --json docs/quality.json --markdown docs/quality.md). --from-json
 re-renders the markdown and the figure from an earlier JSON without measuring. Methods cover spec/methods/; bits are each method's allowed set
 (spec/formats.toml) unless --bits narrows it.
 """
@@ -59,10 +60,10 @@ def add_arguments(p) -> None:
     p.add_argument("--group-size", type=int, default=32, help="kivi group size")
     p.add_argument("--seed", type=int, default=0, help="model init, token and cache seed")
     p.add_argument("--json", type=pathlib.Path, default=None,
-                   help="raw results (random model default: docs/quality.json; trained: none unless given)")
+                   help="write the raw results here (default: nothing is written)")
     p.add_argument("--markdown", type=pathlib.Path, default=None,
-                   help="the table; the figure goes next to it with suffix .png (random model default: "
-                        "docs/quality.md; trained: none unless given)")
+                   help="write the table here, the figure next to it with suffix .png (needs --json; "
+                        "default: nothing is written)")
     p.add_argument("--from-json", type=pathlib.Path, default=None, metavar="JSON",
                    help="measure nothing: re-render --markdown and its figure from this quality JSON")
 
@@ -158,12 +159,15 @@ def run(args) -> int:
             return quality_trained.write_docs(json.loads(args.from_json.read_text()), args.from_json,
                                               args.markdown or args.from_json.with_suffix(".md"))
         return quality_trained.run(args)
-    # The random model's outputs keep their historical defaults.
-    args.json = args.json or ROOT / "docs" / "quality.json"
-    args.markdown = args.markdown or ROOT / "docs" / "quality.md"
+    # Nothing is written unless asked (the tracked docs/quality.* are regenerated with
+    # --json docs/quality.json --markdown docs/quality.md); the markdown names its raw data, so needs --json.
     args.sequences = 2 if args.sequences is None else args.sequences
     if args.from_json:
-        return write_docs(json.loads(args.from_json.read_text()), args.from_json, args.markdown)
+        return write_docs(json.loads(args.from_json.read_text()), args.from_json,
+                          args.markdown or args.from_json.with_suffix(".md"))
+    if args.markdown and not args.json:
+        print("quality: --markdown needs --json (the markdown links its raw data)", file=sys.stderr)
+        return 2
     configs = configurations(args)
     if not configs:
         print("no (method, bits) configuration selected", file=sys.stderr)
@@ -200,10 +204,13 @@ def run(args) -> int:
                      "turboquant_rvq_bits2": "equal to bits"},
         "results": rows,
     }
+    if not args.json:
+        print("nothing written (--json PATH [--markdown PATH] to keep the results)")
+        return 0
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.json}")
-    return write_docs(result, args.json, args.markdown)
+    return write_docs(result, args.json, args.markdown) if args.markdown else 0
 
 
 def write_docs(result: dict, json_path: pathlib.Path, markdown: pathlib.Path) -> int:

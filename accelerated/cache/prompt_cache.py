@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from mlx_lm.models.cache import KVCache
 
+import spec
+
 from accelerated.cache import hook
 from accelerated.cache.base import CacheGroup, VeloxKVCache
 from accelerated.cache.kivi import KIVIKVCache
@@ -47,6 +49,10 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
     for layers that compute attention themselves (e.g. gemma2's soft-capped logits).
     checks: "deferred" or "eager" (VeloxKVCache); the returned caches form one CacheGroup, so a deferred
     fault rolls every layer back together.
+    bits2 goes to the role(s) using turboquant_rvq, group_size to the role(s) using kivi or mlx_affine; either
+    given when no role takes it is an error (it would be silently ignored). fp16_layers that leave no layer
+    compressed is an error too.
+    Errors name the argument the caller passed (`bits` or `key_bits`, `method` or `value_method`).
     """
     if attention not in ("auto", "packed", "dequantize"):
         raise ValueError(f"attention: expected 'auto', 'packed' or 'dequantize', got {attention!r}")
@@ -54,6 +60,10 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
             or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in fp16_layers)):
         raise ValueError(f"fp16_layers: expected (first_n, last_n) of non-negative ints, got {fp16_layers!r}")
     n_layers = len(model.layers)
+    _check_arguments(method, bits, key_method, value_method, key_bits, value_bits, bits2, group_size)
+    if fp16_layers[0] + fp16_layers[1] >= n_layers > 0:
+        raise ValueError(f"fp16_layers: {tuple(fp16_layers)!r} keeps all {n_layers} layers of the model in fp16, "
+                         f"so nothing would be compressed; use mlx-lm's make_prompt_cache for that")
     base = model.make_cache() if hasattr(model, "make_cache") else [KVCache() for _ in range(n_layers)]
     km, vm = key_method or method, value_method or method
     cls = CLASS_BY_METHOD.get(km, VeloxKVCache) if km == vm else VeloxKVCache
@@ -75,6 +85,33 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
                           attention=mode, checks=checks))
     CacheGroup(caches)
     return caches
+
+
+def _check_arguments(method, bits, key_method, value_method, key_bits, value_bits, bits2, group_size) -> None:
+    """Each role's method and bits checked under the name of the argument the caller gave (VeloxKVCache
+    would name key_method / key_bits for a plain `method` / `bits`)."""
+    for name, m in (("method", method), ("key_method", key_method), ("value_method", value_method)):
+        if m is not None and m not in spec.METHODS:
+            raise ValueError(f"{name}: unknown method {m!r}; expected one of {', '.join(spec.METHODS)}")
+    km, vm = key_method or method, value_method or method
+    for role_bits, role_name, m in ((key_bits, "key_bits", km), (value_bits, "value_bits", vm)):
+        if m is None:
+            continue
+        b, name = (role_bits, role_name) if role_bits is not None else (bits, "bits")
+        try:
+            spec.Params(m, bits=b).resolved()
+        except ValueError as e:
+            if str(e).startswith("bits"):
+                raise ValueError(f"{name}: {str(e).split(':', 1)[1].strip()} (method {m})") from None
+            raise
+    used = {km, vm}
+    if bits2 is not None and "turboquant_rvq" not in used:
+        raise ValueError(f"bits2: only turboquant_rvq takes a second-stage width; this cache uses "
+                         f"{' and '.join(sorted(used))}")
+    takes_groups = {m for m in used if m is not None and "group_sizes" in spec.method_info(m)}
+    if group_size is not None and not takes_groups:
+        raise ValueError(f"group_size: not taken by {' and '.join(sorted(used))} (only "
+                         f"{', '.join(m for m in spec.METHODS if 'group_sizes' in spec.method_info(m))} take one)")
 
 
 def _group_rank(group) -> int | None:

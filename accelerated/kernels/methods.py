@@ -293,29 +293,12 @@ class KernelMethod:
                    output_shapes=[(b, h, q, d)], output_dtypes=[mx.float32])
         return out
 
-    # -- one-shot encode / decode: accelerated.ops's framing, the kernel for the encoded prefix --------
+    # -- one-shot encode / decode: accelerated.ops's framing (record.py), the kernel for the encoded prefix
     def encode(self, x: mx.array, params: spec.Params, dtype=None) -> dict[str, mx.array]:
-        p = record.resolve(params)
-        if p.method != self.NAME:
-            raise ValueError(f"params: method {p.method!r} given to {self.NAME}.encode")
-        numerics.check_x(x, p, dtype, finite=False)   # shape, dtype, parameters; the data: in the kernel
-        q = p.encoded_tokens(x.shape[2])
-        fields = self.encode_chunk(x, p, q, 0, x.dtype)   # x itself, not an upcast copy
-        fields["window"] = x[:, :, q:]
-        return {name: fields[name] for name in record.field_names(p)}
+        return record.encode_with(self, x, params, dtype)
 
     def decode(self, rec: dict[str, mx.array], params: spec.Params, dtype=None) -> mx.array:
-        p = record.resolve(params)
-        if p.method != self.NAME:
-            raise ValueError(f"params: method {p.method!r} given to {self.NAME}.decode")
-        record.check_record(rec, p)
-        if dtype is not None and numerics.dtype_name(rec["window"].dtype) != numerics.dtype_name(dtype):
-            raise ValueError(f"record: window dtype {rec['window'].dtype} differs from the declared {dtype}")
-        win = numerics.upcast(rec["window"])
-        prefix = self.decode_tokens({k: v for k, v in rec.items() if k != "window"}, p, win.shape[-1])
-        if win.shape[2] == 0:   # no window: the kernel's output is the whole result (no concatenate copy)
-            return prefix
-        return mx.concatenate([prefix, win], axis=2)
+        return record.decode_with(self, rec, params, dtype)
 
 
 @functools.lru_cache(maxsize=None)

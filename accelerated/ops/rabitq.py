@@ -13,7 +13,7 @@ NAME = "rabitq"
 
 def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
     d = x32.shape[-1]
-    n, y, _ = turboquant.front(x32, p)
+    n, y, _ = turboquant.rotate_to_unit(x32, p)
     r = numerics.reciprocal_or_zero(n)           # same r as step 3 (recomputed: cheap, exact)
     a = numerics.fold(mx.abs(y))
     ip = (a * numerics.scale(d)) * r             # two multiplies

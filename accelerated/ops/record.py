@@ -84,13 +84,19 @@ def check_record(record, p: spec.Params) -> tuple[int, int, int, int, int]:
 
 
 def encode_with(method, x, params, dtype=None) -> dict[str, mx.array]:
+    """The one-shot frame for every method object (an accelerated.ops module or an accelerated.kernels
+    KernelMethod): params and x checked, tokens 0..Q-1 encoded, tokens Q..T-1 kept as the window.
+    A method with its own `encode_chunk` (the kernels) checks x's data in the same launch as it encodes."""
     p = resolve(params)
     if p.method != method.NAME:
         raise ValueError(f"params: method {p.method!r} given to {method.NAME}.encode")
-    numerics.check_x(x, p, dtype)
-    x32 = numerics.upcast(x)
     q = p.encoded_tokens(x.shape[2])
-    fields = method.encode_tokens(x32[:, :, :q], p, x.dtype)
+    if hasattr(method, "encode_chunk"):
+        numerics.check_x(x, p, dtype, finite=False)   # shape, dtype, parameters; the data: in the kernel
+        fields = method.encode_chunk(x, p, q, 0, x.dtype)   # x itself, not an upcast copy
+    else:
+        numerics.check_x(x, p, dtype)
+        fields = method.encode_tokens(numerics.upcast(x)[:, :, :q], p, x.dtype)
     fields["window"] = x[:, :, q:]
     return {name: fields[name] for name in field_names(p)}
 
@@ -116,6 +122,8 @@ def encode_chunk(method, x: mx.array, p: spec.Params, q: int, check_from: int = 
 
 
 def decode_with(method, record, params, dtype=None) -> mx.array:
+    """The one-shot decode frame for every method object: the record checked, the encoded prefix decoded
+    (method.decode_tokens), then the window upcast."""
     p = resolve(params)
     if p.method != method.NAME:
         raise ValueError(f"params: method {p.method!r} given to {method.NAME}.decode")
@@ -125,4 +133,6 @@ def decode_with(method, record, params, dtype=None) -> mx.array:
     win = numerics.upcast(record["window"])
     fields = {k: v for k, v in record.items() if k != "window"}
     prefix = method.decode_tokens(fields, p, win.shape[-1])
+    if win.shape[2] == 0:   # no window: the prefix is the whole result (no concatenate copy)
+        return prefix
     return mx.concatenate([prefix, win], axis=2)

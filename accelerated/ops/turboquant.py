@@ -1,6 +1,6 @@
 """`turboquant`: MSE TurboQuant, norm kept apart (spec/methods/turboquant.md).
 
-Also home of the shared front end (steps 1-5: norm, reciprocal, RHT, unit vector) that turboquant_rvq,
+Also home of the shared front end `rotate_to_unit` (steps 1-5: norm, reciprocal, RHT, unit vector) that turboquant_rvq,
 turboquant_prod and rabitq reuse.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ NAME = "turboquant"
 
 
 
-def front(x32: mx.array, p: spec.Params) -> tuple[mx.array, mx.array, mx.array]:
+def rotate_to_unit(x32: mx.array, p: spec.Params) -> tuple[mx.array, mx.array, mx.array]:
     """Steps 1-5: n = norm (rejects +Inf: x), r = 1/n or 0, y = RHT(x) with sigma, u = y * r.
     Returns (n, y, u). Only encoded tokens come here, so only they are checked (streaming.md)."""
     n = numerics.norm(x32)
@@ -28,7 +28,7 @@ def front(x32: mx.array, p: spec.Params) -> tuple[mx.array, mx.array, mx.array]:
 
 
 def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
-    n, _, u = front(x32, p)
+    n, _, u = rotate_to_unit(x32, p)
     _, bd = codebooks.gaussian(p.bits, x32.shape[-1])
     return {"codes": packing.pack(codebooks.quantize(u, bd), p.bits), "norm": n}
 

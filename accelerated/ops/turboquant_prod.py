@@ -14,7 +14,7 @@ NAME = "turboquant_prod"
 
 def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
     d, heads = x32.shape[-1], x32.shape[1]
-    n, _, u = turboquant.front(x32, p)
+    n, _, u = turboquant.rotate_to_unit(x32, p)
     cd, bd = codebooks.gaussian(p.bits - 1, d)
     i = codebooks.quantize(u, bd)
     e = u - codebooks.dequantize(i, cd)

@@ -13,7 +13,7 @@ NAME = "turboquant_rvq"
 
 def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
     d = x32.shape[-1]
-    n, _, u = turboquant.front(x32, p)
+    n, _, u = turboquant.rotate_to_unit(x32, p)
     c1, b1 = codebooks.gaussian(p.bits, d)
     _, b2 = codebooks.residual(p.bits, p.bits2, d)
     i = codebooks.quantize(u, b1)

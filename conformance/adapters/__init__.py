@@ -22,7 +22,12 @@ def load(spec: str) -> Implementation:
     if ":" not in target:
         raise ValueError(f"--impl: {spec!r} is neither one of {sorted(BUILTIN)} nor 'module:factory'")
     modname, attr = target.split(":", 1)
-    factory = getattr(importlib.import_module(modname), attr)
+    try:
+        factory = getattr(importlib.import_module(modname), attr)
+    except ImportError as e:
+        raise ImportError(f"--impl: cannot import {modname!r} ({e})") from None
+    except AttributeError:
+        raise AttributeError(f"--impl: module {modname!r} has no factory {attr!r}") from None
     impl = factory()
     if not isinstance(impl, Implementation):
         raise TypeError(f"--impl: {spec} returned {type(impl).__name__}, not conformance.adapters.base.Implementation")

@@ -57,11 +57,15 @@ class Implementation:
     methods: tuple[str, ...] = METHODS
 
     def unavailable(self) -> str | None:
-        """A reason string if the implementation cannot run at all here (whole suite skips), else None."""
+        """A reason string if the implementation cannot run at all here (the suite stops with a usage error
+        naming it: a run of skips would read as a pass), else None."""
         return None
 
     def set_device(self, device: str | None) -> None:
-        """Select "cpu" or "gpu" (None: the implementation's default). Non-MLX adapters may ignore it."""
+        """Select "cpu" or "gpu" (None: the implementation's default); ValueError for a device it cannot
+        use. This default runs where it runs (device_name() says "cpu"), so it accepts None and "cpu" only."""
+        if device not in (None, "cpu"):
+            raise ValueError(f"--device {device}: {self.name} does not select devices (it runs on the CPU)")
 
     def device_name(self) -> str:
         return "cpu"

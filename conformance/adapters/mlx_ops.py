@@ -49,11 +49,9 @@ class MlxOpsImpl(Implementation):
         except ImportError as e:
             return f"mlx not importable: {e}"
         try:
-            ops = self._ops()
+            self._ops()
         except ImportError as e:
             return f"{self.ops_module} not importable: {e}"
-        if not hasattr(ops, "encode"):
-            return f"{self.ops_module}.encode not present yet"
         if self._device == "gpu":
             import mlx.core as mx
             if not mx.is_available(mx.gpu):

@@ -42,8 +42,6 @@ class ReferenceImpl(Implementation):
             import reference.stream  # noqa: F401
         except ImportError as e:
             return f"reference implementation not importable: {e}"
-        if not hasattr(reference, "encode"):
-            return "reference.encode not present yet"
         return None
 
     def versions(self):
