@@ -293,6 +293,13 @@ class VeloxKVCache(_BaseCache):
     def make_mask(self, *args, **kwargs):
         return create_attention_mask(*args, offset=self.offset, **kwargs)
 
+    @classmethod
+    def merge(cls, caches):
+        """mlx-lm's batching entry point (BatchGenerator): one BatchVeloxKVCache over copies of `caches`,
+        records moved as they are (accelerated/cache/batch.py)."""
+        from accelerated.cache.batch import BatchVeloxKVCache
+        return BatchVeloxKVCache.merge(caches)
+
     # ---- save / load ------------------------------------------------------------------------------
     @property
     def meta_state(self) -> str:
