@@ -199,6 +199,8 @@ class BatchVeloxKVCache(_BaseCache):
                 r = min(r, self._remaining[i])
                 self._remaining[i] -= r
             rows.append((a, r))
+        if self._skip is not None and not any(self._skip):
+            self._skip = None
         return rows
 
     def update_and_fetch(self, keys: mx.array, values: mx.array):
