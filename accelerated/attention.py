@@ -39,9 +39,10 @@ class PackedKV:
     def ndim(self) -> int:
         return 4
 
-    def dequantized(self) -> mx.array:
-        """Every token decoded and cast to the input dtype (what a dequantizing cache would return)."""
-        return self.record.dequantized().astype(self.dtype)
+    def dequantized(self, eager: bool = False) -> mx.array:
+        """Every token decoded and cast to the input dtype (what a dequantizing cache would return); `eager`:
+        block by block with a host sync each (PackedRecord.dequantized), for prefill."""
+        return self.record.dequantized(self.dtype, eager)
 
 
 def _with_flags(out: mx.array, *views: PackedKV) -> mx.array:
@@ -77,7 +78,7 @@ def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, ma
         raise ValueError("sinks: attention sinks are not supported over packed records")
     which = path(queries, keys, values, mask)
     if which == "decoded":
-        k, v = keys.dequantized(), values.dequantized()
+        k, v = keys.dequantized(eager=True), values.dequantized(eager=True)   # peak memory: one block
         out = mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask)
     elif which == "kernels":
         out = _kernels().attention(queries, keys.record, values.record, scale, mask)

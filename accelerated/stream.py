@@ -11,6 +11,7 @@ methods that have them ("auto": whenever the kernels can run, i.e. on a GPU); bo
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import mlx.core as mx
@@ -258,6 +259,21 @@ class Stream:
         self._q = q_new
         mx.eval(self._window)
         return n
+
+    def __deepcopy__(self, memo) -> "Stream":
+        """An independent stream in the same state (mlx-lm deep-copies prompt caches: LRUPromptCache,
+        the batch caches' merge/extract). The valid rows are copied into new buffers: the kernels store
+        rows in place (accelerated.kernels.commit), so two streams must never share a buffer."""
+        self.sync()
+        new = copy.copy(self)           # params, method module and the (never written) window are shared
+        new._rows = {}
+        for k, r in self._rows.items():
+            new._rows[k] = _Rows()
+            if r.buf is not None:
+                new._rows[k].extend(r.view())
+        new._token = None
+        memo[id(self)] = new
+        return new
 
     # -- marks (rollback of chunks whose deferred checks fail) ------------------------------------------
     def mark(self) -> tuple:

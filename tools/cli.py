@@ -1,6 +1,7 @@
 """`veloxquant` command line: one entry point, one module per subcommand.
 
-Each subcommand module exposes `add_arguments(parser)` and `run(args) -> int`.
+Each subcommand module exposes `add_arguments(parser)` and `run(args) -> int`; one with `PASSTHROUGH = True`
+(generate, serve: thin wrappers of mlx-lm's commands) gets the flags it does not define as `args.passthrough`.
 """
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ SUBCOMMANDS = {
     "bench": ("tools.bench", "benchmarks (speed); writes JSON / markdown only with --json / --markdown"),
     "bench-decode": ("tools.bench_decode", "decode-step benchmark: per-layer step and generation, every cache"),
     "quality": ("tools.quality", "KL divergence of next-token logits per method and bits"),
+    "generate": ("tools.generate_cmd", "mlx-lm's generate with our KV caches (--kv-* flags; others go to mlx-lm)"),
+    "serve": ("tools.serve_cmd", "mlx-lm's HTTP server with our KV caches (--kv-* flags; others go to mlx-lm)"),
+    "memory": ("tools.memory", "peak memory of prefill and decode: our caches vs mlx-lm's fp16 KVCache"),
 }
 
 
@@ -27,7 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=helptext, description=helptext)
         mod.add_arguments(p)
         modules[name] = mod
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if rest and not getattr(modules[args.command], "PASSTHROUGH", False):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.passthrough = rest
     return int(modules[args.command].run(args) or 0)
 
 

@@ -13,6 +13,7 @@ import mlx_lm.models.cache as _mlx_lm_cache
 
 from accelerated.cache import hook
 from accelerated.cache.base import CacheGroup, VeloxKVCache
+from accelerated.cache.batch import BatchVeloxKVCache
 from accelerated.cache.kivi import KIVIKVCache
 from accelerated.cache.prompt_cache import CLASS_BY_METHOD, make_prompt_cache
 from accelerated.cache.rabitq import RaBitQKVCache
@@ -20,7 +21,7 @@ from accelerated.cache.turboquant import TurboQuantKVCache
 from accelerated.cache.turboquant_prod import TurboQuantProdKVCache
 from accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
 
-CACHE_CLASSES = (VeloxKVCache, TurboQuantKVCache, TurboQuantRVQKVCache, TurboQuantProdKVCache,
+CACHE_CLASSES = (VeloxKVCache, BatchVeloxKVCache, TurboQuantKVCache, TurboQuantRVQKVCache, TurboQuantProdKVCache,
                  KIVIKVCache, RaBitQKVCache)
 
 
@@ -36,5 +37,5 @@ def _register(classes) -> None:
 _register(CACHE_CLASSES)
 hook.install()
 
-__all__ = ["CacheGroup", "VeloxKVCache", "TurboQuantKVCache", "TurboQuantRVQKVCache", "TurboQuantProdKVCache",
+__all__ = ["CacheGroup", "VeloxKVCache", "BatchVeloxKVCache", "TurboQuantKVCache", "TurboQuantRVQKVCache", "TurboQuantProdKVCache",
            "KIVIKVCache", "RaBitQKVCache", "CLASS_BY_METHOD", "CACHE_CLASSES", "make_prompt_cache"]

@@ -220,8 +220,11 @@ class VeloxKVCache(_BaseCache):
         self._chunks.append(_Chunk(self._appends, flags if faults else None, [m for _, _, m in faults], before))
         if self.attention == "packed":
             return PackedKV(self._k.packed(), flags), PackedKV(self._v.packed(), flags)
-        kd = self._k.dequantized().astype(keys.dtype)
-        vd = self._v.dequantized().astype(values.dtype)
+        # decoded block by block into the chunk's dtype (PackedRecord.dequantized): no float32 copy of the
+        # whole record; a prefill chunk (t > 1) syncs per block so that only one block's temporaries exist
+        eager = keys.shape[2] > 1
+        kd = self._k.packed().dequantized(keys.dtype, eager)
+        vd = self._v.packed().dequantized(values.dtype, eager)
         if flags is not None:
             kd, vd = mx.depends([kd, vd], [flags])
         return kd, vd
@@ -309,6 +312,13 @@ class VeloxKVCache(_BaseCache):
 
     def make_mask(self, *args, **kwargs):
         return create_attention_mask(*args, offset=self.offset, **kwargs)
+
+    @classmethod
+    def merge(cls, caches):
+        """mlx-lm's batching entry point (BatchGenerator): one BatchVeloxKVCache over copies of `caches`,
+        records moved as they are (accelerated/cache/batch.py)."""
+        from accelerated.cache.batch import BatchVeloxKVCache
+        return BatchVeloxKVCache.merge(caches)
 
     # ---- save / load ------------------------------------------------------------------------------
     @property

@@ -21,6 +21,9 @@ _ORIGINAL = getattr(_base.quantized_scaled_dot_product_attention, "__wrapped__",
 def dispatch(queries, q_keys, q_values, scale, mask, group_size: int = 64, bits: int = 8):
     if isinstance(q_keys, PackedKV):
         return attend(queries, q_keys, q_values, scale, mask)
+    from accelerated.cache.batch import BatchPackedKV, attend_batch
+    if isinstance(q_keys, BatchPackedKV):        # batched caches (accelerated/cache/batch.py)
+        return attend_batch(queries, q_keys, q_values, scale, mask)
     return _ORIGINAL(queries, q_keys, q_values, scale=scale, mask=mask, group_size=group_size, bits=bits)
 
 

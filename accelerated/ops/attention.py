@@ -62,14 +62,32 @@ class PackedRecord:
         if self.token is not None:
             mx.eval(self.token)
 
-    def dequantized(self) -> mx.array:
-        """float32 (B, H, T, d): every token decoded (the slow path: a full decoded copy)."""
+    def dequantized(self, dtype=mx.float32, eager: bool = False) -> mx.array:
+        """(B, H, T, d) in `dtype`: every token decoded (float32), cast once (RNE), the window cast too.
+
+        A full decoded copy (prefill's attention, dequantize-mode caches), built block by block into the
+        result: no float32 copy of the whole record, no concatenation. MLX evaluates the independent block
+        decodes before the stores, so lazily every block's float32 temporaries are alive at once; `eager`
+        evaluates the result after each block (a host sync per block) so that only one block's are: for a
+        prefill, where the peak matters and a sync costs nothing. Measured on the CPU (tools/memory.py's
+        finding, 8192 tokens, 8 heads, d = 128): a decoded float16 K of 16 MB peaked at 96 MB lazily, 36 MB
+        eagerly; the float32 decode plus concatenation and cast before this peaked higher still."""
         self.sync()
-        win = numerics.upcast(self.window)
+        b, h, r, d = self.window.shape
         if not self.encoded:
-            return win
-        prefix = self.decode_tokens(self.fields, self.params, win.shape[-1])
-        return prefix if win.shape[2] == 0 else mx.concatenate([prefix, win], axis=2)
+            return self.window.astype(dtype)
+        step = BLOCK
+        if self.params.method == "kivi" and self.params.role == "k":
+            step = max(self.params.group_size, BLOCK // self.params.group_size * self.params.group_size)
+        out = mx.zeros((b, h, self.encoded + r, d), dtype=dtype)
+        for t0 in range(0, self.encoded, step):
+            t1 = min(self.encoded, t0 + step)
+            out[:, :, t0:t1] = self.decode_tokens(self.block(t0, t1), self.params, d).astype(dtype)
+            if eager and t1 < self.encoded:
+                mx.eval(out)
+        if r:
+            out[:, :, self.encoded:] = self.window.astype(dtype)
+        return out
 
     @property
     def shape(self) -> tuple[int, int, int, int]:

@@ -1,0 +1,40 @@
+"""`veloxquant generate`: mlx-lm's own `mlx_lm.generate` command with our KV caches.
+
+The --kv-* flags choose the cache (tools/kv_flags.py); every other flag (--model, --prompt, --max-tokens,
+--temp, ...) is mlx_lm.generate's and goes to it unchanged, so the output (the text, then prompt and
+generation tokens-per-second and peak memory) is mlx-lm's. mlx-lm's own --kv-bits/--kv-group-size are
+replaced by ours.
+"""
+from __future__ import annotations
+
+import sys
+
+from tools import kv_flags
+
+PASSTHROUGH = True       # tools/cli.py hands the flags it does not know to run() as args.passthrough
+
+
+def add_arguments(p) -> None:
+    kv_flags.add_arguments(p)
+    p.epilog = "Other flags go to mlx_lm.generate (see `python -m mlx_lm generate --help`)."
+
+
+def run(args) -> int:
+    made: list = []
+    try:
+        s = kv_flags.install(args, keep=made)
+    except ValueError as e:
+        print(f"veloxquant generate: {e}", file=sys.stderr)
+        return 2
+    print(f"[veloxquant] KV cache: {kv_flags.describe(s)}", file=sys.stderr, flush=True)
+    from mlx_lm import generate as _pkg  # noqa: F401  (the package import binds mlx_lm.generate to a function)
+    gen = sys.modules["mlx_lm.generate"]
+    argv = sys.argv
+    sys.argv = ["mlx_lm.generate", *args.passthrough]
+    try:
+        gen.main()
+    finally:
+        sys.argv = argv
+    if made:
+        print(f"[veloxquant] KV cache at the end: {kv_flags.report(made[-1])}", flush=True)
+    return 0

@@ -1,0 +1,37 @@
+"""`veloxquant serve`: mlx-lm's HTTP server (`mlx_lm.server`, OpenAI-style /v1/completions and
+/v1/chat/completions) with our KV caches.
+
+The --kv-* flags choose the cache (tools/kv_flags.py); every other flag (--model, --host, --port,
+--prompt-cache-size, --decode-concurrency, ...) is mlx_lm.server's and goes to it unchanged. Requests are
+batched by mlx-lm's BatchGenerator over our batch caches (accelerated/cache/batch.py) and their caches are
+kept for prompt reuse in mlx-lm's LRUPromptCache, as with mlx-lm's fp16 cache.
+"""
+from __future__ import annotations
+
+import sys
+
+from tools import kv_flags
+
+PASSTHROUGH = True
+
+
+def add_arguments(p) -> None:
+    kv_flags.add_arguments(p)
+    p.epilog = "Other flags go to mlx_lm.server (see `python -m mlx_lm server --help`)."
+
+
+def run(args) -> int:
+    try:
+        s = kv_flags.install(args)
+    except ValueError as e:
+        print(f"veloxquant serve: {e}", file=sys.stderr)
+        return 2
+    print(f"[veloxquant] KV cache: {kv_flags.describe(s)}", file=sys.stderr, flush=True)
+    import mlx_lm.server as server
+    argv = sys.argv
+    sys.argv = ["mlx_lm.server", *args.passthrough]
+    try:
+        server.main()
+    finally:
+        sys.argv = argv
+    return 0
