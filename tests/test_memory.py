@@ -64,7 +64,7 @@ def test_prefill_decoded_copy_holds_one_block_at_a_time():
     k = mx.random.normal((1, 1, t, 64), key=mx.random.key(2)).astype(mx.float16)
     c.update_and_fetch(k, k)
     rec = c._k.packed()
-    mx.eval(rec.fields, rec.window)                 # the record is stored before anything is measured
+    mx.eval(list(rec.fields.values()), rec.window)  # the record is stored before anything is measured
     f32_copy = t * 64 * 4
     eager = _peak_above(lambda: rec.dequantized(mx.float16, eager=True))
     lazy = _peak_above(lambda: rec.dequantized(mx.float16, eager=False))
