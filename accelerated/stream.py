@@ -4,7 +4,8 @@ Chunks of any size arrive along T; the state after T tokens is the record that o
 T tokens produces (until a lossy KIVI trim). Encoded fields live in buffers that grow along the token
 axis in steps of 256 rows (like mlx-lm's KVCache), so per-token appends do not copy the whole prefix.
 Every check (x, dtype, shape; norm overflow and KIVI float16 overflow of the tokens this append encodes)
-runs before any state changes.
+runs before any state changes. Beside the record, the newest flushed tokens are kept exactly (spec
+`exact_trim`, streaming.md "Exact trims") so that a trim of up to E tokens restores the state exactly.
 
 `use_kernels` ("auto" | True | False) picks accelerated.kernels' fused kernels for the per-token math of the
 methods that have them ("auto": whenever the kernels can run, i.e. on a GPU); both paths store the same bytes.
@@ -104,6 +105,11 @@ class Stream:
         self._rows = {n: _Rows() for n in self._names}
         self._q = 0                          # encoded tokens
         self._window: mx.array | None = None  # (B, H, r, d) in the input dtype
+        # kept tokens (streaming.md "Exact trims"): exact values of tokens Q − L .. Q − 1, L <= C; none where
+        # they can never be used (per-token methods with R = 0)
+        p = self.params
+        self._cap = p.kept_capacity() if (p.method == "kivi" or p.window > 0) else 0
+        self._kept: mx.array | None = None
         self._version = 0                    # bumped by every state change (see commit)
         self._epoch = 0                      # bumped by every trim (marks taken before it cannot be restored)
         self._token: mx.array | None = None  # the pending in-place store of the newest rows (see commit)
@@ -180,8 +186,19 @@ class Stream:
                 else:
                     writes += self._rows[n].reserve(pending.fields[n])
             self._q += pending.flushed
+            self._keep(pending.window, pending.flushed)
         self._window = pending.window[:, :, pending.flushed:]
         self._version += 1
+
+    def _keep(self, win: mx.array, f: int) -> None:
+        """The flushed tokens win[:, :, :f] join the kept tokens; the newest C stay."""
+        if not self._cap:
+            return
+        if f >= self._cap or self._kept is None or self._kept.shape[2] == 0:
+            self._kept = win[:, :, max(f - self._cap, 0):f]
+        else:
+            kept = mx.concatenate([self._kept, win[:, :, :f]], axis=2)
+            self._kept = kept[:, :, max(kept.shape[2] - self._cap, 0):]
 
     def stored_by(self, token: mx.array) -> None:
         """The rows of the last `commit(..., writes)` are being stored by the launch that returns `token`."""
@@ -205,30 +222,44 @@ class Stream:
         self.sync()
         self._version += 1
         self._epoch += 1
-        r = self._window.shape[2]
-        if n <= r:
-            self._window = self._window[:, :, : r - n]
-            return n
-        t_new = t - n
         p = self.params
-        if p.method == "kivi":
-            q_new = p.group_size * (t_new // p.group_size)
-            # Tokens q_new..t_new-1 sit in the group starting at q_new: decode it, cast (RNE), re-window.
-            if t_new > q_new:
-                grp = {k: self._rows[k].view(self._field_rows(k, q_new),
-                                             self._field_rows(k, q_new + p.group_size))
-                       for k in self._names}
-                dec = self._method.decode_tokens(grp, p, self._bhd[2])[:, :, : t_new - q_new]
-                self._window = dec.astype(numerics.DTYPES[self._dtype])
+        r = self._window.shape[2]
+        t_new = t - n
+        kept = self._kept if self._kept is not None else self._window[:, :, :0]
+        kept_lo = self._q - kept.shape[2]               # kept tokens are kept_lo .. Q − 1
+        # 1. window tokens first
+        self._window = self._window[:, :, : max(r - n, 0)]
+        q_new = self._q
+        if n > r:
+            # 2. encoded tokens: per-token methods drop records; kivi truncates to whole groups and puts
+            # tokens q_new..t_new-1 back: kept values if held, else decoded and cast RNE (lossy)
+            if p.method == "kivi":
+                q_new = p.group_size * (t_new // p.group_size)
+                if t_new > q_new and q_new >= kept_lo:
+                    self._window = kept[:, :, q_new - kept_lo : t_new - kept_lo]
+                elif t_new > q_new:
+                    grp = {k: self._rows[k].view(self._field_rows(k, q_new),
+                                                 self._field_rows(k, q_new + p.group_size))
+                           for k in self._names}
+                    dec = self._method.decode_tokens(grp, p, self._bhd[2])[:, :, : t_new - q_new]
+                    self._window = dec.astype(numerics.DTYPES[self._dtype])
             else:
-                self._window = self._window[:, :, :0]
-        else:
-            q_new = t_new
-            self._window = self._window[:, :, :0]
+                q_new = t_new
+            kept = kept[:, :, : max(q_new - kept_lo, 0)]
+        # 3. refill: the newest kept tokens (whole groups for kivi) go back to the front of the window
+        g = p.group_size if p.method == "kivi" else 1
+        back = min(max(p.window - self._window.shape[2], 0), kept.shape[2])
+        back = g * -(-back // g) if back else 0             # whole groups, while the window is short of R
+        back = min(back, g * (kept.shape[2] // g))
+        if back:
+            self._window = mx.concatenate([kept[:, :, kept.shape[2] - back :], self._window], axis=2)
+            kept = kept[:, :, : kept.shape[2] - back]
+            q_new -= back
         for k in self._names:
             self._rows[k].n = self._field_rows(k, q_new)
         self._q = q_new
-        mx.eval(self._window)
+        self._kept = kept if self._cap else None
+        mx.eval(self._window, *([] if self._kept is None else [self._kept]))
         return n
 
     # -- marks (rollback of chunks whose deferred checks fail) ------------------------------------------
@@ -236,15 +267,15 @@ class Stream:
         """The current state, restorable while no trim happens: appends only write rows past the valid
         ones (a buffer that grows keeps them), so the row counts and the window array are the state."""
         return (self._epoch, self._version, self._q, {k: r.n for k, r in self._rows.items()}, self._window,
-                self._dtype, self._bhd)
+                self._dtype, self._bhd, self._kept)
 
     def restore(self, mark: tuple) -> None:
-        epoch, _, q, rows, window, dtype, bhd = mark
+        epoch, _, q, rows, window, dtype, bhd, kept = mark
         if epoch != self._epoch:
             raise ValueError("mark: taken before a trim; it can no longer be restored")
         for k, n in rows.items():
             self._rows[k].n = n
-        self._q, self._window, self._dtype, self._bhd = q, window, dtype, bhd
+        self._q, self._window, self._dtype, self._bhd, self._kept = q, window, dtype, bhd, kept
         self._version += 1
 
     # -- views -------------------------------------------------------------------------------------
@@ -283,16 +314,20 @@ class Stream:
 
     @property
     def nbytes(self) -> int:
-        return sum(v.nbytes for v in self.record().values())
+        return sum(v.nbytes for v in self.record().values()) + (0 if self._kept is None else self._kept.nbytes)
 
     # -- save / load -------------------------------------------------------------------------------
     def state(self) -> tuple[dict[str, mx.array], dict]:
-        """(record arrays, metadata of str/int): enough to continue exactly (streaming.md)."""
+        """(record arrays plus "kept" where tokens are kept, metadata of str/int): enough to continue
+        exactly (streaming.md)."""
         meta = {k: v for k, v in self.params.to_dict().items()}
         meta.update(tokens=self.tokens, spec_version=spec.SPEC_VERSION)
         if self._dtype is not None:
             meta["dtype"] = self._dtype
-        return self.record(), meta
+        arrays = self.record()
+        if arrays and self._kept is not None:
+            arrays["kept"] = self._kept
+        return arrays, meta
 
     @classmethod
     def from_state(cls, arrays, meta: dict | None = None, use_kernels="auto") -> "Stream":
@@ -301,7 +336,8 @@ class Stream:
             arrays, meta = arrays
         if not isinstance(meta, dict):
             raise ValueError("meta: must be the dict returned by state()")
-        keys = ("method", "bits", "bits2", "group_size", "window", "seed", "layer", "head_offset", "role")
+        keys = ("method", "bits", "bits2", "group_size", "window", "seed", "layer", "head_offset", "role",
+                "exact_trim")
         try:
             p = spec.Params(**{k: meta[k] for k in keys if k in meta})
         except TypeError as e:
@@ -311,6 +347,8 @@ class Stream:
             if meta.get("tokens", 0):
                 raise ValueError("arrays: empty but meta says tokens > 0")
             return s
+        arrays = dict(arrays)
+        kept = arrays.pop("kept", None)
         b, h, t, q, d = record.check_record(arrays, s.params)
         if meta.get("tokens") != t:
             raise ValueError(f"meta: tokens {meta.get('tokens')} does not match the arrays ({t})")
@@ -322,4 +360,11 @@ class Stream:
         for k in s._names:
             s._rows[k].extend(arrays[k])
         s._window = win
+        if kept is not None or s._cap:
+            kept = win[:, :, :0] if kept is None else kept
+            if (not isinstance(kept, mx.array) or kept.dtype != win.dtype or kept.ndim != 4
+                    or (*kept.shape[:2], kept.shape[3]) != (b, h, d) or kept.shape[2] > min(s._cap, q)):
+                raise ValueError(f"arrays: kept tokens {getattr(kept, 'shape', kept)} do not fit the record "
+                                 f"(at most {min(s._cap, q)} tokens of {win.dtype}, (B, H, d) = {(b, h, d)})")
+            s._kept = kept if s._cap else None
         return s
