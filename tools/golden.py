@@ -752,12 +752,12 @@ def _run_reference(cd: CaseDef) -> GoldenCase:
 
 def case_defs(methods=None) -> list[CaseDef]:
     """Every method case, in manifest order."""
-    from tools import golden_spec11
+    from tools import golden_exact_trim, golden_spec11
     out = []
     for m in methods or available_methods():
         out += _edge_cases(m) + _random_cases(m) + _window_and_stream_cases(m)
     for m in methods or available_methods():
-        out += golden_spec11.case_defs(m)
+        out += golden_spec11.case_defs(m) + golden_exact_trim.case_defs(m)
     ids = [c.id for c in out]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
@@ -776,11 +776,12 @@ def _check_ties(defs: list[CaseDef]) -> None:
 
 
 def generate_cases(methods=None) -> list[GoldenCase]:
-    from tools import golden_spec11
+    from tools import golden_exact_trim, golden_spec11
     defs = case_defs(methods)
     _check_ties(defs)
     cases = [_run_reference(cd) for cd in defs]
     golden_spec11.check_cases(cases)   # each 1.1 case really exercises its rule (else GenerationError)
+    golden_exact_trim.check_cases(cases)
     return cases
 
 
