@@ -53,6 +53,10 @@ STATE_FORMAT = 1                       # version of the `state` layout below
 _DTYPES = (mx.float16, mx.bfloat16, mx.float32)
 ATTENTION_MODES = ("packed", "dequantize")
 CHECK_MODES = ("deferred", "eager")
+# streaming.md "Exact trims": the caches' default E. mlx-lm's speculative decoding trims at most its number of
+# draft tokens per step (speculative_generate_step's default 2, the CLI's --num-draft-tokens 3); 32 also
+# covers a window R = 32 trimmed completely.
+DEFAULT_EXACT_TRIM = 32
 # Appends whose snapshots are kept: a fault is found one append after its chunk (in its own layer) or two
 # (when a later layer of the same forward finds it), so three snapshots cover every rollback target.
 _KEPT_CHUNKS = 3
@@ -88,7 +92,8 @@ class CacheGroup:
                 c.trim(c.offset - offset)
 
 
-def _role_params(role: str, method, bits, bits2, group_size, window, seed, layer, head_offset) -> spec.Params:
+def _role_params(role: str, method, bits, bits2, group_size, window, seed, layer, head_offset,
+                 exact_trim=0) -> spec.Params:
     """Params for one role, resolved now so a bad setting fails at construction, named per role."""
     prefix = "key_" if role == "k" else "value_"
     if method is None:
@@ -99,7 +104,8 @@ def _role_params(role: str, method, bits, bits2, group_size, window, seed, layer
     p = spec.Params(method, bits=bits,
                     bits2=bits2 if method == "turboquant_rvq" else None,
                     group_size=group_size if "group_sizes" in info else None,
-                    window=window, seed=seed, layer=layer, head_offset=head_offset, role=role)
+                    window=window, seed=seed, layer=layer, head_offset=head_offset, role=role,
+                    exact_trim=exact_trim)
     try:
         return p.resolved()
     except ValueError as e:
@@ -127,6 +133,9 @@ class VeloxKVCache(_BaseCache):
       method, bits: defaults for both roles; key_method/value_method and key_bits/value_bits override.
       bits2 (turboquant_rvq), group_size (kivi): passed to the role(s) whose method takes them.
       window: spec `window` R, the newest tokens kept exactly in the input dtype (method default if None).
+      exact_trim: spec `exact_trim` E (default 32): a trim of up to E tokens after appends restores the
+        stored state exactly (speculative decoding); costs E tokens per stream in the input dtype where
+        R > 0 (kivi: E rounded up to whole groups), nothing for per-token methods with R = 0.
       seed, layer, head_offset: spec common parameters; per-head randomness comes from
         (seed, layer, head_offset + local head, role), so a cache over a shard of the KV heads stores the
         same bytes per head as the unsharded one.
@@ -139,14 +148,14 @@ class VeloxKVCache(_BaseCache):
                  key_bits: int | None = None, value_bits: int | None = None,
                  bits2: int | None = None, group_size: int | None = None, window: int | None = None,
                  seed: int = 0, layer: int = 0, head_offset: int = 0, attention: str = "packed",
-                 checks: str = "deferred"):
+                 checks: str = "deferred", exact_trim: int = DEFAULT_EXACT_TRIM):
         if attention not in ATTENTION_MODES:
             raise ValueError(f"attention: expected one of {ATTENTION_MODES}, got {attention!r}")
         if checks not in CHECK_MODES:
             raise ValueError(f"checks: expected one of {CHECK_MODES}, got {checks!r}")
         method = method or self.method
         common = dict(bits2=bits2, group_size=group_size, window=window, seed=seed, layer=layer,
-                      head_offset=head_offset)
+                      head_offset=head_offset, exact_trim=exact_trim)
         self.key_params = _role_params("k", key_method or method, bits if key_bits is None else key_bits,
                                        **common)
         self.value_params = _role_params("v", value_method or method,

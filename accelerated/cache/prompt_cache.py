@@ -5,7 +5,7 @@ from __future__ import annotations
 from mlx_lm.models.cache import KVCache
 
 from accelerated.cache import hook
-from accelerated.cache.base import CacheGroup, VeloxKVCache
+from accelerated.cache.base import DEFAULT_EXACT_TRIM, CacheGroup, VeloxKVCache
 from accelerated.cache.kivi import KIVIKVCache
 from accelerated.cache.rabitq import RaBitQKVCache
 from accelerated.cache.turboquant import TurboQuantKVCache
@@ -26,7 +26,8 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
                       key_bits: int | None = None, value_bits: int | None = None,
                       bits2: int | None = None, group_size: int | None = None, window: int | None = None,
                       fp16_layers: tuple[int, int] = (0, 0), seed: int = 0, head_offset: int | None = None,
-                      group=None, attention: str = "auto", checks: str = "deferred") -> list:
+                      group=None, attention: str = "auto", checks: str = "deferred",
+                      exact_trim: int = DEFAULT_EXACT_TRIM) -> list:
     """Caches for `model.layers`: compressed ones, except mlx-lm's plain KVCache for the first
     `fp16_layers[0]` and last `fp16_layers[1]` layers (kept in the model dtype).
 
@@ -45,6 +46,8 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
     fetch returns the decoded cache) or "auto": packed for each layer whose attention goes through
     mlx-lm's base.scaled_dot_product_attention (llama, qwen2/3, mistral, gemma, gemma3 ...), dequantize
     for layers that compute attention themselves (e.g. gemma2's soft-capped logits).
+    exact_trim: E of spec/streaming.md "Exact trims" (VeloxKVCache; default 32, enough for mlx-lm's
+    speculative decoding with up to 32 draft tokens).
     checks: "deferred" or "eager" (VeloxKVCache); the returned caches form one CacheGroup, so a deferred
     fault rolls every layer back together.
     """
@@ -72,7 +75,7 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
         caches.append(cls(bits, method=km, key_method=km, value_method=vm, key_bits=key_bits,
                           value_bits=value_bits, bits2=bits2, group_size=group_size, window=window,
                           seed=seed, layer=layer, head_offset=0 if offset is None else offset,
-                          attention=mode, checks=checks))
+                          attention=mode, checks=checks, exact_trim=exact_trim))
     CacheGroup(caches)
     return caches
 
