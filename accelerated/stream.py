@@ -23,13 +23,15 @@ from accelerated.ops.attention import PackedRecord
 
 
 class _Rows:
-    """An array growing along axis 2, preallocated in steps; `n` rows are valid."""
+    """An array growing along axis 2, preallocated in steps; rows lo..n-1 are valid (rows before `lo` were
+    evicted by a sliding-window cache, `Stream.evict`)."""
 
     step = 256
 
     def __init__(self, arr: mx.array | None = None):
         self.buf = arr
         self.n = 0 if arr is None else arr.shape[2]
+        self.lo = 0
 
     def extend(self, a: mx.array) -> None:
         k = a.shape[2]
@@ -63,7 +65,7 @@ class _Rows:
         return writes
 
     def view(self, lo: int = 0, hi: int | None = None) -> mx.array:
-        return self.buf[:, :, lo : self.n if hi is None else hi]
+        return self.buf[:, :, self.lo + lo : self.n if hi is None else self.lo + hi]
 
 
 def _method_module(method: str, use_kernels):
@@ -256,7 +258,7 @@ class Stream:
             kept = kept[:, :, : kept.shape[2] - back]
             q_new -= back
         for k in self._names:
-            self._rows[k].n = self._field_rows(k, q_new)
+            self._rows[k].n = self._rows[k].lo + self._field_rows(k, q_new)
         self._q = q_new
         self._kept = kept if self._cap else None
         mx.eval(self._window, *([] if self._kept is None else [self._kept]))
@@ -266,17 +268,50 @@ class Stream:
     def mark(self) -> tuple:
         """The current state, restorable while no trim happens: appends only write rows past the valid
         ones (a buffer that grows keeps them), so the row counts and the window array are the state."""
-        return (self._epoch, self._version, self._q, {k: r.n for k, r in self._rows.items()}, self._window,
-                self._dtype, self._bhd, self._kept)
+        return (self._epoch, self._version, self._q, {k: (r.lo, r.n) for k, r in self._rows.items()},
+                self._window, self._dtype, self._bhd, self._kept)
 
     def restore(self, mark: tuple) -> None:
         epoch, _, q, rows, window, dtype, bhd, kept = mark
         if epoch != self._epoch:
             raise ValueError("mark: taken before a trim; it can no longer be restored")
-        for k, n in rows.items():
-            self._rows[k].n = n
+        for k, (lo, n) in rows.items():
+            self._rows[k].lo, self._rows[k].n = lo, n
         self._q, self._window, self._dtype, self._bhd, self._kept = q, window, dtype, bhd, kept
         self._version += 1
+
+    # -- eviction (sliding-window caches, accelerated/cache/rotating.py) ------------------------------------
+    def evict(self, n: int) -> None:
+        """Remove the oldest n tokens (kivi: n a multiple of G while they are encoded). Encoded rows are
+        only skipped (no copy; a `mark()` taken before stays restorable), so the state is the one-shot
+        record of the remaining tokens: every record depends on its own token only (kivi: its group)."""
+        p = self.params
+        if n <= 0:
+            return
+        ne = min(n, self._q)
+        if p.method == "kivi" and ne % p.group_size:
+            raise ValueError(f"n: kivi evicts whole groups of {p.group_size} encoded tokens, got {ne}")
+        for k in self._names:
+            self._rows[k].lo += self._field_rows(k, ne)
+        self._q -= ne
+        self._window = self._window[:, :, n - ne :]
+        if self._kept is not None:
+            self._kept = self._kept[:, :, max(self._kept.shape[2] - self._q, 0) :]
+        self._version += 1
+
+    def dead_rows(self) -> int:
+        """Rows skipped by `evict` and still held in the buffers."""
+        return max((r.lo for r in self._rows.values()), default=0)
+
+    def compact(self) -> None:
+        """Free the evicted rows (a copy of the valid ones); marks taken before cannot be restored."""
+        self.sync()
+        for r in self._rows.values():
+            if r.buf is not None and r.lo:
+                r.buf, r.n, r.lo = mx.contiguous(r.buf[:, :, r.lo : r.n]), r.n - r.lo, 0
+                mx.eval(r.buf)
+        self._version += 1
+        self._epoch += 1
 
     # -- views -------------------------------------------------------------------------------------
     def packed(self) -> "PackedRecord":

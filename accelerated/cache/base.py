@@ -208,7 +208,7 @@ class VeloxKVCache(_BaseCache):
             v.commit(pending_v)
             flags = fault_flags(faults) if faults else None     # one launch on a GPU, no sync
         self._k, self._v = k, v
-        self.offset = self._k.tokens
+        self.offset += keys.shape[2]      # tokens seen; the streams hold offset - evicted of them (rotating.py)
         self._appends += 1
         self._chunks.append(_Chunk(self._appends, flags if faults else None, [m for _, _, m in faults], before))
         if self.attention == "packed":
@@ -296,7 +296,7 @@ class VeloxKVCache(_BaseCache):
             tk = self._k.trim(n)
             tv = self._v.trim(n)
             assert tk == tv == n, (tk, tv, n)
-            self.offset = self._k.tokens
+            self.offset -= n
         return n
 
     def make_mask(self, *args, **kwargs):
@@ -347,9 +347,10 @@ class VeloxKVCache(_BaseCache):
         else:
             self._k = Stream.from_state(dict(k_arrays), meta["k"])
             self._v = Stream.from_state(dict(v_arrays), meta["v"])
-            if not self._k.tokens == self._v.tokens == meta["offset"]:
+            evicted = meta.get("evicted", 0)        # tokens a sliding-window cache dropped (rotating.py)
+            if not self._k.tokens == self._v.tokens == meta["offset"] - evicted:
                 raise ValueError("state: key/value token counts disagree with the saved offset")
-            self.offset = self._k.tokens
+            self.offset = meta["offset"]
         self._chunks.clear()
 
     @classmethod
