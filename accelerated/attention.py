@@ -9,6 +9,7 @@ rejection').
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import mlx.core as mx
 
@@ -50,13 +51,20 @@ def _with_flags(out: mx.array, *views: PackedKV) -> mx.array:
     return mx.depends(out, deps) if deps else out
 
 
+@functools.lru_cache(maxsize=None)
+def _kernels():
+    # imported on first use (accelerated.kernels.attention imports this module); cached: an import statement
+    # in the decode step costs microseconds per layer
+    from accelerated.kernels import attention as kernel_attention
+    return kernel_attention
+
+
 def path(queries: mx.array, keys: PackedKV, values: PackedKV, mask=None) -> str:
     """Which implementation `attend` uses: "kernels", "ops" or "decoded"."""
     if queries.shape[2] > MAX_PACKED_QUERIES or (mask is not None and not isinstance(mask, str)
                                                    and queries.shape[2] > 1 and mask.size > 2 ** 24):
         return "decoded"
-    from accelerated.kernels import attention as kernel_attention
-    if kernel_attention.supports(queries, keys.record, values.record, mask):
+    if _kernels().supports(queries, keys.record, values.record, mask):
         return "kernels"
     return "ops"
 
@@ -72,8 +80,7 @@ def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, ma
         k, v = keys.dequantized(), values.dequantized()
         out = mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask)
     elif which == "kernels":
-        from accelerated.kernels import attention as kernel_attention
-        out = kernel_attention.attention(queries, keys.record, values.record, scale, mask)
+        out = _kernels().attention(queries, keys.record, values.record, scale, mask)
     else:
         out = ops_attention.attention(queries, keys.record, values.record, scale, mask)
     return _with_flags(out, keys, values)

@@ -19,7 +19,35 @@ import mlx.core as mx
 import spec
 from accelerated import ops
 from accelerated.ops import numerics, record
-from accelerated.ops.attention import PackedRecord
+from accelerated.ops.attention import PackedRecord, Views
+
+
+def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, after: mx.array | None):
+    """A keys/values chunk stored by one launch of accelerated.kernels.append (encode + in-place store +
+    deferred checks), where it applies: both streams on the kernels, R = 0 and per-token records, their
+    (B, H, d) and dtype already set by an earlier append, room in the buffers. Returns the launch's token
+    (both streams now end with the chunk), or None with nothing changed (the caller takes the general path).
+    The checks an earlier append made (shape, dtype, parameters) hold for a chunk continuing it; the data
+    checks are in the token (accelerated.kernels.append.messages)."""
+    from accelerated.kernels import append as fused
+    t = keys.shape[2]
+    for s, x in ((k, keys), (v, values)):
+        b, h, _, d = x.shape
+        if (s._bhd != (b, h, d) or not hasattr(s._method, "encode_launch") or not fused.applies(s.params)
+                or s._window is None or s._window.shape[2] or s._window.dtype != x.dtype or s._q != k._q):
+            return None
+        for r in s._rows.values():
+            if r.buf is None or r.n + t > r.buf.shape[2] or not fused.fits(b, h, r.buf.shape[2]):
+                return None
+    token = fused.append(k.params, keys, {n: r.buf for n, r in k._rows.items()}, v.params, values,
+                         {n: r.buf for n, r in v._rows.items()}, k._q, after)
+    for s in (k, v):
+        for r in s._rows.values():
+            r.n += t
+        s._q += t
+        s._version += 1
+        s._token = token
+    return token
 
 
 class _Rows:
@@ -320,7 +348,8 @@ class Stream:
         nothing encoded yet are left out (attention reads none while Q = 0)."""
         if self._bhd is None:
             raise ValueError("stream: no tokens appended yet")
-        fields = {k: r.view() for k, r in self._rows.items() if r.buf is not None}
+        fields = Views({k: r.buf for k, r in self._rows.items() if r.buf is not None},
+                       {k: r.n for k, r in self._rows.items()})
         return PackedRecord(self.params, fields, self._window, self._q, self._method.decode_tokens, self._token)
 
     def record(self) -> dict[str, mx.array]:

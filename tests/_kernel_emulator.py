@@ -56,6 +56,7 @@ PRELUDE = """
 #define PIN(v) (v)
 #define TO_F32(v) static_cast<float>(v)
 #define TO_TS(v) vq_to<TS>((v))
+#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))
 """
 
 HARNESS = r"""

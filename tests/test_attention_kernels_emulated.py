@@ -102,9 +102,9 @@ static void vq_run(int nt, int gx, int gy, int gz, F f) {
 """
 
 CTYPES = {mx.float16: "_Float16", mx.bfloat16: "vq_bf16", mx.float32: "float", mx.uint32: "uint32_t",
-          mx.bool_: "bool"}
+          mx.bool_: "bool", mx.int32: "int32_t"}
 NP_VIEW = {mx.float16: np.float16, mx.bfloat16: np.uint16, mx.float32: np.float32, mx.uint32: np.uint32,
-           mx.bool_: np.bool_}
+           mx.bool_: np.bool_, mx.int32: np.int32}
 
 
 def _params(names, types, shaped):
@@ -118,9 +118,10 @@ def _params(names, types, shaped):
 
 
 def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
-    p_ins, c_ins = src.PARTIAL_INPUTS, src.COMBINE_INPUTS
-    types = {**in_types, "o_acc": "float", "o_ml": "float", "f_vsig": "float", "f_vtau": "float"}
-    pbody, cbody = src.PARTIAL_BODY, src.COMBINE_BODY
+    p_ins, c_ins = plan.partial_names, src.inputs("combine")
+    types = {**in_types, "o_acc": "float", "o_ml": "float", "f_c": "float"}
+    pbody = src.aliases("partial", *plan.key) + src.PARTIAL_BODY
+    cbody = src.aliases("combine") + src.COMBINE_BODY
     p_shaped = [n for n in p_ins if f"{n}_shape" in pbody or f"{n}_strides" in pbody]
     c_shaped = [n for n in c_ins if f"{n}_shape" in cbody or f"{n}_strides" in cbody]
     consts = "".join(f"  constexpr int {k} = {v};\n" for k, v in plan.partial_template)
@@ -164,13 +165,18 @@ def _compile(text: str) -> ctypes.CDLL:
 
 
 def _strided(a: mx.array, pad: int) -> np.ndarray:
-    """a as a numpy view inside a buffer with `pad` extra rows on axis 2 (the caches' buffer layout)."""
+    """a inside a buffer with `pad` more rows on axis 2, all bits set (NaN as floats): the caches pass their
+    whole buffers and the encoded count (nenc), so a kernel reading a row past it would show."""
     n = np.array(a.view(mx.uint16) if a.dtype == mx.bfloat16 else a).astype(NP_VIEW[a.dtype], copy=False)
     if n.ndim >= 3 and pad:
-        big = np.zeros(n.shape[:2] + (n.shape[2] + pad,) + n.shape[3:], n.dtype)
+        big = np.empty(n.shape[:2] + (n.shape[2] + pad,) + n.shape[3:], n.dtype)
+        big.view(np.uint8)[...] = 0xFF
         big[:, :, : n.shape[2]] = n
-        n = big[:, :, : n.shape[2]]
+        n = big
     return n
+
+
+_FIELD_INPUTS = {"kc1", "kc2", "ks0", "ks1", "kgs", "kgz", "vc1", "vc2", "vs0", "vs1", "vgs", "vgz"}
 
 
 def _marshal(arrays: list[np.ndarray]):
@@ -185,8 +191,8 @@ def _marshal(arrays: list[np.ndarray]):
 
 def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale: float, mask=None) -> np.ndarray:
     plan = katt.launch_plan(queries, k, v, scale, mask)
-    ins = [_strided(a, 3 if i >= 3 else 0) for i, a in enumerate(plan.partial_inputs)]
-    in_types = {n: CTYPES[a.dtype] for n, a in zip(src.PARTIAL_INPUTS, plan.partial_inputs)}
+    ins = [_strided(a, 3 if name in _FIELD_INPUTS else 0) for name, a in zip(plan.partial_names, plan.partial_inputs)]
+    in_types = {n: CTYPES[a.dtype] for n, a in zip(plan.partial_names, plan.partial_inputs)}
     out_type = CTYPES[queries.dtype]
     lib = _compile(_source(plan, in_types, out_type))
     (acc_shape, _), (ml_shape, _) = plan.partial_outputs
@@ -197,8 +203,7 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
     lib.run_partial(ptrs, sh.ctypes.data_as(ctypes.c_void_p), st.ctypes.data_as(ctypes.c_void_p),
                     o_acc.ctypes.data_as(ctypes.c_void_p), o_ml.ctypes.data_as(ctypes.c_void_p),
                     katt.NT, gx // katt.NT, gy, gz)
-    vsig, vtau = katt._signs(v.params, k.shape[1], queries.shape[-1])
-    cins = [o_acc, o_ml, np.array(katt._consts(queries.shape[-1])), np.array(vsig), np.array(vtau), ins[0]]
+    cins = [o_acc, o_ml, ins[1], ins[0]]         # o_acc, o_ml, f_c, q
     out = np.zeros(plan.out_shape, NP_VIEW[queries.dtype])
     ptrs, sh, st = _marshal(cins)
     gx, gy, gz = plan.combine_grid

@@ -47,7 +47,9 @@ from accelerated.kernels import backend as kernel_backend
 from accelerated.kernels.commit import commit as store_rows
 from accelerated.kernels.faults import flags as fault_flags
 from accelerated.ops import numerics
-from accelerated.stream import Stream
+from accelerated.kernels.append import messages as fused_messages
+from accelerated.kernels.methods import NONFINITE, RULES
+from accelerated.stream import Stream, append_in_place
 
 STATE_FORMAT = 1                       # version of the `state` layout below
 _DTYPES = (mx.float16, mx.bfloat16, mx.float32)
@@ -71,6 +73,7 @@ class _Chunk:
     messages: list
     before: tuple
     checked: bool = False
+    reader: object = None       # flags -> one hit list per message (None: flags.tolist())
 
 
 class CacheGroup:
@@ -181,6 +184,19 @@ class VeloxKVCache(_BaseCache):
         self._check_chunk(keys, values)
         # Both chunks are checked and encoded before either stream changes (Stream.prepare), so a
         # rejected value chunk leaves the keys untouched too; streams are created on the first update.
+        if self._k is not None and self.checks == "deferred" and self.attention == "packed" \
+                and kernel_backend.available()[0]:
+            before = (self._k.mark(), self._v.mark(), self.offset)
+            token = append_in_place(self._k, self._v, keys, values, self._token)
+            if token is not None:      # one launch: encode both, store in place, checks (kernels/append.py)
+                self._token = token
+                self.offset = self._k.tokens
+                self._appends += 1
+                kp, vp = self.key_params, self.value_params
+                msgs = [f"keys: {NONFINITE}", f"keys: {RULES[kp.method]}", f"values: {NONFINITE}",
+                        f"values: {RULES[vp.method]}"]
+                self._chunks.append(_Chunk(self._appends, token, msgs, before, reader=fused_messages))
+                return PackedKV(self._k.packed(), token), PackedKV(self._v.packed(), token)
         k = self._k if self._k is not None else Stream(self.key_params)
         v = self._v if self._v is not None else Stream(self.value_params)
         before = (None if self._k is None else self._k.mark(), None if self._v is None else self._v.mark(),
@@ -241,7 +257,8 @@ class VeloxKVCache(_BaseCache):
     def _settle(self, keep: int) -> None:
         chunks = [c for c in self._chunks if not c.checked]
         for c in chunks[: max(len(chunks) - keep, 0)]:
-            hits = [] if c.flags is None else c.flags.tolist()   # evaluated already: no wait
+            hits = ([] if c.flags is None else c.reader(c.flags) if c.reader is not None
+                    else c.flags.tolist())   # evaluated already: no wait
             msg = next((m for m, hit in zip(c.messages, hits) if (any(hit) if isinstance(hit, list) else hit)),
                        None)
             if msg is not None:

@@ -17,7 +17,7 @@ import spec
 from accelerated.kernels import attention_source as src
 from accelerated.kernels import backend
 from accelerated.ops import codebooks, prng
-from accelerated.ops.attention import PackedRecord
+from accelerated.ops.attention import PackedRecord, Views
 
 NT = 128                      # threads per partial threadgroup (4 warps)
 TOKENS_PER_SPLIT = 256        # encoded tokens per split before the split count is capped
@@ -111,12 +111,40 @@ def _signs(p: spec.Params, h: int, d: int) -> tuple[mx.array, mx.array]:
     return sig, tau
 
 
-def _record_inputs(r: PackedRecord) -> list[mx.array]:
-    """c1, c2, s0, s1, gs, gz of a record (views of the buffers; stand-ins of the right rank)."""
-    out = []
-    for i, (name, rank) in enumerate(zip(_FIELDS[r.params.method], (4, 4, 3, 3, 4, 4))):
-        out.append(_dummy(rank, mx.uint32 if i < 2 else mx.float32) if name is None else r.fields[name])
+def _record_inputs(r: PackedRecord, role: str) -> dict[str, mx.array]:
+    """The fields of a record under the kernel's names ({role}c1, c2, s0, s1, gs, gz): the buffers themselves
+    where the record has them (the kernel reads rows < nenc only), else views."""
+    f = r.fields.buffers if isinstance(r.fields, Views) else r.fields
+    return {f"{role}{n}": f[name] for n, name in zip(("c1", "c2", "s0", "s1", "gs", "gz"), _FIELDS[r.params.method])
+            if name is not None}
+
+
+@functools.lru_cache(maxsize=256)
+def _constants(kp: spec.Params, vp: spec.Params, hkv: int, d: int, scale: float) -> mx.array:
+    """f_c (attention_source.C_*): scale * log2(e), s_d, A_d, the four code tables, then sigma and tau of
+    the keys and of the values (hkv * d each; zeros where a method has none)."""
+    import numpy as np
+    c = np.zeros(src.C_SIGNS + 4 * hkv * d, np.float32)
+    c[src.C_SCALE] = float(scale) * LOG2E
+    c[src.C_K], c[src.C_K + 1] = float(spec.scale(d)), float(spec.qjl_scale(d))
+    for off, tab in zip((src.C_KTAB1, src.C_KTAB2, src.C_VTAB1, src.C_VTAB2), (*_tables(kp, d), *_tables(vp, d))):
+        t = np.array(tab, np.float32).reshape(-1)
+        c[off: off + t.size] = t
+    for i, a in enumerate((*_signs(kp, hkv, d), *_signs(vp, hkv, d))):
+        a = np.array(a, np.float32).reshape(-1)
+        if a.size == hkv * d:
+            c[src.C_SIGNS + i * hkv * d: src.C_SIGNS + (i + 1) * hkv * d] = a
+    out = mx.array(c)
+    mx.eval(out)
     return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _count(n: int) -> mx.array:
+    """nenc: the encoded token count as a one-element int32 input (made once per count, shared by layers)."""
+    a = mx.array([n], dtype=mx.int32)
+    mx.eval(a)
+    return a
 
 
 def _tokens_per_lane(kp: spec.Params, vp: spec.Params) -> int:
@@ -138,13 +166,14 @@ class Plan:
     out_shape: tuple
     splits: int
     qb: int
+    partial_names: list = dataclasses.field(default_factory=list)   # attention_source.inputs of the launch
+    key: tuple = (0, 0, False)                                      # (MK, MV, HASWIN): the partial kernel
 
 
-def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
-                flags: mx.array | None = None) -> Plan:
-    b, hq, l, d = queries.shape
-    hkv = k.shape[1]
-    kp, vp = k.params, v.params
+@functools.lru_cache(maxsize=1024)
+def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, hkv: int, q_enc_splits: int,
+            has_win: bool, causal: bool, qdtype, scale: float) -> tuple:
+    """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it)."""
     nq = (hq // hkv) * l
     p_lanes = min(32, d // 8)
     nc = d // (8 * p_lanes)
@@ -152,33 +181,38 @@ def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: floa
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     qb = max(1, min(qb, 32 // (nc * parts)))               # registers: qb * nc query + accumulator values
     nqg = -(-nq // qb)
-    q_enc = k.encoded
-    splits = max(1, min(-(-q_enc // TOKENS_PER_SPLIT), MAX_THREADGROUPS // max(1, hkv * b * nqg)))
-    has_win = k.window.shape[2] > 0
-    kw = k.window if has_win else _dummy(4)
-    vw = v.window if has_win else _dummy(4)
-    kt1, kt2 = _tables(kp, d)
-    vt1, vt2 = _tables(vp, d)
-    ksig, ktau = _signs(kp, hkv, d)
-    if flags is None:          # order after the in-place store of the newest rows (kernels.commit)
-        flags = k.token if k.token is not None else _dummy(1, mx.bool_)
-        if v.token is not None and v.token is not k.token:
-            v.sync()
-    kin = _record_inputs(k)
-    vin = _record_inputs(v)
-    ins = ([queries, _scalar(float(scale) * LOG2E), _consts(d)] + kin + [kw, kt1, kt2, ksig, ktau]
-           + vin + [vw, vt1, vt2, flags])
+    splits = max(1, min(q_enc_splits, MAX_THREADGROUPS // max(1, hkv * b * nqg)))
     kb1, kb2 = _bits(kp)
     vb1, vb2 = _bits(vp)
-    tmpl = [("MK", src.METHOD_IDS[kp.method]), ("MV", src.METHOD_IDS[vp.method]), ("KB1", kb1), ("KB2", kb2),
+    mk, mv = src.METHOD_IDS[kp.method], src.METHOD_IDS[vp.method]
+    tmpl = [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2),
             ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", NT), ("P", p_lanes),
-            ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(mask == "causal")),
+            ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
             ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp))]
     vparts = 2 if vp.method == "turboquant_prod" else 1
     outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]
-    return Plan(ins, tmpl, (NT * (splits + 1), hkv, b * nqg), outs,
-                [("MV", src.METHOD_IDS[vp.method]), ("D", d), ("OT", queries.dtype)],
-                (d * nq, hkv, b), d, (b, hq, l, d), splits, qb)
+    return (_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win), tmpl,
+            (NT * (splits + 1), hkv, b * nqg), outs, [("MV", mv), ("D", d), ("OT", qdtype)], (d * nq, hkv, b),
+            splits, qb, (mk, mv, has_win))
+
+
+def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
+                flags: mx.array | None = None) -> Plan:
+    b, hq, l, d = queries.shape
+    hkv = k.shape[1]
+    q_enc = k.encoded
+    has_win = k.window.shape[2] > 0
+    consts, names, tmpl, grid, outs, ctmpl, cgrid, splits, qb, key = _static(
+        k.params, v.params, b, hq, l, d, hkv, -(-q_enc // TOKENS_PER_SPLIT), has_win, mask == "causal",
+        queries.dtype, float(scale))
+    if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
+        flags = k.token if k.token is not None else _dummy(1, mx.bool_)
+        if v.token is not None and v.token is not k.token:
+            v.sync()
+    arrays = {"q": queries, "f_c": consts, "nenc": _count(q_enc), "flags": flags, "kw": k.window, "vw": v.window,
+              **_record_inputs(k, "k"), **_record_inputs(v, "v")}
+    return Plan([arrays[n] for n in names], tmpl, grid, outs, ctmpl, cgrid, d, (b, hq, l, d), splits, qb,
+                names, key)
 
 
 def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
@@ -186,28 +220,26 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
     """softmax(scale q K^T [+ causal]) V over two packed records, on the GPU; (B, Hq, L, d) in the
     queries' dtype."""
     plan = launch_plan(queries, k, v, scale, mask, flags)
-    part = _kernel("partial")
-    o_acc, o_ml = part(inputs=plan.partial_inputs, template=plan.partial_template, grid=plan.partial_grid,
-                       threadgroup=(NT, 1, 1), output_shapes=[s for s, _ in plan.partial_outputs],
-                       output_dtypes=[t for _, t in plan.partial_outputs])
-    vsig, vtau = _signs(v.params, k.shape[1], queries.shape[-1])
-    comb = _kernel("combine")
-    (out,) = comb(inputs=[o_acc, o_ml, _consts(queries.shape[-1]), vsig, vtau, queries],
-                  template=plan.combine_template, grid=plan.combine_grid,
-                  threadgroup=(plan.combine_threads, 1, 1), output_shapes=[plan.out_shape],
-                  output_dtypes=[queries.dtype])
+    o_acc, o_ml = _kernel("partial", *plan.key)(
+        inputs=plan.partial_inputs, template=plan.partial_template, grid=plan.partial_grid,
+        threadgroup=(NT, 1, 1), output_shapes=[s for s, _ in plan.partial_outputs],
+        output_dtypes=[t for _, t in plan.partial_outputs])
+    (out,) = _kernel("combine")(
+        inputs=[o_acc, o_ml, plan.partial_inputs[1], queries], template=plan.combine_template,
+        grid=plan.combine_grid, threadgroup=(plan.combine_threads, 1, 1), output_shapes=[plan.out_shape],
+        output_dtypes=[queries.dtype])
     return out
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(kind: str):
+def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, source = src.assemble(kind, be)
-    ins = src.PARTIAL_INPUTS if kind == "partial" else src.COMBINE_INPUTS
+    header, source = src.assemble(kind, be, mk, mv, haswin)
+    ins = src.inputs(kind, mk, mv, haswin)
     outs = src.PARTIAL_OUTPUTS if kind == "partial" else src.COMBINE_OUTPUTS
-    name = f"vq_attention_{kind}"
+    name = f"vq_attention_{kind}" + (f"_{mk}{mv}{int(haswin)}" if kind == "partial" else "")
     if be == "cuda":
         return mx.fast.cuda_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,
                                    ensure_row_contiguous=False)

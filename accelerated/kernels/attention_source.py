@@ -27,12 +27,55 @@ from __future__ import annotations
 METHOD_IDS = {"turboquant": 0, "turboquant_rvq": 1, "rabitq": 2, "turboquant_prod": 3, "kivi": 4,
               "mlx_affine": 5}
 
-PARTIAL_INPUTS = ["q", "f_scale", "f_k",
+PARTIAL_INPUTS = ["q", "f_scale", "f_k", "nenc",
                   "kc1", "kc2", "ks0", "ks1", "kgs", "kgz", "kw", "f_ktab1", "f_ktab2", "f_ksig", "f_ktau",
                   "vc1", "vc2", "vs0", "vs1", "vgs", "vgz", "vw", "f_vtab1", "f_vtab2", "flags"]
 PARTIAL_OUTPUTS = ["o_acc", "o_ml"]
 COMBINE_INPUTS = ["o_acc", "o_ml", "f_k", "f_vsig", "f_vtau", "q"]
 COMBINE_OUTPUTS = ["out"]
+
+# The names above are the bodies'. A launch passes fewer arrays (MLX's CUDA launch costs about 1 us per input,
+# measured on the H200: a kernel of 26 inputs 42.7 us, of one 18.4 us): every float constant in one array
+# `f_c` (C_* offsets; sign vectors after the tables, hkv * D each), the fields a method pair does not have
+# and an absent window named by #define as another input of the launch (their code is dead for that pair).
+C_SCALE, C_K, C_KTAB1, C_KTAB2, C_VTAB1, C_VTAB2, C_SIGNS = 0, 1, 4, 260, 516, 772, 1028
+TABLE = 256                              # entries reserved per code table (2^bits <= 256)
+_CONSTS = {
+    "partial": {"f_scale": "(f_c + 0)", "f_k": "(f_c + 1)", "f_ktab1": "(f_c + 4)", "f_ktab2": "(f_c + 260)",
+                "f_vtab1": "(f_c + 516)", "f_vtab2": "(f_c + 772)", "f_ksig": "(f_c + 1028)",
+                "f_ktau": "(f_c + 1028 + (int)NBLOCK_Y * D)"},
+    "combine": {"f_k": "(f_c + 1)", "f_vsig": "(f_c + 1028 + 2 * (int)NBLOCK_Y * D)",
+                "f_vtau": "(f_c + 1028 + 3 * (int)NBLOCK_Y * D)"},
+}
+
+
+def _role_fields(r: str, m: int, haswin: bool) -> tuple[list[str], dict]:
+    """(inputs a launch passes for role r with method id m, aliases of the others)."""
+    used = [f"{r}c1"] + ([f"{r}c2"] if m in (1, 3) else []) + ([f"{r}s0"] if m <= 3 else []) \
+        + ([f"{r}s1"] if m in (2, 3) else []) + ([f"{r}gs", f"{r}gz"] if m >= 4 else []) + ([f"{r}w"] if haswin else [])
+    side = f"{r}s0" if m <= 3 else f"{r}gs"
+    alias = {f"{r}c2": f"{r}c1", f"{r}s0": side, f"{r}s1": side, f"{r}gs": side, f"{r}gz": side, f"{r}w": "q"}
+    return used, {k: v for k, v in alias.items() if k not in used}
+
+
+def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False) -> list[str]:
+    """The arrays a launch of `kind` passes for a method pair (MK, MV) and window presence, in order."""
+    if kind == "combine":
+        return ["o_acc", "o_ml", "f_c", "q"]
+    ku, _ = _role_fields("k", mk, haswin)
+    vu, _ = _role_fields("v", mv, haswin)
+    return ["q", "f_c", "nenc"] + ku + vu + ["flags"]
+
+
+def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False) -> str:
+    """#define lines giving the body's names to what the launch passes."""
+    lines = [f"#define {n} {e}" for n, e in _CONSTS[kind].items()]
+    if kind == "partial":
+        for r, m in (("k", mk), ("v", mv)):
+            for n, to in _role_fields(r, m, haswin)[1].items():
+                lines.append(f"#define {n} {to}")
+                lines += [f"#define {n}{x} {to}{x}" for x in ("_shape", "_strides") if f"{n}{x}" in BODIES[kind]]
+    return "\n".join(lines) + "\n"
 
 # ---- helpers (header text, shared by both backends after the prelude) -----------------------------------
 HELPERS = """
@@ -125,7 +168,7 @@ PARTIAL_BODY = """
   const int L = (int)q_shape[2];
   const int rep = hq / hkv;
   const int nq = rep * L;
-  const int Q = (int)kc1_shape[2];
+  const int Q = nenc[0];                          // encoded tokens (the code buffers may hold more rows)
   const int R = HASWIN ? (int)kw_shape[2] : 0;   // no window: kw is a stand-in
   const int T = Q + R;
   const bool is_win = (s == S);
@@ -767,7 +810,8 @@ inline float vq_round_to(bfloat, float x) { return static_cast<float>(static_cas
 PRELUDES = {"cuda": (CUDA_HEADER, CUDA_PRELUDE), "metal": (METAL_HEADER, METAL_PRELUDE)}
 
 
-def assemble(kind: str, backend: str) -> tuple[str, str]:
-    """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal")."""
+def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False) -> tuple[str, str]:
+    """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal") and the
+    launch's inputs (`inputs(kind, mk, mv, haswin)`)."""
     header, prelude = PRELUDES[backend]
-    return header, prelude + BODIES[kind]
+    return header, prelude + aliases(kind, mk, mv, haswin) + BODIES[kind]

@@ -372,7 +372,7 @@ ENCODE_BODY = (
     + _rows("per", "rows")
     + """
     const int64_t xrow = (int64_t)b * xs0 + (int64_t)h * xs1;
-    const int orow = bh * ne + i;               // row of the outputs
+    const int orow = VQ_OROW(bh, ne, i);        // row of the outputs (kernels/append.py: of the buffers)
     if (i >= ne) {
       // a token that is only checked (window tokens of a one-shot encode, a chunk's unflushed tokens)
 """
@@ -759,6 +759,7 @@ CUDA_PRELUDE = """
 #define PIN(v) (v)
 #define TO_F32(v) static_cast<float>(v)
 #define TO_TS(v) vq_to<TS>((v))
+#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))
 """
 
 # Metal: contraction is switched off for the whole translation unit, division and sqrt are the precise::
@@ -808,6 +809,7 @@ METAL_PRELUDE = """
 #define PIN(v) vq_pin((v), pin0)
 #define TO_F32(v) static_cast<float>(v)
 #define TO_TS(v) static_cast<TS>((v))
+#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))
 """
 
 PRELUDES = {"cuda": (CUDA_HEADER, CUDA_PRELUDE), "metal": (METAL_HEADER, METAL_PRELUDE)}

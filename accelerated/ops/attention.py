@@ -11,6 +11,7 @@ domain, then rotated back once per query row (spec/attention.md, 'Rotated domain
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 
@@ -20,6 +21,28 @@ import spec
 from accelerated.ops import codebooks, numerics, packing, prng, rotation
 
 BLOCK = 2048          # encoded tokens per block: bounds the per-block temporaries (no full decoded copy)
+
+
+class Views(collections.abc.Mapping):
+    """A record's fields as views of its streams' buffers, made on first use: a decode step through the
+    kernels passes the whole buffers and the encoded count instead (`buffers`, `rows`), so it builds no view
+    at all (each costs microseconds of host time per layer and step)."""
+
+    def __init__(self, buffers: dict, rows: dict):
+        self.buffers, self.rows = buffers, rows
+        self._made: dict = {}
+
+    def __getitem__(self, name):
+        v = self._made.get(name)
+        if v is None:
+            v = self._made[name] = self.buffers[name][:, :, : self.rows[name]]
+        return v
+
+    def __iter__(self):
+        return iter(self.buffers)
+
+    def __len__(self):
+        return len(self.buffers)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,178 @@
+"""One launch per decode step for a layer's append: the keys' and the values' new tokens encoded by the encode
+body of source.py (bit for bit the same fields) and stored in place in the streams' buffers, with the
+chunk's deferred checks (spec/streaming.md 'Deferred rejection') in the same launch.
+
+It replaces, where it applies, two encode launches plus accelerated.kernels.commit's store (three launches,
+two temporary field arrays and a dozen array views per layer and step): the encode body runs twice in one
+kernel, each time in its own scope with its stream's inputs behind the body's names, `VQ_OROW` mapping its
+output rows to rows of the buffers (row base + i of head bh) and its fault slots to its own half of the
+token. Applies when both roles store every token of the chunk at once (window R = 0, per-token records:
+not kivi) and the buffers have room for the chunk; the caller uses the general path otherwise.
+
+The token, (2 roles, threadgroups, 2) bool: [role][group][0] NaN/Inf in the chunk, [role][group][1] the
+method's rule (source.py's fault slots). As with commit.py, readers of the rows take it as an input (the
+attention kernels) or wait for it (accelerated.stream.Stream.sync); the launch takes the previous token, so
+stores to one buffer run in order.
+"""
+from __future__ import annotations
+
+import functools
+
+import mlx.core as mx
+import numpy as np
+
+import spec
+from accelerated.kernels import backend, source
+from accelerated.kernels import methods as km
+
+OUTPUTS = ["flags"]
+_MAX_ROWS = 2 ** 31 - 1
+# A role's constants in one uint32 array (MLX's CUDA launch costs about 1 us per input, measured on the H200):
+# sigma's words, tau's words (H * ceil(D / 32) each), then the tables C1, B1, C2, B2 (TABLE entries reserved
+# each, float bits), f_k (8 floats) and meta (8 int32): source.py's inputs of the same names, by offset.
+TABLE = 256
+
+_ALIAS = {   # the scope's pointers to a role's inputs, in the kernel's address space
+    "cuda": "#define VQ_DEV\n#define VQ_REF const auto&\n#define VQ_MUT(type, p) const_cast<type*>(p)\n",
+    "metal": "#define VQ_DEV device\n#define VQ_REF const auto\n#define VQ_MUT(type, p) const_cast<device type*>(p)\n",
+}
+
+
+def _fields(method: str) -> tuple[str, ...]:
+    """The outputs of source.py's encode body that a method writes (the others are aliased, never written)."""
+    return tuple(n for n, f in zip(("codes1", "codes2", "f_s1", "f_s2"), km.FIELDS[method]) if f)
+
+
+def inputs(mk: str, mv: str) -> list[str]:
+    """The arrays one launch passes, in order, for key method mk and value method mv."""
+    return (["base", "after"] + [f"k{n}" for n in ("x", "const", *_fields(mk))]
+            + [f"v{n}" for n in ("x", "const", *_fields(mv))])
+
+
+def _scope(role: str, index: int, method: str) -> str:
+    """The encode body for one role: its inputs under the body's names, its rows in the buffers."""
+    r = role
+    have = _fields(method)
+    out = {n: f"{r}{n}" if n in have else f"{r}{'codes1' if n.startswith('codes') else 'f_s1'}"
+           for n in ("codes1", "codes2", "f_s1", "f_s2")}
+    return f"""
+  {{
+    constexpr int M = {r.upper()}M;
+    using TS = {r.upper()}TS;
+    VQ_REF x_shape = {r}x_shape;
+    VQ_REF x_strides = {r}x_strides;
+    const auto x = {r}x;
+    const int vq_sw = (int){r}x_shape[1] * ((D + 31) / 32);
+    const VQ_DEV uint32_t* sig = {r}const;
+    const VQ_DEV uint32_t* tau = {r}const + vq_sw;
+    const VQ_DEV float* f_c1 = reinterpret_cast<const VQ_DEV float*>({r}const + 2 * vq_sw);
+    const VQ_DEV float* f_b1 = f_c1 + {TABLE};
+    const VQ_DEV float* f_c2 = f_c1 + {2 * TABLE};
+    const VQ_DEV float* f_b2 = f_c1 + {3 * TABLE};
+    const VQ_DEV float* f_k = f_c1 + {4 * TABLE};
+    const VQ_DEV int32_t* meta = reinterpret_cast<const VQ_DEV int32_t*>({r}const + 2 * vq_sw + {4 * TABLE + 8});
+    auto codes1 = VQ_MUT(uint32_t, {out["codes1"]});
+    auto codes2 = VQ_MUT(uint32_t, {out["codes2"]});
+    auto f_s1 = VQ_MUT(TS, {out["f_s1"]});
+    auto f_s2 = VQ_MUT(TS, {out["f_s2"]});
+    auto fault = flags + {index} * 2 * (int)NGROUPS;
+    const int vq_cap = (int){r}codes1_shape[2];     // rows of the buffers
+    const int vq_base = base[0];                    // first row of this chunk
+#undef VQ_OROW
+#define VQ_OROW(bh, ne, i) ((bh) * vq_cap + vq_base + (i))
+{source.ENCODE_BODY}
+  }}
+"""
+
+
+def body(mk: str = "turboquant", mv: str = "turboquant") -> str:
+    """The kernel text after a prelude (both roles; `after` only orders this launch after the last store)."""
+    return "  (void)after;\n" + _scope("k", 0, mk) + "  BARRIER();\n" + _scope("v", 1, mv)
+
+
+def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant") -> tuple[str, str]:
+    header, prelude = source.PRELUDES[be]
+    return header, prelude + _ALIAS[be] + body(mk, mv)
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(mk: str, mv: str):
+    be = backend.backend()
+    if be is None:
+        raise RuntimeError(backend.available()[1])
+    header, text = assemble(be, mk, mv)
+    name = f"vq_append_{mk}_{mv}"
+    if be == "cuda":
+        return mx.fast.cuda_kernel(name=name, input_names=inputs(mk, mv), output_names=OUTPUTS, source=text,
+                                   header=header, ensure_row_contiguous=False)
+    return mx.fast.metal_kernel(name=name, input_names=inputs(mk, mv), output_names=OUTPUTS, source=text,
+                                header=header, ensure_row_contiguous=False, compile_options={"math_mode": "safe"})
+
+
+def applies(p: spec.Params) -> bool:
+    """Whether a role's stream can take this launch: every token of a chunk stored at once, per-token rows."""
+    return p.window == 0 and p.method != "kivi"
+
+
+@functools.lru_cache(maxsize=4096)
+def constants(p: spec.Params, h: int, t: int, d: int) -> mx.array:
+    """One role's constant array (see TABLE): source.py's sig, tau, f_c1, f_b1, f_c2, f_b2, f_k and meta for a
+    chunk of t tokens, all encoded (cached per parameters and shape)."""
+    bits1, bits2 = km._code_bits(p)
+    sig, tau = km._signs(p, h, d)
+    sw = h * ((d + 31) // 32)
+    c = np.zeros(2 * sw + 4 * TABLE + 16, np.uint32)
+    for i, a in enumerate((sig, tau)):
+        a = np.array(a, np.uint32).reshape(-1)
+        if a.size == sw:
+            c[i * sw:(i + 1) * sw] = a
+    levels = (1 << p.bits) - 1 if p.method == "mlx_affine" else 0
+    for i, tab in enumerate((*km._tables(p, d), km._consts(d, levels))):
+        t32 = np.array(tab, np.float32).reshape(-1)
+        c[2 * sw + i * TABLE: 2 * sw + i * TABLE + t32.size] = t32.view(np.uint32)
+    c[2 * sw + 4 * TABLE + 8:] = np.array(km._meta(bits1, bits2, p.group_size or 1, 0, t, t), np.int32).view(np.uint32)
+    out = mx.array(c)
+    mx.eval(out)
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _launch(b: int, h: int, t: int, d: int) -> tuple:
+    return km.launch_shape(b * h * t, d)
+
+
+def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values: mx.array, vbufs: dict,
+           base: int, after: mx.array | None) -> mx.array:
+    """Encode keys and values (B, H, t, d) into rows base..base+t-1 of their streams' buffers (in place);
+    returns the token. `kbufs`/`vbufs`: the streams' whole buffers by record field name. The caller has
+    checked shapes, dtypes and room in the buffers."""
+    b, h, t, d = keys.shape
+    grid, group, groups = _launch(b, h, t, d)
+    ins = [_base(base), after if after is not None else km._dummy(mx.bool_)]
+    for p, x, bufs in ((kp, keys, kbufs), (vp, values, vbufs)):
+        ins += [x, constants(p, h, t, d)] + [bufs[f] for f in km.FIELDS[p.method] if f]
+    (flags,) = _kernel(kp.method, vp.method)(
+        inputs=ins, template=[("KM", source.METHOD_IDS[kp.method]), ("VM", source.METHOD_IDS[vp.method]), ("D", d),
+                              ("KTS", km._side_dtype(kp, keys.dtype)), ("VTS", km._side_dtype(vp, values.dtype))],
+        grid=grid, threadgroup=group, output_shapes=[(2, groups, 2)], output_dtypes=[mx.bool_])
+    return flags
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _base(n: int) -> mx.array:
+    # one small constant per row count, made once (a decode step's appends reuse them across layers)
+    a = mx.array([n], dtype=mx.int32)
+    mx.eval(a)
+    return a
+
+
+def fits(b: int, h: int, cap: int) -> bool:
+    """Rows of a buffer are addressed in int32 by the body."""
+    return b * h * cap <= _MAX_ROWS
+
+
+def messages(token: mx.array) -> list:
+    """The per-check hit lists of a token in the order of the checks' messages (keys NaN/Inf, keys' rule,
+    values NaN/Inf, values' rule), read on the host (the caller knows it is evaluated)."""
+    f = token.tolist()
+    return [[g[kind] for g in f[role]] for role in range(2) for kind in range(2)]

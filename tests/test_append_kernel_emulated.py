@@ -1,0 +1,245 @@
+"""accelerated.kernels.append's kernel text on the CPU (the emulator of tests/_kernel_emulator.py): both roles'
+new tokens encoded by source.py's body and stored in place at rows base..base+t-1 of buffers with spare
+capacity, bit for bit the fields one-shot encode stores (accelerated.ops), rows outside untouched, and each
+fault in its own slot of the token ([role][group][NaN/Inf, rule]). The GPU side (the launch, MLX's
+signature) runs in tests/test_kernels_gpu.py on a GPU."""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import spec
+from accelerated import ops
+from accelerated.kernels import append as fused
+from accelerated.kernels import methods as km
+from accelerated.kernels import source
+
+import _kernel_emulator as ke   # noqa: E402  (tests/ is on sys.path under pytest)
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
+
+D = 64
+# (key method, value method, x type, key TS, value TS): every method of the fused path in each role
+PAIRS = [("turboquant", "turboquant", "float16"), ("turboquant_rvq", "turboquant_prod", "bfloat16"),
+         ("rabitq", "mlx_affine", "float16"), ("turboquant_prod", "rabitq", "float32"),
+         ("mlx_affine", "turboquant_rvq", "float32")]
+KW = {"turboquant": dict(bits=3), "turboquant_rvq": dict(bits=2, bits2=3), "turboquant_prod": dict(bits=4),
+      "rabitq": dict(), "mlx_affine": dict(bits=4, group_size=32)}
+_C = {"float32": "float", "float16": "_Float16", "bfloat16": "vq_bf16"}
+
+
+def _ts(method: str, xt: str) -> str:
+    return xt if method == "mlx_affine" else "float32"
+
+
+def _ctype(name: str, xt: str, tk: str, tv: str) -> str:
+    if name == "base":
+        return "int32_t"
+    if name == "after":
+        return "bool"
+    role, rest = name[0], name[1:]
+    return {"x": _C[xt], "const": "uint32_t", "codes1": "uint32_t", "codes2": "uint32_t"}.get(
+        rest, tk if role == "k" else tv)
+
+
+def _source() -> str:
+    """One emulated kernel per pair: the parameters MLX would pass for fused.inputs(mk, mv), then the text."""
+    head = (ke.HARNESS.replace("@ENCODE@", ke.PRELUDE + source.ENCODE_BODY)
+            .replace("@DECODE@", ke.PRELUDE + source.DECODE_BODY)
+            .replace("@ENC_DISPATCH@", "").replace("@DEC_DISPATCH@", ""))
+    text = head + "#define VQ_DEV\n#define VQ_REF const auto&\n#define VQ_MUT(type, p) const_cast<type*>(p)\n"
+    calls = []
+    for i, (mk, mv, xt) in enumerate(PAIRS):
+        tk, tv = _C[_ts(mk, xt)], _C[_ts(mv, xt)]
+        names = fused.inputs(mk, mv)
+        params, args = [], []
+        for j, n in enumerate(names):
+            ty = _ctype(n, xt, tk, tv)
+            params.append(f"const {ty}* {n}")
+            args.append(f"(const {ty}*)p[{j}]")
+            if n in ("kx", "vx", "kcodes1", "vcodes1"):
+                params.append(f"Shape {n}_shape")
+                args.append(f"shape_of(sh + {4 * j})")
+            if n in ("kx", "vx"):
+                params.append(f"Strides {n}_strides")
+                args.append(f"strides_of(st + {4 * j})")
+        ids = (source.METHOD_IDS[mk], source.METHOD_IDS[mv])
+        text += (f"static void app_thread_{i}({', '.join(params)}, bool* flags) {{\n"
+                 f"  constexpr int KM = {ids[0]};\n  constexpr int VM = {ids[1]};\n  constexpr int D = {D};\n"
+                 f"  using KTS = {tk};\n  using VTS = {tv};\n" + ke.PRELUDE + fused.body(mk, mv) + "}\n")
+        calls.append(f"  if (pair == {i}) {{ run_grid(groups, warps, [&] {{ app_thread_{i}({', '.join(args)}, "
+                     f"(bool*)p[{len(names)}]); }}); return 0; }}")
+    return text + ("extern \"C\" int vq_append(int pair, int groups, int warps, void** p, const int64_t* sh, "
+                   "const int64_t* st) {\n" + "\n".join(calls) + "\n  return 1;\n}\n")
+
+
+@pytest.fixture(scope="module")
+def lib():
+    text = _source()
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder = pathlib.Path(os.environ.get("VELOXQUANT_KEMU_DIR", tempfile.gettempdir()))
+    so = folder / f"veloxquant-append-{key}.so"
+    if not so.exists():
+        cpp = folder / f"veloxquant-append-{key}.cpp"
+        cpp.write_text(text)
+        tmp = folder / f"veloxquant-append-{key}.{os.getpid()}.so"
+        r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
+                            "-pthread", str(cpp), "-o", str(tmp)], capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-6000:]
+        os.replace(tmp, so)
+    return ctypes.CDLL(str(so))
+
+
+def _x(rng, shape, xt):
+    return mx.array(rng.standard_normal(shape).astype(np.float32)).astype(getattr(mx, xt))
+
+
+def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2):
+    """The emulated launch; buffers (numpy, written in place) by field name; returns the token."""
+    arrays = {"base": np.array([base], np.int32), "after": np.zeros(1, np.bool_)}
+    for r, p, x, bufs in (("k", kp, xk, kbufs), ("v", vp, xv, vbufs)):
+        arrays[f"{r}x"] = ke._np(x)
+        arrays[f"{r}const"] = ke._np(fused.constants(p, x.shape[1], x.shape[2], x.shape[3]))
+        for out, field in zip(("codes1", "codes2", "f_s1", "f_s2"), km.FIELDS[p.method]):
+            if field:
+                arrays[f"{r}{out}"] = bufs[field]
+    names = fused.inputs(kp.method, vp.method)
+    ins = [arrays[n] for n in names]
+    flags = np.zeros((2, groups, 2), np.bool_)
+    ptrs = (ctypes.c_void_p * (len(ins) + 1))(*[a.ctypes.data for a in ins + [flags]])
+    sh = np.zeros((len(ins), 4), np.int64)
+    st = np.zeros((len(ins), 4), np.int64)
+    for j, a in enumerate(ins):
+        if a.ndim == 4:
+            sh[j] = a.shape
+            st[j] = [s_ // a.itemsize for s_ in a.strides]
+    pair = next(i for i, (mk, mv, xt) in enumerate(PAIRS) if (mk, mv, xt) == (kp.method, vp.method, ke._dtname(xk.dtype)))
+    rc = lib.vq_append(pair, groups, warps, ptrs, ke._ptr(sh), ke._ptr(st))
+    assert rc == 0, "no instantiation"
+    return flags
+
+
+def _buffers(rng, want: dict, t0: int, cap: int) -> tuple[dict, dict]:
+    """Buffers of `cap` rows: rows < t0 hold the prefix, the rest garbage; and a copy to compare against."""
+    bufs = {}
+    for n, a in want.items():
+        w = ke._np(a)
+        buf = rng.integers(0, 2 ** 16, (*w.shape[:2], cap, *w.shape[3:])).astype(w.dtype)
+        buf[:, :, :t0] = w[:, :, :t0]
+        bufs[n] = buf
+    return bufs, {n: b.copy() for n, b in bufs.items()}
+
+
+@pytest.mark.parametrize("mk,mv,xt", PAIRS)
+@pytest.mark.parametrize("t0,t", [(5, 1), (9, 4)])
+def test_append_stores_one_shot_bytes_in_place(lib, mk, mv, xt, t0, t):
+    rng = np.random.default_rng(t0 * 7 + t)
+    kp = spec.Params(mk, role="k", window=0, seed=3, layer=2, head_offset=4, **KW[mk]).resolved()
+    vp = spec.Params(mv, role="v", window=0, seed=3, layer=2, head_offset=4, **KW[mv]).resolved()
+    xk, xv = _x(rng, (2, 3, t0 + t, D), xt), _x(rng, (2, 3, t0 + t, D), xt)
+    wk = {n: a for n, a in ops.method_module(mk).encode(xk, kp).items() if n != "window"}
+    wv = {n: a for n, a in ops.method_module(mv).encode(xv, vp).items() if n != "window"}
+    cap = t0 + t + 3
+    kb, k0 = _buffers(rng, wk, t0, cap)
+    vb, v0 = _buffers(rng, wv, t0, cap)
+    flags = _run(lib, kp, xk[:, :, t0:], kb, vp, xv[:, :, t0:], vb, t0)
+    assert not flags.any(), f"append {mk}/{mv}: fault flags on good input: {flags.tolist()}"
+    for role, bufs, want, before in (("keys", kb, wk, k0), ("values", vb, wv, v0)):
+        for n, buf in bufs.items():
+            w = ke._np(want[n])
+            diff = np.count_nonzero(buf[:, :, : t0 + t] != w)
+            assert diff == 0, f"append {mk}/{mv} {role}.{n}: {diff} of {w.size} stored elements differ from one-shot encode"
+            assert np.array_equal(buf[:, :, t0 + t:], before[n][:, :, t0 + t:]), \
+                f"append {mk}/{mv} {role}.{n}: rows past the chunk were written"
+
+
+def test_append_fault_slots(lib):
+    """NaN in the values chunk sets [values][*][NaN/Inf] only; a key norm overflowing binary32 sets
+    [keys][*][rule] only."""
+    rng = np.random.default_rng(1)
+    kp = spec.Params("turboquant_prod", role="k", window=0, bits=4).resolved()
+    vp = spec.Params("rabitq", role="v", window=0).resolved()
+    xk, xv = _x(rng, (1, 4, 6, D), "float32"), _x(rng, (1, 4, 6, D), "float32")
+    wk = {n: a for n, a in ops.method_module("turboquant_prod").encode(xk, kp).items() if n != "window"}
+    wv = {n: a for n, a in ops.method_module("rabitq").encode(xv, vp).items() if n != "window"}
+    kb, _ = _buffers(rng, wk, 5, 8)
+    vb, _ = _buffers(rng, wv, 5, 8)
+    xv_bad = np.array(xv[:, :, 5:])
+    xv_bad[0, 2, 0, 7] = np.nan
+    flags = _run(lib, kp, xk[:, :, 5:], kb, vp, mx.array(xv_bad), vb, 5)
+    assert flags[1, :, 0].any() and not flags[0].any() and not flags[1, :, 1].any(), flags.tolist()
+    assert [any(h) for h in fused.messages(mx.array(flags))] == [False, False, True, False]
+    xk_big = np.array(xk[:, :, 5:]) * np.float32(1e30)
+    flags = _run(lib, kp, mx.array(xk_big), kb, vp, xv[:, :, 5:], vb, 5)
+    assert flags[0, :, 1].any() and not flags[0, :, 0].any() and not flags[1].any(), flags.tolist()
+
+
+def metal_append_source(mk: str, mv: str, xt: str) -> str:
+    """The kernel as MLX's metal_kernel writes it (see tests/test_kernels_source.metal_kernel_source): arrays
+    of < 8 elements (base, after) in `constant` memory, the attributes the source names."""
+    import test_kernels_source as tks
+    header, src = fused.assemble("metal", mk, mv)
+    tk, tv = tks.METAL_TYPES[_ts(mk, xt)], tks.METAL_TYPES[_ts(mv, xt)]
+    params, i = [], 0
+    for n in fused.inputs(mk, mv):
+        loc = "constant" if n in ("base", "after") else "device"
+        ty = {"base": "int32_t", "after": "bool"}.get(n) or {"x": tks.METAL_TYPES[xt], "const": "uint32_t",
+                                                               "codes1": "uint32_t", "codes2": "uint32_t"}.get(
+            n[1:], tk if n[0] == "k" else tv)
+        params.append(f"  const {loc} {ty}* {n} [[buffer({i})]]")
+        i += 1
+        for suffix, t in (("_shape", "int"), ("_strides", "int64_t")):
+            if f"{n}{suffix}" in src:
+                params.append(f"  const constant {t}* {n}{suffix} [[buffer({i})]]")
+                i += 1
+    params.append(f"  device bool* flags [[buffer({i})]]")
+    params += [f"  {t} {a} [[{a}]]" for a, t in tks.MLX_METAL_ATTRIBUTES.items() if a in src]
+    name = f"custom_kernel_vq_append_{mk}_{mv}_{xt}"
+    targs = f"<{source.METHOD_IDS[mk]}, {source.METHOD_IDS[mv]}, {D}, {tk}, {tv}>"
+    return (f"template <int KM, int VM, int D, typename KTS, typename VTS>\n[[kernel]] void {name}(\n"
+            + ",\n".join(params) + f") {{\n{src}\n}}\n"
+            + f"template [[host_name(\"{name}\")]] [[kernel]] decltype({name}{targs}) {name}{targs};\n")
+
+
+def test_metal_append_compiles_against_shim(tmp_path):
+    import test_kernels_source as tks
+    text = source.METAL_HEADER + "".join(metal_append_source(mk, mv, xt) + "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n"
+                                         for mk, mv, xt in PAIRS)
+    r = tks._gxx_metal(text, tmp_path)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_append_compiles(tmp_path):
+    """Each pair's kernel as mx.fast.cuda_kernel wraps it (tests/test_attention_kernels_source._kernel), sm_90."""
+    import test_attention_kernels_source as tas
+    cu = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+    body, header = "", ""
+    for i, (mk, mv, xt) in enumerate(PAIRS):
+        header, text = fused.assemble("cuda", mk, mv)
+        tk, tv = cu[_ts(mk, xt)], cu[_ts(mv, xt)]
+        types = {n: _ctype(n, xt, tk, tv).replace("_Float16", "__half").replace("vq_bf16", "__nv_bfloat16")
+                 for n in fused.inputs(mk, mv)}
+        types["flags"] = "bool"
+        body += tas._kernel(f"append_{i}", text, fused.inputs(mk, mv), fused.OUTPUTS, types,
+                            [("KM", source.METHOD_IDS[mk]), ("VM", source.METHOD_IDS[mv]), ("D", 128), ("KTS", tk),
+                             ("VTS", tv)])
+        body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n"
+    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
+            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
+            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n" + body + "}\n")
+    f = tmp_path / "append.cu"
+    f.write_text(text)
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(f), "-o",
+                        str(tmp_path / "append.cubin")], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert " 0 bytes spill stores" in r.stderr and "bytes spill stores" in r.stderr

@@ -1,0 +1,72 @@
+"""accelerated.kernels.append on a GPU, through the caches: appends of one token (and small chunks) stored by
+the one-launch path hold the bytes accelerated.ops's streams hold, across buffer growth (the general path
+takes those steps), for every method the path serves, in float16 and bfloat16; a rejected chunk rolls
+back. The kernel text itself runs on the CPU in tests/test_append_kernel_emulated.py."""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import accelerated.cache as vc
+from accelerated import kernels
+from accelerated.kernels import append as fused
+from accelerated.stream import Stream
+
+GPU, WHY = kernels.available()
+pytestmark = pytest.mark.skipif(not GPU, reason=f"fused kernels unavailable: {WHY}")
+
+PAIRS = [("turboquant", "turboquant", dict(bits=4)), ("turboquant_rvq", "turboquant_prod", dict(bits=3, bits2=2)),
+         ("rabitq", "mlx_affine", dict(key_bits=1, value_bits=4, group_size=64)),
+         ("turboquant_prod", "rabitq", dict(key_bits=4, value_bits=1)),
+         ("mlx_affine", "turboquant_rvq", dict(bits=2, bits2=2, group_size=32))]
+CHUNKS = [3] + [1] * 10 + [5] + [1] * 240 + [1] * 6        # crosses the 256-row growth of the buffers
+
+
+def _bytes(a: mx.array) -> np.ndarray:
+    return np.array(a.view(mx.uint16) if a.dtype == mx.bfloat16 else a)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("mk,mv,kw", PAIRS, ids=[f"{a}-{b}" for a, b, _ in PAIRS])
+def test_one_launch_appends_store_the_ops_bytes(mk, mv, kw, dtype, monkeypatch):
+    calls = []
+    real = fused.append
+    monkeypatch.setattr(fused, "append", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cache = vc.VeloxKVCache(key_method=mk, value_method=mv, window=0, seed=5, layer=3, **kw)
+    ref_k = Stream(cache.key_params, use_kernels=False)
+    ref_v = Stream(cache.value_params, use_kernels=False)
+    rng = np.random.default_rng(len(mk) + len(mv))
+    t = 0
+    for n in CHUNKS:
+        k = mx.array(rng.standard_normal((2, 4, n, 64)).astype(np.float32)).astype(getattr(mx, dtype))
+        v = mx.array(rng.standard_normal((2, 4, n, 64)).astype(np.float32)).astype(getattr(mx, dtype))
+        cache.update_and_fetch(k, v)
+        ref_k.append(k)
+        ref_v.append(v)
+        t += n
+    assert len(calls) >= len(CHUNKS) - 3, f"one-launch path taken {len(calls)} of {len(CHUNKS)} appends"
+    cache.check()
+    for role, got, want in (("keys", cache._k.record(), ref_k.record()), ("values", cache._v.record(), ref_v.record())):
+        for name in want:
+            g, w = _bytes(got[name]), _bytes(want[name])
+            assert g.shape == w.shape and np.array_equal(g, w), \
+                f"{mk}/{mv} {dtype} {role}.{name}: {np.count_nonzero(g != w)} of {w.size} elements differ from accelerated.ops"
+    assert cache.offset == t
+
+
+def test_rejected_chunk_rolls_back():
+    cache = vc.VeloxKVCache(method="turboquant", bits=4, window=0)
+    good = lambda s: mx.random.normal((1, 8, 1, 128), key=mx.random.key(s)).astype(mx.float16)   # noqa: E731
+    for s in range(4):
+        cache.update_and_fetch(good(s), good(s + 10))
+    mx.eval(cache.state)
+    before = {n: _bytes(a) for n, a in cache._k.record().items()}
+    bad = good(99) * float("inf")
+    cache.update_and_fetch(bad, good(20))
+    cache.update_and_fetch(good(21), good(22))
+    with pytest.raises(ValueError, match=r"keys: x: contains NaN or Inf"):
+        cache.check()
+    assert cache.offset == 4
+    after = cache._k.record()
+    assert all(np.array_equal(before[n], _bytes(after[n])) for n in before)
