@@ -37,7 +37,8 @@ def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, 
                 or s._window is None or s._window.shape[2] or s._window.dtype != x.dtype or s._q != k._q):
             return None
         for r in s._rows.values():
-            if r.buf is None or r.n + t > r.buf.shape[2] or not fused.fits(b, h, r.buf.shape[2]):
+            # r.lo: rows evicted by a sliding-window cache; the kernel writes at row Q of the buffer
+            if r.buf is None or r.lo or r.n + t > r.buf.shape[2] or not fused.fits(b, h, r.buf.shape[2]):
                 return None
     token = fused.append(k.params, keys, {n: r.buf for n, r in k._rows.items()}, v.params, values,
                          {n: r.buf for n, r in v._rows.items()}, k._q, after)
@@ -348,8 +349,10 @@ class Stream:
         nothing encoded yet are left out (attention reads none while Q = 0)."""
         if self._bhd is None:
             raise ValueError("stream: no tokens appended yet")
-        fields = Views({k: r.buf for k, r in self._rows.items() if r.buf is not None},
-                       {k: r.n for k, r in self._rows.items()})
+        # buffers from their first valid row: rows before `lo` were evicted (a sliding-window cache; a slice
+        # only then, so the usual decode step still hands the kernels whole buffers)
+        fields = Views({k: r.buf if not r.lo else r.buf[:, :, r.lo:] for k, r in self._rows.items()
+                        if r.buf is not None}, {k: r.n - r.lo for k, r in self._rows.items()})
         return PackedRecord(self.params, fields, self._window, self._q, self._method.decode_tokens, self._token)
 
     def record(self) -> dict[str, mx.array]:

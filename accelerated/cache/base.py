@@ -190,7 +190,7 @@ class VeloxKVCache(_BaseCache):
             token = append_in_place(self._k, self._v, keys, values, self._token)
             if token is not None:      # one launch: encode both, store in place, checks (kernels/append.py)
                 self._token = token
-                self.offset = self._k.tokens
+                self.offset += keys.shape[2]    # tokens seen (a sliding-window cache holds fewer)
                 self._appends += 1
                 kp, vp = self.key_params, self.value_params
                 msgs = [f"keys: {NONFINITE}", f"keys: {RULES[kp.method]}", f"values: {NONFINITE}",
