@@ -20,6 +20,9 @@ Stored state: each stream is the one-shot record of the tokens it holds, with wi
 spec/streaming.md says (every record depends on its own token only; kivi evicts whole groups of G, so it
 may hold up to G - 1 tokens more than mlx-lm, which its mask then hides). `keep > 0` (attention sinks kept
 at the front) is not supported; make_prompt_cache leaves such layers with mlx-lm's RotatingKVCache.
+A deferred fault (spec/streaming.md 'Deferred rejection') rolls the layer back to its state before the bad
+chunk less the tokens that chunk's eviction dropped: no later query can attend to them (they are older
+than the window of any position from the restored offset on).
 """
 from __future__ import annotations
 
