@@ -4,7 +4,8 @@ Chunks of any size arrive along T; the state after T tokens is the record that o
 T tokens produces (until a lossy KIVI trim). Encoded fields live in buffers that grow along the token
 axis in steps of 256 rows (like mlx-lm's KVCache), so per-token appends do not copy the whole prefix.
 Every check (x, dtype, shape; norm overflow and KIVI float16 overflow of the tokens this append encodes)
-runs before any state changes.
+runs before any state changes. Beside the record, the newest flushed tokens are kept exactly (spec
+`exact_trim`, streaming.md "Exact trims") so that a trim of up to E tokens restores the state exactly.
 
 `use_kernels` ("auto" | True | False) picks accelerated.kernels' fused kernels for the per-token math of the
 methods that have them ("auto": whenever the kernels can run, i.e. on a GPU); both paths store the same bytes.
@@ -37,7 +38,8 @@ def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, 
                 or s._window is None or s._window.shape[2] or s._window.dtype != x.dtype or s._q != k._q):
             return None
         for r in s._rows.values():
-            if r.buf is None or r.n + t > r.buf.shape[2] or not fused.fits(b, h, r.buf.shape[2]):
+            # r.lo: rows evicted by a sliding-window cache; the kernel writes at row Q of the buffer
+            if r.buf is None or r.lo or r.n + t > r.buf.shape[2] or not fused.fits(b, h, r.buf.shape[2]):
                 return None
     token = fused.append(k.params, keys, {n: r.buf for n, r in k._rows.items()}, v.params, values,
                          {n: r.buf for n, r in v._rows.items()}, k._q, after)
@@ -51,13 +53,15 @@ def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, 
 
 
 class _Rows:
-    """An array growing along axis 2, preallocated in steps; `n` rows are valid."""
+    """An array growing along axis 2, preallocated in steps; rows lo..n-1 are valid (rows before `lo` were
+    evicted by a sliding-window cache, `Stream.evict`)."""
 
     step = 256
 
     def __init__(self, arr: mx.array | None = None):
         self.buf = arr
         self.n = 0 if arr is None else arr.shape[2]
+        self.lo = 0
 
     def extend(self, a: mx.array) -> None:
         k = a.shape[2]
@@ -91,7 +95,7 @@ class _Rows:
         return writes
 
     def view(self, lo: int = 0, hi: int | None = None) -> mx.array:
-        return self.buf[:, :, lo : self.n if hi is None else hi]
+        return self.buf[:, :, self.lo + lo : self.n if hi is None else self.lo + hi]
 
 
 def _method_module(method: str, use_kernels):
@@ -133,6 +137,11 @@ class Stream:
         self._rows = {n: _Rows() for n in self._names}
         self._q = 0                          # encoded tokens
         self._window: mx.array | None = None  # (B, H, r, d) in the input dtype
+        # kept tokens (streaming.md "Exact trims"): exact values of tokens Q − L .. Q − 1, L <= C; none where
+        # they can never be used (per-token methods with R = 0)
+        p = self.params
+        self._cap = p.kept_capacity() if (p.method == "kivi" or p.window > 0) else 0
+        self._kept: mx.array | None = None
         self._version = 0                    # bumped by every state change (see commit)
         self._epoch = 0                      # bumped by every trim (marks taken before it cannot be restored)
         self._token: mx.array | None = None  # the pending in-place store of the newest rows (see commit)
@@ -209,8 +218,19 @@ class Stream:
                 else:
                     writes += self._rows[n].reserve(pending.fields[n])
             self._q += pending.flushed
+            self._keep(pending.window, pending.flushed)
         self._window = pending.window[:, :, pending.flushed:]
         self._version += 1
+
+    def _keep(self, win: mx.array, f: int) -> None:
+        """The flushed tokens win[:, :, :f] join the kept tokens; the newest C stay."""
+        if not self._cap:
+            return
+        if f >= self._cap or self._kept is None or self._kept.shape[2] == 0:
+            self._kept = win[:, :, max(f - self._cap, 0):f]
+        else:
+            kept = mx.concatenate([self._kept, win[:, :, :f]], axis=2)
+            self._kept = kept[:, :, max(kept.shape[2] - self._cap, 0):]
 
     def stored_by(self, token: mx.array) -> None:
         """The rows of the last `commit(..., writes)` are being stored by the launch that returns `token`."""
@@ -234,30 +254,44 @@ class Stream:
         self.sync()
         self._version += 1
         self._epoch += 1
-        r = self._window.shape[2]
-        if n <= r:
-            self._window = self._window[:, :, : r - n]
-            return n
-        t_new = t - n
         p = self.params
-        if p.method == "kivi":
-            q_new = p.group_size * (t_new // p.group_size)
-            # Tokens q_new..t_new-1 sit in the group starting at q_new: decode it, cast (RNE), re-window.
-            if t_new > q_new:
-                grp = {k: self._rows[k].view(self._field_rows(k, q_new),
-                                             self._field_rows(k, q_new + p.group_size))
-                       for k in self._names}
-                dec = self._method.decode_tokens(grp, p, self._bhd[2])[:, :, : t_new - q_new]
-                self._window = dec.astype(numerics.DTYPES[self._dtype])
+        r = self._window.shape[2]
+        t_new = t - n
+        kept = self._kept if self._kept is not None else self._window[:, :, :0]
+        kept_lo = self._q - kept.shape[2]               # kept tokens are kept_lo .. Q − 1
+        # 1. window tokens first
+        self._window = self._window[:, :, : max(r - n, 0)]
+        q_new = self._q
+        if n > r:
+            # 2. encoded tokens: per-token methods drop records; kivi truncates to whole groups and puts
+            # tokens q_new..t_new-1 back: kept values if held, else decoded and cast RNE (lossy)
+            if p.method == "kivi":
+                q_new = p.group_size * (t_new // p.group_size)
+                if t_new > q_new and q_new >= kept_lo:
+                    self._window = kept[:, :, q_new - kept_lo : t_new - kept_lo]
+                elif t_new > q_new:
+                    grp = {k: self._rows[k].view(self._field_rows(k, q_new),
+                                                 self._field_rows(k, q_new + p.group_size))
+                           for k in self._names}
+                    dec = self._method.decode_tokens(grp, p, self._bhd[2])[:, :, : t_new - q_new]
+                    self._window = dec.astype(numerics.DTYPES[self._dtype])
             else:
-                self._window = self._window[:, :, :0]
-        else:
-            q_new = t_new
-            self._window = self._window[:, :, :0]
+                q_new = t_new
+            kept = kept[:, :, : max(q_new - kept_lo, 0)]
+        # 3. refill: the newest kept tokens (whole groups for kivi) go back to the front of the window
+        g = p.group_size if p.method == "kivi" else 1
+        back = min(max(p.window - self._window.shape[2], 0), kept.shape[2])
+        back = g * -(-back // g) if back else 0             # whole groups, while the window is short of R
+        back = min(back, g * (kept.shape[2] // g))
+        if back:
+            self._window = mx.concatenate([kept[:, :, kept.shape[2] - back :], self._window], axis=2)
+            kept = kept[:, :, : kept.shape[2] - back]
+            q_new -= back
         for k in self._names:
-            self._rows[k].n = self._field_rows(k, q_new)
+            self._rows[k].n = self._rows[k].lo + self._field_rows(k, q_new)
         self._q = q_new
-        mx.eval(self._window)
+        self._kept = kept if self._cap else None
+        mx.eval(self._window, *([] if self._kept is None else [self._kept]))
         return n
 
     def __deepcopy__(self, memo) -> "Stream":
@@ -279,17 +313,50 @@ class Stream:
     def mark(self) -> tuple:
         """The current state, restorable while no trim happens: appends only write rows past the valid
         ones (a buffer that grows keeps them), so the row counts and the window array are the state."""
-        return (self._epoch, self._version, self._q, {k: r.n for k, r in self._rows.items()}, self._window,
-                self._dtype, self._bhd)
+        return (self._epoch, self._version, self._q, {k: (r.lo, r.n) for k, r in self._rows.items()},
+                self._window, self._dtype, self._bhd, self._kept)
 
     def restore(self, mark: tuple) -> None:
-        epoch, _, q, rows, window, dtype, bhd = mark
+        epoch, _, q, rows, window, dtype, bhd, kept = mark
         if epoch != self._epoch:
             raise ValueError("mark: taken before a trim; it can no longer be restored")
-        for k, n in rows.items():
-            self._rows[k].n = n
-        self._q, self._window, self._dtype, self._bhd = q, window, dtype, bhd
+        for k, (lo, n) in rows.items():
+            self._rows[k].lo, self._rows[k].n = lo, n
+        self._q, self._window, self._dtype, self._bhd, self._kept = q, window, dtype, bhd, kept
         self._version += 1
+
+    # -- eviction (sliding-window caches, accelerated/cache/rotating.py) ------------------------------------
+    def evict(self, n: int) -> None:
+        """Remove the oldest n tokens (kivi: n a multiple of G while they are encoded). Encoded rows are
+        only skipped (no copy; a `mark()` taken before stays restorable), so the state is the one-shot
+        record of the remaining tokens: every record depends on its own token only (kivi: its group)."""
+        p = self.params
+        if n <= 0:
+            return
+        ne = min(n, self._q)
+        if p.method == "kivi" and ne % p.group_size:
+            raise ValueError(f"n: kivi evicts whole groups of {p.group_size} encoded tokens, got {ne}")
+        for k in self._names:
+            self._rows[k].lo += self._field_rows(k, ne)
+        self._q -= ne
+        self._window = self._window[:, :, n - ne :]
+        if self._kept is not None:
+            self._kept = self._kept[:, :, max(self._kept.shape[2] - self._q, 0) :]
+        self._version += 1
+
+    def dead_rows(self) -> int:
+        """Rows skipped by `evict` and still held in the buffers."""
+        return max((r.lo for r in self._rows.values()), default=0)
+
+    def compact(self) -> None:
+        """Free the evicted rows (a copy of the valid ones); marks taken before cannot be restored."""
+        self.sync()
+        for r in self._rows.values():
+            if r.buf is not None and r.lo:
+                r.buf, r.n, r.lo = mx.contiguous(r.buf[:, :, r.lo : r.n]), r.n - r.lo, 0
+                mx.eval(r.buf)
+        self._version += 1
+        self._epoch += 1
 
     # -- views -------------------------------------------------------------------------------------
     def packed(self) -> "PackedRecord":
@@ -298,8 +365,10 @@ class Stream:
         nothing encoded yet are left out (attention reads none while Q = 0)."""
         if self._bhd is None:
             raise ValueError("stream: no tokens appended yet")
-        fields = Views({k: r.buf for k, r in self._rows.items() if r.buf is not None},
-                       {k: r.n for k, r in self._rows.items()})
+        # buffers from their first valid row: rows before `lo` were evicted (a sliding-window cache; a slice
+        # only then, so the usual decode step still hands the kernels whole buffers)
+        fields = Views({k: r.buf if not r.lo else r.buf[:, :, r.lo:] for k, r in self._rows.items()
+                        if r.buf is not None}, {k: r.n - r.lo for k, r in self._rows.items()})
         return PackedRecord(self.params, fields, self._window, self._q, self._method.decode_tokens, self._token)
 
     def record(self) -> dict[str, mx.array]:
@@ -328,16 +397,20 @@ class Stream:
 
     @property
     def nbytes(self) -> int:
-        return sum(v.nbytes for v in self.record().values())
+        return sum(v.nbytes for v in self.record().values()) + (0 if self._kept is None else self._kept.nbytes)
 
     # -- save / load -------------------------------------------------------------------------------
     def state(self) -> tuple[dict[str, mx.array], dict]:
-        """(record arrays, metadata of str/int): enough to continue exactly (streaming.md)."""
+        """(record arrays plus "kept" where tokens are kept, metadata of str/int): enough to continue
+        exactly (streaming.md)."""
         meta = {k: v for k, v in self.params.to_dict().items()}
         meta.update(tokens=self.tokens, spec_version=spec.SPEC_VERSION)
         if self._dtype is not None:
             meta["dtype"] = self._dtype
-        return self.record(), meta
+        arrays = self.record()
+        if arrays and self._kept is not None:
+            arrays["kept"] = self._kept
+        return arrays, meta
 
     @classmethod
     def from_state(cls, arrays, meta: dict | None = None, use_kernels="auto") -> "Stream":
@@ -346,7 +419,8 @@ class Stream:
             arrays, meta = arrays
         if not isinstance(meta, dict):
             raise ValueError("meta: must be the dict returned by state()")
-        keys = ("method", "bits", "bits2", "group_size", "window", "seed", "layer", "head_offset", "role")
+        keys = ("method", "bits", "bits2", "group_size", "window", "seed", "layer", "head_offset", "role",
+                "exact_trim")
         try:
             p = spec.Params(**{k: meta[k] for k in keys if k in meta})
         except TypeError as e:
@@ -356,6 +430,8 @@ class Stream:
             if meta.get("tokens", 0):
                 raise ValueError("arrays: empty but meta says tokens > 0")
             return s
+        arrays = dict(arrays)
+        kept = arrays.pop("kept", None)
         b, h, t, q, d = record.check_record(arrays, s.params)
         if meta.get("tokens") != t:
             raise ValueError(f"meta: tokens {meta.get('tokens')} does not match the arrays ({t})")
@@ -367,4 +443,11 @@ class Stream:
         for k in s._names:
             s._rows[k].extend(arrays[k])
         s._window = win
+        if kept is not None or s._cap:
+            kept = win[:, :, :0] if kept is None else kept
+            if (not isinstance(kept, mx.array) or kept.dtype != win.dtype or kept.ndim != 4
+                    or (*kept.shape[:2], kept.shape[3]) != (b, h, d) or kept.shape[2] > min(s._cap, q)):
+                raise ValueError(f"arrays: kept tokens {getattr(kept, 'shape', kept)} do not fit the record "
+                                 f"(at most {min(s._cap, q)} tokens of {win.dtype}, (B, H, d) = {(b, h, d)})")
+            s._kept = kept if s._cap else None
         return s

@@ -183,6 +183,27 @@ def check_stream_matches_oneshot(impl: Implementation, ref: Implementation, x, p
     assert_record_exact(s.record(), ref.encode(x, params, dtype), what + " vs reference one-shot encode")
 
 
+def check_exact_trims(impl: Implementation, ref: Implementation, prefill, cycles, params: Params,
+                      dtype: str) -> None:
+    """streaming.md "Exact trims": from a one-shot state, each cycle appends a chunk and trims n <= E of its
+    tokens (speculative decoding: append the draft, trim the rejected part); after every cycle the stored
+    bytes equal the reference's one-shot encode of the surviving tokens. `cycles`: [(chunk, n), ...]."""
+    s = impl.new_stream(params, dtype)
+    s.append(prefill.copy())
+    xs = prefill
+    for i, (chunk, n) in enumerate(cycles):
+        assert n <= min(params.exact_trim, chunk.shape[2])
+        s.append(chunk.copy())
+        got = s.trim(n)
+        xs = np.concatenate([xs, chunk], axis=2)[:, :, :xs.shape[2] + chunk.shape[2] - n]
+        what = call_desc(f"{impl.name}.Stream", params, dtype, prefill=prefill.shape[2],
+                         cycles=" ".join(f"+{c.shape[2]}-{k}" for c, k in cycles[:i + 1]))
+        if got != n or s.tokens != xs.shape[2]:
+            raise Mismatch(f"{what}: trim returned {got}, tokens {s.tokens}; expected {n}, {xs.shape[2]}")
+        assert_record_exact(s.record(), ref.encode(xs, params, dtype),
+                            what + " vs reference one-shot encode of the surviving tokens")
+
+
 def replay(impl: Implementation, params: Params, dtype: str, ops: list) -> list:
     """Run ops on a fresh stream; returns per op (tokens, record, trim result). Ops: ("append", x),
     ("trim", n), ("save_load",)."""

@@ -116,7 +116,7 @@ def params_to_toml(p: spec.Params) -> dict:
     d = {}
     for f in dataclasses.fields(p):
         v = getattr(p, f.name)
-        if v is None or f.name == "method":
+        if v is None or f.name == "method" or (f.name == "exact_trim" and v == 0):
             continue
         d[f.name] = f"0x{v:X}" if f.name == "seed" and isinstance(v, int) and v >= 0 else v
     return d

@@ -440,10 +440,45 @@ class FoldHalvingFirst(_Patched):
         return patched(numerics, "fold", _fold_halving_first)   # norm() looks fold up at call time
 
 
+class ExactTrimIgnored(ReferenceImpl):
+    """`exact_trim` accepted but ignored: no kept tokens, so a trim never refills the window and kivi's trim
+    always decodes (spec 1.0's trim; streaming.md "Exact trims")."""
+    name = "mutant_exact_trim_ignored"
+
+    def new_stream(self, params, dtype):
+        import dataclasses
+        from reference.stream import Stream
+        return _RefStream(Stream(dataclasses.replace(params, exact_trim=0), dtype))
+
+
+class _DecodedRefillStream(_HistoryStream):
+    def trim(self, n):
+        from reference import numerics
+        if self.s.tokens == 0:
+            return super().trim(n)
+        q0 = self.s.tokens - self.s._window.shape[2]
+        dec = numerics.downcast(self.s.decode(), self.s.dtype)     # every token as decoded before the trim
+        r = super().trim(n)
+        q = self.s.tokens - self.s._window.shape[2]
+        if q < q0:       # the bug: tokens moved back from the kept ones re-enter as decoded values
+            k = min(q0, self.s.tokens) - q
+            self.s._window = np.ascontiguousarray(np.concatenate([dec[:, :, q:q + k], self.s._window[:, :, k:]], 2))
+        return r
+
+
+class KeptTokensDecoded(ReferenceImpl):
+    """A trim refills the window with the decoded values of the records it drops, not the kept tokens."""
+    name = "mutant_kept_tokens_decoded"
+
+    def new_stream(self, params, dtype):
+        return _RefStream(_DecodedRefillStream(params, dtype))
+
+
 ALL = (OneUlpCodebook, MsbFirstPacking, SequentialNorm, KiviHalfAway, ChunkingDependent)
 SPEC11 = (KiviTrimOriginals, OneShotAfterTrim, RejectedChunkKept, WindowCheckedOnArrival, LoadReencodes,
           HeadIndexWrap32, Bits2DefaultIsDefaultBits, GroupAtMostHeadDim, NoGroupCheck, ValuesBeforeGroupSize,
-          InverseUsesH, StageBFirstTerm, StagesSwapped, FoldHalvingFirst)
+          InverseUsesH, StageBFirstTerm, StagesSwapped, FoldHalvingFirst, ExactTrimIgnored,
+          KeptTokensDecoded)
 
 
 # Issue 11's mutants (one per added check) live in mutants_suite.py; listed here with the others.

@@ -95,6 +95,20 @@ def test_chunking_dependent_caught(reference_impl, method):
                mutants.ChunkingDependent(), ReferenceImpl())
 
 
+@pytest.mark.parametrize("mutant_cls", [mutants.ExactTrimIgnored, mutants.KeptTokensDecoded])
+@pytest.mark.parametrize("method", ["turboquant", "kivi"])
+def test_exact_trim_check_catches(reference_impl, mutant_cls, method):
+    """checks.check_exact_trims (conformance/test_exact_trim.py) fails on a stream without exact trims."""
+    kw = {"group_size": 16} if method == "kivi" else {}
+    p = spec.Params(method, window=4, exact_trim=5, **kw).resolved()
+    rng = np.random.default_rng(3)
+    pre = data.make_x(rng, (1, 2, 35, 32), "float16", "normal")
+    cycles = [(data.make_x(rng, (1, 2, a, 32), "float16", "normal"), n) for a, n in ((3, 3), (2, 1), (5, 4))]
+    checks.check_exact_trims(reference_impl, reference_impl, pre, cycles, p, "float16")
+    _must_fail(lambda impl: checks.check_exact_trims(impl, reference_impl, pre, cycles, p, "float16"),
+               mutant_cls(), reference_impl)
+
+
 # ---- spec 1.1: each deviation issue 9 lists, and each head-dim bug, fails the golden cases made for it ------
 
 def _golden(pred):
@@ -125,6 +139,8 @@ RULE_TARGETS = [  # (mutant, the golden cases made to catch it: every one of the
     (mutants.NoGroupCheck, lambda c: "group-divides" in c.flags and c.kind == "error"),
     (mutants.ValuesBeforeGroupSize, lambda c: "precedence" in c.flags and "-group-nan-" in f"-{c.id}-"),
     (mutants.StageBFirstTerm, _flag("stage-b-zero")),
+    (mutants.ExactTrimIgnored, lambda c: any(f.startswith("exact-trim") for f in c.flags)),
+    (mutants.KeptTokensDecoded, _flag("exact-trim")),
 ]
 HEAD_DIM_TARGETS = [  # (mutant, the head-dim cases it shows in: each method's set must catch it)
     (mutants.InverseUsesH, lambda c: "head-dim" in c.flags and c.method in NORM and _m_n(c)[0] in (20, 28)),

@@ -1,6 +1,7 @@
 """Streaming cache semantics: chunked append, flush, trim, save/load (spec/streaming.md).
 
-The state is (encoded prefix fields, window tokens in the input dtype, T). Every flushed token (or KIVI
+The state is (encoded prefix fields, window tokens in the input dtype, kept tokens, T); the kept tokens are the
+exact values of the newest flushed tokens ("Exact trims"). Every flushed token (or KIVI
 group) is encoded by the method's own one-shot `encode`, so the stored bytes are those of a one-shot
 encode of the same tokens, whatever the chunking.
 """
@@ -24,6 +25,7 @@ class Stream:
         self._fields = [name for name, _dt in rec_mod.fields(self.params) if name != "window"]
         self._prefix: dict[str, np.ndarray] | None = None  # encoded fields, token axis 2
         self._window: np.ndarray | None = None             # (B, H, T − Q, d), input dtype storage
+        self._kept: np.ndarray | None = None               # (B, H, L, d): tokens Q − L .. Q − 1, exact
         self._tokens = 0
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -74,7 +76,10 @@ class Stream:
         new = self._encode_oldest(window, count)
         prefix = new if self._prefix is None else {
             name: np.concatenate([self._prefix[name], new[name]], axis=2) for name in self._fields}
-        # commit
+        # commit; the flushed tokens join the kept tokens, of which the newest C stay ("Exact trims")
+        kept = window[:, :, :count] if self._kept is None else np.concatenate([self._kept, window[:, :, :count]], 2)
+        cap = self.params.kept_capacity()
+        self._kept = np.ascontiguousarray(kept[:, :, kept.shape[2] - min(cap, kept.shape[2]):])
         self._prefix = prefix
         self._window = np.ascontiguousarray(window[:, :, count:])
         self._tokens += x.shape[2]
@@ -90,25 +95,40 @@ class Stream:
         w = self._window.shape[2]
         from_window = min(removed, w)
         self._window = self._window[:, :, :w - from_window]
-        rest = removed - from_window
         new_t = self._tokens - removed
-        if rest:
-            q = self._tokens - w
+        q = self._tokens - w
+        kept_lo = q - self._kept.shape[2]                 # kept tokens are kept_lo .. q − 1
+        if removed > from_window:
             if self.params.method == "kivi":
-                # 2 (kivi). truncate to Q' = G·⌊T'/G⌋; tokens Q'..T'−1 come back decoded, cast RNE (lossy).
+                # 2 (kivi). truncate to Q' = G·⌊T'/G⌋; tokens Q'..T'−1 come back: kept values if held,
+                # else decoded and cast RNE (lossy).
                 g = self.params.group_size
                 q_new = g * (new_t // g)
                 back = self._window
-                if new_t > q_new:
+                if new_t > q_new and q_new >= kept_lo:
+                    back = self._kept[:, :, q_new - kept_lo:new_t - kept_lo]
+                elif new_t > q_new:
                     part = dict(self._slice_prefix(q_new, q_new + g))
                     part["window"] = self._window[:, :, :0]
                     decoded = self._method.decode(part, self.params, self.dtype)
                     back = numerics.downcast(decoded[:, :, :new_t - q_new], self.dtype)
                 self._window = np.ascontiguousarray(back)
-                self._prefix = self._slice_prefix(0, q_new)
             else:
                 # 2 (per-token). drop the newest encoded records.
-                self._prefix = self._slice_prefix(0, q - rest)
+                q_new = new_t
+            self._prefix = self._slice_prefix(0, q_new)
+            self._kept = self._kept[:, :, :max(q_new - kept_lo, 0)]
+            q = q_new
+        # 3. refill: the newest kept tokens (g at a time) go back to the front of the window.
+        g = self.params.group_size if self.params.method == "kivi" else 1
+        while self._window.shape[2] < self.params.window and self._kept.shape[2] >= g:
+            L = self._kept.shape[2]
+            self._window = np.concatenate([self._kept[:, :, L - g:], self._window], axis=2)
+            self._kept = self._kept[:, :, :L - g]
+            q -= g
+            self._prefix = self._slice_prefix(0, q)
+        self._window = np.ascontiguousarray(self._window)
+        self._kept = np.ascontiguousarray(self._kept)
         self._tokens = new_t
         return removed
 
@@ -130,7 +150,7 @@ class Stream:
         """Record arrays (bytes as stored) plus what is needed to continue: method, params, T, dtype."""
         return {"spec_version": spec.SPEC_VERSION, "method": self.params.method,
                 "params": self.params.to_dict(), "dtype": self.dtype, "tokens": self._tokens,
-                "record": self.record()}
+                "record": self.record(), "kept": None if self._kept is None else self._kept.copy()}
 
     @classmethod
     def from_state(cls, state: dict) -> "Stream":
@@ -143,4 +163,9 @@ class Stream:
             s._prefix = {name: np.array(rec[name]) for name in s._fields}
             s._window = np.array(rec["window"])
             s._tokens = t
+            kept = state.get("kept")
+            s._kept = np.array(rec["window"][:, :, :0]) if kept is None else np.array(kept)
+            if (s._kept.dtype != s._window.dtype or s._kept.shape[:2] + s._kept.shape[3:] != s._window.shape[:2]
+                    + s._window.shape[3:] or s._kept.shape[2] > min(s.params.kept_capacity(), q)):
+                raise ValueError(f"state: kept tokens {s._kept.dtype} {s._kept.shape} do not fit the record")
         return s

@@ -141,6 +141,7 @@ class Params:
     layer: int = 0
     head_offset: int = 0
     role: str = "k"
+    exact_trim: int | None = None   # E (streaming.md "Exact trims"); None: formats.toml default_exact_trim
 
     def resolved(self) -> "Params":
         """A copy with defaults filled in and every value checked; ValueError names the parameter."""
@@ -170,7 +171,10 @@ class Params:
         _check_int("head_offset", self.head_offset, lo=0, hi=lim["head_offset_max"])
         if self.role not in ("k", "v"):
             raise ValueError(f"role: must be 'k' or 'v', got {self.role!r}")
-        return dataclasses.replace(self, bits=bits, bits2=bits2, group_size=group, window=window)
+        exact = formats()["default_exact_trim"] if self.exact_trim is None else self.exact_trim
+        _check_int("exact_trim", exact, lo=0, hi=lim["exact_trim_max"])
+        return dataclasses.replace(self, bits=bits, bits2=bits2, group_size=group, window=window,
+                                   exact_trim=int(exact))
 
     @property
     def role_id(self) -> int:
@@ -196,6 +200,14 @@ class Params:
         if self.method == "kivi":
             return self.group_size * (r // self.group_size)
         return r
+
+    def kept_capacity(self) -> int:
+        """C: how many flushed tokens a stream keeps exactly (streaming.md "Exact trims"): E for per-token
+        methods, E rounded up to whole groups of G for kivi."""
+        e = self.exact_trim or 0
+        if self.method == "kivi":
+            return self.group_size * -(-e // self.group_size)
+        return e
 
     def to_dict(self) -> dict:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}

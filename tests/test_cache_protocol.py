@@ -46,6 +46,10 @@ def as_bits(a: mx.array) -> np.ndarray:
 
 
 def assert_same_record(a: dict, b: dict):
+    """Same fields, dtypes, shapes and bits; a cache state's "kept" tokens (streaming.md "Exact trims") are
+    compared only against another state that has them (a one-shot record has none)."""
+    if "kept" in a and "kept" not in b:
+        a = {k: v for k, v in a.items() if k != "kept"}
     assert list(a) == list(b)
     for name in a:
         assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
@@ -80,11 +84,21 @@ def test_fetch_is_one_shot_decode_cast_rne(method):
         dec = np.array(ops.decode(rec, p))                      # float32
         want = dec.astype(np.float16)                           # numpy's cast is RNE
         np.testing.assert_array_equal(as_bits(got), want.view(np.uint16))
-    # The stored record is the one-shot record (no shadow copy: state holds exactly these arrays).
+    # The stored record is the one-shot record; beside it only the kept tokens (spec/streaming.md "Exact
+    # trims": the newest C flushed tokens, exactly as appended; none for per-token methods with R = 0).
     k_rec, v_rec, _ = c.state
+    nbytes = sum(a.nbytes for a in (*k_rec.values(), *v_rec.values()))
+    for rec, x, p in ((k_rec, keys, c.key_params), (v_rec, values, c.value_params)):
+        kept = rec.pop("kept", None)
+        q = p.encoded_tokens(x.shape[2])
+        if kept is None:
+            assert p.method != "kivi" and p.window == 0
+        else:
+            assert kept.shape[2] == min(p.kept_capacity(), q) > 0
+            np.testing.assert_array_equal(as_bits(kept), as_bits(x[:, :, q - kept.shape[2]:q]))
     assert_same_record(k_rec, ops.encode(keys, c.key_params))
     assert_same_record(v_rec, ops.encode(values, c.value_params))
-    assert c.nbytes == sum(a.nbytes for a in (*k_rec.values(), *v_rec.values()))
+    assert c.nbytes == nbytes
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -94,7 +108,11 @@ def test_nbytes_below_fp16(method):
     ref = mlx_cache.KVCache()
     fill(ref, chunks=(64, 1, 1), h=2, d=128)
     fp16 = sum(a.nbytes for a in ref.keys_and_values())         # the valid tokens, not the step padding
-    assert c.nbytes < 0.5 * fp16, (c.nbytes, fp16)
+    # the kept tokens (streaming.md "Exact trims") are a constant beside the record: at most C tokens per
+    # stream in the input dtype, whatever the context length
+    kept = [rec["kept"] for rec in c.state[:2] if "kept" in rec]
+    assert all(k.shape[2] <= p.kept_capacity() for k, p in zip(kept, (c.key_params, c.value_params)))
+    assert c.nbytes - sum(k.nbytes for k in kept) < 0.5 * fp16, (c.nbytes, fp16)
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -1,6 +1,6 @@
 """Packed attention in the mlx-lm model families the issue names, with their code unchanged: tiny random
 llama (also what mlx-lm runs for model_type "mistral"), qwen2, qwen3, gemma, gemma3_text (global layers
-with our cache, sliding layers keeping mlx-lm's RotatingKVCache) and gemma2 (soft-capped logits computed
+with our cache; its sliding layers with VeloxRotatingKVCache in tests/test_rotating_cache.py) and gemma2 (soft-capped logits computed
 by the model itself: our cache falls back to returning decoded keys/values). For each: which attention
 mode make_prompt_cache chose, that decode steps went through accelerated.attention's packed path, and that
 greedy tokens equal the dequantizing cache's while the top-2 logit margin exceeds the tolerance."""
@@ -51,7 +51,14 @@ def test_family_attends_over_packed_records(family):
     ours = [c for c in caches if isinstance(c, vc.VeloxKVCache)]
     assert ours, "no layer got a VeloxQuant cache"
     assert {c.attention for c in ours} == {"packed" if family in PACKED else "dequantize"}
-    if family == "gemma3_text":     # sliding-window layers keep mlx-lm's rotating cache (issue 10)
+    if family == "gemma3_text":
+        # sliding layers get compressed rotating caches (rotating.py) ...
+        assert sum(isinstance(c, vc.VeloxRotatingKVCache) for c in caches) == 2
+        # ... but here they keep mlx-lm's: in float16 this random gemma3 moves logits by up to ~0.2-0.3
+        # between packed and decoded attention once its first layers are compressed (also with every layer
+        # global), beyond TOP2_MARGIN; tests/test_rotating_cache.py compares those in float32 instead.
+        caches = vc.make_prompt_cache(model, method="turboquant", bits=4, seed=3, compress_sliding=False)
+        ours = [c for c in caches if isinstance(c, vc.VeloxKVCache)]
         assert any(isinstance(c, mlx_cache.RotatingKVCache) for c in caches)
     seen = []
     real = attn.path
@@ -69,7 +76,8 @@ def test_family_attends_over_packed_records(family):
         assert seen.count("decoded") == len(ours) and len(seen) > len(ours)   # prompt decoded; steps packed
     else:
         assert not seen
-    ref_caches = vc.make_prompt_cache(model, method="turboquant", bits=4, seed=3, attention="dequantize")
+    ref_caches = vc.make_prompt_cache(model, method="turboquant", bits=4, seed=3, attention="dequantize",
+                                      compress_sliding=family != "gemma3_text")
     ref = [(t, lp) for t, lp in generate_step(prompt, model, max_tokens=12, prompt_cache=ref_caches)]
     for i, ((a, lpa), (b, _)) in enumerate(zip(ref, packed)):
         top2 = np.sort(np.array(lpa.astype(mx.float32)))[-2:]

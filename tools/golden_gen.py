@@ -6,7 +6,7 @@ import numpy as np
 
 from conformance.golden_format import GoldenCase, hexarr as _hexarr, hx as _hx, replay
 
-from . import golden_spec11, golden_wide
+from . import golden_exact_trim, golden_spec11, golden_wide
 from .golden_cases import (V1_HEAD_DIMS, CaseDef, GenerationError, _edge_cases, _random_cases,
                            _window_and_stream_cases, available_methods, verify_tie)
 from .golden_inputs import InputRng
@@ -50,7 +50,7 @@ def case_defs(methods=None) -> list[CaseDef]:
     for m in methods or available_methods():
         out += _edge_cases(m) + _random_cases(m) + _window_and_stream_cases(m)
     for m in methods or available_methods():
-        out += golden_spec11.case_defs(m)
+        out += golden_spec11.case_defs(m) + golden_exact_trim.case_defs(m)
     for m in methods or available_methods():
         out += golden_wide.case_defs(m)        # issue 11: B >= 4, H >= 8, in their own files
     ids = [c.id for c in out]
@@ -75,6 +75,7 @@ def generate_cases(methods=None) -> list[GoldenCase]:
     _check_ties(defs)
     cases = [_run_reference(cd) for cd in defs]
     golden_spec11.check_cases(cases)   # each 1.1 case really exercises its rule (else GenerationError)
+    golden_exact_trim.check_cases(cases)
     return cases
 
 

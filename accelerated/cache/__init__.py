@@ -17,12 +17,13 @@ from accelerated.cache.batch import BatchVeloxKVCache
 from accelerated.cache.kivi import KIVIKVCache
 from accelerated.cache.prompt_cache import CLASS_BY_METHOD, make_prompt_cache
 from accelerated.cache.rabitq import RaBitQKVCache
+from accelerated.cache.rotating import VeloxRotatingKVCache
 from accelerated.cache.turboquant import TurboQuantKVCache
 from accelerated.cache.turboquant_prod import TurboQuantProdKVCache
 from accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
 
 CACHE_CLASSES = (VeloxKVCache, BatchVeloxKVCache, TurboQuantKVCache, TurboQuantRVQKVCache, TurboQuantProdKVCache,
-                 KIVIKVCache, RaBitQKVCache)
+                 KIVIKVCache, RaBitQKVCache, VeloxRotatingKVCache)
 
 
 def _register(classes) -> None:
@@ -38,4 +39,4 @@ _register(CACHE_CLASSES)
 hook.install()
 
 __all__ = ["CacheGroup", "VeloxKVCache", "BatchVeloxKVCache", "TurboQuantKVCache", "TurboQuantRVQKVCache", "TurboQuantProdKVCache",
-           "KIVIKVCache", "RaBitQKVCache", "CLASS_BY_METHOD", "CACHE_CLASSES", "make_prompt_cache"]
+           "KIVIKVCache", "RaBitQKVCache", "VeloxRotatingKVCache", "CLASS_BY_METHOD", "CACHE_CLASSES", "make_prompt_cache"]

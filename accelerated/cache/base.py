@@ -55,6 +55,10 @@ STATE_FORMAT = 1                       # version of the `state` layout below
 _DTYPES = (mx.float16, mx.bfloat16, mx.float32)
 ATTENTION_MODES = ("packed", "dequantize")
 CHECK_MODES = ("deferred", "eager")
+# streaming.md "Exact trims": the caches' default E. mlx-lm's speculative decoding trims at most its number of
+# draft tokens per step (speculative_generate_step's default 2, the CLI's --num-draft-tokens 3); 32 also
+# covers a window R = 32 trimmed completely.
+DEFAULT_EXACT_TRIM = 32
 # Appends whose snapshots are kept: a fault is found one append after its chunk (in its own layer) or two
 # (when a later layer of the same forward finds it), so three snapshots cover every rollback target.
 _KEPT_CHUNKS = 3
@@ -91,7 +95,8 @@ class CacheGroup:
                 c.trim(c.offset - offset)
 
 
-def _role_params(role: str, method, bits, bits2, group_size, window, seed, layer, head_offset) -> spec.Params:
+def _role_params(role: str, method, bits, bits2, group_size, window, seed, layer, head_offset,
+                 exact_trim=0) -> spec.Params:
     """Params for one role, resolved now so a bad setting fails at construction, named per role."""
     prefix = "key_" if role == "k" else "value_"
     if method is None:
@@ -102,7 +107,8 @@ def _role_params(role: str, method, bits, bits2, group_size, window, seed, layer
     p = spec.Params(method, bits=bits,
                     bits2=bits2 if method == "turboquant_rvq" else None,
                     group_size=group_size if "group_sizes" in info else None,
-                    window=window, seed=seed, layer=layer, head_offset=head_offset, role=role)
+                    window=window, seed=seed, layer=layer, head_offset=head_offset, role=role,
+                    exact_trim=exact_trim)
     try:
         return p.resolved()
     except ValueError as e:
@@ -130,6 +136,9 @@ class VeloxKVCache(_BaseCache):
       method, bits: defaults for both roles; key_method/value_method and key_bits/value_bits override.
       bits2 (turboquant_rvq), group_size (kivi): passed to the role(s) whose method takes them.
       window: spec `window` R, the newest tokens kept exactly in the input dtype (method default if None).
+      exact_trim: spec `exact_trim` E (default 32): a trim of up to E tokens after appends restores the
+        stored state exactly (speculative decoding); costs E tokens per stream in the input dtype where
+        R > 0 (kivi: E rounded up to whole groups), nothing for per-token methods with R = 0.
       seed, layer, head_offset: spec common parameters; per-head randomness comes from
         (seed, layer, head_offset + local head, role), so a cache over a shard of the KV heads stores the
         same bytes per head as the unsharded one.
@@ -142,14 +151,14 @@ class VeloxKVCache(_BaseCache):
                  key_bits: int | None = None, value_bits: int | None = None,
                  bits2: int | None = None, group_size: int | None = None, window: int | None = None,
                  seed: int = 0, layer: int = 0, head_offset: int = 0, attention: str = "packed",
-                 checks: str = "deferred"):
+                 checks: str = "deferred", exact_trim: int = DEFAULT_EXACT_TRIM):
         if attention not in ATTENTION_MODES:
             raise ValueError(f"attention: expected one of {ATTENTION_MODES}, got {attention!r}")
         if checks not in CHECK_MODES:
             raise ValueError(f"checks: expected one of {CHECK_MODES}, got {checks!r}")
         method = method or self.method
         common = dict(bits2=bits2, group_size=group_size, window=window, seed=seed, layer=layer,
-                      head_offset=head_offset)
+                      head_offset=head_offset, exact_trim=exact_trim)
         self.key_params = _role_params("k", key_method or method, bits if key_bits is None else key_bits,
                                        **common)
         self.value_params = _role_params("v", value_method or method,
@@ -181,7 +190,7 @@ class VeloxKVCache(_BaseCache):
             token = append_in_place(self._k, self._v, keys, values, self._token)
             if token is not None:      # one launch: encode both, store in place, checks (kernels/append.py)
                 self._token = token
-                self.offset = self._k.tokens
+                self.offset += keys.shape[2]    # tokens seen (a sliding-window cache holds fewer)
                 self._appends += 1
                 kp, vp = self.key_params, self.value_params
                 msgs = [f"keys: {NONFINITE}", f"keys: {RULES[kp.method]}", f"values: {NONFINITE}",
@@ -215,7 +224,7 @@ class VeloxKVCache(_BaseCache):
             v.commit(pending_v)
             flags = fault_flags(faults) if faults else None     # one launch on a GPU, no sync
         self._k, self._v = k, v
-        self.offset = self._k.tokens
+        self.offset += keys.shape[2]      # tokens seen; the streams hold offset - evicted of them (rotating.py)
         self._appends += 1
         self._chunks.append(_Chunk(self._appends, flags if faults else None, [m for _, _, m in faults], before))
         if self.attention == "packed":
@@ -307,7 +316,7 @@ class VeloxKVCache(_BaseCache):
             tk = self._k.trim(n)
             tv = self._v.trim(n)
             assert tk == tv == n, (tk, tv, n)
-            self.offset = self._k.tokens
+            self.offset -= n
         return n
 
     def make_mask(self, *args, **kwargs):
@@ -365,9 +374,10 @@ class VeloxKVCache(_BaseCache):
         else:
             self._k = Stream.from_state(dict(k_arrays), meta["k"])
             self._v = Stream.from_state(dict(v_arrays), meta["v"])
-            if not self._k.tokens == self._v.tokens == meta["offset"]:
+            evicted = meta.get("evicted", 0)        # tokens a sliding-window cache dropped (rotating.py)
+            if not self._k.tokens == self._v.tokens == meta["offset"] - evicted:
                 raise ValueError("state: key/value token counts disagree with the saved offset")
-            self.offset = self._k.tokens
+            self.offset = meta["offset"]
         self._chunks.clear()
 
     @classmethod

@@ -2,14 +2,15 @@
 'Common parameters': the layer index of each cache is its position in the list)."""
 from __future__ import annotations
 
-from mlx_lm.models.cache import KVCache
+from mlx_lm.models.cache import KVCache, RotatingKVCache
 
 import spec
 
 from accelerated.cache import hook
-from accelerated.cache.base import CacheGroup, VeloxKVCache
+from accelerated.cache.base import DEFAULT_EXACT_TRIM, CacheGroup, VeloxKVCache
 from accelerated.cache.kivi import KIVIKVCache
 from accelerated.cache.rabitq import RaBitQKVCache
+from accelerated.cache.rotating import VeloxRotatingKVCache
 from accelerated.cache.turboquant import TurboQuantKVCache
 from accelerated.cache.turboquant_prod import TurboQuantProdKVCache
 from accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
@@ -28,12 +29,17 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
                       key_bits: int | None = None, value_bits: int | None = None,
                       bits2: int | None = None, group_size: int | None = None, window: int | None = None,
                       fp16_layers: tuple[int, int] = (0, 0), seed: int = 0, head_offset: int | None = None,
-                      group=None, attention: str = "auto", checks: str = "deferred") -> list:
+                      group=None, attention: str = "auto", checks: str = "deferred",
+                      exact_trim: int = DEFAULT_EXACT_TRIM, compress_sliding: bool = True) -> list:
     """Caches for `model.layers`: compressed ones, except mlx-lm's plain KVCache for the first
     `fp16_layers[0]` and last `fp16_layers[1]` layers (kept in the model dtype).
 
-    If the model has `make_cache()` (e.g. sliding-window or SSM layers), only the layers for which it
-    returns a plain KVCache are replaced; rotating/array caches keep their own semantics.
+    If the model has `make_cache()` (e.g. sliding-window or SSM layers), the layers for which it returns a
+    plain KVCache get a compressed cache, and (with `compress_sliding`, the default) those for which it
+    returns mlx-lm's RotatingKVCache(max_size, keep=0) get a VeloxRotatingKVCache of the same max_size
+    (accelerated/cache/rotating.py); other caches (keep > 0, SSM arrays) keep their own semantics. With
+    kivi, sliding layers are compressed only if all of them are (gemma3_text builds every sliding layer's
+    mask from the first one, and a kivi sliding cache may hold up to G - 1 tokens more than mlx-lm's).
     Layers get the class of their key method when keys and values share one, else VeloxKVCache.
 
     Models sharded over KV heads (mlx-lm's `model.shard(group)` splits k_proj/v_proj "all-to-sharded", so
@@ -47,6 +53,8 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
     fetch returns the decoded cache) or "auto": packed for each layer whose attention goes through
     mlx-lm's base.scaled_dot_product_attention (llama, qwen2/3, mistral, gemma, gemma3 ...), dequantize
     for layers that compute attention themselves (e.g. gemma2's soft-capped logits).
+    exact_trim: E of spec/streaming.md "Exact trims" (VeloxKVCache; default 32, enough for mlx-lm's
+    speculative decoding with up to 32 draft tokens).
     checks: "deferred" or "eager" (VeloxKVCache); the returned caches form one CacheGroup, so a deferred
     fault rolls every layer back together.
     bits2 goes to the role(s) using turboquant_rvq, group_size to the role(s) using kivi or mlx_affine; either
@@ -69,9 +77,13 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
     cls = CLASS_BY_METHOD.get(km, VeloxKVCache) if km == vm else VeloxKVCache
     first_n, last_n = fp16_layers
     rank = _group_rank(group)
+    boundary = [layer < first_n or layer >= len(base) - last_n for layer in range(len(base))]
+    sliding = [type(c) is RotatingKVCache and c.keep == 0 and compress_sliding for c in base]
+    if "kivi" in (km, vm) and any(s and b for s, b in zip(sliding, boundary)):
+        sliding = [False] * len(base)
     caches = []
     for layer, c in enumerate(base):
-        if type(c) is not KVCache or layer < first_n or layer >= len(base) - last_n:
+        if not (type(c) is KVCache or sliding[layer]) or boundary[layer]:
             caches.append(c)
             continue
         offset = head_offset if rank is None else _shard_head_offset(model, layer, rank, head_offset)
@@ -79,10 +91,14 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
         if mode == "auto":
             attn = getattr(model.layers[layer], "self_attn", None)
             mode = "packed" if attn is not None and hook.uses_hooked_sdpa(attn) else "dequantize"
-        caches.append(cls(bits, method=km, key_method=km, value_method=vm, key_bits=key_bits,
-                          value_bits=value_bits, bits2=bits2, group_size=group_size, window=window,
-                          seed=seed, layer=layer, head_offset=0 if offset is None else offset,
-                          attention=mode, checks=checks))
+        kw = dict(method=km, key_method=km, value_method=vm, key_bits=key_bits, value_bits=value_bits,
+                  bits2=bits2, group_size=group_size, window=window, seed=seed, layer=layer,
+                  head_offset=0 if offset is None else offset, attention=mode, checks=checks,
+                  exact_trim=exact_trim)
+        if sliding[layer]:
+            caches.append(VeloxRotatingKVCache(c.max_size, 0, bits, **kw))
+        else:
+            caches.append(cls(bits, **kw))
     CacheGroup(caches)
     return caches
 
