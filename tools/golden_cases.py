@@ -485,3 +485,7 @@ def find_tie_inputs(table: str, dtype: str, limit: int = 8) -> list[tuple[float,
     return hits[:limit]
 
 
+def _reference_reload(stream):
+    import copy
+    import reference.stream
+    return reference.stream.Stream.from_state(copy.deepcopy(stream.state()))

@@ -18,7 +18,7 @@ import numpy as np
 
 import spec
 from conformance.golden_format import replay
-from tools.golden_cases import CaseDef, GenerationError
+from tools.golden_cases import CaseDef, GenerationError, _reference_reload
 from tools.golden_spec11 import _rule_x
 
 FLAGS = ("exact-trim", "exact-trim-short", "exact-trim-save-load")
@@ -83,7 +83,6 @@ def case_defs(method: str) -> list[CaseDef]:
 
 def _record_after(c, params):
     import reference.stream
-    from tools.golden import _reference_reload
     s, _ = replay(reference.stream.Stream(params, c.dtype), c.x, c.ops, _reference_reload)
     return s.record()
 

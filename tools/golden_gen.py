@@ -7,16 +7,10 @@ import numpy as np
 from conformance.golden_format import GoldenCase, hexarr as _hexarr, hx as _hx, replay
 
 from . import golden_exact_trim, golden_spec11, golden_wide
-from .golden_cases import (V1_HEAD_DIMS, CaseDef, GenerationError, _edge_cases, _random_cases,
+from .golden_cases import (_reference_reload, V1_HEAD_DIMS, CaseDef, GenerationError, _edge_cases, _random_cases,
                            _window_and_stream_cases, available_methods, verify_tie)
 from .golden_inputs import InputRng
 from .golden_write import render
-
-def _reference_reload(stream):
-    import copy
-    import reference.stream
-    return reference.stream.Stream.from_state(copy.deepcopy(stream.state()))
-
 
 def _run_reference(cd: CaseDef) -> GoldenCase:
     import reference
