@@ -202,13 +202,13 @@ XTYPES = {"float32": "float", "float16": "_Float16", "bfloat16": "vq_bf16"}
 _XT_ID = {n: i for i, n in enumerate(XTYPES)}
 
 
-def _combos():
+def _combos(dims=None):
     """(M, D, x type, TS type) of every encode instantiation and (M, D, TS) of every decode one."""
     enc, dec = [], []
     for m in range(6):
-        for d in HEAD_DIMS:
-            if m == 5 and d < 32:
-                continue   # mlx_affine: G >= 32 and G <= d
+        for d in (HEAD_DIMS if dims is None else dims):
+            if m == 5 and not any(d % g == 0 for g in spec.method_info("mlx_affine")["group_sizes"]):
+                continue   # mlx_affine: G must divide d
             for xt in XTYPES:
                 # mlx_affine: TS is the declared input dtype, which a stream's float32 upcast x differs from
                 for ts in (("float32",) if m <= 3 else ("float16",) if m == 4 else tuple(XTYPES)):
@@ -218,21 +218,24 @@ def _combos():
     return enc, dec
 
 
-def cpp_source() -> str:
-    enc, dec = _combos()
+def cpp_source(dims=None, bodies=None) -> str:
+    """The emulator's C++ text for head dims `dims` (default HEAD_DIMS); `bodies` {"encode": text, "decode":
+    text} replaces source.BODIES (a deliberately broken body, to show that a test catches it)."""
+    bodies = {**source.BODIES, **(bodies or {})}
+    enc, dec = _combos(dims)
     ed = "\n".join(f"  if (m == {m} && d == {d} && xt == {_XT_ID[xt]} && ts == {_XT_ID[ts]}) {{ "
                    f"enc<{m}, {d}, {XTYPES[xt]}, {XTYPES[ts]}>(groups, warps, x, sh, st, sig, tau, c1, b1, c2, b2, "
                    f"k, meta, o1, o2, s1, s2, flt); return 0; }}" for m, d, xt, ts in enc)
     dd = "\n".join(f"  if (m == {m} && d == {d} && ts == {_XT_ID[ts]}) {{ dec<{m}, {d}, {XTYPES[ts]}>(groups, "
                    f"warps, c1w, sh, c2w, s1, s2, sig, tau, c1, c2, k, meta, out); return 0; }}" for m, d, ts in dec)
-    return (HARNESS.replace("@ENCODE@", PRELUDE + source.ENCODE_BODY)
-            .replace("@DECODE@", PRELUDE + source.DECODE_BODY)
+    return (HARNESS.replace("@ENCODE@", PRELUDE + bodies["encode"])
+            .replace("@DECODE@", PRELUDE + bodies["decode"])
             .replace("@ENC_DISPATCH@", ed).replace("@DEC_DISPATCH@", dd))
 
 
-def build(folder: pathlib.Path | None = None) -> ctypes.CDLL:
-    """Compile (or reuse, keyed by the source's hash) the emulator library."""
-    text = cpp_source()
+def build(folder: pathlib.Path | None = None, dims=None, bodies=None) -> ctypes.CDLL:
+    """Compile (or reuse, keyed by the source's hash) the emulator library (cpp_source's dims, bodies)."""
+    text = cpp_source(dims, bodies)
     key = hashlib.sha256(text.encode()).hexdigest()[:16]
     folder = folder or pathlib.Path(os.environ.get("VELOXQUANT_KEMU_DIR", tempfile.gettempdir()))
     so = folder / f"veloxquant-kemu-{key}.so"

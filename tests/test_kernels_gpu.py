@@ -30,6 +30,12 @@ METHOD_BITS = [("turboquant", dict(bits=b)) for b in (1, 2, 3, 4)] + \
                 (8, 64, "v"))] + \
               [("mlx_affine", dict(bits=b, group_size=g)) for b in (2, 4, 8) for g in (32, 64, 128)]
 HEAD_DIMS = [16, 32, 64, 128, 256, 512, 1024]
+# spec 1.1: d = m * 2^k, m = 12, 20, 28; every input dtype at 80, 96, 192, 320, bfloat16 at the others
+NEW_HEAD_DIMS = [(d, dt) for d in (80, 96, 192, 320) for dt in ("bfloat16", "float16", "float32")] + \
+                [(d, "bfloat16") for d in (20, 112, 160, 768, 896)]
+HEAD_DIM_CASES = [("turboquant", dict(bits=3)), ("turboquant_rvq", dict(bits=2, bits2=3)), ("rabitq", dict()),
+                  ("turboquant_prod", dict(bits=4)), ("kivi", dict(bits=3, group_size=16, role="k")),
+                  ("kivi", dict(bits=4, group_size=16, role="v")), ("mlx_affine", dict(bits=4, group_size=32))]
 
 
 def _u(a: mx.array) -> np.ndarray:
@@ -82,15 +88,22 @@ def test_bits_and_dtypes(method, kw, dtype):
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
-@pytest.mark.parametrize("method,kw", [("turboquant", dict(bits=3)), ("turboquant_rvq", dict(bits=2, bits2=3)),
-                                       ("rabitq", dict()), ("turboquant_prod", dict(bits=4)),
-                                       ("kivi", dict(bits=3, group_size=16, role="k")),
-                                       ("kivi", dict(bits=4, group_size=16, role="v")),
-                                       ("mlx_affine", dict(bits=4, group_size=32))])
+@pytest.mark.parametrize("method,kw", HEAD_DIM_CASES)
 def test_head_dims(method, kw, d):
     if method == "mlx_affine" and d < 32:
         pytest.skip("mlx_affine: G >= 32 > d")
     _check(method, kw, (1, 2, 36 if method == "kivi" else 4, d), "bfloat16", seed=d, window=0)
+
+
+@pytest.mark.parametrize("d,dtype", NEW_HEAD_DIMS, ids=[f"d{d}-{dt}" for d, dt in NEW_HEAD_DIMS])
+@pytest.mark.parametrize("method,kw", HEAD_DIM_CASES)
+def test_new_head_dims(method, kw, d, dtype):
+    """Spec 1.1's head dims (stage B of H, the block fold), every input dtype; the kernel itself runs (no
+    fall back to accelerated.ops: launch_shape accepts d)."""
+    if (method == "mlx_affine" or kw.get("role") == "v") and d % kw["group_size"]:
+        pytest.skip(f"group size {kw['group_size']} does not divide d = {d} (spec 1.1: G | d)")
+    km.launch_shape(8, d)
+    _check(method, kw, (1, 2, 36 if method == "kivi" else 5, d), dtype, seed=d, window=1)
 
 
 @pytest.mark.parametrize("method", ["turboquant", "turboquant_rvq", "rabitq", "turboquant_prod", "kivi",

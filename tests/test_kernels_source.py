@@ -136,7 +136,10 @@ PTX_KERNELS = ([("encode", m, 128, xt) for m in source.METHOD_IDS for xt in kr.C
                + [("decode", m, 128, "float16") for m in source.METHOD_IDS]
                + [("decode", "mlx_affine", 128, xt) for xt in ("float32", "bfloat16")]
                + [(k, m, d, "bfloat16") for k in ("encode", "decode") for m in ("turboquant_prod", "kivi")
-                  for d in (16, 1024)])
+                  for d in (16, 1024)]
+               # spec 1.1 head dims d = m * 2^k, m > 1: stage B of H and the block fold (80: 4 lanes; 96; 896)
+               + [(k, m, d, "float16") for k in ("encode", "decode") for m in source.METHOD_IDS for d in (80, 96, 896)
+                  if m != "mlx_affine" or d % 32 == 0])
 
 
 @NVCC
@@ -235,8 +238,8 @@ def test_metal_source_compiles_against_shim(kind, tmp_path):
     text = source.METAL_HEADER    # once: each MLX kernel is its own library, here they share one file
     for m in source.METHOD_IDS:
         for xt in (METAL_TYPES if kind == "encode" or m == "mlx_affine" else ("float32",)):
-            for d in (16, 128):
-                if m == "mlx_affine" and d < 32:
+            for d in (16, 128, 80, 96):                       # 80, 96: spec 1.1's d = m * 2^k with m > 1
+                if m == "mlx_affine" and d % 32:
                     continue
                 small = frozenset({"tau", "f_c2", "f_b2", "codes2"})   # 1-element dummies: constant space
                 text += metal_kernel_source(kind, m, d, xt, small).replace(source.METAL_HEADER, "").replace(

@@ -142,12 +142,11 @@ def _side_dtype(p: spec.Params, dtype) -> mx.Dtype:
 
 
 def launch_shape(rows: int, d: int) -> tuple[tuple, tuple, int]:
-    """(grid in threads, threadgroup, threadgroups) for `rows` rows of head dim d: one warp per row; a
-    single threadgroup when the rows fit in one (a decode step: one fault slot, nothing to reduce)."""
+    """(grid in threads, threadgroup, threadgroups) for `rows` rows of head dim d (any d = m * 2^k of the
+    spec): one warp per row; a single threadgroup when the rows fit in one (a decode step: one fault slot,
+    nothing to reduce)."""
     if rows <= 0 or rows > _MAX_ROWS:
         raise NotImplementedError(f"no kernel launch for {rows} rows")
-    if d & (d - 1):   # the bodies implement the power-of-two butterfly and fold only (spec 1.1 d = m*2^k: ops)
-        raise NotImplementedError(f"no kernel for head dim {d} (not a power of two): accelerated.ops runs it")
     most = max(1, min(source.MAX_WARPS, source.SMEM_CODES // (2 * d)))
     if rows <= most:
         warps, groups = rows, 1

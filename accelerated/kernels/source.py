@@ -4,15 +4,23 @@
 Shape of the bodies: one SIMD group (a CUDA warp, a Metal simdgroup: 32 lanes) per row, where a row is one
 token (a KIVI key row: one group of G tokens); several warps per threadgroup; each warp takes a contiguous
 chunk of rows (its head's sign bits stay cached in two registers).
-Lane l holds coordinates j = l + LW*e, e = 0..E-1 (LW = min(d, 32), E = d / LW), in registers. So:
-- the halving fold (number-model.md) does its strides >= LW inside each lane (slot e += slot e + s) and
-  the last strides LW/2..1 with shuffle-down, exactly the spec's tree;
-- the butterfly H (rotation.md, ascending stages) does h = 1..LW/2 across lanes (xor shuffles: the lane
-  with bit h clear computes lo + hi, its partner lo - hi) and h >= LW inside each lane;
+Head dim d = RM * NB (rotation.md: m = RM in 1, 12, 20, 28, block length n = NB a power of two). Lane l
+holds coordinates j = l + LW*e, e = 0..E-1 (LW = min(NB, 32), E = d / LW), in registers, so block k of the
+spec is slots k*EN .. k*EN + EN - 1 of every lane (EN = NB / LW) and position i of a block sits in the same
+lane and slot offset in every block. For a power of two d (RM = 1) this is LW = min(d, 32), E = d / LW. So:
+- the fold (number-model.md) first adds the blocks left to right inside each lane (block fold, RM > 1),
+  then does the halving strides >= LW inside each lane (slot e += slot e + s) and the last strides
+  LW/2..1 with shuffle-down, exactly the spec's tree;
+- stage A of H (rotation.md, ascending stages on each block) does h = 1..LW/2 across lanes (xor shuffles:
+  the lane with bit h clear computes lo + hi, its partner lo - hi) and h >= LW inside each lane; stage B
+  (RM > 1) is all inside each lane: output block j = +-block 0 +- ... +- block RM-1 from +0, left to
+  right, the signs from row j of H_m (encode) or H_m^T (decode) of spec/formats.toml, compiled in;
+- with RM > 1 and NB < 32 only NB of the 32 lanes hold coordinates (d = 80: 4 lanes, 20 slots each);
 - quantize counts strict crossings by binary search over the sorted boundaries (the count of B_k < u, the
   same number as the spec's linear count for any u; methods.py checks the tables are sorted);
 - packing: 1-bit codes by ballot, 2/4/8-bit codes by an OR over aligned lane groups, 3/5/6/7-bit codes
-  staged through per-warp threadgroup memory (codes never straddle words, packing.md).
+  staged through per-warp threadgroup memory (codes never straddle words, packing.md); where a slot's LW
+  codes are not whole words (RM > 1 with NB < 32: d = 80 has 4 lanes) the other widths are staged too.
 No threadgroup barrier runs per row; the only one is at the end of encode, where each threadgroup ORs its
 warps' fault flags into one slot of the `fault` output (no atomics, no host sync: methods.py hands the
 flags to accelerated.ops.numerics.fault).
@@ -34,6 +42,8 @@ Template constants (set per launch by methods.py): M (method id), D (head dim), 
 """
 from __future__ import annotations
 
+import spec
+
 # Method ids (the kernels' template argument M).
 METHOD_IDS = {"turboquant": 0, "turboquant_rvq": 1, "rabitq": 2, "turboquant_prod": 3, "kivi": 4,
               "mlx_affine": 5}
@@ -54,8 +64,12 @@ MAX_WARPS = 32
 
 # ---- shared fragments (plain text, so each body stays one source) ---------------------------------------
 _COMMON = """
-  constexpr int LW = D < 32 ? D : 32;          // lanes holding coordinates
+  constexpr int RM = D % 7 == 0 ? 28 : D % 5 == 0 ? 20 : D % 3 == 0 ? 12 : 1;   // m of d = m * 2^k
+  constexpr int NB = D / RM;                    // n: the block length, a power of two
+  constexpr int LW = NB < 32 ? NB : 32;         // lanes holding coordinates
   constexpr int E = D / LW;                     // coordinates per lane: j = lane + LW * e
+  constexpr int EN = NB / LW;                   // slots per block: block k is slots k*EN .. k*EN+EN-1
+  constexpr bool WHOLE = LW == 32 || LW == D;   // a slot's LW 1-bit codes are one whole packing word
   constexpr int WS = (D + 31) / 32;             // sign words per head
   const int lane = (int)LANE;
   const int warp = (int)WARP;
@@ -71,9 +85,15 @@ _COMMON = """
 
 
 def _fold(arr: str, out: str) -> str:
-    """out = fold(arr[0..D-1]) (halving fold), the same value in every lane; arr is clobbered."""
+    """out = fold(arr[0..D-1]) (block fold, then halving fold), the same value in every lane; arr is
+    clobbered."""
     return f"""
-    for (int s = E >> 1; s > 0; s >>= 1) {{
+    for (int k = 1; k < RM; ++k) {{              // block fold (RM > 1): blocks added left to right
+      for (int e = 0; e < EN; ++e) {{
+        {arr}[e] = ADD({arr}[e], {arr}[k * EN + e]);
+      }}
+    }}
+    for (int s = EN >> 1; s > 0; s >>= 1) {{
       for (int e = 0; e < s; ++e) {{
         {arr}[e] = ADD({arr}[e], {arr}[e + s]);
       }}
@@ -88,7 +108,8 @@ def _fold(arr: str, out: str) -> str:
 
 
 def _butterfly(arr: str) -> str:
-    """H over arr (rotation.md): stages h = 1, 2, ..., D/2 in ascending order."""
+    """H over arr (rotation.md; H_m^T in stage B of decode): stage A, h = 1, 2, ..., NB/2 in ascending order
+    on each block, then stage B (RM > 1)."""
     return f"""
     for (int hh = 1; hh < LW; hh <<= 1) {{
       // lane with bit h clear: lo + hi (its own + the partner's); set: lo - hi = lo + (-hi), exactly
@@ -98,7 +119,7 @@ def _butterfly(arr: str) -> str:
         {arr}[e] = ADD(f_o, FLIP({arr}[e], hm));
       }}
     }}
-    for (int hs = 1; hs < E; hs <<= 1) {{
+    for (int hs = 1; hs < EN; hs <<= 1) {{     // inside each block: e and e + hs share a block
       for (int e = 0; e < E; ++e) {{
         if ((e & hs) == 0) {{
           const float f_lo = {arr}[e];
@@ -108,7 +129,44 @@ def _butterfly(arr: str) -> str:
         }}
       }}
     }}
+    if (RM > 1) {{
+      // stage B: at each position (slot offset ei of every block), out block j = sum over k of
+      // +-block k, left to right from +0, the sign from bit k of row j (every block read before any write).
+      // Unrolled (compilers stop short at 20 or 28), so the signs are constants and f_sb stays in registers.
+      #pragma unroll
+      for (int ei = 0; ei < EN; ++ei) {{
+        float f_sb[RM];
+        #pragma unroll
+        for (int jj = 0; jj < RM; ++jj) {{
+          const uint32_t hrow = RM == 12 ? hm12[jj] : RM == 20 ? hm20[jj] : hm28[jj];
+          float f_acc = 0.0f;
+          #pragma unroll
+          for (int k = 0; k < RM; ++k) {{
+            const float f_bk = {arr}[k * EN + ei];
+            f_acc = ((hrow >> k) & 1u) != 0u ? SUB(f_acc, f_bk) : ADD(f_acc, f_bk);
+          }}
+          f_sb[jj] = f_acc;
+        }}
+        #pragma unroll
+        for (int jj = 0; jj < RM; ++jj) {{
+          {arr}[jj * EN + ei] = f_sb[jj];
+        }}
+      }}
+    }}
 """
+
+
+def _hadamard_rows(transpose: bool) -> str:
+    """H_m of spec/formats.toml (H_m^T if transpose) for m = 12, 20, 28 as constant row masks hm<m>[j]: bit k
+    set where entry (j, k) is -1. Compiled into the body, so stage B's signs are constants after unrolling."""
+    text = ""
+    for m in (12, 20, 28):
+        hm = spec.hadamard_matrix(m)
+        if transpose:
+            hm = hm.T
+        words = [sum(1 << k for k in range(m) if hm[j, k] < 0) for j in range(m)]
+        text += f"  const uint32_t hm{m}[{m}] = {{" + ", ".join(f"0x{w:07x}u" for w in words) + "};\n"
+    return text
 
 
 def _flip(lanebits: str, src: str, dst: str) -> str:
@@ -202,14 +260,14 @@ def _pack(codes: str, nbits: str, out: str, orow: str, region: str) -> str:
       const int kk = 32 / {nbits};
       const int nw = (D + kk - 1) / kk;
       const int64_t ob = (int64_t)({orow}) * nw;
-      if ({nbits} == 1) {{
+      if (WHOLE && {nbits} == 1) {{
         for (int e = 0; e < E; ++e) {{
           const uint32_t wv = BALLOT(act && {codes}[e] != 0u);
           if (lane == 0) {{
             {out}[ob + e] = LW == 32 ? wv : (wv & ((1u << LW) - 1u));
           }}
         }}
-      }} else if ((kk & (kk - 1)) == 0) {{
+      }} else if ((kk & (kk - 1)) == 0 && (WHOLE || LW % kk == 0)) {{
         // k = 16, 8, 4 codes per word: an aligned group of k lanes fills one word of one slot
         for (int e = 0; e < E; ++e) {{
           uint32_t wv = {codes}[e] << ({nbits} * (lane & (kk - 1)));
@@ -223,7 +281,8 @@ def _pack(codes: str, nbits: str, out: str, orow: str, region: str) -> str:
           }}
         }}
       }} else {{
-        // 3, 5, 6, 7 bits: words span lanes unevenly; stage the codes in this warp's region
+        // 3, 5, 6, 7 bits (and 1, 2, 4, 8 bits where a slot's LW codes are not whole words: d = 80 has
+        // LW = 4): words span lanes unevenly; stage the codes in this warp's region
         const int base = (warp * 2 + {region}) * D;
         WARP_SYNC();
         for (int e = 0; e < E; ++e) {{
@@ -347,6 +406,7 @@ def _kivi_code(val: str, fs: str, fz: str, out: str) -> str:
 
 ENCODE_BODY = (
     _COMMON
+    + _hadamard_rows(False)
     + """
   SHARED(uint8_t, cst, 8192);                    // per-warp code staging (3/5/6/7-bit packing)
   SHARED(uint32_t, flt, 64);                     // per-warp fault flags
@@ -606,6 +666,7 @@ ENCODE_BODY = (
 
 DECODE_BODY = (
     _COMMON
+    + _hadamard_rows(True)
     + """
   const int nb = codes1_shape[0];
   const int nh = codes1_shape[1];
