@@ -139,7 +139,7 @@ def measure(model, arm: str, context: int, prefill_step: int, decode_tokens: int
 def render(res: dict, source: str | None = None) -> list[str]:
     dev = res["device"]
     v = res["versions"]
-    lines = [f"### Peak memory: prefill and decode ({dev.get('type')}, {res['date'][:10]})", "",
+    lines = [f"## Peak memory: prefill and decode ({dev.get('type')}, {res['date'][:10]})", "",
              f"- Device: {dev.get('name', dev.get('type'))}; versions: mlx {v.get('mlx')}, mlx-lm {v.get('mlx-lm')}, "
              f"spec {v.get('spec')}, git {v.get('git')}",
              f"- Command: `{res['command']}`" + (f"; raw data: `{source}`" if source else ""),
