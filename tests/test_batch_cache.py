@@ -284,3 +284,15 @@ def test_left_padded_prompts_attend_like_single_sequences():
         c = vc.make_prompt_cache(model, method="turboquant", bits=4)
         np.testing.assert_array_equal(np.array(out[i, p:]), np.array(model(tokens[i:i + 1, p:], cache=c)[0]))
         np.testing.assert_array_equal(np.array(out_step[i]), np.array(model(step[i:i + 1], cache=c)[0]))
+
+
+def test_batch_cache_saves_and_loads(tmp_path):
+    batch = vc.KIVIKVCache.merge(filled("kivi", [20, 3]))
+    batch.update_and_fetch(*kv(1, 400, b=2))
+    path = str(tmp_path / "batch.safetensors")
+    mlx_cache.save_prompt_cache(path, [batch])
+    (loaded,) = mlx_cache.load_prompt_cache(path)
+    assert isinstance(loaded, BatchVeloxKVCache)
+    assert loaded.offset.tolist() == batch.offset.tolist() == [21, 4]
+    assert loaded.left_padding.tolist() == batch.left_padding.tolist() and loaded.size() == batch.size()
+    assert [record_bytes(loaded.extract(i)) for i in range(2)] == [record_bytes(batch.extract(i)) for i in range(2)]

@@ -25,6 +25,8 @@ import pytest
 import accelerated.cache as vc
 from tools.tiny_model import save_tiny_llama
 
+pytest.importorskip("tokenizers", reason="the saved model's tokenizer needs the tokenizers package")
+
 ROOT = Path(__file__).resolve().parents[1]
 KV = dict(method="turboquant", bits=4, window=16)
 KV_FLAGS = ["--kv-method", "turboquant", "--kv-bits", "4", "--kv-window", "16"]

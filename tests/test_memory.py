@@ -69,7 +69,8 @@ def test_prefill_decoded_copy_holds_one_block_at_a_time():
     eager = _peak_above(lambda: rec.dequantized(mx.float16, eager=True))
     lazy = _peak_above(lambda: rec.dequantized(mx.float16, eager=False))
     assert eager < f32_copy / 2, (eager, f32_copy)
-    assert lazy > f32_copy, (lazy, f32_copy)        # what the eager build avoids (MLX's evaluation order)
+    if mx.default_device() == mx.cpu:   # what the eager build avoids: MLX's evaluation order, seen on the CPU
+        assert lazy > f32_copy, (lazy, f32_copy)
 
 
 def test_memory_tool_small(capsys):

@@ -27,11 +27,15 @@ import time
 
 from ._env import utc_now_iso, versions
 
-SHAPES = {   # llama.ModelArgs; "llama3-8b": Llama-3-8B's layer (vocabulary cut to 4096), "small": for CPU tests
+SHAPES = {   # llama.ModelArgs; "llama3-8b": Llama-3-8B's layer (vocabulary cut to 4096), "small": for tests
     "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
                       head_dim=128, vocab_size=4096, rope_theta=500000.0),
     "small": dict(hidden_size=256, intermediate_size=512, num_attention_heads=8, num_key_value_heads=2,
                   head_dim=64, vocab_size=512),
+    # CPU runs: MLX's CPU attention materializes the (heads, chunk, context) scores, so as many KV heads as
+    # query heads keeps the cache visible next to them
+    "cpu": dict(hidden_size=1024, intermediate_size=2048, num_attention_heads=8, num_key_value_heads=8,
+                head_dim=128, vocab_size=1024),
 }
 ARMS = {      # name -> accelerated.cache.make_prompt_cache settings (None: mlx-lm's fp16 KVCache)
     "fp16 KVCache": None,
@@ -135,7 +139,7 @@ def measure(model, arm: str, context: int, prefill_step: int, decode_tokens: int
 def render(res: dict, source: str | None = None) -> list[str]:
     dev = res["device"]
     v = res["versions"]
-    lines = [f"### Peak memory: prefill and decode ({dev.get('type')}, {res['date'][:10]})", "",
+    lines = [f"## Peak memory: prefill and decode ({dev.get('type')}, {res['date'][:10]})", "",
              f"- Device: {dev.get('name', dev.get('type'))}; versions: mlx {v.get('mlx')}, mlx-lm {v.get('mlx-lm')}, "
              f"spec {v.get('spec')}, git {v.get('git')}",
              f"- Command: `{res['command']}`" + (f"; raw data: `{source}`" if source else ""),
