@@ -408,8 +408,8 @@ class Stream:
         if self._dtype is not None:
             meta["dtype"] = self._dtype
         arrays = self.record()
-        if arrays and self._kept is not None:
-            arrays["kept"] = self._kept
+        if arrays and self._kept is not None and self._kept.shape[2]:   # no kept tokens = none (a file drops
+            arrays["kept"] = self._kept                                  # empty arrays; from_state: None)
         return arrays, meta
 
     @classmethod
