@@ -13,8 +13,8 @@ import functools
 
 import mlx.core as mx
 
-from accelerated.ops import attention as ops_attention
-from accelerated.ops.attention import PackedRecord
+from veloxquant.accelerated.ops import attention as ops_attention
+from veloxquant.accelerated.ops.attention import PackedRecord
 
 # Longest query block attended over the packed records directly (decode, speculative decoding's draft
 # verification); longer blocks (prefill) decode the records and call mx.fast.scaled_dot_product_attention.
@@ -56,7 +56,7 @@ def _with_flags(out: mx.array, *views: PackedKV) -> mx.array:
 def _kernels():
     # imported on first use (accelerated.kernels.attention imports this module); cached: an import statement
     # in the decode step costs microseconds per layer
-    from accelerated.kernels import attention as kernel_attention
+    from veloxquant.accelerated.kernels import attention as kernel_attention
     return kernel_attention
 
 

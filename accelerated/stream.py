@@ -17,10 +17,10 @@ import dataclasses
 
 import mlx.core as mx
 
-import spec
-from accelerated import ops
-from accelerated.ops import numerics, record
-from accelerated.ops.attention import PackedRecord, Views
+from veloxquant import spec
+from veloxquant.accelerated import ops
+from veloxquant.accelerated.ops import numerics, record
+from veloxquant.accelerated.ops.attention import PackedRecord, Views
 
 
 def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, after: mx.array | None):
@@ -30,7 +30,7 @@ def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, 
     (both streams now end with the chunk), or None with nothing changed (the caller takes the general path).
     The checks an earlier append made (shape, dtype, parameters) hold for a chunk continuing it; the data
     checks are in the token (accelerated.kernels.append.messages)."""
-    from accelerated.kernels import append as fused
+    from veloxquant.accelerated.kernels import append as fused
     t = keys.shape[2]
     for s, x in ((k, keys), (v, values)):
         b, h, _, d = x.shape
@@ -104,7 +104,7 @@ def _method_module(method: str, use_kernels):
         raise ValueError(f"use_kernels: must be 'auto', True or False, got {use_kernels!r}")
     if use_kernels is False:
         return ops.method_module(method)
-    from accelerated import kernels
+    from veloxquant.accelerated import kernels
     ok, why = kernels.available()
     if not ok:
         if use_kernels is True:

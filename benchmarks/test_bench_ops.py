@@ -11,8 +11,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import spec
-from accelerated import ops
+from veloxquant import spec
+from veloxquant.accelerated import ops
 
 B, H, T, D = 1, 8, 256, 128
 DTYPE = "float16"
@@ -32,7 +32,7 @@ def _x() -> np.ndarray:
 
 
 def _reference(method):
-    reference = pytest.importorskip("reference")
+    reference = pytest.importorskip("veloxquant.reference")
     try:
         reference.method_module(spec.Params(method))
     except ValueError as e:

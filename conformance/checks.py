@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import spec
-from spec import Params
+from veloxquant import spec
+from veloxquant.spec import Params
 
 from . import golden_format as golden
 

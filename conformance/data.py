@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import spec
+from veloxquant import spec
 
 REGIMES = ("normal", "scaled", "huge", "tiny", "subnormal", "zeros", "raw", "mixed", "grid")
 

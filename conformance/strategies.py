@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-import spec
+from veloxquant import spec
 
 from . import data
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import spec
+from veloxquant import spec
 
 from . import checks
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import spec
+from veloxquant import spec
 
 
 def pack(codes: np.ndarray, bits: int) -> np.ndarray:

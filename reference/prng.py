@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 
-import spec
+from veloxquant import spec
 
 MASK = (1 << 64) - 1
 _P = spec.formats()["prng"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-import spec
-from accelerated import ops
-from accelerated.ops import attention as oatt
+from veloxquant import spec
+from veloxquant.accelerated import ops
+from veloxquant.accelerated.ops import attention as oatt
 
 
 def packed(x: mx.array, p: spec.Params) -> oatt.PackedRecord:

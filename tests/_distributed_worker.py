@@ -104,7 +104,7 @@ def arrays(rec: list[Recorder], logits: np.ndarray) -> dict[str, np.ndarray]:
 
 def make_caches(model, method: str, group=None) -> list:
     """Our caches for `method`, or mlx-lm's float16 KVCache for "fp16" (the baseline for the logits)."""
-    import accelerated.cache as vc
+    import veloxquant.accelerated.cache as vc
     from mlx_lm.models.cache import KVCache
 
     if method == "fp16":

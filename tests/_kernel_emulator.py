@@ -19,9 +19,9 @@ import tempfile
 import mlx.core as mx
 import numpy as np
 
-import spec
-from accelerated.kernels import methods as km
-from accelerated.kernels import source
+from veloxquant import spec
+from veloxquant.accelerated.kernels import methods as km
+from veloxquant.accelerated.kernels import source
 
 PRELUDE = """
 #define TID vq_tid
@@ -387,8 +387,8 @@ def fake_kernel(lib: ctypes.CDLL, kind: str):
 def install(monkeypatch, lib: ctypes.CDLL, max_warps: int = 4, big_warps: int = 2) -> None:
     """Make accelerated.kernels believe a GPU backend is there and run every launch in the emulator (small
     threadgroups: the emulator spawns one thread per lane)."""
-    from accelerated import kernels
-    from accelerated.kernels import backend
+    from veloxquant.accelerated import kernels
+    from veloxquant.accelerated.kernels import backend
     monkeypatch.setattr(backend, "available", lambda: (True, "CPU emulator"))
     monkeypatch.setattr(kernels, "available", lambda: (True, "CPU emulator"))
     monkeypatch.setattr(backend, "kernel", lambda kind, method, dtype_name: fake_kernel(lib, kind))
@@ -400,9 +400,9 @@ def make():
     """`--impl tests._kernel_emulator:make`: the conformance suite's mlx_kernels adapter with every kernel
     launch run in the emulator (a CPU check of the whole path before a GPU run; slow, not part of CI)."""
     import sys as _sys
-    from accelerated import kernels
-    from accelerated.kernels import backend
-    from conformance.adapters.mlx_kernels import MlxKernelsImpl
+    from veloxquant.accelerated import kernels
+    from veloxquant.accelerated.kernels import backend
+    from veloxquant.conformance.adapters.mlx_kernels import MlxKernelsImpl
     lib = build()
     backend.available = lambda: (True, "CPU emulator")
     kernels.available = lambda: (True, "CPU emulator")

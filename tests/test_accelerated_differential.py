@@ -11,12 +11,13 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import spec
-from accelerated import ops
-from accelerated.stream import Stream
+from veloxquant import spec
+from veloxquant.accelerated import ops
+from veloxquant.accelerated.stream import Stream
 
-reference = pytest.importorskip("reference")
-import reference.stream  # noqa: E402  (a submodule; the package may not import it)
+reference = pytest.importorskip("veloxquant.reference")
+import veloxquant.reference.stream
+from veloxquant import reference  # noqa: E402  (a submodule; the package may not import it)
 
 CASES = [
     ("turboquant", dict(bits=1)), ("turboquant", dict(bits=3, window=3)), ("turboquant", dict(bits=4)),

@@ -9,10 +9,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import spec
-from accelerated import ops
-from accelerated.ops import codebooks, numerics, packing, prng, rotation
-from accelerated.stream import Stream
+from veloxquant import spec
+from veloxquant.accelerated import ops
+from veloxquant.accelerated.ops import codebooks, numerics, packing, prng, rotation
+from veloxquant.accelerated.stream import Stream
 
 
 def _bits(a: mx.array) -> np.ndarray:

@@ -5,9 +5,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import spec
-from accelerated import ops
-from accelerated.stream import Stream
+from veloxquant import spec
+from veloxquant.accelerated import ops
+from veloxquant.accelerated.stream import Stream
 
 CASES = [
     ("turboquant", dict(bits=4, window=3)), ("turboquant_rvq", dict(bits=2, bits2=2, window=0)),

@@ -17,11 +17,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import spec
-from accelerated import ops
-from accelerated.kernels import append as fused
-from accelerated.kernels import methods as km
-from accelerated.kernels import source
+from veloxquant import spec
+from veloxquant.accelerated import ops
+from veloxquant.accelerated.kernels import append as fused
+from veloxquant.accelerated.kernels import methods as km
+from veloxquant.accelerated.kernels import source
 
 import _kernel_emulator as ke   # noqa: E402  (tests/ is on sys.path under pytest)
 

@@ -8,10 +8,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import accelerated.cache as vc
-from accelerated import kernels
-from accelerated.kernels import append as fused
-from accelerated.stream import Stream
+import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated import kernels
+from veloxquant.accelerated.kernels import append as fused
+from veloxquant.accelerated.stream import Stream
 
 GPU, WHY = kernels.available()
 pytestmark = pytest.mark.skipif(not GPU, reason=f"fused kernels unavailable: {WHY}")

@@ -22,10 +22,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import spec
-from accelerated.kernels import attention as katt
-from accelerated.kernels import attention_source as src
-from accelerated.ops import attention as oatt
+from veloxquant import spec
+from veloxquant.accelerated.kernels import attention as katt
+from veloxquant.accelerated.kernels import attention_source as src
+from veloxquant.accelerated.ops import attention as oatt
 from _attention_util import f64_attention, packed
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")

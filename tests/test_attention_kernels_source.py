@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from accelerated.kernels import attention_source as src
-from accelerated.kernels import commit
+from veloxquant.accelerated.kernels import attention_source as src
+from veloxquant.accelerated.kernels import commit
 
 MACROS = ("TID", "BLOCK_X", "BLOCK_Y", "BLOCK_Z", "NBLOCK_X", "NBLOCK_Y", "NBLOCK_Z", "SHARED", "BARRIER",
           "SHFL_XOR", "WARP_SYNC")

@@ -17,15 +17,15 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models import cache as mlx_cache
 
-import accelerated.attention as attn
-import accelerated.cache as vc
-import spec
-from accelerated import kernels
-from accelerated.kernels import faults
-from accelerated.kernels import attention as katt
-from accelerated.ops import attention as oatt
-from accelerated.ops import numerics
-from tools.quality import VOCAB, tiny_llama
+import veloxquant.accelerated.attention as attn
+import veloxquant.accelerated.cache as vc
+from veloxquant import spec
+from veloxquant.accelerated import kernels
+from veloxquant.accelerated.kernels import faults
+from veloxquant.accelerated.kernels import attention as katt
+from veloxquant.accelerated.ops import attention as oatt
+from veloxquant.accelerated.ops import numerics
+from veloxquant.tools.quality import VOCAB, tiny_llama
 
 from _attention_util import f64_attention, packed
 

@@ -14,9 +14,9 @@ import pytest
 from mlx_lm.generate import batch_generate, generate_step
 from mlx_lm.models import cache as mlx_cache
 
-import accelerated.cache as vc
-from accelerated.cache.batch import BatchVeloxKVCache
-from tools.quality import VOCAB, tiny_llama
+import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+from veloxquant.tools.quality import VOCAB, tiny_llama
 
 SETTINGS = {
     "turboquant": dict(bits=4, window=4),

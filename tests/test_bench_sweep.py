@@ -7,7 +7,7 @@ import json
 import mlx.core as mx
 import pytest
 
-from tools import bench, bench_sweep
+from veloxquant.tools import bench, bench_sweep
 
 
 def _arm(t: float, moved: int, xbytes: int, **ratios) -> dict:
@@ -39,7 +39,7 @@ def _result() -> dict:
                             "api now rabitq": _arm(2e-4, 0, 2048, **{"fp16 copy": 4.0})}})
     return {"schema": bench_sweep.SCHEMA, "date": "2026-11-30T00:00:00+00:00", "device": "Device(gpu, 0)",
             "device_info": {"device_name": "Test GPU"}, "backend": "CUDA", "versions": {"mlx": "0.32.4", "spec": "1.0.0"},
-            "command": "python3 -m tools.bench_sweep --json x.json", "settings": {"warmup": 3, "iters": 30, "pool": 10,
+            "command": "python3 -m veloxquant.tools.bench_sweep --json x.json", "settings": {"warmup": 3, "iters": 30, "pool": 10,
                                                                              "target_n": 262144},
             "groups": groups, "wall_s": 1.0}
 
@@ -109,7 +109,7 @@ def test_sweep_runs_with_emulated_kernels(monkeypatch):
 
 def test_merge_conformance_reports():
     """tools/conformance.merge_reports: per-method runs (kernel_check runs them in parallel) into one report."""
-    from tools import conformance as tc
+    from veloxquant.tools import conformance as tc
 
     def rep(method, outcome, extra_unmatched):
         tests = [{"id": f"conformance/test_differential.py::test_encode_decode[{method}-b2-float16]",

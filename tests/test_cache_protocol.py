@@ -14,9 +14,9 @@ import pytest
 from mlx_lm.models import base as mlx_base
 from mlx_lm.models import cache as mlx_cache
 
-import accelerated.cache as vc
-from accelerated.attention import PackedKV
-from accelerated import ops
+import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated.attention import PackedKV
+from veloxquant.accelerated import ops
 
 # One setting per class; KIVI with a short window and G = 16 so groups get encoded in short tests.
 CONFIGS = {

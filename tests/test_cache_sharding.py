@@ -6,8 +6,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import accelerated.cache as vc
-from accelerated.attention import PackedKV
+import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated.attention import PackedKV
 
 CONFIGS = {
     "turboquant": (vc.TurboQuantKVCache, dict(bits=3)),

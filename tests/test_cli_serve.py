@@ -22,8 +22,8 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-import accelerated.cache as vc
-from tools.tiny_model import save_tiny_llama
+import veloxquant.accelerated.cache as vc
+from veloxquant.tools.tiny_model import save_tiny_llama
 
 pytest.importorskip("tokenizers", reason="the saved model's tokenizer needs the tokenizers package")
 
@@ -57,9 +57,9 @@ def local_run(loaded, prompt: str, n: int, caches=None):
 
 def test_generate_command(model_dir, loaded):
     from mlx_lm.generate import generate
-    import accelerated.cache.serve as serve
+    import veloxquant.accelerated.cache.serve as serve
     prompt = "Quantized caches keep"
-    r = subprocess.run([sys.executable, "-m", "tools.cli", "generate", "--model", str(model_dir), *KV_FLAGS,
+    r = subprocess.run([sys.executable, "-m", "veloxquant.tools.cli", "generate", "--model", str(model_dir), *KV_FLAGS,
                         "--kv-fp16-layers", "1", "0", "--prompt", prompt, "--max-tokens", "12"],
                        capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=300)
     assert r.returncode == 0, r.stderr
@@ -71,7 +71,7 @@ def test_generate_command(model_dir, loaded):
     assert text.rstrip("\n") == want
     last = r.stdout.strip().splitlines()[-1]
     assert last.startswith("[veloxquant] KV cache at the end: 33 tokens; 1 of 2 layers compressed"), last
-    bad = subprocess.run([sys.executable, "-m", "tools.cli", "generate", "--model", str(model_dir),
+    bad = subprocess.run([sys.executable, "-m", "veloxquant.tools.cli", "generate", "--model", str(model_dir),
                           "--kv-bits", "7", "--prompt", "x"], capture_output=True, text=True, cwd=ROOT, env=_env(),
                          timeout=300)
     assert bad.returncode == 2 and "bits: 7 is not supported" in bad.stderr
@@ -87,7 +87,7 @@ def _free_port() -> int:
 def server(model_dir):
     port = _free_port()
     log = open(model_dir.parent / "server.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "serve", "--model", str(model_dir), *KV_FLAGS,
+    proc = subprocess.Popen([sys.executable, "-m", "veloxquant.tools.cli", "serve", "--model", str(model_dir), *KV_FLAGS,
                              "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
                             cwd=ROOT, env=_env())
     url = f"http://127.0.0.1:{port}"

@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from accelerated.kernels import commit
+from veloxquant.accelerated.kernels import commit
 
 import test_attention_kernels_emulated as emu   # noqa: E402  (tests/ is on sys.path under pytest)
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tools import conformance as cli
+from veloxquant.tools import conformance as cli
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
@@ -49,7 +49,7 @@ def test_missing_golden_fails_not_skips(tmp_path):
 
 def test_reference_import_failure_is_an_error():
     # sys.modules[name] = None makes `import name` raise ImportError: a reference that does not import
-    code = ("import sys, pytest; sys.modules['reference.stream'] = None; "
+    code = ("import sys, pytest; sys.modules['veloxquant.reference.stream'] = None; "
             "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'conformance/test_golden.py', '--collect-only', "
             "'--impl', sys.argv[1]]))")
     for impl in ("reference", "mlx_ops"):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.conftest import _id_matches
+from veloxquant.conformance.conftest import _id_matches
 
 
 @pytest.mark.parametrize("sid,pattern,expected", [

@@ -31,7 +31,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import accelerated.cache as vc
+import veloxquant.accelerated.cache as vc
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER_PATH = Path(__file__).with_name("_distributed_worker.py")

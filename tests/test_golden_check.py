@@ -11,9 +11,9 @@ from contextlib import redirect_stdout
 import numpy as np
 import pytest
 
-import reference
-import reference.stream
-from tools import cli, golden
+from veloxquant import reference
+import veloxquant.reference.stream
+from veloxquant.tools import cli, golden
 
 
 def _run_cli(*argv) -> tuple[int, str]:

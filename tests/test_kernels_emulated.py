@@ -15,9 +15,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import spec
-from accelerated import ops
-from accelerated.kernels import methods as km
+from veloxquant import spec
+from veloxquant.accelerated import ops
+from veloxquant.accelerated.kernels import methods as km
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 

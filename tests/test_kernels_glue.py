@@ -13,11 +13,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import spec
-from accelerated import kernels, ops
-from accelerated.kernels import methods as km
-from accelerated.ops import numerics, record
-from accelerated.stream import Stream
+from veloxquant import spec
+from veloxquant.accelerated import kernels, ops
+from veloxquant.accelerated.kernels import methods as km
+from veloxquant.accelerated.ops import numerics, record
+from veloxquant.accelerated.stream import Stream
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 

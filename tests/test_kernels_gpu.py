@@ -12,11 +12,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import spec
-from accelerated import kernels, ops
-from accelerated.kernels import methods as km
-from accelerated.ops import numerics
-from accelerated.stream import Stream
+from veloxquant import spec
+from veloxquant.accelerated import kernels, ops
+from veloxquant.accelerated.kernels import methods as km
+from veloxquant.accelerated.ops import numerics
+from veloxquant.accelerated.stream import Stream
 
 OK, WHY = kernels.available()
 pytestmark = pytest.mark.skipif(not OK, reason=f"kernels unavailable: {WHY}")

@@ -17,8 +17,8 @@ import subprocess
 
 import pytest
 
-from accelerated.kernels import source
-from tools import kernel_resources as kr
+from veloxquant.accelerated.kernels import source
+from veloxquant.tools import kernel_resources as kr
 
 FLOAT_HELPERS = ("ADD", "SUB", "MUL", "DIV", "SQRT", "NEG", "ABS", "FLIP", "MINF", "MAXF", "PIN", "TO_F32", "TO_TS")
 OTHER_MACROS = ("TID", "TOKEN", "HEAD", "BATCH", "NTOK", "NHEAD", "LANE", "WARP", "NWARPS", "GROUP", "NGROUPS",

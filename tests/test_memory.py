@@ -13,10 +13,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import accelerated.cache as vc
-import accelerated.ops.attention as ops_attention
-from accelerated.stream import Stream
-import spec
+import veloxquant.accelerated.cache as vc
+import veloxquant.accelerated.ops.attention as ops_attention
+from veloxquant.accelerated.stream import Stream
+from veloxquant import spec
 
 SETTINGS = {
     "turboquant": dict(bits=4, window=5),
@@ -74,7 +74,7 @@ def test_prefill_decoded_copy_holds_one_block_at_a_time():
 
 
 def test_memory_tool_small(capsys):
-    from tools import memory
+    from veloxquant.tools import memory
     model = memory.build_model("small", 2)
     rows = [memory.measure(model, arm, 300, 128, 2, lambda *a: None)
             for arm in ("fp16 KVCache", "turboquant b4", "kivi b4")]

@@ -15,9 +15,9 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models import cache as mlx_cache
 
-import accelerated.cache as vc
-import reference
-from tools.quality import VOCAB, kl_divergence, teacher_forced_logits, tiny_llama
+import veloxquant.accelerated.cache as vc
+from veloxquant import reference
+from veloxquant.tools.quality import VOCAB, kl_divergence, teacher_forced_logits, tiny_llama
 
 # kivi values need G to divide d (methods/kivi.md): G = 16 divides both 80 and 96.
 SETTINGS = {

@@ -12,8 +12,8 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models import cache as mlx_cache
 
-import accelerated.cache as vc
-from tools.quality import VOCAB, kl_divergence, teacher_forced_logits, tiny_llama
+import veloxquant.accelerated.cache as vc
+from veloxquant.tools.quality import VOCAB, kl_divergence, teacher_forced_logits, tiny_llama
 
 SETTINGS = {
     "turboquant": dict(bits=4),

@@ -14,8 +14,8 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models import cache as mlx_cache
 
-import accelerated.attention as attn
-import accelerated.cache as vc
+import veloxquant.accelerated.attention as attn
+import veloxquant.accelerated.cache as vc
 
 VOCAB = 256
 COMMON = dict(hidden_size=128, num_hidden_layers=2, intermediate_size=256, num_attention_heads=4,

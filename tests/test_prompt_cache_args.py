@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("mlx_lm")
-import accelerated.cache as vc  # noqa: E402
+import veloxquant.accelerated.cache as vc  # noqa: E402
 
 
 class _FakeModel:

@@ -17,8 +17,8 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-from accelerated.cache import make_prompt_cache
-from tools import quality, quality_trained as qt, trained_model as tm
+from veloxquant.accelerated.cache import make_prompt_cache
+from veloxquant.tools import quality, quality_trained as qt, trained_model as tm
 
 CORPUS_OK, CORPUS_WHY = tm.corpus_status()
 needs_corpus = pytest.mark.skipif(not CORPUS_OK, reason=f"stdlib corpus differs: {CORPUS_WHY}")

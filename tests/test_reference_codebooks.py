@@ -2,8 +2,8 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-import spec
-from reference import codebooks
+from veloxquant import spec
+from veloxquant.reference import codebooks
 
 f32 = np.float32
 

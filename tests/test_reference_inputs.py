@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-import spec
-import reference
+from veloxquant import spec
+from veloxquant import reference
 
 GOOD = np.ones((1, 2, 4, 16), np.float32)
 

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-import spec
-import reference
-from reference import packing, prng
+from veloxquant import spec
+from veloxquant import reference
+from veloxquant.reference import packing, prng
 
 f32 = np.float32
 PER_TOKEN = ["turboquant", "turboquant_rvq", "turboquant_prod", "rabitq"]

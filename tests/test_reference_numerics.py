@@ -2,8 +2,8 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-import spec
-from reference import numerics
+from veloxquant import spec
+from veloxquant.reference import numerics
 
 f32 = np.float32
 

@@ -2,7 +2,7 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from reference import packing
+from veloxquant.reference import packing
 
 
 def pack_by_loop(codes, bits):

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import spec
-from reference import prng, rotation
-import reference
+from veloxquant import spec
+from veloxquant.reference import prng, rotation
+from veloxquant import reference
 
 
 def test_splitmix64_spec_vectors():

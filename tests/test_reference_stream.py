@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import spec
-import reference
-from reference import numerics
-from reference.stream import Stream
+from veloxquant import spec
+from veloxquant import reference
+from veloxquant.reference import numerics
+from veloxquant.reference.stream import Stream
 
 CONFIGS = [
     spec.Params("turboquant", bits=3, window=0),

@@ -15,10 +15,10 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models import cache as mlx_cache
 
-import accelerated.cache as vc
-import accelerated.cache.rotating as rotating
-from accelerated import ops
-from tools.quality import teacher_forced_logits
+import veloxquant.accelerated.cache as vc
+import veloxquant.accelerated.cache.rotating as rotating
+from veloxquant.accelerated import ops
+from veloxquant.tools.quality import teacher_forced_logits
 
 MAX = 16
 CHUNKS = [40, 1, 1, 1, 5, 1, 1, 20, 1, 3] + [1] * 12      # prefill past the window, decode, verify-like chunks

@@ -10,8 +10,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import spec
-from tools import cli
+from veloxquant import spec
+from veloxquant.tools import cli
 
 getcontext().prec = 80
 # pi to 70 digits (a published constant, not computed by code under test)

@@ -24,9 +24,9 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from mlx_lm.generate import generate_step, speculative_generate_step
 from mlx_lm.models import cache as mlx_cache
 
-import accelerated.cache as vc
-from accelerated.stream import Stream
-from tools.quality import VOCAB, tiny_llama
+import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated.stream import Stream
+from veloxquant.tools.quality import VOCAB, tiny_llama
 
 N_TOKENS = 40
 

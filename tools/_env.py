@@ -13,7 +13,7 @@ from importlib import metadata
 
 import numpy as np
 
-import spec
+from veloxquant import spec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

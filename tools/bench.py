@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-import spec
+from veloxquant import spec
 
 from ._env import utc_now_iso, versions
 from .bench_common import POOL, ROOT, device_info, fmt_s as _fmt_s, interleaved
@@ -110,7 +110,7 @@ def ops_suite(cases, cfg: dict, log) -> list[dict]:
     fp16 copy and MLX's own affine quantize/dequantize."""
     import mlx.core as mx
 
-    from accelerated import ops
+    from veloxquant.accelerated import ops
 
     rows = []
     t = cfg["tokens"]
@@ -156,7 +156,7 @@ def cache_suite(cases, cfg: dict, log) -> tuple[list[dict], str | None]:
     try:
         import mlx_lm.models.cache as lm
 
-        import accelerated.cache as vc
+        import veloxquant.accelerated.cache as vc
     except ImportError as e:  # our caches subclass mlx-lm's, so without mlx-lm there is nothing to time
         return [], f"mlx-lm is not installed ({e})"
     import mlx.core as mx
@@ -450,7 +450,7 @@ def run(args) -> int:
     cfg = SETTINGS["quick" if args.quick else "full"]
     log = functools.partial(print, flush=True)
     res = {"command": " ".join(["veloxquant", *map(shlex.quote, sys.argv[1:])])
-           if sys.argv[0].endswith("veloxquant") else " ".join(["python3 -m tools.cli",
+           if sys.argv[0].endswith("veloxquant") else " ".join(["python3 -m veloxquant.tools.cli",
                                                                  *map(shlex.quote, sys.argv[1:])]),
            "date": utc_now_iso(), "device": device_info(), "versions": versions(), "quick": bool(args.quick),
            "settings": {**cfg, "pool": POOL, "B": B, "H": H, "d": D, "dtype": "float16"},

@@ -13,8 +13,8 @@ the resident cache bytes and the step's transient peak memory, and which attenti
 `e2e` suite: mlx_lm.generate.generate_step with a random model shaped like Llama-3-8B (few layers),
 prompt of the context length, tokens/s of the generated tokens, fp16 cache vs ours.
 
-    python3 -m tools.cli bench-decode --device gpu --contexts 4096 32768 131072 --json out.json
-    python3 -m tools.cli bench-decode --from-json docs/bench/*-decode*.json --markdown docs/benchmarks-decode.md
+    python3 -m veloxquant.tools.cli bench-decode --device gpu --contexts 4096 32768 131072 --json out.json
+    python3 -m veloxquant.tools.cli bench-decode --from-json docs/bench/*-decode*.json --markdown docs/benchmarks-decode.md
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def _arm_names(selected) -> list[str]:
 def _make(name: str, layers: int):
     import mlx_lm.models.cache as lm
 
-    import accelerated.cache as vc
+    import veloxquant.accelerated.cache as vc
     if name == "fp16 KVCache":
         return [lm.KVCache() for _ in range(layers)]
     if name.startswith("mlx q"):
@@ -129,7 +129,7 @@ def copy_bandwidth(log) -> float:
 def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list[dict]:
     import mlx.core as mx
 
-    import accelerated.attention as attention
+    import veloxquant.accelerated.attention as attention
     rows = []
     for t in contexts:
         log(f"context {t}: prefilling {len(arms)} arms x {layers} layers")
@@ -214,7 +214,7 @@ def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log) -> l
     from mlx_lm.generate import generate_step
     from mlx_lm.models import llama
 
-    import accelerated.cache as vc
+    import veloxquant.accelerated.cache as vc
     mx.random.seed(0)
     args = llama.ModelArgs(model_type="llama", hidden_size=4096, num_hidden_layers=n_layers,
                            intermediate_size=14336, num_attention_heads=HQ, num_key_value_heads=HKV,
@@ -362,7 +362,7 @@ def run(args) -> int:
         return 0
     import mlx.core as mx
 
-    from tools.bench_common import device_info
+    from veloxquant.tools.bench_common import device_info
     if args.device == "gpu":
         if not mx.is_available(mx.gpu):
             print("bench-decode: --device gpu, but this MLX build has no GPU", file=sys.stderr)

@@ -10,7 +10,7 @@ accelerated.ops; `kernels <m>` = accelerated.kernels' full API (encode: the NaN/
 norm-overflow check, each a host sync; decode: the record checks, no sync); `kernel only <m>` = the fused
 kernel launch alone (encode_launch / decode_tokens, no checks).
 
-Usage: python -m tools.bench_kernels [--json PATH] [--iters N] [--warmup N]
+Usage: python -m veloxquant.tools.bench_kernels [--json PATH] [--iters N] [--warmup N]
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-import spec
+from veloxquant import spec
 
 from .bench_common import POOL, arm_kind, fmt_s as _fmt_s, interleaved, parse_title  # noqa: F401
 
@@ -60,7 +60,7 @@ def group(title: str, arms: dict, nbytes: int, warmup: int, iters: int, baseline
 
 def run(tokens_list, warmup: int, iters: int) -> list[dict]:
     import mlx.core as mx
-    from accelerated import kernels, ops
+    from veloxquant.accelerated import kernels, ops
     out = []
     for tokens in tokens_list:
         shape = (B, H, tokens, D)
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, nargs="+", default=[4096, 1])
     a = ap.parse_args(argv)
     import mlx.core as mx
-    from accelerated import kernels
+    from veloxquant.accelerated import kernels
     ok, why = kernels.available()
     if not ok:
         print(f"kernels unavailable: {why}")
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
            "device": str(mx.default_device()), "device_info": {k: str(v) for k, v in dict(info).items()},
            "backend": why, "versions": {"mlx": mx.__version__, "python": platform.python_version(),
                                          "numpy": np.__version__, "spec": spec.SPEC_VERSION},
-           "command": " ".join(["python -m tools.bench_kernels"] + sys.argv[1:]),
+           "command": " ".join(["python -m veloxquant.tools.bench_kernels"] + sys.argv[1:]),
            "settings": {"warmup": a.warmup, "iters": a.iters, "pool": POOL},
            "groups": run(a.tokens, a.warmup, a.iters)}
     if a.json:

@@ -18,7 +18,7 @@ plus bytes written per second (encode: x + the record; decode: the record + floa
 mx.quantize: x + packed codes + fp16 scales and biases). Writes JSON (schema SCHEMA); `veloxquant bench
 --from-json` renders it into docs/benchmarks.md with render_run below and tools/plots.py's sweep figure.
 
-Usage: python -m tools.bench_sweep --json PATH [--iters 30] [--warmup 3] [--n 8192 ... 1048576]
+Usage: python -m veloxquant.tools.bench_sweep --json PATH [--iters 30] [--warmup 3] [--n 8192 ... 1048576]
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-import spec
+from veloxquant import spec
 
 from ._env import utc_now_iso, versions
 from .bench_common import POOL, ROOT, case_of, fmt_s as _fmt_s, interleaved  # noqa: F401
@@ -79,7 +79,7 @@ def group(title: str, n: int, op: str, arms: dict, moved: dict[str, int], warmup
 
 def sweep_groups(ns, warmup: int, iters: int, log=print) -> list[dict]:
     import mlx.core as mx
-    from accelerated import kernels
+    from veloxquant.accelerated import kernels
     out = []
     for n in ns:
         t = n // H
@@ -122,8 +122,8 @@ def _flat(res) -> list:
 def decode_step_group(warmup: int, iters: int, log=print) -> dict:
     """One token per head (a decode step's append of one role of one layer): latency of kernel vs API."""
     import mlx.core as mx
-    from accelerated import kernels
-    from accelerated.ops import numerics
+    from veloxquant.accelerated import kernels
+    from veloxquant.accelerated.ops import numerics
     xs = [mx.random.normal((1, H, 1, D), key=mx.random.key(100 + i)).astype(mx.float16) for i in range(POOL)]
     mx.eval(xs)
     arms = {COPY: lambda i: (xs[i] * 1).astype(mx.float16), QUANT: lambda i: mx.quantize(xs[i], group_size=64, bits=4)}
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, nargs="+", default=NS)
     a = ap.parse_args(argv)
     import mlx.core as mx
-    from accelerated import kernels
+    from veloxquant.accelerated import kernels
     ok, why = kernels.available()
     if not ok:
         print(f"kernels unavailable: {why}")
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     res = {"schema": SCHEMA, "date": utc_now_iso(), "device": str(mx.default_device()),
            "device_info": {k: str(v) for k, v in dict(info).items()}, "backend": why, "versions": versions(),
-           "command": " ".join(["python3 -m tools.bench_sweep"] + sys.argv[1:]),
+           "command": " ".join(["python3 -m veloxquant.tools.bench_sweep"] + sys.argv[1:]),
            "settings": {"warmup": a.warmup, "iters": a.iters, "pool": POOL, "H": H, "d": D, "dtype": "float16",
                         "target_n": TARGET_N},
            "groups": sweep_groups(a.n, a.warmup, a.iters, print)}

@@ -10,15 +10,15 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
-    "golden": ("tools.golden", "regenerate or check the golden vectors"),
-    "codebooks": ("tools.codebooks_cmd", "regenerate or check spec/codebooks.toml"),
-    "conformance": ("tools.conformance", "run the conformance suite and print/write a report"),
-    "bench": ("tools.bench", "benchmarks (speed); writes JSON / markdown only with --json / --markdown"),
-    "bench-decode": ("tools.bench_decode", "decode-step benchmark: per-layer step and generation, every cache"),
-    "quality": ("tools.quality", "KL divergence of next-token logits per method and bits"),
-    "generate": ("tools.generate_cmd", "mlx-lm's generate with our KV caches (--kv-* flags; others go to mlx-lm)"),
-    "serve": ("tools.serve_cmd", "mlx-lm's HTTP server with our KV caches (--kv-* flags; others go to mlx-lm)"),
-    "memory": ("tools.memory", "peak memory of prefill and decode: our caches vs mlx-lm's fp16 KVCache"),
+    "golden": ("veloxquant.tools.golden", "regenerate or check the golden vectors"),
+    "codebooks": ("veloxquant.tools.codebooks_cmd", "regenerate or check spec/codebooks.toml"),
+    "conformance": ("veloxquant.tools.conformance", "run the conformance suite and print/write a report"),
+    "bench": ("veloxquant.tools.bench", "benchmarks (speed); writes JSON / markdown only with --json / --markdown"),
+    "bench-decode": ("veloxquant.tools.bench_decode", "decode-step benchmark: per-layer step and generation, every cache"),
+    "quality": ("veloxquant.tools.quality", "KL divergence of next-token logits per method and bits"),
+    "generate": ("veloxquant.tools.generate_cmd", "mlx-lm's generate with our KV caches (--kv-* flags; others go to mlx-lm)"),
+    "serve": ("veloxquant.tools.serve_cmd", "mlx-lm's HTTP server with our KV caches (--kv-* flags; others go to mlx-lm)"),
+    "memory": ("veloxquant.tools.memory", "peak memory of prefill and decode: our caches vs mlx-lm's fp16 KVCache"),
 }
 
 

@@ -13,7 +13,7 @@ import pathlib
 import sys
 import time
 
-import spec
+from veloxquant import spec
 
 SUITE = pathlib.Path(__file__).resolve().parent.parent / "conformance"
 SCHEMA = "veloxquant-conformance-report/1"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from tools import kv_flags
+from veloxquant.tools import kv_flags
 
 PASSTHROUGH = True       # tools/cli.py hands the flags it does not know to run() as args.passthrough
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 
-from conformance.golden_format import (COMPONENT_FILES, ROOT, GoldenCase, ReplayMismatch, _root, iter_cases,
+from veloxquant.conformance.golden_format import (COMPONENT_FILES, ROOT, GoldenCase, ReplayMismatch, _root, iter_cases,
                                        iter_vectors, load_manifest, on_disk_files, replay)
 
 from .golden_cases import METHOD_ORDER, available_methods, find_tie_inputs, verify_tie

@@ -7,8 +7,8 @@ from typing import Callable
 
 import numpy as np
 
-import spec
-from conformance.golden_format import ExpectedError
+from veloxquant import spec
+from veloxquant.conformance.golden_format import ExpectedError
 
 from .golden_inputs import PROFILES, InputRng, bf16_to_f32, cast_input, random_input, upcast
 
@@ -51,7 +51,7 @@ DTYPES = ("float16", "bfloat16", "float32")
 
 def available_methods() -> tuple[str, ...]:
     """Every method of the spec (the reference implements them all; a missing module is an ImportError)."""
-    import reference
+    from veloxquant import reference
     return tuple(m for m in METHOD_ORDER if m in reference.METHODS)
 
 
@@ -245,7 +245,7 @@ def _tie_x(p: float, q: float, dtype: str) -> np.ndarray:
 
 def _tie_targets(table: str) -> tuple[np.ndarray, Callable]:
     """(values u may hit, predicate on u) for a tie table name."""
-    import reference.codebooks as rcb
+    import veloxquant.reference.codebooks as rcb
     if table.startswith("gaussian"):
         b = int(table[-1])
         _c, bd = rcb.gaussian(b, 16)
@@ -266,7 +266,7 @@ def _tie_targets(table: str) -> tuple[np.ndarray, Callable]:
 
 def verify_tie(x: np.ndarray, dtype: str, params: spec.Params, table: str) -> int:
     """Number of coordinates whose reference-computed u hits the tie target (0 means no tie)."""
-    import reference.turboquant as rtq
+    import veloxquant.reference.turboquant as rtq
     p = params.resolved()
     xf = upcast(x, dtype)
     _n, _r, _y, u, _s = rtq.rotate_to_unit(xf, p)
@@ -487,5 +487,6 @@ def find_tie_inputs(table: str, dtype: str, limit: int = 8) -> list[tuple[float,
 
 def _reference_reload(stream):
     import copy
-    import reference.stream
+    import veloxquant.reference.stream
+    from veloxquant import reference
     return reference.stream.Stream.from_state(copy.deepcopy(stream.state()))

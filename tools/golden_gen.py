@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.golden_format import GoldenCase, hexarr as _hexarr, hx as _hx, replay
+from veloxquant.conformance.golden_format import GoldenCase, hexarr as _hexarr, hx as _hx, replay
 
 from . import golden_exact_trim, golden_spec11, golden_wide
 from .golden_cases import (_reference_reload, V1_HEAD_DIMS, CaseDef, GenerationError, _edge_cases, _random_cases,
@@ -13,8 +13,8 @@ from .golden_inputs import InputRng
 from .golden_write import render
 
 def _run_reference(cd: CaseDef) -> GoldenCase:
-    import reference
-    import reference.stream
+    from veloxquant import reference
+    import veloxquant.reference.stream
     case = GoldenCase(cd.id, cd.kind, cd.method, cd.params, cd.dtype, tuple(np.shape(cd.x)), cd.flags,
                       cd.comment, cd.file, x=cd.x, ops=cd.ops, error=cd.error)
     if cd.kind == "error":
@@ -77,7 +77,7 @@ def generate_cases(methods=None) -> list[GoldenCase]:
 
 
 def component_vectors() -> dict[str, dict]:
-    from reference import codebooks as rcb, packing as rpk, prng as rpr, rotation as rrot
+    from veloxquant.reference import codebooks as rcb, packing as rpk, prng as rpr, rotation as rrot
     M = (1 << 64) - 1
     prng: dict = {"mix64": [], "sequence": [], "stream_key": [], "signs": []}
     for i, z in enumerate([0, 1, 2, M, rpr.GAMMA, 0x0123456789ABCDEF, 1 << 63]):

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-import spec
-from conformance.golden_format import ExpectedError, hexarr as _hexarr, hx as _hx
-from tools.golden_cases import V1_HEAD_DIMS, CaseDef, GenerationError, _short, _stream_params, _variants
-from tools.golden_inputs import PROFILES, InputRng, cast_input, random_input, upcast
+from veloxquant import spec
+from veloxquant.conformance.golden_format import ExpectedError, hexarr as _hexarr, hx as _hx
+from veloxquant.tools.golden_cases import V1_HEAD_DIMS, CaseDef, GenerationError, _short, _stream_params, _variants
+from veloxquant.tools.golden_inputs import PROFILES, InputRng, cast_input, random_input, upcast
 
 NEW_HEAD_DIMS = tuple(d for d in spec.HEAD_DIMS if d not in V1_HEAD_DIMS)
 MAIN_DIMS = (80, 96, 192)             # Phi-2 / Pythia, Phi-3 / GPT-NeoX, DeepSeek-V2 MLA keys
@@ -139,11 +139,11 @@ STAGE_B_ZERO = {"bits": 4, "seed": 750, "layer": 0, "head_offset": 53}   # find_
 
 def _zero_token_y_hat(p: spec.Params, heads: int, d: int) -> np.ndarray:
     """ŷ of turboquant_prod's decode for all-zero tokens (one per head): the input of RHT_inverse."""
-    import reference
+    from veloxquant import reference
     x = np.zeros((1, heads, 1, d), np.float32)
     rec = reference.encode(x, p, "float32")
-    from reference import codebooks, packing, rotation
-    from reference.prng import PURPOSE_QJL
+    from veloxquant.reference import codebooks, packing, rotation
+    from veloxquant.reference.prng import PURPOSE_QJL
     c, _b = codebooks.gaussian(p.bits - 1, d)
     i = packing.unpack(rec["codes"], p.bits - 1, d)
     q = packing.unpack(rec["qjl"], 1, d)
@@ -376,7 +376,7 @@ def case_defs(method: str) -> list[CaseDef]:
 # Checks that the rule cases exercise their rules (run by golden.generate_cases, so by regen and check)
 
 def check_cases(cases) -> None:
-    import reference
+    from veloxquant import reference
     for c in cases:
         if "head-index-64" in c.flags and c.method in NORM_METHODS:
             import dataclasses
@@ -402,7 +402,8 @@ def check_cases(cases) -> None:
 def _kivi_trim_is_lossy(c) -> bool:
     """After some trim, a re-windowed token differs from the original token at that position (so an
     implementation putting the originals back would store different bytes)."""
-    import reference.stream
+    import veloxquant.reference.stream
+    from veloxquant import reference
     s = reference.stream.Stream(c.params, c.dtype)
     seq, pos = c.x[:, :, :0], 0        # the original tokens of the stream, in order
     for op, n in c.ops:
@@ -427,7 +428,7 @@ def _kivi_trim_is_lossy(c) -> bool:
 # Component vectors at the new head dims (cases/headdims.toml)
 
 def component_vectors() -> dict[str, list]:
-    from reference import codebooks as rcb, numerics as rnum, prng as rpr, rotation as rrot
+    from veloxquant.reference import codebooks as rcb, numerics as rnum, prng as rpr, rotation as rrot
     out: dict = {"signs": [], "hadamard": [], "rht": [], "fold": [], "table": []}
     for i, d in enumerate(NEW_HEAD_DIMS):
         seed, layer, head, role, purpose = 2026, 3, d % 7, i % 2, (i // 2) % 2

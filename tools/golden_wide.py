@@ -3,7 +3,7 @@
 (B = 4, H = 8) and one chunked stream with a window and a trim (B = 4, H = 9)."""
 from __future__ import annotations
 
-import spec
+from veloxquant import spec
 
 from .golden_cases import CaseDef, _short, _stream_params
 from .golden_inputs import InputRng, random_input

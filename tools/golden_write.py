@@ -10,8 +10,8 @@ import zipfile
 
 import numpy as np
 
-import spec
-from conformance.golden_format import (COMPONENT_FILES, GoldenCase, _label, case_arrays as _case_arrays,
+from veloxquant import spec
+from veloxquant.conformance.golden_format import (COMPONENT_FILES, GoldenCase, _label, case_arrays as _case_arrays,
                                        hexarr as _hexarr, manifest_entry as _manifest_entry)
 
 GENERATOR_VERSION = "1"

@@ -1,6 +1,6 @@
 """Device check of the Hadamard transform (spec/rotation.md) at every head dim, for deciding where
 `mx.hadamard_transform` may serve as accelerated.ops' fast path (accelerated/ops/rotation.py
-BUILTIN_VERIFIED): `python -m tools.hadamard_check --device gpu --out PATH.json`.
+BUILTIN_VERIFIED): `python -m veloxquant.tools.hadamard_check --device gpu --out PATH.json`.
 
 Per head dim, on inputs with mixed exponents, signed zeros, subnormals and (n = 1) the all-(-0)-terms
 pattern of stage B: mx.hadamard_transform(v, scale=1.0) on the device, and accelerated.ops' explicit H and
@@ -17,7 +17,7 @@ import numpy as np
 
 
 def inputs(d: int) -> np.ndarray:
-    import spec
+    from veloxquant import spec
     rng = np.random.default_rng(d)
     x = (rng.standard_normal((64, d)) * 2.0 ** rng.integers(-40, 40, (64, d))).astype(np.float32)
     x[0], x[1] = 0.0, -0.0
@@ -40,9 +40,9 @@ def compare(got: np.ndarray, want: np.ndarray) -> dict:
 def run(device: str) -> dict:
     import mlx.core as mx
 
-    import spec
-    from accelerated.ops import rotation
-    from reference import rotation as rrot
+    from veloxquant import spec
+    from veloxquant.accelerated.ops import rotation
+    from veloxquant.reference import rotation as rrot
     dev = mx.gpu if device == "gpu" else mx.cpu
     out = {"mlx": mx.__version__, "device": device, "python": platform.python_version(), "head_dims": {}}
     for d in spec.HEAD_DIMS:
@@ -70,7 +70,7 @@ def run(device: str) -> dict:
 
 def main(argv=None) -> int:
     import argparse
-    p = argparse.ArgumentParser(prog="python -m tools.hadamard_check", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m veloxquant.tools.hadamard_check", description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=["cpu", "gpu"], default="gpu")
     p.add_argument("--out", default=None, help="write the JSON result here")
     a = p.parse_args(argv)

@@ -15,7 +15,7 @@
 Everything is logged under --out; nothing stops at the first failure; a summary (rc and seconds per step)
 ends the output and kernel_check.json.
 
-Usage: PYTHONUNBUFFERED=1 python3 -m tools.kernel_check --out DIR [--skip compile,parallel,bench]
+Usage: PYTHONUNBUFFERED=1 python3 -m veloxquant.tools.kernel_check --out DIR [--skip compile,parallel,bench]
        [--dims 128,80,96,192] [--thorough-examples 1000] [--parallel-timeout 240]
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ import sys
 import time
 import traceback
 
-import spec
+from veloxquant import spec
 
 METHOD_KW = {"turboquant": dict(bits=4), "turboquant_rvq": dict(bits=2, bits2=3), "rabitq": {},
              "turboquant_prod": dict(bits=3), "kivi": dict(bits=3, group_size=32, window=0),
@@ -60,9 +60,9 @@ def compile_all(out: pathlib.Path, dims=DIMS) -> dict:
     `dims`, timed, vs ops (keys: encode/<method>/<dtype>[/d<d>], decode/<method>[/d<d>]; no suffix at 128)."""
     import mlx.core as mx
     import numpy as np
-    from accelerated import kernels, ops
-    from accelerated.kernels import methods as km
-    from accelerated.kernels import source
+    from veloxquant.accelerated import kernels, ops
+    from veloxquant.accelerated.kernels import methods as km
+    from veloxquant.accelerated.kernels import source
     res = {}
     for d in dims:
         rng = np.random.default_rng(d)
@@ -158,7 +158,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, a.skip.split(",")))
     import mlx.core as mx
-    from accelerated import kernels
+    from veloxquant.accelerated import kernels
     log = {"mlx": mx.__version__, "device": str(mx.default_device()), "available": kernels.available(),
            "steps": {}}
     print(log, flush=True)
@@ -179,7 +179,7 @@ def main(argv=None) -> int:
                 start("gpu-tests", pq + ["tests/test_kernels_gpu.py", "-k", "not head_dims",
                                          "tests/test_accelerated_stream.py"], out)]
         for m in spec.METHODS:
-            jobs.append(start(f"conformance-{m}", [py, "-m", "tools.cli", "conformance", "--impl", "mlx_kernels",
+            jobs.append(start(f"conformance-{m}", [py, "-m", "veloxquant.tools.cli", "conformance", "--impl", "mlx_kernels",
                                                    "--device", "gpu", "--methods", m, "--json",
                                                    str(out / f"conformance-{m}.json")], out))
         for m in spec.METHODS:
@@ -201,7 +201,7 @@ def main(argv=None) -> int:
     if "bench" not in skip:
         print("\n===== bench (alone) =====", flush=True)
         s = time.time()
-        r = subprocess.run([py, "-m", "tools.bench_sweep", "--json", str(out / "h200-kernels-sweep.json"),
+        r = subprocess.run([py, "-m", "veloxquant.tools.bench_sweep", "--json", str(out / "h200-kernels-sweep.json"),
                             "--iters", str(a.bench_iters)], timeout=300)
         log["steps"]["bench"] = {"rc": r.returncode, "s": round(time.time() - s, 1)}
     log["total_s"] = round(time.time() - t0, 1)

@@ -4,7 +4,7 @@ offline with nvcc for sm_90 (the H200): registers, shared memory, spills (ptxas 
 instructions (every one .rn, no fma / rcp / rsqrt: spec/number-model.md). Also the bytes each kernel moves
 per row, for the bandwidth model in docs/benchmarks.md.
 
-Usage: python -m tools.kernel_resources [--d 128] [--json PATH]     (needs nvcc; prints a table)
+Usage: python -m veloxquant.tools.kernel_resources [--d 128] [--json PATH]     (needs nvcc; prints a table)
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from accelerated.kernels import source
+from veloxquant.accelerated.kernels import source
 
 CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 # (method, bits, bits2, group) of the benchmark cases (tools/bench_kernels.py)
@@ -126,7 +126,7 @@ def occupancy(registers: int, smem: int, threads: int = 256, regs_per_sm: int = 
 
 def row_bytes(method: str, d: int, bits: int, bits2: int, group: int, x_bytes: int = 2) -> dict:
     """Bytes one encode / decode moves per row (token) of head dim d, as docs/benchmarks.md counts them."""
-    import spec
+    from veloxquant import spec
     b1 = bits - 1 if method == "turboquant_prod" else 1 if method == "rabitq" else bits
     words = spec.words_per_row(d, b1)
     if method == "turboquant_rvq":
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
         print(" | ".join(f"{r.get(c, '')}" if not isinstance(r.get(c), float) else f"{r[c]:.2f}" for c in cols))
     if a.json:
         nv = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-        meta = {"schema": "veloxquant-kernel-resources/1", "command": " ".join(["python3 -m tools.kernel_resources"]
+        meta = {"schema": "veloxquant-kernel-resources/1", "command": " ".join(["python3 -m veloxquant.tools.kernel_resources"]
                                                                               + sys.argv[1:]),
                 "nvcc": nv[-1] if nv else None, "arch": "sm_90", "block_threads": 256, "rows": rows}
         Path(a.json).write_text(json.dumps(meta, indent=1) + "\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-import spec
+from veloxquant import spec
 
 CACHE_METHODS = [m for m in spec.METHODS if m != "mlx_affine"]
 
@@ -47,7 +47,7 @@ def describe(s: dict) -> str:
 
 def install(args, keep: list | None = None) -> dict:
     """Install our caches into mlx-lm's entry points (accelerated.cache.serve); ValueError on bad flags."""
-    import accelerated.cache.serve as serve
+    import veloxquant.accelerated.cache.serve as serve
     s = settings(args)
     serve.install(keep=keep, **s)
     return s
@@ -55,7 +55,7 @@ def install(args, keep: list | None = None) -> dict:
 
 def report(caches: list) -> str:
     """One line on a prompt cache: tokens, bytes stored, and what mlx-lm's fp16 KVCache would hold."""
-    from accelerated.cache import VeloxKVCache
+    from veloxquant.accelerated.cache import VeloxKVCache
     ours = [c for c in caches if isinstance(c, VeloxKVCache) and not c.empty()]
     if not ours:
         return "no tokens in a VeloxQuant cache"

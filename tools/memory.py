@@ -76,7 +76,7 @@ def build_model(shape: str, layers: int):
 def make_caches(model, arm: str):
     from mlx_lm.models import cache as lm
 
-    import accelerated.cache as vc
+    import veloxquant.accelerated.cache as vc
     settings = ARMS[arm]
     if settings is None:
         return lm.make_prompt_cache(model)
@@ -180,7 +180,7 @@ def run(args) -> int:
         return 2
     import mlx.core as mx
 
-    from tools.bench import device_info
+    from veloxquant.tools.bench import device_info
     if args.device == "gpu":
         if not mx.is_available(mx.gpu):
             print("memory: --device gpu, but this MLX build has no GPU", file=sys.stderr)

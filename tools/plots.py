@@ -142,7 +142,7 @@ def bench_plot(res: dict, path: pathlib.Path) -> tuple[pathlib.Path | None, str 
 
 
 # tools/bench_kernels.py arms, light to dark: accelerated.ops, accelerated.kernels (full API), kernel alone.
-KERNEL_ARMS = (("ops", 0.35, "accelerated.ops"),
+KERNEL_ARMS = (("ops", 0.35, "veloxquant.accelerated.ops"),
                ("kernels", 0.7, "accelerated.kernels (full API, incl. validation syncs)"),
                ("kernel only", 1.0, "kernel only (fused launch, no checks)"))
 

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-import spec
+from veloxquant import spec
 
 from ._env import utc_now_iso, versions
 
@@ -118,7 +118,7 @@ def cache_kwargs(method: str, bits: int, args) -> dict:
 def measure(model, token_seqs, prompt: int, ref_logits, kwargs: dict) -> dict:
     """KL / top-1 agreement over all sequences and positions, and stored bits per coordinate."""
     import mlx.core as mx
-    from accelerated.cache import make_prompt_cache
+    from veloxquant.accelerated.cache import make_prompt_cache
 
     kls, agree, nbytes, coords = [], [], 0, 0
     for toks, ref in zip(token_seqs, ref_logits):
@@ -267,11 +267,11 @@ def render_markdown(result: dict, json_path: pathlib.Path, figure: str | None = 
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":  # `python -m tools.quality ...`, same arguments as `veloxquant quality`
+if __name__ == "__main__":  # `python -m veloxquant.tools.quality ...`, same arguments as `veloxquant quality`
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m tools.quality", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m veloxquant.tools.quality", description=__doc__.splitlines()[0])
     add_arguments(parser)
     ns = parser.parse_args()
-    ns.command_line = " ".join(["python -m tools.quality", *sys.argv[1:]])
+    ns.command_line = " ".join(["python -m veloxquant.tools.quality", *sys.argv[1:]])
     sys.exit(run(ns))

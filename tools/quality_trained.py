@@ -170,7 +170,7 @@ def make_caches(model, cfg: dict, seed: int, mlx_q_native: bool = False) -> list
 def _make_caches(model, cfg: dict, seed: int, mlx_q_native: bool = False, attention: str = "auto") -> list:
     from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-    from accelerated.cache import make_prompt_cache
+    from veloxquant.accelerated.cache import make_prompt_cache
 
     n = len(model.layers)
     if cfg["method"] == "fp16":
@@ -604,7 +604,7 @@ def render_markdown(result: dict, json_path, figure: str | None) -> str:
                   "2.30 for guessing): this model has not learned long-range copying, so the retrieval columns "
                   "say nothing about the caches here and the recommendation's retrieval condition is empty. "
                   "Perplexity and KL are the evidence. A model that retrieves needs more training than the "
-                  "committed run (`python -m tools.trained_model train --help`).", ""]
+                  "committed run (`python -m veloxquant.tools.trained_model train --help`).", ""]
     if figure:
         lines += [f"![Perplexity and retrieval against stored bits per coordinate, one line per method; "
                   f"mlx-lm's QuantizedKVCache as points, fp16 as a dashed line]({figure})", ""]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from tools import kv_flags
+from veloxquant.tools import kv_flags
 
 PASSTHROUGH = True
 

@@ -5,7 +5,7 @@
 For tests and the command-line tools' examples; the weights are random (tools.quality.tiny_llama), so the text
 it writes is noise, but every token is deterministic under greedy sampling.
 
-    python -m tools.tiny_model DIR [--head-dim 64] [--layers 2] [--seed 0]
+    python -m veloxquant.tools.tiny_model DIR [--head-dim 64] [--layers 2] [--seed 0]
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def save_tiny_llama(path, head_dim: int = 64, layers: int = 2, seed: int = 0, hi
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.tiny_model", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m veloxquant.tools.tiny_model", description=__doc__.split("\n\n")[0])
     ap.add_argument("path")
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)

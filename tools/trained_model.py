@@ -12,8 +12,8 @@ coordinates per token and layer. Training mixes in a passkey task (a line `PASSK
 sequence and the same line again later), so the model learns long-range retrieval that the quality sweep
 can then test (tools/quality_trained.py).
 
-    python -m tools.trained_model train --head-dim 64      # writes tools/trained/byte_llama_hd64.*
-    python -m tools.trained_model check                    # committed weights: load, held-out loss
+    python -m veloxquant.tools.trained_model train --head-dim 64      # writes tools/trained/byte_llama_hd64.*
+    python -m veloxquant.tools.trained_model check                    # committed weights: load, held-out loss
 
 MLX's Linux CPU wheel links the reference BLAS (about 1-2 GFLOP/s); training in minutes needs an
 optimized one preloaded, e.g. `apt-get install libopenblas0-pthread` and
@@ -307,7 +307,7 @@ def cmd_train(args) -> int:
                       "dtype": "float16", "unit": "nats per byte"}
     rec["model_args"] = {k: v for k, v in dataclasses.asdict(model_args(args.head_dim)).items() if v is not None}
     rec["versions"] = _versions()
-    rec["command"] = " ".join(["python -m tools.trained_model", *sys.argv[1:]])
+    rec["command"] = " ".join(["python -m veloxquant.tools.trained_model", *sys.argv[1:]])
     out_dir = args.out_dir or TRAINED_DIR
     wpath, rpath = (out_dir / p.name for p in (weights_path(args.head_dim), record_path(args.head_dim)))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -384,6 +384,6 @@ def run(args) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tools.trained_model", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m veloxquant.tools.trained_model", description=__doc__.splitlines()[0])
     add_arguments(parser)
     sys.exit(run(parser.parse_args()))

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import mlx_lm.models.cache as _mlx_lm_cache
 
-from accelerated.cache import hook
-from accelerated.cache.base import CacheGroup, VeloxKVCache
-from accelerated.cache.batch import BatchVeloxKVCache
-from accelerated.cache.kivi import KIVIKVCache
-from accelerated.cache.prompt_cache import CLASS_BY_METHOD, make_prompt_cache
-from accelerated.cache.rabitq import RaBitQKVCache
-from accelerated.cache.rotating import VeloxRotatingKVCache
-from accelerated.cache.turboquant import TurboQuantKVCache
-from accelerated.cache.turboquant_prod import TurboQuantProdKVCache
-from accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
+from veloxquant.accelerated.cache import hook
+from veloxquant.accelerated.cache.base import CacheGroup, VeloxKVCache
+from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+from veloxquant.accelerated.cache.kivi import KIVIKVCache
+from veloxquant.accelerated.cache.prompt_cache import CLASS_BY_METHOD, make_prompt_cache
+from veloxquant.accelerated.cache.rabitq import RaBitQKVCache
+from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
+from veloxquant.accelerated.cache.turboquant import TurboQuantKVCache
+from veloxquant.accelerated.cache.turboquant_prod import TurboQuantProdKVCache
+from veloxquant.accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
 
 CACHE_CLASSES = (VeloxKVCache, BatchVeloxKVCache, TurboQuantKVCache, TurboQuantRVQKVCache, TurboQuantProdKVCache,
                  KIVIKVCache, RaBitQKVCache, VeloxRotatingKVCache)

@@ -41,15 +41,15 @@ import json
 import mlx.core as mx
 from mlx_lm.models.cache import _BaseCache, create_attention_mask
 
-import spec
-from accelerated.attention import PackedKV
-from accelerated.kernels import backend as kernel_backend
-from accelerated.kernels.commit import commit as store_rows
-from accelerated.kernels.faults import flags as fault_flags
-from accelerated.ops import numerics
-from accelerated.kernels.append import messages as fused_messages
-from accelerated.kernels.methods import NONFINITE, RULES
-from accelerated.stream import Stream, append_in_place
+from veloxquant import spec
+from veloxquant.accelerated.attention import PackedKV
+from veloxquant.accelerated.kernels import backend as kernel_backend
+from veloxquant.accelerated.kernels.commit import commit as store_rows
+from veloxquant.accelerated.kernels.faults import flags as fault_flags
+from veloxquant.accelerated.ops import numerics
+from veloxquant.accelerated.kernels.append import messages as fused_messages
+from veloxquant.accelerated.kernels.methods import NONFINITE, RULES
+from veloxquant.accelerated.stream import Stream, append_in_place
 
 STATE_FORMAT = 1                       # version of the `state` layout below
 _DTYPES = (mx.float16, mx.bfloat16, mx.float32)
@@ -326,7 +326,7 @@ class VeloxKVCache(_BaseCache):
     def merge(cls, caches):
         """mlx-lm's batching entry point (BatchGenerator): one BatchVeloxKVCache over copies of `caches`,
         records moved as they are (accelerated/cache/batch.py)."""
-        from accelerated.cache.batch import BatchVeloxKVCache
+        from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
         return BatchVeloxKVCache.merge(caches)
 
     # ---- save / load ------------------------------------------------------------------------------

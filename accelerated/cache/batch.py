@@ -38,7 +38,7 @@ import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import _BaseCache
 
-from accelerated.attention import PackedKV, attend
+from veloxquant.accelerated.attention import PackedKV, attend
 
 # masks made by BatchVeloxKVCache.make_mask: id -> (mask, N, positions, left padding); a handful suffice
 # (one forward uses one mask for every layer)
@@ -96,7 +96,7 @@ class BatchVeloxKVCache(_BaseCache):
     # ---- protocol: merge / filter / extend / extract / prepare / finalize ---------------------------
     @classmethod
     def merge(cls, caches) -> "BatchVeloxKVCache":
-        from accelerated.cache.base import VeloxKVCache
+        from veloxquant.accelerated.cache.base import VeloxKVCache
         caches = list(caches)
         if not caches:
             raise ValueError("caches: nothing to merge")
@@ -270,7 +270,7 @@ class BatchVeloxKVCache(_BaseCache):
 
     @state.setter
     def state(self, v):
-        import accelerated.cache as vq
+        import veloxquant.accelerated.cache as vq
         states, meta = v
         meta = json.loads(meta)
         classes = {cls.__name__: cls for cls in vq.CACHE_CLASSES}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import mlx_lm.models.base as _base
 
-from accelerated.attention import PackedKV, attend
+from veloxquant.accelerated.attention import PackedKV, attend
 
 _ORIGINAL = getattr(_base.quantized_scaled_dot_product_attention, "__wrapped__",
                     _base.quantized_scaled_dot_product_attention)
@@ -21,7 +21,7 @@ _ORIGINAL = getattr(_base.quantized_scaled_dot_product_attention, "__wrapped__",
 def dispatch(queries, q_keys, q_values, scale, mask, group_size: int = 64, bits: int = 8):
     if isinstance(q_keys, PackedKV):
         return attend(queries, q_keys, q_values, scale, mask)
-    from accelerated.cache.batch import BatchPackedKV, attend_batch
+    from veloxquant.accelerated.cache.batch import BatchPackedKV, attend_batch
     if isinstance(q_keys, BatchPackedKV):        # batched caches (accelerated/cache/batch.py)
         return attend_batch(queries, q_keys, q_values, scale, mask)
     return _ORIGINAL(queries, q_keys, q_values, scale=scale, mask=mask, group_size=group_size, bits=bits)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from mlx_lm.models.cache import KVCache, RotatingKVCache
 
-import spec
+from veloxquant import spec
 
-from accelerated.cache import hook
-from accelerated.cache.base import DEFAULT_EXACT_TRIM, CacheGroup, VeloxKVCache
-from accelerated.cache.kivi import KIVIKVCache
-from accelerated.cache.rabitq import RaBitQKVCache
-from accelerated.cache.rotating import VeloxRotatingKVCache
-from accelerated.cache.turboquant import TurboQuantKVCache
-from accelerated.cache.turboquant_prod import TurboQuantProdKVCache
-from accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
+from veloxquant.accelerated.cache import hook
+from veloxquant.accelerated.cache.base import DEFAULT_EXACT_TRIM, CacheGroup, VeloxKVCache
+from veloxquant.accelerated.cache.kivi import KIVIKVCache
+from veloxquant.accelerated.cache.rabitq import RaBitQKVCache
+from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
+from veloxquant.accelerated.cache.turboquant import TurboQuantKVCache
+from veloxquant.accelerated.cache.turboquant_prod import TurboQuantProdKVCache
+from veloxquant.accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
 
 CLASS_BY_METHOD = {
     "turboquant": TurboQuantKVCache,

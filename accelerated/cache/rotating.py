@@ -30,7 +30,7 @@ import json
 
 from mlx_lm.models.cache import create_causal_mask
 
-from accelerated.cache.base import VeloxKVCache, _to_json
+from veloxquant.accelerated.cache.base import VeloxKVCache, _to_json
 
 # Evicted rows are freed (one copy of the held rows, after settling the deferred checks: a host sync)
 # once they outnumber both this and the held tokens, so a decode step copies nothing on average.

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-import spec
-from accelerated import ops
-from accelerated.kernels.backend import available
-from accelerated.kernels.source import METHOD_IDS
-from accelerated.ops import record
+from veloxquant import spec
+from veloxquant.accelerated import ops
+from veloxquant.accelerated.kernels.backend import available
+from veloxquant.accelerated.kernels.source import METHOD_IDS
+from veloxquant.accelerated.ops import record
 
 KERNEL_METHODS = tuple(METHOD_IDS)
 
@@ -30,7 +30,7 @@ def method_module(method: str):
     """The kernel method object (same interface as an accelerated.ops method module, plus `encode_chunk` and
     `encode_launch`) of `method`. ValueError naming `method` if unknown."""
     ops.method_module(method)   # the same ValueError as accelerated.ops for an unknown method
-    from accelerated.kernels import methods
+    from veloxquant.accelerated.kernels import methods
     return methods.method(method)
 
 

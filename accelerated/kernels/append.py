@@ -21,9 +21,9 @@ import functools
 import mlx.core as mx
 import numpy as np
 
-import spec
-from accelerated.kernels import backend, source
-from accelerated.kernels import methods as km
+from veloxquant import spec
+from veloxquant.accelerated.kernels import backend, source
+from veloxquant.accelerated.kernels import methods as km
 
 OUTPUTS = ["flags"]
 _MAX_ROWS = 2 ** 31 - 1

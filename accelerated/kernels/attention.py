@@ -13,11 +13,11 @@ import functools
 
 import mlx.core as mx
 
-import spec
-from accelerated.kernels import attention_source as src
-from accelerated.kernels import backend
-from accelerated.ops import codebooks, prng
-from accelerated.ops.attention import PackedRecord, Views
+from veloxquant import spec
+from veloxquant.accelerated.kernels import attention_source as src
+from veloxquant.accelerated.kernels import backend
+from veloxquant.accelerated.ops import codebooks, prng
+from veloxquant.accelerated.ops.attention import PackedRecord, Views
 
 NT = 128                      # threads per partial threadgroup (4 warps)
 TOKENS_PER_SPLIT = 256        # encoded tokens per split before the split count is capped (contexts <= 8k)
@@ -43,7 +43,7 @@ def _pow2(n: int) -> bool:
 def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask) -> bool:
     if not backend.available()[0]:
         return False
-    from accelerated.attention import MAX_PACKED_QUERIES
+    from veloxquant.accelerated.attention import MAX_PACKED_QUERIES
     d = queries.shape[-1]
     return (queries.shape[2] <= MAX_PACKED_QUERIES and (mask is None or mask == "causal")
             and _pow2(d) and 16 <= d <= 1024 and k.encoded > 0 and k.encoded == v.encoded

@@ -9,7 +9,7 @@ import functools
 
 import mlx.core as mx
 
-from accelerated.kernels import source
+from veloxquant.accelerated.kernels import source
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,7 +21,7 @@ import functools
 
 import mlx.core as mx
 
-from accelerated.kernels import backend
+from veloxquant.accelerated.kernels import backend
 
 NT = 256
 MAX_BLOCKS = 64          # block columns per write / check (large prefill chunks)

@@ -18,10 +18,10 @@ import functools
 import mlx.core as mx
 import numpy as np
 
-import spec
-from accelerated import ops
-from accelerated.kernels import backend, source
-from accelerated.ops import codebooks, numerics, packing, prng, record
+from veloxquant import spec
+from veloxquant.accelerated import ops
+from veloxquant.accelerated.kernels import backend, source
+from veloxquant.accelerated.ops import codebooks, numerics, packing, prng, record
 
 # record field names of the kernel outputs codes1, codes2, f_s1, f_s2 (None: output unused)
 FIELDS = {

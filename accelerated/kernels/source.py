@@ -42,7 +42,7 @@ Template constants (set per launch by methods.py): M (method id), D (head dim), 
 """
 from __future__ import annotations
 
-import spec
+from veloxquant import spec
 
 # Method ids (the kernels' template argument M).
 METHOD_IDS = {"turboquant": 0, "turboquant_rvq": 1, "rabitq": 2, "turboquant_prod": 3, "kivi": 4,

@@ -7,8 +7,8 @@ import importlib
 
 import mlx.core as mx
 
-import spec
-from accelerated.ops import record
+from veloxquant import spec
+from veloxquant.accelerated.ops import record
 
 METHODS = spec.METHODS
 
@@ -17,7 +17,7 @@ def method_module(method: str):
     """The module of a method; ValueError naming `method` if unknown."""
     if method not in METHODS:
         raise ValueError(f"method: unknown method {method!r}")
-    return importlib.import_module(f"accelerated.ops.{method}")
+    return importlib.import_module(f"veloxquant.accelerated.ops.{method}")
 
 
 def encode(x: mx.array, params: spec.Params, dtype=None) -> dict[str, mx.array]:

@@ -17,8 +17,8 @@ import functools
 
 import mlx.core as mx
 
-import spec
-from accelerated.ops import codebooks, numerics, packing, prng, rotation
+from veloxquant import spec
+from veloxquant.accelerated.ops import codebooks, numerics, packing, prng, rotation
 
 BLOCK = 2048          # encoded tokens per block: bounds the per-block temporaries (no full decoded copy)
 
@@ -290,7 +290,7 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
 
     decode_k / decode_v: a method module's decode_tokens for the non-rotated methods (exact decode of one
     block; default: accelerated.ops's). Returns (B, Hq, L, d) in the queries' dtype."""
-    from accelerated import ops
+    from veloxquant.accelerated import ops
     b, hq, l, d = queries.shape
     _, hkv, t, dk = k.shape
     if dk != d or v.shape[3] != d or v.shape[:3] != k.shape[:3] or hq % hkv:

@@ -8,8 +8,8 @@ import functools
 
 import mlx.core as mx
 
-import spec
-from accelerated.ops import numerics
+from veloxquant import spec
+from veloxquant.accelerated.ops import numerics
 
 
 def _scaled(cb: spec.Codebook, d: int) -> tuple[mx.array, mx.array]:

@@ -9,8 +9,8 @@ import sys
 
 import mlx.core as mx
 
-import spec
-from accelerated.ops import numerics, packing, record
+from veloxquant import spec
+from veloxquant.accelerated.ops import numerics, packing, record
 
 NAME = "kivi"
 

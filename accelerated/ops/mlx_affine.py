@@ -7,8 +7,8 @@ import sys
 
 import mlx.core as mx
 
-import spec
-from accelerated.ops import numerics, packing, record
+from veloxquant import spec
+from veloxquant.accelerated.ops import numerics, packing, record
 
 NAME = "mlx_affine"
 EPS = float.fromhex("0x1.ad7f2ap-24")  # binary32(1e-7), spec/methods/mlx_affine.md

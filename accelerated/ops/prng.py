@@ -9,7 +9,7 @@ import functools
 
 import mlx.core as mx
 
-import spec
+from veloxquant import spec
 
 _M64 = (1 << 64) - 1
 _P = spec.formats()["prng"]

@@ -5,8 +5,8 @@ import sys
 
 import mlx.core as mx
 
-import spec
-from accelerated.ops import numerics, packing, prng, record, rotation, turboquant
+from veloxquant import spec
+from veloxquant.accelerated.ops import numerics, packing, prng, record, rotation, turboquant
 
 NAME = "rabitq"
 

@@ -11,8 +11,8 @@ import re
 
 import mlx.core as mx
 
-import spec
-from accelerated.ops import numerics, packing
+from veloxquant import spec
+from veloxquant.accelerated.ops import numerics, packing
 
 FIELD_DTYPES = {"uint32": mx.uint32, "float32": mx.float32, "float16": mx.float16}
 

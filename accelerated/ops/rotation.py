@@ -16,8 +16,8 @@ import os
 
 import mlx.core as mx
 
-import spec
-from accelerated.ops import numerics
+from veloxquant import spec
+from veloxquant.accelerated.ops import numerics
 
 # Device types on which mx.hadamard_transform(scale=1.0) equals `explicit` bit for bit (verified).
 BUILTIN_VERIFIED = {mx.DeviceType.cpu}

@@ -9,8 +9,8 @@ import sys
 
 import mlx.core as mx
 
-import spec
-from accelerated.ops import codebooks, numerics, packing, prng, record, rotation
+from veloxquant import spec
+from veloxquant.accelerated.ops import codebooks, numerics, packing, prng, record, rotation
 
 NAME = "turboquant"
 

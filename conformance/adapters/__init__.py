@@ -9,10 +9,10 @@ import importlib
 from .base import Implementation, StreamHandle, Unsupported
 
 BUILTIN = {
-    "reference": "conformance.adapters.reference:ReferenceImpl",
-    "mlx_ops": "conformance.adapters.mlx_ops:MlxOpsImpl",
-    "mlx_kernels": "conformance.adapters.mlx_kernels:MlxKernelsImpl",
-    "mlx_native": "conformance.adapters.mlx_native:MlxNativeImpl",
+    "reference": "veloxquant.conformance.adapters.reference:ReferenceImpl",
+    "mlx_ops": "veloxquant.conformance.adapters.mlx_ops:MlxOpsImpl",
+    "mlx_kernels": "veloxquant.conformance.adapters.mlx_kernels:MlxKernelsImpl",
+    "mlx_native": "veloxquant.conformance.adapters.mlx_native:MlxNativeImpl",
 }
 
 

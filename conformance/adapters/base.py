@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spec import METHODS, Params
+from veloxquant.spec import METHODS, Params
 
 
 class Unsupported(pytest.skip.Exception):

@@ -13,7 +13,7 @@ from . import _mx
 
 class MlxKernelsImpl(MlxOpsImpl):
     name = "mlx_kernels"
-    ops_module = "accelerated.kernels"
+    ops_module = "veloxquant.accelerated.kernels"
 
     def unavailable(self):
         try:
@@ -42,7 +42,7 @@ class MlxKernelsImpl(MlxOpsImpl):
 
     def _attend(self, q, k, v, scale, mask):
         # what the caches run: the fused kernels wherever they take the call, the ops path otherwise
-        from accelerated.attention import PackedKV, attend
+        from veloxquant.accelerated.attention import PackedKV, attend
         return attend(q, PackedKV(k), PackedKV(v), scale, mask)
 
     def _codebooks(self):

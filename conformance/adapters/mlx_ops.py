@@ -5,7 +5,7 @@ import importlib
 
 import numpy as np
 
-import spec
+from veloxquant import spec
 
 from . import _mx
 from .base import Implementation, StreamHandle, Unsupported
@@ -35,7 +35,7 @@ class _MxStream(StreamHandle):
 
 class MlxOpsImpl(Implementation):
     name = "mlx_ops"
-    ops_module = "accelerated.ops"
+    ops_module = "veloxquant.accelerated.ops"
 
     def __init__(self):
         self._device = None
@@ -83,7 +83,7 @@ class MlxOpsImpl(Implementation):
 
     def _stream_cls(self):
         try:
-            return importlib.import_module("accelerated.stream").Stream
+            return importlib.import_module("veloxquant.accelerated.stream").Stream
         except (ImportError, AttributeError) as e:
             raise Unsupported(f"accelerated.stream.Stream not available: {e}")
 
@@ -124,11 +124,11 @@ class MlxOpsImpl(Implementation):
         return _mx.to_np(out)
 
     def _attend(self, q, k, v, scale, mask):
-        from accelerated.ops.attention import attention
+        from veloxquant.accelerated.ops.attention import attention
         return attention(q, k, v, scale, mask)
 
     def _packed(self, rec, params, dtype):
-        from accelerated.ops.attention import PackedRecord
+        from veloxquant.accelerated.ops.attention import PackedRecord
         r = _mx.record_to_mx(rec, dtype)
         win = r.pop("window")
         q = r["codes" if "codes" in r else "codes1"].shape[2]    # codes are per token for every method

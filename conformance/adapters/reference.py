@@ -5,8 +5,8 @@ import copy
 
 import numpy as np
 
-import spec
-from spec import Params
+from veloxquant import spec
+from veloxquant.spec import Params
 
 from .base import Implementation, StreamHandle, Unsupported
 
@@ -38,8 +38,8 @@ class ReferenceImpl(Implementation):
 
     def unavailable(self):
         try:
-            import reference  # noqa: F401
-            import reference.stream  # noqa: F401
+            from veloxquant import reference  # noqa: F401
+            import veloxquant.reference.stream
         except ImportError as e:
             return f"reference implementation not importable: {e}"
         return None
@@ -48,33 +48,33 @@ class ReferenceImpl(Implementation):
         return {"numpy": np.__version__}
 
     def encode(self, x, params, dtype):
-        import reference
+        from veloxquant import reference
         return dict(reference.encode(x, params, dtype))
 
     def decode(self, record, params, dtype):
-        import reference
+        from veloxquant import reference
         return reference.decode(record, params, dtype)
 
     def new_stream(self, params, dtype):
-        from reference.stream import Stream
+        from veloxquant.reference.stream import Stream
         return _RefStream(Stream(params, dtype))
 
     def load_stream(self, state):
-        from reference.stream import Stream
+        from veloxquant.reference.stream import Stream
         return _RefStream(Stream.from_state(copy.deepcopy(state)))
 
     # Codebooks: reference.codebooks.scaled(book, d) -> (C_d, B_d); quantize(u, B_d); dequantize(i, C_d).
     def _table(self, codebook, d):
-        from reference import codebooks as rc
+        from veloxquant.reference import codebooks as rc
         kind, *bits = codebook
         return rc.scaled(spec.gaussian(*bits) if kind == "gaussian" else spec.residual(*bits), d)
 
     def quantize(self, u, codebook, d):
-        from reference import codebooks as rc
+        from veloxquant.reference import codebooks as rc
         return np.asarray(rc.quantize(u, self._table(codebook, d)[1]), dtype=np.uint32)
 
     def dequantize(self, idx, codebook, d):
-        from reference import codebooks as rc
+        from veloxquant.reference import codebooks as rc
         return np.asarray(rc.dequantize(idx, self._table(codebook, d)[0]))
 
     def attention(self, q, k_record, v_record, k_params, v_params, dtype, scale, mask=None):
