@@ -1,0 +1,413 @@
+"""The main loop of the attention `partial` kernel (accelerated/kernels/attention_source.py has the rest):
+steps 3-5 of its body, the online softmax over a split's tokens, the merge of token slots and warps, and the
+split's output. Kept apart only to keep modules small; attention_source.PARTIAL_BODY is the setup text
+followed by this one, unchanged.
+"""
+from __future__ import annotations
+
+PARTIAL_LOOP = """\
+  // 3. online softmax over this split's tokens, U tokens per lane per iteration (independent loads and
+  //    reductions in flight), one rescale per iteration
+  constexpr int TPB = TPI * U;           // U: tokens per lane per iteration (template)
+  constexpr int KP2 = (KPARTS == 2) ? QB : 1;     // sizes of arrays that only turboquant_prod uses
+  constexpr int VP2 = (VPARTS == 2) ? NC : 1;
+  float m[QB];
+  float l[QB];
+  float acc[QB][NC];
+  float acc2[VPARTS == 2 ? QB : 1][VP2];
+  for (int r = 0; r < QB; ++r) {
+    m[r] = NEG_INF;
+    l[r] = 0.0f;
+    for (int c = 0; c < NC; ++c) {
+      acc[r][c] = 0.0f;
+      acc2[r % (VPARTS == 2 ? QB : 1)][c % VP2] = 0.0f;
+    }
+  }
+  SHARED(float, sg, NW * TPW * U * QB);   // per token slot: the all-gather of its U x QB scores
+  const int n_it = (t1 - t0 + TPB - 1) / TPB;
+  for (int it = 0; it < n_it; ++it) {
+    int tu[U];
+    bool ok[U];
+    for (int u = 0; u < U; ++u) {
+      const int t = t0 + it * TPB + u * TPI + warp * TPW + slot;
+      ok[u] = t < t1;
+      tu[u] = ok[u] ? t : t0;             // a readable token for lanes past the end (result unused)
+    }
+    // -- the values' words and factors are loaded with the keys' (one memory latency per iteration)
+    constexpr bool VPRE = MV <= 3 && (VB1 == 1 || VB1 == 2 || VB1 == 4) && (VB2 == 1 || VB2 == 2 || VB2 == 4);
+    uint32_t pv1[VPRE ? U : 1][VPRE ? NCH : 1];
+    uint32_t pv2[VPRE ? U : 1][VPRE ? NCH : 1];
+    float pvf[U];
+    float pvf2[U];
+    if (VPRE && !is_win) {
+      for (int u = 0; u < U; ++u) {
+        const int tt = tu[u];
+        const DEVICE uint32_t* row1 = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
+                                      + (int64_t)tt * vc1_strides[2];
+        const DEVICE uint32_t* row2 = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1]
+                                      + (int64_t)tt * vc2_strides[2];
+        for (int k = 0; k < NCH; ++k) {
+          pv1[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)] = vq_chunk_word<VB1>(row1, lp + k * P);
+          if (MV == 1 || MV == 3) {
+            pv2[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)] = vq_chunk_word<VB2>(row2, lp + k * P);
+          }
+        }
+        pvf[u] = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + (int64_t)tt * vs0_strides[2]];
+        pvf2[u] = 0.0f;
+        if (MV == 2 || MV == 3) {
+          const float a1 = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + (int64_t)tt * vs1_strides[2]];
+          if (MV == 2) {
+            pvf[u] = (a1 > 0.0f) ? (pvf[u] * f_k[0]) / a1 : 0.0f;
+          } else {
+            pvf2[u] = pvf[u] * (a1 * f_k[1]);
+          }
+        }
+      }
+    }
+    // -- keys: partial dot products of this lane's coordinates, and each token's factors
+    float part[U][QB];
+    float part2[U][KP2];
+    float kfac[U];
+    float kfac2[U];
+    for (int u = 0; u < U; ++u) {
+      const int tt = tu[u];
+      float kv[NC];
+      float kv2[KPARTS == 2 ? NC : 1];
+      kfac[u] = 1.0f;
+      kfac2[u] = 0.0f;
+      if (is_win) {
+        const int64_t base = (int64_t)b * kw_strides[0] + (int64_t)h * kw_strides[1] + (int64_t)tt * kw_strides[2];
+        for (int k = 0; k < NCH; ++k) {
+          for (int j = 0; j < 8; ++j) {
+            kv[k * 8 + j] = static_cast<float>(kw[base + (int64_t)((lp + k * P) * 8 + j) * kw_strides[3]]);
+          }
+        }
+      } else {
+        const DEVICE uint32_t* row1 = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1]
+                                      + (int64_t)tt * kc1_strides[2];
+        const DEVICE uint32_t* row2 = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1]
+                                      + (int64_t)tt * kc2_strides[2];
+        if (MK <= 3) {
+          kfac[u] = ks0[(int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1] + (int64_t)tt * ks0_strides[2]];
+        }
+        if (MK == 2 || MK == 3) {
+          const float a1 = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + (int64_t)tt * ks1_strides[2]];
+          if (MK == 2) {
+            kfac[u] = (a1 > 0.0f) ? (kfac[u] * f_k[0]) / a1 : 0.0f;   // g = (n s_d) / ip
+          } else {
+            kfac2[u] = a1 * f_k[1];                                  // gamma A_d
+          }
+        }
+        for (int k = 0; k < NCH; ++k) {
+          const int ch = lp + k * P;
+          float v8[8];
+          if (MK == 0 || MK == 3) {
+            vq_chunk<KB1>(row1, ch, lk1, v8);
+          }
+          if (MK == 1) {
+            float w8[8];
+            vq_chunk<KB1>(row1, ch, lk1, v8);
+            vq_chunk<KB2>(row2, ch, lk2, w8);
+            for (int j = 0; j < 8; ++j) {
+              v8[j] += w8[j];
+            }
+          }
+          if (MK == 2) {
+            vq_chunk<1>(row1, ch, lk1, v8);
+          }
+          if (MK == 3) {
+            float w8[8];
+            vq_chunk<1>(row2, ch, lk2, w8);
+            for (int j = 0; j < 8; ++j) {
+              kv2[(k * 8 + j) % (KPARTS == 2 ? NC : 1)] = w8[j];
+            }
+          }
+          if (MK == 4 || MK == 5) {
+            for (int j = 0; j < 8; ++j) {
+              const int c = ch * 8 + j;
+              const int64_t g = (int64_t)b * kgs_strides[0] + (int64_t)h * kgs_strides[1]
+                                + (int64_t)(MK == 4 ? tt / KG : tt) * kgs_strides[2]
+                                + (int64_t)(MK == 4 ? c : c / KG) * kgs_strides[3];
+              const float x = (float)vq_code<KB1>(row1, c) * static_cast<float>(kgs[g]);
+              v8[j] = (MK == 4) ? x + static_cast<float>(kgz[g])
+                                : vq_round_to(kgs[0], vq_round_to(kgs[0], x) + static_cast<float>(kgz[g]));
+            }
+          }
+          for (int j = 0; j < 8; ++j) {
+            kv[k * 8 + j] = v8[j];
+          }
+        }
+      }
+      for (int r = 0; r < QB; ++r) {
+        float a = 0.0f;
+        float a2 = 0.0f;
+        for (int c = 0; c < NC; ++c) {
+          a += qr[r][c] * kv[c];
+          if (KPARTS == 2) {
+            a2 += qr2[r % KP2][c % (KPARTS == 2 ? NC : 1)] * kv2[c % (KPARTS == 2 ? NC : 1)];
+          }
+        }
+        part[u][r] = a;
+        part2[u][r % KP2] = a2;
+      }
+    }
+    // -- sum over the token's P lanes: reduce-scatter by halving exchanges (each lane ends with its share
+    //    of the U x QB sums: U * QB - 1 shuffles for U * QB >= P instead of U * QB * log2 P), then an
+    //    all-gather through threadgroup memory. turboquant_prod's two parts are combined per token first.
+    float red[U * QB];
+    for (int u = 0; u < U; ++u) {
+      for (int r = 0; r < QB; ++r) {
+        red[u * QB + r] = (KPARTS == 2 && !is_win) ? part[u][r] + kfac2[u] * part2[u][r % KP2] : part[u][r];
+      }
+    }
+    int base = 0;
+    {
+      int n = U * QB;
+      for (int off = P / 2; off > 0; off >>= 1) {
+        if (n >= 2) {
+          const int half = n / 2;
+          const bool upper = (lane & off) != 0;
+          for (int j = 0; j < half; ++j) {
+            const float send = upper ? red[j] : red[j + half];
+            const float keep = upper ? red[j + half] : red[j];
+            red[j] = keep + SHFL_XOR(send, off);
+          }
+          base += upper ? half : 0;
+          n = half;
+        } else {
+          red[0] += SHFL_XOR(red[0], off);
+        }
+      }
+    }
+    {
+      constexpr int NFIN = (U * QB >= P) ? (U * QB / P) : 1;
+      const int row0 = (warp * TPW + slot) * U * QB;
+      for (int j = 0; j < NFIN; ++j) {
+        sg[row0 + base + j] = red[j];
+      }
+      WARP_SYNC();
+      for (int u = 0; u < U; ++u) {
+        for (int r = 0; r < QB; ++r) {
+          part[u][r] = sg[row0 + u * QB + r];
+        }
+      }
+      WARP_SYNC();                         // the next iteration overwrites sg
+    }
+    // -- scores (masked: -inf), then the running max, sum and one rescale per query row
+    float w[U][QB];
+    for (int r = 0; r < QB; ++r) {
+      float mb = NEG_INF;
+      for (int u = 0; u < U; ++u) {
+        const bool use = ok[u] && (is_win ? Q + tu[u] : tu[u]) <= qpos[r] && qg * QB + r < nq;
+        const float x = kfac[u] * part[u][r];
+        w[u][r] = use ? x : NEG_INF;
+        mb = vq_max(mb, w[u][r]);
+      }
+      const float mn = vq_max(m[r], mb);
+      float alpha = 1.0f;
+      if (mn != NEG_INF) {
+        alpha = (m[r] == NEG_INF) ? 0.0f : vq_exp2(m[r] - mn);
+        float ls = 0.0f;
+        for (int u = 0; u < U; ++u) {
+          w[u][r] = (w[u][r] == NEG_INF) ? 0.0f : vq_exp2(w[u][r] - mn);
+          ls += w[u][r];
+        }
+        l[r] = l[r] * alpha + ls;
+        m[r] = mn;
+      } else {
+        for (int u = 0; u < U; ++u) {
+          w[u][r] = 0.0f;
+        }
+      }
+      for (int c = 0; c < NC; ++c) {
+        acc[r][c] *= alpha;
+        acc2[r % (VPARTS == 2 ? QB : 1)][c % VP2] *= alpha;
+      }
+    }
+    // -- values: this lane's coordinates (rotated domain for the rotation family), weighted
+    for (int u = 0; u < U; ++u) {
+      const int tt = tu[u];
+      float vv[NC];
+      float vv2[VP2];
+      float vfac = 1.0f;
+      float vfac2 = 0.0f;
+      if (is_win) {
+        const int64_t base = (int64_t)b * vw_strides[0] + (int64_t)h * vw_strides[1] + (int64_t)tt * vw_strides[2];
+        for (int k = 0; k < NCH; ++k) {
+          for (int j = 0; j < 8; ++j) {
+            vv[k * 8 + j] = static_cast<float>(vw[base + (int64_t)((lp + k * P) * 8 + j) * vw_strides[3]]);
+          }
+        }
+      } else if (VPRE) {
+        vfac = pvf[u];
+        vfac2 = pvf2[u];
+        for (int k = 0; k < NCH; ++k) {
+          const int ch = lp + k * P;
+          float v8[8];
+          vq_chunk_w<VB1>(pv1[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)], ch, lv1, v8);
+          if (MV == 1) {
+            float w8[8];
+            vq_chunk_w<VB2>(pv2[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)], ch, lv2, w8);
+            for (int j = 0; j < 8; ++j) {
+              v8[j] += w8[j];
+            }
+          }
+          if (MV == 3) {
+            float w8[8];
+            vq_chunk_w<VB2>(pv2[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)], ch, lv2, w8);
+            for (int j = 0; j < 8; ++j) {
+              vv2[(k * 8 + j) % VP2] = w8[j];
+            }
+          }
+          for (int j = 0; j < 8; ++j) {
+            vv[k * 8 + j] = v8[j];
+          }
+        }
+      } else {
+        const DEVICE uint32_t* row1 = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
+                                      + (int64_t)tt * vc1_strides[2];
+        const DEVICE uint32_t* row2 = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1]
+                                      + (int64_t)tt * vc2_strides[2];
+        if (MV <= 3) {
+          vfac = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + (int64_t)tt * vs0_strides[2]];
+        }
+        if (MV == 2 || MV == 3) {
+          const float a1 = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + (int64_t)tt * vs1_strides[2]];
+          if (MV == 2) {
+            vfac = (a1 > 0.0f) ? (vfac * f_k[0]) / a1 : 0.0f;
+          } else {
+            vfac2 = vfac * (a1 * f_k[1]);
+          }
+        }
+        for (int k = 0; k < NCH; ++k) {
+          const int ch = lp + k * P;
+          float v8[8];
+          if (MV == 0 || MV == 3) {
+            vq_chunk<VB1>(row1, ch, lv1, v8);
+          }
+          if (MV == 1) {
+            float w8[8];
+            vq_chunk<VB1>(row1, ch, lv1, v8);
+            vq_chunk<VB2>(row2, ch, lv2, w8);
+            for (int j = 0; j < 8; ++j) {
+              v8[j] += w8[j];
+            }
+          }
+          if (MV == 2) {
+            vq_chunk<1>(row1, ch, lv1, v8);
+          }
+          if (MV == 3) {
+            float w8[8];
+            vq_chunk<1>(row2, ch, lv2, w8);
+            for (int j = 0; j < 8; ++j) {
+              vv2[(k * 8 + j) % VP2] = w8[j];
+            }
+          }
+          if (MV == 4 || MV == 5) {
+            for (int j = 0; j < 8; ++j) {
+              const int c = ch * 8 + j;
+              const int64_t g = (int64_t)b * vgs_strides[0] + (int64_t)h * vgs_strides[1]
+                                + (int64_t)tt * vgs_strides[2] + (int64_t)(c / VG) * vgs_strides[3];
+              const float x = (float)vq_code<VB1>(row1, c) * static_cast<float>(vgs[g]);
+              v8[j] = (MV == 4) ? x + static_cast<float>(vgz[g])
+                                : vq_round_to(vgs[0], vq_round_to(vgs[0], x) + static_cast<float>(vgz[g]));
+            }
+          }
+          for (int j = 0; j < 8; ++j) {
+            vv[k * 8 + j] = v8[j];
+          }
+        }
+      }
+      for (int r = 0; r < QB; ++r) {
+        const float wv = is_win ? w[u][r] : w[u][r] * vfac;
+        for (int c = 0; c < NC; ++c) {
+          acc[r][c] += wv * vv[c];
+        }
+        if (VPARTS == 2 && !is_win) {
+          const float wv2 = w[u][r] * vfac2;
+          for (int c = 0; c < NC; ++c) {
+            acc2[r % (VPARTS == 2 ? QB : 1)][c % VP2] += wv2 * vv2[c % VP2];
+          }
+        }
+      }
+    }
+  }
+
+  // 4. merge the token slots of each warp (xor over slots), then the warps (in shared memory, in order)
+  for (int off = P; off < 32; off <<= 1) {
+    for (int r = 0; r < QB; ++r) {
+      const float mo = SHFL_XOR(m[r], off);
+      const float lo = SHFL_XOR(l[r], off);
+      const float mx = vq_max(m[r], mo);
+      const float a = (m[r] == NEG_INF) ? 0.0f : vq_exp2(m[r] - mx);
+      const float bo = (mo == NEG_INF) ? 0.0f : vq_exp2(mo - mx);
+      l[r] = l[r] * a + lo * bo;
+      m[r] = mx;
+      for (int c = 0; c < NC; ++c) {
+        acc[r][c] = acc[r][c] * a + SHFL_XOR(acc[r][c], off) * bo;
+      }
+      if (VPARTS == 2) {
+        for (int c = 0; c < NC; ++c) {
+          const int rr = r % (VPARTS == 2 ? QB : 1);
+          const int cc = c % (VPARTS == 2 ? NC : 1);
+          acc2[rr][cc] = acc2[rr][cc] * a + SHFL_XOR(acc2[rr][cc], off) * bo;
+        }
+      }
+    }
+  }
+  SHARED(float, sacc, QB * VPARTS * D);
+  SHARED(float, sml, 2 * QB);
+  for (int w = 0; w < NW; ++w) {
+    // read the running (m, l) of warps 0..w-1 before any lane of warp w overwrites them
+    float a[QB];
+    float bo[QB];
+    for (int r = 0; r < QB; ++r) {
+      a[r] = 1.0f;
+      bo[r] = 0.0f;
+      if (w > 0 && warp == w) {
+        const float mo = sml[2 * r];
+        const float mx = vq_max(m[r], mo);
+        a[r] = (m[r] == NEG_INF) ? 0.0f : vq_exp2(m[r] - mx);
+        bo[r] = (mo == NEG_INF) ? 0.0f : vq_exp2(mo - mx);
+        l[r] = l[r] * a[r] + sml[2 * r + 1] * bo[r];
+        m[r] = mx;
+      }
+    }
+    BARRIER();
+    if (warp == w && slot == 0) {
+      for (int r = 0; r < QB; ++r) {
+        for (int k = 0; k < NCH; ++k) {
+          for (int j = 0; j < 8; ++j) {
+            const int c = (lp + k * P) * 8 + j;
+            const int o = (r * VPARTS) * D + c;
+            sacc[o] = acc[r][k * 8 + j] * a[r] + (w > 0 ? sacc[o] * bo[r] : 0.0f);
+            if (VPARTS == 2) {
+              sacc[o + D] = acc2[r % (VPARTS == 2 ? QB : 1)][(k * 8 + j) % (VPARTS == 2 ? NC : 1)] * a[r]
+                            + (w > 0 ? sacc[o + D] * bo[r] : 0.0f);
+            }
+          }
+        }
+        if (lp == 0) {
+          sml[2 * r] = m[r];
+          sml[2 * r + 1] = l[r];
+        }
+      }
+    }
+    BARRIER();
+  }
+  // 5. this split's partial: o_acc (B, Hkv, NQ, S + 1, VPARTS, D), o_ml (B, Hkv, NQ, S + 1, 2)
+  for (int i = tid; i < QB * VPARTS * D; i += NT) {
+    const int r = qg * QB + i / (VPARTS * D);
+    if (r < nq) {
+      const int64_t row = (((int64_t)b * hkv + h) * nq + r) * (S + 1) + s;
+      o_acc[row * VPARTS * D + i % (VPARTS * D)] = sacc[i];
+    }
+  }
+  for (int i = tid; i < QB * 2; i += NT) {
+    const int r = qg * QB + i / 2;
+    if (r < nq) {
+      const int64_t row = (((int64_t)b * hkv + h) * nq + r) * (S + 1) + s;
+      o_ml[row * 2 + i % 2] = sml[i];
+    }
+  }
+"""
