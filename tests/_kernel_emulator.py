@@ -233,22 +233,27 @@ def cpp_source(dims=None, bodies=None) -> str:
             .replace("@ENC_DISPATCH@", ed).replace("@DEC_DISPATCH@", dd))
 
 
-def build(folder: pathlib.Path | None = None, dims=None, bodies=None) -> ctypes.CDLL:
-    """Compile (or reuse, keyed by the source's hash) the emulator library (cpp_source's dims, bodies)."""
-    text = cpp_source(dims, bodies)
+def compile_library(text: str, prefix: str = "veloxquant-kemu", folder: pathlib.Path | None = None) -> ctypes.CDLL:
+    """Compile C++ emulator text (or reuse the library, keyed by the text's hash) with the exact-arithmetic
+    flags (no FMA contraction, no fast math)."""
     key = hashlib.sha256(text.encode()).hexdigest()[:16]
     folder = folder or pathlib.Path(os.environ.get("VELOXQUANT_KEMU_DIR", tempfile.gettempdir()))
-    so = folder / f"veloxquant-kemu-{key}.so"
+    so = folder / f"{prefix}-{key}.so"
     if not so.exists():
-        cpp = folder / f"veloxquant-kemu-{key}.cpp"
+        cpp = folder / f"{prefix}-{key}.cpp"
         cpp.write_text(text)
-        tmp = folder / f"veloxquant-kemu-{key}.{os.getpid()}.so"
+        tmp = folder / f"{prefix}-{key}.{os.getpid()}.so"
         r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
                             "-pthread", str(cpp), "-o", str(tmp)], capture_output=True, text=True, timeout=900)
         if r.returncode != 0:
             raise RuntimeError(r.stderr[-6000:])
         os.replace(tmp, so)
     return ctypes.CDLL(str(so))
+
+
+def build(folder: pathlib.Path | None = None, dims=None, bodies=None) -> ctypes.CDLL:
+    """Compile (or reuse, keyed by the source's hash) the emulator library (cpp_source's dims, bodies)."""
+    return compile_library(cpp_source(dims, bodies), folder=folder)
 
 
 def _np(a: mx.array) -> np.ndarray:

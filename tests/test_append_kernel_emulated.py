@@ -6,12 +6,8 @@ signature) runs in tests/test_kernels_gpu.py on a GPU."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import pathlib
 import shutil
 import subprocess
-import tempfile
 
 import mlx.core as mx
 import numpy as np
@@ -84,19 +80,7 @@ def _source() -> str:
 
 @pytest.fixture(scope="module")
 def lib():
-    text = _source()
-    key = hashlib.sha256(text.encode()).hexdigest()[:16]
-    folder = pathlib.Path(os.environ.get("VELOXQUANT_KEMU_DIR", tempfile.gettempdir()))
-    so = folder / f"veloxquant-append-{key}.so"
-    if not so.exists():
-        cpp = folder / f"veloxquant-append-{key}.cpp"
-        cpp.write_text(text)
-        tmp = folder / f"veloxquant-append-{key}.{os.getpid()}.so"
-        r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
-                            "-pthread", str(cpp), "-o", str(tmp)], capture_output=True, text=True, timeout=900)
-        assert r.returncode == 0, r.stderr[-6000:]
-        os.replace(tmp, so)
-    return ctypes.CDLL(str(so))
+    return ke.compile_library(_source(), "veloxquant-append")
 
 
 def _x(rng, shape, xt):
