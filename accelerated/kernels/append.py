@@ -148,7 +148,7 @@ def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values
     checked shapes, dtypes and room in the buffers."""
     b, h, t, d = keys.shape
     grid, group, groups = _launch(b, h, t, d)
-    ins = [_base(base), after if after is not None else km._dummy(mx.bool_)]
+    ins = [km.count(base), after if after is not None else km._dummy(mx.bool_)]
     for p, x, bufs in ((kp, keys, kbufs), (vp, values, vbufs)):
         ins += [x, constants(p, h, t, d)] + [bufs[f] for f in km.FIELDS[p.method] if f]
     (flags,) = _kernel(kp.method, vp.method)(
@@ -156,14 +156,6 @@ def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values
                               ("KTS", km._side_dtype(kp, keys.dtype)), ("VTS", km._side_dtype(vp, values.dtype))],
         grid=grid, threadgroup=group, output_shapes=[(2, groups, 2)], output_dtypes=[mx.bool_])
     return flags
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _base(n: int) -> mx.array:
-    # one small constant per row count, made once (a decode step's appends reuse them across layers)
-    a = mx.array([n], dtype=mx.int32)
-    mx.eval(a)
-    return a
 
 
 def fits(b: int, h: int, cap: int) -> bool:

@@ -16,6 +16,7 @@ import mlx.core as mx
 from veloxquant import spec
 from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.kernels import backend
+from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.ops import codebooks, prng
 from veloxquant.accelerated.ops.attention import PackedRecord, Views
 
@@ -54,20 +55,6 @@ def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask) -> bool:
 @functools.lru_cache(maxsize=None)
 def _dummy(rank: int, dtype=mx.float32) -> mx.array:
     a = mx.zeros((1,) * rank, dtype=dtype)
-    mx.eval(a)
-    return a
-
-
-@functools.lru_cache(maxsize=None)
-def _consts(d: int) -> mx.array:
-    a = mx.array([float(spec.scale(d)), float(spec.qjl_scale(d))], dtype=mx.float32)
-    mx.eval(a)
-    return a
-
-
-@functools.lru_cache(maxsize=256)
-def _scalar(x: float) -> mx.array:
-    a = mx.array([x], dtype=mx.float32)
     mx.eval(a)
     return a
 
@@ -141,14 +128,6 @@ def _constants(kp: spec.Params, vp: spec.Params, hkv: int, d: int, scale: float)
     return out
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _count(n: int) -> mx.array:
-    """nenc: the encoded token count as a one-element int32 input (made once per count, shared by layers)."""
-    a = mx.array([n], dtype=mx.int32)
-    mx.eval(a)
-    return a
-
-
 def _tokens_per_lane(kp: spec.Params, vp: spec.Params) -> int:
     """Tokens each lane works on at once: 4 independent load/reduce chains hide latency; the group-scaled
     methods (kivi, mlx_affine) need more registers per token, so 2 keeps them from spilling."""
@@ -211,7 +190,7 @@ def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: floa
         flags = k.token if k.token is not None else _dummy(1, mx.bool_)
         if v.token is not None and v.token is not k.token:
             v.sync()
-    arrays = {"q": queries, "f_c": consts, "nenc": _count(q_enc), "flags": flags, "kw": k.window, "vw": v.window,
+    arrays = {"q": queries, "f_c": consts, "nenc": km.count(q_enc), "flags": flags, "kw": k.window, "vw": v.window,
               **_record_inputs(k, "k"), **_record_inputs(v, "v")}
     return Plan([arrays[n] for n in names], tmpl, grid, outs, ctmpl, cgrid, d, (b, hq, l, d), splits, qb,
                 names, key)

@@ -79,6 +79,15 @@ def _meta(bits1: int, bits2: int, group: int, keys: int, q: int = 0, lo: int = 0
     return m
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def count(n: int) -> mx.array:
+    """A token or row count as a one-element int32 input (append's first row, attention's encoded count),
+    made once per value: a decode step's layers, and the next step's other kernel, reuse it."""
+    a = mx.array([n], dtype=mx.int32)
+    mx.eval(a)
+    return a
+
+
 def _code_bits(p: spec.Params) -> tuple[int, int]:
     """(bits of codes1, bits of codes2) as the kernels see them."""
     if p.method == "turboquant_prod":
