@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 
 import mlx.core as mx
@@ -93,6 +94,13 @@ class CacheGroup:
                 c._rollback_to(index)
             elif hasattr(c, "trim") and getattr(c, "offset", 0) > offset and c.is_trimmable():
                 c.trim(c.offset - offset)
+
+
+@functools.lru_cache(maxsize=None)
+def _fused_check_messages(key_method: str, value_method: str) -> tuple:
+    """The messages of kernels/append.py's four checks, in its token's order (made once per method pair)."""
+    return (f"keys: {NONFINITE}", f"keys: {RULES[key_method]}", f"values: {NONFINITE}",
+            f"values: {RULES[value_method]}")
 
 
 def _role_params(role: str, method, bits, bits2, group_size, window, seed, layer, head_offset,
@@ -192,9 +200,7 @@ class VeloxKVCache(_BaseCache):
                 self._token = token
                 self.offset += keys.shape[2]    # tokens seen (a sliding-window cache holds fewer)
                 self._appends += 1
-                kp, vp = self.key_params, self.value_params
-                msgs = [f"keys: {NONFINITE}", f"keys: {RULES[kp.method]}", f"values: {NONFINITE}",
-                        f"values: {RULES[vp.method]}"]
+                msgs = _fused_check_messages(self.key_params.method, self.value_params.method)
                 self._chunks.append(_Chunk(self._appends, token, msgs, before, reader=fused_messages))
                 return PackedKV(self._k.packed(), token), PackedKV(self._v.packed(), token)
         k = self._k if self._k is not None else Stream(self.key_params)
