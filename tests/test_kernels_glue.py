@@ -16,6 +16,7 @@ import pytest
 from veloxquant import spec
 from veloxquant.accelerated import kernels, ops
 from veloxquant.accelerated.kernels import methods as km
+from veloxquant.accelerated.kernels import source
 from veloxquant.accelerated.ops import numerics, record
 from veloxquant.accelerated.stream import Stream
 
@@ -171,6 +172,29 @@ def test_launch_shape():
     assert km.launch_shape(100, 1024)[1][0] // 32 * 2 * 1024 <= 8192                    # code staging fits
     with pytest.raises(NotImplementedError):
         km.launch_shape(0, 128)
+
+
+def test_launch_fits_the_register_file_at_every_head_dim():
+    """No threadgroup methods.launch_shape makes can ask for more registers than a CUDA block has, whatever
+    ptxas assigns (up to 255 per thread): at d = 80 / 96 a 32-warp block did not launch on the H200."""
+    for d in spec.HEAD_DIMS:
+        for rows in (1, 8, 9, 26, 32, 40, 64, 1000, 1 << 20):
+            _, tg, _ = km.launch_shape(rows, d)
+            assert tg[0] * source.MAX_REGISTERS <= source.REGISTER_FILE, \
+                f"launch_shape({rows}, {d}): {tg[0]} threads x {source.MAX_REGISTERS} registers"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: ptxas register counts unavailable")
+@pytest.mark.parametrize("d", [80, 96, 1024])
+def test_launch_fits_ptxas_registers(d):
+    """The same with the registers ptxas gives the kernels (sm_90): the largest threadgroup launch_shape makes
+    for d, times the registers (allocated in units of 8 per thread), fits 64K."""
+    from veloxquant.tools import kernel_resources as kr
+    threads = max(km.launch_shape(rows, d)[1][0] for rows in range(1, 65))
+    for r in kr.report(d):
+        regs = -(-r["registers"] // 8) * 8
+        assert threads * regs <= source.REGISTER_FILE, \
+            f"{r['kind']} {r['method']} d={d}: {threads} threads x {regs} registers > {source.REGISTER_FILE}"
 
 
 def test_tables_sorted_guard():

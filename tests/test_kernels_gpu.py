@@ -105,6 +105,8 @@ def test_new_head_dims(method, kw, d, dtype, monkeypatch):
     km.launch_shape(8, d)
     monkeypatch.setattr(km, "DECODE_NEW_HEAD_DIMS", True)      # the decode kernel itself (off in production)
     _check(method, kw, (1, 2, 36 if method == "kivi" else 5, d), dtype, seed=d, window=1)
+    if method != "kivi":      # 32 rows: the largest single threadgroup (32 warps failed to launch at d = 80 / 96)
+        _check(method, kw, (1, 4, 8, d), dtype, seed=d + 1, window=0)
 
 
 @pytest.mark.parametrize("method", ["turboquant", "turboquant_rvq", "rabitq", "turboquant_prod", "kivi",

@@ -45,12 +45,10 @@ NONFINITE = "x: contains NaN or Inf"
 BIG_WARPS = 8            # warps per threadgroup for large launches (256 threads)
 BLOCK_CAP = 4096         # threadgroups at most; warps loop over further rows (grid-stride)
 _MAX_ROWS = 2**31 - 1    # rows are counted in int32 in the kernels
-# Decode of spec 1.1's non-power-of-two head dims through the kernel (tests switch it on): on the H200
-# (2026-11-30) `conformance --impl mlx_kernels -k headdim` found 29 golden decodes at d = 80 / 96
-# (turboquant_rvq, turboquant_prod, kivi) differing through the kernel, while tests/test_kernels_gpu.py's
-# new-head-dim decodes, kernel_check's first calls and the CPU emulation of the same cases agree; cause not
-# found, so production decodes those d through accelerated.ops (encode stays on the kernel: it passed).
-DECODE_NEW_HEAD_DIMS = False
+# Decode of spec 1.1's non-power-of-two head dims through the kernel. Off from 2026-11-30 20:25 until the cause
+# of 29 golden decodes at d = 80 / 96 differing on the H200 was found: 32-warp threadgroups at a decode
+# kernel's 142-200 registers per thread (MAX_WARPS); the launch failed and left the output unwritten.
+DECODE_NEW_HEAD_DIMS = True
 _EPS = float.fromhex("0x1.ad7f2ap-24")
 _FMAX = float(np.finfo(np.float32).max)
 
@@ -159,7 +157,8 @@ def _side_dtype(p: spec.Params, dtype) -> mx.Dtype:
 def launch_shape(rows: int, d: int) -> tuple[tuple, tuple, int]:
     """(grid in threads, threadgroup, threadgroups) for `rows` rows of head dim d (any d = m * 2^k of the
     spec): one warp per row; a single threadgroup when the rows fit in one (a decode step: one fault slot,
-    nothing to reduce)."""
+    nothing to reduce), of at most source.MAX_WARPS warps (the register file of a block, at any register
+    count)."""
     if rows <= 0 or rows > _MAX_ROWS:
         raise NotImplementedError(f"no kernel launch for {rows} rows")
     most = max(1, min(source.MAX_WARPS, source.SMEM_CODES // (2 * d)))
