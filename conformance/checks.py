@@ -323,6 +323,11 @@ def check_kivi_trim_put_back(impl: Implementation, params: Params, dtype: str, x
 # (y^). Equal in exact arithmetic; in binary32 each side's log2(d) butterfly stages and two scalings round,
 # so a logit moves by up to (2 log2 d + 4) u |q| |k| and an output coordinate by up to
 # (log2 d + 2) u sum_t p_t |v_t| (Euclidean norms: the butterfly mixes all coordinates).
+# GROUP_DECODE (spec/attention.md 'Non-rotated methods'): kivi and mlx_affine may be decoded inside the
+# attention as one fused multiply-add c*S + Z (contraction is allowed in this tier), which skips the rounding
+# of c*S: a decoded coordinate moves by up to u |c S| <= u (|x^| + |Z|), so a logit gains u sum_j |q_j| |Z_j|
+# and an output coordinate u sum_t p_t |Z_t| (|x^| is in the terms above). Where x^ = 0 exactly and T = 1
+# the other terms are 0: the H200 kernels returned -2^-25 there (c S = -Z rounded once).
 # ATTN_SAFETY covers implementations that use a different but legitimate order (tiles, online softmax)
 # and exp approximations within a few ulp. The bound is computed per output row from these terms.
 U32 = 2.0 ** -24
@@ -349,10 +354,29 @@ def attention_f64(q, k, v, scale, mask=None):
     return np.einsum("bhqk,bhkd->bhqd", p, v), p, k, v
 
 
-def attention_budget(q, k64, v64, p, scale, rotated_k=False, rotated_v=False):
+def group_zero_magnitude(record, params, t: int) -> np.ndarray | None:
+    """|Z| of each decoded coordinate (B, H, T, d) of a kivi / mlx_affine record (0 for window tokens, which
+    are exact), for GROUP_DECODE; None for the other methods."""
+    if params.method not in ("kivi", "mlx_affine"):
+        return None
+    z = np.abs(np.asarray(record["biases" if params.method == "mlx_affine" else "zero"], dtype=np.float64))
+    g = params.group_size
+    if params.method == "kivi" and params.role == "k":
+        z = np.repeat(z, g, axis=2)                      # (B, H, Q/G, d): one zero per channel and G tokens
+    else:
+        z = np.repeat(z, g, axis=3)                      # (B, H, Q, d/G): one zero per token and G channels
+    out = np.zeros(z.shape[:2] + (t, z.shape[3]))
+    out[:, :, :z.shape[2]] = z
+    return out
+
+
+def attention_budget(q, k64, v64, p, scale, rotated_k=False, rotated_v=False, kz=None, vz=None):
     d, T = q.shape[-1], k64.shape[2]
     q64 = np.abs(q.astype(np.float64)) * abs(float(scale))
-    absdot = np.einsum("bhqd,bhkd->bhqk", q64, np.abs(k64))
+    absdot = np.einsum("bhqd,bhkd->bhqk", q64, np.abs(k64))   # k64, v64: already one head per query head
+    if kz is not None:          # GROUP_DECODE, keys: one skipped rounding of c*S per coordinate
+        kz = np.repeat(kz, q.shape[1] // kz.shape[1], axis=1)
+        absdot = absdot + np.einsum("bhqd,bhkd->bhqk", q64, kz) / (d + 2)
     logit_err = (d + 2) * U32 * absdot.max(axis=-1, keepdims=True)          # (b,h,q,1)
     if rotated_k:
         norms = np.linalg.norm(q64, axis=-1)[..., None] * np.linalg.norm(k64, axis=-1)[:, :, None, :]
@@ -360,6 +384,8 @@ def attention_budget(q, k64, v64, p, scale, rotated_k=False, rotated_v=False):
     vmax = np.abs(v64).max(axis=2, keepdims=True)                            # (b,h,1,d)
     pv = np.einsum("bhqk,bhkd->bhqd", p, np.abs(v64))
     bound = (T + 4) * U32 * pv + 2 * logit_err * vmax + (T + 4) * U32 * vmax
+    if vz is not None:          # GROUP_DECODE, values
+        bound = bound + U32 * np.einsum("bhqk,bhkd->bhqd", p, np.repeat(vz, q.shape[1] // vz.shape[1], axis=1))
     if rotated_v:
         pnorm = np.einsum("bhqk,bhk->bhq", p, np.linalg.norm(v64, axis=-1))[..., None]
         bound = bound + (np.log2(d) + 2) * U32 * pnorm
@@ -380,7 +406,8 @@ def check_attention(impl, ref, q, k_record, v_record, k_params, v_params, dtype,
     if got.shape != exp64.shape:
         raise Mismatch(f"{what}: shape {got.shape} != {exp64.shape}")
     budget = attention_budget(q, k64, v64, p, scale, k_params.method in ROTATED_METHODS,
-                              v_params.method in ROTATED_METHODS)
+                              v_params.method in ROTATED_METHODS, group_zero_magnitude(k_record, k_params, k.shape[2]),
+                              group_zero_magnitude(v_record, v_params, v.shape[2]))
     err = np.abs(got - exp64)
     ratio = err / budget
     if not np.all(np.isfinite(got)) or np.any(ratio > 1):
