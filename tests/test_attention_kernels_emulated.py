@@ -41,6 +41,7 @@ PRELUDE = """
 #define SHARED(type, name, n) static type name[n]
 #define BARRIER() vq_bar->arrive_and_wait()
 #define SHFL_XOR(v, m) vq_shfl((v), (m))
+#define SHFL_IDX(v, i) vq_shfl_idx((v), (i))
 #define WARP_SYNC() vq_warp_bar[vq_tid / 32]->arrive_and_wait()
 """
 
@@ -76,6 +77,14 @@ static inline float vq_shfl(float v, int m) {
   vq_xchg[vq_tid] = v;
   vq_warp_bar[w]->arrive_and_wait();
   const float r = vq_xchg[(vq_tid & ~31) | ((vq_tid & 31) ^ m)];
+  vq_warp_bar[w]->arrive_and_wait();
+  return r;
+}
+static inline float vq_shfl_idx(float v, int src) {
+  const int w = vq_tid / 32;
+  vq_xchg[vq_tid] = v;
+  vq_warp_bar[w]->arrive_and_wait();
+  const float r = vq_xchg[(vq_tid & ~31) | (src & 31)];
   vq_warp_bar[w]->arrive_and_wait();
   return r;
 }

@@ -14,7 +14,7 @@ from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.kernels import commit
 
 MACROS = ("TID", "BLOCK_X", "BLOCK_Y", "BLOCK_Z", "NBLOCK_X", "NBLOCK_Y", "NBLOCK_Z", "SHARED", "BARRIER",
-          "SHFL_XOR", "WARP_SYNC")
+          "SHFL_XOR", "SHFL_IDX", "WARP_SYNC")
 
 
 @pytest.mark.parametrize("kind", ["partial", "combine"])
@@ -72,7 +72,7 @@ def test_cuda_sources_compile(tmp_path):
             body += _kernel(name, partial, src.inputs("partial", mk, mv, True), src.PARTIAL_OUTPUTS, types,
                             [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2),
                              ("D", d), ("QB", qb), ("NT", 128), ("P", p), ("KG", 32), ("VG", 32), ("CAUSAL", 1),
-                             ("HASWIN", 1), ("U", 2 if {mk, mv} & {4, 5} else 4)])
+                             ("HASWIN", 1), ("U", 2 if {mk, mv} & {4, 5} else 4), ("PF", 1)])
             body += _kernel(f"combine_{i}_{d}", combine, src.inputs("combine"), src.COMBINE_OUTPUTS,
                             dict(q=dt, out=dt), [("MV", mv), ("D", d), ("OT", dt)])
             body += _UNDEF           # MLX compiles each kernel alone; here they share one file

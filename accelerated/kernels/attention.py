@@ -24,6 +24,7 @@ NT = 128                      # threads per partial threadgroup (4 warps)
 TOKENS_PER_SPLIT = 256        # encoded tokens per split before the split count is capped (contexts <= 8k)
 LONG_SPLIT = 1024             # ... and beyond 8k encoded tokens: fewer, longer splits were 10-15 % faster on the
                               # H200 at 32k and 128k (partial + combine, sweep of 2026-11-30 in docs/benchmarks.md)
+PREFETCH = 1                  # 1: the partial kernel loads the next iteration's words while scoring this one
 MAX_THREADGROUPS = 2048       # partial threadgroups per launch: enough to fill the GPU, bounded partials
 LOG2E = 1.4426950408889634
 
@@ -166,10 +167,12 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     kb1, kb2 = _bits(kp)
     vb1, vb2 = _bits(vp)
     mk, mv = src.METHOD_IDS[kp.method], src.METHOD_IDS[vp.method]
+    if (mk <= 3 and max(kb1, kb2) > 5) or (mv <= 3 and max(vb1, vb2) > 5):
+        raise ValueError("the partial kernel's code tables hold at most 32 entries (one per lane)")
     tmpl = [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2),
             ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", NT), ("P", p_lanes),
             ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
-            ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp))]
+            ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", PREFETCH)]
     vparts = 2 if vp.method == "turboquant_prod" else 1
     outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]
     return (_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win), tmpl,

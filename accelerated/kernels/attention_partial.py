@@ -24,7 +24,63 @@ PARTIAL_LOOP = """\
     }
   }
   SHARED(float, sg, NW * TPW * U * QB);   // per token slot: the all-gather of its U x QB scores
+  // the 8 values of chunk ch of a row (or of its word, loaded early): codes, then VQ_LOOKUP
+#define VQ_CHUNK(B, row, ch, reg, out) { uint32_t c8_[8]; vq_codes<B>(row, ch, c8_); \
+    for (int j_ = 0; j_ < 8; ++j_) { out[j_] = VQ_LOOKUP(reg, c8_[j_]); } }
+#define VQ_CHUNK_W(B, w, ch, reg, out) { uint32_t c8_[8]; vq_codes_w<B>(w, ch, c8_); \
+    for (int j_ = 0; j_ < 8; ++j_) { out[j_] = VQ_LOOKUP(reg, c8_[j_]); } }
+  // Word-aligned code streams of the rotation family (1, 2 or 4 bits) are loaded ahead of their use: the
+  // words and factors of one iteration's U tokens for keys (KPRE) and values (VPRE) at once, and with PF the
+  // next iteration's while this one is scored (two register sets). Other methods load as they decode.
+  constexpr bool KPRE = MK <= 2 && (KB1 == 1 || KB1 == 2 || KB1 == 4) && (MK != 1 || KB2 == 1 || KB2 == 2 || KB2 == 4);
+  constexpr bool VPRE = MV <= 3 && (VB1 == 1 || VB1 == 2 || VB1 == 4) && (VB2 == 1 || VB2 == 2 || VB2 == 4);
+  constexpr int KU = KPRE ? U : 1;
+  constexpr int KN = KPRE ? NCH : 1;
+  constexpr int VU = VPRE ? U : 1;
+  constexpr int VN = VPRE ? NCH : 1;
+#define VQ_LOAD(IT, K1, K2, KS0, KS1, V1, V2, VS0, VS1) \
+  for (int u = 0; u < U; ++u) { \
+    const int t_ = t0 + (IT) * TPB + u * TPI + warp * TPW + slot; \
+    const int64_t tt_ = (t_ < t1) ? t_ : t0; \
+    if (KPRE) { \
+      const DEVICE uint32_t* r1_ = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] + tt_ * kc1_strides[2]; \
+      const DEVICE uint32_t* r2_ = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1] + tt_ * kc2_strides[2]; \
+      for (int k = 0; k < NCH; ++k) { \
+        K1[u % KU][k % KN] = vq_chunk_word<KB1>(r1_, lp + k * P); \
+        if (MK == 1) { K2[u % KU][k % KN] = vq_chunk_word<KB2>(r2_, lp + k * P); } \
+      } \
+      KS0[u % KU] = ks0[(int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1] + tt_ * ks0_strides[2]]; \
+      if (MK == 2) { KS1[u % KU] = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + tt_ * ks1_strides[2]]; } \
+    } \
+    if (VPRE) { \
+      const DEVICE uint32_t* r1_ = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1] + tt_ * vc1_strides[2]; \
+      const DEVICE uint32_t* r2_ = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1] + tt_ * vc2_strides[2]; \
+      for (int k = 0; k < NCH; ++k) { \
+        V1[u % VU][k % VN] = vq_chunk_word<VB1>(r1_, lp + k * P); \
+        if (MV == 1 || MV == 3) { V2[u % VU][k % VN] = vq_chunk_word<VB2>(r2_, lp + k * P); } \
+      } \
+      VS0[u % VU] = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + tt_ * vs0_strides[2]]; \
+      if (MV == 2 || MV == 3) { VS1[u % VU] = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + tt_ * vs1_strides[2]]; } \
+    } \
+  }
+  // this iteration's loads (p*) and, with PF, the next one's (n*)
+  uint32_t pk1[KU][KN], pk2[KU][KN], pv1[VU][VN], pv2[VU][VN];
+  float pks0[KU], pks1[KU], pvs0[VU], pvs1[VU];
+  uint32_t nk1[PF ? KU : 1][PF ? KN : 1], nk2[PF ? KU : 1][PF ? KN : 1];
+  uint32_t nv1[PF ? VU : 1][PF ? VN : 1], nv2[PF ? VU : 1][PF ? VN : 1];
+  float nks0[PF ? KU : 1], nks1[PF ? KU : 1], nvs0[PF ? VU : 1], nvs1[PF ? VU : 1];
+  for (int u = 0; u < KU; ++u) {
+    pks1[u] = 0.0f;
+    nks1[u % (PF ? KU : 1)] = 0.0f;
+  }
+  for (int u = 0; u < VU; ++u) {
+    pvs1[u] = 0.0f;
+    nvs1[u % (PF ? VU : 1)] = 0.0f;
+  }
   const int n_it = (t1 - t0 + TPB - 1) / TPB;
+  if (PF && (KPRE || VPRE) && !is_win && n_it > 0) {
+    VQ_LOAD(0, nk1, nk2, nks0, nks1, nv1, nv2, nvs0, nvs1)
+  }
   for (int it = 0; it < n_it; ++it) {
     int tu[U];
     bool ok[U];
@@ -33,35 +89,25 @@ PARTIAL_LOOP = """\
       ok[u] = t < t1;
       tu[u] = ok[u] ? t : t0;             // a readable token for lanes past the end (result unused)
     }
-    // -- the values' words and factors are loaded with the keys' (one memory latency per iteration)
-    constexpr bool VPRE = MV <= 3 && (VB1 == 1 || VB1 == 2 || VB1 == 4) && (VB2 == 1 || VB2 == 2 || VB2 == 4);
-    uint32_t pv1[VPRE ? U : 1][VPRE ? NCH : 1];
-    uint32_t pv2[VPRE ? U : 1][VPRE ? NCH : 1];
-    float pvf[U];
-    float pvf2[U];
-    if (VPRE && !is_win) {
-      for (int u = 0; u < U; ++u) {
-        const int tt = tu[u];
-        const DEVICE uint32_t* row1 = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
-                                      + (int64_t)tt * vc1_strides[2];
-        const DEVICE uint32_t* row2 = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1]
-                                      + (int64_t)tt * vc2_strides[2];
-        for (int k = 0; k < NCH; ++k) {
-          pv1[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)] = vq_chunk_word<VB1>(row1, lp + k * P);
-          if (MV == 1 || MV == 3) {
-            pv2[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)] = vq_chunk_word<VB2>(row2, lp + k * P);
+    if ((KPRE || VPRE) && !is_win) {
+      if (PF) {
+        for (int u = 0; u < U; ++u) {
+          for (int k = 0; k < NCH; ++k) {
+            pk1[u % KU][k % KN] = nk1[u % KU][k % KN];
+            pk2[u % KU][k % KN] = nk2[u % KU][k % KN];
+            pv1[u % VU][k % VN] = nv1[u % VU][k % VN];
+            pv2[u % VU][k % VN] = nv2[u % VU][k % VN];
           }
+          pks0[u % KU] = nks0[u % KU];
+          pks1[u % KU] = nks1[u % KU];
+          pvs0[u % VU] = nvs0[u % VU];
+          pvs1[u % VU] = nvs1[u % VU];
         }
-        pvf[u] = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + (int64_t)tt * vs0_strides[2]];
-        pvf2[u] = 0.0f;
-        if (MV == 2 || MV == 3) {
-          const float a1 = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + (int64_t)tt * vs1_strides[2]];
-          if (MV == 2) {
-            pvf[u] = (a1 > 0.0f) ? (pvf[u] * f_k[0]) / a1 : 0.0f;
-          } else {
-            pvf2[u] = pvf[u] * (a1 * f_k[1]);
-          }
+        if (it + 1 < n_it) {
+          VQ_LOAD(it + 1, nk1, nk2, nks0, nks1, nv1, nv2, nvs0, nvs1)
         }
+      } else {
+        VQ_LOAD(it, pk1, pk2, pks0, pks1, pv1, pv2, pvs0, pvs1)
       }
     }
     // -- keys: partial dot products of this lane's coordinates, and each token's factors
@@ -80,6 +126,27 @@ PARTIAL_LOOP = """\
         for (int k = 0; k < NCH; ++k) {
           for (int j = 0; j < 8; ++j) {
             kv[k * 8 + j] = static_cast<float>(kw[base + (int64_t)((lp + k * P) * 8 + j) * kw_strides[3]]);
+          }
+        }
+      } else if (KPRE) {
+        kfac[u] = pks0[u % KU];
+        if (MK == 2) {
+          const float a1 = pks1[u % KU];
+          kfac[u] = (a1 > 0.0f) ? (kfac[u] * f_k[0]) / a1 : 0.0f;   // g = (n s_d) / ip
+        }
+        for (int k = 0; k < NCH; ++k) {
+          const int ch = lp + k * P;
+          float v8[8];
+          VQ_CHUNK_W(KB1, pk1[u % KU][k % KN], ch, rk1, v8);
+          if (MK == 1) {
+            float w8[8];
+            VQ_CHUNK_W(KB2, pk2[u % KU][k % KN], ch, rk2, w8);
+            for (int j = 0; j < 8; ++j) {
+              v8[j] += w8[j];
+            }
+          }
+          for (int j = 0; j < 8; ++j) {
+            kv[k * 8 + j] = v8[j];
           }
         }
       } else {
@@ -102,22 +169,22 @@ PARTIAL_LOOP = """\
           const int ch = lp + k * P;
           float v8[8];
           if (MK == 0 || MK == 3) {
-            vq_chunk<KB1>(row1, ch, lk1, v8);
+            VQ_CHUNK(KB1, row1, ch, rk1, v8);
           }
           if (MK == 1) {
             float w8[8];
-            vq_chunk<KB1>(row1, ch, lk1, v8);
-            vq_chunk<KB2>(row2, ch, lk2, w8);
+            VQ_CHUNK(KB1, row1, ch, rk1, v8);
+            VQ_CHUNK(KB2, row2, ch, rk2, w8);
             for (int j = 0; j < 8; ++j) {
               v8[j] += w8[j];
             }
           }
           if (MK == 2) {
-            vq_chunk<1>(row1, ch, lk1, v8);
+            VQ_CHUNK(1, row1, ch, rk1, v8);
           }
           if (MK == 3) {
             float w8[8];
-            vq_chunk<1>(row2, ch, lk2, w8);
+            VQ_CHUNK(1, row2, ch, rk2, w8);
             for (int j = 0; j < 8; ++j) {
               kv2[(k * 8 + j) % (KPARTS == 2 ? NC : 1)] = w8[j];
             }
@@ -239,22 +306,28 @@ PARTIAL_LOOP = """\
           }
         }
       } else if (VPRE) {
-        vfac = pvf[u];
-        vfac2 = pvf2[u];
+        vfac = pvs0[u % VU];
+        if (MV == 2) {
+          const float a1 = pvs1[u % VU];
+          vfac = (a1 > 0.0f) ? (vfac * f_k[0]) / a1 : 0.0f;
+        }
+        if (MV == 3) {
+          vfac2 = vfac * (pvs1[u % VU] * f_k[1]);
+        }
         for (int k = 0; k < NCH; ++k) {
           const int ch = lp + k * P;
           float v8[8];
-          vq_chunk_w<VB1>(pv1[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)], ch, lv1, v8);
+          VQ_CHUNK_W(VB1, pv1[u % VU][k % VN], ch, rv1, v8);
           if (MV == 1) {
             float w8[8];
-            vq_chunk_w<VB2>(pv2[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)], ch, lv2, w8);
+            VQ_CHUNK_W(VB2, pv2[u % VU][k % VN], ch, rv2, w8);
             for (int j = 0; j < 8; ++j) {
               v8[j] += w8[j];
             }
           }
           if (MV == 3) {
             float w8[8];
-            vq_chunk_w<VB2>(pv2[u % (VPRE ? U : 1)][k % (VPRE ? NCH : 1)], ch, lv2, w8);
+            VQ_CHUNK_W(VB2, pv2[u % VU][k % VN], ch, rv2, w8);
             for (int j = 0; j < 8; ++j) {
               vv2[(k * 8 + j) % VP2] = w8[j];
             }
@@ -283,22 +356,22 @@ PARTIAL_LOOP = """\
           const int ch = lp + k * P;
           float v8[8];
           if (MV == 0 || MV == 3) {
-            vq_chunk<VB1>(row1, ch, lv1, v8);
+            VQ_CHUNK(VB1, row1, ch, rv1, v8);
           }
           if (MV == 1) {
             float w8[8];
-            vq_chunk<VB1>(row1, ch, lv1, v8);
-            vq_chunk<VB2>(row2, ch, lv2, w8);
+            VQ_CHUNK(VB1, row1, ch, rv1, v8);
+            VQ_CHUNK(VB2, row2, ch, rv2, w8);
             for (int j = 0; j < 8; ++j) {
               v8[j] += w8[j];
             }
           }
           if (MV == 2) {
-            vq_chunk<1>(row1, ch, lv1, v8);
+            VQ_CHUNK(1, row1, ch, rv1, v8);
           }
           if (MV == 3) {
             float w8[8];
-            vq_chunk<1>(row2, ch, lv2, w8);
+            VQ_CHUNK(1, row2, ch, rv2, w8);
             for (int j = 0; j < 8; ++j) {
               vv2[(k * 8 + j) % VP2] = w8[j];
             }

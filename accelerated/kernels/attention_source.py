@@ -88,56 +88,31 @@ inline uint32_t vq_code(const DEVICE uint32_t* row, int j) {
   return (row[j / PER] >> (B * (j % PER))) & ((1u << B) - 1u);
 }
 
-// threadgroup table of a B-bit code stream: B = 2, 4: lut[byte * (8 / B) + k] = tab[code k of the byte];
-// other B: a copy of tab (sign streams pass the table [+1, -1])
-template <int B>
-inline void vq_fill_table(TGMEM float* lut, const DEVICE float* tab, int tid, int nt) {
-  if (B == 2 || B == 4) {
-    constexpr int PERB = 8 / B;
-    for (int i = tid; i < 256 * PERB; i += nt) {
-      lut[i] = tab[((uint32_t)(i / PERB) >> (B * (i % PERB))) & ((1u << B) - 1u)];
-    }
-  } else {
-    for (int i = tid; i < (1 << B); i += nt) {
-      lut[i] = tab[i];
-    }
-  }
-}
-
 // B = 1, 2, 4: the 8 codes of chunk c (codes 8c .. 8c + 7, B bytes) lie in one word of the row; that word
-// can be loaded early (vq_chunk_word) and decoded later (vq_chunk_w): one byte-table lookup per byte
+// can be loaded early (vq_chunk_word) and split into codes later (vq_codes_w)
 template <int B>
 inline uint32_t vq_chunk_word(const DEVICE uint32_t* row, int c) {
   return row[(c * B) / 4];
 }
 
+// the 8 codes of chunk c (codes 8c .. 8c + 7) of a packed row: from its word for B = 1, 2, 4 (vq_chunk_word),
+// else one code at a time; the body looks their values up with a warp shuffle (VQ_LOOKUP): the threadgroup
+// byte tables used before put 32 random reads on 16 banks (about 5 per bank, counted, not profiled).
 template <int B>
-inline void vq_chunk_w(uint32_t w, int c, const TGMEM float* lut, THREAD float* out) {
+inline void vq_codes_w(uint32_t w, int c, THREAD uint32_t* out) {
   const int sh = 8 * ((c * B) % 4);
-  if (B == 1) {
-    const uint32_t byte = (w >> sh) & 255u;
-    for (int k = 0; k < 8; ++k) {
-      out[k] = lut[(byte >> k) & 1u];
-    }
-  } else {
-    constexpr int PERB = 8 / B;
-    for (int i = 0; i < B; ++i) {
-      const uint32_t byte = (w >> (sh + 8 * i)) & 255u;
-      for (int k = 0; k < PERB; ++k) {
-        out[i * PERB + k] = lut[byte * PERB + k];
-      }
-    }
+  for (int k = 0; k < 8; ++k) {
+    out[k] = (w >> (sh + B * k)) & ((1u << B) - 1u);
   }
 }
 
-// the 8 values of chunk c of a packed row: through its word for B = 1, 2, 4, else one code at a time
 template <int B>
-inline void vq_chunk(const DEVICE uint32_t* row, int c, const TGMEM float* lut, THREAD float* out) {
+inline void vq_codes(const DEVICE uint32_t* row, int c, THREAD uint32_t* out) {
   if (B == 1 || B == 2 || B == 4) {
-    vq_chunk_w<B>(vq_chunk_word<B>(row, c), c, lut, out);
+    vq_codes_w<B>(vq_chunk_word<B>(row, c), c, out);
   } else {
     for (int k = 0; k < 8; ++k) {
-      out[k] = lut[vq_code<B>(row, 8 * c + k)];
+      out[k] = vq_code<B>(row, 8 * c + k);
     }
   }
 }
@@ -258,26 +233,14 @@ PARTIAL_BODY = """
     qpos[r] = CAUSAL ? (T - L + (qg * QB + r) % L) : T;
   }
 
-  // 2. code tables in threadgroup memory: byte tables for 2- and 4-bit streams (one lookup yields the
-  //    8 / B values of a byte), the plain table otherwise
-  SHARED(float, lk1, 1024);
-  SHARED(float, lk2, 1024);
-  SHARED(float, lv1, 1024);
-  SHARED(float, lv2, 1024);
-  // (rotation family: C1 or the sign table [+1, -1] in *tab1, C2 or the signs in *tab2)
-  if (MK <= 3) {
-    vq_fill_table<KB1>(lk1, f_ktab1, tid, NT);
-  }
-  if (MK == 1 || MK == 3) {
-    vq_fill_table<KB2>(lk2, f_ktab2, tid, NT);
-  }
-  if (MV <= 3) {
-    vq_fill_table<VB1>(lv1, f_vtab1, tid, NT);
-  }
-  if (MV == 1 || MV == 3) {
-    vq_fill_table<VB2>(lv2, f_vtab2, tid, NT);
-  }
-  BARRIER();
+  // 2. code tables (rotation family: C1 or the sign table [+1, -1] in *tab1, C2 or the signs in *tab2; at
+  //    most 4 bits per code, spec/formats.toml) in one register per lane: lane i holds entry i mod 2^B, and
+  //    a lookup is a shuffle from lane `code` (conflict-free, unlike a threadgroup table)
+#define VQ_LOOKUP(reg, code) SHFL_IDX((reg), (int)(code))
+  const float rk1 = f_ktab1[lane % (1 << KB1)];
+  const float rk2 = f_ktab2[lane % (1 << KB2)];
+  const float rv1 = f_vtab1[lane % (1 << VB1)];
+  const float rv2 = f_vtab2[lane % (1 << VB2)];
 
 """ + PARTIAL_LOOP      # steps 3-5: accelerated/kernels/attention_partial.py
 
@@ -364,6 +327,7 @@ CUDA_PRELUDE = """
 #define SHARED(type, name, n) __shared__ type name[n]
 #define BARRIER() __syncthreads()
 #define SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
+#define SHFL_IDX(v, i) __shfl_sync(0xffffffffu, (v), (i))
 #define WARP_SYNC() __syncwarp()
 """
 CUDA_HEADER = """
@@ -390,6 +354,7 @@ METAL_PRELUDE = """
 #define SHARED(type, name, n) threadgroup type name[n]
 #define BARRIER() threadgroup_barrier(metal::mem_flags::mem_threadgroup)
 #define SHFL_XOR(v, m) metal::simd_shuffle_xor((v), (ushort)(m))
+#define SHFL_IDX(v, i) metal::simd_shuffle((v), (ushort)(i))
 #define WARP_SYNC() metal::simdgroup_barrier(metal::mem_flags::mem_threadgroup)
 """
 METAL_HEADER = """
