@@ -42,12 +42,16 @@ PRELUDE = """
 #define BARRIER() vq_bar->arrive_and_wait()
 #define SHFL_XOR(v, m) vq_shfl((v), (m))
 #define SHFL_IDX(v, i) vq_shfl_idx((v), (i))
+#define THREADFENCE() std::atomic_thread_fence(std::memory_order_seq_cst)
+#define ATOMIC_ADD(p, i) __atomic_fetch_add(const_cast<int32_t*>(p) + (i), 1, __ATOMIC_SEQ_CST)
+#define COUNT_RESET(p, i) (const_cast<int32_t*>(p)[(i)] = 0)
 #define WARP_SYNC() vq_warp_bar[vq_tid / 32]->arrive_and_wait()
 """
 
 HEADER = r"""
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -133,9 +137,11 @@ def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
     cbody = src.aliases("combine") + src.COMBINE_BODY
     p_shaped = [n for n in p_ins if f"{n}_shape" in pbody or f"{n}_strides" in pbody]
     c_shaped = [n for n in c_ins if f"{n}_shape" in cbody or f"{n}_strides" in cbody]
-    consts = "".join(f"  constexpr int {k} = {v};\n" for k, v in plan.partial_template)
+    consts = "".join(f"  constexpr int {k} = {v};\n" for k, v in plan.partial_template if k != "OT")
+    consts += f"  using OT = {out_type};\n"
     cconsts = "".join(f"  constexpr int {k} = {v};\n" for k, v in plan.combine_template if k != "OT")
-    p_sig = ", ".join(["int vq_thread"] + _params(p_ins, types, p_shaped) + ["float* o_acc", "float* o_ml"])
+    p_sig = ", ".join(["int vq_thread"] + _params(p_ins, types, p_shaped) + ["float* o_acc", "float* o_ml"]
+                      + ([f"{out_type}* out"] if plan.fused else []))
     c_sig = ", ".join(["int vq_thread"] + _params(c_ins, types, c_shaped) + [f"{out_type}* out"])
     # the C entry points take every input as (pointer, shape[10], strides[10]) in input order
     def call(names, shaped):
@@ -149,10 +155,12 @@ def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
     return (HEADER.replace("@HELPERS@", src.HELPERS.replace("inline ", "static inline ")) + PRELUDE
             + f"static Arr arr(const int64_t* a, int i) {{ Arr r; for (int k = 0; k < 10; ++k) r[k] = a[i * 10 + k]; return r; }}\n"
             + f"static void partial_thread({p_sig}) {{\n  vq_tid = vq_thread;\n{consts}{pbody}\n}}\n"
+            + "#undef cnt\n#undef out\n"         # the unfused partial's aliases (MLX compiles each kernel alone)
             + f"static void combine_thread({c_sig}) {{\n  vq_tid = vq_thread;\n  using OT = {out_type};\n{cconsts}{cbody}\n}}\n"
             + "extern \"C\" void run_partial(void** ptr, const int64_t* sh, const int64_t* st, float* o_acc, "
-              "float* o_ml, int nt, int gx, int gy, int gz) {\n"
-            + f"  vq_run(nt, gx, gy, gz, [&](int i) {{ partial_thread(i, {call(p_ins, p_shaped)}, o_acc, o_ml); }});\n}}\n"
+              f"float* o_ml, {out_type}* out, int nt, int gx, int gy, int gz) {{\n"
+            + f"  vq_run(nt, gx, gy, gz, [&](int i) {{ partial_thread(i, {call(p_ins, p_shaped)}, o_acc, o_ml"
+            + (", out" if plan.fused else "") + "); });\n}\n"
             + f"extern \"C\" void run_combine(void** ptr, const int64_t* sh, const int64_t* st, {out_type}* out, "
               "int nt, int gx, int gy, int gz) {\n"
             + f"  vq_run(nt, gx, gy, gz, [&](int i) {{ combine_thread(i, {call(c_ins, c_shaped)}, out); }});\n}}\n")
@@ -204,20 +212,23 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
     in_types = {n: CTYPES[a.dtype] for n, a in zip(plan.partial_names, plan.partial_inputs)}
     out_type = CTYPES[queries.dtype]
     lib = _compile(_source(plan, in_types, out_type))
-    (acc_shape, _), (ml_shape, _) = plan.partial_outputs
+    (acc_shape, _), (ml_shape, _) = plan.partial_outputs[:2]
     o_acc = np.full(acc_shape, np.nan, np.float32)
     o_ml = np.full(ml_shape, np.nan, np.float32)
+    out = np.zeros(plan.out_shape, NP_VIEW[queries.dtype])
     ptrs, sh, st = _marshal(ins)
     gx, gy, gz = plan.partial_grid
     lib.run_partial(ptrs, sh.ctypes.data_as(ctypes.c_void_p), st.ctypes.data_as(ctypes.c_void_p),
                     o_acc.ctypes.data_as(ctypes.c_void_p), o_ml.ctypes.data_as(ctypes.c_void_p),
-                    katt.NT, gx // katt.NT, gy, gz)
-    cins = [o_acc, o_ml, ins[1], ins[0]]         # o_acc, o_ml, f_c, q
-    out = np.zeros(plan.out_shape, NP_VIEW[queries.dtype])
-    ptrs, sh, st = _marshal(cins)
-    gx, gy, gz = plan.combine_grid
-    lib.run_combine(ptrs, sh.ctypes.data_as(ctypes.c_void_p), st.ctypes.data_as(ctypes.c_void_p),
-                    out.ctypes.data_as(ctypes.c_void_p), plan.combine_threads, gx // plan.combine_threads, gy, gz)
+                    out.ctypes.data_as(ctypes.c_void_p), katt.NT, gx // katt.NT, gy, gz)
+    if plan.fused:     # the counters are back at zero for the next launch
+        assert not ins[plan.partial_names.index("cnt")].any(), "fused partial: a counter left non-zero"
+    else:
+        cins = [o_acc, o_ml, ins[1], ins[0]]         # o_acc, o_ml, f_c, q
+        ptrs, sh, st = _marshal(cins)
+        gx, gy, gz = plan.combine_grid
+        lib.run_combine(ptrs, sh.ctypes.data_as(ctypes.c_void_p), st.ctypes.data_as(ctypes.c_void_p),
+                        out.ctypes.data_as(ctypes.c_void_p), plan.combine_threads, gx // plan.combine_threads, gy, gz)
     if queries.dtype == mx.bfloat16:
         return np.array(mx.array(out).view(mx.bfloat16).astype(mx.float32))
     return out.astype(np.float32)
@@ -239,8 +250,11 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "combine-launch"])
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0][0]}-{c[1][0]}-d{c[2][5]}" for c in CASES])
-def test_kernel_bodies_match_ops_attention_and_float64(case):
+def test_kernel_bodies_match_ops_attention_and_float64(case, fused, monkeypatch):
+    """fused: the combine inside the partial launch (CUDA's); combine-launch: its own launch (Metal's)."""
+    monkeypatch.setattr(katt, "FUSE_COMBINE", fused)
     (km, kkw), (vm, vkw), (b, hkv, rep, lq, t, d, win), qdt, causal = case
     rng = np.random.default_rng(sum(map(ord, km + vm)) + d)
     kp = spec.Params(km, role="k", window=win, seed=9, layer=2, head_offset=1, **kkw).resolved()

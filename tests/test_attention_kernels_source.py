@@ -51,7 +51,7 @@ def _kernel(name, header_src, ins, outs, types, consts):
 
 
 _UNDEF = "".join(f"#undef {n}\n#undef {n}_shape\n#undef {n}_strides\n"
-                 for n in dict.fromkeys(src.PARTIAL_INPUTS + src.COMBINE_INPUTS))
+                 for n in dict.fromkeys(src.PARTIAL_INPUTS + src.COMBINE_INPUTS + ["cnt", "out"]))
 PAIRS = [(0, 0, 4, 1, 4, 1), (1, 1, 2, 2, 3, 2), (3, 3, 3, 1, 2, 1), (2, 2, 1, 1, 1, 1), (4, 4, 2, 1, 5, 1),
          (5, 5, 4, 1, 8, 1), (0, 4, 3, 1, 2, 1)]
 
@@ -61,18 +61,23 @@ def test_cuda_sources_compile(tmp_path):
     header, combine = src.assemble("combine", "cuda")
     body, names = "", []
     for i, (mk, mv, kb1, kb2, vb1, vb2) in enumerate(PAIRS):
-        _, partial = src.assemble("partial", "cuda", mk, mv, True)
         for d, qb, dt in [(128, 4, "__half"), (64, 2, "__nv_bfloat16"), (1024, 1, "float"), (16, 4, "__half")]:
+            fused = d != 64                      # the combine inside the partial launch (CUDA's), and not
+            _, partial = src.assemble("partial", "cuda", mk, mv, True, fused)
             p = min(32, d // 8)
             g = lambda m: "__half" if m == 4 else dt   # noqa: E731  kivi: float16 scale/zero
             types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", kgs=g(mk),
-                         kgz=g(mk), vgs=g(mv), vgz=g(mv), kw=dt, vw=dt, flags="uint32_t", nenc="int32_t")
+                         kgz=g(mk), vgs=g(mv), vgz=g(mv), kw=dt, vw=dt, flags="uint32_t", nenc="int32_t",
+                         cnt="int32_t", out=dt)
             name = f"partial_{i}_{d}"
             names.append(name)
-            body += _kernel(name, partial, src.inputs("partial", mk, mv, True), src.PARTIAL_OUTPUTS, types,
+            body += _kernel(name, partial, src.inputs("partial", mk, mv, True, fused),
+                            src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS, types,
                             [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2),
                              ("D", d), ("QB", qb), ("NT", 128), ("P", p), ("KG", 32), ("VG", 32), ("CAUSAL", 1),
-                             ("HASWIN", 1), ("U", 2 if {mk, mv} & {4, 5} else 4), ("PF", 1)])
+                             ("HASWIN", 1), ("U", 2 if {mk, mv} & {4, 5} else 4), ("PF", 1),
+                             ("FUSED", int(fused)), ("OT", dt)])
+            body += "#undef cnt\n#undef out\n"       # the unfused partial's aliases
             body += _kernel(f"combine_{i}_{d}", combine, src.inputs("combine"), src.COMBINE_OUTPUTS,
                             dict(q=dt, out=dt), [("MV", mv), ("D", d), ("OT", dt)])
             body += _UNDEF           # MLX compiles each kernel alone; here they share one file

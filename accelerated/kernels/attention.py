@@ -25,6 +25,7 @@ TOKENS_PER_SPLIT = 256        # encoded tokens per split before the split count 
 LONG_SPLIT = 1024             # ... and beyond 8k encoded tokens: fewer, longer splits were 10-15 % faster on the
                               # H200 at 32k and 128k (partial + combine, sweep of 2026-11-30 in docs/benchmarks.md)
 PREFETCH = 1                  # 1: the partial kernel loads the next iteration's words while scoring this one
+FUSE_COMBINE = True           # CUDA: the combine inside the partial launch (one launch per layer instead of two)
 MAX_THREADGROUPS = 2048       # partial threadgroups per launch: enough to fill the GPU, bounded partials
 LOG2E = 1.4426950408889634
 
@@ -149,12 +150,13 @@ class Plan:
     splits: int
     qb: int
     partial_names: list = dataclasses.field(default_factory=list)   # attention_source.inputs of the launch
-    key: tuple = (0, 0, False)                                      # (MK, MV, HASWIN): the partial kernel
+    key: tuple = (0, 0, False, False)                               # (MK, MV, HASWIN, FUSED): the partial kernel
+    fused: bool = False                                             # the combine runs inside the partial launch
 
 
 @functools.lru_cache(maxsize=1024)
 def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, hkv: int, q_enc_splits: int,
-            has_win: bool, causal: bool, qdtype, scale: float) -> tuple:
+            has_win: bool, causal: bool, qdtype, scale: float, fused: bool) -> tuple:
     """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it)."""
     nq = (hq // hkv) * l
     p_lanes = min(32, d // 8)
@@ -172,12 +174,15 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     tmpl = [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2),
             ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", NT), ("P", p_lanes),
             ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
-            ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", PREFETCH)]
+            ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", PREFETCH), ("FUSED", int(fused)),
+            ("OT", qdtype)]
     vparts = 2 if vp.method == "turboquant_prod" else 1
     outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]
-    return (_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win), tmpl,
+    if fused:
+        outs.append(((b, hq, l, d), qdtype))
+    return (_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused), tmpl,
             (NT * (splits + 1), hkv, b * nqg), outs, [("MV", mv), ("D", d), ("OT", qdtype)], (d * nq, hkv, b),
-            splits, qb, (mk, mv, has_win))
+            splits, qb, (mk, mv, has_win, fused))
 
 
 def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
@@ -188,15 +193,17 @@ def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: floa
     has_win = k.window.shape[2] > 0
     consts, names, tmpl, grid, outs, ctmpl, cgrid, splits, qb, key = _static(
         k.params, v.params, b, hq, l, d, hkv, -(-q_enc // (TOKENS_PER_SPLIT if q_enc <= 8192 else LONG_SPLIT)), has_win, mask == "causal",
-        queries.dtype, float(scale))
+        queries.dtype, float(scale), _fused())
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
         flags = k.token if k.token is not None else _dummy(1, mx.bool_)
         if v.token is not None and v.token is not k.token:
             v.sync()
     arrays = {"q": queries, "f_c": consts, "nenc": km.count(q_enc), "flags": flags, "kw": k.window, "vw": v.window,
               **_record_inputs(k, "k"), **_record_inputs(v, "v")}
+    if key[3]:
+        arrays["cnt"] = _counts(grid[1] * grid[2])
     return Plan([arrays[n] for n in names], tmpl, grid, outs, ctmpl, cgrid, d, (b, hq, l, d), splits, qb,
-                names, key)
+                names, key, key[3])
 
 
 def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
@@ -204,10 +211,13 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
     """softmax(scale q K^T [+ causal]) V over two packed records, on the GPU; (B, Hq, L, d) in the
     queries' dtype."""
     plan = launch_plan(queries, k, v, scale, mask, flags)
-    o_acc, o_ml = _kernel("partial", *plan.key)(
+    outs = _kernel("partial", *plan.key)(
         inputs=plan.partial_inputs, template=plan.partial_template, grid=plan.partial_grid,
         threadgroup=(NT, 1, 1), output_shapes=[s for s, _ in plan.partial_outputs],
         output_dtypes=[t for _, t in plan.partial_outputs])
+    if plan.fused:
+        return outs[2]
+    o_acc, o_ml = outs
     (out,) = _kernel("combine")(
         inputs=[o_acc, o_ml, plan.partial_inputs[1], queries], template=plan.combine_template,
         grid=plan.combine_grid, threadgroup=(plan.combine_threads, 1, 1), output_shapes=[plan.out_shape],
@@ -215,15 +225,32 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
     return out
 
 
+def _fused() -> bool:
+    """The combine inside the partial launch: CUDA (and the CPU emulation of its body). Metal keeps its own
+    combine launch: the last-block count relies on device-wide visibility between threadgroups of one
+    launch, which we could not test on an Apple GPU."""
+    return FUSE_COMBINE and backend.backend() != "metal"
+
+
+@functools.lru_cache(maxsize=64)
+def _counts(n: int) -> mx.array:
+    """The fused partial's per-group counters (zero between launches: the last block of a group sets its
+    count back). One array per size; launches that share it run in stream order (MLX's one stream per
+    device stream), so no two of them count at once."""
+    a = mx.zeros((n,), dtype=mx.int32)
+    mx.eval(a)
+    return a
+
+
 @functools.lru_cache(maxsize=None)
-def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False):
+def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, source = src.assemble(kind, be, mk, mv, haswin)
-    ins = src.inputs(kind, mk, mv, haswin)
-    outs = src.PARTIAL_OUTPUTS if kind == "partial" else src.COMBINE_OUTPUTS
-    name = f"vq_attention_{kind}" + (f"_{mk}{mv}{int(haswin)}" if kind == "partial" else "")
+    header, source = src.assemble(kind, be, mk, mv, haswin, fused)
+    ins = src.inputs(kind, mk, mv, haswin, fused)
+    outs = (src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS) if kind == "partial" else src.COMBINE_OUTPUTS
+    name = f"vq_attention_{kind}" + (f"_{mk}{mv}{int(haswin)}{int(fused)}" if kind == "partial" else "")
     if be == "cuda":
         return mx.fast.cuda_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,
                                    ensure_row_contiguous=False)

@@ -265,7 +265,8 @@ PARTIAL_LOOP = """\
     for (int r = 0; r < QB; ++r) {
       float mb = NEG_INF;
       for (int u = 0; u < U; ++u) {
-        const bool use = ok[u] && (is_win ? Q + tu[u] : tu[u]) <= qpos[r] && qg * QB + r < nq;
+        // (no causal mask in a decode step: compiled out; rows past nq have zero queries and are never written)
+        const bool use = ok[u] && (!CAUSAL || (is_win ? Q + tu[u] : tu[u]) <= qpos[r]);
         const float x = kfac[u] * part[u][r];
         w[u][r] = use ? x : NEG_INF;
         mb = vq_max(mb, w[u][r]);
@@ -273,10 +274,10 @@ PARTIAL_LOOP = """\
       const float mn = vq_max(m[r], mb);
       float alpha = 1.0f;
       if (mn != NEG_INF) {
-        alpha = (m[r] == NEG_INF) ? 0.0f : vq_exp2(m[r] - mn);
+        alpha = vq_exp2(m[r] - mn);                   // m = -inf (nothing seen yet): exp2(-inf) = 0
         float ls = 0.0f;
         for (int u = 0; u < U; ++u) {
-          w[u][r] = (w[u][r] == NEG_INF) ? 0.0f : vq_exp2(w[u][r] - mn);
+          w[u][r] = vq_exp2(w[u][r] - mn);            // masked: exp2(-inf) = 0
           ls += w[u][r];
         }
         l[r] = l[r] * alpha + ls;

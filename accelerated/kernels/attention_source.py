@@ -15,8 +15,10 @@ Two kernels, flash-decoding style:
   score is the lanes' partial dot products summed by xor-shuffles; the online softmax and the value
   accumulation (in the values' rotated domain) run per lane; slots and warps are merged at the end.
   Output: per (row, split) the running max m, sum l and the weighted value sums (PARTS of them).
-- `combine`: a threadgroup of D threads per query row merges the S encoded partials, applies the values'
-  inverse rotation once, adds the window partial and writes the output row in the queries' dtype.
+- `combine`: merges a query row's S encoded partials, applies the values' inverse rotation once, adds the
+  window partial and writes the output row in the queries' dtype. On CUDA it runs inside the partial launch
+  (FUSED: the last block of each query group to finish does it, found with an atomic count); elsewhere
+  as its own launch, a threadgroup of D threads per query row (COMBINE_ROWS is the same text in both).
 
 Method ids (template MK / MV): 0 turboquant, 1 turboquant_rvq, 2 rabitq, 3 turboquant_prod, 4 kivi,
 5 mlx_affine. Keys of kivi (role k) are grouped per channel over KG tokens, values (role v) per token over
@@ -33,6 +35,7 @@ PARTIAL_INPUTS = ["q", "f_scale", "f_k", "nenc",
                   "kc1", "kc2", "ks0", "ks1", "kgs", "kgz", "kw", "f_ktab1", "f_ktab2", "f_ksig", "f_ktau",
                   "vc1", "vc2", "vs0", "vs1", "vgs", "vgz", "vw", "f_vtab1", "f_vtab2", "flags"]
 PARTIAL_OUTPUTS = ["o_acc", "o_ml"]
+FUSED_OUTPUTS = ["o_acc", "o_ml", "out"]      # the partial launch with the combine inside (FUSED)
 COMBINE_INPUTS = ["o_acc", "o_ml", "f_k", "f_vsig", "f_vtau", "q"]
 COMBINE_OUTPUTS = ["out"]
 
@@ -45,7 +48,8 @@ TABLE = 256                              # entries reserved per code table (2^bi
 _CONSTS = {
     "partial": {"f_scale": "(f_c + 0)", "f_k": "(f_c + 1)", "f_ktab1": "(f_c + 4)", "f_ktab2": "(f_c + 260)",
                 "f_vtab1": "(f_c + 516)", "f_vtab2": "(f_c + 772)", "f_ksig": "(f_c + 1028)",
-                "f_ktau": "(f_c + 1028 + (int)NBLOCK_Y * D)"},
+                "f_ktau": "(f_c + 1028 + (int)NBLOCK_Y * D)", "f_vsig": "(f_c + 1028 + 2 * (int)NBLOCK_Y * D)",
+                "f_vtau": "(f_c + 1028 + 3 * (int)NBLOCK_Y * D)"},
     "combine": {"f_k": "(f_c + 1)", "f_vsig": "(f_c + 1028 + 2 * (int)NBLOCK_Y * D)",
                 "f_vtau": "(f_c + 1028 + 3 * (int)NBLOCK_Y * D)"},
 }
@@ -60,18 +64,21 @@ def _role_fields(r: str, m: int, haswin: bool) -> tuple[list[str], dict]:
     return used, {k: v for k, v in alias.items() if k not in used}
 
 
-def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False) -> list[str]:
-    """The arrays a launch of `kind` passes for a method pair (MK, MV) and window presence, in order."""
+def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False) -> list[str]:
+    """The arrays a launch of `kind` passes for a method pair (MK, MV), window presence and (partial) whether
+    the combine runs inside it (then `cnt`, the per-group counters, comes last), in order."""
     if kind == "combine":
         return ["o_acc", "o_ml", "f_c", "q"]
     ku, _ = _role_fields("k", mk, haswin)
     vu, _ = _role_fields("v", mv, haswin)
-    return ["q", "f_c", "nenc"] + ku + vu + ["flags"]
+    return ["q", "f_c", "nenc"] + ku + vu + ["flags"] + (["cnt"] if fused else [])
 
 
-def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False) -> str:
+def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False) -> str:
     """#define lines giving the body's names to what the launch passes."""
     lines = [f"#define {n} {e}" for n, e in _CONSTS[kind].items()]
+    if kind == "partial" and not fused:   # the combine's names, in code that FUSED = 0 never runs
+        lines += ["#define cnt nenc", "#define out ((DEVICE OT*)o_acc)"]
     if kind == "partial":
         for r, m in (("k", mk), ("v", mv)):
             for n, to in _role_fields(r, m, haswin)[1].items():
@@ -245,11 +252,87 @@ PARTIAL_BODY = """
 """ + PARTIAL_LOOP      # steps 3-5: accelerated/kernels/attention_partial.py
 
 # ---- combine ------------------------------------------------------------------------------------------------
+# Rows CR0 .. CR1 - 1 of KV head h: merge the S encoded splits' partials (max, sum, weighted values), apply the
+# values' inverse rotation once, add the window's partial (split S) and write the rows in the queries' dtype.
+# Threads CT = 0 .. CNT - 1 share the D coordinates; cy, cy2: D floats of threadgroup memory each.
+COMBINE_ROWS = """
+  for (int r = CR0; r < CR1; ++r) {
+    const int64_t row0 = (((int64_t)b * hkv + h) * nq + r) * (S + 1);
+    float me = NEG_INF;
+    for (int s2 = 0; s2 < S; ++s2) {
+      me = vq_max(me, o_ml[(row0 + s2) * 2]);
+    }
+    float le = 0.0f;
+    for (int s2 = 0; s2 < S; ++s2) {
+      const float ms = o_ml[(row0 + s2) * 2];
+      le += o_ml[(row0 + s2) * 2 + 1] * ((ms == NEG_INF) ? 0.0f : vq_exp2(ms - me));
+    }
+    for (int c = CT; c < D; c += CNT) {
+      float y = 0.0f;
+      float y2 = 0.0f;
+      for (int s2 = 0; s2 < S; ++s2) {
+        const float ms = o_ml[(row0 + s2) * 2];
+        const float w = (ms == NEG_INF) ? 0.0f : vq_exp2(ms - me);
+        y += o_acc[(row0 + s2) * VPARTS * D + c] * w;
+        if (VPARTS == 2) {
+          y2 += o_acc[(row0 + s2) * VPARTS * D + D + c] * w;
+        }
+      }
+      cy[c] = y;
+      if (VPARTS == 2) {
+        cy2[c] = y2;
+      }
+    }
+    BARRIER();
+    if (VROT) {
+      // inverse RHT: H, s_d, signs (rotation.md); turboquant_prod first adds tau's inverse of the sketch part
+      for (int pass = (VPARTS == 2 ? 0 : 1); pass < 2; ++pass) {
+        for (int hh = 1; hh < D; hh <<= 1) {
+          for (int i = CT; i < D / 2; i += CNT) {
+            const int j = (i / hh) * 2 * hh + (i % hh);
+            if (pass == 0) {
+              const float x0 = cy2[j];
+              const float x1 = cy2[j + hh];
+              cy2[j] = x0 + x1;
+              cy2[j + hh] = x0 - x1;
+            } else {
+              const float x0 = cy[j];
+              const float x1 = cy[j + hh];
+              cy[j] = x0 + x1;
+              cy[j + hh] = x0 - x1;
+            }
+          }
+          BARRIER();
+        }
+        for (int c = CT; c < D; c += CNT) {
+          if (pass == 0) {
+            cy[c] = cy[c] + cy2[c] * f_k[0] * f_vtau[h * D + c];
+          } else {
+            cy[c] = cy[c] * f_k[0] * f_vsig[h * D + c];
+          }
+        }
+        BARRIER();
+      }
+    }
+    const float mw = o_ml[(row0 + S) * 2];
+    const float lw = o_ml[(row0 + S) * 2 + 1];
+    const float mt = vq_max(me, mw);
+    const float we = (me == NEG_INF) ? 0.0f : vq_exp2(me - mt);
+    const float ww = (mw == NEG_INF) ? 0.0f : vq_exp2(mw - mt);
+    const int head = h * rep + r / L;
+    const int pos = r % L;
+    for (int c = CT; c < D; c += CNT) {
+      const float o = (cy[c] * we + o_acc[(row0 + S) * VPARTS * D + c] * ww) / (le * we + lw * ww);
+      out[(((int64_t)b * hq + head) * L + pos) * D + c] = static_cast<OT>(o);
+    }
+    BARRIER();                             // cy is the next row's
+  }
+"""
+
+# the combine as its own launch: a threadgroup of D threads per query row
 COMBINE_BODY = """
   constexpr bool VROT = MV <= 3;
   constexpr int VPARTS = (MV == 3) ? 2 : 1;
-  const int c = (int)TID;                 // one thread per coordinate
-  const int r = (int)BLOCK_X;             // query row of this KV head
   const int h = (int)BLOCK_Y;
   const int b = (int)BLOCK_Z;
   const int nq = (int)NBLOCK_X;
@@ -258,61 +341,43 @@ COMBINE_BODY = """
   const int L = (int)q_shape[2];
   const int hq = (int)q_shape[1];
   const int rep = hq / hkv;
-  const int64_t row0 = (((int64_t)b * hkv + h) * nq + r) * (S + 1);
-  float me = NEG_INF;
-  for (int s = 0; s < S; ++s) {
-    me = vq_max(me, o_ml[(row0 + s) * 2]);
-  }
-  float le = 0.0f;
-  float y = 0.0f;
-  float y2 = 0.0f;
-  for (int s = 0; s < S; ++s) {
-    const float ms = o_ml[(row0 + s) * 2];
-    const float w = (ms == NEG_INF) ? 0.0f : vq_exp2(ms - me);
-    le += o_ml[(row0 + s) * 2 + 1] * w;
-    y += o_acc[(row0 + s) * VPARTS * D + c] * w;
-    if (VPARTS == 2) {
-      y2 += o_acc[(row0 + s) * VPARTS * D + D + c] * w;
+  SHARED(float, cy, D);
+  SHARED(float, cy2, VPARTS == 2 ? D : 1);
+  const int CR0 = (int)BLOCK_X;
+  const int CR1 = CR0 + 1;
+  const int CT = (int)TID;
+  constexpr int CNT = D;
+""" + COMBINE_ROWS
+
+# the combine inside the partial launch (FUSED): the block of a (batch x query group, KV head) that finishes
+# last merges its S + 1 splits. Each block makes its partial visible device-wide and counts itself in cnt
+# (persistent, zero between launches); the block that reads S is last and sets the count back to zero.
+PARTIAL_COMBINE = """
+  if (FUSED) {
+    SHARED(int, slast, 1);
+    THREADFENCE();
+    BARRIER();
+    if (tid == 0) {
+      slast[0] = (ATOMIC_ADD(cnt, (int)BLOCK_Z * hkv + h) == S) ? 1 : 0;
+    }
+    BARRIER();
+    if (slast[0] != 0) {
+      THREADFENCE();
+      TGMEM float* cy = sq;
+      TGMEM float* cy2 = sq2;
+      const int CR0 = qg * QB;
+      const int CR1 = vq_min(nq, qg * QB + QB);
+      const int CT = tid;
+      constexpr int CNT = NT;
+""" + COMBINE_ROWS + """
+      if (tid == 0) {
+        COUNT_RESET(cnt, (int)BLOCK_Z * hkv + h);
+      }
     }
   }
-  SHARED(float, sy, D);
-  if (VROT) {
-    // inverse RHT: H, s_d, signs (rotation.md); turboquant_prod adds tau's inverse of the sketch part
-    for (int pass = (VPARTS == 2 ? 0 : 1); pass < 2; ++pass) {
-      sy[c] = (pass == 0) ? y2 : y;
-      BARRIER();
-      for (int hh = 1; hh < D; hh <<= 1) {
-        float a = 0.0f;
-        const bool lo = (c & hh) == 0;
-        if (lo) {
-          a = sy[c] + sy[c + hh];
-        } else {
-          a = sy[c - hh] - sy[c];
-        }
-        BARRIER();
-        sy[c] = a;
-        BARRIER();
-      }
-      if (pass == 0) {
-        y = y + sy[c] * f_k[0] * f_vtau[h * D + c];
-      } else {
-        y = sy[c] * f_k[0] * f_vsig[h * D + c];
-      }
-      BARRIER();
-    }
-  }
-  const float mw = o_ml[(row0 + S) * 2];
-  const float lw = o_ml[(row0 + S) * 2 + 1];
-  const float yw = o_acc[(row0 + S) * VPARTS * D + c];
-  const float mt = vq_max(me, mw);
-  const float we = (me == NEG_INF) ? 0.0f : vq_exp2(me - mt);
-  const float ww = (mw == NEG_INF) ? 0.0f : vq_exp2(mw - mt);
-  const float o = (y * we + yw * ww) / (le * we + lw * ww);
-  const int head = h * rep + r / L;
-  const int pos = r % L;
-  out[(((int64_t)b * hq + head) * L + pos) * D + c] = static_cast<OT>(o);
 """
 
+PARTIAL_BODY = PARTIAL_BODY + PARTIAL_COMBINE
 BODIES = {"partial": PARTIAL_BODY, "combine": COMBINE_BODY}
 
 # ---- preludes -------------------------------------------------------------------------------------------------
@@ -328,6 +393,9 @@ CUDA_PRELUDE = """
 #define BARRIER() __syncthreads()
 #define SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
 #define SHFL_IDX(v, i) __shfl_sync(0xffffffffu, (v), (i))
+#define THREADFENCE() __threadfence()
+#define ATOMIC_ADD(p, i) atomicAdd(const_cast<int*>(p) + (i), 1)
+#define COUNT_RESET(p, i) (const_cast<int*>(p)[(i)] = 0)
 #define WARP_SYNC() __syncwarp()
 """
 CUDA_HEADER = """
@@ -337,7 +405,9 @@ CUDA_HEADER = """
 #define NEG_INF (-__int_as_float(0x7f800000))
 __device__ inline float vq_max(float a, float b) { return fmaxf(a, b); }
 __device__ inline int vq_min(int a, int b) { return a < b ? a : b; }
-__device__ inline float vq_exp2(float x) { return exp2f(x); }
+// ex2.approx.ftz: one MUFU instruction (exp2f adds a denormal range fix per call); within 2 ulp, results
+// below 2^-126 flushed to 0 (weights that small are below any attention budget: conformance ATTN_SAFETY)
+__device__ inline float vq_exp2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 __device__ inline float vq_round_to(float, float x) { return x; }
 __device__ inline float vq_round_to(__half, float x) { return __half2float(__float2half_rn(x)); }
 __device__ inline float vq_round_to(__nv_bfloat16, float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -355,6 +425,9 @@ METAL_PRELUDE = """
 #define BARRIER() threadgroup_barrier(metal::mem_flags::mem_threadgroup)
 #define SHFL_XOR(v, m) metal::simd_shuffle_xor((v), (ushort)(m))
 #define SHFL_IDX(v, i) metal::simd_shuffle((v), (ushort)(i))
+#define THREADFENCE() threadgroup_barrier(metal::mem_flags::mem_device)
+#define ATOMIC_ADD(p, i) metal::atomic_fetch_add_explicit((device metal::atomic_int*)(const_cast<device int*>(p) + (i)), 1, metal::memory_order_relaxed)
+#define COUNT_RESET(p, i) (const_cast<device int*>(p)[(i)] = 0)
 #define WARP_SYNC() metal::simdgroup_barrier(metal::mem_flags::mem_threadgroup)
 """
 METAL_HEADER = """
@@ -373,8 +446,9 @@ inline float vq_round_to(bfloat, float x) { return static_cast<float>(static_cas
 PRELUDES = {"cuda": (CUDA_HEADER, CUDA_PRELUDE), "metal": (METAL_HEADER, METAL_PRELUDE)}
 
 
-def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False) -> tuple[str, str]:
+def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False,
+             fused: bool = False) -> tuple[str, str]:
     """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal") and the
-    launch's inputs (`inputs(kind, mk, mv, haswin)`)."""
+    launch's inputs (`inputs(kind, mk, mv, haswin, fused)`)."""
     header, prelude = PRELUDES[backend]
-    return header, prelude + aliases(kind, mk, mv, haswin) + BODIES[kind]
+    return header, prelude + aliases(kind, mk, mv, haswin, fused) + BODIES[kind]
