@@ -75,7 +75,7 @@ def test_cuda_sources_compile(tmp_path):
                             src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS, types,
                             [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2),
                              ("D", d), ("QB", qb), ("NT", 128), ("P", p), ("KG", 32), ("VG", 32), ("CAUSAL", 1),
-                             ("HASWIN", 1), ("U", 2 if {mk, mv} & {4, 5} else 4), ("PF", 1), ("LUTSH", int(d == 16)),
+                             ("HASWIN", 1), ("U", 2 if {mk, mv} & {4, 5} else 4), ("PF", 1),
                              ("FUSED", int(fused)), ("OT", dt)])
             body += "#undef cnt\n#undef out\n"       # the unfused partial's aliases
             body += _kernel(f"combine_{i}_{d}", combine, src.inputs("combine"), src.COMBINE_OUTPUTS,

@@ -26,7 +26,6 @@ LONG_SPLIT = 1024             # ... and beyond 8k encoded tokens: fewer, longer 
                               # H200 at 32k and 128k (partial + combine, sweep of 2026-11-30 in docs/benchmarks.md)
 PREFETCH = 1                  # 1: the partial kernel loads the next iteration's words while scoring this one
 FUSE_COMBINE = True           # CUDA: the combine inside the partial launch (one launch per layer instead of two)
-LUT_SHARED = 0                # code tables: 0 one register per lane + shuffles, 1 threadgroup memory
 MAX_THREADGROUPS = 2048       # partial threadgroups per launch: enough to fill the GPU, bounded partials
 LOG2E = 1.4426950408889634
 
@@ -175,7 +174,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     tmpl = [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2),
             ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", NT), ("P", p_lanes),
             ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
-            ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", PREFETCH), ("LUTSH", LUT_SHARED), ("FUSED", int(fused)),
+            ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", PREFETCH), ("FUSED", int(fused)),
             ("OT", qdtype)]
     vparts = 2 if vp.method == "turboquant_prod" else 1
     outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]

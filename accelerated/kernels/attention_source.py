@@ -103,7 +103,8 @@ inline uint32_t vq_chunk_word(const DEVICE uint32_t* row, int c) {
 }
 
 // the 8 codes of chunk c (codes 8c .. 8c + 7) of a packed row: from its word for B = 1, 2, 4 (vq_chunk_word),
-// else one code at a time; the body looks their values up one code at a time (VQ_LOOKUP).
+// else one code at a time; the body looks their values up with a warp shuffle (VQ_LOOKUP): the threadgroup
+// byte tables used before put 32 random reads on 16 banks (about 5 per bank, counted, not profiled).
 template <int B>
 inline void vq_codes_w(uint32_t w, int c, THREAD uint32_t* out) {
   const int sh = 8 * ((c * B) % 4);
@@ -240,26 +241,13 @@ PARTIAL_BODY = """
   }
 
   // 2. code tables (rotation family: C1 or the sign table [+1, -1] in *tab1, C2 or the signs in *tab2; at
-  //    most 4 bits per code, spec/formats.toml), both conflict-free: LUTSH = 0, one register per lane (lane
-  //    i holds entry i mod 2^B; a lookup is a shuffle from lane `code`); LUTSH = 1, the plain table in
-  //    threadgroup memory (at most 32 entries: distinct codes fall in distinct banks). The byte tables used
-  //    before (two values per load) put 32 random reads on 16 banks.
-#define VQ_LOOKUP(reg, code) (LUTSH ? reg##_t[(code)] : SHFL_IDX((reg), (int)(code)))
+  //    most 4 bits per code, spec/formats.toml) in one register per lane: lane i holds entry i mod 2^B, and
+  //    a lookup is a shuffle from lane `code` (conflict-free, unlike a threadgroup table)
+#define VQ_LOOKUP(reg, code) SHFL_IDX((reg), (int)(code))
   const float rk1 = f_ktab1[lane % (1 << KB1)];
   const float rk2 = f_ktab2[lane % (1 << KB2)];
   const float rv1 = f_vtab1[lane % (1 << VB1)];
   const float rv2 = f_vtab2[lane % (1 << VB2)];
-  SHARED(float, rk1_t, 32);
-  SHARED(float, rk2_t, 32);
-  SHARED(float, rv1_t, 32);
-  SHARED(float, rv2_t, 32);
-  if (LUTSH && tid < 32) {
-    rk1_t[tid] = rk1;
-    rk2_t[tid] = rk2;
-    rv1_t[tid] = rv1;
-    rv2_t[tid] = rv2;
-  }
-  BARRIER();
 
 """ + PARTIAL_LOOP      # steps 3-5: accelerated/kernels/attention_partial.py
 
