@@ -1,10 +1,11 @@
 """Fused decode attention over packed records (spec/attention.md): the `partial` and `combine` kernels of
-accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode).
+accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode); on
+CUDA the combine runs inside the partial launch (FUSE_COMBINE), elsewhere as a second launch.
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
 at most accelerated.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
 records with the same encoded prefix); `attention(...)` runs them. `launch_plan(...)` is the pure
-description of the two launches (inputs, templates, grids), shared with the CPU emulation test.
+description of the launches (inputs, templates, grids), shared with the CPU emulation test.
 """
 from __future__ import annotations
 
