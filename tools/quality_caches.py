@@ -42,7 +42,28 @@ class OneRoleCache:
         return self.exact.empty()
 
 
-class DequantizedQuantizedKVCache:
+class _Wrapper:
+    """A cache around another one (`inner`): everything but update_and_fetch is the inner cache's."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    @property
+    def offset(self):
+        return self.inner.offset
+
+    def make_mask(self, *args, **kwargs):
+        return self.inner.make_mask(*args, **kwargs)
+
+    @property
+    def state(self):  # generate_step evaluates every cache's state while prefilling
+        return self.inner.state
+
+    def empty(self):
+        return self.inner.empty()
+
+
+class DequantizedQuantizedKVCache(_Wrapper):
     """mlx-lm's QuantizedKVCache storage, handed to attention dequantized (mx.dequantize, model dtype).
 
     QuantizedKVCache itself has a `bits` attribute, so mlx-lm attends with mx.quantized_matmul, which
@@ -52,11 +73,7 @@ class DequantizedQuantizedKVCache:
     def __init__(self, bits: int, group_size: int = 64):
         from mlx_lm.models.cache import QuantizedKVCache
 
-        self.inner = QuantizedKVCache(group_size=group_size, bits=bits)
-
-    @property
-    def offset(self):
-        return self.inner.offset
+        super().__init__(QuantizedKVCache(group_size=group_size, bits=bits))
 
     def update_and_fetch(self, keys, values):
         import mlx.core as mx
@@ -66,46 +83,19 @@ class DequantizedQuantizedKVCache:
         return (mx.dequantize(*qk, group_size=g, bits=b).astype(keys.dtype),
                 mx.dequantize(*qv, group_size=g, bits=b).astype(values.dtype))
 
-    def make_mask(self, *args, **kwargs):
-        return self.inner.make_mask(*args, **kwargs)
 
-    @property
-    def state(self):  # generate_step evaluates every cache's state while prefilling
-        return self.inner.state
-
-    def empty(self):
-        return self.inner.empty()
-
-
-class Float16KV:
+class Float16KV(_Wrapper):
     """Any cache behind a float16 boundary: keys and values are cast to float16 on the way in (what a
     float16 model hands its cache) and the fetched ones back to the model's dtype.
 
     The sweep runs the model in float32 (float16 weights, exact in float32) because MLX's CPU backend
     multiplies float16 matrices ~30x slower than float32 ones; the caches still see and store float16."""
 
-    def __init__(self, inner):
-        self.inner = inner
-
-    @property
-    def offset(self):
-        return self.inner.offset
-
     def update_and_fetch(self, keys, values):
         import mlx.core as mx
 
         k, v = self.inner.update_and_fetch(keys.astype(mx.float16), values.astype(mx.float16))
         return k.astype(keys.dtype), v.astype(values.dtype)
-
-    def make_mask(self, *args, **kwargs):
-        return self.inner.make_mask(*args, **kwargs)
-
-    @property
-    def state(self):  # generate_step evaluates every cache's state while prefilling
-        return self.inner.state
-
-    def empty(self):
-        return self.inner.empty()
 
 
 def make_caches(model, cfg: dict, seed: int, mlx_q_native: bool = False) -> list:
