@@ -122,6 +122,20 @@ inline void vq_codes(const DEVICE uint32_t* row, int c, THREAD uint32_t* out) {
     }
   }
 }
+
+// one stage of the ascending butterfly of H (rotation.md) over `rows` rows of D values of a: pairs
+// (j, j + hh) -> (x0 + x1, x0 - x1), shared by threads t, t + nt, ... (the caller puts a barrier after it)
+template <int D>
+inline void vq_butterfly_stage(TGMEM float* a, int rows, int hh, int t, int nt) {
+  for (int i = t; i < rows * D / 2; i += nt) {
+    const int k = i % (D / 2);
+    const int o = (i / (D / 2)) * D + (k / hh) * 2 * hh + (k % hh);
+    const float x0 = a[o];
+    const float x1 = a[o + hh];
+    a[o] = x0 + x1;
+    a[o + hh] = x0 - x1;
+  }
+}
 """
 
 # ---- partial ------------------------------------------------------------------------------------------------
@@ -190,32 +204,13 @@ PARTIAL_BODY = """
         }
         BARRIER();
       }
+      TGMEM float* rows = (pass == 0) ? sq : sq2;
       for (int hh = 1; hh < D; hh <<= 1) {
-        for (int i = tid; i < QB * D / 2; i += NT) {
-          const int row = i / (D / 2);
-          const int k = i % (D / 2);
-          const int j = (k / hh) * 2 * hh + (k % hh);
-          const int o = row * D + j;
-          if (pass == 0) {
-            const float a = sq[o];
-            const float c = sq[o + hh];
-            sq[o] = a + c;
-            sq[o + hh] = a - c;
-          } else {
-            const float a = sq2[o];
-            const float c = sq2[o + hh];
-            sq2[o] = a + c;
-            sq2[o + hh] = a - c;
-          }
-        }
+        vq_butterfly_stage<D>(rows, QB, hh, tid, NT);
         BARRIER();
       }
       for (int i = tid; i < QB * D; i += NT) {
-        if (pass == 0) {
-          sq[i] = sq[i] * f_k[0];
-        } else {
-          sq2[i] = sq2[i] * f_k[0];
-        }
+        rows[i] = rows[i] * f_k[0];
       }
       BARRIER();
     }
@@ -288,20 +283,7 @@ COMBINE_ROWS = """
       // inverse RHT: H, s_d, signs (rotation.md); turboquant_prod first adds tau's inverse of the sketch part
       for (int pass = (VPARTS == 2 ? 0 : 1); pass < 2; ++pass) {
         for (int hh = 1; hh < D; hh <<= 1) {
-          for (int i = CT; i < D / 2; i += CNT) {
-            const int j = (i / hh) * 2 * hh + (i % hh);
-            if (pass == 0) {
-              const float x0 = cy2[j];
-              const float x1 = cy2[j + hh];
-              cy2[j] = x0 + x1;
-              cy2[j + hh] = x0 - x1;
-            } else {
-              const float x0 = cy[j];
-              const float x1 = cy[j + hh];
-              cy[j] = x0 + x1;
-              cy[j + hh] = x0 - x1;
-            }
-          }
+          vq_butterfly_stage<D>((pass == 0) ? cy2 : cy, 1, hh, CT, CNT);
           BARRIER();
         }
         for (int c = CT; c < D; c += CNT) {
