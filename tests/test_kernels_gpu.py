@@ -97,13 +97,12 @@ def test_head_dims(method, kw, d):
 
 @pytest.mark.parametrize("d,dtype", NEW_HEAD_DIMS, ids=[f"d{d}-{dt}" for d, dt in NEW_HEAD_DIMS])
 @pytest.mark.parametrize("method,kw", HEAD_DIM_CASES)
-def test_new_head_dims(method, kw, d, dtype, monkeypatch):
+def test_new_head_dims(method, kw, d, dtype):
     """Spec 1.1's head dims (stage B of H, the block fold), every input dtype; the kernel itself runs (no
     fall back to accelerated.ops: launch_shape accepts d)."""
     if (method == "mlx_affine" or kw.get("role") == "v") and d % kw["group_size"]:
         pytest.skip(f"group size {kw['group_size']} does not divide d = {d} (spec 1.1: G | d)")
     km.launch_shape(8, d)
-    monkeypatch.setattr(km, "DECODE_NEW_HEAD_DIMS", True)      # the decode kernel itself (off in production)
     _check(method, kw, (1, 2, 36 if method == "kivi" else 5, d), dtype, seed=d, window=1)
     if method != "kivi":      # 32 rows: the largest single threadgroup (32 warps failed to launch at d = 80 / 96)
         _check(method, kw, (1, 4, 8, d), dtype, seed=d + 1, window=0)

@@ -55,12 +55,6 @@ def lib():
     return ke.build(dims=NEW_DIMS)
 
 
-@pytest.fixture(autouse=True)
-def _decode_new_head_dims(monkeypatch):
-    # the decode body at these d is what this file checks (production decodes them through ops for now)
-    monkeypatch.setattr(km, "DECODE_NEW_HEAD_DIMS", True)
-
-
 @pytest.fixture
 def launches(lib, monkeypatch):
     """The emulator stands in for the GPU; returns the list of (kind, method, D) of every kernel launch."""

@@ -45,10 +45,6 @@ NONFINITE = "x: contains NaN or Inf"
 BIG_WARPS = 8            # warps per threadgroup for large launches (256 threads)
 BLOCK_CAP = 4096         # threadgroups at most; warps loop over further rows (grid-stride)
 _MAX_ROWS = 2**31 - 1    # rows are counted in int32 in the kernels
-# Decode of spec 1.1's non-power-of-two head dims through the kernel. Off from 2026-11-30 20:25 until the cause
-# of 29 golden decodes at d = 80 / 96 differing on the H200 was found: 32-warp threadgroups at a decode
-# kernel's 142-200 registers per thread (MAX_WARPS); the launch failed and left the output unwritten.
-DECODE_NEW_HEAD_DIMS = True
 _EPS = float.fromhex("0x1.ad7f2ap-24")
 _FMAX = float(np.finfo(np.float32).max)
 
@@ -287,8 +283,6 @@ class KernelMethod:
         try:
             if not backend.available()[0]:
                 raise NotImplementedError(backend.available()[1])
-            if d & (d - 1) and not DECODE_NEW_HEAD_DIMS:
-                raise NotImplementedError(f"decode kernel at head dim {d}: see DECODE_NEW_HEAD_DIMS")
             grid, group, _ = launch_shape(b * h * q, d)
         except NotImplementedError:
             return self.ops_module.decode_tokens(fields, p, d)
