@@ -103,7 +103,7 @@ def _kernel(mk: str, mv: str):
     header, text = assemble(be, mk, mv)
     name = f"vq_append_{mk}_{mv}"
     if be == "cuda":
-        return mx.fast.cuda_kernel(name=name, input_names=inputs(mk, mv), output_names=OUTPUTS, source=text,
+        return backend.cuda_kernel(name=name, input_names=inputs(mk, mv), output_names=OUTPUTS, source=text,
                                    header=header, ensure_row_contiguous=False)
     return mx.fast.metal_kernel(name=name, input_names=inputs(mk, mv), output_names=OUTPUTS, source=text,
                                 header=header, ensure_row_contiguous=False, compile_options={"math_mode": "safe"})

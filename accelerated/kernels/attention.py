@@ -253,7 +253,7 @@ def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
     outs = (src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS) if kind == "partial" else src.COMBINE_OUTPUTS
     name = f"vq_attention_{kind}" + (f"_{mk}{mv}{int(haswin)}{int(fused)}" if kind == "partial" else "")
     if be == "cuda":
-        return mx.fast.cuda_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,
+        return backend.cuda_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,
                                    ensure_row_contiguous=False)
     return mx.fast.metal_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,
                                 ensure_row_contiguous=False)

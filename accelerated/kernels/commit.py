@@ -132,7 +132,7 @@ def _kernel(writes: tuple, checks: tuple, has_after: bool):
         else source
     tag = f"{len(writes)}w{len(checks)}c"
     if be == "cuda":
-        return mx.fast.cuda_kernel(name=f"vq_commit_{tag}", input_names=names, output_names=["out"],
+        return backend.cuda_kernel(name=f"vq_commit_{tag}", input_names=names, output_names=["out"],
                                    source=source, ensure_row_contiguous=False)
     return mx.fast.metal_kernel(name=f"vq_commit_{tag}", input_names=names, output_names=["out"],
                                 source=source, ensure_row_contiguous=False)
