@@ -143,6 +143,23 @@ class Params:
     role: str = "k"
     exact_trim: int | None = None   # E (streaming.md "Exact trims"); None: formats.toml default_exact_trim
 
+    def __hash__(self) -> int:
+        # the dataclass's hash of the fields, made once: Params key the kernels' per-shape caches, looked up
+        # several times per layer and decode step
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(dataclasses.astuple(self))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        # str hashes differ between processes: a pickled Params must not carry this one's
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+
     def resolved(self) -> "Params":
         """A copy with defaults filled in and every value checked; ValueError names the parameter."""
         info = method_info(self.method)

@@ -97,6 +97,7 @@ class CacheGroup:
 
 
 @functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def _fused_check_messages(key_method: str, value_method: str) -> tuple:
     """The messages of kernels/append.py's four checks, in its token's order (made once per method pair)."""
     return (f"keys: {NONFINITE}", f"keys: {RULES[key_method]}", f"values: {NONFINITE}",
@@ -182,6 +183,7 @@ class VeloxKVCache(_BaseCache):
         self._chunks: collections.deque = collections.deque(maxlen=_KEPT_CHUNKS)
         self._appends = 0
         self._token: mx.array | None = None     # the last in-place store's token (kernels/commit.py)
+        self._in_place = None                   # the decode step's remembered checks (stream.InPlace)
         self._group: CacheGroup | None = None
 
     # ---- mlx-lm protocol ------------------------------------------------------------------------
@@ -189,20 +191,25 @@ class VeloxKVCache(_BaseCache):
         # Chunks before the previous one were evaluated with the previous step's output: checking
         # them costs no wait (mlx-lm's generate_step evaluates step n-1 while it builds step n).
         self._settle(keep=1)
-        self._check_chunk(keys, values)
+        plan = self._in_place
+        # a chunk like the last one, onto streams as the last in-place append left them, passed these checks
+        if plan is None or type(keys) is not mx.array or type(values) is not mx.array \
+                or not plan.holds(self._k, self._v, keys, values):
+            self._check_chunk(keys, values)
         # Both chunks are checked and encoded before either stream changes (Stream.prepare), so a
         # rejected value chunk leaves the keys untouched too; streams are created on the first update.
         if self._k is not None and self.checks == "deferred" and self.attention == "packed" \
                 and kernel_backend.available()[0]:
-            before = (self._k.mark(), self._v.mark(), self.offset)
-            token = append_in_place(self._k, self._v, keys, values, self._token)
+            k, v = self._k, self._v
+            before = (k.mark(), v.mark(), self.offset)
+            token, self._in_place = append_in_place(k, v, keys, values, self._token, plan)
             if token is not None:      # one launch: encode both, store in place, checks (kernels/append.py)
                 self._token = token
                 self.offset += keys.shape[2]    # tokens seen (a sliding-window cache holds fewer)
                 self._appends += 1
                 msgs = _fused_check_messages(self.key_params.method, self.value_params.method)
                 self._chunks.append(_Chunk(self._appends, token, msgs, before, reader=fused_messages))
-                return PackedKV(self._k.packed(), token), PackedKV(self._v.packed(), token)
+                return PackedKV(k.packed(), token), PackedKV(v.packed(), token)
         k = self._k if self._k is not None else Stream(self.key_params)
         v = self._v if self._v is not None else Stream(self.value_params)
         before = (None if self._k is None else self._k.mark(), None if self._v is None else self._v.mark(),

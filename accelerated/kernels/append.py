@@ -137,8 +137,15 @@ def constants(p: spec.Params, h: int, t: int, d: int) -> mx.array:
 
 
 @functools.lru_cache(maxsize=1024)
-def _launch(b: int, h: int, t: int, d: int) -> tuple:
-    return km.launch_shape(b * h * t, d)
+def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt) -> tuple:
+    """Everything of a launch but the step's arrays, per parameters and shape (a decode step builds none)."""
+    grid, group, groups = km.launch_shape(b * h * t, d)
+    template = [("KM", source.METHOD_IDS[kp.method]), ("VM", source.METHOD_IDS[vp.method]), ("D", d),
+                ("KTS", km._side_dtype(kp, kdt)), ("VTS", km._side_dtype(vp, vdt))]
+    fk = tuple(f for f in km.FIELDS[kp.method] if f)
+    fv = tuple(f for f in km.FIELDS[vp.method] if f)
+    return (grid, group, [(2, groups, 2)], template, constants(kp, h, t, d), constants(vp, h, t, d), fk, fv,
+            _kernel(kp.method, vp.method))
 
 
 def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values: mx.array, vbufs: dict,
@@ -147,14 +154,11 @@ def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values
     returns the token. `kbufs`/`vbufs`: the streams' whole buffers by record field name. The caller has
     checked shapes, dtypes and room in the buffers."""
     b, h, t, d = keys.shape
-    grid, group, groups = _launch(b, h, t, d)
-    ins = [km.count(base), after if after is not None else km._dummy(mx.bool_)]
-    for p, x, bufs in ((kp, keys, kbufs), (vp, values, vbufs)):
-        ins += [x, constants(p, h, t, d)] + [bufs[f] for f in km.FIELDS[p.method] if f]
-    (flags,) = _kernel(kp.method, vp.method)(
-        inputs=ins, template=[("KM", source.METHOD_IDS[kp.method]), ("VM", source.METHOD_IDS[vp.method]), ("D", d),
-                              ("KTS", km._side_dtype(kp, keys.dtype)), ("VTS", km._side_dtype(vp, values.dtype))],
-        grid=grid, threadgroup=group, output_shapes=[(2, groups, 2)], output_dtypes=[mx.bool_])
+    grid, group, oshape, template, kc, vc, fk, fv, kernel = _static(kp, vp, b, h, t, d, keys.dtype, values.dtype)
+    ins = [km.count(base), after if after is not None else km._dummy(mx.bool_), keys, kc,
+           *[kbufs[f] for f in fk], values, vc, *[vbufs[f] for f in fv]]
+    (flags,) = kernel(inputs=ins, template=template, grid=grid, threadgroup=group, output_shapes=oshape,
+                      output_dtypes=[mx.bool_])
     return flags
 
 

@@ -47,12 +47,17 @@ def _pow2(n: int) -> bool:
 def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask) -> bool:
     if not backend.available()[0]:
         return False
-    from veloxquant.accelerated.attention import MAX_PACKED_QUERIES
-    d = queries.shape[-1]
-    return (queries.shape[2] <= MAX_PACKED_QUERIES and (mask is None or mask == "causal")
+    b, hq, l, d = queries.shape
+    kb, kh = k.window.shape[:2]
+    return (l <= _max_queries() and (mask is None or mask == "causal")
             and _pow2(d) and 16 <= d <= 1024 and k.encoded > 0 and k.encoded == v.encoded
-            and k.shape[:2] == v.shape[:2] and queries.shape[1] % k.shape[1] == 0
-            and queries.shape[0] == k.shape[0])
+            and (kb, kh) == v.window.shape[:2] and hq % kh == 0 and b == kb)
+
+
+@functools.lru_cache(maxsize=None)
+def _max_queries() -> int:
+    from veloxquant.accelerated.attention import MAX_PACKED_QUERIES     # (that module imports this one)
+    return MAX_PACKED_QUERIES
 
 
 @functools.lru_cache(maxsize=None)
@@ -107,8 +112,13 @@ def _record_inputs(r: PackedRecord, role: str) -> dict[str, mx.array]:
     """The fields of a record under the kernel's names ({role}c1, c2, s0, s1, gs, gz): the buffers themselves
     where the record has them (the kernel reads rows < nenc only), else views."""
     f = r.fields.buffers if isinstance(r.fields, Views) else r.fields
-    return {f"{role}{n}": f[name] for n, name in zip(("c1", "c2", "s0", "s1", "gs", "gz"), _FIELDS[r.params.method])
-            if name is not None}
+    return {kn: f[name] for kn, name in _field_names(r.params.method, role)}
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(method: str, role: str) -> tuple:
+    return tuple((f"{role}{n}", name) for n, name in zip(("c1", "c2", "s0", "s1", "gs", "gz"), _FIELDS[method])
+                 if name is not None)
 
 
 @functools.lru_cache(maxsize=256)
@@ -181,48 +191,53 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]
     if fused:
         outs.append(((b, hq, l, d), qdtype))
+    grid = (NT * (splits + 1), hkv, b * nqg)
     return (_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused), tmpl,
-            (NT * (splits + 1), hkv, b * nqg), outs, [("MV", mv), ("D", d), ("OT", qdtype)], (d * nq, hkv, b),
-            splits, qb, (mk, mv, has_win, fused))
+            grid, outs, [("MV", mv), ("D", d), ("OT", qdtype)], (d * nq, hkv, b),
+            splits, qb, (mk, mv, has_win, fused),
+            # what a call needs beyond the plan: output shapes, dtypes, the fused launch's counters
+            [s for s, _ in outs], [t for _, t in outs], _counts(grid[1] * grid[2]) if fused else None)
 
 
-def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
-                flags: mx.array | None = None) -> Plan:
+def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask, flags) -> tuple:
+    """(the partial launch's inputs, _static's tuple) of one call."""
     b, hq, l, d = queries.shape
-    hkv = k.shape[1]
     q_enc = k.encoded
-    has_win = k.window.shape[2] > 0
-    consts, names, tmpl, grid, outs, ctmpl, cgrid, splits, qb, key = _static(
-        k.params, v.params, b, hq, l, d, hkv, -(-q_enc // (TOKENS_PER_SPLIT if q_enc <= 8192 else LONG_SPLIT)), has_win, mask == "causal",
-        queries.dtype, float(scale), _fused())
+    kw, vw = k.window, v.window
+    st = _static(k.params, v.params, b, hq, l, d, kw.shape[1],
+                 -(-q_enc // (TOKENS_PER_SPLIT if q_enc <= 8192 else LONG_SPLIT)), kw.shape[2] > 0, mask == "causal",
+                 queries.dtype, float(scale), _fused())
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
         flags = k.token if k.token is not None else _dummy(1, mx.bool_)
         if v.token is not None and v.token is not k.token:
             v.sync()
-    arrays = {"q": queries, "f_c": consts, "nenc": km.count(q_enc), "flags": flags, "kw": k.window, "vw": v.window,
-              **_record_inputs(k, "k"), **_record_inputs(v, "v")}
-    if key[3]:
-        arrays["cnt"] = _counts(grid[1] * grid[2])
-    return Plan([arrays[n] for n in names], tmpl, grid, outs, ctmpl, cgrid, d, (b, hq, l, d), splits, qb,
-                names, key, key[3])
+    arrays = {"q": queries, "f_c": st[0], "nenc": km.count(q_enc), "flags": flags, "kw": kw, "vw": vw,
+              "cnt": st[12], **_record_inputs(k, "k"), **_record_inputs(v, "v")}
+    return [arrays[n] for n in st[1]], st
+
+
+def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
+                flags: mx.array | None = None) -> Plan:
+    ins, (consts, names, tmpl, grid, outs, ctmpl, cgrid, splits, qb, key, *_) = _launch(queries, k, v, scale, mask,
+                                                                                      flags)
+    return Plan(ins, tmpl, grid, outs, ctmpl, cgrid, queries.shape[3], tuple(queries.shape), splits, qb, names,
+                key, key[3])
 
 
 def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
               flags: mx.array | None = None) -> mx.array:
     """softmax(scale q K^T [+ causal]) V over two packed records, on the GPU; (B, Hq, L, d) in the
     queries' dtype."""
-    plan = launch_plan(queries, k, v, scale, mask, flags)
-    outs = _kernel("partial", *plan.key)(
-        inputs=plan.partial_inputs, template=plan.partial_template, grid=plan.partial_grid,
-        threadgroup=(NT, 1, 1), output_shapes=[s for s, _ in plan.partial_outputs],
-        output_dtypes=[t for _, t in plan.partial_outputs])
-    if plan.fused:
+    ins, (consts, _, tmpl, grid, _, ctmpl, cgrid, _, _, key, oshapes, odtypes, _) = _launch(queries, k, v, scale,
+                                                                                          mask, flags)
+    outs = _kernel("partial", *key)(inputs=ins, template=tmpl, grid=grid, threadgroup=(NT, 1, 1),
+                                    output_shapes=oshapes, output_dtypes=odtypes)
+    if key[3]:
         return outs[2]
     o_acc, o_ml = outs
     (out,) = _kernel("combine")(
-        inputs=[o_acc, o_ml, plan.partial_inputs[1], queries], template=plan.combine_template,
-        grid=plan.combine_grid, threadgroup=(plan.combine_threads, 1, 1), output_shapes=[plan.out_shape],
-        output_dtypes=[queries.dtype])
+        inputs=[o_acc, o_ml, consts, queries], template=ctmpl, grid=cgrid, threadgroup=(queries.shape[3], 1, 1),
+        output_shapes=[tuple(queries.shape)], output_dtypes=[queries.dtype])
     return out
 
 
