@@ -182,6 +182,33 @@ def _field_shapes(p: spec.Params, b: int, h: int, q: int, d: int) -> list[tuple]
             side, side if names[3] else (1,)]
 
 
+@functools.lru_cache(maxsize=4096)
+def _encode_static(name: str, p: spec.Params, b: int, h: int, t: int, d: int, q: int, lo: int, xdt, dtype) -> tuple:
+    """Everything of an encode launch but x, per method, parameters, shape and counts (a decode step's
+    launches, one per layer and role, build none of it): rows, the fields of q = 0 tokens (empty arrays, shared:
+    nothing writes them), the constant inputs, template, grid, threadgroup, output shapes and dtypes, groups."""
+    keys = int(name == "kivi" and p.role == "k")
+    g = p.group_size or 1
+    ne = q // g if keys else q
+    rows = b * h * (ne + t - max(q, lo))
+    ts = _side_dtype(p, dtype)
+    shapes = _field_shapes(p, b, h, q, d)
+    zeros = tuple((n, mx.zeros(s, dtype=mx.uint32 if i < 2 else ts)) for i, (n, s) in
+                  enumerate(zip(FIELDS[name], shapes)) if n) if not q else ()
+    if zeros:
+        mx.eval([z for _, z in zeros])
+    if rows == 0:
+        return rows, zeros, None, None, None, None, None, None, 0
+    grid, group, groups = launch_shape(rows, d)
+    bits1, bits2 = _code_bits(p)
+    sig, tau = _signs(p, h, d)
+    levels = (1 << p.bits) - 1 if name in ("kivi", "mlx_affine") else 0
+    consts = (sig, tau, *_tables(p, d), _consts(d, levels), _meta(bits1, bits2, g, keys, q, lo))
+    out_shapes = (shapes if q else [(1,)] * 4) + [(groups, 2)]
+    return (rows, zeros, consts, [("M", source.METHOD_IDS[name]), ("D", d), ("TS", ts)], grid, group, out_shapes,
+            [mx.uint32, mx.uint32, ts, ts, mx.bool_], groups)
+
+
 class KernelMethod:
     """One method through the kernels, with accelerated.ops's module as the fallback."""
 
@@ -208,35 +235,19 @@ class KernelMethod:
             raise NotImplementedError(backend.available()[1])
         b, h, t, d = x.shape
         lo = t if check_from is None else check_from
-        keys = int(self.NAME == "kivi" and p.role == "k")
-        g = p.group_size or 1
-        ne = q // g if keys else q
-        rows = b * h * (ne + t - max(q, lo))
-        ts = _side_dtype(p, x.dtype if dtype is None else dtype)
-        shapes = _field_shapes(p, b, h, q, d)
-        names = FIELDS[self.NAME]
+        st = _encode_static(self.NAME, p, b, h, t, d, q, lo, x.dtype, x.dtype if dtype is None else dtype)
+        rows, zeros, consts, template, grid, group, out_shapes, out_dtypes, groups = st
         if rows == 0:
-            return ({n: mx.zeros(s, dtype=mx.uint32 if k < 2 else ts) for k, (n, s) in
-                     enumerate(zip(names, shapes)) if n}, None)
-        grid, group, groups = launch_shape(rows, d)
-        bits1, bits2 = _code_bits(p)
-        sig, tau = _signs(p, h, d)
-        c1, bd1, c2, bd2 = _tables(p, d)
-        levels = (1 << p.bits) - 1 if self.NAME in ("kivi", "mlx_affine") else 0
-        meta = _meta(bits1, bits2, g, keys, q, lo)
-        out_shapes = shapes if q else [(1,)] * 4
+            return dict(zeros), None
         k = backend.kernel("encode", self.NAME, numerics.dtype_name(x.dtype))
-        outs = k(inputs=[x, sig, tau, c1, bd1, c2, bd2, _consts(d, levels), meta],
-                 template=self._template(d, ts), grid=grid, threadgroup=group,
-                 output_shapes=out_shapes + [(groups, 2)],
-                 output_dtypes=[mx.uint32, mx.uint32, ts, ts, mx.bool_])
+        outs = k(inputs=[x, *consts], template=template, grid=grid, threadgroup=group, output_shapes=out_shapes,
+                 output_dtypes=out_dtypes)
         fault = outs[4]
         flags = fault[0] if groups == 1 else mx.any(fault, axis=0)
         if q:
-            fields = {n: o for n, o in zip(names, outs[:4]) if n}
+            fields = {n: o for n, o in zip(FIELDS[self.NAME], outs[:4]) if n}
         else:
-            fields = {n: mx.zeros(s, dtype=mx.uint32 if i < 2 else ts)
-                      for i, (n, s) in enumerate(zip(names, shapes)) if n}
+            fields = dict(zeros)
         return fields, (flags[0], flags[1])
 
     def encode_chunk(self, x: mx.array, p: spec.Params, q: int, check_from: int = 0,
