@@ -115,3 +115,16 @@ def test_launch_modules_use_it():
         assert "mx.fast.cuda_kernel(name=" not in code.replace("k = mx.fast.cuda_kernel(name=", ""), mod.__name__
     from veloxquant.accelerated.kernels import attention
     assert "mx.fast.cuda_kernel(" not in inspect.getsource(attention)
+
+
+def test_missing_file_written_again(recorded, tmp_path):
+    # a cache folder cleaned while a process runs: the next kernel object made writes the file again
+    k = backend.cuda_kernel("vq_t", ["x"], ["out"], "out[0] = x[0];\n")
+    call = dict(inputs=[], output_shapes=[(1,)], output_dtypes=[mx.float32], grid=(1, 1, 1),
+                threadgroup=(1, 1, 1))
+    k(template=[("A", 1)], **call)
+    path = re.search(r'#include "([^"]+)"', recorded[0]["source"]).group(1)
+    os.remove(path)
+    k(template=[("A", 2)], **call)
+    assert os.path.exists(path) and open(path).read() == "out[0] = x[0];\n"
+    assert oct(os.stat(path).st_mode & 0o777) == "0o644", oct(os.stat(path).st_mode)

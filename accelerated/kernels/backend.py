@@ -115,6 +115,7 @@ def stash(text: str) -> str | None:
             fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
             with os.fdopen(fd, "w") as f:
                 f.write(text)
+            os.chmod(tmp, 0o644)        # mkstemp's 0600 would hide it from others sharing the folder
             os.replace(tmp, path)
     except OSError:
         return None
@@ -142,23 +143,29 @@ class CudaKernel:
                  ensure_row_contiguous: bool = True):
         self.name, self.inputs, self.outputs = name, list(input_names), list(output_names)
         self.contiguous = ensure_row_contiguous
-        spath = stash(source) if INCLUDE_TEXT else None
-        hpath = stash(header) if INCLUDE_TEXT and header else None
+        self.text, self.header_text = source, header
+        self._by_template: dict = {}
+
+    def _texts(self) -> tuple[str, str]:
+        """(source, header) of a new kernel object; the files are written again if they went missing (a
+        cleaned cache folder), since NVRTC reads them when MLX first compiles that object."""
+        spath = stash(self.text) if INCLUDE_TEXT else None
+        hpath = stash(self.header_text) if INCLUDE_TEXT and self.header_text else None
         # MLX passes an input's shape / strides / ndim when its name + suffix occurs in the source text: name
         # the ones the included text uses
-        used = [f"{n}{x}" for n in self.inputs for x in ("_shape", "_strides", "_ndim") if f"{n}{x}" in source]
-        self.source = (f"  // uses {' '.join(used)}\n" if used and spath else "") + \
-            (f'#include "{spath}"\n' if spath else source)
-        self.header = f'#include "{hpath}"\n' if hpath else header
-        self._by_template: dict = {}
+        used = [f"{n}{x}" for n in self.inputs for x in ("_shape", "_strides", "_ndim") if f"{n}{x}" in self.text]
+        source = (f"  // uses {' '.join(used)}\n" if used and spath else "") + \
+            (f'#include "{spath}"\n' if spath else self.text)
+        return source, f'#include "{hpath}"\n' if hpath else self.header_text
 
     def specialized(self, template=None):
         key = tuple(template) if template else ()
         k = self._by_template.get(key)
         if k is None:
             tag = hashlib.sha256(repr(key).encode()).hexdigest()[:10] if key else "0"
+            source, header = self._texts()
             k = mx.fast.cuda_kernel(name=f"{self.name}_{tag}", input_names=self.inputs, output_names=self.outputs,
-                                    source=template_lines(key) + self.source, header=self.header,
+                                    source=template_lines(key) + source, header=header,
                                     ensure_row_contiguous=self.contiguous)
             self._by_template[key] = k
         return k
