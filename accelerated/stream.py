@@ -22,6 +22,8 @@ from veloxquant.accelerated import ops
 from veloxquant.accelerated.ops import numerics, record
 from veloxquant.accelerated.ops.attention import PackedRecord, Views
 
+NONFINITE = "x: contains NaN or Inf"     # the message of every path's NaN/Inf check (record.encode_chunk)
+
 
 def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, after: mx.array | None,
                     plan: "InPlace | None" = None):
@@ -230,9 +232,15 @@ class Stream:
             raise ValueError(f"x: shape {tuple(x.shape)} does not continue (B, H, d) = {self._bhd}")
         win = x if self._window is None or self._window.shape[2] == 0 else mx.concatenate([self._window, x], axis=2)
         f = self._flush_count(win.shape[2])
-        # the flushed tokens' fields and the whole chunk's NaN/Inf check in one call (one launch on a GPU);
-        # kernel methods read any input dtype (no float32 copy of the chunk)
-        fields = record.encode_chunk(self._method, win, p, f, win.shape[2] - x.shape[2], win.dtype)
+        if not f and numerics.deferring():
+            # nothing leaves the window (a decode step of a windowed stream, kivi keys between groups): only
+            # the chunk's NaN/Inf check, recorded for the caller's one check launch; no encode launch
+            numerics.fault_nonfinite(x, NONFINITE)
+            fields = None
+        else:
+            # the flushed tokens' fields and the whole chunk's NaN/Inf check in one call (one launch on a
+            # GPU); kernel methods read any input dtype (no float32 copy of the chunk)
+            fields = record.encode_chunk(self._method, win, p, f, win.shape[2] - x.shape[2], win.dtype)
         if not f:
             fields = None
         elif not numerics.deferring():
