@@ -22,8 +22,6 @@ from veloxquant.accelerated import ops
 from veloxquant.accelerated.ops import numerics, record
 from veloxquant.accelerated.ops.attention import PackedRecord, Views
 
-NONFINITE = "x: contains NaN or Inf"     # the message of every path's NaN/Inf check (record.encode_chunk)
-
 
 def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, after: mx.array | None,
                     plan: "InPlace | None" = None):
@@ -235,7 +233,7 @@ class Stream:
         if not f and numerics.deferring():
             # nothing leaves the window (a decode step of a windowed stream, kivi keys between groups): only
             # the chunk's NaN/Inf check, recorded for the caller's one check launch; no encode launch
-            numerics.fault_nonfinite(x, NONFINITE)
+            numerics.fault_nonfinite(x, numerics.NONFINITE)
             fields = None
         else:
             # the flushed tokens' fields and the whole chunk's NaN/Inf check in one call (one launch on a

@@ -97,7 +97,6 @@ class CacheGroup:
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=None)
 def _fused_check_messages(key_method: str, value_method: str) -> tuple:
     """The messages of kernels/append.py's four checks, in its token's order (made once per method pair)."""
     return (f"keys: {NONFINITE}", f"keys: {RULES[key_method]}", f"values: {NONFINITE}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 
 import mlx.core as mx
 
@@ -165,9 +166,26 @@ class Plan:
     fused: bool = False                                             # the combine runs inside the partial launch
 
 
+class _Static(typing.NamedTuple):
+    """The per-shape part of a call (see _static)."""
+    consts: mx.array          # f_c
+    names: list               # attention_source.inputs of the partial launch
+    template: list
+    grid: tuple
+    outs: list                # [(shape, dtype)] of the partial launch
+    combine_template: list
+    combine_grid: tuple
+    splits: int
+    qb: int
+    key: tuple                # (MK, MV, HASWIN, FUSED): the partial kernel
+    out_shapes: list
+    out_dtypes: list
+    counts: mx.array | None   # the fused launch's per-group counters
+
+
 @functools.lru_cache(maxsize=1024)
 def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, hkv: int, q_enc_splits: int,
-            has_win: bool, causal: bool, qdtype, scale: float, fused: bool) -> tuple:
+            has_win: bool, causal: bool, qdtype, scale: float, fused: bool) -> _Static:
     """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it)."""
     nq = (hq // hkv) * l
     p_lanes = min(32, d // 8)
@@ -192,15 +210,14 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     if fused:
         outs.append(((b, hq, l, d), qdtype))
     grid = (NT * (splits + 1), hkv, b * nqg)
-    return (_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused), tmpl,
-            grid, outs, [("MV", mv), ("D", d), ("OT", qdtype)], (d * nq, hkv, b),
-            splits, qb, (mk, mv, has_win, fused),
-            # what a call needs beyond the plan: output shapes, dtypes, the fused launch's counters
-            [s for s, _ in outs], [t for _, t in outs], _counts(grid[1] * grid[2]) if fused else None)
+    return _Static(_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused), tmpl,
+                   grid, outs, [("MV", mv), ("D", d), ("OT", qdtype)], (d * nq, hkv, b), splits, qb,
+                   (mk, mv, has_win, fused), [s for s, _ in outs], [t for _, t in outs],
+                   _counts(grid[1] * grid[2]) if fused else None)
 
 
 def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask, flags) -> tuple:
-    """(the partial launch's inputs, _static's tuple) of one call."""
+    """(the partial launch's inputs, _static's part) of one call."""
     b, hq, l, d = queries.shape
     q_enc = k.encoded
     kw, vw = k.window, v.window
@@ -211,33 +228,31 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
         flags = k.token if k.token is not None else _dummy(1, mx.bool_)
         if v.token is not None and v.token is not k.token:
             v.sync()
-    arrays = {"q": queries, "f_c": st[0], "nenc": km.count(q_enc), "flags": flags, "kw": kw, "vw": vw,
-              "cnt": st[12], **_record_inputs(k, "k"), **_record_inputs(v, "v")}
-    return [arrays[n] for n in st[1]], st
+    arrays = {"q": queries, "f_c": st.consts, "nenc": km.count(q_enc), "flags": flags, "kw": kw, "vw": vw,
+              "cnt": st.counts, **_record_inputs(k, "k"), **_record_inputs(v, "v")}
+    return [arrays[n] for n in st.names], st
 
 
 def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
                 flags: mx.array | None = None) -> Plan:
-    ins, (consts, names, tmpl, grid, outs, ctmpl, cgrid, splits, qb, key, *_) = _launch(queries, k, v, scale, mask,
-                                                                                      flags)
-    return Plan(ins, tmpl, grid, outs, ctmpl, cgrid, queries.shape[3], tuple(queries.shape), splits, qb, names,
-                key, key[3])
+    ins, st = _launch(queries, k, v, scale, mask, flags)
+    return Plan(ins, st.template, st.grid, st.outs, st.combine_template, st.combine_grid, queries.shape[3],
+                tuple(queries.shape), st.splits, st.qb, st.names, st.key, st.key[3])
 
 
 def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
               flags: mx.array | None = None) -> mx.array:
     """softmax(scale q K^T [+ causal]) V over two packed records, on the GPU; (B, Hq, L, d) in the
     queries' dtype."""
-    ins, (consts, _, tmpl, grid, _, ctmpl, cgrid, _, _, key, oshapes, odtypes, _) = _launch(queries, k, v, scale,
-                                                                                          mask, flags)
-    outs = _kernel("partial", *key)(inputs=ins, template=tmpl, grid=grid, threadgroup=(NT, 1, 1),
-                                    output_shapes=oshapes, output_dtypes=odtypes)
-    if key[3]:
+    ins, st = _launch(queries, k, v, scale, mask, flags)
+    outs = _kernel("partial", *st.key)(inputs=ins, template=st.template, grid=st.grid, threadgroup=(NT, 1, 1),
+                                       output_shapes=st.out_shapes, output_dtypes=st.out_dtypes)
+    if st.key[3]:
         return outs[2]
     o_acc, o_ml = outs
     (out,) = _kernel("combine")(
-        inputs=[o_acc, o_ml, consts, queries], template=ctmpl, grid=cgrid, threadgroup=(queries.shape[3], 1, 1),
-        output_shapes=[tuple(queries.shape)], output_dtypes=[queries.dtype])
+        inputs=[o_acc, o_ml, st.consts, queries], template=st.combine_template, grid=st.combine_grid,
+        threadgroup=(queries.shape[3], 1, 1), output_shapes=[tuple(queries.shape)], output_dtypes=[queries.dtype])
     return out
 
 

@@ -41,7 +41,7 @@ RULES = {
     "kivi": "x: kivi float16 scale or zero overflows (not finite)",
     "mlx_affine": "x: mlx_affine group range (max - min) overflows binary32",
 }
-NONFINITE = "x: contains NaN or Inf"
+NONFINITE = numerics.NONFINITE
 BIG_WARPS = 8            # warps per threadgroup for large launches (256 threads)
 BLOCK_CAP = 4096         # threadgroups at most; warps loop over further rows (grid-stride)
 _MAX_ROWS = 2**31 - 1    # rows are counted in int32 in the kernels
@@ -182,6 +182,11 @@ def _field_shapes(p: spec.Params, b: int, h: int, q: int, d: int) -> list[tuple]
             side, side if names[3] else (1,)]
 
 
+def _template(method: str, d: int, ts: mx.Dtype) -> list:
+    """The encode / decode kernels' template arguments."""
+    return [("M", source.METHOD_IDS[method]), ("D", d), ("TS", ts)]
+
+
 @functools.lru_cache(maxsize=4096)
 def _encode_static(name: str, p: spec.Params, b: int, h: int, t: int, d: int, q: int, lo: int, xdt, dtype) -> tuple:
     """Everything of an encode launch but x, per method, parameters, shape and counts (a decode step's
@@ -205,7 +210,7 @@ def _encode_static(name: str, p: spec.Params, b: int, h: int, t: int, d: int, q:
     levels = (1 << p.bits) - 1 if name in ("kivi", "mlx_affine") else 0
     consts = (sig, tau, *_tables(p, d), _consts(d, levels), _meta(bits1, bits2, g, keys, q, lo))
     out_shapes = (shapes if q else [(1,)] * 4) + [(groups, 2)]
-    return (rows, zeros, consts, [("M", source.METHOD_IDS[name]), ("D", d), ("TS", ts)], grid, group, out_shapes,
+    return (rows, zeros, consts, _template(name, d, ts), grid, group, out_shapes,
             [mx.uint32, mx.uint32, ts, ts, mx.bool_], groups)
 
 
@@ -219,9 +224,6 @@ class KernelMethod:
 
     def __repr__(self):
         return f"<accelerated.kernels method {self.NAME}>"
-
-    def _template(self, d: int, ts: mx.Dtype) -> list:
-        return [("M", self.method_id), ("D", d), ("TS", ts)]
 
     # -- the kernel ------------------------------------------------------------------------------------
     def encode_launch(self, x: mx.array, p: spec.Params, q: int, check_from: int | None = None,
@@ -309,7 +311,7 @@ class KernelMethod:
         k = backend.kernel("decode", self.NAME, numerics.dtype_name(ts))
         ins = [codes, codes2, s1, s2, sig, tau, c1, c2, _consts(d, levels),
                _meta(bits1, bits2, p.group_size or 1, keys)]
-        (out,) = k(inputs=ins, template=self._template(d, ts), grid=grid, threadgroup=group,
+        (out,) = k(inputs=ins, template=_template(self.NAME, d, ts), grid=grid, threadgroup=group,
                    output_shapes=[(b, h, q, d)], output_dtypes=[mx.float32])
         return out
 

@@ -113,7 +113,7 @@ def check_x(x, params: spec.Params, dtype=None, finite: bool = True) -> None:
         raise ValueError(f"x: empty axis in shape {tuple(x.shape)}")
     params.check_head_dim(int(x.shape[-1]))
     if finite:
-        fault_nonfinite(x, "x: contains NaN or Inf")
+        fault_nonfinite(x, NONFINITE)
 
 
 def check_norm_finite(n: mx.array) -> None:
@@ -130,6 +130,7 @@ def check_norm_finite(n: mx.array) -> None:
 # synchronizes anyway (accelerated.kernels.faults.flags).
 _DEFERRED: contextvars.ContextVar[list | None] = contextvars.ContextVar("veloxquant_deferred", default=None)
 FAULT_KINDS = ("flag", "nonfinite")     # any element nonzero / any element NaN or +-Inf
+NONFINITE = "x: contains NaN or Inf"     # the message of every path's NaN/Inf check of x
 
 
 def fault(flag: mx.array, message: str) -> None:

@@ -110,8 +110,8 @@ def encode_chunk(method, x: mx.array, p: spec.Params, q: int, check_from: int = 
     if hasattr(method, "encode_chunk"):
         return method.encode_chunk(x, p, q, check_from, dtype)
     # two records, one message: deferred, they are reduced with the chunk's other checks in one launch
-    numerics.fault_nonfinite(x[:, :, :q], "x: contains NaN or Inf")
-    numerics.fault_nonfinite(x[:, :, check_from:], "x: contains NaN or Inf")
+    numerics.fault_nonfinite(x[:, :, :q], numerics.NONFINITE)
+    numerics.fault_nonfinite(x[:, :, check_from:], numerics.NONFINITE)
     dt = x.dtype if dtype is None else numerics.DTYPES[numerics.dtype_name(dtype)]
     if q == 0:
         b, h, _, d = x.shape
