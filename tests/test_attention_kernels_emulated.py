@@ -92,6 +92,77 @@ static inline float vq_shfl_idx(float v, int src) {
   vq_warp_bar[w]->arrive_and_wait();
   return r;
 }
+static inline uint32_t vq_shfl_idx(uint32_t v, int src) {
+  float f, r;
+  std::memcpy(&f, &v, 4);
+  r = vq_shfl_idx(f, src);
+  uint32_t u;
+  std::memcpy(&u, &r, 4);
+  return u;
+}
+// the tensor-core loop's helpers (accelerated/kernels/attention_tc.py TC_CUDA_HEADER): the same operations in
+// plain C++; mma.m16n8k16 as a warp exchange, products and sums in double (the hardware's accumulation order
+// and rounding are its own: the GPU run of the suite checks those against the same budget)
+static inline uint32_t vq_h2(float lo, float hi) {
+  const _Float16 a = (_Float16)lo, b = (_Float16)hi;
+  uint16_t x, y;
+  std::memcpy(&x, &a, 2);
+  std::memcpy(&y, &b, 2);
+  return (uint32_t)x | ((uint32_t)y << 16);
+}
+static inline float vq_hround(float x) { return (float)(_Float16)x; }
+static inline uint32_t vq_perm(uint32_t a, uint32_t b, uint32_t sel) {
+  const uint64_t v = (uint64_t)a | ((uint64_t)b << 32);
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= (uint32_t)((v >> (8 * ((sel >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+  return r;
+}
+static inline float vq_pow2_for(float mx, int e) {
+  int x;
+  std::frexp(mx, &x);
+  const int sh = e - x;
+  return std::ldexp(1.0f, sh < -100 ? -100 : (sh > 100 ? 100 : sh));
+}
+static int vq_anyx[1024];
+static inline bool vq_any(bool p) {
+  const int w = vq_tid / 32;
+  vq_anyx[vq_tid] = p ? 1 : 0;
+  vq_warp_bar[w]->arrive_and_wait();
+  bool r = false;
+  for (int l = 0; l < 32; ++l) r = r || vq_anyx[(vq_tid & ~31) + l] != 0;
+  vq_warp_bar[w]->arrive_and_wait();
+  return r;
+}
+#define VQ_ANY(p) vq_any((p))
+static uint32_t vq_mxa[1024][4];
+static uint32_t vq_mxb[1024][2];
+static inline float vq_hf(uint32_t v, int k) {
+  const uint16_t x = (uint16_t)(v >> (16 * (k % 2)));
+  _Float16 f;
+  std::memcpy(&f, &x, 2);
+  return (float)f;
+}
+static inline void vq_mma(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  const int w = vq_tid / 32, base = vq_tid & ~31, lane = vq_tid & 31, g = lane >> 2, tig = lane & 3;
+  vq_mxa[vq_tid][0] = a0; vq_mxa[vq_tid][1] = a1; vq_mxa[vq_tid][2] = a2; vq_mxa[vq_tid][3] = a3;
+  vq_mxb[vq_tid][0] = b0; vq_mxb[vq_tid][1] = b1;
+  vq_warp_bar[w]->arrive_and_wait();
+  double acc[4];
+  for (int i = 0; i < 4; ++i) {
+    const int r = g + 8 * (i / 2), n = 2 * tig + i % 2;
+    double y = d[i];
+    for (int k = 0; k < 16; ++k) {
+      const float av = vq_hf(vq_mxa[base + (r % 8) * 4 + (k % 8) / 2][(r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k);
+      const float bv = vq_hf(vq_mxb[base + n * 4 + (k % 8) / 2][k >= 8 ? 1 : 0], k);
+      y += (double)av * (double)bv;
+    }
+    acc[i] = y;
+  }
+  vq_warp_bar[w]->arrive_and_wait();
+  for (int i = 0; i < 4; ++i) d[i] = (float)acc[i];
+}
+template <int N>
+static inline void vq_words(const uint32_t* p, uint32_t* out) { for (int i = 0; i < N; ++i) out[i] = p[i]; }
 static inline float vq_exp2(float x) { return std::exp2(x); }
 static inline float vq_round_to(float, float x) { return x; }
 static inline float vq_round_to(_Float16, float x) { return (float)(_Float16)x; }
@@ -133,7 +204,7 @@ def _params(names, types, shaped):
 def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
     p_ins, c_ins = plan.partial_names, src.inputs("combine")
     types = {**in_types, "o_acc": "float", "o_ml": "float", "f_c": "float"}
-    pbody = src.aliases("partial", *plan.key) + src.PARTIAL_BODY
+    pbody = src.aliases("partial", *plan.key[:4]) + (src.PARTIAL_TC_BODY if plan.key[4] else src.PARTIAL_BODY)
     cbody = src.aliases("combine") + src.COMBINE_BODY
     p_shaped = [n for n in p_ins if f"{n}_shape" in pbody or f"{n}_strides" in pbody]
     c_shaped = [n for n in c_ins if f"{n}_shape" in cbody or f"{n}_strides" in cbody]
@@ -273,3 +344,76 @@ def test_kernel_bodies_match_ops_attention_and_float64(case, fused, monkeypatch)
     tol = {mx.float32: 2e-5, mx.float16: 2e-3, mx.bfloat16: 1.6e-2}[qdt] * np.abs(want).max()
     np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg="kernel body vs float64")
     np.testing.assert_allclose(got, ops_out, rtol=0, atol=2 * tol, err_msg="kernel body vs ops path")
+
+
+TC_SPLIT_FRACTION = 2.0 ** -6     # of conformance's attention budget, for float32 outputs (see the test)
+TC_CASES = [
+    # (B, Hkv, rep, L, T, d), queries dtype, causal, query scale, value scale
+    ((1, 2, 4, 1, 300, 128), mx.float32, False, 2.0, 1.0),
+    ((1, 1, 2, 2, 75, 64), mx.float16, True, 2.0, 1.0),
+    ((2, 1, 1, 1, 40, 128), mx.float32, False, 1e-3, 3e4),     # one partial chunk per split; tiny q, big norms
+    ((1, 1, 4, 1, 530, 128), mx.bfloat16, False, 40.0, 1e-3),
+    ((1, 2, 4, 1, 600, 128), mx.float32, False, 1.0, "ramp"),   # value norms 1e-3 .. 1e3 within a split: fv lowered
+]
+
+
+@pytest.fixture
+def tensor_cores(monkeypatch):
+    """The partial kernel's tensor-core loop as CUDA on sm_80+ would take it (accelerated/kernels/attention_tc.py)."""
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)
+    katt._static.cache_clear()
+    yield
+    katt._static.cache_clear()
+
+
+@pytest.mark.parametrize("case", TC_CASES, ids=[f"rep{c[0][2]}-L{c[0][3]}-T{c[0][4]}-d{c[0][5]}" for c in TC_CASES])
+def test_tensor_core_loop_within_the_attention_budget(case, tensor_cores):
+    """turboquant b4 keys and values through the tensor-core loop (float16 hi + lo operand parts, power-of-two
+    scales), emulated, against float64 within conformance's attention budget."""
+    _check_tc_case(case, emulate)
+
+
+_REAL_MMA = katt._mma_available
+
+
+@pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
+@pytest.mark.parametrize("case", TC_CASES, ids=[f"rep{c[0][2]}-L{c[0][3]}-T{c[0][4]}-d{c[0][5]}" for c in TC_CASES])
+def test_tensor_core_loop_on_the_gpu_within_the_attention_budget(case):
+    """The same cases through the compiled kernel (the hardware's mma accumulation, not the emulation's)."""
+    _check_tc_case(case, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)))
+
+
+def _check_tc_case(case, run):
+    from conformance.checks import attention_budget
+    (b, hkv, rep, lq, t, d), qdt, causal, qs, vs = case
+    rng = np.random.default_rng(t + d)
+    kp = spec.Params("turboquant", role="k", window=0, seed=3, layer=1, bits=4).resolved()
+    vp = spec.Params("turboquant", role="v", window=0, seed=3, layer=1, bits=4).resolved()
+    kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+    vscale = np.logspace(-3, 3, t)[None, None, :, None] if vs == "ramp" else vs
+    vx = mx.array((rng.standard_normal((b, hkv, t, d)) * vscale).astype(np.float32))
+    q = mx.array((rng.standard_normal((b, hkv * rep, lq, d)) * qs).astype(np.float32)).astype(qdt)
+    k, v = _packed(kx, kp), _packed(vx, vp)
+    scale = 1.0 / np.sqrt(d)
+    mask = "causal" if causal else None
+    plan = katt.launch_plan(q, k, v, scale, mask)
+    assert plan.key[4], f"launch_plan(turboquant b4, d={d}) did not take the tensor-core loop: {plan.key}"
+    got = run(q, k, v, scale, mask).astype(np.float64)
+    qf = np.array(q.astype(mx.float32)).astype(np.float64)
+    k64, v64 = np.array(k.dequantized()).astype(np.float64), np.array(v.dequantized()).astype(np.float64)
+    want = f64_attention(qf, k64, v64, scale, causal)
+    kr, vr = np.repeat(k64, rep, axis=1), np.repeat(v64, rep, axis=1)
+    s = np.einsum("bhqd,bhkd->bhqk", qf, kr) * scale
+    if causal:
+        s = np.where(np.arange(t)[None, :] <= (t - lq + np.arange(lq))[:, None], s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    budget = attention_budget(qf, kr, vr, p, scale, True, True)
+    if qdt != mx.float32:       # the output is rounded to the queries' dtype
+        budget = budget + np.abs(want) * (2.0 ** -11 if qdt == mx.float16 else 2.0 ** -8)
+    ratio = np.abs(got - want) / budget
+    # float32 outputs: the split operands keep ~22 bits, far inside the budget; float16 operands alone (no lo
+    # parts) measured 0.066 of it on the first case, so this bound tells the two apart
+    bound = TC_SPLIT_FRACTION if qdt == mx.float32 else 1.0
+    assert ratio.max() <= bound, (f"tensor-core loop, case {case}: worst error / budget {ratio.max():.3g} > "
+                                  f"{bound} at {np.unravel_index(ratio.argmax(), ratio.shape)}")

@@ -1,6 +1,8 @@
 """Fused decode attention over packed records (spec/attention.md): the `partial` and `combine` kernels of
 accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode); on
-CUDA the combine runs inside the partial launch (FUSE_COMBINE), elsewhere as a second launch.
+CUDA the combine runs inside the partial launch (FUSE_COMBINE), elsewhere as a second launch. On CUDA GPUs with
+mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values without a window take the partial's tensor-core loop
+(accelerated/kernels/attention_tc.py; `_tensor_cores` says when).
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
 at most accelerated.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
@@ -29,6 +31,11 @@ LONG_SPLIT = 1024             # ... and beyond 8k encoded tokens: fewer, longer 
 PREFETCH = 1                  # 1: the partial kernel loads the next iteration's words while scoring this one
 FUSE_COMBINE = True           # CUDA: the combine inside the partial launch (one launch per layer instead of two)
 MAX_THREADGROUPS = 2048       # partial threadgroups per launch: enough to fill the GPU, bounded partials
+TC_PREFETCH = 2               # the tensor-core loop loads the next 2 chunks while it scores one
+TC_MIN_BLOCKS = 2             # ... compiled for 2 threadgroups per multiprocessor (registers <= 255)
+TC_WAVES = 1                  # ... and split so that its threadgroups fill the GPU this many times: a
+                              # threadgroup's setup and merge are latency it cannot hide, so fewer, longer splits
+TENSOR_CORES = True           # CUDA sm_80+: the partial's tensor-core loop where it applies (attention_tc.py)
 LOG2E = 1.4426950408889634
 
 _FIELDS = {   # record fields as the kernel's (c1, c2, s0, s1, gs, gz) inputs
@@ -162,7 +169,7 @@ class Plan:
     splits: int
     qb: int
     partial_names: list = dataclasses.field(default_factory=list)   # attention_source.inputs of the launch
-    key: tuple = (0, 0, False, False)                               # (MK, MV, HASWIN, FUSED): the partial kernel
+    key: tuple = (0, 0, False, False, False)                        # (MK, MV, HASWIN, FUSED, TC): the partial kernel
     fused: bool = False                                             # the combine runs inside the partial launch
 
 
@@ -177,7 +184,7 @@ class _Static(typing.NamedTuple):
     combine_grid: tuple
     splits: int
     qb: int
-    key: tuple                # (MK, MV, HASWIN, FUSED): the partial kernel
+    key: tuple                # (MK, MV, HASWIN, FUSED, TC): the partial kernel
     out_shapes: list
     out_dtypes: list
     counts: mx.array | None   # the fused launch's per-group counters
@@ -185,16 +192,21 @@ class _Static(typing.NamedTuple):
 
 @functools.lru_cache(maxsize=1024)
 def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, hkv: int, q_enc_splits: int,
-            has_win: bool, causal: bool, qdtype, scale: float, fused: bool) -> _Static:
+            has_win: bool, causal: bool, qdtype, scale: float, fused: bool, q_fine: int = 1) -> _Static:
     """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it)."""
     nq = (hq // hkv) * l
     p_lanes = min(32, d // 8)
     nc = d // (8 * p_lanes)
     parts = 2 if "turboquant_prod" in (kp.method, vp.method) else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
-    qb = max(1, min(qb, 32 // (nc * parts)))               # registers: qb * nc query + accumulator values
+    tc = _tensor_cores(kp, vp, d, has_win)
+    # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
+    qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
-    splits = max(1, min(q_enc_splits, MAX_THREADGROUPS // max(1, hkv * b * nqg)))
+    if tc:      # q_fine: splits of TOKENS_PER_SPLIT tokens, fewer where one wave of threadgroups is full
+        splits = max(1, min(q_fine, TC_WAVES * TC_MIN_BLOCKS * _sm_count() // max(1, hkv * b * nqg) - 1))
+    else:
+        splits = max(1, min(q_enc_splits, MAX_THREADGROUPS // max(1, hkv * b * nqg)))
     kb1, kb2 = _bits(kp)
     vb1, vb2 = _bits(vp)
     mk, mv = src.METHOD_IDS[kp.method], src.METHOD_IDS[vp.method]
@@ -205,6 +217,9 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
             ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", PREFETCH), ("FUSED", int(fused)),
             ("OT", qdtype)]
+    if tc:
+        tmpl = [(n, v) for n, v in tmpl if n != "PF"]
+        tmpl = [(n, v) for n, v in tmpl if n != "U"] + [("PF", TC_PREFETCH)]    # no U in the tensor-core loop
     vparts = 2 if vp.method == "turboquant_prod" else 1
     outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]
     if fused:
@@ -212,7 +227,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     grid = (NT * (splits + 1), hkv, b * nqg)
     return _Static(_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused), tmpl,
                    grid, outs, [("MV", mv), ("D", d), ("OT", qdtype)], (d * nq, hkv, b), splits, qb,
-                   (mk, mv, has_win, fused), [s for s, _ in outs], [t for _, t in outs],
+                   (mk, mv, has_win, fused, tc), [s for s, _ in outs], [t for _, t in outs],
                    _counts(grid[1] * grid[2]) if fused else None)
 
 
@@ -223,7 +238,7 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
     kw, vw = k.window, v.window
     st = _static(k.params, v.params, b, hq, l, d, kw.shape[1],
                  -(-q_enc // (TOKENS_PER_SPLIT if q_enc <= 8192 else LONG_SPLIT)), kw.shape[2] > 0, mask == "causal",
-                 queries.dtype, float(scale), _fused())
+                 queries.dtype, float(scale), _fused(), -(-q_enc // TOKENS_PER_SPLIT))
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
         flags = k.token if k.token is not None else _dummy(1, mx.bool_)
         if v.token is not None and v.token is not k.token:
@@ -273,17 +288,59 @@ def _counts(n: int) -> mx.array:
     return a
 
 
+def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool) -> bool:
+    """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
+    4-bit codes, head dim 64 or 128, no window split, on a CUDA GPU with mma.m16n8k16 (sm_80 and later)."""
+    return (TENSOR_CORES and not has_win and d in (64, 128) and kp.method == vp.method == "turboquant"
+            and kp.bits == vp.bits == 4 and _mma_available())
+
+
 @functools.lru_cache(maxsize=None)
-def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False):
+def _mma_available() -> bool:
+    if backend.backend() != "cuda":
+        return False
+    try:
+        arch = str(mx.device_info().get("architecture", ""))
+    except (AttributeError, RuntimeError, ValueError):     # an mlx without device_info: keep the scalar loop
+        return False
+    return arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= 80
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count() -> int:
+    """Multiprocessors of the CUDA GPU (PTX %nsmid), read once per process with one tiny launch and a sync
+    when the first tensor-core plan is made; 132 (an H100 / H200) if the probe fails."""
+    try:
+        k = backend.cuda_kernel(name="vq_nsmid", input_names=["x"], output_names=["n"],
+                                source='  unsigned v;\n  asm("mov.u32 %0, %%nsmid;" : "=r"(v));\n  n[0] = (int)v;\n')
+        (n,) = k(inputs=[_dummy(1)], output_shapes=[(1,)], output_dtypes=[mx.int32], grid=(1, 1, 1),
+                 threadgroup=(1, 1, 1))
+        return max(1, int(n.item()))
+    except (RuntimeError, ValueError):
+        return 132
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False, tc: bool = False):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, source = src.assemble(kind, be, mk, mv, haswin, fused)
+    header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc)
     ins = src.inputs(kind, mk, mv, haswin, fused)
     outs = (src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS) if kind == "partial" else src.COMBINE_OUTPUTS
-    name = f"vq_attention_{kind}" + (f"_{mk}{mv}{int(haswin)}{int(fused)}" if kind == "partial" else "")
+    name = f"vq_attention_{kind}" + (f"_{mk}{mv}{int(haswin)}{int(fused)}{'t' if tc else ''}" if kind == "partial" else "")
     if be == "cuda":
+        if tc:
+            header += _bounds(NT, TC_MIN_BLOCKS)
         return backend.cuda_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,
                                    ensure_row_contiguous=False)
     return mx.fast.metal_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,
                                 ensure_row_contiguous=False)
+
+
+def _bounds(nt: int, min_blocks: int) -> str:
+    """Header lines giving the kernel MLX writes next (`__global__ void name(...)`, which takes no attributes)
+    CUDA's __launch_bounds__: ptxas then keeps registers to what min_blocks blocks of nt threads per
+    multiprocessor allow. The header is the last text before that signature."""
+    return ("#undef __global__\n"
+            f"#define __global__ __location__(global) __launch_bounds__({nt}, {min_blocks})\n")

@@ -469,6 +469,10 @@ PARTIAL_LOOP = """\
     }
     BARRIER();
   }
+"""
+
+# step 5, shared with the tensor-core loop (attention_tc.py): the split's partial from sacc / sml
+PARTIAL_OUTPUT = """\
   // 5. this split's partial: o_acc (B, Hkv, NQ, S + 1, VPARTS, D), o_ml (B, Hkv, NQ, S + 1, 2)
   for (int i = tid; i < QB * VPARTS * D; i += NT) {
     const int r = qg * QB + i / (VPARTS * D);

@@ -26,7 +26,8 @@ VG channels; mlx_affine groups per token, with its decode rounded to the input d
 """
 from __future__ import annotations
 
-from veloxquant.accelerated.kernels.attention_partial import PARTIAL_LOOP
+from veloxquant.accelerated.kernels.attention_partial import PARTIAL_LOOP, PARTIAL_OUTPUT
+from veloxquant.accelerated.kernels.attention_tc import TC_CUDA_HEADER, TC_LOOP
 
 METHOD_IDS = {"turboquant": 0, "turboquant_rvq": 1, "rabitq": 2, "turboquant_prod": 3, "kivi": 4,
               "mlx_affine": 5}
@@ -139,7 +140,7 @@ inline void vq_butterfly_stage(TGMEM float* a, int rows, int hh, int t, int nt) 
 """
 
 # ---- partial ------------------------------------------------------------------------------------------------
-PARTIAL_BODY = """
+PARTIAL_SETUP = """
   constexpr int NW = NT / 32;             // warps
   constexpr int TPW = 32 / P;             // token slots per warp
   constexpr int TPI = NW * TPW;           // tokens per iteration of the block
@@ -244,7 +245,9 @@ PARTIAL_BODY = """
   const float rv1 = f_vtab1[lane % (1 << VB1)];
   const float rv2 = f_vtab2[lane % (1 << VB2)];
 
-""" + PARTIAL_LOOP      # steps 3-5: accelerated/kernels/attention_partial.py
+"""
+# steps 3-5: accelerated/kernels/attention_partial.py
+PARTIAL_BODY = PARTIAL_SETUP + PARTIAL_LOOP + PARTIAL_OUTPUT
 
 # ---- combine ------------------------------------------------------------------------------------------------
 # Rows CR0 .. CR1 - 1 of KV head h: merge the S encoded splits' partials (max, sum, weighted values), apply the
@@ -311,6 +314,163 @@ COMBINE_ROWS = """
   }
 """
 
+COMBINE_ROWS_STRIDED = """
+  // (the tensor-core kernel's: all NR rows at once, the splits strided over the threads. Measured with it on the
+  // H200; the scalar kernels keep COMBINE_ROWS, which measured faster there: docs/decode-step-analysis.md)
+  const int NR = CR1 - CR0;
+  const int64_t crow0 = ((int64_t)b * hkv + h) * nq + CR0;     // row CR0 + r: (crow0 + r) * (S + 1)
+  // (a) each row's max over the splits: per thread, then a tree over the CNT threads (a power of two)
+  for (int r = 0; r < CQB; ++r) {
+    float pm = NEG_INF;
+    if (r < NR) {
+      for (int s2 = CT; s2 < S; s2 += CNT) {
+        pm = vq_max(pm, o_ml[((crow0 + r) * (S + 1) + s2) * 2]);
+      }
+    }
+    cred[r * CNT + CT] = pm;
+  }
+  for (int half = CNT / 2; half > 0; half >>= 1) {
+    BARRIER();
+    for (int i = CT; i < CQB * half; i += CNT) {
+      const int o = (i / half) * CNT + i % half;
+      cred[o] = vq_max(cred[o], cred[o + half]);
+    }
+  }
+  BARRIER();
+  float me[CQB];
+  for (int r = 0; r < CQB; ++r) {
+    me[r] = cred[r * CNT];
+  }
+  BARRIER();
+  // (b) each row's sum of the splits' sums, rescaled to its max, likewise
+  for (int r = 0; r < CQB; ++r) {
+    float pl = 0.0f;
+    if (r < NR) {
+      for (int s2 = CT; s2 < S; s2 += CNT) {
+        const int64_t o = ((crow0 + r) * (S + 1) + s2) * 2;
+        const float ms = o_ml[o];
+        pl += (ms == NEG_INF) ? 0.0f : o_ml[o + 1] * vq_exp2(ms - me[r]);
+      }
+    }
+    cred[r * CNT + CT] = pl;
+  }
+  for (int half = CNT / 2; half > 0; half >>= 1) {
+    BARRIER();
+    for (int i = CT; i < CQB * half; i += CNT) {
+      const int o = (i / half) * CNT + i % half;
+      cred[o] = cred[o] + cred[o + half];
+    }
+  }
+  BARRIER();
+  float le[CQB];
+  for (int r = 0; r < CQB; ++r) {
+    le[r] = cred[r * CNT];
+  }
+  // (c) the weighted value sums: CNT >= D: thread CT takes coordinate CT % D and every CG-th split from CT / D
+  //     (partials summed in order below); CNT < D: coordinates CT, CT + CNT, ... and every split
+  constexpr int CG = (CNT >= D) ? CNT / D : 1;
+  constexpr int CC = (CNT >= D) ? 1 : D / CNT;
+  const int gi = (CNT >= D) ? CT / D : 0;
+  for (int k = 0; k < CC; ++k) {
+    const int c = (CNT >= D) ? CT % D : CT + k * CNT;
+    float y[CQB];
+    float y2[CQB];
+    for (int r = 0; r < CQB; ++r) {
+      y[r] = 0.0f;
+      y2[r] = 0.0f;
+    }
+    if (gi < CG) {
+      for (int s2 = gi; s2 < S; s2 += CG) {
+        for (int r = 0; r < CQB; ++r) {
+          if (r < NR) {
+            const int64_t row = (crow0 + r) * (S + 1) + s2;
+            const float ms = o_ml[row * 2];
+            const float w = (ms == NEG_INF) ? 0.0f : vq_exp2(ms - me[r]);
+            y[r] += o_acc[row * VPARTS * D + c] * w;
+            if (VPARTS == 2) {
+              y2[r] += o_acc[row * VPARTS * D + D + c] * w;
+            }
+          }
+        }
+      }
+    }
+    for (int r = 0; r < CQB; ++r) {
+      if (CG == 1) {
+        cy[r * D + c] = y[r];
+        if (VPARTS == 2) {
+          cy2[r * D + c] = y2[r];
+        }
+      } else if (gi < CG) {
+        cpart[((r * VPARTS) * CG + gi) * D + c] = y[r];
+        if (VPARTS == 2) {
+          cpart[((r * VPARTS + 1) * CG + gi) * D + c] = y2[r];
+        }
+      }
+    }
+  }
+  if (CG > 1) {
+    BARRIER();
+    for (int i = CT; i < CQB * D; i += CNT) {
+      const int r = i / D;
+      const int c = i % D;
+      float y = 0.0f;
+      float y2 = 0.0f;
+      for (int q2 = 0; q2 < CG; ++q2) {
+        y += cpart[((r * VPARTS) * CG + q2) * D + c];
+        if (VPARTS == 2) {
+          y2 += cpart[((r * VPARTS + 1) * CG + q2) * D + c];
+        }
+      }
+      cy[i] = y;
+      if (VPARTS == 2) {
+        cy2[i] = y2;
+      }
+    }
+  }
+  BARRIER();
+  if (VROT) {
+    // inverse RHT of every row: H, s_d, signs (rotation.md); turboquant_prod first adds tau's inverse of the
+    // sketch part
+    for (int pass = (VPARTS == 2 ? 0 : 1); pass < 2; ++pass) {
+      for (int hh = 1; hh < D; hh <<= 1) {
+        vq_butterfly_stage<D>((pass == 0) ? cy2 : cy, NR, hh, CT, CNT);
+        BARRIER();
+      }
+      for (int i = CT; i < NR * D; i += CNT) {
+        const int c = i % D;
+        if (pass == 0) {
+          cy[i] = cy[i] + cy2[i] * f_k[0] * f_vtau[h * D + c];
+        } else {
+          cy[i] = cy[i] * f_k[0] * f_vsig[h * D + c];
+        }
+      }
+      BARRIER();
+    }
+  }
+  // (d) the window's partial (split S), the division by the total sum, the output rows in the queries' dtype
+  for (int i = CT; i < NR * D; i += CNT) {
+    const int r = i / D;
+    const int c = i % D;
+    const int64_t roww = (crow0 + r) * (S + 1) + S;
+    float mer = NEG_INF;
+    float ler = 0.0f;
+    for (int r2 = 0; r2 < CQB; ++r2) {
+      mer = (r2 == r) ? me[r2] : mer;
+      ler = (r2 == r) ? le[r2] : ler;
+    }
+    const float mw = o_ml[roww * 2];
+    const float lw = o_ml[roww * 2 + 1];
+    const float mt = vq_max(mer, mw);
+    const float we = (mer == NEG_INF) ? 0.0f : vq_exp2(mer - mt);
+    const float ww = (mw == NEG_INF) ? 0.0f : vq_exp2(mw - mt);
+    const int rr = CR0 + r;
+    const int head = h * rep + rr / L;
+    const int pos = rr % L;
+    const float o = (cy[i] * we + o_acc[roww * VPARTS * D + c] * ww) / (ler * we + lw * ww);
+    out[(((int64_t)b * hq + head) * L + pos) * D + c] = static_cast<OT>(o);
+  }
+"""
+
 # the combine as its own launch: a threadgroup of D threads per query row
 COMBINE_BODY = """
   constexpr bool VROT = MV <= 3;
@@ -334,7 +494,8 @@ COMBINE_BODY = """
 # the combine inside the partial launch (FUSED): the block of a (batch x query group, KV head) that finishes
 # last merges its S + 1 splits. Each block makes its partial visible device-wide and counts itself in cnt
 # (persistent, zero between launches); the block that reads S is last and sets the count back to zero.
-PARTIAL_COMBINE = """
+def _partial_combine(rows: str, strided: bool) -> str:
+    return """
   if (FUSED) {
     SHARED(int, slast, 1);
     THREADFENCE();
@@ -351,7 +512,10 @@ PARTIAL_COMBINE = """
       const int CR1 = vq_min(nq, qg * QB + QB);
       const int CT = tid;
       constexpr int CNT = NT;
-""" + COMBINE_ROWS + """
+""" + ("""      constexpr int CQB = QB;
+      SHARED(float, cred, CQB * CNT);
+      SHARED(float, cpart, (CNT > D) ? CQB * VPARTS * CNT : 1);
+""" if strided else "") + rows + """
       if (tid == 0) {
         COUNT_RESET(cnt, (int)BLOCK_Z * hkv + h);
       }
@@ -359,6 +523,10 @@ PARTIAL_COMBINE = """
   }
 """
 
+
+PARTIAL_COMBINE = _partial_combine(COMBINE_ROWS, False)
+
+PARTIAL_TC_BODY = PARTIAL_SETUP + TC_LOOP + PARTIAL_OUTPUT + _partial_combine(COMBINE_ROWS_STRIDED, True)  # CUDA
 PARTIAL_BODY = PARTIAL_BODY + PARTIAL_COMBINE
 BODIES = {"partial": PARTIAL_BODY, "combine": COMBINE_BODY}
 
@@ -429,8 +597,12 @@ PRELUDES = {"cuda": (CUDA_HEADER, CUDA_PRELUDE), "metal": (METAL_HEADER, METAL_P
 
 
 def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False,
-             fused: bool = False) -> tuple[str, str]:
+             fused: bool = False, tc: bool = False) -> tuple[str, str]:
     """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal") and the
-    launch's inputs (`inputs(kind, mk, mv, haswin, fused)`)."""
+    launch's inputs (`inputs(kind, mk, mv, haswin, fused)`); `tc`: the partial's tensor-core loop (CUDA)."""
     header, prelude = PRELUDES[backend]
+    if tc:
+        if backend != "cuda" or kind != "partial":
+            raise ValueError("the tensor-core loop is a CUDA partial kernel's")
+        return header + TC_CUDA_HEADER, prelude + aliases(kind, mk, mv, haswin, fused) + PARTIAL_TC_BODY
     return header, prelude + aliases(kind, mk, mv, haswin, fused) + BODIES[kind]
