@@ -102,3 +102,37 @@ def test_cuda_sources_compile(tmp_path):
             stats[m.group(1)] = int(spill.group(1))
     assert set(stats) == set(names), sorted(set(names) - set(stats))
     assert stats["partial_0_128"] == 0, stats    # turboquant b4 keys and values, d = 128: no spills
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
+    """The tensor-core partial kernel (attention_tc.py) as attention.py launches it: turboquant 4-bit keys and values,
+    no window, fused combine, launch bounds of TC_MIN_BLOCKS threadgroups; for sm_80 (mma.m16n8k16's first
+    architecture) and sm_90. Spills in its loop would undo what it is for."""
+    from veloxquant.accelerated.kernels import attention as katt
+    header, partial = src.assemble("partial", "cuda", 0, 0, False, True, True)
+    body, names = "", []
+    for d, qb, dt, causal in [(128, 4, "__half", 0), (128, 1, "__nv_bfloat16", 1), (64, 2, "float", 1)]:
+        types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", kgs=dt, kgz=dt, vgs=dt,
+                     vgz=dt, kw=dt, vw=dt, flags="uint32_t", nenc="int32_t", cnt="int32_t", out=dt)
+        name = f"partial_tc_{d}_{qb}"
+        names.append(name)
+        body += _kernel(name, partial, src.inputs("partial", 0, 0, False, True), src.FUSED_OUTPUTS, types,
+                        [("MK", 0), ("MV", 0), ("KB1", 4), ("KB2", 1), ("VB1", 4), ("VB2", 1), ("D", d), ("QB", qb),
+                         ("NT", katt.NT), ("P", min(32, d // 8)), ("KG", 1), ("VG", 1), ("CAUSAL", causal),
+                         ("HASWIN", 0), ("PF", katt.TC_PREFETCH), ("FUSED", 1), ("OT", dt)])
+        body += _UNDEF
+    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
+            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
+            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + katt._bounds(katt.NT, katt.TC_MIN_BLOCKS)
+            + "namespace mlx::core::cu {\n" + body + "}\n")
+    cu = tmp_path / "attention_tc.cu"
+    cu.write_text(text)
+    for arch in ("sm_80", "sm_90"):
+        r = subprocess.run(["nvcc", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o",
+                            str(tmp_path / f"attention_tc_{arch}.cubin")], capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-4000:]
+        spills = {m.group(1): int(m.group(2)) for m in re.finditer(
+            r"Compiling entry function '[^']*(partial_tc_\d+_\d+)[^']*'.*?(\d+) bytes spill stores", r.stderr, re.S)}
+        assert set(spills) == set(names), (arch, r.stderr[-2000:])
+        assert not any(spills.values()), (arch, spills)

@@ -3,24 +3,32 @@ with 4-bit codes, no window split (accelerated/kernels/attention.py `_tensor_cor
 (step 1-2: queries scaled, rotated into the keys' domain, in `sq`) and steps 5 and the fused combine are
 attention_source.py's, unchanged; this loop leaves `sacc` / `sml` as the scalar loop does.
 
-Tolerance tier (spec/attention.md). Each warp scores 16 tokens at a time with mma.m16n8k16 (float16 operands,
-float32 accumulation): scores = Q K^T with the query rows in M, and the weighted value sums = P V with the
-same rows in M. float16 alone would round each operand to 11 bits, so every operand is split in two float16
-parts, x = hi + lo with hi the float16 rounding of x and lo that of x - hi (22 bits, the rest below 2^-22 |x|):
-the query rows' hi parts sit in M rows 0-3, their lo parts in rows 4-7 (query rows 4-7, when a group has 8,
-in rows 8-11 and 12-15), and each product is taken twice, once with the keys' (values') hi parts and once with
-their lo parts, so a row pair sums to q.k up to the lo.lo term. Before splitting, query rows, code tables and
-the probabilities times value norms are scaled by powers of two (exact) that put their largest magnitude
-near 2^10, which keeps the float16 parts normal; the scores and sums are scaled back the same way.
+Tolerance tier (spec/attention.md). Each warp takes 16 tokens at a time with mma.m16n8k16 (float16 operands,
+float32 accumulation). float16 alone would round each operand to 11 bits, so every operand is split in two
+float16 parts, x = hi + lo with hi the float16 rounding of x and lo that of x - hi (22 bits; the rest is below
+2^-22 |x|), and each product is formed from both parts of both sides but lo.lo:
+- scores S = Q K^T: the query rows (at most 4) in M, their hi parts in rows 0-3 and lo parts in rows 4-7 (rows
+  8-15 zero), each k-step taken twice, with the keys' hi parts and then their lo parts; rows r and r + 4 are
+  summed afterwards (lanes g and g ^ 4);
+- value sums O^T = V^T P^T, transposed so that no M row is wasted: coordinates in M (two 8-coordinate halves),
+  the rows' two parts in N (columns 0-3 hi, 4-7 lo; the scores' accumulator layout is the probabilities'
+  operand layout, so P needs no exchange), each m-tile taken with the values' hi and then lo parts.
+Before splitting, query rows, code tables and p times the value norm are scaled by powers of two (exact) that put
+their largest magnitude near 2^10 and keep the float16 parts normal; the value norms' scale is set by the first
+chunk and lowered (O rescaled with it) when a chunk's norms would exceed it. Results are scaled back exactly.
 
 Coordinates are assigned to mma slots so that each lane's codes come from whole words (the dot products
 do not depend on the order of coordinates): for the scores, lane quarter tig owns coordinates
 tig * D/4 .. tig * D/4 + D/4 - 1 of a token (one 16-byte load at D = 128), k-step ks using 4 ks .. 4 ks + 3 of
-them; for the value sums, lane group g owns coordinates g * D/8 .. g * D/8 + D/8 - 1, n-tile nv being
-coordinate g * D/8 + nv. A code is looked up with a shuffle from the lane that holds its table entry (the
-entries' hi and lo parts packed in one word; lanes 16-31 repeat lanes 0-15, so a shift without a mask gives
-the lane: a shuffle reads the low 5 bits of its lane operand), and two entries' parts are paired for a
-float16x2 operand with one byte permute.
+them; for the value sums, lane group g owns coordinates g * D/8 .. g * D/8 + D/8 - 1, m-tile mt holding
+coordinate g * D/8 + mt in its row g and g * D/8 + D/16 + mt in its row g + 8. A code is looked up with a
+shuffle from the lane that holds its table entry (the entry's hi and lo parts packed in one word; lanes 16-31
+repeat lanes 0-15, so the shifted word needs no mask: a shuffle reads the low 5 bits of its lane operand), and
+two entries' parts are paired for a float16x2 operand with one byte permute.
+
+Launch shape (attention.py): 2 threadgroups of 4 warps per multiprocessor (launch bounds), the next TC_PREFETCH
+chunks' loads in flight in registers, and as many splits as fill the GPU once (docs/decode-step-analysis.md,
+"Fifth pass").
 """
 from __future__ import annotations
 
