@@ -354,7 +354,7 @@ TC_CASES = [
     ((2, 1, 1, 1, 40, 128), mx.float32, False, 1e-3, 3e4),     # one partial chunk per split; tiny q, big norms
     ((1, 1, 4, 1, 530, 128), mx.bfloat16, False, 40.0, 1e-3),
     ((1, 2, 4, 1, 600, 128), mx.float32, False, 1.0, "ramp"),   # value norms 1e-3 .. 1e3 within a split: fv lowered
-    ((1, 1, 4, 1, 100, 128), mx.float32, False, 1e-30, 1e17),  # value norms ~2^60 (squares overflow past ~2^64), q ~2^-98
+    ((1, 1, 4, 1, 100, 128), mx.float32, False, 1e-30, 1e17),  # norms ~2^60 (squares overflow past 2^64); q ~2^-98
 ]
 
 

@@ -217,9 +217,8 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
             ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", PREFETCH), ("FUSED", int(fused)),
             ("OT", qdtype)]
-    if tc:
-        tmpl = [(n, v) for n, v in tmpl if n != "PF"]
-        tmpl = [(n, v) for n, v in tmpl if n != "U"] + [("PF", TC_PREFETCH)]    # no U in the tensor-core loop
+    if tc:      # the tensor-core loop has no U, and its own prefetch depth
+        tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", TC_PREFETCH)]
     vparts = 2 if vp.method == "turboquant_prod" else 1
     outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]
     if fused:
@@ -328,7 +327,8 @@ def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
     header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc)
     ins = src.inputs(kind, mk, mv, haswin, fused)
     outs = (src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS) if kind == "partial" else src.COMBINE_OUTPUTS
-    name = f"vq_attention_{kind}" + (f"_{mk}{mv}{int(haswin)}{int(fused)}{'t' if tc else ''}" if kind == "partial" else "")
+    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{'t' if tc else ''}"
+    name = f"vq_attention_{kind}" + (tag if kind == "partial" else "")
     if be == "cuda":
         if tc:
             header += _bounds(NT, TC_MIN_BLOCKS)
