@@ -385,7 +385,7 @@ def test_tensor_core_loop_on_the_gpu_within_the_attention_budget(case):
 
 
 def _check_tc_case(case, run):
-    from conformance.checks import attention_budget
+    from conformance.checks import attention_budget, attention_f64
     (b, hkv, rep, lq, t, d), qdt, causal, qs, vs = case
     rng = np.random.default_rng(t + d)
     kp = spec.Params("turboquant", role="k", window=0, seed=3, layer=1, bits=4).resolved()
@@ -402,13 +402,7 @@ def _check_tc_case(case, run):
     got = run(q, k, v, scale, mask).astype(np.float64)
     qf = np.array(q.astype(mx.float32)).astype(np.float64)
     k64, v64 = np.array(k.dequantized()).astype(np.float64), np.array(v.dequantized()).astype(np.float64)
-    want = f64_attention(qf, k64, v64, scale, causal)
-    kr, vr = np.repeat(k64, rep, axis=1), np.repeat(v64, rep, axis=1)
-    s = np.einsum("bhqd,bhkd->bhqk", qf, kr) * scale
-    if causal:
-        s = np.where(np.arange(t)[None, :] <= (t - lq + np.arange(lq))[:, None], s, -np.inf)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
+    want, p, kr, vr = attention_f64(qf, k64, v64, scale, mask)      # conformance's oracle, GQA heads repeated
     budget = attention_budget(qf, kr, vr, p, scale, True, True)
     if qdt != mx.float32:       # the output is rounded to the queries' dtype
         budget = budget + np.abs(want) * (2.0 ** -11 if qdt == mx.float16 else 2.0 ** -8)
