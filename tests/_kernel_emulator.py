@@ -57,6 +57,11 @@ PRELUDE = """
 #define TO_F32(v) static_cast<float>(v)
 #define TO_TS(v) vq_to<TS>((v))
 #define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))
+// the GPU preludes read these from template constants (B1, ...), the emulator from meta
+#define VQ_B1 meta[1]
+#define VQ_B2 meta[2]
+#define VQ_GS meta[3]
+#define VQ_KR meta[4]
 """
 
 HARNESS = r"""

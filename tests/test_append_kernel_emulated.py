@@ -33,6 +33,11 @@ KW = {"turboquant": dict(bits=3), "turboquant_rvq": dict(bits=2, bits2=3), "turb
 _C = {"float32": "float", "float16": "_Float16", "bfloat16": "vq_bf16"}
 
 
+def _params(method: str) -> spec.Params:
+    """The parameters PAIRS' launches use for a method (the code constants come from them)."""
+    return spec.Params(method, window=0, **KW[method]).resolved()
+
+
 def _ts(method: str, xt: str) -> str:
     return xt if method == "mlx_affine" else "float32"
 
@@ -69,8 +74,9 @@ def _source() -> str:
                 params.append(f"Strides {n}_strides")
                 args.append(f"strides_of(st + {4 * j})")
         ids = (source.METHOD_IDS[mk], source.METHOD_IDS[mv])
+        codes = "".join(f"  constexpr int {n} = {v};\n" for n, v in fused.code_template(_params(mk), _params(mv)))
         text += (f"static void app_thread_{i}({', '.join(params)}, bool* flags) {{\n"
-                 f"  constexpr int KM = {ids[0]};\n  constexpr int VM = {ids[1]};\n  constexpr int D = {D};\n"
+                 f"  constexpr int KM = {ids[0]};\n  constexpr int VM = {ids[1]};\n  constexpr int D = {D};\n{codes}"
                  f"  using KTS = {tk};\n  using VTS = {tv};\n" + ke.PRELUDE + fused.body(mk, mv) + "}\n")
         calls.append(f"  if (pair == {i}) {{ run_grid(groups, warps, [&] {{ app_thread_{i}({', '.join(args)}, "
                      f"(bool*)p[{len(names)}]); }}); return 0; }}")
@@ -188,8 +194,10 @@ def metal_append_source(mk: str, mv: str, xt: str) -> str:
     params.append(f"  device bool* flags [[buffer({i})]]")
     params += [f"  {t} {a} [[{a}]]" for a, t in tks.MLX_METAL_ATTRIBUTES.items() if a in src]
     name = f"custom_kernel_vq_append_{mk}_{mv}_{xt}"
-    targs = f"<{source.METHOD_IDS[mk]}, {source.METHOD_IDS[mv]}, {D}, {tk}, {tv}>"
-    return (f"template <int KM, int VM, int D, typename KTS, typename VTS>\n[[kernel]] void {name}(\n"
+    codes = fused.code_template(_params(mk), _params(mv))
+    targs = f"<{source.METHOD_IDS[mk]}, {source.METHOD_IDS[mv]}, {D}, {tk}, {tv}, " + ", ".join(str(v) for _, v in codes) + ">"
+    tparams = ", ".join(f"int {n}" for n, _ in codes)
+    return (f"template <int KM, int VM, int D, typename KTS, typename VTS, {tparams}>\n[[kernel]] void {name}(\n"
             + ",\n".join(params) + f") {{\n{src}\n}}\n"
             + f"template [[host_name(\"{name}\")]] [[kernel]] decltype({name}{targs}) {name}{targs};\n")
 
@@ -216,7 +224,7 @@ def test_cuda_append_compiles(tmp_path):
         types["flags"] = "bool"
         body += tas._kernel(f"append_{i}", text, fused.inputs(mk, mv), fused.OUTPUTS, types,
                             [("KM", source.METHOD_IDS[mk]), ("VM", source.METHOD_IDS[mv]), ("D", 128), ("KTS", tk),
-                             ("VTS", tv)])
+                             ("VTS", tv), *fused.code_template(_params(mk), _params(mv))])
         body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n"
     text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
             "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"

@@ -33,14 +33,27 @@ def side_type(method: str, xt: str) -> str:
     return "float32" if source.METHOD_IDS[method] <= 3 else "float16" if method == "kivi" else xt
 
 
-def kernel_name(kind: str, method: str, d: int, xt: str) -> str:
-    return f"vq_{kind}_{method}_d{d}_{xt}"
+# (B1, B2, GS, KR) template constants (methods.code_constants) of the benchmark cases, kivi as values
+CODES = {"turboquant": (4, 1, 1, 0), "turboquant_rvq": (2, 2, 1, 0), "turboquant_prod": (3, 1, 1, 0),
+         "rabitq": (1, 1, 1, 0), "kivi": (4, 1, 32, 0), "mlx_affine": (4, 1, 64, 0)}
 
 
-def cuda_kernel(kind: str, method: str, d: int, xt: str = "float16") -> str:
+def kernel_name(kind: str, method: str, d: int, xt: str, codes: tuple | None = None) -> str:
+    tail = "" if codes is None else "_c" + "_".join(map(str, codes))
+    return f"vq_{kind}_{method}_d{d}_{xt}{tail}"
+
+
+def code_lines(method: str, codes: tuple | None = None) -> str:
+    """The constexpr lines of the code template constants, as MLX writes template arguments."""
+    b1, b2, gs, kr = CODES[method] if codes is None else codes
+    return f"  constexpr int B1 = {b1};\n  constexpr int B2 = {b2};\n  constexpr int GS = {gs};\n  constexpr int KR = {kr};\n"
+
+
+def cuda_kernel(kind: str, method: str, d: int, xt: str = "float16", codes: tuple | None = None) -> str:
     """One kernel as MLX's cuda_kernel writes it (mlx/backend/cuda/custom_kernel.cpp build_kernel): inputs
     as `const T* name` (+ `name_shape` / `name_strides` where the source mentions them), outputs `T* name`,
-    then `constexpr int M`, `constexpr int D`, `using TS`, then the body."""
+    then `constexpr int M`, `constexpr int D`, `using TS`, the code constants (B1, B2, GS, KR: `codes`,
+    default CODES[method]), then the body."""
     header, src = source.assemble(kind, "cuda")
     ts = CUDA_TYPES[side_type(method, xt)]
     if kind == "encode":
@@ -61,17 +74,17 @@ def cuda_kernel(kind: str, method: str, d: int, xt: str = "float16") -> str:
             params.append(f"const __grid_constant__ Strides {n}_strides")
     params += [f"{t}* {n}" for n, t in outs]
     body = (f"  constexpr int M = {source.METHOD_IDS[method]};\n  constexpr int D = {d};\n  using TS = {ts};\n"
-            + src)
-    return (f"namespace mlx::core::cu {{\n{header}\n__global__ void {kernel_name(kind, method, d, xt)}("
+            + code_lines(method, codes) + src)
+    return (f"namespace mlx::core::cu {{\n{header}\n__global__ void {kernel_name(kind, method, d, xt, codes)}("
             + ", ".join(params) + f") {{\n{body}\n}}\n}}\n")
 
 
-def translation_unit(kernels: list[tuple[str, str, int, str]]) -> str:
-    """Several kernels in one .cu file; the shared header (vq_to) once."""
+def translation_unit(kernels: list[tuple]) -> str:
+    """Several kernels (kind, method, d, xt[, codes]) in one .cu file; the shared header (vq_to) once."""
     text = PREAMBLE
     header = source.CUDA_HEADER
-    for i, (kind, method, d, xt) in enumerate(kernels):
-        k = cuda_kernel(kind, method, d, xt)
+    for i, kernel in enumerate(kernels):
+        k = cuda_kernel(*kernel)
         text += k if i == 0 else k.replace(header, "")
     return text
 

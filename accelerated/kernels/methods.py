@@ -182,9 +182,17 @@ def _field_shapes(p: spec.Params, b: int, h: int, q: int, d: int) -> list[tuple]
             side, side if names[3] else (1,)]
 
 
-def _template(method: str, d: int, ts: mx.Dtype) -> list:
+def code_constants(p: spec.Params) -> tuple[int, int, int, int]:
+    """(B1, B2, GS, KR): codes1's and codes2's bit widths, the group size and KIVI's role (1: keys), the
+    values meta[1..4] carries, as the kernels' template constants (the compiler specializes on them)."""
+    bits1, bits2 = _code_bits(p)
+    return bits1, bits2, p.group_size or 1, int(p.method == "kivi" and p.role == "k")
+
+
+def _template(method: str, p: spec.Params, d: int, ts: mx.Dtype) -> list:
     """The encode / decode kernels' template arguments."""
-    return [("M", source.METHOD_IDS[method]), ("D", d), ("TS", ts)]
+    b1, b2, gs, kr = code_constants(p)
+    return [("M", source.METHOD_IDS[method]), ("D", d), ("TS", ts), ("B1", b1), ("B2", b2), ("GS", gs), ("KR", kr)]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -210,7 +218,7 @@ def _encode_static(name: str, p: spec.Params, b: int, h: int, t: int, d: int, q:
     levels = (1 << p.bits) - 1 if name in ("kivi", "mlx_affine") else 0
     consts = (sig, tau, *_tables(p, d), _consts(d, levels), _meta(bits1, bits2, g, keys, q, lo))
     out_shapes = (shapes if q else [(1,)] * 4) + [(groups, 2)]
-    return (rows, zeros, consts, _template(name, d, ts), grid, group, out_shapes,
+    return (rows, zeros, consts, _template(name, p, d, ts), grid, group, out_shapes,
             [mx.uint32, mx.uint32, ts, ts, mx.bool_], groups)
 
 
@@ -311,7 +319,7 @@ class KernelMethod:
         k = backend.kernel("decode", self.NAME, numerics.dtype_name(ts))
         ins = [codes, codes2, s1, s2, sig, tau, c1, c2, _consts(d, levels),
                _meta(bits1, bits2, p.group_size or 1, keys)]
-        (out,) = k(inputs=ins, template=_template(self.NAME, d, ts), grid=grid, threadgroup=group,
+        (out,) = k(inputs=ins, template=_template(self.NAME, p, d, ts), grid=grid, threadgroup=group,
                    output_shapes=[(b, h, q, d)], output_dtypes=[mx.float32])
         return out
 

@@ -79,6 +79,22 @@ ENCODE_BODY = (
     + """
   SHARED(uint8_t, cst, 8192);                    // per-warp code staging (3/5/6/7-bit packing)
   SHARED(uint32_t, flt, 64);                     // per-warp fault flags
+  // quantize's sorted boundaries (B1 of bits <= 4 bits: 15 at most; rvq's B2) in threadgroup memory: one load
+  // per lookup step instead of a global load with 64-bit addressing
+  SHARED(float, f_tq, 32);
+  if (M <= 3 && M != 2 && warp == 0) {
+    const int k = lane & 15;
+    const bool two = lane >= 16;
+    float f_t = 0.0f;
+    if (!two && k < (1 << bits) - 1) {
+      f_t = f_b1[k];
+    }
+    if (two && M == 1 && k < (1 << bits2) - 1) {
+      f_t = f_b2[k];
+    }
+    f_tq[lane] = f_t;
+  }
+  BARRIER();
   const int nq = meta[5];                       // tokens to encode: 0..nq-1
   const int lo = meta[6];                       // tokens lo..T-1 are checked for NaN/Inf too
   const float f_lev = f_k[5];
@@ -158,14 +174,14 @@ ENCODE_BODY = (
         for (int e = 0; e < E; ++e) {
           const float f_u = PIN(MUL(f_v[e], f_r));
 """
-    + _quantize("f_u", "f_b1", "bits", "ci")
+    + _quantize("f_u", "f_tq", "bits", "ci")
     + """
           c1[e] = ci;
           f_e[e] = SUB(f_u, f_c1[ci]);          // rvq / prod: the residual e = u - C1[i]
           c2[e] = 0u;
           if (M == 1) {
 """
-    + _quantize("f_e[e]", "f_b2", "bits2", "ck")
+    + _quantize("f_e[e]", "f_tq", "bits2", "ck", 16)
     + """
             c2[e] = ck;
           }

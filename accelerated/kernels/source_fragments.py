@@ -20,10 +20,12 @@ _COMMON = """
   const int nwarps = (int)NWARPS;
   const bool act = lane < LW;
   const uint32_t pin0 = (uint32_t)meta[0];
-  const int bits = meta[1];
-  const int bits2 = meta[2];
-  const int gs = meta[3];
-  const int keys = meta[4];
+  // code widths, group size, KIVI role: template constants on a GPU (VQ_B1 = B1, ...: the compiler
+  // specializes the packing, quantize and group loops); meta[1..4] carry the same values
+  const int bits = VQ_B1;
+  const int bits2 = VQ_B2;
+  const int gs = VQ_GS;
+  const int keys = VQ_KR;
   const float f_sd = f_k[0];
 """
 
@@ -181,14 +183,14 @@ _ROWS_END = """
 """
 
 
-def _quantize(val: str, table: str, nbits: str, out: str) -> str:
-    """out = number of boundaries strictly below val (sorted table of 2^nbits - 1 entries)."""
+def _quantize(val: str, table: str, nbits: str, out: str, base: int = 0) -> str:
+    """out = number of boundaries strictly below val (sorted table of 2^nbits - 1 entries from table[base])."""
     return f"""
       uint32_t {out} = 0u;
       {{
         int s = 1 << ({nbits} - 1);
         for (int st = 0; st < 4; ++st) {{        // nbits <= 4: a fixed trip count, unrolled
-          if (s > 0 && {val} > {table}[{out} + s - 1]) {{
+          if (s > 0 && {val} > {table}[{base} + {out} + s - 1]) {{
             {out} += (uint32_t)s;
           }}
           s >>= 1;

@@ -48,6 +48,10 @@ CUDA_PRELUDE = """
 #define TO_F32(v) static_cast<float>(v)
 #define TO_TS(v) vq_to<TS>((v))
 #define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))
+#define VQ_B1 B1
+#define VQ_B2 B2
+#define VQ_GS GS
+#define VQ_KR KR
 """
 
 # Metal: contraction is switched off for the whole translation unit, division and sqrt are the precise::
@@ -98,6 +102,10 @@ METAL_PRELUDE = """
 #define TO_F32(v) static_cast<float>(v)
 #define TO_TS(v) static_cast<TS>((v))
 #define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))
+#define VQ_B1 B1
+#define VQ_B2 B2
+#define VQ_GS GS
+#define VQ_KR KR
 """
 
 PRELUDES = {"cuda": (CUDA_HEADER, CUDA_PRELUDE), "metal": (METAL_HEADER, METAL_PRELUDE)}
