@@ -93,6 +93,17 @@ def test_group_runs_interleaved_on_cpu():
     assert g["arms"]["fp16 copy"]["x_GBps"] > 0
 
 
+def test_group_per_eval_calls_distinct_inputs():
+    """per_eval = K: each timed evaluation calls the arm on K different pool inputs (not K times the same)."""
+    seen = []
+    xs = [mx.ones((4, 4)) * i for i in range(bench_sweep.POOL)]
+    arms = {"fp16 copy": lambda i: (seen.append(i), xs[i] * 1)[1], "kernel a": lambda i: xs[i] + 1}
+    g = bench_sweep.group("t", 16, "encode", arms, {"fp16 copy": 64, "kernel a": 64}, 0, 2, ("fp16 copy",),
+                          per_eval=3)
+    assert g["per_eval"] == 3 and g["arms"]["kernel a"]["n"] == 2
+    assert seen == [0, 1, 2, 1, 2, 3], seen
+
+
 @pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not installed: no CPU emulation")
 def test_sweep_runs_with_emulated_kernels(monkeypatch):
     """The whole measuring path (pools, records, every case's kernel arms, the decode-step group) on tiny

@@ -70,7 +70,7 @@ REGISTER_FILE = 65536    # 32-bit registers per CUDA block (sm_90)
 MAX_REGISTERS = 255      # per thread, the most ptxas assigns
 
 from veloxquant.accelerated.kernels.source_fragments import (  # noqa: F401  (re-exported for tests)
-    _COMMON, _ROWS_END, _SIGNS, _butterfly, _flip, _fold, _group_minmax, _hadamard_rows, _kivi_code,
+    _COMMON, _ROWS_END, _butterfly, _flip, _fold, _group_minmax, _hadamard_rows, _kivi_code,
     _kivi_params, _load_x, _pack, _quantize, _rows, _unpack)
 
 ENCODE_BODY = (
@@ -127,7 +127,6 @@ ENCODE_BODY = (
     if (M <= 3) {
       // rotation family. 1. exact upcast; 2. n = sqrt(fold(x * x))
 """
-    + _SIGNS
     + _load_x("i")
     + """
       float f_q[E];
@@ -368,7 +367,6 @@ DECODE_BODY = (
     float f_v[E];
     if (M <= 3) {
 """
-    + _SIGNS
     + """
       const float f_n = TO_F32(f_s1[r]);
       if (M == 0) {

@@ -125,26 +125,28 @@ def _flip(lanebits: str, src: str, dst: str) -> str:
 """
 
 
-_SIGNS = """
-      if (h != hsig) {                          // a new head: cache this lane's sign bits (bit e: slot e)
-        hsig = h;
-        sgb = 0u;
-        tab = 0u;
-        for (int e = 0; e < E; ++e) {
-          const int j = lane + LW * e;
-          sgb |= ((sig[h * WS + (j >> 5)] >> (j & 31)) & 1u) << e;
-          if (M == 3) {
-            tab |= ((tau[h * WS + (j >> 5)] >> (j & 31)) & 1u) << e;
-          }
-        }
-      }
+def _signs(h: str) -> str:
+    """This lane's sign bits of head h (bit e: slot e): sgb (sigma), tab (tau, turboquant_prod)."""
+    return f"""
+    if (M <= 3) {{
+      sgb = 0u;
+      tab = 0u;
+      for (int e = 0; e < E; ++e) {{
+        const int j = lane + LW * e;
+        sgb |= ((sig[({h}) * WS + (j >> 5)] >> (j & 31)) & 1u) << e;
+        if (M == 3) {{
+          tab |= ((tau[({h}) * WS + (j >> 5)] >> (j & 31)) & 1u) << e;
+        }}
+      }}
+    }}
 """
 
 
 def _rows(per: str, rows: str) -> str:
     """Loop over this warp's rows: rows r = (b * nh + h) * per + i are split into one contiguous chunk per
-    warp (a warp's rows mostly share a head: its sign bits stay cached), with (i, h, b) advanced
-    incrementally (no division per row). The loop body ends with _ROWS_END."""
+    warp, walked as segments of one (b, h) each: the head's sign bits (sgb, tab) are loaded once per
+    segment (not tested in every row), (i, h, b) advance without a division per row. The loop body ends
+    with _ROWS_END."""
     return f"""
   const uint32_t uper = ({per}) > 0 ? (uint32_t)({per}) : 1u;   // no division by 0 when there are no rows
   const uint32_t unh = nh > 0 ? (uint32_t)nh : 1u;
@@ -157,28 +159,29 @@ def _rows(per: str, rows: str) -> str:
   uint32_t ubh = rbeg / uper;
   uint32_t uh = ubh % unh;
   uint32_t ub = ubh / unh;
-  int hsig = -1;                                // the head whose sign bits sgb (sigma), tab (tau) hold
-  uint32_t sgb = 0u;
+  uint32_t sgb = 0u;                            // sign bits of the segment's head: sigma, tau
   uint32_t tab = 0u;
-  for (uint32_t r = rbeg; r < rend; ++r) {{
-    const int i = (int)ui;
+  for (uint32_t r0 = rbeg; r0 < rend; ) {{
+    const uint32_t rs = uper - ui < rend - r0 ? r0 + (uper - ui) : rend;   // this (b, h)'s rows: r0 .. rs-1
     const int h = (int)uh;
     const int bh = (int)ubh;
     const int b = (int)ub;
+""" + _signs("h") + """
+  for (uint32_t r = r0; r < rs; ++r) {
+    const int i = (int)(ui + (r - r0));
 """
 
 
 _ROWS_END = """
-    ui += 1u;                                   // the next row: (i, h, b) with carries
-    if (ui == uper) {
-      ui = 0u;
-      ubh += 1u;
-      uh += 1u;
-      if (uh == unh) {
-        uh = 0u;
-        ub += 1u;
-      }
+  }
+    ui = 0u;                                    // the next segment: (h, b) with carries
+    ubh += 1u;
+    uh += 1u;
+    if (uh == unh) {
+      uh = 0u;
+      ub += 1u;
     }
+    r0 = rs;
   }
 """
 
@@ -188,13 +191,15 @@ def _quantize(val: str, table: str, nbits: str, out: str, base: int = 0) -> str:
     return f"""
       uint32_t {out} = 0u;
       {{
+        int qa = {base};                          // base + the count so far
         int s = 1 << ({nbits} - 1);
         for (int st = 0; st < 4; ++st) {{        // nbits <= 4: a fixed trip count, unrolled
-          if (s > 0 && {val} > {table}[{base} + {out} + s - 1]) {{
-            {out} += (uint32_t)s;
+          if (s > 0 && {val} > {table}[qa + (s - 1)]) {{
+            qa += s;
           }}
           s >>= 1;
         }}
+        {out} = (uint32_t)(qa - {base});
       }}
 """
 
@@ -223,7 +228,8 @@ def _pack(codes: str, nbits: str, out: str, orow: str, region: str) -> str:
             }}
           }}
           if (act && (lane & (kk - 1)) == 0) {{
-            {out}[ob + (lane + LW * e) / kk] = wv;
+            // (lane + LW * e) / kk, as a row offset plus a constant per slot (kk divides LW here)
+            {out}[ob + lane / kk + e * (LW / kk)] = wv;
           }}
         }}
       }} else {{
