@@ -33,6 +33,9 @@ KW = {"turboquant": dict(bits=3), "turboquant_rvq": dict(bits=2, bits2=3), "turb
 _C = {"float32": "float", "float16": "_Float16", "bfloat16": "vq_bf16"}
 
 
+ROWS = km.SPECIALIZE_ROWS   # the compile checks build the specialized launch (code constants compiled in)
+
+
 def _params(method: str) -> spec.Params:
     """The parameters PAIRS' launches use for a method (the code constants come from them)."""
     return spec.Params(method, window=0, **KW[method]).resolved()
@@ -74,7 +77,7 @@ def _source() -> str:
                 params.append(f"Strides {n}_strides")
                 args.append(f"strides_of(st + {4 * j})")
         ids = (source.METHOD_IDS[mk], source.METHOD_IDS[mv])
-        codes = "".join(f"  constexpr int {n} = {v};\n" for n, v in fused.code_template(_params(mk), _params(mv)))
+        codes = "".join(f"  constexpr int {n} = {v};\n" for n, v in fused.code_template(_params(mk), _params(mv), ROWS))
         text += (f"static void app_thread_{i}({', '.join(params)}, bool* flags) {{\n"
                  f"  constexpr int KM = {ids[0]};\n  constexpr int VM = {ids[1]};\n  constexpr int D = {D};\n{codes}"
                  f"  using KTS = {tk};\n  using VTS = {tv};\n" + ke.PRELUDE + fused.body(mk, mv) + "}\n")
@@ -194,7 +197,7 @@ def metal_append_source(mk: str, mv: str, xt: str) -> str:
     params.append(f"  device bool* flags [[buffer({i})]]")
     params += [f"  {t} {a} [[{a}]]" for a, t in tks.MLX_METAL_ATTRIBUTES.items() if a in src]
     name = f"custom_kernel_vq_append_{mk}_{mv}_{xt}"
-    codes = fused.code_template(_params(mk), _params(mv))
+    codes = fused.code_template(_params(mk), _params(mv), ROWS)
     targs = f"<{source.METHOD_IDS[mk]}, {source.METHOD_IDS[mv]}, {D}, {tk}, {tv}, " + ", ".join(str(v) for _, v in codes) + ">"
     tparams = ", ".join(f"int {n}" for n, _ in codes)
     return (f"template <int KM, int VM, int D, typename KTS, typename VTS, {tparams}>\n[[kernel]] void {name}(\n"
@@ -224,7 +227,7 @@ def test_cuda_append_compiles(tmp_path):
         types["flags"] = "bool"
         body += tas._kernel(f"append_{i}", text, fused.inputs(mk, mv), fused.OUTPUTS, types,
                             [("KM", source.METHOD_IDS[mk]), ("VM", source.METHOD_IDS[mv]), ("D", 128), ("KTS", tk),
-                             ("VTS", tv), *fused.code_template(_params(mk), _params(mv))])
+                             ("VTS", tv), *fused.code_template(_params(mk), _params(mv), ROWS)])
         body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n"
     text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
             "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"

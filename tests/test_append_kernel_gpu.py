@@ -11,6 +11,7 @@ import pytest
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import kernels
 from veloxquant.accelerated.kernels import append as fused
+from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.stream import Stream
 
 GPU, WHY = kernels.available()
@@ -27,9 +28,13 @@ def _bytes(a: mx.array) -> np.ndarray:
     return np.array(a.view(mx.uint16) if a.dtype == mx.bfloat16 else a)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float16-specialized"])
 @pytest.mark.parametrize("mk,mv,kw", PAIRS, ids=[f"{a}-{b}" for a, b, _ in PAIRS])
 def test_one_launch_appends_store_the_ops_bytes(mk, mv, kw, dtype, monkeypatch):
+    fused._static.cache_clear()                 # launch plans hold their template
+    if dtype.endswith("-specialized"):          # every launch with its code constants compiled in
+        monkeypatch.setattr(km, "SPECIALIZE_ROWS", 0)
+        dtype = dtype.split("-")[0]
     calls = []
     real = fused.append
     monkeypatch.setattr(fused, "append", lambda *a, **k: calls.append(1) or real(*a, **k))

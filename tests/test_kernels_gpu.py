@@ -87,6 +87,38 @@ def test_bits_and_dtypes(method, kw, dtype):
     _check(method, kw, (2, 3, t, 128), dtype, window=2)
 
 
+@pytest.fixture
+def specialized(monkeypatch):
+    """Every launch specialized (SPECIALIZE_ROWS = 0); the per-shape launch caches emptied before and after
+    (they hold the template a launch was first planned with)."""
+    from veloxquant.accelerated.kernels import append as fused
+    monkeypatch.setattr(km, "SPECIALIZE_ROWS", 0)
+    for f in (km._encode_static, fused._static):
+        f.cache_clear()
+    yield monkeypatch
+    for f in (km._encode_static, fused._static):
+        f.cache_clear()
+
+
+@pytest.mark.parametrize("method,kw", METHOD_BITS, ids=[f"{m}-{'-'.join(map(str, k.values()))}" for m, k in METHOD_BITS])
+def test_specialized_launches(method, kw, specialized):
+    """Launches of methods.SPECIALIZE_ROWS rows and more compile their code widths, group size and KIVI role in;
+    the small launches of the other tests (and of the conformance suite) read them from meta. Here every
+    launch is specialized: the same bits as accelerated.ops for every configuration, at d = 128 and 80."""
+    t = 2 * kw.get("group_size", 0) + 5 if method == "kivi" else 5
+    _check(method, kw, (2, 3, t, 128), "float16", window=2)
+    if method != "mlx_affine" and not (method == "kivi" and 80 % kw["group_size"]):
+        _check(method, kw, (1, 2, 2 * kw.get("group_size", 0) + 3 if method == "kivi" else 5, 80), "bfloat16",
+               seed=3, window=0)
+
+
+def test_specialized_check_catches_wrong_constants(specialized):
+    """The comparison above has teeth: a specialized launch told the wrong code width stores other bits."""
+    specialized.setattr(km, "code_constants", lambda p: (2, 1, 1, 0))     # turboquant b3 compiled as b2
+    with pytest.raises(AssertionError, match="differ"):
+        _check("turboquant", dict(bits=3), (2, 3, 5, 128), "float16", window=2)
+
+
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("method,kw", HEAD_DIM_CASES)
 def test_head_dims(method, kw, d):

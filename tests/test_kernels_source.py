@@ -135,7 +135,8 @@ def test_metal_indices_are_attributes_mlx_declares():
 CODE_VARIANTS = [("turboquant", 128, (1, 1, 1, 0)), ("turboquant", 128, (3, 1, 1, 0)), ("turboquant", 80, (2, 1, 1, 0)),
                  ("turboquant_rvq", 128, (3, 4, 1, 0)), ("turboquant_prod", 128, (4, 1, 1, 0)),
                  ("kivi", 128, (4, 1, 32, 1)), ("kivi", 128, (3, 1, 16, 1)), ("kivi", 128, (8, 1, 128, 0)),
-                 ("kivi", 80, (5, 1, 16, 0)), ("mlx_affine", 128, (8, 1, 32, 0)), ("mlx_affine", 128, (2, 1, 128, 0))]
+                 ("kivi", 80, (5, 1, 16, 0)), ("mlx_affine", 128, (8, 1, 32, 0)), ("mlx_affine", 128, (2, 1, 128, 0))] + \
+                [(m, d, (0, 0, 0, -1)) for m in source.METHOD_IDS for d in (128, 80)]   # generic: meta read at run time
 NVCC = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 PTX_KERNELS = ([("encode", m, 128, xt) for m in source.METHOD_IDS for xt in kr.CUDA_TYPES]
                + [("decode", m, 128, "float16") for m in source.METHOD_IDS]

@@ -259,8 +259,8 @@ def render_run(res: dict, json_name: str, figure: str | None = None) -> list[str
                                         if v.get(k)),
              f"- Command: `{res['command']}` ({res.get('wall_s', '?')} s)",
              f"- Raw data: `{json_name}` (schema `{res.get('schema')}`); {st['warmup']} warm-up + {st['iters']} "
-             f"timed iterations per group, {st['pool']} rotating inputs; every arm of a table ran interleaved in "
-             "the same iterations.",
+             f"timed iterations per group, {st['pool']} rotating inputs, {st.get('per_eval', 1)} call(s) per "
+             "evaluation (different inputs; time per call); every arm of a table ran interleaved in the same iterations.",
              "- `x GB/s`: fp16 bytes of x (N·d·2) per second. `moved GB/s`: bytes read + written per second "
              "(encode: x + record; decode: record + float32 output; copy: 2·x). `kernel` = the fused kernel "
              "alone, its fault flags evaluated, no host sync.", ""]

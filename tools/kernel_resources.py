@@ -39,7 +39,7 @@ CODES = {"turboquant": (4, 1, 1, 0), "turboquant_rvq": (2, 2, 1, 0), "turboquant
 
 
 def kernel_name(kind: str, method: str, d: int, xt: str, codes: tuple | None = None) -> str:
-    tail = "" if codes is None else "_c" + "_".join(map(str, codes))
+    tail = "" if codes is None else "_c" + "_".join(map(str, codes)).replace("-", "m")
     return f"vq_{kind}_{method}_d{d}_{xt}{tail}"
 
 

@@ -145,16 +145,18 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kd
     """Everything of a launch but the step's arrays, per parameters and shape (a decode step builds none)."""
     grid, group, groups = km.launch_shape(b * h * t, d)
     template = [("KM", source.METHOD_IDS[kp.method]), ("VM", source.METHOD_IDS[vp.method]), ("D", d),
-                ("KTS", km._side_dtype(kp, kdt)), ("VTS", km._side_dtype(vp, vdt)), *code_template(kp, vp)]
+                ("KTS", km._side_dtype(kp, kdt)), ("VTS", km._side_dtype(vp, vdt)), *code_template(kp, vp, b * h * t)]
     fk = tuple(f for f in km.FIELDS[kp.method] if f)
     fv = tuple(f for f in km.FIELDS[vp.method] if f)
     return (grid, group, [(2, groups, 2)], template, constants(kp, h, t, d), constants(vp, h, t, d), fk, fv,
             _kernel(kp.method, vp.method))
 
 
-def code_template(kp: spec.Params, vp: spec.Params) -> list:
-    """Each role's code widths and group size as template constants (KB1, KB2, KGS, VB1, ...)."""
-    return [(f"{r}{n}", v) for r, p in (("K", kp), ("V", vp)) for n, v in zip(("B1", "B2", "GS"), km.code_constants(p))]
+def code_template(kp: spec.Params, vp: spec.Params, rows: int) -> list:
+    """Each role's code widths and group size as template constants (KB1, KB2, KGS, VB1, ...; methods.code_template:
+    0 = read meta, below methods.SPECIALIZE_ROWS rows)."""
+    return [(f"{r}{n}", v) for r, p in (("K", kp), ("V", vp))
+            for n, v in zip(("B1", "B2", "GS"), km.code_template(p, rows))]
 
 
 def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values: mx.array, vbufs: dict,

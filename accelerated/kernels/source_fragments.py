@@ -20,12 +20,12 @@ _COMMON = """
   const int nwarps = (int)NWARPS;
   const bool act = lane < LW;
   const uint32_t pin0 = (uint32_t)meta[0];
-  // code widths, group size, KIVI role: template constants on a GPU (VQ_B1 = B1, ...: the compiler
-  // specializes the packing, quantize and group loops); meta[1..4] carry the same values
-  const int bits = VQ_B1;
-  const int bits2 = VQ_B2;
-  const int gs = VQ_GS;
-  const int keys = VQ_KR;
+  // code widths, group size, KIVI role: meta[1..4], or template constants where a launch sets them (VQ_B1 =
+  // B1 > 0, ...: the compiler specializes the packing, quantize and group loops; methods.SPECIALIZE_ROWS)
+  const int bits = VQ_B1 > 0 ? VQ_B1 : meta[1];
+  const int bits2 = VQ_B2 > 0 ? VQ_B2 : meta[2];
+  const int gs = VQ_GS > 0 ? VQ_GS : meta[3];
+  const int keys = VQ_KR >= 0 ? VQ_KR : meta[4];
   const float f_sd = f_k[0];
 """
 
