@@ -146,3 +146,24 @@ def test_packed_path_is_taken(model):
     assert set(seen[n_layers:]) == {"kernels" if GPU else "ops"}
     assert all(isinstance(c, vc.VeloxKVCache) and c.attention == "packed" for c in caches)
     assert not isinstance(caches[0], mlx_cache.KVCache)
+
+
+@pytest.mark.parametrize("bits", [3, 5, 6, 7])
+@pytest.mark.parametrize("d", [128, 80, 20])
+def test_lookup_of_chunked_codes_equals_unpack(bits, d, monkeypatch):
+    """Codes that do not tile bytes (3, 5, 6, 7 bits) are looked up a chunk of c codes at a time
+    (accelerated/ops/attention.py _lookup): the same values, in the same places, as unpacking every code
+    (accelerated.ops.packing) and gathering it. A distinct value per code, so a swapped chunk or code shows."""
+    from veloxquant.accelerated.ops import packing
+    table = mx.arange(1 << bits, dtype=mx.float32) * 0.25 - 3.0
+    monkeypatch.setattr(oatt, "_table", lambda kind, b, dd, s1=0: table)
+    oatt._chunk_lut.cache_clear()
+    try:
+        codes = np.random.default_rng(bits * d).integers(0, 1 << bits, size=(2, 3, 9, d)).astype(np.uint32)
+        words = packing.pack(mx.array(codes), bits)
+        got = oatt._lookup(words, "gaussian", bits, d)
+        want = mx.take(table, packing.unpack(words, bits, d))
+        assert got.shape == want.shape == (2, 3, 9, d)
+        assert mx.array_equal(got, want).item(), f"_lookup(bits={bits}, d={d}): chunked values differ from unpack"
+    finally:
+        oatt._chunk_lut.cache_clear()

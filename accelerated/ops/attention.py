@@ -18,7 +18,7 @@ import functools
 import mlx.core as mx
 
 from veloxquant import spec
-from veloxquant.accelerated.ops import codebooks, numerics, packing, prng, rotation
+from veloxquant.accelerated.ops import codebooks, numerics, prng, rotation
 
 BLOCK = 2048          # encoded tokens per block: bounds the per-block temporaries (no full decoded copy)
 
@@ -127,12 +127,7 @@ def _signs(p: spec.Params, h: int, d: int, purpose: int = prng.PURPOSE_ROTATION)
 def _byte_lut(kind: str, bits: int, d: int, stage1_bits: int = 0) -> mx.array:
     """(256, 8 / bits) float32: the table values of the codes packed in each possible byte (LSB first,
     spec/packing.md), so one gather of the record's bytes yields the looked-up row (bits in 1, 2, 4, 8)."""
-    if kind == "sign":
-        table = mx.array([1.0, -1.0], dtype=mx.float32)          # 1 = negative
-    elif kind == "gaussian":
-        table = codebooks.gaussian(bits, d)[0]
-    else:                                                         # turboquant_rvq stage 2 after stage1_bits
-        table = codebooks.residual(stage1_bits, bits, d)[0]
+    table = _table(kind, bits, d, stage1_bits)
     per = 8 // bits
     byte = mx.arange(256, dtype=mx.uint32)[:, None]
     idx = (byte >> (mx.arange(per, dtype=mx.uint32)[None, :] * bits)) & ((1 << bits) - 1)
@@ -141,16 +136,46 @@ def _byte_lut(kind: str, bits: int, d: int, stage1_bits: int = 0) -> mx.array:
     return lut
 
 
+def _table(kind: str, bits: int, d: int, stage1_bits: int = 0) -> mx.array:
+    if kind == "sign":
+        return mx.array([1.0, -1.0], dtype=mx.float32)            # 1 = negative
+    if kind == "gaussian":
+        return codebooks.gaussian(bits, d)[0]
+    return codebooks.residual(stage1_bits, bits, d)[0]            # turboquant_rvq stage 2 after stage1_bits
+
+
+def _chunk(bits: int) -> int:
+    """Codes per chunk for widths whose codes do not tile bytes (3, 5, 6, 7 bits; packing.md: k = 32 // bits
+    codes per word, none straddling words): the most codes c dividing k with c * bits <= 15 bits."""
+    k = 32 // bits
+    return max(c for c in range(1, k + 1) if k % c == 0 and c * bits <= 15)
+
+
+@functools.lru_cache(maxsize=None)
+def _chunk_lut(kind: str, bits: int, d: int, stage1_bits: int = 0) -> mx.array:
+    """(2^(c * bits), c) float32: the table values of the c codes in each possible chunk (LSB first)."""
+    c = _chunk(bits)
+    chunk = mx.arange(1 << (c * bits), dtype=mx.uint32)[:, None]
+    idx = (chunk >> (mx.arange(c, dtype=mx.uint32)[None, :] * bits)) & ((1 << bits) - 1)
+    lut = mx.take(_table(kind, bits, d, stage1_bits), idx)
+    mx.eval(lut)
+    return lut
+
+
 def _lookup(words: mx.array, kind: str, bits: int, d: int, stage1_bits: int = 0) -> mx.array:
     """Table values of every code of a packed block, float32 (..., d): one gather over the bytes where the
-    codes tile bytes, else unpack then gather (3-bit codes do not)."""
+    codes tile bytes, else one gather over chunks of c codes within each word (3 bits: 2 chunks of 5 codes;
+    on this 2-core CPU 3.4x faster than unpacking 4k x 8 rows of codes and gathering each)."""
     if bits in (1, 2, 4, 8):
         by = words.view(mx.uint8)                                 # little-endian words: byte order = code order
         vals = mx.take(_byte_lut(kind, bits, d, stage1_bits), by, axis=0)  # (..., bytes, 8 / bits)
         return vals.reshape(*words.shape[:-1], -1)[..., :d]
-    table = (mx.array([1.0, -1.0], dtype=mx.float32) if kind == "sign" else
-             codebooks.gaussian(bits, d)[0] if kind == "gaussian" else codebooks.residual(stage1_bits, bits, d)[0])
-    return mx.take(table, packing.unpack(words, bits, d))
+    c = _chunk(bits)
+    n = (32 // bits) // c                                          # chunks per word
+    mask = (1 << (c * bits)) - 1
+    chunks = mx.stack([(words >> (j * c * bits)) & mask for j in range(n)], axis=-1)     # (..., words, n)
+    vals = mx.take(_chunk_lut(kind, bits, d, stage1_bits), chunks, axis=0)              # (..., words, n, c)
+    return vals.reshape(*words.shape[:-1], -1)[..., :d]
 
 
 def _rotated_values(f: dict, p: spec.Params, d: int) -> tuple[list[mx.array], list[mx.array]]:
