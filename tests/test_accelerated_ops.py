@@ -239,3 +239,26 @@ def test_everything_in_the_window_encodes_nothing(method):
     r = ops.encode(x, p, "bfloat16")
     assert all(v.shape[2] == 0 for k, v in r.items() if k != "window")
     assert np.array_equal(np.array(ops.decode(r, p)), np.array(x.astype(mx.float32)))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bits,group", [(2, 32), (4, 32), (4, 64), (2, 128), (4, 128)])
+def test_mlx_affine_decode_table_equals_elementwise(dtype, bits, group, monkeypatch):
+    """mlx_affine's decode on the CPU reads T(T(c S) + Bi) from a per-group table of the 2^bits levels: the same
+    bits as the elementwise decode, on encoded groups and on scales and biases drawn over the dtype's range."""
+    from veloxquant.accelerated.ops import mlx_affine as ma
+    dt = getattr(mx, dtype)
+    p = spec.Params("mlx_affine", bits=bits, group_size=group, window=0).resolved()
+    assert ma._per_group_table(p, dt) == (mx.default_device() == mx.cpu)
+    rng = np.random.default_rng(bits * group)
+    x = mx.array(rng.standard_normal((2, 3, 24, 128)).astype(np.float32)).astype(dt)
+    f = {k: v for k, v in ops.encode(x, p, dt).items() if k != "window"}
+    wide = {n: mx.array((rng.standard_normal(f[n].shape) * 10.0 ** rng.integers(-8, 4, size=f[n].shape))
+                        .astype(np.float32)).astype(dt) for n in ("scales", "biases")}
+    for fields in (f, {**f, **wide}):
+        monkeypatch.setattr(ma, "_per_group_table", lambda p, dt: True)
+        got = ma.decode_tokens(fields, p, 128)
+        monkeypatch.setattr(ma, "_per_group_table", lambda p, dt: False)
+        want = ma.decode_tokens(fields, p, 128)
+        assert mx.array_equal(got.view(mx.uint32), want.view(mx.uint32)).item(), \
+            f"mlx_affine decode_tokens(bits={bits}, G={group}, {dtype}): table and elementwise differ"

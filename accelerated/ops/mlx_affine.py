@@ -46,12 +46,27 @@ def decode_tokens(fields: dict[str, mx.array], p: spec.Params, d: int) -> mx.arr
     codes = fields["codes"]
     b, h, q, _ = codes.shape
     dt = fields["scales"].dtype
-    c = packing.unpack(codes, p.bits, d).astype(mx.float32).reshape(b, h, q, d // p.group_size, p.group_size)
+    g = d // p.group_size
     s = numerics.upcast(fields["scales"])[..., None]
     bias = numerics.upcast(fields["biases"])[..., None]
-    prod = numerics.upcast((c * s).astype(dt))        # T(c * S)
-    v = numerics.upcast((prod + bias).astype(dt))     # T(p + Bi)
+    c = packing.unpack(codes, p.bits, d).reshape(b, h, q, g, p.group_size)
+    if _per_group_table(p, dt):
+        # the same T(T(c * S) + Bi) for each of the 2^bits levels of a group, then one gather per code: fewer
+        # of the float16 / bfloat16 casts that dominate on MLX's CPU backend (2048 x 8 rows, float16: 23.9
+        # -> 10.6 ms on the 2-core CI CPU; float32 scales need no cast and stay elementwise)
+        lv = mx.arange(1 << p.bits, dtype=mx.float32)
+        tab = numerics.upcast((numerics.upcast((lv * s).astype(dt)) + bias).astype(dt))   # (b, h, q, g, 2^bits)
+        return mx.take_along_axis(tab, c, axis=-1).reshape(b, h, q, d)
+    prod = numerics.upcast((c.astype(mx.float32) * s).astype(dt))        # T(c * S)
+    v = numerics.upcast((prod + bias).astype(dt))                         # T(p + Bi)
     return v.reshape(b, h, q, d)
+
+
+def _per_group_table(p: spec.Params, dt) -> bool:
+    """Whether decode_tokens looks the values up from a per-group table: on the CPU, for float16 / bfloat16
+    scales, where a group has more channels than levels (both ways give the same bits)."""
+    return (dt in (mx.float16, mx.bfloat16) and (1 << p.bits) < p.group_size
+            and mx.default_device() == mx.cpu)
 
 
 def encode(x: mx.array, params: spec.Params, dtype=None) -> dict[str, mx.array]:
