@@ -80,15 +80,8 @@ def test_faults_raise_like_ops(emu, method, kw):
     p = spec.Params(method, window=3, **kw)
     t = 35
     x = np.random.default_rng(1).standard_normal((1, 2, t, 32)).astype(np.float32)
-    rule = x.copy()
-    if method == "mlx_affine":
-        rule[0, 1, 4, :2] = [-3e38, 3e38]
-    elif method == "kivi":
-        rule[0, 1, 4, :2] = 1e6
-    else:
-        rule[0, 1, 4, :] = 3e38
-    both = rule.copy()
-    both[0, 0, t - 1, 3] = np.nan          # in the window
+    import _kernel_emulator as ke
+    rule, both = ke.fault_inputs(method, x)     # both: NaN in the window too
     nan_win = x.copy()
     nan_win[0, 1, t - 2, 0] = np.inf
     for arr in (rule, both, nan_win):

@@ -167,15 +167,8 @@ def test_faults_like_ops_at_new_head_dims(launches, method, kw):
     p = spec.Params(method, window=3, **kw)
     t = 35 if method == "kivi" else 9                     # kivi: two whole groups encoded
     x = np.random.default_rng(1).standard_normal((1, 2, t, d)).astype(np.float32)
-    rule = x.copy()
-    if method == "mlx_affine":
-        rule[0, 1, 4, :2] = [-3e38, 3e38]
-    elif method == "kivi":
-        rule[0, 1, 4, :2] = 1e6
-    else:
-        rule[0, 1, 4, :] = 3e38
-    both = rule.copy()
-    both[0, 0, t - 1, 3] = np.nan                         # in the window
+    import _kernel_emulator as ke
+    rule, both = ke.fault_inputs(method, x)               # both: NaN in the window too
     for arr in (rule, both):
         with pytest.raises(ValueError) as want:
             ops.encode(mx.array(arr), p)
