@@ -352,22 +352,6 @@ class Emulator:
         return out
 
 
-def fault_inputs(method: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(rule, both) from a clean x (1, 2, T, d): `rule` breaks the method's rule in encoded token 4 of head 1
-    (mlx_affine: a group range that overflows; kivi: a float16 scale that overflows; the rotation family: a
-    norm that overflows), `both` adds a NaN in the last (window) token of head 0 (NaN/Inf is reported first)."""
-    rule = x.copy()
-    if method == "mlx_affine":
-        rule[0, 1, 4, :2] = [-3e38, 3e38]
-    elif method == "kivi":
-        rule[0, 1, 4, :2] = 1e6
-    else:
-        rule[0, 1, 4, :] = 3e38
-    both = rule.copy()
-    both[0, 0, x.shape[2] - 1, 3] = np.nan
-    return rule, both
-
-
 # ---- the emulator as a stand-in for mx.fast.cuda_kernel (tests of accelerated.kernels' Python side) ------
 _MX_NP = {mx.float32: np.float32, mx.float16: np.float16, mx.bfloat16: np.uint16, mx.uint32: np.uint32,
           mx.bool_: np.bool_}

@@ -20,6 +20,8 @@ from veloxquant.accelerated.kernels import source
 from veloxquant.accelerated.ops import numerics, record
 from veloxquant.accelerated.stream import Stream
 
+from _faults import fault_inputs  # noqa: E402  (tests/ is on sys.path under pytest)
+
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 
 
@@ -80,8 +82,7 @@ def test_faults_raise_like_ops(emu, method, kw):
     p = spec.Params(method, window=3, **kw)
     t = 35
     x = np.random.default_rng(1).standard_normal((1, 2, t, 32)).astype(np.float32)
-    import _kernel_emulator as ke
-    rule, both = ke.fault_inputs(method, x)     # both: NaN in the window too
+    rule, both = fault_inputs(method, x)     # both: NaN in the window too
     nan_win = x.copy()
     nan_win[0, 1, t - 2, 0] = np.inf
     for arr in (rule, both, nan_win):

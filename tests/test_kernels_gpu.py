@@ -18,6 +18,8 @@ from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.ops import numerics
 from veloxquant.accelerated.stream import Stream
 
+from _faults import fault_inputs  # noqa: E402  (tests/ is on sys.path under pytest)
+
 OK, WHY = kernels.available()
 pytestmark = pytest.mark.skipif(not OK, reason=f"kernels unavailable: {WHY}")
 
@@ -166,16 +168,7 @@ def test_norm_overflow_rejected():
 def _poisoned(method, t=40):
     """(x, its rule-breaking copy, the copy with NaN in a window token too) for `method`, float32."""
     x = np.random.default_rng(3).standard_normal((2, 3, t, 64)).astype(np.float32)
-    rule = x.copy()
-    if method == "mlx_affine":
-        rule[1, 2, 4, :2] = [-3e38, 3e38]
-    elif method == "kivi":
-        rule[1, 2, 4, :2] = 1e6
-    else:
-        rule[1, 2, 4, :] = 3e38
-    both = rule.copy()
-    both[0, 0, t - 1, 5] = np.nan
-    return x, rule, both
+    return (x, *fault_inputs(method, x))
 
 
 @pytest.mark.parametrize("method", ["turboquant", "turboquant_rvq", "rabitq", "turboquant_prod", "kivi",
