@@ -165,7 +165,7 @@ def _chunk_lut(kind: str, bits: int, d: int, stage1_bits: int = 0) -> mx.array:
 def _lookup(words: mx.array, kind: str, bits: int, d: int, stage1_bits: int = 0) -> mx.array:
     """Table values of every code of a packed block, float32 (..., d): one gather over the bytes where the
     codes tile bytes, else one gather over chunks of c codes within each word (3 bits: 2 chunks of 5 codes;
-    on this 2-core CPU 3.4x faster than unpacking 4k x 8 rows of codes and gathering each)."""
+    on this 2-core CPU 3.4x faster than unpacking 4k x 8 rows of codes and gathering each: 54.8 -> 15.9 ms)."""
     if bits in (1, 2, 4, 8):
         by = words.view(mx.uint8)                                 # little-endian words: byte order = code order
         vals = mx.take(_byte_lut(kind, bits, d, stage1_bits), by, axis=0)  # (..., bytes, 8 / bits)

@@ -52,8 +52,8 @@ def decode_tokens(fields: dict[str, mx.array], p: spec.Params, d: int) -> mx.arr
     c = packing.unpack(codes, p.bits, d).reshape(b, h, q, g, p.group_size)
     if _per_group_table(p, dt):
         # the same T(T(c * S) + Bi) for each of the 2^bits levels of a group, then one gather per code: fewer
-        # of the float16 / bfloat16 casts that dominate on MLX's CPU backend (2048 x 8 rows, float16: 23.9
-        # -> 10.6 ms on the 2-core CI CPU; float32 scales need no cast and stay elementwise)
+        # of the float16 / bfloat16 casts that dominate on MLX's CPU backend (2048 x 8 rows, float16: 25.7
+        # -> 12.4 ms on the 2-core CI CPU; float32 scales need no cast and stay elementwise)
         lv = mx.arange(1 << p.bits, dtype=mx.float32)
         tab = numerics.upcast((numerics.upcast((lv * s).astype(dt)) + bias).astype(dt))   # (b, h, q, g, 2^bits)
         return mx.take_along_axis(tab, c, axis=-1).reshape(b, h, q, d)
