@@ -26,6 +26,7 @@ class PackedKV:
     """Keys or values as an mlx-lm cache in packed mode hands them to attention."""
     record: PackedRecord
     flags: mx.array | None = None     # fault flags of the latest chunk (a dependency of the output)
+    step: object = None               # the cache's DecodeStep that made it (accelerated/cache/decode_step.py)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -43,6 +44,29 @@ class PackedKV:
         """Every token decoded and cast to the input dtype (what a dequantizing cache would return); `eager`:
         block by block with a host sync each (PackedRecord.dequantized), for prefill."""
         return self.record.dequantized(self.dtype, eager)
+
+
+class StepKV(PackedKV):
+    """A PackedKV of one in-place decode step (accelerated/cache/decode_step.py): its record is made on first
+    use from what the step captured (the fused attention launch does not read it; the other paths do)."""
+
+    def __init__(self, stream, bufs: dict, encoded: int, token: mx.array, step):
+        object.__setattr__(self, "flags", token)
+        object.__setattr__(self, "step", step)
+        object.__setattr__(self, "_lazy", (stream, bufs, encoded))
+
+    @property
+    def record(self) -> PackedRecord:
+        lazy = self.__dict__.get("_lazy")
+        if lazy is not None:
+            from veloxquant.accelerated.ops.attention import Views
+            s, bufs, q = lazy
+            # the step's state: rows 0..q-1 of every field (per-token records, nothing evicted), no window
+            rec = PackedRecord(s.params, Views(bufs, {n: q for n in bufs}), s._window, q, s._method.decode_tokens,
+                               self.flags)
+            object.__setattr__(self, "_record", rec)
+            del self.__dict__["_lazy"]
+        return self.__dict__["_record"]
 
 
 def _with_flags(out: mx.array, *views: PackedKV) -> mx.array:
@@ -76,6 +100,11 @@ def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, ma
     (B, Hq, L, d), GQA with Hq a multiple of the KV heads, mask None / "causal" / array)."""
     if sinks is not None:
         raise ValueError("sinks: attention sinks are not supported over packed records")
+    st = keys.step
+    if st is not None and st is values.step and queries.shape[2] <= MAX_PACKED_QUERIES:
+        out = st.attend(queries, scale, mask)         # the fused kernels' launch, its fixed part made once
+        if out is not None:
+            return out
     which = path(queries, keys, values, mask)
     if which == "decoded":
         k, v = keys.dequantized(eager=True), values.dequantized(eager=True)   # peak memory: one block

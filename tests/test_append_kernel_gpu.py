@@ -10,6 +10,7 @@ import pytest
 
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import kernels
+from veloxquant.accelerated.cache.decode_step import DecodeStep
 from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.stream import Stream
@@ -36,8 +37,9 @@ def test_one_launch_appends_store_the_ops_bytes(mk, mv, kw, dtype, monkeypatch):
         monkeypatch.setattr(km, "SPECIALIZE_ROWS", 0)
         dtype = dtype.split("-")[0]
     calls = []
-    real = fused.append
+    real, real_step = fused.append, DecodeStep.step    # the one-launch path: first append of a plan, then the step
     monkeypatch.setattr(fused, "append", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(DecodeStep, "step", lambda *a, **k: calls.append(1) or real_step(*a, **k))
     cache = vc.VeloxKVCache(key_method=mk, value_method=mv, window=0, seed=5, layer=3, **kw)
     ref_k = Stream(cache.key_params, use_kernels=False)
     ref_v = Stream(cache.value_params, use_kernels=False)

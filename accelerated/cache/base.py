@@ -51,6 +51,7 @@ from veloxquant.accelerated.ops import numerics
 from veloxquant.accelerated.kernels.append import messages as fused_messages
 from veloxquant.accelerated.kernels.methods import NONFINITE, RULES
 from veloxquant.accelerated.stream import Stream, append_in_place
+from veloxquant.accelerated.cache.decode_step import DecodeStep
 
 STATE_FORMAT = 1                       # version of the `state` layout below
 _DTYPES = (mx.float16, mx.bfloat16, mx.float32)
@@ -94,6 +95,11 @@ class CacheGroup:
                 c._rollback_to(index)
             elif hasattr(c, "trim") and getattr(c, "offset", 0) > offset and c.is_trimmable():
                 c.trim(c.offset - offset)
+
+
+def _fused_chunk(msgs: tuple, index: int, token: mx.array, before: tuple) -> _Chunk:
+    """The record of an append by kernels/append.py (its token holds the four checks' hits)."""
+    return _Chunk(index, token, msgs, before, reader=fused_messages)
 
 
 @functools.lru_cache(maxsize=None)
@@ -183,10 +189,16 @@ class VeloxKVCache(_BaseCache):
         self._appends = 0
         self._token: mx.array | None = None     # the last in-place store's token (kernels/commit.py)
         self._in_place = None                   # the decode step's remembered checks (stream.InPlace)
+        self._fast = None                       # ... and its launches (decode_step.DecodeStep)
         self._group: CacheGroup | None = None
 
     # ---- mlx-lm protocol ------------------------------------------------------------------------
     def update_and_fetch(self, keys: mx.array, values: mx.array):
+        fast = self._fast
+        if fast is not None and fast.holds(keys, values):      # the decode step, per-shape work done once
+            out = fast.step(keys, values)
+            if out is not None:
+                return out
         # Chunks before the previous one were evaluated with the previous step's output: checking
         # them costs no wait (mlx-lm's generate_step evaluates step n-1 while it builds step n).
         self._settle(keep=1)
@@ -203,6 +215,12 @@ class VeloxKVCache(_BaseCache):
             before = (k.mark(), v.mark(), self.offset)
             token, self._in_place = append_in_place(k, v, keys, values, self._token, plan)
             if token is not None:      # one launch: encode both, store in place, checks (kernels/append.py)
+                if self._in_place is not plan:    # a new plan: the next steps take the decode-step path
+                    self._fast = None
+                if self._in_place is not plan and DecodeStep.applies(self._in_place):
+                    msgs = _fused_check_messages(self.key_params.method, self.value_params.method)
+                    self._fast = DecodeStep(self, self._in_place, keys, values, functools.partial(
+                        _fused_chunk, msgs))
                 self._token = token
                 self.offset += keys.shape[2]    # tokens seen (a sliding-window cache holds fewer)
                 self._appends += 1

@@ -1,0 +1,193 @@
+"""accelerated/cache/decode_step.py: the decode step with its per-shape work made once must launch exactly what
+the general path launches (same kernels, templates, grids, output shapes, input values, the cache's own
+buffers), keep the same state (offsets, row counts, deferred-check records) and reject a faulty chunk the same
+way (one append later, rolled back). GPU launches are replaced by recorders here (the kernels' bytes are
+tested elsewhere); the fake append kernel reports NaN in a chunk in its token as the real one does."""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models import base
+
+from veloxquant.accelerated import attention as vattention
+from veloxquant.accelerated import kernels
+from veloxquant.accelerated.cache import VeloxKVCache, decode_step
+from veloxquant.accelerated.kernels import append as fused
+from veloxquant.accelerated.kernels import attention as katt
+from veloxquant.accelerated.kernels import backend
+from veloxquant.accelerated.kernels import methods as km
+
+B, HQ, HKV, D = 1, 8, 2, 64
+
+
+class _Recorder:
+    """Stands in for a compiled kernel: records each launch, returns zeros (the append's token: NaN/Inf of
+    each role's chunk in slot [role][0][0], as the kernel's)."""
+
+    def __init__(self, log, name, input_names):
+        self.log, self.name, self.input_names = log, name, list(input_names)
+
+    def specialized(self, template=None):
+        return self
+
+    def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, **kw):
+        self.log.append(dict(name=self.name, template=list(template or []), grid=tuple(grid),
+                             group=tuple(threadgroup), shapes=[tuple(s) for s in output_shapes],
+                             inputs=[np.array(a.astype(mx.float32) if a.dtype == mx.bfloat16 else a)
+                                     for a in inputs], ids=[id(a) for a in inputs]))
+        outs = [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+        if self.name.startswith("vq_append"):
+            ix, iv = self.input_names.index("kx"), self.input_names.index("vx")
+            bad = [bool(mx.any(mx.isnan(inputs[i])).item()) for i in (ix, iv)]
+            outs[0] = mx.array(np.array([[[bad[0], False]], [[bad[1], False]]]))
+        return outs
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    log = []
+    monkeypatch.setattr(backend, "_gpu_backend", lambda: ("cuda", "recorded launches"))
+    monkeypatch.setattr(backend, "available", lambda: (True, "recorded launches"))
+    monkeypatch.setattr(kernels, "available", lambda: (True, "recorded launches"))
+    monkeypatch.setattr(backend, "cuda_kernel", lambda name, input_names, output_names, source, header="",
+                        ensure_row_contiguous=True: _Recorder(log, name, input_names))
+    monkeypatch.setattr(backend, "kernel", lambda kind, method, dtype_name: _Recorder(
+        log, f"vq_{kind}", ["x"]))
+    monkeypatch.setattr(katt, "_sm_count", lambda: 132)
+    # cached kernel objects (and launch parts holding them) made with the recorders: not kept
+    cached = (fused._kernel, fused._static, katt._kernel, katt._mma_available, km._encode_static)
+    for f in cached:
+        f.cache_clear()
+    yield log
+    for f in cached:
+        f.cache_clear()
+
+
+def _x(seed, t=1, h=HKV, nan=False):
+    a = np.random.default_rng(seed).standard_normal((B, h, t, D)).astype(np.float16)
+    if nan:
+        a[0, 0, 0, 3] = np.nan
+    return mx.array(a)
+
+
+def _layer(cache, i, nan=False):
+    k, v = cache.update_and_fetch(_x(2 * i, nan=nan), _x(2 * i + 1))
+    return base.scaled_dot_product_attention(_x(1000 + i, h=HQ), k, v, cache=cache, scale=D ** -0.5, mask=None)
+
+
+def _general(monkeypatch):
+    monkeypatch.setattr(decode_step.DecodeStep, "holds", lambda self, keys, values: False)
+
+
+def _launches(log):
+    return [c for c in log if c["name"].startswith(("vq_append", "vq_attention"))]
+
+
+def _same(a, b, where):
+    assert len(a) == len(b), f"{where}: {len(a)} launches against the general path's {len(b)}"
+    for x, y in zip(a, b):
+        for f in ("name", "template", "grid", "group", "shapes"):
+            assert x[f] == y[f], f"{where}: {x['name']} {f} {x[f]} != {y[f]}"
+        assert len(x["inputs"]) == len(y["inputs"]), f"{where}: {x['name']} input count"
+        for j, (p, q) in enumerate(zip(x["inputs"], y["inputs"])):
+            assert p.shape == q.shape and np.array_equal(p, q, equal_nan=True), \
+                f"{where}: {x['name']} input {j} differs from the general path's"
+
+
+def _run(monkeypatch, gpu, general: bool, tensor_cores: bool, steps=6, nan_at=None, trim_at=None):
+    monkeypatch.setattr(katt, "_mma_available", lambda: tensor_cores)
+    with monkeypatch.context() as m:
+        if general:
+            _general(m)
+        c = VeloxKVCache(method="turboquant", bits=4, layer=0, seed=3)
+        c.update_and_fetch(_x(7, t=5), _x(8, t=5))      # prefill (general path)
+        gpu.clear()
+        per_step, err = [], None
+        for i in range(steps):
+            if trim_at == i:
+                c.trim(1)
+            n0 = len(gpu)
+            try:
+                _layer(c, i, nan=(nan_at == i))
+            except ValueError as e:
+                err = (i, str(e), c.offset)
+                break
+            per_step.append((gpu[n0:], c.offset, c._k._q, c._v._q, len(c._chunks)))
+        return per_step, err, c
+
+
+@pytest.mark.parametrize("tensor_cores", [False, True])
+def test_same_launches_and_state_as_the_general_path(monkeypatch, gpu, tensor_cores):
+    calls = []
+    real = decode_step.DecodeStep.step
+
+    def spy(self, keys, values):
+        calls.append(1)
+        return real(self, keys, values)
+    monkeypatch.setattr(decode_step.DecodeStep, "step", spy)
+    fast, _, cf = _run(monkeypatch, gpu, general=False, tensor_cores=tensor_cores)
+    n_fast = len(calls)
+    ref, _, cr = _run(monkeypatch, gpu, general=True, tensor_cores=tensor_cores)
+    assert n_fast >= 4, f"DecodeStep.step ran {n_fast} times in 6 decode steps: the test does not reach it"
+    for i, (a, b) in enumerate(zip(fast, ref)):
+        assert a[1:] == b[1:], f"step {i}: (offset, key rows, value rows, chunks) {a[1:]} != {b[1:]}"
+        _same(_launches(a[0]), _launches(b[0]), f"step {i}")
+    assert [(r.n, r.lo) for r in cf._k._rows.values()] == [(r.n, r.lo) for r in cr._k._rows.values()]
+
+
+def test_a_nan_chunk_is_rejected_and_rolled_back_like_the_general_path(monkeypatch, gpu):
+    _, err_fast, cf = _run(monkeypatch, gpu, general=False, tensor_cores=False, nan_at=3)
+    _, err_ref, cr = _run(monkeypatch, gpu, general=True, tensor_cores=False, nan_at=3)
+    assert err_fast is not None and err_ref is not None, (err_fast, err_ref)
+    assert err_fast == err_ref, f"DecodeStep: {err_fast}; general path: {err_ref}"
+    assert "keys" in err_fast[1] and cf.offset == 5 + 3 == cr.offset
+    assert cf._k._q == cf._v._q == 8, (cf._k._q, cf._v._q)
+    # the cache goes on from the restored state
+    _layer(cf, 10)
+    assert cf.offset == 9
+
+
+def test_a_trim_between_steps_leaves_the_step_and_comes_back(monkeypatch, gpu):
+    fast, _, cf = _run(monkeypatch, gpu, general=False, tensor_cores=False, trim_at=3)
+    ref, _, cr = _run(monkeypatch, gpu, general=True, tensor_cores=False, trim_at=3)
+    for i, (a, b) in enumerate(zip(fast, ref)):
+        assert a[1:] == b[1:], f"step {i}: {a[1:]} != {b[1:]}"
+        _same(_launches(a[0]), _launches(b[0]), f"step {i}")
+
+
+def test_step_kv_record_is_the_state_of_its_step(monkeypatch, gpu):
+    monkeypatch.setattr(katt, "_mma_available", lambda: False)
+    c = VeloxKVCache(method="turboquant", bits=4, layer=0, seed=3)
+    c.update_and_fetch(_x(7, t=5), _x(8, t=5))
+    c.update_and_fetch(_x(1), _x(2))
+    k, v = c.update_and_fetch(_x(3), _x(4))
+    assert isinstance(k, vattention.StepKV), type(k)
+    c.update_and_fetch(_x(5), _x(6))                  # a later append must not change k's record
+    rec = k.record
+    assert rec.encoded == 7 and k.shape == (B, HKV, 7, D) and rec.token is k.flags
+    assert all(f.shape[2] == 7 for f in rec.fields.values())
+
+
+@pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
+@pytest.mark.parametrize("method, kw", [("turboquant", dict(bits=4)), ("rabitq", {}),
+                                        ("turboquant_prod", dict(bits=4)), ("mlx_affine", dict(bits=4, group_size=64))])
+def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, method, kw):
+    """Same kernels, same inputs: the attention outputs and the stored bytes are identical to the general
+    path's, step by step (on the GPU: the launches as compiled)."""
+    def run(general):
+        with monkeypatch.context() as m:
+            if general:
+                _general(m)
+            c = VeloxKVCache(method=method, layer=1, seed=5, **kw)
+            c.update_and_fetch(_x(7, t=300), _x(8, t=300))
+            outs = [np.array(_layer(c, i)) for i in range(5)]
+            used = c._fast is not None
+            return outs, [np.array(a) for rec in c.state[:2] for _, a in sorted(rec.items())], used
+    fo, fs, used = run(False)
+    go, gs, _ = run(True)
+    assert used, "the decode step path was not taken"
+    for i, (a, b) in enumerate(zip(fo, go)):
+        assert np.array_equal(a, b), f"{method}: step {i} attention output differs from the general path's"
+    for a, b in zip(fs, gs):
+        assert np.array_equal(a, b), f"{method}: stored state differs from the general path's"
