@@ -29,6 +29,7 @@ from ._env import utc_now_iso, versions
 
 B, HQ, HKV, D = 1, 32, 8, 128            # Llama-3-8B attention shape
 POOL = 10
+PIPE = 4            # steps per pipelined sample (layer suite)
 OURS = {   # arm name -> make_prompt_cache-style settings (about 4 bits per coordinate where the method allows)
     "turboquant b4": dict(method="turboquant", bits=4),
     "turboquant_rvq 2+2": dict(method="turboquant_rvq", bits=2, bits2=2),
@@ -130,6 +131,7 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
     import mlx.core as mx
 
     import veloxquant.accelerated.attention as attention
+    from veloxquant.accelerated.cache import decode_step
     rows = []
     for t in contexts:
         log(f"context {t}: prefilling {len(arms)} arms x {layers} layers")
@@ -150,9 +152,11 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                 for i in range(POOL)]
         mx.eval(pool)
         times = {n: [] for n in state}
+        piped = {n: [] for n in state}
         paths = {n: {} for n in state}
         errors = {}
         real_path = attention.path
+        real_step = decode_step.DecodeStep.attend
         for it in range(steps + 3):
             order = list(state)
             order = order[it % len(order):] + order[: it % len(order)]
@@ -166,19 +170,40 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                     p = real_path(*a, **kw)
                     _seen[p] = _seen.get(p, 0) + 1
                     return p
+                def spy_step(self, *a, _seen=seen, **kw):     # the decode step's launch (no path() call)
+                    out = real_step(self, *a, **kw)
+                    if out is not None:
+                        _seen["kernels"] = _seen.get("kernels", 0) + 1
+                    return out
                 attention.path = spy
+                decode_step.DecodeStep.attend = spy_step
                 try:
                     t0 = time.perf_counter()
                     mx.eval(_step(state[name], q, k, v))
                     dt = time.perf_counter() - t0
+                    # as generate_step runs it: step n + 1 built while step n is evaluated (its query is
+                    # step n's output, as the next token depends on the last), PIPE steps per sample
+                    mx.synchronize()
+                    t0 = time.perf_counter()
+                    y = _step(state[name], q, k, v)
+                    mx.async_eval(y)
+                    for j in range(1, PIPE):
+                        y2 = _step(state[name], y, *pool[(it + j) % POOL][1:])
+                        mx.async_eval(y2)
+                        mx.eval(y)
+                        y = y2
+                    mx.eval(y)
+                    dtp = (time.perf_counter() - t0) / PIPE
                 except Exception as e:
                     errors[name] = f"{type(e).__name__}: {e}"
                     log(f"  {name}: step failed: {errors[name]}")
                     continue
                 finally:
                     attention.path = real_path
+                    decode_step.DecodeStep.attend = real_step
                 if it >= 3:
                     times[name].append(dt)
+                    piped[name].append(dtp)
         for name in state:
             if name in errors:
                 rows.append({"context": t, "arm": name, "error": errors[name]})
@@ -195,6 +220,7 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
             med = statistics.median(ts)
             rows.append({"context": t, "arm": name, "layers": layers, "steps": len(ts),
                          "step_s": med, "layer_s": med / layers,
+                         "pipelined_layer_s": statistics.median(piped[name]) / layers,
                          "layer_s_iqr": (ts[3 * len(ts) // 4] - ts[len(ts) // 4]) / layers,
                          "bytes_per_layer": _nbytes(caches) / layers,
                          "transient_peak_bytes": int(transient), "paths": paths[name]})
@@ -202,7 +228,9 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
         for r in rows:
             if r["context"] == t and "layer_s" in r and base:
                 r["vs_fp16"] = r["layer_s"] / base["layer_s"]
+                r["pipelined_vs_fp16"] = r["pipelined_layer_s"] / base["pipelined_layer_s"]
                 log(f"  {r['arm']:<26} {r['layer_s'] * 1e6:8.1f} us/layer  x{r['vs_fp16']:.2f} of fp16  "
+                    f"pipelined {r['pipelined_layer_s'] * 1e6:8.1f} us/layer x{r['pipelined_vs_fp16']:.2f}  "
                     f"{r['bytes_per_layer'] / 1e6:7.1f} MB/layer  paths {r['paths']}")
         del state
         mx.clear_cache()
@@ -286,18 +314,23 @@ def render(res: dict, name: str) -> list[str]:
         lines += [f"Per-layer decode step (append one token + attention; {layer[0].get('layers', '?')} layers per "
                   "evaluation, median of interleaved steps). `bytes/layer` is the cache as stored, which the step "
                   "reads; `of copy BW` is that over the step time against the copy ceiling; memory is the "
-                  "resident cache of the layer plus the step's transient peak (all layers).", "",
-                  "| context | arm | time / layer | × fp16 | IQR | bytes / layer | of copy BW | resident + transient | path |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "resident cache of the layer plus the step's transient peak (all layers). `pipelined` is the same "
+                  f"step as generate_step runs it ({PIPE} steps in a row, each built while the previous one is "
+                  "evaluated and fed its output as the query), per layer; old runs have no such column.", "",
+                  "| context | arm | time / layer | × fp16 | IQR | pipelined / layer | × fp16 | bytes / layer | "
+                  "of copy BW | resident + transient | path |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in layer:
             if "error" in r:
-                lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | | | | | |")
+                lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | | | | | | | |")
                 continue
             frac = r["bytes_per_layer"] / r["layer_s"] / res["copy_bytes_per_s"]
             mem = r["bytes_per_layer"] * r["layers"] + r["transient_peak_bytes"]
             paths = ", ".join(f"{k} {n}" for k, n in sorted(r["paths"].items())) or "mlx-lm"
+            pipe = (f"{_us(r['pipelined_layer_s'])} | {r.get('pipelined_vs_fp16', float('nan')):.2f}"
+                    if "pipelined_layer_s" in r else "— | —")
             lines.append(f"| {r['context']} | {r['arm']} | {_us(r['layer_s'])} | {r.get('vs_fp16', float('nan')):.2f} | "
-                         f"{_us(r['layer_s_iqr'])} | {r['bytes_per_layer'] / 1e6:.1f} MB | {frac:.0%} | "
+                         f"{_us(r['layer_s_iqr'])} | {pipe} | {r['bytes_per_layer'] / 1e6:.1f} MB | {frac:.0%} | "
                          f"{mem / 1e6:.0f} MB | {paths} |")
         lines += ["", "Where the time goes (launch, kernel and host costs measured on the H200): "
                   "[decode-step-analysis.md](decode-step-analysis.md).", ""]
