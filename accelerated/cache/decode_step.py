@@ -37,7 +37,7 @@ class DecodeStep:
     """One cache's in-place append (one token or chunk of the remembered shape) plus its attention launch."""
 
     __slots__ = ("cache", "plan", "k", "v", "kernel", "template", "grid", "group", "oshape", "ins", "slot_v",
-                 "record", "attn")
+                 "record", "attn", "clean")
 
     def __init__(self, cache, plan, keys: mx.array, values: mx.array, record):
         # record(index, token, before): the cache's _Chunk of one append, with the fused launch's messages
@@ -53,6 +53,7 @@ class DecodeStep:
         self.ins = [None, None, None, kc, *kb, None, vc, *[plan.vbufs[f] for f in fv]]
         self.slot_v = 4 + len(kb)
         self.attn: dict = {}
+        self.clean = [[[False, False]] * (oshape[0][1])] * 2    # a token with no hit, as tolist() gives it
 
     @staticmethod
     def applies(plan) -> bool:
@@ -73,7 +74,12 @@ class DecodeStep:
         c, k, v, plan = self.cache, self.k, self.v, self.plan
         chunks = c._chunks
         if len(chunks) > 1 and not chunks[-2].checked:      # _settle(keep=1): chunks are checked in order
-            c._settle(keep=1)
+            prev = chunks[-2]
+            if (len(chunks) == 2 or chunks[-3].checked) and prev.flags is not None \
+                    and prev.flags.tolist() == self.clean:    # the usual case: one clean token (no Python loop)
+                prev.checked = True
+            else:
+                c._settle(keep=1)
         if not backend.available()[0]:
             return None
         before = (k.mark(), v.mark(), c.offset)
