@@ -352,7 +352,8 @@ def render(res: dict, name: str) -> list[str]:
 
 
 def plot(res: dict, path: pathlib.Path) -> pathlib.Path | None:
-    """Per-layer decode-step time against context, one line per arm (log-log); None without matplotlib."""
+    """Per-layer decode-step time against context, one line per arm (log-log): the step evaluated alone and,
+    where the run has it, pipelined as generate_step runs it (second panel); None without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -362,18 +363,22 @@ def plot(res: dict, path: pathlib.Path) -> pathlib.Path | None:
     rows = [r for r in res["layer"] if "layer_s" in r]
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for arm in dict.fromkeys(r["arm"] for r in rows):
-        pts = sorted((r["context"], r["layer_s"] * 1e6) for r in rows if r["arm"] == arm)
-        style = dict(color="black", linestyle="--", linewidth=2) if arm.startswith("fp16") else {}
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=arm, **style)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("context (tokens)")
-    ax.set_ylabel("decode step per layer (µs)")
-    ax.set_title(f"Decode step per layer, {res['device']['name']} ({res['date'][:10]})")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    panels = [("layer_s", "step evaluated alone")]
+    if all("pipelined_layer_s" in r for r in rows):
+        panels.append(("pipelined_layer_s", "pipelined (as generate_step)"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 4.5), squeeze=False, sharey=True)
+    for ax, (key, what) in zip(axes[0], panels):
+        for arm in dict.fromkeys(r["arm"] for r in rows):
+            pts = sorted((r["context"], r[key] * 1e6) for r in rows if r["arm"] == arm)
+            style = dict(color="black", linestyle="--", linewidth=2) if arm.startswith("fp16") else {}
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=arm, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("decode step per layer (µs)")
+        ax.set_title(f"{what}, {res['device']['name']} ({res['date'][:10]})")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
