@@ -5,6 +5,8 @@ way (one append later, rolled back). GPU launches are replaced by recorders here
 tested elsewhere); the fake append kernel reports NaN in a chunk in its token as the real one does."""
 from __future__ import annotations
 
+import copy
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from mlx_lm.models import base
 
 from veloxquant.accelerated import attention as vattention
 from veloxquant.accelerated import kernels
-from veloxquant.accelerated.cache import VeloxKVCache, decode_step
+from veloxquant.accelerated.cache import VeloxKVCache, VeloxRotatingKVCache, decode_step
 from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend
@@ -95,12 +97,12 @@ def _same(a, b, where):
                 f"{where}: {x['name']} input {j} differs from the general path's"
 
 
-def _run(monkeypatch, gpu, general: bool, tensor_cores: bool, steps=6, nan_at=None, trim_at=None):
+def _run(monkeypatch, gpu, general: bool, tensor_cores: bool, steps=6, nan_at=None, trim_at=None, make=None):
     monkeypatch.setattr(katt, "_mma_available", lambda: tensor_cores)
     with monkeypatch.context() as m:
         if general:
             _general(m)
-        c = VeloxKVCache(method="turboquant", bits=4, layer=0, seed=3)
+        c = (make or (lambda: VeloxKVCache(method="turboquant", bits=4, layer=0, seed=3)))()
         c.update_and_fetch(_x(7, t=5), _x(8, t=5))      # prefill (general path)
         gpu.clear()
         per_step, err = [], None
@@ -191,3 +193,37 @@ def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, metho
         assert np.array_equal(a, b), f"{method}: step {i} attention output differs from the general path's"
     for a, b in zip(fs, gs):
         assert np.array_equal(a, b), f"{method}: stored state differs from the general path's"
+
+
+def test_a_sliding_window_cache_leaves_the_step_when_it_evicts(monkeypatch, gpu):
+    """VeloxRotatingKVCache evicts before it appends (a stream change): the step must give way to the general
+    path from then on, with the same launches and state."""
+    make = lambda: VeloxRotatingKVCache(8, method="turboquant", bits=4, layer=0, seed=3)   # noqa: E731
+    fast, _, cf = _run(monkeypatch, gpu, general=False, tensor_cores=False, steps=8, make=make)
+    ref, _, cr = _run(monkeypatch, gpu, general=True, tensor_cores=False, steps=8, make=make)
+    for i, (a, b) in enumerate(zip(fast, ref)):
+        assert a[1:] == b[1:], f"step {i}: {a[1:]} != {b[1:]}"
+        _same(_launches(a[0]), _launches(b[0]), f"step {i}")
+    assert cf._k.tokens == cr._k.tokens == 8
+
+
+def test_a_copied_cache_appends_into_its_own_buffers(monkeypatch, gpu):
+    """mlx-lm deep-copies prompt caches: the copy must not keep the original's decode step (which writes into
+    the original's buffers)."""
+    monkeypatch.setattr(katt, "_mma_available", lambda: False)
+    c = VeloxKVCache(method="turboquant", bits=4, layer=0, seed=3)
+    c.update_and_fetch(_x(7, t=5), _x(8, t=5))
+    for i in range(3):
+        _layer(c, i)
+    assert c._fast is not None
+    d = copy.deepcopy(c)
+    assert d._fast is None and d._in_place is None
+    gpu.clear()
+    _layer(d, 5)
+    _layer(d, 6)
+    appends = [x for x in gpu if x["name"].startswith("vq_append")]
+    own = {id(r.buf) for r in d._k._rows.values()} | {id(r.buf) for r in d._v._rows.values()}
+    theirs = {id(r.buf) for r in c._k._rows.values()} | {id(r.buf) for r in c._v._rows.values()}
+    assert appends and all(not (set(x["ids"]) & theirs) for x in appends), "the copy wrote into the original's buffers"
+    assert all(set(x["ids"]) & own for x in appends)
+    assert d._fast is not None and d._fast.k is d._k
