@@ -36,6 +36,10 @@ TC_MIN_BLOCKS = 2             # ... compiled for 2 threadgroups per multiprocess
 TC_WAVES = 1                  # ... and split so that its threadgroups fill the GPU this many times: a
                               # threadgroup's setup and merge are latency it cannot hide, so fewer, longer splits
 TENSOR_CORES = True           # CUDA sm_80+: the partial's tensor-core loop where it applies (attention_tc.py)
+COLD_LOOPS = False            # CUDA: the loops a threadgroup runs once not unrolled (VQ_COLD): the tensor-core
+                              # partial is 112 KB of sm_90 code, 72 KB with the combine's and set-up's loops rolled
+                              # up; an instruction-fetch cost at short contexts is suspected, not measured:
+                              # off until an A/B on a GPU (tools/bench_attention.py, knob COLD_LOOPS) says so
 LOG2E = 1.4426950408889634
 
 _FIELDS = {   # record fields as the kernel's (c1, c2, s0, s1, gs, gz) inputs
@@ -330,6 +334,8 @@ def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
     tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{'t' if tc else ''}"
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "")
     if be == "cuda":
+        if COLD_LOOPS:
+            header = '#define VQ_COLD _Pragma("unroll 1")\n' + header
         if tc:
             header += _bounds(NT, TC_MIN_BLOCKS)
         return backend.cuda_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,

@@ -474,6 +474,7 @@ PARTIAL_LOOP = """\
 # step 5, shared with the tensor-core loop (attention_tc.py): the split's partial from sacc / sml
 PARTIAL_OUTPUT = """\
   // 5. this split's partial: o_acc (B, Hkv, NQ, S + 1, VPARTS, D), o_ml (B, Hkv, NQ, S + 1, 2)
+  VQ_COLD
   for (int i = tid; i < QB * VPARTS * D; i += NT) {
     const int r = qg * QB + i / (VPARTS * D);
     if (r < nq) {
@@ -481,6 +482,7 @@ PARTIAL_OUTPUT = """\
       o_acc[row * VPARTS * D + i % (VPARTS * D)] = sacc[i];
     }
   }
+  VQ_COLD
   for (int i = tid; i < QB * 2; i += NT) {
     const int r = qg * QB + i / 2;
     if (r < nq) {

@@ -89,6 +89,12 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
 
 # ---- helpers (header text, shared by both backends after the prelude) -----------------------------------
 HELPERS = """
+// loops a threadgroup runs once (set-up, merge, combine; over threadgroup or device memory, never a register
+// array): CUDA with accelerated.kernels.attention.COLD_LOOPS defines VQ_COLD as `#pragma unroll 1` (less code
+// to fetch once per threadgroup; same operations in the same order), elsewhere it is nothing
+#ifndef VQ_COLD
+#define VQ_COLD
+#endif
 // code j of a packed row: word j / (32 / B), bits B * (j % (32 / B))      (spec/packing.md)
 template <int B>
 inline uint32_t vq_code(const DEVICE uint32_t* row, int j) {
@@ -128,6 +134,7 @@ inline void vq_codes(const DEVICE uint32_t* row, int c, THREAD uint32_t* out) {
 // (j, j + hh) -> (x0 + x1, x0 - x1), shared by threads t, t + nt, ... (the caller puts a barrier after it)
 template <int D>
 inline void vq_butterfly_stage(TGMEM float* a, int rows, int hh, int t, int nt) {
+  VQ_COLD
   for (int i = t; i < rows * D / 2; i += nt) {
     const int k = i % (D / 2);
     const int o = (i / (D / 2)) * D + (k / hh) * 2 * hh + (k % hh);
@@ -181,6 +188,7 @@ PARTIAL_SETUP = """
   // 1. the group's query rows, scaled (log2 domain), rotated into the keys' domain (encoded splits)
   SHARED(float, sq, QB * D);
   SHARED(float, sq2, QB * D);
+  VQ_COLD
   for (int i = tid; i < QB * D; i += NT) {
     const int r = qg * QB + i / D;
     float v = 0.0f;
@@ -200,16 +208,19 @@ PARTIAL_SETUP = """
     // H by ascending butterfly stages, then s_d (rotation.md); tau's RHT on top for turboquant_prod
     for (int pass = 0; pass < KPARTS; ++pass) {
       if (pass == 1) {
+        VQ_COLD
         for (int i = tid; i < QB * D; i += NT) {
           sq2[i] = sq[i] * f_ktau[h * D + i % D];
         }
         BARRIER();
       }
       TGMEM float* rows = (pass == 0) ? sq : sq2;
+      VQ_COLD
       for (int hh = 1; hh < D; hh <<= 1) {
         vq_butterfly_stage<D>(rows, QB, hh, tid, NT);
         BARRIER();
       }
+      VQ_COLD
       for (int i = tid; i < QB * D; i += NT) {
         rows[i] = rows[i] * f_k[0];
       }
@@ -285,6 +296,7 @@ COMBINE_ROWS = """
     if (VROT) {
       // inverse RHT: H, s_d, signs (rotation.md); turboquant_prod first adds tau's inverse of the sketch part
       for (int pass = (VPARTS == 2 ? 0 : 1); pass < 2; ++pass) {
+        VQ_COLD
         for (int hh = 1; hh < D; hh <<= 1) {
           vq_butterfly_stage<D>((pass == 0) ? cy2 : cy, 1, hh, CT, CNT);
           BARRIER();
@@ -329,8 +341,10 @@ COMBINE_ROWS_STRIDED = """
     }
     cred[r * CNT + CT] = pm;
   }
+  VQ_COLD
   for (int half = CNT / 2; half > 0; half >>= 1) {
     BARRIER();
+    VQ_COLD
     for (int i = CT; i < CQB * half; i += CNT) {
       const int o = (i / half) * CNT + i % half;
       cred[o] = vq_max(cred[o], cred[o + half]);
@@ -354,8 +368,10 @@ COMBINE_ROWS_STRIDED = """
     }
     cred[r * CNT + CT] = pl;
   }
+  VQ_COLD
   for (int half = CNT / 2; half > 0; half >>= 1) {
     BARRIER();
+    VQ_COLD
     for (int i = CT; i < CQB * half; i += CNT) {
       const int o = (i / half) * CNT + i % half;
       cred[o] = cred[o] + cred[o + half];
@@ -410,6 +426,7 @@ COMBINE_ROWS_STRIDED = """
   }
   if (CG > 1) {
     BARRIER();
+    VQ_COLD
     for (int i = CT; i < CQB * D; i += CNT) {
       const int r = i / D;
       const int c = i % D;
@@ -432,10 +449,12 @@ COMBINE_ROWS_STRIDED = """
     // inverse RHT of every row: H, s_d, signs (rotation.md); turboquant_prod first adds tau's inverse of the
     // sketch part
     for (int pass = (VPARTS == 2 ? 0 : 1); pass < 2; ++pass) {
+      VQ_COLD
       for (int hh = 1; hh < D; hh <<= 1) {
         vq_butterfly_stage<D>((pass == 0) ? cy2 : cy, NR, hh, CT, CNT);
         BARRIER();
       }
+      VQ_COLD
       for (int i = CT; i < NR * D; i += CNT) {
         const int c = i % D;
         if (pass == 0) {
@@ -448,6 +467,7 @@ COMBINE_ROWS_STRIDED = """
     }
   }
   // (d) the window's partial (split S), the division by the total sum, the output rows in the queries' dtype
+  VQ_COLD
   for (int i = CT; i < NR * D; i += CNT) {
     const int r = i / D;
     const int c = i % D;

@@ -330,6 +330,7 @@ TC_LOOP = """
     }
   }
   BARRIER();
+  VQ_COLD
   for (int i = tid; i < QB * D; i += NT) {
     float y = 0.0f;
     for (int w = 0; w < NW; ++w) {
