@@ -53,6 +53,7 @@ class StepKV(PackedKV):
     def __init__(self, stream, bufs: dict, encoded: int, token: mx.array, step):
         object.__setattr__(self, "flags", token)
         object.__setattr__(self, "step", step)
+        object.__setattr__(self, "encoded", encoded)      # the step's state: what its attention launch reads
         object.__setattr__(self, "_lazy", (stream, bufs, encoded))
 
     @property
@@ -102,7 +103,7 @@ def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, ma
         raise ValueError("sinks: attention sinks are not supported over packed records")
     st = keys.step
     if st is not None and st is values.step and queries.shape[2] <= MAX_PACKED_QUERIES:
-        out = st.attend(queries, scale, mask)         # the fused kernels' launch, its fixed part made once
+        out = st.attend(queries, keys, values, scale, mask)   # the fused kernels' launch, its fixed part made once
         if out is not None:
             return out
     which = path(queries, keys, values, mask)

@@ -227,3 +227,28 @@ def test_a_copied_cache_appends_into_its_own_buffers(monkeypatch, gpu):
     assert appends and all(not (set(x["ids"]) & theirs) for x in appends), "the copy wrote into the original's buffers"
     assert all(set(x["ids"]) & own for x in appends)
     assert d._fast is not None and d._fast.k is d._k
+
+
+def test_an_older_steps_keys_attend_over_that_steps_state(monkeypatch, gpu):
+    """Keys/values kept from an earlier step and attended after a later append read what that step stored (its
+    encoded count and token), as the general path's record does."""
+    monkeypatch.setattr(katt, "_mma_available", lambda: False)
+
+    def run(general):
+        with monkeypatch.context() as m:
+            if general:
+                _general(m)
+            c = VeloxKVCache(method="turboquant", bits=4, layer=0, seed=3)
+            c.update_and_fetch(_x(7, t=5), _x(8, t=5))
+            c.update_and_fetch(_x(1), _x(2))
+            c.update_and_fetch(_x(3), _x(4))
+            k, v = c.update_and_fetch(_x(5), _x(6))         # offset 8
+            c.update_and_fetch(_x(9), _x(10))               # a later append (offset 9)
+            gpu.clear()
+            base.scaled_dot_product_attention(_x(1000, h=HQ), k, v, cache=c, scale=D ** -0.5, mask=None)
+            return _launches(gpu), k
+    (fast, k), (ref, _) = run(False), run(True)
+    _same(fast, ref, "attention over an older step's keys")
+    names = katt.src.inputs("partial", 0, 0, False, True)
+    assert int(fast[0]["inputs"][names.index("nenc")][0]) == 8, "the launch read the later append's count"
+    assert fast[0]["ids"][names.index("flags")] == id(k.flags), "the launch waits on another append's token"

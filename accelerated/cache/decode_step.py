@@ -109,26 +109,26 @@ class DecodeStep:
         q = k._q
         return StepKV(k, plan.kbufs, q, token, self), StepKV(v, plan.vbufs, q, token, self)
 
-    def attend(self, queries, scale: float, mask):
-        """The fused attention launch of accelerated.kernels.attention over this step's records, or None where
-        the general path must decide (then nothing was launched)."""
-        if mask is not None or type(queries) is not mx.array:
+    def attend(self, queries, keys, values, scale: float, mask):
+        """The fused attention launch of accelerated.kernels.attention over the records of the step that made
+        `keys` and `values` (its encoded count and token, even after later appends), or None where the general
+        path must decide (then nothing was launched)."""
+        q_enc = keys.encoded
+        if mask is not None or type(queries) is not mx.array or values.encoded != q_enc or values.flags is not keys.flags:
             return None
-        k, v = self.k, self.v
-        q_enc = k._q
         key = (queries.shape, queries.dtype, scale, -(-q_enc // (kattention.TOKENS_PER_SPLIT if q_enc <= 8192
                                                                   else kattention.LONG_SPLIT)),
                -(-q_enc // kattention.TOKENS_PER_SPLIT))
         a = self.attn.get(key)
         if a is None:
-            a = self.attn[key] = self._attention_launch(queries, scale)
+            a = self.attn[key] = self._attention_launch(queries, keys, values, scale)
         if a is False:
             return None
         kern, template, ins, iq, inn, ifl, grid, shapes, dtypes = a
         ins = list(ins)
         ins[iq] = queries
         ins[inn] = km.count(q_enc)
-        ins[ifl] = k._token
+        ins[ifl] = keys.flags
         if template is None:
             outs = kern(inputs=ins, grid=grid, threadgroup=(kattention.NT, 1, 1), output_shapes=shapes,
                         output_dtypes=dtypes)
@@ -137,10 +137,10 @@ class DecodeStep:
                         output_shapes=shapes, output_dtypes=dtypes)
         return outs[2]
 
-    def _attention_launch(self, queries, scale: float):
+    def _attention_launch(self, queries, keys, values, scale: float):
         """The launch's fixed part for one query shape and split count (False: not the fused kernel's call)."""
-        kr, vr = self.k.packed(), self.v.packed()      # (as StepKV.record would make them)
-        if (self.k._token is None or not kattention.supports(queries, kr, vr, None)
+        kr, vr = keys.record, values.record
+        if (kr.token is None or not kattention.supports(queries, kr, vr, None)
                 or not kattention._fused()):
             return False
         ins, st = kattention._launch(queries, kr, vr, scale, None, None)
