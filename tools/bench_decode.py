@@ -153,6 +153,7 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
         mx.eval(pool)
         times = {n: [] for n in state}
         piped = {n: [] for n in state}
+        built = {n: [] for n in state}
         paths = {n: {} for n in state}
         errors = {}
         real_path = attention.path
@@ -179,7 +180,9 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                 decode_step.DecodeStep.attend = spy_step
                 try:
                     t0 = time.perf_counter()
-                    mx.eval(_step(state[name], q, k, v))
+                    y = _step(state[name], q, k, v)
+                    tb = time.perf_counter() - t0          # the host's build of the graph (Python, MLX calls)
+                    mx.eval(y)
                     dt = time.perf_counter() - t0
                     # as generate_step runs it: step n + 1 built while step n is evaluated (its query is
                     # step n's output, as the next token depends on the last), PIPE steps per sample
@@ -203,6 +206,7 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                     decode_step.DecodeStep.attend = real_step
                 if it >= 3:
                     times[name].append(dt)
+                    built[name].append(tb)
                     piped[name].append(dtp)
         for name in state:
             if name in errors:
@@ -221,6 +225,7 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
             rows.append({"context": t, "arm": name, "layers": layers, "steps": len(ts),
                          "step_s": med, "layer_s": med / layers,
                          "pipelined_layer_s": statistics.median(piped[name]) / layers,
+                         "build_layer_s": statistics.median(built[name]) / layers,
                          "layer_s_iqr": (ts[3 * len(ts) // 4] - ts[len(ts) // 4]) / layers,
                          "bytes_per_layer": _nbytes(caches) / layers,
                          "transient_peak_bytes": int(transient), "paths": paths[name]})
@@ -316,13 +321,14 @@ def render(res: dict, name: str) -> list[str]:
                   "reads; `of copy BW` is that over the step time against the copy ceiling; memory is the "
                   "resident cache of the layer plus the step's transient peak (all layers). `pipelined` is the same "
                   f"step as generate_step runs it ({PIPE} steps in a row, each built while the previous one is "
-                  "evaluated and fed its output as the query), per layer; old runs have no such column.", "",
-                  "| context | arm | time / layer | × fp16 | IQR | pipelined / layer | × fp16 | bytes / layer | "
+                  "evaluated and fed its output as the query), per layer; `host build` is the Python "
+                  "building the step's graph, part of `time / layer`; old runs have no such columns.", "",
+                  "| context | arm | time / layer | × fp16 | IQR | pipelined / layer | × fp16 | host build | bytes / layer | "
                   "of copy BW | resident + transient | path |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in layer:
             if "error" in r:
-                lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | | | | | | | |")
+                lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | | | | | | | | |")
                 continue
             frac = r["bytes_per_layer"] / r["layer_s"] / res["copy_bytes_per_s"]
             mem = r["bytes_per_layer"] * r["layers"] + r["transient_peak_bytes"]
@@ -330,7 +336,8 @@ def render(res: dict, name: str) -> list[str]:
             pipe = (f"{_us(r['pipelined_layer_s'])} | {r.get('pipelined_vs_fp16', float('nan')):.2f}"
                     if "pipelined_layer_s" in r else "— | —")
             lines.append(f"| {r['context']} | {r['arm']} | {_us(r['layer_s'])} | {r.get('vs_fp16', float('nan')):.2f} | "
-                         f"{_us(r['layer_s_iqr'])} | {pipe} | {r['bytes_per_layer'] / 1e6:.1f} MB | {frac:.0%} | "
+                         f"{_us(r['layer_s_iqr'])} | {pipe} | {_us(r['build_layer_s']) if 'build_layer_s' in r else '—'} | "
+                         f"{r['bytes_per_layer'] / 1e6:.1f} MB | {frac:.0%} | "
                          f"{mem / 1e6:.0f} MB | {paths} |")
         lines += ["", "Where the time goes (launch, kernel and host costs measured on the H200): "
                   "[decode-step-analysis.md](decode-step-analysis.md).", ""]
