@@ -1,0 +1,29 @@
+"""tools/bench_decode.py's layer suite on the CPU at a toy size (a benchmark's plumbing, not a timing): every row has
+the step alone, the pipelined step and the host build, the build is part of the step, and the table renders old
+runs (no pipelined / build fields) and new ones."""
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from veloxquant.tools import bench_decode as bd
+
+pytest.importorskip("mlx_lm")
+
+
+def test_layer_suite_rows_and_table():
+    with mx.stream(mx.cpu):
+        rows = bd.layer_suite([64], layers=1, steps=2, arms=["fp16 KVCache", "turboquant b4"], log=lambda *a: None)
+    assert [r["arm"] for r in rows] == ["fp16 KVCache", "turboquant b4"], rows
+    for r in rows:
+        for f in ("layer_s", "pipelined_layer_s", "build_layer_s", "vs_fp16", "pipelined_vs_fp16"):
+            assert f in r and r[f] > 0, (r["arm"], f, r.get(f))
+        assert r["build_layer_s"] < r["layer_s"], (r["arm"], r["build_layer_s"], r["layer_s"])
+    old = dict(rows[1])
+    for f in ("pipelined_layer_s", "pipelined_vs_fp16", "build_layer_s"):
+        del old[f]
+    res = {"device": {"name": "cpu", "type": "cpu"}, "versions": {}, "date": "2026-12-01T00:00:00",
+           "command": "test", "copy_bytes_per_s": 1e9, "layer": rows + [old]}
+    table = [ln for ln in bd.render(res, "x.json") if ln.startswith("| 64 ")]
+    assert len(table) == 3 and all(ln.count("|") == 13 for ln in table), table
+    assert "— | —" in table[2] and table[2].count("—") == 3, table[2]
