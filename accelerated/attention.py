@@ -14,7 +14,7 @@ import functools
 import mlx.core as mx
 
 from veloxquant.accelerated.ops import attention as ops_attention
-from veloxquant.accelerated.ops.attention import PackedRecord
+from veloxquant.accelerated.ops.attention import PackedRecord, Views
 
 # Longest query block attended over the packed records directly (decode, speculative decoding's draft
 # verification); longer blocks (prefill) decode the records and call mx.fast.scaled_dot_product_attention.
@@ -60,7 +60,6 @@ class StepKV(PackedKV):
     def record(self) -> PackedRecord:
         lazy = self.__dict__.get("_lazy")
         if lazy is not None:
-            from veloxquant.accelerated.ops.attention import Views
             s, bufs, q = lazy
             # the step's state: rows 0..q-1 of every field (per-token records, nothing evicted), no window
             rec = PackedRecord(s.params, Views(bufs, {n: q for n in bufs}), s._window, q, s._method.decode_tokens,

@@ -37,15 +37,8 @@ def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, 
         plan = InPlace.check(k, v, keys, values)
         if plan is None:
             return None, None
-    t = plan.t
     token = fused.append(k.params, keys, plan.kbufs, v.params, values, plan.vbufs, k._q, after)
-    for r in plan.rows:
-        r.n += t
-    for s in (k, v):
-        s._q += t
-        s._version += 1
-        s._token = token
-    plan.kver, plan.vver, plan.room = k._version, v._version, plan.room - t
+    plan.stored(token)
     return token, plan
 
 
@@ -82,6 +75,17 @@ class InPlace:
 
     def __deepcopy__(self, memo):
         return None       # a copied cache has copied buffers: its first append checks again
+
+    def stored(self, token: mx.array) -> None:
+        """Both streams now end with the chunk the launch of `token` stored (t rows more); the plan follows."""
+        k, v, t = self.k, self.v, self.t
+        for r in self.rows:
+            r.n += t
+        for s in (k, v):
+            s._q += t
+            s._version += 1
+            s._token = token
+        self.kver, self.vver, self.room = k._version, v._version, self.room - t
 
     def holds(self, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> bool:
         return (k is self.k and v is self.v and k._version == self.kver and v._version == self.vver

@@ -216,11 +216,9 @@ class VeloxKVCache(_BaseCache):
             token, self._in_place = append_in_place(k, v, keys, values, self._token, plan)
             if token is not None:      # one launch: encode both, store in place, checks (kernels/append.py)
                 if self._in_place is not plan:    # a new plan: the next steps take the decode-step path
-                    self._fast = None
-                if self._in_place is not plan and DecodeStep.applies(self._in_place):
                     msgs = _fused_check_messages(self.key_params.method, self.value_params.method)
-                    self._fast = DecodeStep(self, self._in_place, keys, values, functools.partial(
-                        _fused_chunk, msgs))
+                    self._fast = (DecodeStep(self, self._in_place, keys, values, functools.partial(_fused_chunk, msgs))
+                                  if DecodeStep.applies(self._in_place) else None)
                 self._token = token
                 self.offset += keys.shape[2]    # tokens seen (a sliding-window cache holds fewer)
                 self._appends += 1

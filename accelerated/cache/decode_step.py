@@ -26,18 +26,18 @@ from veloxquant.accelerated.kernels import backend
 from veloxquant.accelerated.kernels import methods as km
 
 
-def _resolve(kernel, template):
-    """(callable, template to pass): our CUDA wrapper's object for that template, else the kernel itself."""
+def _resolve(kernel, template, **call):
+    """(callable, its keyword arguments but the inputs): our CUDA wrapper's object for that template, else the
+    kernel itself with the template among the arguments."""
     if isinstance(kernel, backend.CudaKernel):
-        return kernel.specialized(template), None
-    return kernel, template
+        return kernel.specialized(template), call
+    return kernel, {**call, "template": template}
 
 
 class DecodeStep:
     """One cache's in-place append (one token or chunk of the remembered shape) plus its attention launch."""
 
-    __slots__ = ("cache", "plan", "k", "v", "kernel", "template", "grid", "group", "oshape", "ins", "slot_v",
-                 "record", "attn", "clean")
+    __slots__ = ("cache", "plan", "k", "v", "kernel", "call", "ins", "slot_v", "record", "attn", "clean")
 
     def __init__(self, cache, plan, keys: mx.array, values: mx.array, record):
         # record(index, token, before): the cache's _Chunk of one append, with the fused launch's messages
@@ -46,8 +46,8 @@ class DecodeStep:
         kp, vp = self.k.params, self.v.params
         grid, group, oshape, template, kc, vc, fk, fv, kernel = fused._static(kp, vp, b, h, t, d, keys.dtype,
                                                                               values.dtype)
-        self.kernel, self.template = _resolve(kernel, template)
-        self.grid, self.group, self.oshape = grid, group, oshape
+        self.kernel, self.call = _resolve(kernel, template, grid=grid, threadgroup=group, output_shapes=oshape,
+                                          output_dtypes=[mx.bool_])
         kb = [plan.kbufs[f] for f in fk]
         # inputs as kernels/append.append passes them: [base, after, keys, kc, *kbufs, values, vc, *vbufs]
         self.ins = [None, None, None, kc, *kb, None, vc, *[plan.vbufs[f] for f in fv]]
@@ -83,25 +83,13 @@ class DecodeStep:
         if not backend.available()[0]:
             return None
         before = (k.mark(), v.mark(), c.offset)
-        t = plan.t
         ins = list(self.ins)
         ins[0] = km.count(k._q)
         ins[1] = c._token if c._token is not None else km._dummy(mx.bool_)
         ins[2] = keys
         ins[self.slot_v] = values
-        if self.template is None:
-            (token,) = self.kernel(inputs=ins, grid=self.grid, threadgroup=self.group, output_shapes=self.oshape,
-                                   output_dtypes=[mx.bool_])
-        else:
-            (token,) = self.kernel(inputs=ins, template=self.template, grid=self.grid, threadgroup=self.group,
-                                   output_shapes=self.oshape, output_dtypes=[mx.bool_])
-        for r in plan.rows:
-            r.n += t
-        for s in (k, v):
-            s._q += t
-            s._version += 1
-            s._token = token
-        plan.kver, plan.vver, plan.room = k._version, v._version, plan.room - t
+        (token,) = self.kernel(inputs=ins, **self.call)
+        plan.stored(token)
         c._token = token
         c.offset += keys.shape[2]
         c._appends += 1
@@ -116,26 +104,18 @@ class DecodeStep:
         q_enc = keys.encoded
         if mask is not None or type(queries) is not mx.array or values.encoded != q_enc or values.flags is not keys.flags:
             return None
-        key = (queries.shape, queries.dtype, scale, -(-q_enc // (kattention.TOKENS_PER_SPLIT if q_enc <= 8192
-                                                                  else kattention.LONG_SPLIT)),
-               -(-q_enc // kattention.TOKENS_PER_SPLIT))
+        key = (queries.shape, queries.dtype, scale, kattention.split_counts(q_enc))
         a = self.attn.get(key)
         if a is None:
             a = self.attn[key] = self._attention_launch(queries, keys, values, scale)
         if a is False:
             return None
-        kern, template, ins, iq, inn, ifl, grid, shapes, dtypes = a
+        kern, call, ins, iq, inn, ifl = a
         ins = list(ins)
         ins[iq] = queries
         ins[inn] = km.count(q_enc)
         ins[ifl] = keys.flags
-        if template is None:
-            outs = kern(inputs=ins, grid=grid, threadgroup=(kattention.NT, 1, 1), output_shapes=shapes,
-                        output_dtypes=dtypes)
-        else:
-            outs = kern(inputs=ins, template=template, grid=grid, threadgroup=(kattention.NT, 1, 1),
-                        output_shapes=shapes, output_dtypes=dtypes)
-        return outs[2]
+        return kern(inputs=ins, **call)[2]
 
     def _attention_launch(self, queries, keys, values, scale: float):
         """The launch's fixed part for one query shape and split count (False: not the fused kernel's call)."""
@@ -145,6 +125,7 @@ class DecodeStep:
             return False
         ins, st = kattention._launch(queries, kr, vr, scale, None, None)
         names = st.names
-        kern, template = _resolve(kattention._kernel("partial", *st.key), st.template)
-        return (kern, template, ins, names.index("q"), names.index("nenc"), names.index("flags"), st.grid,
-                st.out_shapes, st.out_dtypes)
+        kern, call = _resolve(kattention._kernel("partial", *st.key), st.template, grid=st.grid,
+                              threadgroup=(kattention.NT, 1, 1), output_shapes=st.out_shapes,
+                              output_dtypes=st.out_dtypes)
+        return kern, call, ins, names.index("q"), names.index("nenc"), names.index("flags")

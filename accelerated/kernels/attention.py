@@ -37,7 +37,7 @@ TC_WAVES = 1                  # ... and split so that its threadgroups fill the 
                               # threadgroup's setup and merge are latency it cannot hide, so fewer, longer splits
 TENSOR_CORES = True           # CUDA sm_80+: the partial's tensor-core loop where it applies (attention_tc.py)
 COLD_LOOPS = False            # CUDA: the loops a threadgroup runs once not unrolled (VQ_COLD): the tensor-core
-                              # partial is 112 KB of sm_90 code, 72 KB with the combine's and set-up's loops rolled
+                              # partial is 112 KB of sm_90 code, 76 KB with the combine's and set-up's loops rolled
                               # up; an instruction-fetch cost at short contexts is suspected, not measured:
                               # off until an A/B on a GPU (tools/bench_attention.py, knob COLD_LOOPS) says so
 LOG2E = 1.4426950408889634
@@ -234,14 +234,20 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
                    _counts(grid[1] * grid[2]) if fused else None)
 
 
+def split_counts(q_enc: int) -> tuple[int, int]:
+    """(splits of the scalar loop's split size, splits of TOKENS_PER_SPLIT) for q_enc encoded tokens: what a
+    launch's per-shape part depends on besides the shapes."""
+    return -(-q_enc // (TOKENS_PER_SPLIT if q_enc <= 8192 else LONG_SPLIT)), -(-q_enc // TOKENS_PER_SPLIT)
+
+
 def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask, flags) -> tuple:
     """(the partial launch's inputs, _static's part) of one call."""
     b, hq, l, d = queries.shape
     q_enc = k.encoded
     kw, vw = k.window, v.window
-    st = _static(k.params, v.params, b, hq, l, d, kw.shape[1],
-                 -(-q_enc // (TOKENS_PER_SPLIT if q_enc <= 8192 else LONG_SPLIT)), kw.shape[2] > 0, mask == "causal",
-                 queries.dtype, float(scale), _fused(), -(-q_enc // TOKENS_PER_SPLIT))
+    q_enc_splits, q_fine = split_counts(q_enc)
+    st = _static(k.params, v.params, b, hq, l, d, kw.shape[1], q_enc_splits, kw.shape[2] > 0, mask == "causal",
+                 queries.dtype, float(scale), _fused(), q_fine)
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
         flags = k.token if k.token is not None else _dummy(1, mx.bool_)
         if v.token is not None and v.token is not k.token:
