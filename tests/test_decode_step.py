@@ -6,6 +6,7 @@ tested elsewhere); the fake append kernel reports NaN in a chunk in its token as
 from __future__ import annotations
 
 import copy
+import gc
 
 import mlx.core as mx
 import numpy as np
@@ -15,9 +16,11 @@ from mlx_lm.models import base
 from veloxquant.accelerated import attention as vattention
 from veloxquant.accelerated import kernels
 from veloxquant.accelerated.cache import VeloxKVCache, VeloxRotatingKVCache, decode_step
+from veloxquant.accelerated.cache import base as cache_base
 from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend
+from veloxquant.accelerated.kernels import commit
 from veloxquant.accelerated.kernels import methods as km
 
 B, HQ, HKV, D = 1, 8, 2, 64
@@ -57,13 +60,22 @@ def gpu(monkeypatch):
     monkeypatch.setattr(backend, "kernel", lambda kind, method, dtype_name: _Recorder(
         log, f"vq_{kind}", ["x"]))
     monkeypatch.setattr(katt, "_sm_count", lambda: 132)
-    # cached kernel objects (and launch parts holding them) made with the recorders: not kept
-    cached = (fused._kernel, fused._static, katt._kernel, katt._mma_available, km._encode_static)
-    for f in cached:
+    # cached kernel objects (and launch parts holding them) made with the recorders: not kept. Every cache of
+    # the modules that make launches, not a list of them: a recorder left in commit._kernel once made the next
+    # GPU test's buffer growth store zeros (tests/test_append_kernel_gpu.py, turboquant pair, 2026-12-01)
+    for f in _launch_caches():
         f.cache_clear()
     yield log
-    for f in cached:
+    for f in _launch_caches():
         f.cache_clear()
+    gc.collect()
+    left = [o for o in gc.get_objects() if type(o) is _Recorder]
+    assert not left, f"{len(left)} recorded kernel(s) outlive the test (a cache the fixture does not clear)"
+
+
+def _launch_caches():
+    mods = (fused, katt, km, commit, backend, vattention, cache_base)
+    return {id(f): f for m in mods for f in vars(m).values() if callable(getattr(f, "cache_clear", None))}.values()
 
 
 def _x(seed, t=1, h=HKV, nan=False):
