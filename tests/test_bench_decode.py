@@ -27,3 +27,29 @@ def test_layer_suite_rows_and_table():
     table = [ln for ln in bd.render(res, "x.json") if ln.startswith("| 64 ")]
     assert len(table) == 3 and all(ln.count("|") == 13 for ln in table), table
     assert "— | —" in table[2] and table[2].count("—") == 3, table[2]
+
+
+def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch):
+    from veloxquant.accelerated.kernels import attention as katt
+    from veloxquant.accelerated.kernels import methods as km
+    seen = []
+    real = bd._step
+
+    def spy(caches, q, k, v):
+        seen.append((type(caches[0]).__name__, katt.FUSE_COMBINE, km.DEVICE_COUNTS))
+        return real(caches, q, k, v)
+    monkeypatch.setattr(bd, "_step", spy)
+    arm = "turboquant b4 [FUSE_COMBINE=0, DEVICE_COUNTS=0]"
+    with mx.stream(mx.cpu):
+        rows = bd.layer_suite([32], layers=1, steps=1, arms=["fp16 KVCache", arm], log=lambda *a: None)
+    assert [r["arm"] for r in rows] == ["fp16 KVCache", arm], rows
+    assert {s for s in seen if s[0] == "KVCache"} == {("KVCache", True, True)}, seen
+    assert {s for s in seen if s[0] != "KVCache"} == {("VeloxKVCache", False, False)}, seen
+    assert katt.FUSE_COMBINE is True and km.DEVICE_COUNTS is True
+
+
+@pytest.mark.parametrize("name", ["turboquant b4 [NOPE=1]", "turboquant b4 [FUSE_COMBINE=x]", "fp16 KVCache [FUSE_COMBINE=0]",
+                                  "nope [FUSE_COMBINE=0]"])
+def test_bad_arm_names_are_errors(name):
+    with pytest.raises(ValueError, match="arm"):
+        bd._arm_names([name])

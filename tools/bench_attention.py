@@ -1,7 +1,7 @@
 """The decode attention call alone under launch variants (a benchmark, not a test; needs the GPU kernels).
 
 Variants set module constants of accelerated.kernels.attention (TENSOR_CORES, TC_PREFETCH, TC_MIN_BLOCKS,
-TC_WAVES, TOKENS_PER_SPLIT, LONG_SPLIT, PREFETCH, NT, COLD_LOOPS) for one arm's caches at each context; 8-layer chains of
+TC_WAVES, TOKENS_PER_SPLIT, LONG_SPLIT, PREFETCH, NT, COLD_LOOPS, FUSE_COMBINE) for one arm's caches at each context; 8-layer chains of
 `attention(...)` (each layer's output is the next layer's query), the variants interleaved in every
 repetition over a pool of 10 queries, medians per layer. Kernel objects are made once per variant. Each
 variant's output on one layer is compared with the first variant's (max |difference|). The tables of
@@ -21,7 +21,7 @@ import time
 from ._env import utc_now_iso, versions
 
 KNOBS = ("TENSOR_CORES", "TC_PREFETCH", "TC_MIN_BLOCKS", "TC_WAVES", "TOKENS_PER_SPLIT", "LONG_SPLIT", "PREFETCH",
-         "NT", "COLD_LOOPS")
+         "NT", "COLD_LOOPS", "FUSE_COMBINE")
 PRESETS = {
     "tc-shape": [["scalar", {"TENSOR_CORES": False}], ["tensor cores", {}],
                  ["tc, next chunk in flight", {"TC_PREFETCH": 1}], ["tc, 3 chunks in flight", {"TC_PREFETCH": 3}],
@@ -29,6 +29,9 @@ PRESETS = {
     "cold-loops": [["tensor cores", {}], ["tc, cold loops rolled up", {"COLD_LOOPS": True}],
                    ["scalar", {"TENSOR_CORES": False}], ["scalar, cold loops rolled up", {"TENSOR_CORES": False,
                                                                                            "COLD_LOOPS": True}]],
+    "combine": [["tensor cores", {}], ["tc, combine as its own launch", {"FUSE_COMBINE": False}],
+                ["scalar", {"TENSOR_CORES": False}],
+                ["scalar, combine as its own launch", {"TENSOR_CORES": False, "FUSE_COMBINE": False}]],
     "scalar-split": [["scalar", {"TENSOR_CORES": False}],
                      ["scalar, 512-token splits", {"TENSOR_CORES": False, "LONG_SPLIT": 512}],
                      ["scalar, 2048-token splits", {"TENSOR_CORES": False, "LONG_SPLIT": 2048}]],

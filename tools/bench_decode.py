@@ -56,12 +56,57 @@ def add_arguments(p) -> None:
 
 
 # ---- arms ----------------------------------------------------------------------------------------------------
+# An arm of ours may carry launch knobs for an A/B in one run: "turboquant b4 [FUSE_COMBINE=0, DEVICE_COUNTS=0]"
+# sets those module constants while that arm's steps are built (they are read when a step's launches are made).
+KNOBS = {"FUSE_COMBINE": "veloxquant.accelerated.kernels.attention",
+         "TENSOR_CORES": "veloxquant.accelerated.kernels.attention",
+         "DEVICE_COUNTS": "veloxquant.accelerated.kernels.methods"}
+
+
+def _split(name: str) -> tuple[str, dict]:
+    """(the arm's base name, {knob: int value}) of an arm name."""
+    if not name.endswith("]") or " [" not in name:
+        return name, {}
+    base, _, rest = name[:-1].partition(" [")
+    knobs = {}
+    for item in filter(None, (x.strip() for x in rest.split(","))):
+        k, _, v = item.partition("=")
+        if k not in KNOBS or not v.strip().lstrip("-").isdigit():
+            raise ValueError(f"arm {name!r}: knobs are KNOB=int with KNOB out of {sorted(KNOBS)}, got {item!r}")
+        knobs[k] = int(v)
+    return base, knobs
+
+
+class _knobs:
+    """Sets an arm's knobs for the duration of a block, then puts the previous values back."""
+
+    def __init__(self, name: str):
+        import importlib
+        self.set = [(importlib.import_module(KNOBS[k]), k, v) for k, v in _split(name)[1].items()]
+
+    def __enter__(self):
+        self.old = [(m, k, getattr(m, k)) for m, k, _ in self.set]
+        for m, k, v in self.set:
+            setattr(m, k, type(getattr(m, k))(v))
+
+    def __exit__(self, *exc):
+        for m, k, v in self.old:
+            setattr(m, k, v)
+
+
 def _arm_names(selected) -> list[str]:
     names = ["fp16 KVCache", "mlx q4 QuantizedKVCache", "mlx q8 QuantizedKVCache", *OURS]
-    return [n for n in names if selected is None or n in selected]
+    if selected is None:
+        return names
+    for n in selected:
+        base, knobs = _split(n)
+        if base not in names or (knobs and base not in OURS):
+            raise ValueError(f"unknown arm {n!r}: arms are {names}, knobs only on ours")
+    return list(selected)
 
 
 def _make(name: str, layers: int):
+    name = _split(name)[0]
     import mlx_lm.models.cache as lm
 
     import veloxquant.accelerated.cache as vc
@@ -178,6 +223,8 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                     return out
                 attention.path = spy
                 decode_step.DecodeStep.attend = spy_step
+                knobs = _knobs(name)
+                knobs.__enter__()
                 try:
                     t0 = time.perf_counter()
                     y = _step(state[name], q, k, v)
@@ -202,6 +249,7 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                     log(f"  {name}: step failed: {errors[name]}")
                     continue
                 finally:
+                    knobs.__exit__()
                     attention.path = real_path
                     decode_step.DecodeStep.attend = real_step
                 if it >= 3:
@@ -218,7 +266,8 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
             mx.synchronize()
             before = mx.get_active_memory()
             mx.reset_peak_memory()
-            mx.eval(_step(caches, q, k, v))
+            with _knobs(name):
+                mx.eval(_step(caches, q, k, v))
             transient = mx.get_peak_memory() - before
             ts = sorted(times[name])
             med = statistics.median(ts)
@@ -261,15 +310,16 @@ def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log) -> l
     def caches_for(name):
         if name == "fp16 KVCache":
             return None
-        return vc.make_prompt_cache(model, seed=1, **dict(OURS[name]))
+        return vc.make_prompt_cache(model, seed=1, **dict(OURS[_split(name)[0]]))
 
     # warm-up: the first step of each arm compiles its kernels (NVRTC, seconds); not part of any timing
     warm = mx.random.randint(0, args.vocab_size, (300,), key=mx.random.key(1))
     for name in arms:
         if not name.startswith("mlx q"):
             try:
-                for _ in generate_step(warm, model, max_tokens=4, prompt_cache=caches_for(name)):
-                    pass
+                with _knobs(name):
+                    for _ in generate_step(warm, model, max_tokens=4, prompt_cache=caches_for(name)):
+                        pass
             except Exception as e:            # reported by the timed run below
                 log(f"  e2e warm-up {name}: {type(e).__name__}: {e}")
     for t in contexts:
@@ -281,8 +331,9 @@ def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log) -> l
             t0 = time.perf_counter()
             stamps = []
             try:
-                for _tok, _lp in generate_step(prompt, model, max_tokens=n_tokens, prompt_cache=caches):
-                    stamps.append(time.perf_counter())
+                with _knobs(name):
+                    for _tok, _lp in generate_step(prompt, model, max_tokens=n_tokens, prompt_cache=caches):
+                        stamps.append(time.perf_counter())
             except Exception as e:
                 rows.append({"context": t, "arm": name, "error": f"{type(e).__name__}: {e}"})
                 log(f"  e2e {t} {name}: failed: {type(e).__name__}: {e}")
