@@ -78,13 +78,37 @@ def _meta(bits1: int, bits2: int, group: int, keys: int, q: int = 0, lo: int = 0
     return m
 
 
-@functools.lru_cache(maxsize=1 << 16)
+# CUDA: counts are views into an arange in device memory instead of arrays the host writes. MLX's CUDA allocator
+# puts every array the host creates, and every buffer of at most 8 bytes, in managed memory (the scalar pool
+# shares a few pages): a count written by the host each decode step is a page the GPU must fault back. Nsight
+# Compute on the H200 (2026-12-01, attention partial at 4k) put half of the kernel's warp stall samples on the
+# load of its count. A view makes no host write and no launch (a slice shares its buffer).
+DEVICE_COUNTS = True
+_RANGE: list = []            # [the arange the views point into]
+
+
 def count(n: int) -> mx.array:
     """A token or row count as a one-element int32 input (append's first row, attention's encoded count),
     made once per value: a decode step's layers, and the next step's other kernel, reuse it."""
+    if DEVICE_COUNTS and backend.backend() == "cuda":
+        return _device_count(n)
+    return _host_count(n)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _host_count(n: int) -> mx.array:
     a = mx.array([n], dtype=mx.int32)
     mx.eval(a)
     return a
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _device_count(n: int) -> mx.array:
+    if n < 0:
+        raise ValueError(f"count: n must be >= 0, got {n}")
+    if not _RANGE or _RANGE[0].shape[0] <= n:     # grown by doubling: a few arange launches per process
+        _RANGE[:] = [mx.arange(max(1 << 16, 1 << n.bit_length() + 1), dtype=mx.int32)]
+    return _RANGE[0][n:n + 1]
 
 
 def _code_bits(p: spec.Params) -> tuple[int, int]:
