@@ -68,6 +68,7 @@ def gpu(monkeypatch):
     yield log
     for f in _launch_caches():
         f.cache_clear()
+    km._RANGE.clear()
     gc.collect()
     left = [o for o in gc.get_objects() if type(o) is _Recorder]
     assert not left, f"{len(left)} recorded kernel(s) outlive the test (a cache the fixture does not clear)"
@@ -131,8 +132,10 @@ def _run(monkeypatch, gpu, general: bool, tensor_cores: bool, steps=6, nan_at=No
         return per_step, err, c
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-combine", "combine-launch"])
 @pytest.mark.parametrize("tensor_cores", [False, True])
-def test_same_launches_and_state_as_the_general_path(monkeypatch, gpu, tensor_cores):
+def test_same_launches_and_state_as_the_general_path(monkeypatch, gpu, tensor_cores, fused):
+    monkeypatch.setattr(katt, "FUSE_COMBINE", fused)
     calls = []
     real = decode_step.DecodeStep.step
 
@@ -148,6 +151,8 @@ def test_same_launches_and_state_as_the_general_path(monkeypatch, gpu, tensor_co
         assert a[1:] == b[1:], f"step {i}: (offset, key rows, value rows, chunks) {a[1:]} != {b[1:]}"
         _same(_launches(a[0]), _launches(b[0]), f"step {i}")
     assert [(r.n, r.lo) for r in cf._k._rows.values()] == [(r.n, r.lo) for r in cr._k._rows.values()]
+    combines = [sum(x["name"] == "vq_attention_combine" for x in a[0]) for a in fast]
+    assert combines == [0 if fused else 1] * len(fast), f"combine launches per step {combines} (fused={fused})"
 
 
 def test_a_nan_chunk_is_rejected_and_rolled_back_like_the_general_path(monkeypatch, gpu):

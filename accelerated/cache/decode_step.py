@@ -12,8 +12,9 @@ count).
 The bytes and the checks are those of the general path: the same launches with the same inputs
 (accelerated.kernels.append, accelerated.kernels.attention), the same `_Chunk` records (spec/streaming.md,
 'Deferred rejection'), the same state changes (stream.append_in_place). Anything else (another shape or
-dtype, a stream changed by trim/restore/evict, no room left in a buffer, a mask, a query block the fused
-kernel does not take) returns to the general path.
+dtype, a stream changed by trim/restore/evict, no room left in a buffer, a mask, a query block the kernels
+do not take) returns to the general path. Where the combine is its own launch (kernels.attention.FUSE_COMBINE
+off, Metal), the step makes both launches as kernels.attention.attention does.
 """
 from __future__ import annotations
 
@@ -110,22 +111,32 @@ class DecodeStep:
             a = self.attn[key] = self._attention_launch(queries, keys, values, scale)
         if a is False:
             return None
-        kern, call, ins, iq, inn, ifl = a
+        kern, call, ins, iq, inn, ifl, comb = a
         ins = list(ins)
         ins[iq] = queries
         ins[inn] = km.count(q_enc)
         ins[ifl] = keys.flags
-        return kern(inputs=ins, **call)[2]
+        outs = kern(inputs=ins, **call)
+        if comb is None:
+            return outs[2]
+        ckern, ccall, consts = comb
+        return ckern(inputs=[outs[0], outs[1], consts, queries], **ccall)[0]
 
     def _attention_launch(self, queries, keys, values, scale: float):
-        """The launch's fixed part for one query shape and split count (False: not the fused kernel's call)."""
+        """The launches' fixed parts for one query shape and split count: the partial, and the combine where it
+        is its own launch (kernels.attention.attention's two calls); False: not the kernels' call."""
         kr, vr = keys.record, values.record
-        if (kr.token is None or not kattention.supports(queries, kr, vr, None)
-                or not kattention._fused()):
+        if kr.token is None or not kattention.supports(queries, kr, vr, None):
             return False
         ins, st = kattention._launch(queries, kr, vr, scale, None, None)
         names = st.names
         kern, call = _resolve(kattention._kernel("partial", *st.key), st.template, grid=st.grid,
                               threadgroup=(kattention.NT, 1, 1), output_shapes=st.out_shapes,
                               output_dtypes=st.out_dtypes)
-        return kern, call, ins, names.index("q"), names.index("nenc"), names.index("flags")
+        comb = None
+        if not st.key[3]:
+            ckern, ccall = _resolve(kattention._kernel("combine"), st.combine_template, grid=st.combine_grid,
+                                    threadgroup=(queries.shape[3], 1, 1), output_shapes=[tuple(queries.shape)],
+                                    output_dtypes=[queries.dtype])
+            comb = (ckern, ccall, st.consts)
+        return kern, call, ins, names.index("q"), names.index("nenc"), names.index("flags"), comb
