@@ -39,13 +39,13 @@ def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch):
         seen.append((type(caches[0]).__name__, katt.FUSE_COMBINE, km.DEVICE_COUNTS))
         return real(caches, q, k, v)
     monkeypatch.setattr(bd, "_step", spy)
-    arm = "turboquant b4 [FUSE_COMBINE=0, DEVICE_COUNTS=0]"
+    arm = "turboquant b4 [FUSE_COMBINE=1, DEVICE_COUNTS=0]"
     with mx.stream(mx.cpu):
         rows = bd.layer_suite([32], layers=1, steps=1, arms=["fp16 KVCache", arm], log=lambda *a: None)
     assert [r["arm"] for r in rows] == ["fp16 KVCache", arm], rows
-    assert {s for s in seen if s[0] == "KVCache"} == {("KVCache", True, True)}, seen
-    assert {s for s in seen if s[0] != "KVCache"} == {("VeloxKVCache", False, False)}, seen
-    assert katt.FUSE_COMBINE is True and km.DEVICE_COUNTS is True
+    assert {s for s in seen if s[0] == "KVCache"} == {("KVCache", False, True)}, seen
+    assert {s for s in seen if s[0] != "KVCache"} == {("VeloxKVCache", True, False)}, seen
+    assert katt.FUSE_COMBINE is False and km.DEVICE_COUNTS is True
 
 
 @pytest.mark.parametrize("name", ["turboquant b4 [NOPE=1]", "turboquant b4 [FUSE_COMBINE=x]", "fp16 KVCache [FUSE_COMBINE=0]",

@@ -1,7 +1,7 @@
 """Fused decode attention over packed records (spec/attention.md): the `partial` and `combine` kernels of
-accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode); on
-CUDA the combine runs inside the partial launch (FUSE_COMBINE), elsewhere as a second launch. On CUDA GPUs with
-mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values without a window take the partial's tensor-core loop
+accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode); the
+combine is a second launch (on CUDA it can run inside the partial launch, FUSE_COMBINE: off, measured slower).
+On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values without a window take the partial's tensor-core loop
 (accelerated/kernels/attention_tc.py; `_tensor_cores` says when).
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
@@ -29,7 +29,11 @@ TOKENS_PER_SPLIT = 256        # encoded tokens per split before the split count 
 LONG_SPLIT = 1024             # ... and beyond 8k encoded tokens: fewer, longer splits were 10-15 % faster on the
                               # H200 at 32k and 128k (partial + combine, sweep of 2026-11-30 in docs/benchmarks.md)
 PREFETCH = 1                  # 1: the partial kernel loads the next iteration's words while scoring this one
-FUSE_COMBINE = True           # CUDA: the combine inside the partial launch (one launch per layer instead of two)
+FUSE_COMBINE = False          # CUDA: the combine inside the partial launch (its last block per group merges the
+                              # splits). Off: measured slower than a second launch on the H200 (2026-12-01, 0b8304c,
+                              # turboquant b4 decode step per layer, pipelined: 94.8 -> 71.0 us at 32k, 170.1 ->
+                              # 143.7 at 128k; ncu at 4k: fused partial 59 us against 36 + 8 us for the two kernels);
+                              # docs/decode-step-analysis.md, "Seventh pass"
 MAX_THREADGROUPS = 2048       # partial threadgroups per launch: enough to fill the GPU, bounded partials
 TC_PREFETCH = 2               # the tensor-core loop loads the next 2 chunks while it scores one
 TC_MIN_BLOCKS = 2             # ... compiled for 2 threadgroups per multiprocessor (registers <= 255)

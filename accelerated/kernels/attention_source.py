@@ -16,9 +16,10 @@ Two kernels, flash-decoding style:
   accumulation (in the values' rotated domain) run per lane; slots and warps are merged at the end.
   Output: per (row, split) the running max m, sum l and the weighted value sums (PARTS of them).
 - `combine`: merges a query row's S encoded partials, applies the values' inverse rotation once, adds the
-  window partial and writes the output row in the queries' dtype. On CUDA it runs inside the partial launch
-  (FUSED: the last block of each query group to finish does it, found with an atomic count); elsewhere
-  as its own launch, a threadgroup of D threads per query row (COMBINE_ROWS is the same text in both).
+  window partial and writes the output row in the queries' dtype: its own launch, a threadgroup of D threads
+  per query row, or on CUDA inside the partial launch (FUSED, accelerated.kernels.attention.FUSE_COMBINE: the
+  last block of each query group to finish does it, found with an atomic count; off by default, measured
+  slower on the H200). COMBINE_ROWS is the same text in both.
 
 Method ids (template MK / MV): 0 turboquant, 1 turboquant_rvq, 2 rabitq, 3 turboquant_prod, 4 kivi,
 5 mlx_affine. Keys of kivi (role k) are grouped per channel over KG tokens, values (role v) per token over
