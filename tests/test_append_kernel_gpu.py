@@ -32,7 +32,7 @@ def _bytes(a: mx.array) -> np.ndarray:
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float16-specialized"])
 @pytest.mark.parametrize("mk,mv,kw", PAIRS, ids=[f"{a}-{b}" for a, b, _ in PAIRS])
 def test_one_launch_appends_store_the_ops_bytes(mk, mv, kw, dtype, monkeypatch):
-    fused._static.cache_clear()                 # launch plans hold their template
+    fused._static_for.cache_clear()                 # launch plans hold their template
     if dtype.endswith("-specialized"):          # every launch with its code constants compiled in
         monkeypatch.setattr(km, "SPECIALIZE_ROWS", 0)
         dtype = dtype.split("-")[0]

@@ -269,3 +269,22 @@ def test_an_older_steps_keys_attend_over_that_steps_state(monkeypatch, gpu):
     names = katt.src.inputs("partial", 0, 0, False, True)
     assert int(fast[0]["inputs"][names.index("nenc")][0]) == 8, "the launch read the later append's count"
     assert fast[0]["ids"][names.index("flags")] == id(k.flags), "the launch waits on another append's token"
+
+
+def test_specialize_rows_reaches_the_steps_append_per_cache(monkeypatch, gpu):
+    """methods.SPECIALIZE_ROWS (a benchmark arm's knob) decides each cache's append template when its step is
+    made, even in one process with the launch plans of the other setting cached (they are keyed by it)."""
+    monkeypatch.setattr(katt, "_mma_available", lambda: False)
+    templates, default = {}, km.SPECIALIZE_ROWS
+    for rows in (default, 0):
+        monkeypatch.setattr(km, "SPECIALIZE_ROWS", rows)
+        c = VeloxKVCache(method="turboquant", bits=4, layer=0, seed=3)
+        c.update_and_fetch(_x(7, t=5), _x(8, t=5))
+        gpu.clear()
+        for i in range(3):
+            _layer(c, i)
+        templates[rows] = [dict(x["template"]) for x in gpu if x["name"].startswith("vq_append")]
+    generic, special = templates[default], templates[0]
+    assert len(generic) == len(special) == 3, templates
+    assert all(t["KB1"] == 0 for t in generic), f"a 16-row append compiled its code widths in: {generic}"
+    assert all(t["KB1"] == 4 for t in special), f"SPECIALIZE_ROWS=0 did not reach the step's append: {special}"

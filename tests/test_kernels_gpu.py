@@ -95,10 +95,10 @@ def specialized(monkeypatch):
     (they hold the template a launch was first planned with)."""
     from veloxquant.accelerated.kernels import append as fused
     monkeypatch.setattr(km, "SPECIALIZE_ROWS", 0)
-    for f in (km._encode_static, fused._static):
+    for f in (km._encode_static, fused._static_for):
         f.cache_clear()
     yield monkeypatch
-    for f in (km._encode_static, fused._static):
+    for f in (km._encode_static, fused._static_for):
         f.cache_clear()
 
 

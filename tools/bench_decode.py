@@ -60,7 +60,8 @@ def add_arguments(p) -> None:
 # sets those module constants while that arm's steps are built (they are read when a step's launches are made).
 KNOBS = {"FUSE_COMBINE": "veloxquant.accelerated.kernels.attention",
          "TENSOR_CORES": "veloxquant.accelerated.kernels.attention",
-         "DEVICE_COUNTS": "veloxquant.accelerated.kernels.methods"}
+         "DEVICE_COUNTS": "veloxquant.accelerated.kernels.methods",
+         "SPECIALIZE_ROWS": "veloxquant.accelerated.kernels.methods"}
 
 
 def _split(name: str) -> tuple[str, dict]:

@@ -140,9 +140,14 @@ def constants(p: spec.Params, h: int, t: int, d: int) -> mx.array:
     return out
 
 
-@functools.lru_cache(maxsize=1024)
 def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt) -> tuple:
     """Everything of a launch but the step's arrays, per parameters and shape (a decode step builds none)."""
+    return _static_for(kp, vp, b, h, t, d, kdt, vdt, km.SPECIALIZE_ROWS)
+
+
+@functools.lru_cache(maxsize=1024)
+def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, specialize_rows: int):
+    # keyed by methods.SPECIALIZE_ROWS too: a run that changes it (a benchmark's arm knob) gets its own plans
     grid, group, groups = km.launch_shape(b * h * t, d)
     template = [("KM", source.METHOD_IDS[kp.method]), ("VM", source.METHOD_IDS[vp.method]), ("D", d),
                 ("KTS", km._side_dtype(kp, kdt)), ("VTS", km._side_dtype(vp, vdt)), *code_template(kp, vp, b * h * t)]

@@ -90,7 +90,13 @@ _RANGE: list = []            # [the arange the views point into]
 def count(n: int) -> mx.array:
     """A token or row count as a one-element int32 input (append's first row, attention's encoded count),
     made once per value: a decode step's layers, and the next step's other kernel, reuse it."""
-    if DEVICE_COUNTS and backend.backend() == "cuda":
+    return _count(n, DEVICE_COUNTS)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _count(n: int, device_counts: bool) -> mx.array:
+    # the backend is asked once per value (a few us of host time per call on the H200's host)
+    if device_counts and backend.backend() == "cuda":
         return _device_count(n)
     return _host_count(n)
 
@@ -234,10 +240,12 @@ def _template(method: str, p: spec.Params, d: int, ts: mx.Dtype, rows: int) -> l
 
 
 @functools.lru_cache(maxsize=4096)
-def _encode_static(name: str, p: spec.Params, b: int, h: int, t: int, d: int, q: int, lo: int, xdt, dtype) -> tuple:
+def _encode_static(name: str, p: spec.Params, b: int, h: int, t: int, d: int, q: int, lo: int, xdt, dtype,
+                   specialize_rows: int = 0) -> tuple:
     """Everything of an encode launch but x, per method, parameters, shape and counts (a decode step's
     launches, one per layer and role, build none of it): rows, the fields of q = 0 tokens (empty arrays, shared:
-    nothing writes them), the constant inputs, template, grid, threadgroup, output shapes and dtypes, groups."""
+    nothing writes them), the constant inputs, template, grid, threadgroup, output shapes and dtypes, groups.
+    Keyed by SPECIALIZE_ROWS too (`specialize_rows`): a run that changes it gets its own plans."""
     keys = int(name == "kivi" and p.role == "k")
     g = p.group_size or 1
     ne = q // g if keys else q
@@ -283,7 +291,8 @@ class KernelMethod:
             raise NotImplementedError(backend.available()[1])
         b, h, t, d = x.shape
         lo = t if check_from is None else check_from
-        st = _encode_static(self.NAME, p, b, h, t, d, q, lo, x.dtype, x.dtype if dtype is None else dtype)
+        st = _encode_static(self.NAME, p, b, h, t, d, q, lo, x.dtype, x.dtype if dtype is None else dtype,
+                            SPECIALIZE_ROWS)
         rows, zeros, consts, template, grid, group, out_shapes, out_dtypes, groups = st
         if rows == 0:
             return dict(zeros), None
