@@ -42,8 +42,9 @@ TC_WAVES = 1                  # ... and split so that its threadgroups fill the 
 TENSOR_CORES = True           # CUDA sm_80+: the partial's tensor-core loop where it applies (attention_tc.py)
 COLD_LOOPS = False            # CUDA: the loops a threadgroup runs once not unrolled (VQ_COLD): the tensor-core
                               # partial is 112 KB of sm_90 code, 76 KB with the combine's and set-up's loops rolled
-                              # up; an instruction-fetch cost at short contexts is suspected, not measured:
-                              # off until an A/B on a GPU (tools/bench_attention.py, knob COLD_LOOPS) says so
+                              # up; no difference on the H200 (2026-12-01, tools/bench_attention.py --preset
+                              # cold-loops: within 2 % at 4k-128k; ncu: 2.9 % of stall samples wait on an
+                              # instruction), so it stays off
 LOG2E = 1.4426950408889634
 
 _FIELDS = {   # record fields as the kernel's (c1, c2, s0, s1, gs, gz) inputs
