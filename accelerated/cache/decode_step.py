@@ -135,8 +135,7 @@ class DecodeStep:
                               output_dtypes=st.out_dtypes)
         comb = None
         if not st.key[3]:
-            ckern, ccall = _resolve(kattention._kernel("combine"), st.combine_template, grid=st.combine_grid,
-                                    threadgroup=(queries.shape[3], 1, 1), output_shapes=[tuple(queries.shape)],
-                                    output_dtypes=[queries.dtype])
+            ckern, ccall = _resolve(kattention._kernel("combine"), st.combine_template,
+                                    **kattention.combine_call(st, queries))
             comb = (ckern, ccall, st.consts)
         return kern, call, ins, names.index("q"), names.index("nenc"), names.index("flags"), comb

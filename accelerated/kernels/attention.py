@@ -1,8 +1,8 @@
 """Fused decode attention over packed records (spec/attention.md): the `partial` and `combine` kernels of
 accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode); the
 combine is a second launch (on CUDA it can run inside the partial launch, FUSE_COMBINE: off, measured slower).
-On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values without a window take the partial's tensor-core loop
-(accelerated/kernels/attention_tc.py; `_tensor_cores` says when).
+On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values without a window take the partial's
+tensor-core loop (accelerated/kernels/attention_tc.py; `_tensor_cores` says when).
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
 at most accelerated.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
@@ -279,10 +279,16 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
     if st.key[3]:
         return outs[2]
     o_acc, o_ml = outs
-    (out,) = _kernel("combine")(
-        inputs=[o_acc, o_ml, st.consts, queries], template=st.combine_template, grid=st.combine_grid,
-        threadgroup=(queries.shape[3], 1, 1), output_shapes=[tuple(queries.shape)], output_dtypes=[queries.dtype])
+    (out,) = _kernel("combine")(inputs=[o_acc, o_ml, st.consts, queries], template=st.combine_template,
+                                **combine_call(st, queries))
     return out
+
+
+def combine_call(st: _Static, queries: mx.array) -> dict:
+    """The combine launch's keyword arguments but its inputs ([o_acc, o_ml, st.consts, queries]) and template
+    (st.combine_template)."""
+    return dict(grid=st.combine_grid, threadgroup=(queries.shape[3], 1, 1), output_shapes=[tuple(queries.shape)],
+                output_dtypes=[queries.dtype])
 
 
 def _fused() -> bool:
