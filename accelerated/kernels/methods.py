@@ -101,14 +101,12 @@ def _count(n: int, device_counts: bool) -> mx.array:
     return _host_count(n)
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _host_count(n: int) -> mx.array:
     a = mx.array([n], dtype=mx.int32)
     mx.eval(a)
     return a
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _device_count(n: int) -> mx.array:
     if n < 0:
         raise ValueError(f"count: n must be >= 0, got {n}")
@@ -241,7 +239,7 @@ def _template(method: str, p: spec.Params, d: int, ts: mx.Dtype, rows: int) -> l
 
 @functools.lru_cache(maxsize=4096)
 def _encode_static(name: str, p: spec.Params, b: int, h: int, t: int, d: int, q: int, lo: int, xdt, dtype,
-                   specialize_rows: int = 0) -> tuple:
+                   specialize_rows: int) -> tuple:
     """Everything of an encode launch but x, per method, parameters, shape and counts (a decode step's
     launches, one per layer and role, build none of it): rows, the fields of q = 0 tokens (empty arrays, shared:
     nothing writes them), the constant inputs, template, grid, threadgroup, output shapes and dtypes, groups.
