@@ -18,6 +18,8 @@ prompt of the context length, tokens/s of the generated tokens, fp16 cache vs ou
 """
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import pathlib
 import shlex
@@ -78,20 +80,17 @@ def _split(name: str) -> tuple[str, dict]:
     return base, knobs
 
 
-class _knobs:
+@contextlib.contextmanager
+def _knobs(name: str):
     """Sets an arm's knobs for the duration of a block, then puts the previous values back."""
-
-    def __init__(self, name: str):
-        import importlib
-        self.set = [(importlib.import_module(KNOBS[k]), k, v) for k, v in _split(name)[1].items()]
-
-    def __enter__(self):
-        self.old = [(m, k, getattr(m, k)) for m, k, _ in self.set]
-        for m, k, v in self.set:
-            setattr(m, k, type(getattr(m, k))(v))
-
-    def __exit__(self, *exc):
-        for m, k, v in self.old:
+    set_ = [(importlib.import_module(KNOBS[k]), k, v) for k, v in _split(name)[1].items()]
+    old = [(m, k, getattr(m, k)) for m, k, _ in set_]
+    for m, k, v in set_:
+        setattr(m, k, type(getattr(m, k))(v))
+    try:
+        yield
+    finally:
+        for m, k, v in old:
             setattr(m, k, v)
 
 
@@ -224,33 +223,31 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                     return out
                 attention.path = spy
                 decode_step.DecodeStep.attend = spy_step
-                knobs = _knobs(name)
-                knobs.__enter__()
                 try:
-                    t0 = time.perf_counter()
-                    y = _step(state[name], q, k, v)
-                    tb = time.perf_counter() - t0          # the host's build of the graph (Python, MLX calls)
-                    mx.eval(y)
-                    dt = time.perf_counter() - t0
-                    # as generate_step runs it: step n + 1 built while step n is evaluated (its query is
-                    # step n's output, as the next token depends on the last), PIPE steps per sample
-                    mx.synchronize()
-                    t0 = time.perf_counter()
-                    y = _step(state[name], q, k, v)
-                    mx.async_eval(y)
-                    for j in range(1, PIPE):
-                        y2 = _step(state[name], y, *pool[(it + j) % POOL][1:])
-                        mx.async_eval(y2)
+                    with _knobs(name):
+                        t0 = time.perf_counter()
+                        y = _step(state[name], q, k, v)
+                        tb = time.perf_counter() - t0          # the host's build of the graph (Python, MLX calls)
                         mx.eval(y)
-                        y = y2
-                    mx.eval(y)
-                    dtp = (time.perf_counter() - t0) / PIPE
+                        dt = time.perf_counter() - t0
+                        # as generate_step runs it: step n + 1 built while step n is evaluated (its query is
+                        # step n's output, as the next token depends on the last), PIPE steps per sample
+                        mx.synchronize()
+                        t0 = time.perf_counter()
+                        y = _step(state[name], q, k, v)
+                        mx.async_eval(y)
+                        for j in range(1, PIPE):
+                            y2 = _step(state[name], y, *pool[(it + j) % POOL][1:])
+                            mx.async_eval(y2)
+                            mx.eval(y)
+                            y = y2
+                        mx.eval(y)
+                        dtp = (time.perf_counter() - t0) / PIPE
                 except Exception as e:
                     errors[name] = f"{type(e).__name__}: {e}"
                     log(f"  {name}: step failed: {errors[name]}")
                     continue
                 finally:
-                    knobs.__exit__()
                     attention.path = real_path
                     decode_step.DecodeStep.attend = real_step
                 if it >= 3:
