@@ -324,8 +324,10 @@ CASES = [
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "combine-launch"])
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0][0]}-{c[1][0]}-d{c[2][5]}" for c in CASES])
 def test_kernel_bodies_match_ops_attention_and_float64(case, fused, monkeypatch):
-    """fused: the combine inside the partial launch (CUDA's); combine-launch: its own launch (Metal's)."""
+    """fused: the combine inside the partial launch; combine-launch: its own launch (CUDA's and Metal's). Splits of
+    8 tokens, so that the combine merges more splits (5-38) than it has thread groups over them (CG = 4-32)."""
     monkeypatch.setattr(katt, "FUSE_COMBINE", fused)
+    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
     (km, kkw), (vm, vkw), (b, hkv, rep, lq, t, d, win), qdt, causal = case
     rng = np.random.default_rng(sum(map(ord, km + vm)) + d)
     kp = spec.Params(km, role="k", window=win, seed=9, layer=2, head_offset=1, **kkw).resolved()

@@ -79,7 +79,7 @@ def test_cuda_sources_compile(tmp_path):
                              ("FUSED", int(fused)), ("OT", dt)])
             body += "#undef cnt\n#undef out\n"       # the unfused partial's aliases
             body += _kernel(f"combine_{i}_{d}", combine, src.inputs("combine"), src.COMBINE_OUTPUTS,
-                            dict(q=dt, out=dt), [("MV", mv), ("D", d), ("OT", dt)])
+                            dict(q=dt, out=dt), [("MV", mv), ("D", d), ("CNT", max(d, 512)), ("OT", dt)])
             body += _UNDEF           # MLX compiles each kernel alone; here they share one file
     csrc = commit.PRELUDES["cuda"] + commit.body((("uint32_t", 4), ("float", 3)), (("nonfinite", 4), ("flag", 2)))
     body += _kernel("commit", csrc, ["w0d", "w0s", "w1d", "w1s", "c0", "c1"], ["out"],

@@ -35,6 +35,8 @@ FUSE_COMBINE = False          # CUDA: the combine inside the partial launch (its
                               # 143.7 at 128k; ncu at 4k: fused partial 59 us against 36 + 8 us for the two kernels);
                               # docs/decode-step-analysis.md, "Seventh pass"
 MAX_THREADGROUPS = 2048       # partial threadgroups per launch: enough to fill the GPU, bounded partials
+COMBINE_THREADS = 512         # threads of the combine launch per query row (at least D): the splits spread over
+                              # them (attention_source.COMBINE_BODY)
 TC_PREFETCH = 2               # the tensor-core loop loads the next 2 chunks while it scores one
 TC_MIN_BLOCKS = 2             # ... compiled for 2 threadgroups per multiprocessor (registers <= 255)
 TC_WAVES = 1                  # ... and split so that its threadgroups fill the GPU this many times: a
@@ -178,7 +180,7 @@ class Plan:
     splits: int
     qb: int
     partial_names: list = dataclasses.field(default_factory=list)   # attention_source.inputs of the launch
-    key: tuple = (0, 0, False, False, False)                        # (MK, MV, HASWIN, FUSED, TC): the partial kernel
+    key: tuple = (0, 0, False, False, False, 0)     # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS): the partial kernel
     fused: bool = False                                             # the combine runs inside the partial launch
 
 
@@ -193,27 +195,32 @@ class _Static(typing.NamedTuple):
     combine_grid: tuple
     splits: int
     qb: int
-    key: tuple                # (MK, MV, HASWIN, FUSED, TC): the partial kernel
+    key: tuple                # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS): the partial kernel
     out_shapes: list
     out_dtypes: list
     counts: mx.array | None   # the fused launch's per-group counters
+    combine_threads: int      # threads of a combine threadgroup
 
 
 @functools.lru_cache(maxsize=1024)
 def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, hkv: int, q_enc_splits: int,
-            has_win: bool, causal: bool, qdtype, scale: float, fused: bool, q_fine: int = 1) -> _Static:
-    """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it)."""
+            has_win: bool, causal: bool, qdtype, scale: float, fused: bool, q_fine: int = 1,
+            tune: tuple | None = None) -> _Static:
+    """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it) and per
+    the launch constants of `tune()` (so a benchmark arm that changes one gets its own plans)."""
+    cthreads, tc_prefetch, tc_blocks, tc_waves, tensor_cores = tune or _tune()
+    cthreads = max(d, cthreads)
     nq = (hq // hkv) * l
     p_lanes = min(32, d // 8)
     nc = d // (8 * p_lanes)
     parts = 2 if "turboquant_prod" in (kp.method, vp.method) else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
-    tc = _tensor_cores(kp, vp, d, has_win)
+    tc = tensor_cores and _tensor_cores(kp, vp, d, has_win)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
     if tc:      # q_fine: splits of TOKENS_PER_SPLIT tokens, fewer where one wave of threadgroups is full
-        splits = max(1, min(q_fine, TC_WAVES * TC_MIN_BLOCKS * _sm_count() // max(1, hkv * b * nqg) - 1))
+        splits = max(1, min(q_fine, tc_waves * tc_blocks * _sm_count() // max(1, hkv * b * nqg) - 1))
     else:
         splits = max(1, min(q_enc_splits, MAX_THREADGROUPS // max(1, hkv * b * nqg)))
     kb1, kb2 = _bits(kp)
@@ -227,16 +234,24 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", PREFETCH), ("FUSED", int(fused)),
             ("OT", qdtype)]
     if tc:      # the tensor-core loop has no U, and its own prefetch depth
-        tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", TC_PREFETCH)]
+        tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", tc_prefetch)]
     vparts = 2 if vp.method == "turboquant_prod" else 1
+    if splits + 1 > src.MAX_SPLITS:
+        raise ValueError(f"{splits} splits: the combine takes at most {src.MAX_SPLITS - 1}")
     outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]
     if fused:
         outs.append(((b, hq, l, d), qdtype))
     grid = (NT * (splits + 1), hkv, b * nqg)
     return _Static(_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused), tmpl,
-                   grid, outs, [("MV", mv), ("D", d), ("OT", qdtype)], (d * nq, hkv, b), splits, qb,
-                   (mk, mv, has_win, fused, tc), [s for s, _ in outs], [t for _, t in outs],
-                   _counts(grid[1] * grid[2]) if fused else None)
+                   grid, outs, [("MV", mv), ("D", d), ("CNT", cthreads), ("OT", qdtype)], (cthreads * nq, hkv, b),
+                   splits, qb, (mk, mv, has_win, fused, tc, tc_blocks if tc else 0), [s for s, _ in outs],
+                   [t for _, t in outs], _counts(grid[1] * grid[2]) if fused else None, cthreads)
+
+
+def _tune() -> tuple:
+    """The module's launch constants a plan is made from besides the shapes: (COMBINE_THREADS, TC_PREFETCH,
+    TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES)."""
+    return COMBINE_THREADS, TC_PREFETCH, TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES
 
 
 def split_counts(q_enc: int) -> tuple[int, int]:
@@ -252,7 +267,7 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
     kw, vw = k.window, v.window
     q_enc_splits, q_fine = split_counts(q_enc)
     st = _static(k.params, v.params, b, hq, l, d, kw.shape[1], q_enc_splits, kw.shape[2] > 0, mask == "causal",
-                 queries.dtype, float(scale), _fused(), q_fine)
+                 queries.dtype, float(scale), _fused(), q_fine, _tune())
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
         flags = k.token if k.token is not None else _dummy(1, mx.bool_)
         if v.token is not None and v.token is not k.token:
@@ -265,7 +280,7 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
 def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
                 flags: mx.array | None = None) -> Plan:
     ins, st = _launch(queries, k, v, scale, mask, flags)
-    return Plan(ins, st.template, st.grid, st.outs, st.combine_template, st.combine_grid, queries.shape[3],
+    return Plan(ins, st.template, st.grid, st.outs, st.combine_template, st.combine_grid, st.combine_threads,
                 tuple(queries.shape), st.splits, st.qb, st.names, st.key, st.key[3])
 
 
@@ -287,7 +302,7 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
 def combine_call(st: _Static, queries: mx.array) -> dict:
     """The combine launch's keyword arguments but its inputs ([o_acc, o_ml, st.consts, queries]) and template
     (st.combine_template)."""
-    return dict(grid=st.combine_grid, threadgroup=(queries.shape[3], 1, 1), output_shapes=[tuple(queries.shape)],
+    return dict(grid=st.combine_grid, threadgroup=(st.combine_threads, 1, 1), output_shapes=[tuple(queries.shape)],
                 output_dtypes=[queries.dtype])
 
 
@@ -311,7 +326,7 @@ def _counts(n: int) -> mx.array:
 def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool) -> bool:
     """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
     4-bit codes, head dim 64 or 128, no window split, on a CUDA GPU with mma.m16n8k16 (sm_80 and later)."""
-    return (TENSOR_CORES and not has_win and d in (64, 128) and kp.method == vp.method == "turboquant"
+    return (not has_win and d in (64, 128) and kp.method == vp.method == "turboquant"
             and kp.bits == vp.bits == 4 and _mma_available())
 
 
@@ -341,20 +356,23 @@ def _sm_count() -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False, tc: bool = False):
+def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False, tc: bool = False,
+            tc_blocks: int = 0):
+    """The compiled kernel `kind`; the partial for a method pair, window presence, fused combine, tensor-core loop
+    and (that loop) the threadgroups per multiprocessor its registers are bounded for (launch bounds)."""
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
     header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc)
     ins = src.inputs(kind, mk, mv, haswin, fused)
     outs = (src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS) if kind == "partial" else src.COMBINE_OUTPUTS
-    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{'t' if tc else ''}"
+    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}"
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "")
     if be == "cuda":
         if COLD_LOOPS:
             header = '#define VQ_COLD _Pragma("unroll 1")\n' + header
         if tc:
-            header += _bounds(NT, TC_MIN_BLOCKS)
+            header += _bounds(NT, tc_blocks or TC_MIN_BLOCKS)
         return backend.cuda_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,
                                    ensure_row_contiguous=False)
     return mx.fast.metal_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,

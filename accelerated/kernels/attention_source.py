@@ -16,10 +16,11 @@ Two kernels, flash-decoding style:
   accumulation (in the values' rotated domain) run per lane; slots and warps are merged at the end.
   Output: per (row, split) the running max m, sum l and the weighted value sums (PARTS of them).
 - `combine`: merges a query row's S encoded partials, applies the values' inverse rotation once, adds the
-  window partial and writes the output row in the queries' dtype: its own launch, a threadgroup of D threads
-  per query row, or on CUDA inside the partial launch (FUSED, accelerated.kernels.attention.FUSE_COMBINE: the
-  last block of each query group to finish does it, found with an atomic count; off by default, measured
-  slower on the H200). COMBINE_ROWS is the same text in both.
+  window partial and writes the output row in the queries' dtype: its own launch (COMBINE_BODY, a threadgroup
+  of CNT threads per query row, the splits spread over them), or on CUDA inside the partial launch (FUSED,
+  accelerated.kernels.attention.FUSE_COMBINE: the last block of each query group to finish does it, found with
+  an atomic count, with COMBINE_ROWS or the tensor-core kernel's COMBINE_ROWS_STRIDED; off by default, measured
+  slower on the H200).
 
 Method ids (template MK / MV): 0 turboquant, 1 turboquant_rvq, 2 rabitq, 3 turboquant_prod, 4 kivi,
 5 mlx_affine. Keys of kivi (role k) are grouped per channel over KG tokens, values (role v) per token over
@@ -492,25 +493,135 @@ COMBINE_ROWS_STRIDED = """
   }
 """
 
-# the combine as its own launch: a threadgroup of D threads per query row
+# the combine as its own launch: a threadgroup of CNT threads (a multiple of D, CG = CNT / D groups of D) per query
+# row, the splits spread over the threads: each split's weight exp2(m_s - m) once (threadgroup memory), then
+# thread CT sums coordinate CT % D over splits CT / D, + CG, ... with independent loads, and the CG group sums
+# are added. One thread per coordinate walking all S splits (COMBINE_ROWS, the fused scalar kernel's) was a
+# chain of S dependent round trips to L2: ~8-10 us per launch on the H200 at S = 16-32 (seventh pass).
+MAX_SPLITS = 2048          # splits (S + 1 with the window) a combine launch takes: accelerated.kernels.attention
+                           # caps them (MAX_THREADGROUPS; the tensor-core loop's one wave is far fewer)
 COMBINE_BODY = """
   constexpr bool VROT = MV <= 3;
   constexpr int VPARTS = (MV == 3) ? 2 : 1;
+  constexpr int CG = CNT / D;
+  constexpr int NWC = CNT / 32;
   const int h = (int)BLOCK_Y;
   const int b = (int)BLOCK_Z;
+  const int r = (int)BLOCK_X;
   const int nq = (int)NBLOCK_X;
   const int hkv = (int)NBLOCK_Y;
   const int S = (int)o_ml_shape[3] - 1;
   const int L = (int)q_shape[2];
   const int hq = (int)q_shape[1];
   const int rep = hq / hkv;
+  const int CT = (int)TID;
+  const int lane = CT % 32;
+  const int wc = CT / 32;
+  SHARED(float, cw, """ + str(MAX_SPLITS) + """);
+  SHARED(float, cred, 2 * NWC);
+  SHARED(float, cpart, VPARTS * CNT);
   SHARED(float, cy, D);
   SHARED(float, cy2, VPARTS == 2 ? D : 1);
-  const int CR0 = (int)BLOCK_X;
-  const int CR1 = CR0 + 1;
-  const int CT = (int)TID;
-  constexpr int CNT = D;
-""" + COMBINE_ROWS
+  const int64_t row0 = (((int64_t)b * hkv + h) * nq + r) * (S + 1);
+  // (a) m: the splits' maxima, strided over the threads, then over a warp's lanes and the warps
+  float pm = NEG_INF;
+  for (int s2 = CT; s2 < S; s2 += CNT) {
+    pm = vq_max(pm, o_ml[(row0 + s2) * 2]);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    pm = vq_max(pm, SHFL_XOR(pm, o));
+  }
+  if (lane == 0) {
+    cred[wc] = pm;
+  }
+  BARRIER();
+  float me = NEG_INF;
+  for (int w = 0; w < NWC; ++w) {
+    me = vq_max(me, cred[w]);
+  }
+  // (b) each split's weight, and l: the splits' sums times their weights, likewise
+  float pl = 0.0f;
+  for (int s2 = CT; s2 < S; s2 += CNT) {
+    const float ms = o_ml[(row0 + s2) * 2];
+    const float w = (ms == NEG_INF) ? 0.0f : vq_exp2(ms - me);
+    cw[s2] = w;
+    pl += o_ml[(row0 + s2) * 2 + 1] * w;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    pl += SHFL_XOR(pl, o);
+  }
+  if (lane == 0) {
+    cred[NWC + wc] = pl;
+  }
+  BARRIER();
+  float le = 0.0f;
+  for (int w = 0; w < NWC; ++w) {
+    le += cred[NWC + w];
+  }
+  // (c) the weighted value sums: coordinate CT % D over splits CT / D, + CG, ..., then the CG groups added
+  {
+    const int c = CT % D;
+    float y = 0.0f;
+    float y2 = 0.0f;
+    for (int s2 = CT / D; s2 < S; s2 += CG) {
+      const float w = cw[s2];
+      y += o_acc[(row0 + s2) * VPARTS * D + c] * w;
+      if (VPARTS == 2) {
+        y2 += o_acc[(row0 + s2) * VPARTS * D + D + c] * w;
+      }
+    }
+    cpart[CT] = y;
+    if (VPARTS == 2) {
+      cpart[CNT + CT] = y2;
+    }
+  }
+  BARRIER();
+  for (int c = CT; c < D; c += CNT) {
+    float y = 0.0f;
+    float y2 = 0.0f;
+    for (int g = 0; g < CG; ++g) {
+      y += cpart[g * D + c];
+      if (VPARTS == 2) {
+        y2 += cpart[CNT + g * D + c];
+      }
+    }
+    cy[c] = y;
+    if (VPARTS == 2) {
+      cy2[c] = y2;
+    }
+  }
+  BARRIER();
+  if (VROT) {
+    // inverse RHT: H, s_d, signs (rotation.md); turboquant_prod first adds tau's inverse of the sketch part
+    for (int pass = (VPARTS == 2 ? 0 : 1); pass < 2; ++pass) {
+      VQ_COLD
+      for (int hh = 1; hh < D; hh <<= 1) {
+        vq_butterfly_stage<D>((pass == 0) ? cy2 : cy, 1, hh, CT, CNT);
+        BARRIER();
+      }
+      for (int c = CT; c < D; c += CNT) {
+        if (pass == 0) {
+          cy[c] = cy[c] + cy2[c] * f_k[0] * f_vtau[h * D + c];
+        } else {
+          cy[c] = cy[c] * f_k[0] * f_vsig[h * D + c];
+        }
+      }
+      BARRIER();
+    }
+  }
+  // (d) the window's partial (split S), the division by the total sum, the row in the queries' dtype
+  const float mw = o_ml[(row0 + S) * 2];
+  const float lw = o_ml[(row0 + S) * 2 + 1];
+  const float mt = vq_max(me, mw);
+  const float we = (me == NEG_INF) ? 0.0f : vq_exp2(me - mt);
+  const float ww = (mw == NEG_INF) ? 0.0f : vq_exp2(mw - mt);
+  const int head = h * rep + r / L;
+  const int pos = r % L;
+  for (int c = CT; c < D; c += CNT) {
+    const float o = (cy[c] * we + o_acc[(row0 + S) * VPARTS * D + c] * ww) / (le * we + lw * ww);
+    out[(((int64_t)b * hq + head) * L + pos) * D + c] = static_cast<OT>(o);
+  }
+"""
 
 # the combine inside the partial launch (FUSED): the block of a (batch x query group, KV head) that finishes
 # last merges its S + 1 splits. Each block makes its partial visible device-wide and counts itself in cnt
