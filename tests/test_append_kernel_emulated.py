@@ -116,7 +116,7 @@ def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2):
             sh[j] = a.shape
             st[j] = [s_ // a.itemsize for s_ in a.strides]
     pair = next(i for i, (mk, mv, xt) in enumerate(PAIRS) if (mk, mv, xt) == (kp.method, vp.method, ke._dtname(xk.dtype)))
-    rc = lib.vq_append(pair, groups, warps, ptrs, ke._ptr(sh), ke._ptr(st))
+    rc = lib.vq_append(pair, 2 * groups, warps, ptrs, ke._ptr(sh), ke._ptr(st))    # a half of the grid per role
     assert rc == 0, "no instantiation"
     return flags
 

@@ -26,6 +26,8 @@ from veloxquant.accelerated.kernels import backend, source
 from veloxquant.accelerated.kernels import methods as km
 
 OUTPUTS = ["flags"]
+ROLES_APART = True      # the keys' and values' encodes in two halves of the grid, side by side (body); False: one
+                        # after the other in every threadgroup (as before 2026-12-01 evening; kept for an A/B)
 _MAX_ROWS = 2 ** 31 - 1
 # A role's constants in one uint32 array (MLX's CUDA launch costs about 1 us per input, measured on the H200):
 # sigma's words, tau's words (H * ceil(D / 32) each), then the tables C1, B1, C2, B2 (TABLE entries reserved
@@ -89,23 +91,42 @@ def _scope(role: str, index: int, method: str) -> str:
 """
 
 
-def body(mk: str = "turboquant", mv: str = "turboquant") -> str:
-    """The kernel text after a prelude (both roles; `after` only orders this launch after the last store)."""
-    return "  (void)after;\n" + _scope("k", 0, mk) + "  BARRIER();\n" + _scope("v", 1, mv)
+# The keys' and the values' encodes run side by side: the first half of the threadgroups takes the keys, the second
+# half the values, each half seeing itself as the whole grid (GROUP, NGROUPS), so every threadgroup runs one
+# scope, barriers included. One after the other in each threadgroup, a decode step's append was two encode
+# latency chains in a row (~10 us on the H200, seventh pass).
+_ROLES = """
+  (void)after;
+  const int vq_rgroups = (int)NGROUPS / 2;
+  const bool vq_values = (int)GROUP >= vq_rgroups;
+  const int vq_rgroup = (int)GROUP - (vq_values ? vq_rgroups : 0);
+#undef GROUP
+#undef NGROUPS
+#define GROUP vq_rgroup
+#define NGROUPS vq_rgroups
+"""
 
 
-def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant") -> tuple[str, str]:
+def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = True) -> str:
+    """The kernel text after a prelude (both roles, in two halves of the grid, or with `apart` False one after
+    the other in each threadgroup; `after` only orders this launch after the last store)."""
+    if not apart:
+        return "  (void)after;\n" + _scope("k", 0, mk) + "  BARRIER();\n" + _scope("v", 1, mv)
+    return _ROLES + "  if (!vq_values) {\n" + _scope("k", 0, mk) + "  } else {\n" + _scope("v", 1, mv) + "  }\n"
+
+
+def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: bool = True) -> tuple[str, str]:
     header, prelude = source.PRELUDES[be]
-    return header, prelude + _ALIAS[be] + body(mk, mv)
+    return header, prelude + _ALIAS[be] + body(mk, mv, apart)
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(mk: str, mv: str):
+def _kernel(mk: str, mv: str, apart: bool = True):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, text = assemble(be, mk, mv)
-    name = f"vq_append_{mk}_{mv}"
+    header, text = assemble(be, mk, mv, apart)
+    name = f"vq_append_{mk}_{mv}" + ("" if apart else "_serial")
     if be == "cuda":
         return backend.cuda_kernel(name=name, input_names=inputs(mk, mv), output_names=OUTPUTS, source=text,
                                    header=header, ensure_row_contiguous=False)
@@ -142,19 +163,23 @@ def constants(p: spec.Params, h: int, t: int, d: int) -> mx.array:
 
 def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt) -> tuple:
     """Everything of a launch but the step's arrays, per parameters and shape (a decode step builds none)."""
-    return _static_for(kp, vp, b, h, t, d, kdt, vdt, km.SPECIALIZE_ROWS)
+    return _static_for(kp, vp, b, h, t, d, kdt, vdt, km.SPECIALIZE_ROWS, ROLES_APART)
 
 
 @functools.lru_cache(maxsize=1024)
-def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, specialize_rows: int):
-    # keyed by methods.SPECIALIZE_ROWS too: a run that changes it (a benchmark's arm knob) gets its own plans
+def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, specialize_rows: int,
+                apart: bool = True):
+    # keyed by methods.SPECIALIZE_ROWS and ROLES_APART too: a run that changes one (a benchmark's arm knob) gets
+    # its own plans
     grid, group, groups = km.launch_shape(b * h * t, d)
+    if apart:
+        grid = (2 * grid[0], *grid[1:])      # a half of the threadgroups per role (body)
     template = [("KM", source.METHOD_IDS[kp.method]), ("VM", source.METHOD_IDS[vp.method]), ("D", d),
                 ("KTS", km._side_dtype(kp, kdt)), ("VTS", km._side_dtype(vp, vdt)), *code_template(kp, vp, b * h * t)]
     fk = tuple(f for f in km.FIELDS[kp.method] if f)
     fv = tuple(f for f in km.FIELDS[vp.method] if f)
     return (grid, group, [(2, groups, 2)], template, constants(kp, h, t, d), constants(vp, h, t, d), fk, fv,
-            _kernel(kp.method, vp.method))
+            _kernel(kp.method, vp.method, apart))
 
 
 def code_template(kp: spec.Params, vp: spec.Params, rows: int) -> list:
