@@ -1,6 +1,6 @@
 """tools/bench_decode.py's layer suite on the CPU at a toy size (a benchmark's plumbing, not a timing): every row has
-the step alone, the pipelined step and the host build, the build is part of the step, and the table renders old
-runs (no pipelined / build fields) and new ones."""
+the step alone, the pipelined step and the host build (the GPU clock only where there is CUDA), the build is part of
+the step, and the table renders old runs (no pipelined / build fields) and new ones."""
 from __future__ import annotations
 
 import mlx.core as mx
@@ -19,14 +19,19 @@ def test_layer_suite_rows_and_table():
         for f in ("layer_s", "pipelined_layer_s", "build_layer_s", "vs_fp16", "pipelined_vs_fp16"):
             assert f in r and r[f] > 0, (r["arm"], f, r.get(f))
         assert r["build_layer_s"] < r["layer_s"], (r["arm"], r["build_layer_s"], r["layer_s"])
+        # the GPU clock (tools/gpu_clock.py) is CUDA's: on the CPU a row says why it has no GPU time
+        assert "gpu_layer_s" not in r and r["gpu_clock"], r
     old = dict(rows[1])
     for f in ("pipelined_layer_s", "pipelined_vs_fp16", "build_layer_s"):
         del old[f]
     res = {"device": {"name": "cpu", "type": "cpu"}, "versions": {}, "date": "2026-12-01T00:00:00",
            "command": "test", "copy_bytes_per_s": 1e9, "layer": rows + [old]}
     table = [ln for ln in bd.render(res, "x.json") if ln.startswith("| 64 ")]
-    assert len(table) == 3 and all(ln.count("|") == 13 for ln in table), table
-    assert "— | —" in table[2] and table[2].count("—") == 3, table[2]
+    assert len(table) == 3 and all(ln.count("|") == 15 for ln in table), table
+    assert "— | —" in table[2] and table[2].count("—") == 5, table[2]
+    gpu = dict(rows[1], gpu_layer_s=2e-5, gpu_vs_fp16=0.5)
+    (line,) = [ln for ln in bd.render(dict(res, layer=[gpu]), "x.json") if ln.startswith("| 64 ")]
+    assert "| 20.0 µs | 0.50 |" in line, line
 
 
 def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch):
@@ -53,3 +58,38 @@ def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch):
 def test_bad_arm_names_are_errors(name):
     with pytest.raises(ValueError, match="arm"):
         bd._arm_names([name])
+
+
+def test_launch_knobs_reach_cached_plans(monkeypatch):
+    """The attention plan and the append launch are cached per shape; an arm's knobs must still give its own
+    plans (no cache is cleared between arms): the combine's threads, the tensor-core loop's bounds and
+    prefetch, and the append's role split."""
+    from _attention_util import packed
+
+    from veloxquant import spec
+    from veloxquant.accelerated.kernels import append as kapp
+    from veloxquant.accelerated.kernels import attention as katt
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)
+    p = spec.Params("turboquant", role="k", window=0, seed=1, layer=0, bits=4).resolved()
+    x = mx.random.normal((1, 2, 40, 128), key=mx.random.key(0)).astype(mx.float16)
+    k = packed(x, p)
+    q = mx.random.normal((1, 8, 1, 128), key=mx.random.key(1)).astype(mx.float16)
+    plans = {}
+    for arm in ("turboquant b4", "turboquant b4 [COMBINE_THREADS=128, TC_MIN_BLOCKS=3, TC_PREFETCH=1]",
+                "turboquant b4 [TENSOR_CORES=0]"):
+        with bd._knobs(arm):
+            plans[arm] = katt.launch_plan(q, k, k, 0.1)
+    a, b, c = plans.values()
+    assert (a.combine_threads, a.key[4:], dict(a.partial_template)["PF"]) == (512, (True, 2), 2), a
+    assert (b.combine_threads, b.key[4:], dict(b.partial_template)["PF"]) == (128, (True, 3), 1), b
+    assert c.key[4:] == (False, 0) and c.combine_template == a.combine_template, c
+    grids = {}
+    monkeypatch.setattr(kapp, "_kernel", lambda *a: None)       # no GPU backend needed for the launch shape
+    kapp._static_for.cache_clear()
+    try:
+        for arm in ("turboquant b4", "turboquant b4 [ROLES_APART=0]"):
+            with bd._knobs(arm):
+                grids[arm] = kapp._static(p, p, 1, 8, 1, 128, mx.float16, mx.float16)[0]
+    finally:
+        kapp._static_for.cache_clear()
+    assert list(grids.values()) == [(2 * 8 * 32, 1, 1), (8 * 32, 1, 1)], grids

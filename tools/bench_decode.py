@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 
+from . import gpu_clock
 from ._env import utc_now_iso, versions
 
 B, HQ, HKV, D = 1, 32, 8, 128            # Llama-3-8B attention shape
@@ -63,7 +64,12 @@ def add_arguments(p) -> None:
 KNOBS = {"FUSE_COMBINE": "veloxquant.accelerated.kernels.attention",
          "TENSOR_CORES": "veloxquant.accelerated.kernels.attention",
          "DEVICE_COUNTS": "veloxquant.accelerated.kernels.methods",
-         "SPECIALIZE_ROWS": "veloxquant.accelerated.kernels.methods"}
+         "SPECIALIZE_ROWS": "veloxquant.accelerated.kernels.methods",
+         "COMBINE_THREADS": "veloxquant.accelerated.kernels.attention",
+         "TC_PREFETCH": "veloxquant.accelerated.kernels.attention",
+         "TC_MIN_BLOCKS": "veloxquant.accelerated.kernels.attention",
+         "TC_WAVES": "veloxquant.accelerated.kernels.attention",
+         "ROLES_APART": "veloxquant.accelerated.kernels.append"}
 
 
 def _split(name: str) -> tuple[str, dict]:
@@ -140,10 +146,15 @@ def _prefill(caches, t: int, log) -> None:
 
 
 def _step(caches, q, k, v):
-    """One decode step through every layer: append a token, attend, feed the output on as the next query."""
+    """One decode step through every layer: append a token, attend, feed the output on as the next query. Each
+    layer's new key and value wait for the previous layer's output (gpu_clock.gate: one copy kernel per layer,
+    the same in every arm), as a model's projections do; without it the GPU runs every layer's append at once,
+    ahead of the attention chain."""
     from mlx_lm.models import base
     x = q
-    for c in caches:
+    for i, c in enumerate(caches):
+        if i:
+            k, v = gpu_clock.gate([k, v], x)
         kk, vv = c.update_and_fetch(k, v)
         x = base.scaled_dot_product_attention(x, kk, vv, cache=c, scale=D ** -0.5, mask=None)
     return x
@@ -198,6 +209,9 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
         mx.eval(pool)
         times = {n: [] for n in state}
         piped = {n: [] for n in state}
+        gpu = {n: [] for n in state}
+        gpu_ok, gpu_why = gpu_clock.available()
+        gpu_base = gpu_clock.overhead_s(list(pool[0])) if gpu_ok else 0.0
         built = {n: [] for n in state}
         paths = {n: {} for n in state}
         errors = {}
@@ -243,6 +257,14 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                             y = y2
                         mx.eval(y)
                         dtp = (time.perf_counter() - t0) / PIPE
+                        # the GPU's own time for the step: its launches all queued behind a hold (gpu_clock)
+                        dtg = None
+                        if gpu_ok:
+                            th = gpu_clock.hold()
+                            y = _step(state[name], *gpu_clock.gate([q, k, v], th))
+                            te = gpu_clock.stamp(y)
+                            mx.eval(th, te, y)
+                            dtg = gpu_clock.span_s(th, te) - gpu_base
                 except Exception as e:
                     errors[name] = f"{type(e).__name__}: {e}"
                     log(f"  {name}: step failed: {errors[name]}")
@@ -254,6 +276,8 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                     times[name].append(dt)
                     built[name].append(tb)
                     piped[name].append(dtp)
+                    if dtg is not None:
+                        gpu[name].append(dtg)
         for name in state:
             if name in errors:
                 rows.append({"context": t, "arm": name, "error": errors[name]})
@@ -273,6 +297,10 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                          "step_s": med, "layer_s": med / layers,
                          "pipelined_layer_s": statistics.median(piped[name]) / layers,
                          "build_layer_s": statistics.median(built[name]) / layers,
+                         "kv_gated": True,
+                         **({"gpu_layer_s": statistics.median(gpu[name]) / layers, "gpu_overhead_s": gpu_base}
+                            if gpu[name] else
+                            {"gpu_clock": gpu_why}),
                          "layer_s_iqr": (ts[3 * len(ts) // 4] - ts[len(ts) // 4]) / layers,
                          "bytes_per_layer": _nbytes(caches) / layers,
                          "transient_peak_bytes": int(transient), "paths": paths[name]})
@@ -281,8 +309,11 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
             if r["context"] == t and "layer_s" in r and base:
                 r["vs_fp16"] = r["layer_s"] / base["layer_s"]
                 r["pipelined_vs_fp16"] = r["pipelined_layer_s"] / base["pipelined_layer_s"]
+                if "gpu_layer_s" in r and "gpu_layer_s" in base:
+                    r["gpu_vs_fp16"] = r["gpu_layer_s"] / base["gpu_layer_s"]
                 log(f"  {r['arm']:<26} {r['layer_s'] * 1e6:8.1f} us/layer  x{r['vs_fp16']:.2f} of fp16  "
                     f"pipelined {r['pipelined_layer_s'] * 1e6:8.1f} us/layer x{r['pipelined_vs_fp16']:.2f}  "
+                    f"gpu {r.get('gpu_layer_s', float('nan')) * 1e6:7.1f} x{r.get('gpu_vs_fp16', float('nan')):.2f}  "
                     f"{r['bytes_per_layer'] / 1e6:7.1f} MB/layer  paths {r['paths']}")
         del state
         mx.clear_cache()
@@ -370,22 +401,26 @@ def render(res: dict, name: str) -> list[str]:
                   "reads; `of copy BW` is that over the step time against the copy ceiling; memory is the "
                   "resident cache of the layer plus the step's transient peak (all layers). `pipelined` is the same "
                   f"step as generate_step runs it ({PIPE} steps in a row, each built while the previous one is "
-                  "evaluated and fed its output as the query), per layer; `host build` is the Python "
+                  "evaluated and fed its output as the query), per layer; `GPU` is the GPU's own time for the step "
+                  "(tools/gpu_clock.py: its launches queued behind a spin, timed by the GPU's clock; CUDA only), so "
+                  "`pipelined` above `GPU` means the host limits it; `host build` is the Python "
                   "building the step's graph, part of `time / layer`; old runs have no such columns.", "",
-                  "| context | arm | time / layer | × fp16 | IQR | pipelined / layer | × fp16 | host build | bytes / layer | "
-                  "of copy BW | resident + transient | path |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| context | arm | time / layer | × fp16 | IQR | pipelined / layer | × fp16 | GPU / layer | × fp16 | "
+                  "host build | bytes / layer | of copy BW | resident + transient | path |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in layer:
             if "error" in r:
-                lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | | | | | | | | |")
+                lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | | | | | | | | | | |")
                 continue
             frac = r["bytes_per_layer"] / r["layer_s"] / res["copy_bytes_per_s"]
             mem = r["bytes_per_layer"] * r["layers"] + r["transient_peak_bytes"]
             paths = ", ".join(f"{k} {n}" for k, n in sorted(r["paths"].items())) or "mlx-lm"
             pipe = (f"{_us(r['pipelined_layer_s'])} | {r.get('pipelined_vs_fp16', float('nan')):.2f}"
                     if "pipelined_layer_s" in r else "— | —")
+            gpu = (f"{_us(r['gpu_layer_s'])} | {r.get('gpu_vs_fp16', float('nan')):.2f}"
+                   if "gpu_layer_s" in r else "— | —")
             lines.append(f"| {r['context']} | {r['arm']} | {_us(r['layer_s'])} | {r.get('vs_fp16', float('nan')):.2f} | "
-                         f"{_us(r['layer_s_iqr'])} | {pipe} | {_us(r['build_layer_s']) if 'build_layer_s' in r else '—'} | "
+                         f"{_us(r['layer_s_iqr'])} | {pipe} | {gpu} | {_us(r['build_layer_s']) if 'build_layer_s' in r else '—'} | "
                          f"{r['bytes_per_layer'] / 1e6:.1f} MB | {frac:.0%} | "
                          f"{mem / 1e6:.0f} MB | {paths} |")
         lines += ["", "Where the time goes (launch, kernel and host costs measured on the H200): "
