@@ -69,7 +69,6 @@ KNOBS = {"FUSE_COMBINE": "veloxquant.accelerated.kernels.attention",
          "TC_PREFETCH": "veloxquant.accelerated.kernels.attention",
          "TC_MIN_BLOCKS": "veloxquant.accelerated.kernels.attention",
          "TC_WAVES": "veloxquant.accelerated.kernels.attention",
-         "TC_EARLY_LOADS": "veloxquant.accelerated.kernels.attention",
          "ROLES_APART": "veloxquant.accelerated.kernels.append"}
 
 

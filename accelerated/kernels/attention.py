@@ -41,7 +41,6 @@ TC_PREFETCH = 2               # the tensor-core loop loads the next 2 chunks whi
 TC_MIN_BLOCKS = 2             # ... compiled for 2 threadgroups per multiprocessor (registers <= 255)
 TC_WAVES = 1                  # ... and split so that its threadgroups fill the GPU this many times: a
                               # threadgroup's setup and merge are latency it cannot hide, so fewer, longer splits
-TC_EARLY_LOADS = True         # ... its first chunks' loads issued before the set-up's barriers (attention_tc.TC_EARLY)
 TENSOR_CORES = True           # CUDA sm_80+: the partial's tensor-core loop where it applies (attention_tc.py)
 COLD_LOOPS = False            # CUDA: the loops a threadgroup runs once not unrolled (VQ_COLD): the tensor-core
                               # partial is 112 KB of sm_90 code, 76 KB with the combine's and set-up's loops rolled
@@ -181,7 +180,7 @@ class Plan:
     splits: int
     qb: int
     partial_names: list = dataclasses.field(default_factory=list)   # attention_source.inputs of the launch
-    key: tuple = (0, 0, False, False, False, 0, True)   # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS, TC_EARLY_LOADS)
+    key: tuple = (0, 0, False, False, False, 0)     # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS): the partial kernel
     fused: bool = False                                             # the combine runs inside the partial launch
 
 
@@ -196,7 +195,7 @@ class _Static(typing.NamedTuple):
     combine_grid: tuple
     splits: int
     qb: int
-    key: tuple                # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS, TC_EARLY_LOADS): the partial kernel
+    key: tuple                # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS): the partial kernel
     out_shapes: list
     out_dtypes: list
     counts: mx.array | None   # the fused launch's per-group counters
@@ -209,7 +208,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             tune: tuple | None = None) -> _Static:
     """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it) and per
     the launch constants of `tune()` (so a benchmark arm that changes one gets its own plans)."""
-    cthreads, tc_prefetch, tc_blocks, tc_waves, tensor_cores, tc_early = tune or _tune()
+    cthreads, tc_prefetch, tc_blocks, tc_waves, tensor_cores = tune or _tune()
     cthreads = max(d, cthreads)
     nq = (hq // hkv) * l
     p_lanes = min(32, d // 8)
@@ -245,15 +244,14 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     grid = (NT * (splits + 1), hkv, b * nqg)
     return _Static(_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused), tmpl,
                    grid, outs, [("MV", mv), ("D", d), ("CNT", cthreads), ("OT", qdtype)], (cthreads * nq, hkv, b),
-                   splits, qb, (mk, mv, has_win, fused, tc, tc_blocks if tc else 0, bool(tc_early)),
-                   [s for s, _ in outs],
+                   splits, qb, (mk, mv, has_win, fused, tc, tc_blocks if tc else 0), [s for s, _ in outs],
                    [t for _, t in outs], _counts(grid[1] * grid[2]) if fused else None, cthreads)
 
 
 def _tune() -> tuple:
     """The module's launch constants a plan is made from besides the shapes: (COMBINE_THREADS, TC_PREFETCH,
-    TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES, TC_EARLY_LOADS)."""
-    return COMBINE_THREADS, TC_PREFETCH, TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES, TC_EARLY_LOADS
+    TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES)."""
+    return COMBINE_THREADS, TC_PREFETCH, TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES
 
 
 def split_counts(q_enc: int) -> tuple[int, int]:
@@ -359,17 +357,16 @@ def _sm_count() -> int:
 
 @functools.lru_cache(maxsize=None)
 def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False, tc: bool = False,
-            tc_blocks: int = 0, tc_early: bool = True):
+            tc_blocks: int = 0):
     """The compiled kernel `kind`; the partial for a method pair, window presence, fused combine, tensor-core loop
-    and (that loop) the threadgroups per multiprocessor its registers are bounded for (launch bounds) and whether
-    its first loads come before the set-up."""
+    and (that loop) the threadgroups per multiprocessor its registers are bounded for (launch bounds)."""
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc, tc_early)
+    header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc)
     ins = src.inputs(kind, mk, mv, haswin, fused)
     outs = (src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS) if kind == "partial" else src.COMBINE_OUTPUTS
-    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'' if tc_early or not tc else 'l'}"
+    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}"
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "")
     if be == "cuda":
         if COLD_LOOPS:

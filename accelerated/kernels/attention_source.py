@@ -29,7 +29,7 @@ VG channels; mlx_affine groups per token, with its decode rounded to the input d
 from __future__ import annotations
 
 from veloxquant.accelerated.kernels.attention_partial import PARTIAL_LOOP, PARTIAL_OUTPUT
-from veloxquant.accelerated.kernels.attention_tc import TC_CUDA_HEADER, TC_EARLY, TC_LOOP
+from veloxquant.accelerated.kernels.attention_tc import TC_CUDA_HEADER, TC_LOOP
 
 METHOD_IDS = {"turboquant": 0, "turboquant_rvq": 1, "rabitq": 2, "turboquant_prod": 3, "kivi": 4,
               "mlx_affine": 5}
@@ -187,17 +187,6 @@ PARTIAL_SETUP = """
     t1 = vq_min(Q, t0 + chunk);
   }
 
-  // 2. (first: global loads before the set-up's barriers, which the compiler does not move loads across) code
-  //    tables (rotation family: C1 or the sign table [+1, -1] in *tab1, C2 or the signs in *tab2; at most 4
-  //    bits per code, spec/formats.toml) in one register per lane: lane i holds entry i mod 2^B, and a lookup
-  //    is a shuffle from lane `code` (a plain table in threadgroup memory measured the same on the H200; the
-  //    byte tables before it put 32 random reads on 16 banks)
-#define VQ_LOOKUP(reg, code) SHFL_IDX((reg), (int)(code))
-  const float rk1 = f_ktab1[lane % (1 << KB1)];
-  const float rk2 = f_ktab2[lane % (1 << KB2)];
-  const float rv1 = f_vtab1[lane % (1 << VB1)];
-  const float rv2 = f_vtab2[lane % (1 << VB2)];
-@EARLY@
   // 1. the group's query rows, scaled (log2 domain), rotated into the keys' domain (encoded splits)
   SHARED(float, sq, QB * D);
   SHARED(float, sq2, QB * D);
@@ -259,10 +248,19 @@ PARTIAL_SETUP = """
     qpos[r] = CAUSAL ? (T - L + (qg * QB + r) % L) : T;
   }
 
+  // 2. code tables (rotation family: C1 or the sign table [+1, -1] in *tab1, C2 or the signs in *tab2; at
+  //    most 4 bits per code, spec/formats.toml) in one register per lane: lane i holds entry i mod 2^B, and
+  //    a lookup is a shuffle from lane `code` (a plain table in threadgroup memory measured the same on the
+  //    H200; the byte tables before it put 32 random reads on 16 banks)
+#define VQ_LOOKUP(reg, code) SHFL_IDX((reg), (int)(code))
+  const float rk1 = f_ktab1[lane % (1 << KB1)];
+  const float rk2 = f_ktab2[lane % (1 << KB2)];
+  const float rv1 = f_vtab1[lane % (1 << VB1)];
+  const float rv2 = f_vtab2[lane % (1 << VB2)];
 
 """
 # steps 3-5: accelerated/kernels/attention_partial.py
-PARTIAL_BODY = PARTIAL_SETUP.replace("@EARLY@", "") + PARTIAL_LOOP + PARTIAL_OUTPUT
+PARTIAL_BODY = PARTIAL_SETUP + PARTIAL_LOOP + PARTIAL_OUTPUT
 
 # ---- combine ------------------------------------------------------------------------------------------------
 # Rows CR0 .. CR1 - 1 of KV head h: merge the S encoded splits' partials (max, sum, weighted values), apply the
@@ -660,10 +658,7 @@ def _partial_combine(rows: str, strided: bool) -> str:
 
 PARTIAL_COMBINE = _partial_combine(COMBINE_ROWS, False)
 
-PARTIAL_TC_BODY = PARTIAL_SETUP.replace("@EARLY@", TC_EARLY) + TC_LOOP + PARTIAL_OUTPUT + _partial_combine(COMBINE_ROWS_STRIDED, True)  # CUDA
-# the same with the tensor-core loop's first loads after the set-up (as before 2026-12-01 evening; for an A/B)
-PARTIAL_TC_BODY_LATE = (PARTIAL_SETUP.replace("@EARLY@", "") + TC_EARLY + TC_LOOP + PARTIAL_OUTPUT
-                        + _partial_combine(COMBINE_ROWS_STRIDED, True))
+PARTIAL_TC_BODY = PARTIAL_SETUP + TC_LOOP + PARTIAL_OUTPUT + _partial_combine(COMBINE_ROWS_STRIDED, True)  # CUDA
 PARTIAL_BODY = PARTIAL_BODY + PARTIAL_COMBINE
 BODIES = {"partial": PARTIAL_BODY, "combine": COMBINE_BODY}
 
@@ -734,14 +729,12 @@ PRELUDES = {"cuda": (CUDA_HEADER, CUDA_PRELUDE), "metal": (METAL_HEADER, METAL_P
 
 
 def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False,
-             fused: bool = False, tc: bool = False, early: bool = True) -> tuple[str, str]:
+             fused: bool = False, tc: bool = False) -> tuple[str, str]:
     """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal") and the
-    launch's inputs (`inputs(kind, mk, mv, haswin, fused)`); `tc`: the partial's tensor-core loop (CUDA), its
-    first loads before the set-up (`early`) or after it."""
+    launch's inputs (`inputs(kind, mk, mv, haswin, fused)`); `tc`: the partial's tensor-core loop (CUDA)."""
     header, prelude = PRELUDES[backend]
     if tc:
         if backend != "cuda" or kind != "partial":
             raise ValueError("the tensor-core loop is a CUDA partial kernel's")
-        return header + TC_CUDA_HEADER, prelude + aliases(kind, mk, mv, haswin, fused) + (
-            PARTIAL_TC_BODY if early else PARTIAL_TC_BODY_LATE)
+        return header + TC_CUDA_HEADER, prelude + aliases(kind, mk, mv, haswin, fused) + PARTIAL_TC_BODY
     return header, prelude + aliases(kind, mk, mv, haswin, fused) + BODIES[kind]

@@ -1,10 +1,7 @@
 """Steps 3-4 of the attention `partial` kernel on tensor cores (CUDA, sm_80 and later): turboquant keys and values
 with 4-bit codes, no window split (accelerated/kernels/attention.py `_tensor_cores` says when). The setup
 (step 1-2: queries scaled, rotated into the keys' domain, in `sq`) and steps 5 and the fused combine are
-attention_source.py's, unchanged; this loop leaves `sacc` / `sml` as the scalar loop does. TC_EARLY, the loop's
-load machinery, its first chunks' loads and the code tables' scales, goes into the set-up before the query rotation
-(its barriers keep the compiler from moving global loads and shuffles across them), so that their latency runs
-under the rotation.
+attention_source.py's, unchanged; this loop leaves `sacc` / `sml` as the scalar loop does.
 
 Tolerance tier (spec/attention.md). Each warp takes 16 tokens at a time with mma.m16n8k16 (float16 operands,
 float32 accumulation). float16 alone would round each operand to 11 bits, so every operand is split in two
@@ -76,16 +73,72 @@ __device__ inline void vq_words(const uint32_t* p, uint32_t* out) {
 }
 """
 
-TC_EARLY = """
-  // the tensor-core loop's loads (attention_tc.py), and the first TC_PREFETCH chunks' issued here, before the
-  // set-up's barriers: their latency runs under the query rotation
+TC_LOOP = """
+  // 3-4 on tensor cores (attention_tc.py): per warp, chunks of 16 tokens; lane = 4 g + tig; at most 4 query rows
+  constexpr int KS = D / 16;              // k-steps of a score tile
   constexpr int KWL = D / 32;             // key words per lane and token (4 codes per k-step, D / 4 coordinates)
   constexpr int VWL = D / 64;             // value words per lane and token (D / 8 coordinates)
+  constexpr int MT = D / 16;              // m-tiles of the value sums (coordinates in M)
   const int g = lane >> 2;
   const int tig = lane & 3;
+  const int part = g >> 2;                // score M row g / value N column g: part 0 (hi) or 1 (lo) of row g % 4
+  const int ra = g & 3;
+  const bool has_a = ra < QB;
+  // scales (powers of two): this lane's query row, the code tables (the value norms' below, as they come)
+  float fqa = 1.0f;
+  for (int r = 0; r < QB; ++r) {
+    float mx = 0.0f;
+    for (int c = lane; c < D; c += 32) {
+      mx = vq_max(mx, fabsf(sq[r * D + c]));
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      mx = vq_max(mx, SHFL_XOR(mx, o));
+    }
+    fqa = (r == ra) ? vq_pow2_for(mx, 11) : fqa;
+  }
+  float mtk = fabsf(rk1);
+  float mtv = fabsf(rv1);
+  for (int o = 16; o > 0; o >>= 1) {
+    mtk = vq_max(mtk, SHFL_XOR(mtk, o));
+    mtv = vq_max(mtv, SHFL_XOR(mtv, o));
+  }
+  const float ftk = vq_pow2_for(mtk, 11);
+  const float ftv = vq_pow2_for(mtv, 11);
   const int nch = (t1 - t0 + 15) / 16;
   const int64_t kso = (int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1];
   const int64_t vso = (int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1];
+  // query fragments (A of the scores: M row g; coordinate tig * D / 4 + 4 ks + j, a0 slots j = 0, 1, a2 j = 2, 3;
+  // M rows 8-15 are zero)
+  uint32_t qa[KS][2];
+  for (int ks = 0; ks < KS; ++ks) {
+    for (int jp = 0; jp < 2; ++jp) {
+      const int c = tig * (D / 4) + 4 * ks + 2 * jp;
+      float x0 = has_a ? sq[ra * D + c] * fqa : 0.0f;
+      float x1 = has_a ? sq[ra * D + c + 1] * fqa : 0.0f;
+      if (part == 1) {
+        x0 -= vq_hround(x0);
+        x1 -= vq_hround(x1);
+      }
+      qa[ks][jp] = vq_h2(x0, x1);
+    }
+  }
+  // code tables: entry lane % 16 (4-bit codes), scaled, its float16 hi and lo parts in one word
+  const float tk = rk1 * ftk;
+  const float tv = rv1 * ftv;
+  const uint32_t tabk = vq_h2(tk, tk - vq_hround(tk));
+  const uint32_t tabv = vq_h2(tv, tv - vq_hround(tv));
+  const float uka = (1.0f / fqa) * (1.0f / ftk);     // exact: powers of two
+  const int qpa = qpos[has_a ? ra : 0];
+  float m_a = NEG_INF;
+  float l_a = 0.0f;
+  float fv = 0.0f;                        // P' = p * value norm * fv: set by the first chunk, lowered when a chunk's
+                                          // norms would take P' past 2^11 (a power of two: O is scaled with it)
+  float o[MT][4];
+  for (int mt = 0; mt < MT; ++mt) {
+    for (int i = 0; i < 4; ++i) {
+      o[mt][i] = 0.0f;
+    }
+  }
   const DEVICE uint32_t* kbase = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] + KWL * tig;
   const DEVICE uint32_t* vbase = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1] + VWL * g;
   // one chunk's loads: key words of tokens tb + 8 nt + g; value words, key and value norms of the tokens of
@@ -111,68 +164,6 @@ TC_EARLY = """
   for (int q = 0; q < PF; ++q) {
     if (warp + q * NW < nch) {
       TC_LOAD(warp + q * NW, kwp[q], vwp[q], knp[q], vnp[q])
-    }
-  }
-  // the code tables' scales (powers of two; the query rows' and the value norms' come later) and entries: entry
-  // lane % 16 (4-bit codes), scaled, its float16 hi and lo parts in one word
-  float mtk = fabsf(rk1);
-  float mtv = fabsf(rv1);
-  for (int o = 16; o > 0; o >>= 1) {
-    mtk = vq_max(mtk, SHFL_XOR(mtk, o));
-    mtv = vq_max(mtv, SHFL_XOR(mtv, o));
-  }
-  const float ftk = vq_pow2_for(mtk, 11);
-  const float ftv = vq_pow2_for(mtv, 11);
-  const float tk = rk1 * ftk;
-  const float tv = rv1 * ftv;
-  const uint32_t tabk = vq_h2(tk, tk - vq_hround(tk));
-  const uint32_t tabv = vq_h2(tv, tv - vq_hround(tv));
-"""
-
-TC_LOOP = """
-  // 3-4 on tensor cores (attention_tc.py): per warp, chunks of 16 tokens; lane = 4 g + tig; at most 4 query rows
-  constexpr int KS = D / 16;              // k-steps of a score tile
-  constexpr int MT = D / 16;              // m-tiles of the value sums (coordinates in M)
-  const int part = g >> 2;                // score M row g / value N column g: part 0 (hi) or 1 (lo) of row g % 4
-  const int ra = g & 3;
-  const bool has_a = ra < QB;
-  // scales (powers of two): this lane's query row (the code tables' in TC_EARLY, the value norms' below)
-  float fqa = 1.0f;
-  for (int r = 0; r < QB; ++r) {
-    float mx = 0.0f;
-    for (int c = lane; c < D; c += 32) {
-      mx = vq_max(mx, fabsf(sq[r * D + c]));
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      mx = vq_max(mx, SHFL_XOR(mx, o));
-    }
-    fqa = (r == ra) ? vq_pow2_for(mx, 11) : fqa;
-  }
-  // query fragments (A of the scores: M row g; coordinate tig * D / 4 + 4 ks + j, a0 slots j = 0, 1, a2 j = 2, 3;
-  // M rows 8-15 are zero)
-  uint32_t qa[KS][2];
-  for (int ks = 0; ks < KS; ++ks) {
-    for (int jp = 0; jp < 2; ++jp) {
-      const int c = tig * (D / 4) + 4 * ks + 2 * jp;
-      float x0 = has_a ? sq[ra * D + c] * fqa : 0.0f;
-      float x1 = has_a ? sq[ra * D + c + 1] * fqa : 0.0f;
-      if (part == 1) {
-        x0 -= vq_hround(x0);
-        x1 -= vq_hround(x1);
-      }
-      qa[ks][jp] = vq_h2(x0, x1);
-    }
-  }
-  const float uka = (1.0f / fqa) * (1.0f / ftk);     // exact: powers of two
-  const int qpa = qpos[has_a ? ra : 0];
-  float m_a = NEG_INF;
-  float l_a = 0.0f;
-  float fv = 0.0f;                        // P' = p * value norm * fv: set by the first chunk, lowered when a chunk's
-                                          // norms would take P' past 2^11 (a power of two: O is scaled with it)
-  float o[MT][4];
-  for (int mt = 0; mt < MT; ++mt) {
-    for (int i = 0; i < 4; ++i) {
-      o[mt][i] = 0.0f;
     }
   }
   for (int j = warp; j < nch; j += NW) {
