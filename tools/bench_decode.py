@@ -444,7 +444,8 @@ def render(res: dict, name: str) -> list[str]:
 
 def plot(res: dict, path: pathlib.Path) -> pathlib.Path | None:
     """Per-layer decode-step time against context, one line per arm (log-log): the step evaluated alone and,
-    where the run has it, pipelined as generate_step runs it (second panel); None without matplotlib."""
+    where the run has them, pipelined as generate_step runs it and the GPU's own time (more panels); None
+    without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -457,6 +458,8 @@ def plot(res: dict, path: pathlib.Path) -> pathlib.Path | None:
     panels = [("layer_s", "step evaluated alone")]
     if all("pipelined_layer_s" in r for r in rows):
         panels.append(("pipelined_layer_s", "pipelined (as generate_step)"))
+    if all("gpu_layer_s" in r for r in rows):
+        panels.append(("gpu_layer_s", "the GPU's own time (gpu_clock)"))
     fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 4.5), squeeze=False, sharey=True)
     for ax, (key, what) in zip(axes[0], panels):
         for arm in dict.fromkeys(r["arm"] for r in rows):

@@ -27,7 +27,7 @@ from veloxquant.accelerated.kernels import methods as km
 
 OUTPUTS = ["flags"]
 ROLES_APART = True      # the keys' and values' encodes in two halves of the grid, side by side (body); False: one
-                        # after the other in every threadgroup (as before 2026-12-01 evening; kept for an A/B)
+                        # after the other in every threadgroup (as before 2026-12-01 afternoon; kept for an A/B)
 _MAX_ROWS = 2 ** 31 - 1
 # A role's constants in one uint32 array (MLX's CUDA launch costs about 1 us per input, measured on the H200):
 # sigma's words, tau's words (H * ceil(D / 32) each), then the tables C1, B1, C2, B2 (TABLE entries reserved
