@@ -117,7 +117,11 @@ def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = True) -> 
 
 def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: bool = True) -> tuple[str, str]:
     header, prelude = source.PRELUDES[be]
-    return header, prelude + _ALIAS[be] + body(mk, mv, apart)
+    # the body gives GROUP and NGROUPS the role's meaning; put the prelude's back after it, so that text after it
+    # (another kernel in one file, as the compile checks write them) sees the prelude's
+    again = "".join(f"#undef {m}\n{line}\n" for m in ("GROUP", "NGROUPS") for line in prelude.splitlines()
+                    if line.startswith(f"#define {m} ")) if apart else ""
+    return header, prelude + _ALIAS[be] + body(mk, mv, apart) + again
 
 
 @functools.lru_cache(maxsize=None)
