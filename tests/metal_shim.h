@@ -1,4 +1,5 @@
-// Declarations of the Metal Shading Language builtins the kernel bodies of accelerated/kernels/source.py use,
+// Declarations of the Metal Shading Language builtins the kernel bodies of accelerated/kernels/source.py (and of
+// attention_source.py: tests/test_attention_kernels_source.py) use,
 // so that g++ can compile the Metal kernels (METAL_HEADER + the signature MLX's metal_kernel writes +
 // METAL_PRELUDE + body) with -fsyntax-only on Linux (tests/test_kernels_source.py). It catches Metal-only
 // mistakes a Linux machine can see: a CUDA name in a body, a builtin Metal does not have or with the wrong
@@ -6,6 +7,7 @@
 // Address spaces are empty here; the lint in the test covers their rules (no local pointers, threadgroup
 // arrays only at kernel scope).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -34,6 +36,7 @@ struct bfloat16_t {
   operator float() const;
 };
 typedef half float16_t;
+typedef bfloat16_t bfloat;   // MSL's bfloat (MLX's bfloat16_t)
 
 namespace metal {
 enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4 };
@@ -64,6 +67,11 @@ float sqrt(float);
 float abs(float);
 float fmin(float, float);
 float fmax(float, float);
+float exp2(float);
+// the attention kernels' fused combine (compiled, never taken on Metal: FUSED = 0 there)
+struct atomic_int { int v; };
+enum memory_order { memory_order_relaxed };
+int atomic_fetch_add_explicit(device atomic_int* object, int operand, memory_order order);
 
 template <typename T, typename U> T as_type(U u) {
   static_assert(sizeof(T) == sizeof(U), "as_type: same size");

@@ -1,7 +1,8 @@
 """accelerated.kernels.attention_source and commit (which also serves faults) on the CPU: CUDA and Metal share each body behind a
-macro-only prelude, and (where nvcc is installed) every kernel compiles for sm_90 as mx.fast.cuda_kernel
+macro-only prelude, (where nvcc is installed) every kernel compiles for sm_90 as mx.fast.cuda_kernel
 would wrap it, for each method pair, head-dim class and dtype, with no register spills in the common
-configuration (d = 128, four query rows per KV head)."""
+configuration (d = 128, four query rows per KV head), and (where g++ is) the Metal kernels compile against
+tests/metal_shim.h as mx.fast.metal_kernel would wrap them (a syntax check of the Metal names, nothing more)."""
 from __future__ import annotations
 
 import re
@@ -189,3 +190,58 @@ def test_cold_loops_make_the_tensor_core_partial_smaller(tmp_path):
         sec = subprocess.run(["readelf", "-S", "-W", str(cubin)], capture_output=True, text=True).stdout
         sizes[cold] = max(int(m.group(1), 16) for m in re.finditer(r"\.text\.\S+\s+\S+\s+\S+\s+\S+\s+([0-9a-f]+)", sec))
     assert sizes[True] < 0.8 * sizes[False], sizes
+
+
+def _metal_kernel(name, text, ins, outs, types, consts):
+    """Like mlx/backend/metal/custom_kernel.cpp: `const device T*` inputs with `constant` shapes and strides where the
+    source names them, `device T*` outputs, the thread-position attributes the source names; the template
+    arguments as constants at the top (MLX makes them template parameters: the same names in the body)."""
+    import test_kernels_source as tks
+    params, i = [], 0
+    for n in ins:
+        params.append(f"  const device {types.get(n, 'float')}* {n} [[buffer({i})]]")
+        i += 1
+        for suffix, t in (("_shape", "int"), ("_strides", "int64_t")):
+            if f"{n}{suffix}" in text:
+                params.append(f"  const constant {t}* {n}{suffix} [[buffer({i})]]")
+                i += 1
+    for n in outs:
+        params.append(f"  device {types.get(n, 'float')}* {n} [[buffer({i})]]")
+        i += 1
+    params += [f"  {t} {a} [[{a}]]" for a, t in tks.MLX_METAL_ATTRIBUTES.items() if a in text]
+    head = "".join(f"  using {k} = {v};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n" for k, v in consts)
+    return f"[[kernel]] void {name}(\n" + ",\n".join(params) + f") {{\n{head}{text}\n}}\n"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: Metal shim compile skipped")
+def test_metal_sources_compile_against_shim(tmp_path):
+    """Every partial (the scalar loop: the tensor-core loop is CUDA's) and the combine launch, as Metal would get
+    them, for each method pair and a few head dims and dtypes; shown to fail on a CUDA name in the combine body."""
+    import test_kernels_source as tks
+    header, combine = src.assemble("combine", "metal")
+
+    def text_for(combine_text):
+        body = ""
+        for i, (mk, mv, kb1, kb2, vb1, vb2) in enumerate(PAIRS):
+            for d, qb, dt in [(128, 4, "half"), (64, 2, "bfloat16_t"), (16, 4, "float")]:
+                _, partial = src.assemble("partial", "metal", mk, mv, True, False)
+                g = lambda m: "half" if m == 4 else dt   # noqa: E731  kivi: float16 scale/zero
+                types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", kgs=g(mk),
+                             kgz=g(mk), vgs=g(mv), vgz=g(mv), kw=dt, vw=dt, flags="uint32_t", nenc="int32_t", out=dt)
+                body += _metal_kernel(f"partial_{i}_{d}", partial, src.inputs("partial", mk, mv, True, False),
+                                      src.PARTIAL_OUTPUTS, types,
+                                      [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2),
+                                       ("D", d), ("QB", qb), ("NT", 128), ("P", min(32, d // 8)), ("KG", 32),
+                                       ("VG", 32), ("CAUSAL", 1), ("HASWIN", 1),
+                                       ("U", 2 if {mk, mv} & {4, 5} else 4), ("PF", 1), ("FUSED", 0), ("OT", dt)])
+                body += _UNDEF
+                body += _metal_kernel(f"combine_{i}_{d}", combine_text, src.inputs("combine"), src.COMBINE_OUTPUTS,
+                                      dict(q=dt, out=dt), [("MV", mv), ("D", d), ("CNT", max(d, 512)), ("OT", dt)])
+                body += _UNDEF
+        return header + body
+
+    r = tks._gxx_metal(text_for(combine), tmp_path)
+    assert r.returncode == 0, r.stderr[-4000:]
+    broken = combine.replace("  BARRIER();\n", "  __syncthreads();\n", 1)
+    assert broken != combine
+    assert tks._gxx_metal(text_for(broken), tmp_path).returncode != 0, "the shim compile took a CUDA name"
