@@ -48,7 +48,7 @@ from veloxquant.accelerated.kernels import backend as kernel_backend
 from veloxquant.accelerated.kernels.commit import commit as store_rows
 from veloxquant.accelerated.kernels.faults import flags as fault_flags
 from veloxquant.accelerated.ops import numerics
-from veloxquant.accelerated.kernels.append import messages as fused_messages
+from veloxquant.accelerated.kernels.append import applies as fused_applies, messages as fused_messages
 from veloxquant.accelerated.kernels.methods import NONFINITE, RULES
 from veloxquant.accelerated.stream import Stream, append_in_place
 from veloxquant.accelerated.cache.decode_step import DecodeStep
@@ -100,6 +100,14 @@ class CacheGroup:
 def _fused_chunk(msgs: tuple, index: int, token: mx.array, before: tuple) -> _Chunk:
     """The record of an append by kernels/append.py (its token holds the four checks' hits)."""
     return _Chunk(index, token, msgs, before, reader=fused_messages)
+
+
+@functools.lru_cache(maxsize=256)
+def _one_launch(kp: spec.Params, vp: spec.Params) -> bool:
+    """Whether both roles' parameters let an append take kernels/append.py's one launch (no window, not kivi):
+    for the others (kivi, windowed streams) the in-place attempt and its rollback marks are skipped at every step,
+    since they would find it does not apply."""
+    return fused_applies(kp) and fused_applies(vp)
 
 
 @functools.lru_cache(maxsize=None)
@@ -210,7 +218,7 @@ class VeloxKVCache(_BaseCache):
         # Both chunks are checked and encoded before either stream changes (Stream.prepare), so a
         # rejected value chunk leaves the keys untouched too; streams are created on the first update.
         if self._k is not None and self.checks == "deferred" and self.attention == "packed" \
-                and kernel_backend.available()[0]:
+                and _one_launch(self.key_params, self.value_params) and kernel_backend.available()[0]:
             k, v = self._k, self._v
             before = (k.mark(), v.mark(), self.offset)
             token, self._in_place = append_in_place(k, v, keys, values, self._token, plan)
