@@ -29,13 +29,15 @@ def _bytes(a: mx.array) -> np.ndarray:
     return np.array(a.view(mx.uint16) if a.dtype == mx.bfloat16 else a)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float16-specialized"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float16-specialized", "float16-apart", "float16-serial"])
 @pytest.mark.parametrize("mk,mv,kw", PAIRS, ids=[f"{a}-{b}" for a, b, _ in PAIRS])
 def test_one_launch_appends_store_the_ops_bytes(mk, mv, kw, dtype, monkeypatch):
     fused._static_for.cache_clear()                 # launch plans hold their template
     if dtype.endswith("-specialized"):          # every launch with its code constants compiled in
         monkeypatch.setattr(km, "SPECIALIZE_ROWS", 0)
-        dtype = dtype.split("-")[0]
+    if dtype.endswith(("-apart", "-serial")):   # the keys' and values' encodes side by side or in a row (ROLES_APART)
+        monkeypatch.setattr(fused, "ROLES_APART", dtype.endswith("-apart"))
+    dtype = dtype.split("-")[0]
     calls = []
     real, real_step = fused.append, DecodeStep.step    # the one-launch path: first append of a plan, then the step
     monkeypatch.setattr(fused, "append", lambda *a, **k: calls.append(1) or real(*a, **k))

@@ -87,7 +87,7 @@ def test_launch_knobs_reach_cached_plans(monkeypatch):
     monkeypatch.setattr(kapp, "_kernel", lambda *a: None)       # no GPU backend needed for the launch shape
     kapp._static_for.cache_clear()
     try:
-        for arm in ("turboquant b4", "turboquant b4 [ROLES_APART=0]"):
+        for arm in ("turboquant b4 [ROLES_APART=1]", "turboquant b4 [ROLES_APART=0]"):
             with bd._knobs(arm):
                 grids[arm] = kapp._static(p, p, 1, 8, 1, 128, mx.float16, mx.float16)[0]
     finally:

@@ -26,8 +26,12 @@ from veloxquant.accelerated.kernels import backend, source
 from veloxquant.accelerated.kernels import methods as km
 
 OUTPUTS = ["flags"]
-ROLES_APART = True      # the keys' and values' encodes in two halves of the grid, side by side (body); False: one
-                        # after the other in every threadgroup (as before 2026-12-01 afternoon; kept for an A/B)
+ROLES_APART = False     # True: the keys' and values' encodes in two halves of the grid, side by side (body). Measured
+                        # on the H200 together with the 512-thread combine: the decode step's GPU time -2.5 to -3 us
+                        # per layer (docs/benchmarks.md, eighth pass); its bytes are checked bit for bit on the CPU
+                        # (tests/test_append_kernel_emulated.py) but not yet on a GPU (test_append_kernel_gpu.py's
+                        # "apart" cases did not run there), so it stays off until they pass. False: one role after the
+                        # other in every threadgroup (the text checked on the H200)
 _MAX_ROWS = 2 ** 31 - 1
 # A role's constants in one uint32 array (MLX's CUDA launch costs about 1 us per input, measured on the H200):
 # sigma's words, tau's words (H * ceil(D / 32) each), then the tables C1, B1, C2, B2 (TABLE entries reserved
@@ -172,7 +176,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kd
 
 @functools.lru_cache(maxsize=1024)
 def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, specialize_rows: int,
-                apart: bool = True):
+                apart: bool = False):
     # keyed by methods.SPECIALIZE_ROWS and ROLES_APART too: a run that changes one (a benchmark's arm knob) gets
     # its own plans
     grid, group, groups = km.launch_shape(b * h * t, d)

@@ -36,9 +36,9 @@ FUSE_COMBINE = False          # CUDA: the combine inside the partial launch (its
                               # docs/decode-step-analysis.md, "Seventh pass"
 MAX_THREADGROUPS = 2048       # partial threadgroups per launch: enough to fill the GPU, bounded partials
 COMBINE_THREADS = 512         # threads of the combine launch per query row (at least D): the splits spread over
-                              # them (attention_source.COMBINE_BODY). With the append's roles side by side: the
-                              # decode step's GPU time 27.9 -> 25.4 us per layer at 4k, 49.3 -> 46.1 at 32k (H200,
-                              # 2026-12-01, docs/bench/h200-decode-11.json)
+                              # them (attention_source.COMBINE_BODY). Together with the append's roles side by
+                              # side (append.ROLES_APART): the decode step's GPU time 27.9 -> 25.4 us per layer at
+                              # 4k, 49.3 -> 46.1 at 32k (H200, 2026-12-01, docs/bench/h200-decode-11.json)
 TC_PREFETCH = 2               # the tensor-core loop loads the next 2 chunks while it scores one
 TC_MIN_BLOCKS = 2             # ... compiled for 2 threadgroups per multiprocessor (registers <= 255)
 TC_WAVES = 1                  # ... and split so that its threadgroups fill the GPU this many times: a
