@@ -62,7 +62,7 @@ def _source() -> str:
             .replace("@ENC_DISPATCH@", "").replace("@DEC_DISPATCH@", ""))
     text = head + "#define VQ_DEV\n#define VQ_REF const auto&\n#define VQ_MUT(type, p) const_cast<type*>(p)\n"
     calls = []
-    for i, (mk, mv, xt) in enumerate(PAIRS):
+    for i, (mk, mv, xt, apart) in enumerate((*pair, apart) for apart in (True, False) for pair in PAIRS):
         tk, tv = _C[_ts(mk, xt)], _C[_ts(mv, xt)]
         names = fused.inputs(mk, mv)
         params, args = [], []
@@ -80,7 +80,8 @@ def _source() -> str:
         codes = "".join(f"  constexpr int {n} = {v};\n" for n, v in fused.code_template(_params(mk), _params(mv), ROWS))
         text += (f"static void app_thread_{i}({', '.join(params)}, bool* flags) {{\n"
                  f"  constexpr int KM = {ids[0]};\n  constexpr int VM = {ids[1]};\n  constexpr int D = {D};\n{codes}"
-                 f"  using KTS = {tk};\n  using VTS = {tv};\n" + ke.PRELUDE + fused.body(mk, mv) + "}\n")
+                 f"  using KTS = {tk};\n  using VTS = {tv};\n" + ke.PRELUDE + fused.body(mk, mv, apart) + "}\n"
+                 + ("#undef GROUP\n#undef NGROUPS\n#define GROUP vq_group\n#define NGROUPS vq_ngroups\n" if apart else ""))
         calls.append(f"  if (pair == {i}) {{ run_grid(groups, warps, [&] {{ app_thread_{i}({', '.join(args)}, "
                      f"(bool*)p[{len(names)}]); }}); return 0; }}")
     return text + ("extern \"C\" int vq_append(int pair, int groups, int warps, void** p, const int64_t* sh, "
@@ -96,7 +97,7 @@ def _x(rng, shape, xt):
     return mx.array(rng.standard_normal(shape).astype(np.float32)).astype(getattr(mx, xt))
 
 
-def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2):
+def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2, apart=True):
     """The emulated launch; buffers (numpy, written in place) by field name; returns the token."""
     arrays = {"base": np.array([base], np.int32), "after": np.zeros(1, np.bool_)}
     for r, p, x, bufs in (("k", kp, xk, kbufs), ("v", vp, xv, vbufs)):
@@ -116,7 +117,8 @@ def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2):
             sh[j] = a.shape
             st[j] = [s_ // a.itemsize for s_ in a.strides]
     pair = next(i for i, (mk, mv, xt) in enumerate(PAIRS) if (mk, mv, xt) == (kp.method, vp.method, ke._dtname(xk.dtype)))
-    rc = lib.vq_append(pair, 2 * groups, warps, ptrs, ke._ptr(sh), ke._ptr(st))    # a half of the grid per role
+    pair += 0 if apart else len(PAIRS)
+    rc = lib.vq_append(pair, 2 * groups if apart else groups, warps, ptrs, ke._ptr(sh), ke._ptr(st))   # apart: a half per role
     assert rc == 0, "no instantiation"
     return flags
 
@@ -132,9 +134,10 @@ def _buffers(rng, want: dict, t0: int, cap: int) -> tuple[dict, dict]:
     return bufs, {n: b.copy() for n, b in bufs.items()}
 
 
+@pytest.mark.parametrize("apart", [True, False], ids=["roles-apart", "roles-serial"])
 @pytest.mark.parametrize("mk,mv,xt", PAIRS)
 @pytest.mark.parametrize("t0,t", [(5, 1), (9, 4)])
-def test_append_stores_one_shot_bytes_in_place(lib, mk, mv, xt, t0, t):
+def test_append_stores_one_shot_bytes_in_place(lib, mk, mv, xt, t0, t, apart):
     rng = np.random.default_rng(t0 * 7 + t)
     kp = spec.Params(mk, role="k", window=0, seed=3, layer=2, head_offset=4, **KW[mk]).resolved()
     vp = spec.Params(mv, role="v", window=0, seed=3, layer=2, head_offset=4, **KW[mv]).resolved()
@@ -144,7 +147,7 @@ def test_append_stores_one_shot_bytes_in_place(lib, mk, mv, xt, t0, t):
     cap = t0 + t + 3
     kb, k0 = _buffers(rng, wk, t0, cap)
     vb, v0 = _buffers(rng, wv, t0, cap)
-    flags = _run(lib, kp, xk[:, :, t0:], kb, vp, xv[:, :, t0:], vb, t0)
+    flags = _run(lib, kp, xk[:, :, t0:], kb, vp, xv[:, :, t0:], vb, t0, apart=apart)
     assert not flags.any(), f"append {mk}/{mv}: fault flags on good input: {flags.tolist()}"
     for role, bufs, want, before in (("keys", kb, wk, k0), ("values", vb, wv, v0)):
         for n, buf in bufs.items():
