@@ -291,6 +291,22 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
             with _knobs(name):
                 mx.eval(_step(caches, q, k, v))
             transient = mx.get_peak_memory() - before
+            # ... and of PIPE steps pipelined as generate_step runs them: a cache whose update cannot reuse a buffer
+            # the step in flight still holds copies it here (mlx-lm's KVCache: slice_update without donation)
+            mx.synchronize()
+            before = mx.get_active_memory()
+            mx.reset_peak_memory()
+            with _knobs(name):
+                y = _step(caches, q, k, v)
+                mx.async_eval(y)
+                for j in range(1, PIPE):
+                    y2 = _step(caches, y, *pool[j % POOL][1:])
+                    mx.async_eval(y2)
+                    mx.eval(y)
+                    y = y2
+                mx.eval(y)
+            transient_piped = mx.get_peak_memory() - before
+            del y
             ts = sorted(times[name])
             med = statistics.median(ts)
             rows.append({"context": t, "arm": name, "layers": layers, "steps": len(ts),
@@ -303,7 +319,8 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                             {"gpu_clock": gpu_why}),
                          "layer_s_iqr": (ts[3 * len(ts) // 4] - ts[len(ts) // 4]) / layers,
                          "bytes_per_layer": _nbytes(caches) / layers,
-                         "transient_peak_bytes": int(transient), "paths": paths[name]})
+                         "transient_peak_bytes": int(transient),
+                         "pipelined_transient_peak_bytes": int(transient_piped), "paths": paths[name]})
         base = next((r for r in rows if r["context"] == t and r["arm"] == "fp16 KVCache" and "layer_s" in r), None)
         for r in rows:
             if r["context"] == t and "layer_s" in r and base:
@@ -399,7 +416,9 @@ def render(res: dict, name: str) -> list[str]:
         lines += [f"Per-layer decode step (append one token + attention; {layer[0].get('layers', '?')} layers per "
                   "evaluation, median of interleaved steps). `bytes/layer` is the cache as stored, which the step "
                   "reads; `of copy BW` is that over the step time against the copy ceiling; memory is the "
-                  "resident cache of the layer plus the step's transient peak (all layers). `pipelined` is the same "
+                  "resident cache of the layer plus the step's transient peak (all layers), and in parentheses the "
+                  "transient peak of steps pipelined (a cache that copies its buffers then shows it). `pipelined` is "
+                  "the same "
                   f"step as generate_step runs it ({PIPE} steps in a row, each built while the previous one is "
                   "evaluated and fed its output as the query), per layer; `GPU` is the GPU's own time for the step "
                   "(tools/gpu_clock.py: its launches queued behind a spin, timed by the GPU's clock; CUDA only), so "
@@ -414,6 +433,8 @@ def render(res: dict, name: str) -> list[str]:
                 continue
             frac = r["bytes_per_layer"] / r["layer_s"] / res["copy_bytes_per_s"]
             mem = r["bytes_per_layer"] * r["layers"] + r["transient_peak_bytes"]
+            piped_mem = (f" (+{r['pipelined_transient_peak_bytes'] / 1e6:.0f} MB pipelined)"
+                         if "pipelined_transient_peak_bytes" in r else "")
             paths = ", ".join(f"{k} {n}" for k, n in sorted(r["paths"].items())) or "mlx-lm"
             pipe = (f"{_us(r['pipelined_layer_s'])} | {r.get('pipelined_vs_fp16', float('nan')):.2f}"
                     if "pipelined_layer_s" in r else "— | —")
@@ -422,7 +443,7 @@ def render(res: dict, name: str) -> list[str]:
             lines.append(f"| {r['context']} | {r['arm']} | {_us(r['layer_s'])} | {r.get('vs_fp16', float('nan')):.2f} | "
                          f"{_us(r['layer_s_iqr'])} | {pipe} | {gpu} | {_us(r['build_layer_s']) if 'build_layer_s' in r else '—'} | "
                          f"{r['bytes_per_layer'] / 1e6:.1f} MB | {frac:.0%} | "
-                         f"{mem / 1e6:.0f} MB | {paths} |")
+                         f"{mem / 1e6:.0f} MB{piped_mem} | {paths} |")
         lines += ["", "Where the time goes (launch, kernel and host costs measured on the H200): "
                   "[decode-step-analysis.md](decode-step-analysis.md).", ""]
     e2e = res.get("e2e") or []
