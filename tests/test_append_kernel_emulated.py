@@ -185,20 +185,14 @@ def metal_append_source(mk: str, mv: str, xt: str) -> str:
     import test_kernels_source as tks
     header, src = fused.assemble("metal", mk, mv)
     tk, tv = tks.METAL_TYPES[_ts(mk, xt)], tks.METAL_TYPES[_ts(mv, xt)]
-    params, i = [], 0
+    ins = []
     for n in fused.inputs(mk, mv):
         loc = "constant" if n in ("base", "after") else "device"
         ty = {"base": "int32_t", "after": "bool"}.get(n) or {"x": tks.METAL_TYPES[xt], "const": "uint32_t",
                                                                "codes1": "uint32_t", "codes2": "uint32_t"}.get(
             n[1:], tk if n[0] == "k" else tv)
-        params.append(f"  const {loc} {ty}* {n} [[buffer({i})]]")
-        i += 1
-        for suffix, t in (("_shape", "int"), ("_strides", "int64_t")):
-            if f"{n}{suffix}" in src:
-                params.append(f"  const constant {t}* {n}{suffix} [[buffer({i})]]")
-                i += 1
-    params.append(f"  device bool* flags [[buffer({i})]]")
-    params += [f"  {t} {a} [[{a}]]" for a, t in tks.MLX_METAL_ATTRIBUTES.items() if a in src]
+        ins.append((n, ty, loc))
+    params = tks.metal_params(ins, [("flags", "bool")], src)
     name = f"custom_kernel_vq_append_{mk}_{mv}_{xt}"
     codes = fused.code_template(_params(mk), _params(mv), ROWS)
     targs = f"<{source.METHOD_IDS[mk]}, {source.METHOD_IDS[mv]}, {D}, {tk}, {tv}, " + ", ".join(str(v) for _, v in codes) + ">"

@@ -197,18 +197,8 @@ def _metal_kernel(name, text, ins, outs, types, consts):
     source names them, `device T*` outputs, the thread-position attributes the source names; the template
     arguments as constants at the top (MLX makes them template parameters: the same names in the body)."""
     import test_kernels_source as tks
-    params, i = [], 0
-    for n in ins:
-        params.append(f"  const device {types.get(n, 'float')}* {n} [[buffer({i})]]")
-        i += 1
-        for suffix, t in (("_shape", "int"), ("_strides", "int64_t")):
-            if f"{n}{suffix}" in text:
-                params.append(f"  const constant {t}* {n}{suffix} [[buffer({i})]]")
-                i += 1
-    for n in outs:
-        params.append(f"  device {types.get(n, 'float')}* {n} [[buffer({i})]]")
-        i += 1
-    params += [f"  {t} {a} [[{a}]]" for a, t in tks.MLX_METAL_ATTRIBUTES.items() if a in text]
+    params = tks.metal_params([(n, types.get(n, "float"), "device") for n in ins],
+                              [(n, types.get(n, "float")) for n in outs], text)
     head = "".join(f"  using {k} = {v};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n" for k, v in consts)
     return f"[[kernel]] void {name}(\n" + ",\n".join(params) + f") {{\n{head}{text}\n}}\n"
 

@@ -210,27 +210,32 @@ def metal_kernel_source(kind: str, method: str, d: int, xt: str, small: frozense
                  "tau": "uint32_t", "meta": "int32_t"}
         outs = [("f_out", "float")]
         names = source.DECODE_INPUTS
-    params, i = [], 0
-    for n in names:
-        loc = "constant" if n in small else "device"
-        params.append(f"  const {loc} {types.get(n, 'float')}* {n} [[buffer({i})]]")
-        i += 1
-        if f"{n}_shape" in src:
-            params.append(f"  const constant int* {n}_shape [[buffer({i})]]")
-            i += 1
-        if f"{n}_strides" in src:
-            params.append(f"  const constant int64_t* {n}_strides [[buffer({i})]]")
-            i += 1
-    for n, t in outs:
-        params.append(f"  device {t}* {n} [[buffer({i})]]")
-        i += 1
-    params += [f"  {t} {a} [[{a}]]" for a, t in MLX_METAL_ATTRIBUTES.items() if a in src]
+    params = metal_params([(n, types.get(n, "float"), "constant" if n in small else "device") for n in names],
+                          outs, src)
     name = f"custom_kernel_vq_{kind}_{method}_{xt}"
     targs = f"<{source.METHOD_IDS[method]}, {d}, {ts}, " + ", ".join(map(str, codes or kr.CODES[method])) + ">"
     return (f"{header}\ntemplate <int M, int D, typename TS, int B1, int B2, int GS, int KR>\n[[kernel]] void {name}(\n"
             + ",\n".join(params)
             + f") {{\n{src}\n}}\n"
             + f"template [[host_name(\"{name}\")]] [[kernel]] decltype({name}{targs}) {name}{targs};\n")
+
+
+def metal_params(ins: list, outs: list, src: str) -> list[str]:
+    """The parameters MLX's metal_kernel writes (write_signature): inputs [(name, type, address space)] with
+    `constant` shapes and strides where the source names them, outputs [(name, type)] as `device T*`, in buffer
+    order, then the thread-position attributes the source names."""
+    params, i = [], 0
+    for n, ty, loc in ins:
+        params.append(f"  const {loc} {ty}* {n} [[buffer({i})]]")
+        i += 1
+        for suffix, t in (("_shape", "int"), ("_strides", "int64_t")):
+            if f"{n}{suffix}" in src:
+                params.append(f"  const constant {t}* {n}{suffix} [[buffer({i})]]")
+                i += 1
+    for n, t in outs:
+        params.append(f"  device {t}* {n} [[buffer({i})]]")
+        i += 1
+    return params + [f"  {t} {a} [[{a}]]" for a, t in MLX_METAL_ATTRIBUTES.items() if a in src]
 
 
 def _gxx_metal(text: str, tmp_path) -> subprocess.CompletedProcess:
