@@ -179,11 +179,11 @@ def test_append_fault_slots(lib):
     assert flags[0, :, 1].any() and not flags[0, :, 0].any() and not flags[1].any(), flags.tolist()
 
 
-def metal_append_source(mk: str, mv: str, xt: str) -> str:
+def metal_append_source(mk: str, mv: str, xt: str, apart: bool = False) -> str:
     """The kernel as MLX's metal_kernel writes it (see tests/test_kernels_source.metal_kernel_source): arrays
     of < 8 elements (base, after) in `constant` memory, the attributes the source names."""
     import test_kernels_source as tks
-    header, src = fused.assemble("metal", mk, mv)
+    header, src = fused.assemble("metal", mk, mv, apart)
     tk, tv = tks.METAL_TYPES[_ts(mk, xt)], tks.METAL_TYPES[_ts(mv, xt)]
     ins = []
     for n in fused.inputs(mk, mv):
@@ -193,7 +193,7 @@ def metal_append_source(mk: str, mv: str, xt: str) -> str:
             n[1:], tk if n[0] == "k" else tv)
         ins.append((n, ty, loc))
     params = tks.metal_params(ins, [("flags", "bool")], src)
-    name = f"custom_kernel_vq_append_{mk}_{mv}_{xt}"
+    name = f"custom_kernel_vq_append_{mk}_{mv}_{xt}" + ("_apart" if apart else "")
     codes = fused.code_template(_params(mk), _params(mv), ROWS)
     targs = f"<{source.METHOD_IDS[mk]}, {source.METHOD_IDS[mv]}, {D}, {tk}, {tv}, " + ", ".join(str(v) for _, v in codes) + ">"
     tparams = ", ".join(f"int {n}" for n, _ in codes)
@@ -203,21 +203,24 @@ def metal_append_source(mk: str, mv: str, xt: str) -> str:
 
 
 def test_metal_append_compiles_against_shim(tmp_path):
+    """Every pair, in both role layouts (ROLES_APART off and on)."""
     import test_kernels_source as tks
-    text = source.METAL_HEADER + "".join(metal_append_source(mk, mv, xt) + "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n"
-                                         for mk, mv, xt in PAIRS)
+    text = source.METAL_HEADER + "".join(metal_append_source(mk, mv, xt, apart)
+                                         + "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n"
+                                         for apart in (False, True) for mk, mv, xt in PAIRS)
     r = tks._gxx_metal(text, tmp_path)
     assert r.returncode == 0, r.stderr[-4000:]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 def test_cuda_append_compiles(tmp_path):
-    """Each pair's kernel as mx.fast.cuda_kernel wraps it (tests/test_attention_kernels_source._kernel), sm_90."""
+    """Each pair's kernel as mx.fast.cuda_kernel wraps it (tests/test_attention_kernels_source._kernel), sm_90, in both
+    role layouts (ROLES_APART off and on)."""
     import test_attention_kernels_source as tas
     cu = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
     body, header = "", ""
-    for i, (mk, mv, xt) in enumerate(PAIRS):
-        header, text = fused.assemble("cuda", mk, mv)
+    for i, (mk, mv, xt, apart) in enumerate((*pair, apart) for apart in (False, True) for pair in PAIRS):
+        header, text = fused.assemble("cuda", mk, mv, apart)
         tk, tv = cu[_ts(mk, xt)], cu[_ts(mv, xt)]
         types = {n: _ctype(n, xt, tk, tv).replace("_Float16", "__half").replace("vq_bf16", "__nv_bfloat16")
                  for n in fused.inputs(mk, mv)}

@@ -111,7 +111,7 @@ _ROLES = """
 """
 
 
-def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = True) -> str:
+def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False) -> str:
     """The kernel text after a prelude (both roles, in two halves of the grid, or with `apart` False one after
     the other in each threadgroup; `after` only orders this launch after the last store)."""
     if not apart:
@@ -119,7 +119,7 @@ def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = True) -> 
     return _ROLES + "  if (!vq_values) {\n" + _scope("k", 0, mk) + "  } else {\n" + _scope("v", 1, mv) + "  }\n"
 
 
-def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: bool = True) -> tuple[str, str]:
+def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: bool = False) -> tuple[str, str]:
     header, prelude = source.PRELUDES[be]
     # the body gives GROUP and NGROUPS the role's meaning; put the prelude's back after it, so that text after it
     # (another kernel in one file, as the compile checks write them) sees the prelude's
@@ -129,12 +129,12 @@ def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: boo
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(mk: str, mv: str, apart: bool = True):
+def _kernel(mk: str, mv: str, apart: bool = False):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
     header, text = assemble(be, mk, mv, apart)
-    name = f"vq_append_{mk}_{mv}" + ("" if apart else "_serial")
+    name = f"vq_append_{mk}_{mv}" + ("_apart" if apart else "")
     if be == "cuda":
         return backend.cuda_kernel(name=name, input_names=inputs(mk, mv), output_names=OUTPUTS, source=text,
                                    header=header, ensure_row_contiguous=False)
