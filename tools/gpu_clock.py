@@ -24,6 +24,8 @@ import functools
 
 import mlx.core as mx
 
+from veloxquant.accelerated.kernels import backend
+
 HOLD_NS = 3_000_000     # 3 ms: longer than the host needs to encode and submit 8 layers of any arm's step
                         # (~0.1-1 ms on the H200's host), so the GPU never waits for a launch inside the span
 
@@ -56,24 +58,24 @@ _GATE = {"cuda": "  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;\n 
 
 
 @functools.lru_cache(maxsize=None)
-def _gate_kernel(backend: str, sizes: tuple):
+def _gate_kernel(be: str, sizes: tuple):
     n = len(sizes)
-    body = _GATE[backend] + "".join(f"  if (i < {s}) {{ o{j}[i] = a{j}[i]; }}\n" for j, s in enumerate(sizes))
-    make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
+    body = _GATE[be] + "".join(f"  if (i < {s}) {{ o{j}[i] = a{j}[i]; }}\n" for j, s in enumerate(sizes))
+    make = mx.fast.cuda_kernel if be == "cuda" else mx.fast.metal_kernel
     return make(name=f"vq_gate_{n}_{'_'.join(map(str, sizes))}", input_names=[f"a{j}" for j in range(n)] + ["dep"],
                 output_names=[f"o{j}" for j in range(n)], source=body)
 
 
 def gate(arrays: list, dep: mx.array) -> list:
     """Copies of the arrays made by one kernel that also takes `dep` as an input, so that MLX runs it (and all
-    that reads the copies) after the kernel that wrote dep; the arrays themselves on the CPU."""
-    if mx.default_device().type != mx.DeviceType.gpu:
+    that reads the copies) after the kernel that wrote dep; the arrays themselves where no GPU backend runs
+    (accelerated.kernels.backend: the CPU, one stream in order)."""
+    be = backend.backend()
+    if be is None:
         return list(arrays)
-    cuda = getattr(mx, "cuda", None)
-    backend = "cuda" if cuda is not None and cuda.is_available() else "metal"
     sizes = tuple(int(a.size) for a in arrays)
     n = max(sizes)
-    outs = _gate_kernel(backend, sizes)(inputs=[*arrays, dep], output_shapes=[a.shape for a in arrays],
+    outs = _gate_kernel(be, sizes)(inputs=[*arrays, dep], output_shapes=[a.shape for a in arrays],
                                         output_dtypes=[a.dtype for a in arrays], grid=(n, 1, 1),
                                         threadgroup=(min(n, 256), 1, 1))
     return list(outs)
@@ -87,8 +89,6 @@ def _one(kernel, x: mx.array) -> mx.array:
 def hold(ns: int = HOLD_NS) -> mx.array:
     """(1,) int64: the GPU time (ns) at which a spin of `ns` nanoseconds ended."""
     return _one(_kernels()[0], mx.array([int(ns)], dtype=mx.int64))
-
-
 
 
 def stamp(x: mx.array) -> mx.array:
