@@ -160,6 +160,20 @@ def _step(caches, q, k, v):
     return x
 
 
+def _pipelined(caches, q, k, v, more) -> None:
+    """1 + len(more) steps as generate_step runs them: step n + 1 built while step n is evaluated, its query
+    step n's output (the next token depends on the last), its key and value from `more`."""
+    import mlx.core as mx
+    y = _step(caches, q, k, v)
+    mx.async_eval(y)
+    for kv in more:
+        y2 = _step(caches, y, *kv)
+        mx.async_eval(y2)
+        mx.eval(y)
+        y = y2
+    mx.eval(y)
+
+
 def _nbytes(caches) -> int:
     return int(sum(c.nbytes for c in caches))
 
@@ -247,15 +261,9 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                         # as generate_step runs it: step n + 1 built while step n is evaluated (its query is
                         # step n's output, as the next token depends on the last), PIPE steps per sample
                         mx.synchronize()
+                        more = [pool[(it + j) % POOL][1:] for j in range(1, PIPE)]
                         t0 = time.perf_counter()
-                        y = _step(state[name], q, k, v)
-                        mx.async_eval(y)
-                        for j in range(1, PIPE):
-                            y2 = _step(state[name], y, *pool[(it + j) % POOL][1:])
-                            mx.async_eval(y2)
-                            mx.eval(y)
-                            y = y2
-                        mx.eval(y)
+                        _pipelined(state[name], q, k, v, more)
                         dtp = (time.perf_counter() - t0) / PIPE
                         # the GPU's own time for the step: its launches all queued behind a hold (gpu_clock)
                         dtg = None
@@ -297,16 +305,8 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
             before = mx.get_active_memory()
             mx.reset_peak_memory()
             with _knobs(name):
-                y = _step(caches, q, k, v)
-                mx.async_eval(y)
-                for j in range(1, PIPE):
-                    y2 = _step(caches, y, *pool[j % POOL][1:])
-                    mx.async_eval(y2)
-                    mx.eval(y)
-                    y = y2
-                mx.eval(y)
+                _pipelined(caches, q, k, v, [pool[j % POOL][1:] for j in range(1, PIPE)])
             transient_piped = mx.get_peak_memory() - before
-            del y
             ts = sorted(times[name])
             med = statistics.median(ts)
             rows.append({"context": t, "arm": name, "layers": layers, "steps": len(ts),
