@@ -26,12 +26,12 @@ from veloxquant.accelerated.kernels import backend, source
 from veloxquant.accelerated.kernels import methods as km
 
 OUTPUTS = ["flags"]
-ROLES_APART = False     # True: the keys' and values' encodes in two halves of the grid, side by side (body). Measured
+ROLES_APART = True      # True: the keys' and values' encodes in two halves of the grid, side by side (body). Measured
                         # on the H200 together with the 512-thread combine: the decode step's GPU time -2.5 to -3 us
-                        # per layer (docs/benchmarks.md, eighth pass); its bytes are checked bit for bit on the CPU
-                        # (tests/test_append_kernel_emulated.py) but not yet on a GPU (test_append_kernel_gpu.py's
-                        # "apart" cases did not run there), so it stays off until they pass. False: one role after the
-                        # other in every threadgroup (the text checked on the H200)
+                        # per layer (docs/benchmarks.md, eighth pass); bit for bit the bytes of accelerated.ops on the
+                        # H200 (tests/test_append_kernel_gpu.py "apart" and "serial" cases, 10 passed, 2026-12-01
+                        # 14:26 UTC) and on the CPU (tests/test_append_kernel_emulated.py). False: one role after the
+                        # other in every threadgroup
 _MAX_ROWS = 2 ** 31 - 1
 # A role's constants in one uint32 array (MLX's CUDA launch costs about 1 us per input, measured on the H200):
 # sigma's words, tau's words (H * ceil(D / 32) each), then the tables C1, B1, C2, B2 (TABLE entries reserved
