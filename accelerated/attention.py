@@ -48,23 +48,33 @@ class PackedKV:
 
 class StepKV(PackedKV):
     """A PackedKV of one in-place decode step (accelerated/cache/decode_step.py): its record is made on first
-    use from what the step captured (the fused attention launch does not read it; the other paths do)."""
+    use from what the step captured (the fused attention launch does not read it; the other paths do). `token`:
+    the step's append token, or its pending append (decode_step._Pending) when the attention launch is to store the
+    chunk; reading `flags` or `record` first launches such an append on its own."""
 
-    def __init__(self, stream, bufs: dict, encoded: int, token: mx.array, step):
-        object.__setattr__(self, "flags", token)
+    def __init__(self, stream, bufs: dict, encoded: int, token, step):
+        object.__setattr__(self, "token_or_pending", token)
         object.__setattr__(self, "step", step)
         object.__setattr__(self, "encoded", encoded)      # the step's state: what its attention launch reads
         object.__setattr__(self, "_lazy", (stream, bufs, encoded))
 
     @property
+    def flags(self) -> mx.array:
+        t = self.token_or_pending
+        return t if type(t) is mx.array else t.resolve()
+
+    def plan_record(self, token: mx.array | None = None) -> PackedRecord:
+        """The step's record with `token` (not kept: the fused launch's plan, which sets its token itself)."""
+        s, bufs, q = self.__dict__.get("_lazy") or self.__dict__["_plan"]
+        return PackedRecord(s.params, Views(bufs, {n: q for n in bufs}), s._window, q, s._method.decode_tokens, token)
+
+    @property
     def record(self) -> PackedRecord:
         lazy = self.__dict__.get("_lazy")
         if lazy is not None:
-            s, bufs, q = lazy
             # the step's state: rows 0..q-1 of every field (per-token records, nothing evicted), no window
-            rec = PackedRecord(s.params, Views(bufs, {n: q for n in bufs}), s._window, q, s._method.decode_tokens,
-                               self.flags)
-            object.__setattr__(self, "_record", rec)
+            object.__setattr__(self, "_record", self.plan_record(self.flags))
+            object.__setattr__(self, "_plan", lazy)
             del self.__dict__["_lazy"]
         return self.__dict__["_record"]
 

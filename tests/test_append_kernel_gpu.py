@@ -11,7 +11,9 @@ import pytest
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import kernels
 from veloxquant.accelerated.cache.decode_step import DecodeStep
+from veloxquant.accelerated import attention as vattention
 from veloxquant.accelerated.kernels import append as fused
+from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.stream import Stream
 
@@ -29,7 +31,8 @@ def _bytes(a: mx.array) -> np.ndarray:
     return np.array(a.view(mx.uint16) if a.dtype == mx.bfloat16 else a)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float16-specialized", "float16-apart", "float16-serial"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float16-specialized", "float16-apart", "float16-serial",
+                                   "float16-attend", "bfloat16-attend"])
 @pytest.mark.parametrize("mk,mv,kw", PAIRS, ids=[f"{a}-{b}" for a, b, _ in PAIRS])
 def test_one_launch_appends_store_the_ops_bytes(mk, mv, kw, dtype, monkeypatch):
     fused._static_for.cache_clear()                 # launch plans hold their template
@@ -37,11 +40,16 @@ def test_one_launch_appends_store_the_ops_bytes(mk, mv, kw, dtype, monkeypatch):
         monkeypatch.setattr(km, "SPECIALIZE_ROWS", 0)
     if dtype.endswith(("-apart", "-serial")):   # the keys' and values' encodes side by side or in a row (ROLES_APART)
         monkeypatch.setattr(fused, "ROLES_APART", dtype.endswith("-apart"))
+    attend = dtype.endswith("-attend")          # attention after every append: the append inside its partial launch
+    monkeypatch.setattr(katt, "FUSE_APPEND", attend)
     dtype = dtype.split("-")[0]
     calls = []
     real, real_step = fused.append, DecodeStep.step    # the one-launch path: first append of a plan, then the step
     monkeypatch.setattr(fused, "append", lambda *a, **k: calls.append(1) or real(*a, **k))
     monkeypatch.setattr(DecodeStep, "step", lambda *a, **k: calls.append(1) or real_step(*a, **k))
+    alone, real_flush = [], DecodeStep.flush      # pending appends launched on their own (not inside the attention)
+    monkeypatch.setattr(DecodeStep, "flush", lambda self: (alone.append(1) if self.pending is not None else None)
+                        or real_flush(self))
     cache = vc.VeloxKVCache(key_method=mk, value_method=mv, window=0, seed=5, layer=3, **kw)
     ref_k = Stream(cache.key_params, use_kernels=False)
     ref_v = Stream(cache.value_params, use_kernels=False)
@@ -50,11 +58,18 @@ def test_one_launch_appends_store_the_ops_bytes(mk, mv, kw, dtype, monkeypatch):
     for n in CHUNKS:
         k = mx.array(rng.standard_normal((2, 4, n, 64)).astype(np.float32)).astype(getattr(mx, dtype))
         v = mx.array(rng.standard_normal((2, 4, n, 64)).astype(np.float32)).astype(getattr(mx, dtype))
-        cache.update_and_fetch(k, v)
+        kk, vv = cache.update_and_fetch(k, v)
+        if attend:
+            out = vattention.attend(mx.ones((2, 8, n, 64), dtype=k.dtype), kk, vv, 0.125,
+                                    "causal" if n > 1 else None)
+            mx.eval(out)
+            assert bool(mx.all(mx.isfinite(out)).item()), f"{mk}/{mv}: attention output not finite"
         ref_k.append(k)
         ref_v.append(v)
         t += n
     assert len(calls) >= len(CHUNKS) - 3, f"one-launch path taken {len(calls)} of {len(CHUNKS)} appends"
+    if attend:      # single-token steps store their chunk inside the attention launch (the causal chunks do not)
+        assert len(alone) <= 4, f"{len(alone)} appends launched on their own with FUSE_APPEND"
     cache.check()
     for role, got, want in (("keys", cache._k.record(), ref_k.record()), ("values", cache._v.record(), ref_v.record())):
         for name in want:

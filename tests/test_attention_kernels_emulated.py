@@ -23,7 +23,9 @@ import numpy as np
 import pytest
 
 from veloxquant import spec
+from veloxquant.accelerated.kernels import append as kfused
 from veloxquant.accelerated.kernels import attention as katt
+from veloxquant.accelerated.kernels import methods as km_
 from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.ops import attention as oatt
 from _attention_util import f64_attention, packed
@@ -42,6 +44,7 @@ PRELUDE = """
 #define BARRIER() vq_bar->arrive_and_wait()
 #define SHFL_XOR(v, m) vq_shfl((v), (m))
 #define SHFL_IDX(v, i) vq_shfl_idx((v), (i))
+#define VQ_BARRIER() vq_bar->arrive_and_wait()
 #define THREADFENCE() std::atomic_thread_fence(std::memory_order_seq_cst)
 #define ATOMIC_ADD(p, i) __atomic_fetch_add(const_cast<int32_t*>(p) + (i), 1, __ATOMIC_SEQ_CST)
 #define COUNT_RESET(p, i) (const_cast<int32_t*>(p)[(i)] = 0)
@@ -83,6 +86,14 @@ static inline float vq_shfl(float v, int m) {
   const float r = vq_xchg[(vq_tid & ~31) | ((vq_tid & 31) ^ m)];
   vq_warp_bar[w]->arrive_and_wait();
   return r;
+}
+static inline uint32_t vq_shfl(uint32_t v, int m) {     // the encode body's (APPEND) integer shuffles
+  float f, r;
+  std::memcpy(&f, &v, 4);
+  r = vq_shfl(f, m);
+  uint32_t u;
+  std::memcpy(&u, &r, 4);
+  return u;
 }
 static inline float vq_shfl_idx(float v, int src) {
   const int w = vq_tid / 32;
@@ -134,6 +145,17 @@ static inline bool vq_any(bool p) {
   return r;
 }
 #define VQ_ANY(p) vq_any((p))
+static inline uint32_t vq_ballot(bool p) {
+  const int w = vq_tid / 32;
+  vq_anyx[vq_tid] = p ? 1 : 0;
+  vq_warp_bar[w]->arrive_and_wait();
+  uint32_t r = 0;
+  for (int l = 0; l < 32; ++l) r |= (uint32_t)(vq_anyx[(vq_tid & ~31) + l] != 0) << l;
+  vq_warp_bar[w]->arrive_and_wait();
+  return r;
+}
+template <typename T> static inline T vq_to(float f) { return T(f); }
+static inline float vq_flip(float v, uint32_t m) { uint32_t u; std::memcpy(&u, &v, 4); u ^= m; std::memcpy(&v, &u, 4); return v; }
 static uint32_t vq_mxa[1024][4];
 static uint32_t vq_mxb[1024][2];
 static inline float vq_hf(uint32_t v, int k) {
@@ -185,6 +207,38 @@ static void vq_run(int nt, int gx, int gy, int gz, F f) {
 }
 """
 
+# the encode body's macros (APPEND: the decode step's append inside the partial, attention_source.append_block), in
+# terms of this emulation's shuffles; plain binary32 operators (no FMA on x86-64 without -mfma)
+ENCODE_MACROS = """
+#define LANE (vq_tid & 31)
+#define SHFL_DOWN(v, s) vq_shfl_idx((v), (vq_tid & 31) + (int)(s) < 32 ? (vq_tid & 31) + (int)(s) : (vq_tid & 31))
+#define SHFL(v, l) vq_shfl_idx((v), (int)(l))
+#define ANY(p) vq_any((p))
+#define BALLOT(p) vq_ballot((p))
+#define ADD(a, b) ((float)(a) + (float)(b))
+#define SUB(a, b) ((float)(a) - (float)(b))
+#define MUL(a, b) ((float)(a) * (float)(b))
+#define DIV(a, b) ((float)(a) / (float)(b))
+#define SQRT(a) std::sqrt((float)(a))
+#define NEG(a) (-(a))
+#define ABS(a) std::fabs((float)(a))
+#define FLIP(v, m) vq_flip((v), (m))
+#define MINF(a, b) std::fmin((float)(a), (float)(b))
+#define MAXF(a, b) std::fmax((float)(a), (float)(b))
+#define PIN(v) (v)
+#define TO_F32(v) static_cast<float>(v)
+#define TO_TS(v) vq_to<TS>((v))
+#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))
+#define VQ_B1 B1
+#define VQ_B2 B2
+#define VQ_GS GS
+#define VQ_KR KR
+#define VQ_DEV
+#define VQ_REF const auto&
+#define VQ_MUT(type, p) const_cast<type*>(p)
+#define VQ_BARRIER() vq_bar->arrive_and_wait()
+"""
+
 CTYPES = {mx.float16: "_Float16", mx.bfloat16: "vq_bf16", mx.float32: "float", mx.uint32: "uint32_t",
           mx.bool_: "bool", mx.int32: "int32_t"}
 NP_VIEW = {mx.float16: np.float16, mx.bfloat16: np.uint16, mx.float32: np.float32, mx.uint32: np.uint32,
@@ -204,15 +258,18 @@ def _params(names, types, shaped):
 def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
     p_ins, c_ins = plan.partial_names, src.inputs("combine")
     types = {**in_types, "o_acc": "float", "o_ml": "float", "f_c": "float"}
-    pbody = src.aliases("partial", *plan.key[:4]) + (src.PARTIAL_TC_BODY if plan.key[4] else src.PARTIAL_BODY)
+    append = len(plan.key) > 6 and plan.key[6]
+    pbody = ((src.append_block(*plan.key[:2]) if append else "") + src.aliases("partial", *plan.key[:4], append=append)
+             + (src.PARTIAL_TC_BODY if plan.key[4] else src.PARTIAL_BODY))
     cbody = src.aliases("combine") + src.COMBINE_BODY
     p_shaped = [n for n in p_ins if f"{n}_shape" in pbody or f"{n}_strides" in pbody]
     c_shaped = [n for n in c_ins if f"{n}_shape" in cbody or f"{n}_strides" in cbody]
-    consts = "".join(f"  constexpr int {k} = {v};\n" for k, v in plan.partial_template if k != "OT")
+    consts = "".join(f"  constexpr int {k} = {v};\n" if isinstance(v, int) else f"  using {k} = {CTYPES[v]};\n"
+                     for k, v in plan.partial_template if k != "OT")
     consts += f"  using OT = {out_type};\n"
     cconsts = "".join(f"  constexpr int {k} = {v};\n" for k, v in plan.combine_template if k != "OT")
     p_sig = ", ".join(["int vq_thread"] + _params(p_ins, types, p_shaped) + ["float* o_acc", "float* o_ml"]
-                      + ([f"{out_type}* out"] if plan.fused else []))
+                      + ([f"{out_type}* out"] if plan.fused else ["bool* token"] if append else []))
     c_sig = ", ".join(["int vq_thread"] + _params(c_ins, types, c_shaped) + [f"{out_type}* out"])
     # the C entry points take every input as (pointer, shape[10], strides[10]) in input order
     def call(names, shaped):
@@ -224,14 +281,15 @@ def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
                 args.append(f"arr(st, {i})")
         return ", ".join(args)
     return (HEADER.replace("@HELPERS@", src.HELPERS.replace("inline ", "static inline ")) + PRELUDE
+            + (ENCODE_MACROS if append else "")
             + f"static Arr arr(const int64_t* a, int i) {{ Arr r; for (int k = 0; k < 10; ++k) r[k] = a[i * 10 + k]; return r; }}\n"
             + f"static void partial_thread({p_sig}) {{\n  vq_tid = vq_thread;\n{consts}{pbody}\n}}\n"
-            + "#undef cnt\n#undef out\n"         # the unfused partial's aliases (MLX compiles each kernel alone)
+            + "#undef cnt\n#undef out\n#undef f_k\n"    # the partial's aliases (MLX compiles each kernel alone)
             + f"static void combine_thread({c_sig}) {{\n  vq_tid = vq_thread;\n  using OT = {out_type};\n{cconsts}{cbody}\n}}\n"
             + "extern \"C\" void run_partial(void** ptr, const int64_t* sh, const int64_t* st, float* o_acc, "
               f"float* o_ml, {out_type}* out, int nt, int gx, int gy, int gz) {{\n"
             + f"  vq_run(nt, gx, gy, gz, [&](int i) {{ partial_thread(i, {call(p_ins, p_shaped)}, o_acc, o_ml"
-            + (", out" if plan.fused else "") + "); });\n}\n"
+            + (", out" if plan.fused else ", (bool*)out" if append else "") + "); });\n}\n"
             + f"extern \"C\" void run_combine(void** ptr, const int64_t* sh, const int64_t* st, {out_type}* out, "
               "int nt, int gx, int gy, int gz) {\n"
             + f"  vq_run(nt, gx, gy, gz, [&](int i) {{ combine_thread(i, {call(c_ins, c_shaped)}, out); }});\n}}\n")
@@ -277,9 +335,27 @@ def _marshal(arrays: list[np.ndarray]):
     return ptrs, sh, st
 
 
-def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale: float, mask=None) -> np.ndarray:
-    plan = katt.launch_plan(queries, k, v, scale, mask)
+def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale: float, mask=None,
+            append: tuple | None = None) -> np.ndarray:
+    """The partial and combine launches on the CPU. `append` = (new keys, new values, keys' params, values' params,
+    poisoned): the decode step's append inside the partial launch (APPEND) for the last t tokens of the records,
+    whose rows in the buffers are set to all ones first when `poisoned` (so the kernel must write them); returns
+    (output, {field input name: its rows as the kernel left them}, the token) then."""
+    extra = ats = None
+    if append is not None:
+        kx, vx, kp, vp, poisoned = append
+        d = kx.shape[3]
+        extra = {"kx": kx, "kconst": kfused.constants(kp, kx.shape[1], kx.shape[2], d), "vx": vx,
+                 "vconst": kfused.constants(vp, vx.shape[1], vx.shape[2], d)}
+        ats = (km_._side_dtype(kp, kx.dtype), km_._side_dtype(vp, vx.dtype))
+    plan = katt.launch_plan(queries, k, v, scale, mask, None if append is None else mx.zeros((1,), mx.bool_), ats,
+                            extra)
     ins = [_strided(a, 3 if name in _FIELD_INPUTS else 0) for name, a in zip(plan.partial_names, plan.partial_inputs)]
+    if append is not None and poisoned:
+        t, q = append[0].shape[2], k.encoded
+        for name, a in zip(plan.partial_names, ins):
+            if name in _FIELD_INPUTS:
+                a[:, :, q - t: q].view(np.uint8)[...] = 0xFF
     in_types = {n: CTYPES[a.dtype] for n, a in zip(plan.partial_names, plan.partial_inputs)}
     out_type = CTYPES[queries.dtype]
     lib = _compile(_source(plan, in_types, out_type))
@@ -287,11 +363,12 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
     o_acc = np.full(acc_shape, np.nan, np.float32)
     o_ml = np.full(ml_shape, np.nan, np.float32)
     out = np.zeros(plan.out_shape, NP_VIEW[queries.dtype])
+    token = np.ones(plan.partial_outputs[2][0], np.bool_) if append is not None else None
     ptrs, sh, st = _marshal(ins)
     gx, gy, gz = plan.partial_grid
     lib.run_partial(ptrs, sh.ctypes.data_as(ctypes.c_void_p), st.ctypes.data_as(ctypes.c_void_p),
                     o_acc.ctypes.data_as(ctypes.c_void_p), o_ml.ctypes.data_as(ctypes.c_void_p),
-                    out.ctypes.data_as(ctypes.c_void_p), katt.NT, gx // katt.NT, gy, gz)
+                    (out if token is None else token).ctypes.data_as(ctypes.c_void_p), katt.NT, gx // katt.NT, gy, gz)
     if plan.fused:     # the counters are back at zero for the next launch
         assert not ins[plan.partial_names.index("cnt")].any(), "fused partial: a counter left non-zero"
     else:
@@ -301,8 +378,14 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
         lib.run_combine(ptrs, sh.ctypes.data_as(ctypes.c_void_p), st.ctypes.data_as(ctypes.c_void_p),
                         out.ctypes.data_as(ctypes.c_void_p), plan.combine_threads, gx // plan.combine_threads, gy, gz)
     if queries.dtype == mx.bfloat16:
-        return np.array(mx.array(out).view(mx.bfloat16).astype(mx.float32))
-    return out.astype(np.float32)
+        res = np.array(mx.array(out).view(mx.bfloat16).astype(mx.float32))
+    else:
+        res = out.astype(np.float32)
+    if append is None:
+        return res
+    q = k.encoded
+    rows = {n: a[:, :, :q] for n, a in zip(plan.partial_names, ins) if n in _FIELD_INPUTS}
+    return res, rows, token
 
 
 _packed = packed
@@ -414,3 +497,58 @@ def _check_tc_case(case, run):
     bound = TC_SPLIT_FRACTION if qdt == mx.float32 else 1.0
     assert ratio.max() <= bound, (f"tensor-core loop, case {case}: worst error / budget {ratio.max():.3g} > "
                                   f"{bound} at {np.unravel_index(ratio.argmax(), ratio.shape)}")
+
+
+APPEND_CASES = [
+    # key method/kw, value method/kw, (B, Hkv, rep, L = t new tokens, T, d), x dtype, tensor cores, causal
+    (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (1, 2, 4, 1, 70, 128), mx.float16, True, False),
+    (("turboquant_rvq", dict(bits=3, bits2=2)), ("turboquant_prod", dict(bits=3)), (2, 2, 2, 1, 40, 64),
+     mx.bfloat16, False, False),
+    (("rabitq", {}), ("mlx_affine", dict(bits=4, group_size=32)), (1, 2, 2, 3, 30, 64), mx.float16, False, True),
+]
+
+
+@pytest.mark.parametrize("case", APPEND_CASES, ids=[f"{c[0][0]}-{c[1][0]}-tc{int(c[4])}" for c in APPEND_CASES])
+def test_append_inside_the_partial_stores_the_append_bytes_and_attends_over_them(case, monkeypatch):
+    """APPEND (attention_source.append_block): split S - 1 encodes the last t tokens' keys and values into their rows
+    of the buffers (poisoned with all ones first): the bytes of accelerated.ops' encode, bit for bit, every token
+    checked (a clean token); the attention over all T tokens within the float64 budget; a NaN in one KV head's new
+    key shows in that head's token slot only, and nothing is written past the encoded rows."""
+    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    monkeypatch.setattr(katt, "_mma_available", lambda: case[4])
+    katt._static.cache_clear()
+    try:
+        (km, kkw), (vm, vkw), (b, hkv, rep, lq, t, d), xdt, tc, causal = case
+        rng = np.random.default_rng(t + d)
+        kp = spec.Params(km, role="k", window=0, seed=4, layer=1, head_offset=2, **kkw).resolved()
+        vp = spec.Params(vm, role="v", window=0, seed=4, layer=1, head_offset=2, **vkw).resolved()
+        kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
+        vx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
+        q = mx.array(rng.standard_normal((b, hkv * rep, lq, d)).astype(np.float32)).astype(mx.float16)
+        k, v = _packed(kx, kp), _packed(vx, vp)
+        scale = 1.0 / np.sqrt(d)
+        mask = "causal" if causal else None
+        new = (kx[:, :, t - lq:], vx[:, :, t - lq:], kp, vp, True)
+        got, rows, token = emulate(q, k, v, scale, mask, append=new)
+        plan = katt.launch_plan(q, k, v, scale, mask)
+        assert bool(plan.key[4]) == tc, f"tensor-core loop {plan.key[4]}, case expects {tc}"
+        assert not token.any(), f"a clean chunk reported faults: {token.tolist()}"
+        for rec in (k, v):
+            role = "k" if rec is k else "v"
+            for kn, name in katt._field_names(rec.params.method, role):
+                want = _strided(rec.fields[name], 0)
+                assert np.array_equal(rows[kn].view(np.uint8), want.view(np.uint8)), \
+                    f"{rec.params.method} {role} {name}: the appended rows differ from accelerated.ops' encode"
+        want = f64_attention(np.array(q.astype(mx.float32)), np.array(k.dequantized()), np.array(v.dequantized()),
+                             scale, causal)
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * np.abs(want).max(), err_msg="APPEND vs float64")
+        # a NaN in head 1's new key: the keys' NaN/Inf slot of group (batch 0, head 1) only
+        bad = np.array(kx.astype(mx.float32))
+        bad[0, 1, t - 1, 5] = np.nan
+        bad = mx.array(bad).astype(xdt)
+        _, _, token = emulate(q, k, v, scale, mask, append=(bad[:, :, t - lq:], new[1], kp, vp, False))
+        want_tok = np.zeros_like(token)
+        want_tok[0, 1, 0] = True
+        assert np.array_equal(token, want_tok), f"token after a NaN key in head 1: {token.tolist()}"
+    finally:
+        katt._static.cache_clear()

@@ -52,7 +52,7 @@ def _kernel(name, header_src, ins, outs, types, consts):
 
 
 _UNDEF = "".join(f"#undef {n}\n#undef {n}_shape\n#undef {n}_strides\n"
-                 for n in dict.fromkeys(src.PARTIAL_INPUTS + src.COMBINE_INPUTS + ["cnt", "out"]))
+                 for n in dict.fromkeys(src.PARTIAL_INPUTS + src.COMBINE_INPUTS + ["cnt", "out", "VQ_TNEW"]))
 PAIRS = [(0, 0, 4, 1, 4, 1), (1, 1, 2, 2, 3, 2), (3, 3, 3, 1, 2, 1), (2, 2, 1, 1, 1, 1), (4, 4, 2, 1, 5, 1),
          (5, 5, 4, 1, 8, 1), (0, 4, 3, 1, 2, 1)]
 
@@ -77,7 +77,7 @@ def test_cuda_sources_compile(tmp_path):
                             [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2),
                              ("D", d), ("QB", qb), ("NT", 128), ("P", p), ("KG", 32), ("VG", 32), ("CAUSAL", 1),
                              ("HASWIN", 1), ("U", 2 if {mk, mv} & {4, 5} else 4), ("PF", 1),
-                             ("FUSED", int(fused)), ("OT", dt)])
+                             ("FUSED", int(fused)), ("APPEND", 0), ("OT", dt)])
             body += "#undef cnt\n#undef out\n"       # the unfused partial's aliases
             body += _kernel(f"combine_{i}_{d}", combine, src.inputs("combine"), src.COMBINE_OUTPUTS,
                             dict(q=dt, out=dt), [("MV", mv), ("D", d), ("CNT", max(d, 512)), ("OT", dt)])
@@ -121,7 +121,7 @@ def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
         body += _kernel(name, partial, src.inputs("partial", 0, 0, False, True), src.FUSED_OUTPUTS, types,
                         [("MK", 0), ("MV", 0), ("KB1", 4), ("KB2", 1), ("VB1", 4), ("VB2", 1), ("D", d), ("QB", qb),
                          ("NT", katt.NT), ("P", min(32, d // 8)), ("KG", 1), ("VG", 1), ("CAUSAL", causal),
-                         ("HASWIN", 0), ("PF", katt.TC_PREFETCH), ("FUSED", 1), ("OT", dt)])
+                         ("HASWIN", 0), ("PF", katt.TC_PREFETCH), ("FUSED", 1), ("APPEND", 0), ("OT", dt)])
         body += _UNDEF
     text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
             "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
@@ -137,6 +137,48 @@ def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
             r"Compiling entry function '[^']*(partial_tc_\d+_\d+)[^']*'.*?(\d+) bytes spill stores", r.stderr, re.S)}
         assert set(spills) == set(names), (arch, r.stderr[-2000:])
         assert not any(spills.values()), (arch, spills)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_partial_with_the_append_inside_compiles(tmp_path):
+    """The partial kernel with the decode step's append inside (APPEND, attention_source.append_block) as a decode
+    step launches it: the tensor-core loop (turboquant b4, sm_80 and sm_90, no spills: the encode body must not
+    cost the loop registers) and the scalar loop for the other per-token pairs, float16 and bfloat16 inputs."""
+    from veloxquant.accelerated.kernels import attention as katt
+    variants = [(0, 0, 4, 1, 4, 1, True, "__half"), (0, 0, 4, 1, 4, 1, True, "__nv_bfloat16"),
+                (1, 3, 3, 2, 2, 1, False, "__half"), (2, 5, 1, 1, 4, 1, False, "__nv_bfloat16"),
+                (3, 2, 3, 1, 1, 1, False, "__half")]
+    header, body, names = "", "", []
+    for i, (mk, mv, kb1, kb2, vb1, vb2, tc, dt) in enumerate(variants):
+        h, partial = src.assemble("partial", "cuda", mk, mv, False, False, tc, True)
+        header = h if tc else header
+        ts = lambda m: "float" if dt == "float" else dt   # noqa: E731  the side dtype of a record (norm, scales)
+        types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", ks0=ts(mk), ks1=ts(mk),
+                     vs0=ts(mv), vs1=ts(mv), kgs=ts(mk), kgz=ts(mk), vgs=ts(mv), vgz=ts(mv), flags="bool",
+                     nenc="int32_t", kx=dt, vx=dt, kconst="uint32_t", vconst="uint32_t", token="bool")
+        name = f"partial_append_{i}"
+        names.append((name, tc))
+        tmpl = [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2), ("D", 128), ("QB", 4),
+                ("NT", katt.NT), ("P", 16), ("KG", 1 if mk != 5 else 64), ("VG", 1 if mv != 5 else 64), ("CAUSAL", 0),
+                ("HASWIN", 0)] + ([] if tc else [("U", 4)]) + [("PF", katt.TC_PREFETCH if tc else 1), ("FUSED", 0),
+                                                               ("APPEND", 1), ("OT", dt), ("KTS", dt), ("VTS", dt)]
+        body += _kernel(name, partial, src.inputs("partial", mk, mv, False, False, True), src.APPEND_OUTPUTS,
+                        types, tmpl)
+        body += _UNDEF
+    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
+            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
+            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header
+            + katt._bounds(katt.NT, katt.TC_MIN_BLOCKS) + "namespace mlx::core::cu {\n" + body + "}\n")
+    cu = tmp_path / "attention_append.cu"
+    cu.write_text(text)
+    for arch in ("sm_80", "sm_90"):
+        r = subprocess.run(["nvcc", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o",
+                            str(tmp_path / f"attention_append_{arch}.cubin")], capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-4000:]
+        spills = {m.group(1): int(m.group(2)) for m in re.finditer(
+            r"Compiling entry function '[^']*(partial_append_\d+)[^']*'.*?(\d+) bytes spill stores", r.stderr, re.S)}
+        assert set(spills) == {n for n, _ in names}, (arch, r.stderr[-2000:])
+        assert not any(spills[n] for n, tc in names if tc), (arch, spills)
 
 
 def test_cold_loops_knob_reaches_the_cuda_header(monkeypatch):

@@ -35,6 +35,7 @@ state before that chunk. `check()` (also run by `trim`, `state` and save) settle
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import functools
 import json
@@ -207,6 +208,7 @@ class VeloxKVCache(_BaseCache):
             out = fast.step(keys, values)
             if out is not None:
                 return out
+        self._flush_step()
         # Chunks before the previous one were evaluated with the previous step's output: checking
         # them costs no wait (mlx-lm's generate_step evaluates step n-1 while it builds step n).
         self._settle(keep=1)
@@ -293,7 +295,23 @@ class VeloxKVCache(_BaseCache):
         after rolling the cache (and its CacheGroup) back to the state before that chunk."""
         self._settle(keep=0)
 
+    def _flush_step(self) -> None:
+        """Launch on its own an append the decode step left for its attention launch (decode_step.DecodeStep
+        .pending: between update_and_fetch and the attention): every read or change of the cache's state after
+        this sees the chunk stored."""
+        f = self.__dict__.get("_fast")
+        if f is not None and f.pending is not None:
+            f.flush()
+
+    def __deepcopy__(self, memo):
+        self._flush_step()
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items()})
+        return new
+
     def _settle(self, keep: int) -> None:
+        self._flush_step()
         chunks = [c for c in self._chunks if not c.checked]
         for c in chunks[: max(len(chunks) - keep, 0)]:
             hits = ([] if c.flags is None else c.reader(c.flags) if c.reader is not None
@@ -312,6 +330,7 @@ class VeloxKVCache(_BaseCache):
 
     def _rollback_to(self, index: int) -> None:
         """Restore the state before chunk `index` (no-op if this cache never appended it)."""
+        self._flush_step()
         for c in self._chunks:
             if c.index == index:
                 mk, mv, offset = c.before
@@ -335,6 +354,7 @@ class VeloxKVCache(_BaseCache):
 
     @property
     def nbytes(self) -> int:
+        self._flush_step()
         if self._k is None:
             return 0
         return int(self._k.nbytes) + int(self._v.nbytes)
@@ -369,6 +389,7 @@ class VeloxKVCache(_BaseCache):
     @property
     def meta_state(self) -> str:
         """JSON: state format, class, offset, both roles' params and their streams' metadata."""
+        self._flush_step()
         meta = {"format": STATE_FORMAT, "class": type(self).__name__, "offset": self.offset,
                 "key_params": self.key_params.to_dict(), "value_params": self.value_params.to_dict(),
                 "attention": self.attention, "checks": self.checks}
@@ -395,6 +416,8 @@ class VeloxKVCache(_BaseCache):
             raise ValueError("state: expected (key record, value record, meta JSON string)")
         k_arrays, v_arrays, meta_json = v
         meta = json.loads(meta_json)
+        if hasattr(self, "_chunks"):
+            self._flush_step()
         if not hasattr(self, "_chunks"):        # from_state: built without __init__
             self._init_runtime()
             self.attention, self.checks = meta.get("attention", "packed"), meta.get("checks", "deferred")

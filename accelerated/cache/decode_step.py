@@ -35,10 +35,27 @@ def _resolve(kernel, template, **call):
     return kernel, {**call, "template": template}
 
 
+class _Pending:
+    """An append a decode step left for its attention launch (kernels.attention.FUSE_APPEND): the append launch's
+    inputs, the rollback marks before it and its chunk index; `token` once a launch stored it."""
+
+    __slots__ = ("step", "ins", "before", "index", "token")
+
+    def __init__(self, step, ins, before, index):
+        self.step, self.ins, self.before, self.index, self.token = step, ins, before, index, None
+
+    def resolve(self) -> mx.array:
+        """The chunk's token; launches the append on its own first if no attention launch took it."""
+        if self.token is None:
+            self.step.flush()
+        return self.token
+
+
 class DecodeStep:
     """One cache's in-place append (one token or chunk of the remembered shape) plus its attention launch."""
 
-    __slots__ = ("cache", "plan", "k", "v", "kernel", "call", "ins", "slot_v", "record", "attn", "clean")
+    __slots__ = ("cache", "plan", "k", "v", "kernel", "call", "ins", "slot_v", "record", "attn", "clean", "pending",
+                 "append_ts")
 
     def __init__(self, cache, plan, keys: mx.array, values: mx.array, record):
         # record(index, token, before): the cache's _Chunk of one append, with the fused launch's messages
@@ -55,6 +72,11 @@ class DecodeStep:
         self.slot_v = 4 + len(kb)
         self.attn: dict = {}
         self.clean = [[[False, False]] * (oshape[0][1])] * 2    # a token with no hit, as tolist() gives it
+        self.pending: _Pending | None = None
+        # the append inside the attention launch takes the encode body's generic code constants (read from its
+        # constant arrays), which the append kernel compiles in only for launches of SPECIALIZE_ROWS rows or more
+        tm = dict(template)
+        self.append_ts = (tm["KTS"], tm["VTS"]) if b * h * t < km.SPECIALIZE_ROWS else None
 
     @staticmethod
     def applies(plan) -> bool:
@@ -71,7 +93,12 @@ class DecodeStep:
                 and type(values) is mx.array and self.plan.holds(self.k, self.v, keys, values))
 
     def step(self, keys: mx.array, values: mx.array):
-        """stream.append_in_place + VeloxKVCache's bookkeeping for it, for a chunk `holds` accepted."""
+        """stream.append_in_place + VeloxKVCache's bookkeeping for it, for a chunk `holds` accepted. With
+        kernels.attention.FUSE_APPEND the append is left to the attention launch (`attend`); anything else that
+        needs the chunk first (the cache's other methods, another path's read of the records) launches it alone
+        (`flush`)."""
+        if self.pending is not None:
+            self.flush()
         c, k, v, plan = self.cache, self.k, self.v, self.plan
         chunks = c._chunks
         if len(chunks) > 1 and not chunks[-2].checked:      # _settle(keep=1): chunks are checked in order
@@ -89,46 +116,82 @@ class DecodeStep:
         ins[1] = c._token if c._token is not None else km._dummy(mx.bool_)
         ins[2] = keys
         ins[self.slot_v] = values
-        (token,) = self.kernel(inputs=ins, **self.call)
-        plan.stored(token)
-        c._token = token
+        q = k._q + keys.shape[2]
         c.offset += keys.shape[2]
         c._appends += 1
-        chunks.append(self.record(c._appends, token, before))
-        q = k._q
+        if self.append_ts is not None and kattention.FUSE_APPEND:
+            token = self.pending = _Pending(self, ins, before, c._appends)
+        else:
+            (token,) = self.kernel(inputs=ins, **self.call)
+            self._stored(token, before, c._appends)
         return StepKV(k, plan.kbufs, q, token, self), StepKV(v, plan.vbufs, q, token, self)
+
+    def _stored(self, token: mx.array, before: tuple, index: int) -> None:
+        """The chunk of `token`'s launch is in the buffers: the plan, the streams and the cache follow."""
+        c = self.cache
+        self.plan.stored(token)
+        c._token = token
+        c._chunks.append(self.record(index, token, before))
+
+    def flush(self) -> None:
+        """The pending append launched on its own (the append kernel), if there is one."""
+        p, self.pending = self.pending, None
+        if p is not None:
+            (p.token,) = self.kernel(inputs=p.ins, **self.call)
+            self._stored(p.token, p.before, p.index)
 
     def attend(self, queries, keys, values, scale: float, mask):
         """The fused attention launch of accelerated.kernels.attention over the records of the step that made
-        `keys` and `values` (its encoded count and token, even after later appends), or None where the general
-        path must decide (then nothing was launched)."""
+        `keys` and `values` (its encoded count and token, even after later appends), with that step's append
+        inside if it is still pending; None where the general path must decide (then nothing was launched)."""
         q_enc = keys.encoded
-        if mask is not None or type(queries) is not mx.array or values.encoded != q_enc or values.flags is not keys.flags:
+        tok = keys.token_or_pending
+        if mask is not None or type(queries) is not mx.array or values.encoded != q_enc \
+                or values.token_or_pending is not tok:
             return None
-        key = (queries.shape, queries.dtype, scale, kattention.split_counts(q_enc))
+        append = tok is self.pending and tok is not None
+        key = (queries.shape, queries.dtype, scale, kattention.split_counts(q_enc), append)
         a = self.attn.get(key)
         if a is None:
-            a = self.attn[key] = self._attention_launch(queries, keys, values, scale)
+            a = self.attn[key] = self._attention_launch(queries, keys, values, scale, append)
+        if a is False and append:     # the kernels take the call, but not with the append inside: launch it alone
+            self.flush()
+            return self.attend(queries, keys, values, scale, mask)
         if a is False:
             return None
-        kern, call, ins, iq, inn, ifl, comb = a
+        kern, call, ins, slots, comb = a
         ins = list(ins)
+        iq, inn, ifl, ikx, ivx = slots
         ins[iq] = queries
         ins[inn] = km.count(q_enc)
-        ins[ifl] = keys.flags
-        outs = kern(inputs=ins, **call)
+        if append:
+            p = tok
+            ins[ifl] = p.ins[1]           # ordered after the previous store, as the append launch is
+            ins[ikx] = p.ins[2]
+            ins[ivx] = p.ins[self.slot_v]
+            outs = kern(inputs=ins, **call)
+            self.pending, p.token = None, outs[2]
+            self._stored(p.token, p.before, p.index)
+        else:
+            ins[ifl] = keys.flags
+            outs = kern(inputs=ins, **call)
         if comb is None:
             return outs[2]
         ckern, ccall, consts = comb
         return ckern(inputs=[outs[0], outs[1], consts, queries], **ccall)[0]
 
-    def _attention_launch(self, queries, keys, values, scale: float):
+    def _attention_launch(self, queries, keys, values, scale: float, append: bool):
         """The launches' fixed parts for one query shape and split count: the partial, and the combine where it
         is its own launch (kernels.attention.attention's two calls); False: not the kernels' call."""
-        kr, vr = keys.record, values.record
-        if kr.token is None or not kattention.supports(queries, kr, vr, None):
+        kr, vr = keys.plan_record(), values.plan_record()
+        if not kattention.supports(queries, kr, vr, None) or (append and kattention._fused()):
             return False
-        ins, st = kattention._launch(queries, kr, vr, scale, None, None)
+        # the append's arrays: its constant arrays (fixed), the new keys and values (any array here: set per step)
+        extra = {"kx": queries, "kconst": self.ins[3], "vx": queries, "vconst": self.ins[self.slot_v + 1]}
+        ins, st = kattention._launch(queries, kr, vr, scale, None, km._dummy(mx.bool_),
+                                     self.append_ts if append else None, extra if append else None)
+        if append and st.grid[2] != queries.shape[0]:   # more than one query group per KV head: blocks would race
+            return False
         names = st.names
         kern, call = _resolve(kattention._kernel("partial", *st.key), st.template, grid=st.grid,
                               threadgroup=(kattention.NT, 1, 1), output_shapes=st.out_shapes,
@@ -138,4 +201,6 @@ class DecodeStep:
             ckern, ccall = _resolve(kattention._kernel("combine"), st.combine_template,
                                     **kattention.combine_call(st, queries))
             comb = (ckern, ccall, st.consts)
-        return kern, call, ins, names.index("q"), names.index("nenc"), names.index("flags"), comb
+        at = {n: i for i, n in enumerate(names)}
+        slots = (at["q"], at["nenc"], at["flags"], at.get("kx"), at.get("vx"))
+        return kern, call, ins, slots, comb

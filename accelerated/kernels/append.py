@@ -55,44 +55,57 @@ def inputs(mk: str, mv: str) -> list[str]:
             + [f"v{n}" for n in ("x", "const", *_fields(mv))])
 
 
+def encode_scope(index: int, method: str, *, m: str, codes: tuple, ts: str, x: str, const: str, out: dict,
+                 fault: str, cap: str, base: str) -> str:
+    """The encode body for one role in its own scope: `m`, `codes` (B1, B2, GS) and `ts` its method id, code
+    constants and side dtype (template names or literals), `x` and `const` its inputs, `out` the arrays behind the
+    body's outputs (codes1, codes2, f_s1, f_s2), `fault` the bool array whose slots [index][GROUP] it sets, `cap`
+    the rows of the buffers and `base` the first row of the chunk (VQ_OROW). Also the attention partial's (
+    accelerated.kernels.attention_source APPEND)."""
+    b1, b2, gs = codes
+    return f"""
+  {{
+    constexpr int M = {m};
+    constexpr int B1 = {b1};
+    constexpr int B2 = {b2};
+    constexpr int GS = {gs};
+    constexpr int KR = 0;                           // no kivi here (applies())
+    using TS = {ts};
+    VQ_REF x_shape = {x}_shape;
+    VQ_REF x_strides = {x}_strides;
+    const auto x = {x};
+    const int vq_sw = (int){x}_shape[1] * ((D + 31) / 32);
+    const VQ_DEV uint32_t* sig = {const};
+    const VQ_DEV uint32_t* tau = {const} + vq_sw;
+    const VQ_DEV float* f_c1 = reinterpret_cast<const VQ_DEV float*>({const} + 2 * vq_sw);
+    const VQ_DEV float* f_b1 = f_c1 + {TABLE};
+    const VQ_DEV float* f_c2 = f_c1 + {2 * TABLE};
+    const VQ_DEV float* f_b2 = f_c1 + {3 * TABLE};
+    const VQ_DEV float* f_k = f_c1 + {4 * TABLE};
+    const VQ_DEV int32_t* meta = reinterpret_cast<const VQ_DEV int32_t*>({const} + 2 * vq_sw + {4 * TABLE + 8});
+    auto codes1 = VQ_MUT(uint32_t, {out["codes1"]});
+    auto codes2 = VQ_MUT(uint32_t, {out["codes2"]});
+    auto f_s1 = VQ_MUT(TS, {out["f_s1"]});
+    auto f_s2 = VQ_MUT(TS, {out["f_s2"]});
+    auto fault = {fault} + {index} * 2 * (int)NGROUPS;
+    const int vq_cap = {cap};     // rows of the buffers
+    const int vq_base = {base};{' ' * max(1, 27 - len(base))}// first row of this chunk
+#undef VQ_OROW
+#define VQ_OROW(bh, ne, i) ((bh) * vq_cap + vq_base + (i))
+{source.ENCODE_BODY}
+  }}
+"""
+
+
 def _scope(role: str, index: int, method: str) -> str:
     """The encode body for one role: its inputs under the body's names, its rows in the buffers."""
     r = role
     have = _fields(method)
     out = {n: f"{r}{n}" if n in have else f"{r}{'codes1' if n.startswith('codes') else 'f_s1'}"
            for n in ("codes1", "codes2", "f_s1", "f_s2")}
-    return f"""
-  {{
-    constexpr int M = {r.upper()}M;
-    constexpr int B1 = {r.upper()}B1;
-    constexpr int B2 = {r.upper()}B2;
-    constexpr int GS = {r.upper()}GS;
-    constexpr int KR = 0;                           // no kivi here (applies())
-    using TS = {r.upper()}TS;
-    VQ_REF x_shape = {r}x_shape;
-    VQ_REF x_strides = {r}x_strides;
-    const auto x = {r}x;
-    const int vq_sw = (int){r}x_shape[1] * ((D + 31) / 32);
-    const VQ_DEV uint32_t* sig = {r}const;
-    const VQ_DEV uint32_t* tau = {r}const + vq_sw;
-    const VQ_DEV float* f_c1 = reinterpret_cast<const VQ_DEV float*>({r}const + 2 * vq_sw);
-    const VQ_DEV float* f_b1 = f_c1 + {TABLE};
-    const VQ_DEV float* f_c2 = f_c1 + {2 * TABLE};
-    const VQ_DEV float* f_b2 = f_c1 + {3 * TABLE};
-    const VQ_DEV float* f_k = f_c1 + {4 * TABLE};
-    const VQ_DEV int32_t* meta = reinterpret_cast<const VQ_DEV int32_t*>({r}const + 2 * vq_sw + {4 * TABLE + 8});
-    auto codes1 = VQ_MUT(uint32_t, {out["codes1"]});
-    auto codes2 = VQ_MUT(uint32_t, {out["codes2"]});
-    auto f_s1 = VQ_MUT(TS, {out["f_s1"]});
-    auto f_s2 = VQ_MUT(TS, {out["f_s2"]});
-    auto fault = flags + {index} * 2 * (int)NGROUPS;
-    const int vq_cap = (int){r}codes1_shape[2];     // rows of the buffers
-    const int vq_base = base[0];                    // first row of this chunk
-#undef VQ_OROW
-#define VQ_OROW(bh, ne, i) ((bh) * vq_cap + vq_base + (i))
-{source.ENCODE_BODY}
-  }}
-"""
+    R = r.upper()
+    return encode_scope(index, method, m=f"{R}M", codes=(f"{R}B1", f"{R}B2", f"{R}GS"), ts=f"{R}TS", x=f"{r}x",
+                        const=f"{r}const", out=out, fault="flags", cap=f"(int){r}codes1_shape[2]", base="base[0]")
 
 
 # The keys' and the values' encodes run side by side: the first half of the threadgroups takes the keys, the second

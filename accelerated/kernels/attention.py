@@ -34,6 +34,9 @@ FUSE_COMBINE = False          # CUDA: the combine inside the partial launch (its
                               # turboquant b4 decode step per layer, pipelined: 94.8 -> 71.0 us at 32k, 170.1 ->
                               # 143.7 at 128k; ncu at 4k: fused partial 59 us against 36 + 8 us for the two kernels);
                               # docs/decode-step-analysis.md, "Seventh pass"
+FUSE_APPEND = True            # a cache's decode step launches its append inside the partial launch (APPEND,
+                              # attention_source.append_block; accelerated/cache/decode_step.py): one custom-kernel
+                              # call fewer per layer
 MAX_THREADGROUPS = 2048       # partial threadgroups per launch: enough to fill the GPU, bounded partials
 COMBINE_THREADS = 512         # threads of the combine launch per query row (at least D): the splits spread over
                               # them (attention_source.COMBINE_BODY). Together with the append's roles side by
@@ -182,7 +185,7 @@ class Plan:
     splits: int
     qb: int
     partial_names: list = dataclasses.field(default_factory=list)   # attention_source.inputs of the launch
-    key: tuple = (0, 0, False, False, False, 0)     # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS): the partial kernel
+    key: tuple = (0, 0, False, False, False, 0, False)  # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS, APPEND): the kernel
     fused: bool = False                                             # the combine runs inside the partial launch
 
 
@@ -197,7 +200,7 @@ class _Static(typing.NamedTuple):
     combine_grid: tuple
     splits: int
     qb: int
-    key: tuple                # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS): the partial kernel
+    key: tuple                # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS, APPEND): the partial kernel
     out_shapes: list
     out_dtypes: list
     counts: mx.array | None   # the fused launch's per-group counters
@@ -207,9 +210,12 @@ class _Static(typing.NamedTuple):
 @functools.lru_cache(maxsize=1024)
 def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, hkv: int, q_enc_splits: int,
             has_win: bool, causal: bool, qdtype, scale: float, fused: bool, q_fine: int = 1,
-            tune: tuple | None = None) -> _Static:
+            tune: tuple | None = None, append_ts: tuple | None = None) -> _Static:
     """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it) and per
-    the launch constants of `tune()` (so a benchmark arm that changes one gets its own plans)."""
+    the launch constants of `tune()` (so a benchmark arm that changes one gets its own plans). `append_ts`: the
+    keys' and values' side dtypes of a launch with the decode step's append inside (APPEND): one split more (S - 1,
+    the appended tokens), its inputs and the append's token as a third output."""
+    append = append_ts is not None
     cthreads, tc_prefetch, tc_blocks, tc_waves, tensor_cores = tune or _tune()
     cthreads = max(d, cthreads)
     nq = (hq // hkv) * l
@@ -222,7 +228,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
     if tc:      # q_fine: splits of TOKENS_PER_SPLIT tokens, fewer where one wave of threadgroups is full
-        splits = max(1, min(q_fine, tc_waves * tc_blocks * _sm_count() // max(1, hkv * b * nqg) - 1))
+        splits = max(1, min(q_fine, tc_waves * tc_blocks * _sm_count() // max(1, hkv * b * nqg) - 1 - int(append)))
     else:
         splits = max(1, min(q_enc_splits, MAX_THREADGROUPS // max(1, hkv * b * nqg)))
     kb1, kb2 = _bits(kp)
@@ -234,19 +240,26 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", NT), ("P", p_lanes),
             ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
             ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", PREFETCH), ("FUSED", int(fused)),
-            ("OT", qdtype)]
+            ("APPEND", int(append)), ("OT", qdtype)]
+    if append:
+        tmpl += [("KTS", append_ts[0]), ("VTS", append_ts[1])]
     if tc:      # the tensor-core loop has no U, and its own prefetch depth
         tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", tc_prefetch)]
     vparts = 2 if vp.method == "turboquant_prod" else 1
+    if fused and append:
+        raise ValueError("the append runs inside an unfused partial launch")
+    splits += int(append)         # split S - 1 = splits - 1: the appended tokens
     if splits + 1 > src.MAX_SPLITS:
         raise ValueError(f"{splits} splits: the combine takes at most {src.MAX_SPLITS - 1}")
     outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]
     if fused:
         outs.append(((b, hq, l, d), qdtype))
+    if append:
+        outs.append(((2, b * hkv, 2), mx.bool_))
     grid = (NT * (splits + 1), hkv, b * nqg)
-    return _Static(_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused), tmpl,
+    return _Static(_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused, append), tmpl,
                    grid, outs, [("MV", mv), ("D", d), ("CNT", cthreads), ("OT", qdtype)], (cthreads * nq, hkv, b),
-                   splits, qb, (mk, mv, has_win, fused, tc, tc_blocks if tc else 0), [s for s, _ in outs],
+                   splits, qb, (mk, mv, has_win, fused, tc, tc_blocks if tc else 0, append), [s for s, _ in outs],
                    [t for _, t in outs], _counts(grid[1] * grid[2]) if fused else None, cthreads)
 
 
@@ -262,26 +275,28 @@ def split_counts(q_enc: int) -> tuple[int, int]:
     return -(-q_enc // (TOKENS_PER_SPLIT if q_enc <= 8192 else LONG_SPLIT)), -(-q_enc // TOKENS_PER_SPLIT)
 
 
-def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask, flags) -> tuple:
-    """(the partial launch's inputs, _static's part) of one call."""
+def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask, flags, append_ts=None,
+            extra: dict | None = None) -> tuple:
+    """(the partial launch's inputs, _static's part) of one call; `append_ts` and `extra` (the arrays kx, kconst,
+    vx, vconst): the decode step's append inside (accelerated/cache/decode_step.py)."""
     b, hq, l, d = queries.shape
     q_enc = k.encoded
     kw, vw = k.window, v.window
     q_enc_splits, q_fine = split_counts(q_enc)
     st = _static(k.params, v.params, b, hq, l, d, kw.shape[1], q_enc_splits, kw.shape[2] > 0, mask == "causal",
-                 queries.dtype, float(scale), _fused(), q_fine, _tune())
+                 queries.dtype, float(scale), _fused() and append_ts is None, q_fine, _tune(), append_ts)
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
         flags = k.token if k.token is not None else _dummy(1, mx.bool_)
         if v.token is not None and v.token is not k.token:
             v.sync()
     arrays = {"q": queries, "f_c": st.consts, "nenc": km.count(q_enc), "flags": flags, "kw": kw, "vw": vw,
-              "cnt": st.counts, **_record_inputs(k, "k"), **_record_inputs(v, "v")}
+              "cnt": st.counts, **_record_inputs(k, "k"), **_record_inputs(v, "v"), **(extra or {})}
     return [arrays[n] for n in st.names], st
 
 
 def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
-                flags: mx.array | None = None) -> Plan:
-    ins, st = _launch(queries, k, v, scale, mask, flags)
+                flags: mx.array | None = None, append_ts=None, extra: dict | None = None) -> Plan:
+    ins, st = _launch(queries, k, v, scale, mask, flags, append_ts, extra)
     return Plan(ins, st.template, st.grid, st.outs, st.combine_template, st.combine_grid, st.combine_threads,
                 tuple(queries.shape), st.splits, st.qb, st.names, st.key, st.key[3])
 
@@ -359,16 +374,18 @@ def _sm_count() -> int:
 
 @functools.lru_cache(maxsize=None)
 def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False, tc: bool = False,
-            tc_blocks: int = 0):
-    """The compiled kernel `kind`; the partial for a method pair, window presence, fused combine, tensor-core loop
-    and (that loop) the threadgroups per multiprocessor its registers are bounded for (launch bounds)."""
+            tc_blocks: int = 0, append: bool = False):
+    """The compiled kernel `kind`; the partial for a method pair, window presence, fused combine, tensor-core loop,
+    (that loop) the threadgroups per multiprocessor its registers are bounded for (launch bounds) and the decode
+    step's append inside (APPEND)."""
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc)
-    ins = src.inputs(kind, mk, mv, haswin, fused)
-    outs = (src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS) if kind == "partial" else src.COMBINE_OUTPUTS
-    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}"
+    header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc, append)
+    ins = src.inputs(kind, mk, mv, haswin, fused, append)
+    outs = ((src.FUSED_OUTPUTS if fused else src.APPEND_OUTPUTS if append else src.PARTIAL_OUTPUTS)
+            if kind == "partial" else src.COMBINE_OUTPUTS)
+    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'a' if append else ''}"
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "")
     if be == "cuda":
         if COLD_LOOPS:

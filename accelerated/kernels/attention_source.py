@@ -39,6 +39,7 @@ PARTIAL_INPUTS = ["q", "f_scale", "f_k", "nenc",
                   "vc1", "vc2", "vs0", "vs1", "vgs", "vgz", "vw", "f_vtab1", "f_vtab2", "flags"]
 PARTIAL_OUTPUTS = ["o_acc", "o_ml"]
 FUSED_OUTPUTS = ["o_acc", "o_ml", "out"]      # the partial launch with the combine inside (FUSED)
+APPEND_OUTPUTS = ["o_acc", "o_ml", "token"]   # ... with the decode step's append inside (APPEND; token: append.py's)
 COMBINE_INPUTS = ["o_acc", "o_ml", "f_k", "f_vsig", "f_vtau", "q"]
 COMBINE_OUTPUTS = ["out"]
 
@@ -67,19 +68,25 @@ def _role_fields(r: str, m: int, haswin: bool) -> tuple[list[str], dict]:
     return used, {k: v for k, v in alias.items() if k not in used}
 
 
-def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False) -> list[str]:
+def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,
+           append: bool = False) -> list[str]:
     """The arrays a launch of `kind` passes for a method pair (MK, MV), window presence and (partial) whether
-    the combine runs inside it (then `cnt`, the per-group counters, comes last), in order."""
+    the combine runs inside it (then `cnt`, the per-group counters, comes last) or the decode step's append
+    (`append`: the new keys and values and append.py's constant arrays before `flags`), in order."""
     if kind == "combine":
         return ["o_acc", "o_ml", "f_c", "q"]
     ku, _ = _role_fields("k", mk, haswin)
     vu, _ = _role_fields("v", mv, haswin)
-    return ["q", "f_c", "nenc"] + ku + vu + ["flags"] + (["cnt"] if fused else [])
+    return (["q", "f_c", "nenc"] + ku + vu + (["kx", "kconst", "vx", "vconst"] if append else []) + ["flags"]
+            + (["cnt"] if fused else []))
 
 
-def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False) -> str:
+def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,
+            append: bool = False) -> str:
     """#define lines giving the body's names to what the launch passes."""
     lines = [f"#define {n} {e}" for n, e in _CONSTS[kind].items()]
+    if kind == "partial":       # the tokens this launch appends (APPEND), the last of the nenc encoded ones
+        lines.append(f"#define VQ_TNEW {'((int)kx_shape[2])' if append else '0'}")
     if kind == "partial" and not fused:   # the combine's names, in code that FUSED = 0 never runs
         lines += ["#define cnt nenc", "#define out ((DEVICE OT*)o_acc)"]
     if kind == "partial":
@@ -182,9 +189,12 @@ PARTIAL_SETUP = """
   int t0 = 0;
   int t1 = R;
   if (!is_win) {
-    const int chunk = (Q + S - 1) / S;
-    t0 = vq_min(Q, s * chunk);
-    t1 = vq_min(Q, t0 + chunk);
+    // APPEND: split S - 1 takes the VQ_TNEW tokens it encoded (append_block), splits 0 .. S - 2 the ones before
+    const int QO = Q - VQ_TNEW;
+    const int SO = APPEND ? S - 1 : S;
+    const int chunk = (QO + SO - 1) / SO;
+    t0 = (APPEND && s == S - 1) ? QO : vq_min(QO, s * chunk);
+    t1 = (APPEND && s == S - 1) ? Q : vq_min(QO, t0 + chunk);
   }
 
   // 1. the group's query rows, scaled (log2 domain), rotated into the keys' domain (encoded splits)
@@ -259,6 +269,62 @@ PARTIAL_SETUP = """
   const float rv2 = f_vtab2[lane % (1 << VB2)];
 
 """
+# ---- the decode step's append inside the partial launch (APPEND) ----------------------------------------------
+# Split S - 1 of each (batch, KV head) first encodes the chunk's new keys and values with source.py's encode body
+# (append.encode_scope: the append kernel's bytes, bit for bit) into rows nenc - t .. nenc - 1 of the buffers, then
+# attends over those rows like any split; no other threadgroup reads them. Warp 0 takes the keys and warp 1 the
+# values, each scope seeing a grid of one single-warp group per (batch, KV head) (GROUP), so its barriers are warp
+# syncs; the threadgroup barrier after both publishes the rows to the other warps. Saves the append's own launch
+# (a custom-kernel call, ~5-10 us of host time per layer on the H200's host, and its ~6 us latency chain on the
+# GPU, now overlapped with the other splits). Needs one query group per KV head (nqg = 1: the group's only block
+# writes) and the encode body's generic code constants (a decode step's few rows).
+ENCODE_MACROS = ("LANE", "SHFL_DOWN", "SHFL", "ANY", "BALLOT", "ADD", "SUB", "MUL", "DIV", "SQRT", "NEG", "ABS",
+                 "FLIP", "MINF", "MAXF", "PIN", "TO_F32", "TO_TS", "VQ_OROW", "VQ_B1", "VQ_B2", "VQ_GS", "VQ_KR")
+
+
+def encode_macros(be: str) -> tuple[str, str]:
+    """(header, macro lines) the encode body needs beside the attention prelude, from source.py's preludes."""
+    from veloxquant.accelerated.kernels import append as kappend, source_preludes as sp
+    header, prelude = sp.PRELUDES[be]
+    lines = [ln for ln in prelude.splitlines() if ln.startswith("#define ")
+             and ln.split()[1].split("(")[0] in ENCODE_MACROS]
+    return header, "\n".join(lines) + "\n" + kappend._ALIAS[be]
+
+
+def append_block(mk: int, mv: int) -> str:
+    """The APPEND prologue of the partial body for a method pair (placed before the aliases: the encode body's own
+    names f_k, sig, ... are locals there)."""
+    from veloxquant.accelerated.kernels import append as kappend
+    names = {v: k for k, v in METHOD_IDS.items()}
+    scopes = []
+    for index, (r, m) in enumerate((("k", mk), ("v", mv))):
+        alias = _role_fields(r, m, False)[1]
+        side = ("gs", "gz") if m >= 4 else ("s0", "s1")
+        out = {o: alias.get(f"{r}{n}", f"{r}{n}") for o, n in zip(("codes1", "codes2", "f_s1", "f_s2"),
+                                                                   ("c1", "c2", *side))}
+        scopes.append(kappend.encode_scope(index, names[m], m=str(m), codes=("0", "0", "0"), ts=f"{r.upper()}TS",
+                                           x=f"{r}x", const=f"{r}const", out=out, fault="token",
+                                           cap=f"(int){out['codes1']}_shape[2]", base=f"nenc[0] - (int){r}x_shape[2]"))
+    return """
+  if ((int)BLOCK_X == (int)NBLOCK_X - 2) {
+#define GROUP ((int)BLOCK_Z * (int)NBLOCK_Y + (int)BLOCK_Y)
+#define NGROUPS ((int)NBLOCK_Z * (int)NBLOCK_Y)
+#define WARP 0
+#define NWARPS 1
+#undef BARRIER
+#define BARRIER() WARP_SYNC()
+    if ((int)TID / 32 == 0) {""" + scopes[0] + """    } else if ((int)TID / 32 == 1) {""" + scopes[1] + """    }
+#undef GROUP
+#undef NGROUPS
+#undef WARP
+#undef NWARPS
+#undef BARRIER
+#define BARRIER() VQ_BARRIER()
+    BARRIER();
+  }
+"""
+
+
 # steps 3-5: accelerated/kernels/attention_partial.py
 PARTIAL_BODY = PARTIAL_SETUP + PARTIAL_LOOP + PARTIAL_OUTPUT
 
@@ -650,6 +716,7 @@ CUDA_PRELUDE = """
 #define NBLOCK_Z gridDim.z
 #define SHARED(type, name, n) __shared__ type name[n]
 #define BARRIER() __syncthreads()
+#define VQ_BARRIER() __syncthreads()
 #define SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
 #define SHFL_IDX(v, i) __shfl_sync(0xffffffffu, (v), (i))
 #define THREADFENCE() __threadfence()
@@ -682,6 +749,7 @@ METAL_PRELUDE = """
 #define NBLOCK_Z threadgroups_per_grid.z
 #define SHARED(type, name, n) threadgroup type name[n]
 #define BARRIER() threadgroup_barrier(metal::mem_flags::mem_threadgroup)
+#define VQ_BARRIER() threadgroup_barrier(metal::mem_flags::mem_threadgroup)
 #define SHFL_XOR(v, m) metal::simd_shuffle_xor((v), (ushort)(m))
 #define SHFL_IDX(v, i) metal::simd_shuffle((v), (ushort)(i))
 #define THREADFENCE() threadgroup_barrier(metal::mem_flags::mem_device)
@@ -706,12 +774,18 @@ PRELUDES = {"cuda": (CUDA_HEADER, CUDA_PRELUDE), "metal": (METAL_HEADER, METAL_P
 
 
 def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False,
-             fused: bool = False, tc: bool = False) -> tuple[str, str]:
+             fused: bool = False, tc: bool = False, append: bool = False) -> tuple[str, str]:
     """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal") and the
-    launch's inputs (`inputs(kind, mk, mv, haswin, fused)`); `tc`: the partial's tensor-core loop (CUDA)."""
+    launch's inputs (`inputs(kind, mk, mv, haswin, fused, append)`); `tc`: the partial's tensor-core loop (CUDA);
+    `append`: the decode step's append inside (APPEND, append_block)."""
     header, prelude = PRELUDES[backend]
-    if tc:
-        if backend != "cuda" or kind != "partial":
-            raise ValueError("the tensor-core loop is a CUDA partial kernel's")
-        return header + TC_CUDA_HEADER, prelude + aliases(kind, mk, mv, haswin, fused) + PARTIAL_TC_BODY
-    return header, prelude + aliases(kind, mk, mv, haswin, fused) + BODIES[kind]
+    if tc and (backend != "cuda" or kind != "partial"):
+        raise ValueError("the tensor-core loop is a CUDA partial kernel's")
+    if append and (kind != "partial" or fused or haswin):
+        raise ValueError("the append runs inside an unfused partial launch without a window")
+    pre = ""
+    if append:
+        eh, em = encode_macros(backend)
+        header, pre = header + eh, em + append_block(mk, mv)
+    body = PARTIAL_TC_BODY if tc else BODIES[kind]
+    return header + (TC_CUDA_HEADER if tc else ""), prelude + pre + aliases(kind, mk, mv, haswin, fused, append) + body
