@@ -162,6 +162,8 @@ def test_cuda_partial_with_the_append_inside_compiles(tmp_path):
                 ("NT", katt.NT), ("P", 16), ("KG", 1 if mk != 5 else 64), ("VG", 1 if mv != 5 else 64), ("CAUSAL", 0),
                 ("HASWIN", 0)] + ([] if tc else [("U", 4)]) + [("PF", katt.TC_PREFETCH if tc else 1), ("FUSED", 0),
                                                                ("APPEND", 1), ("OT", dt), ("KTS", dt), ("VTS", dt)]
+        tmpl += [(f"{r}C{n}", c) for r, m, b1, b2 in (("K", mk, kb1, kb2), ("V", mv, vb1, vb2))
+                 for n, c in zip(("B1", "B2", "GS"), (b1, b2, 64 if m == 5 else 1))]
         body += _kernel(name, partial, src.inputs("partial", mk, mv, False, False, True), src.APPEND_OUTPUTS,
                         types, tmpl)
         body += _UNDEF
@@ -215,7 +217,7 @@ def test_cold_loops_make_the_tensor_core_partial_smaller(tmp_path):
     body = _kernel("partial_tc", partial, src.inputs("partial", 0, 0, False, True), src.FUSED_OUTPUTS, types,
                    [("MK", 0), ("MV", 0), ("KB1", 4), ("KB2", 1), ("VB1", 4), ("VB2", 1), ("D", 128), ("QB", 4),
                     ("NT", katt.NT), ("P", 16), ("KG", 1), ("VG", 1), ("CAUSAL", 0), ("HASWIN", 0),
-                    ("PF", katt.TC_PREFETCH), ("FUSED", 1), ("OT", dt)]) + _UNDEF
+                    ("PF", katt.TC_PREFETCH), ("FUSED", 1), ("APPEND", 0), ("OT", dt)]) + _UNDEF
     sizes = {}
     for cold in (False, True):
         text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
@@ -265,12 +267,31 @@ def test_metal_sources_compile_against_shim(tmp_path):
                                       [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2),
                                        ("D", d), ("QB", qb), ("NT", 128), ("P", min(32, d // 8)), ("KG", 32),
                                        ("VG", 32), ("CAUSAL", 1), ("HASWIN", 1),
-                                       ("U", 2 if {mk, mv} & {4, 5} else 4), ("PF", 1), ("FUSED", 0), ("OT", dt)])
+                                       ("U", 2 if {mk, mv} & {4, 5} else 4), ("PF", 1), ("FUSED", 0), ("APPEND", 0),
+                                       ("OT", dt)])
                 body += _UNDEF
                 body += _metal_kernel(f"combine_{i}_{d}", combine_text, src.inputs("combine"), src.COMBINE_OUTPUTS,
                                       dict(q=dt, out=dt), [("MV", mv), ("D", d), ("CNT", max(d, 512)), ("OT", dt)])
                 body += _UNDEF
-        return header + body
+            if 4 in (mk, mv):
+                continue
+            # the decode step's append inside the partial (APPEND): per-token pairs, no window
+            _, partial = src.assemble("partial", "metal", mk, mv, False, False, False, True)
+            types = dict(q="half", kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", ks0="float",
+                         ks1="float", vs0="float", vs1="float", kgs="half", kgz="half", vgs="half", vgz="half",
+                         flags="bool", nenc="int32_t", kx="half", vx="half", kconst="uint32_t", vconst="uint32_t",
+                         token="bool")
+            body += _metal_kernel(f"partial_append_{i}", partial, src.inputs("partial", mk, mv, False, False, True),
+                                  src.APPEND_OUTPUTS, types,
+                                  [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2),
+                                   ("D", 128), ("QB", 4), ("NT", 128), ("P", 16), ("KG", 32), ("VG", 32), ("CAUSAL", 0),
+                                   ("HASWIN", 0), ("U", 2 if 5 in (mk, mv) else 4), ("PF", 1), ("FUSED", 0),
+                                   ("APPEND", 1), ("OT", "half"), ("KTS", "float" if mk != 5 else "half"),
+                                   ("VTS", "float" if mv != 5 else "half"), ("KCB1", kb1), ("KCB2", kb2),
+                                   ("KCGS", 32 if mk == 5 else 1), ("VCB1", vb1), ("VCB2", vb2),
+                                   ("VCGS", 32 if mv == 5 else 1)])
+            body += _UNDEF
+        return header + src.encode_macros("metal")[0] + body
 
     r = tks._gxx_metal(text_for(combine), tmp_path)
     assert r.returncode == 0, r.stderr[-4000:]

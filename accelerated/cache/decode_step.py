@@ -71,12 +71,12 @@ class DecodeStep:
         self.ins = [None, None, None, kc, *kb, None, vc, *[plan.vbufs[f] for f in fv]]
         self.slot_v = 4 + len(kb)
         self.attn: dict = {}
-        self.clean = [[[False, False]] * (oshape[0][1])] * 2    # a token with no hit, as tolist() gives it
+        # a token with no hit, as tolist() gives it: the append kernel's, and the attention launch's (one slot per
+        # batch and KV head) when the append ran inside it
+        self.clean = ([[[False, False]] * (oshape[0][1])] * 2, [[[False, False]] * (b * h)] * 2)
         self.pending: _Pending | None = None
-        # the append inside the attention launch takes the encode body's generic code constants (read from its
-        # constant arrays), which the append kernel compiles in only for launches of SPECIALIZE_ROWS rows or more
         tm = dict(template)
-        self.append_ts = (tm["KTS"], tm["VTS"]) if b * h * t < km.SPECIALIZE_ROWS else None
+        self.append_ts = (tm["KTS"], tm["VTS"])         # the side dtypes of the append inside the attention launch
 
     @staticmethod
     def applies(plan) -> bool:
@@ -104,7 +104,7 @@ class DecodeStep:
         if len(chunks) > 1 and not chunks[-2].checked:      # _settle(keep=1): chunks are checked in order
             prev = chunks[-2]
             if (len(chunks) == 2 or chunks[-3].checked) and prev.flags is not None \
-                    and prev.flags.tolist() == self.clean:    # the usual case: one clean token (no Python loop)
+                    and prev.flags.tolist() in self.clean:    # the usual case: one clean token (no Python loop)
                 prev.checked = True
             else:
                 c._settle(keep=1)

@@ -241,8 +241,10 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
             ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", PREFETCH), ("FUSED", int(fused)),
             ("APPEND", int(append)), ("OT", qdtype)]
-    if append:
-        tmpl += [("KTS", append_ts[0]), ("VTS", append_ts[1])]
+    if append:      # the encode body's side dtypes and code constants (compiled in: the staging for 3/5/6/7-bit
+                    # packing, 16 KB of threadgroup memory, is dead code for the others)
+        tmpl += [("KTS", append_ts[0]), ("VTS", append_ts[1])] + [
+            (f"{r}C{n}", c) for r, p in (("K", kp), ("V", vp)) for n, c in zip(("B1", "B2", "GS"), km.code_constants(p))]
     if tc:      # the tensor-core loop has no U, and its own prefetch depth
         tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", tc_prefetch)]
     vparts = 2 if vp.method == "turboquant_prod" else 1

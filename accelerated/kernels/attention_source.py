@@ -277,7 +277,7 @@ PARTIAL_SETUP = """
 # syncs; the threadgroup barrier after both publishes the rows to the other warps. Saves the append's own launch
 # (a custom-kernel call, ~5-10 us of host time per layer on the H200's host, and its ~6 us latency chain on the
 # GPU, now overlapped with the other splits). Needs one query group per KV head (nqg = 1: the group's only block
-# writes) and the encode body's generic code constants (a decode step's few rows).
+# writes). The code constants are compiled in (template KCB1, ..., VCGS: methods.code_constants).
 ENCODE_MACROS = ("LANE", "SHFL_DOWN", "SHFL", "ANY", "BALLOT", "ADD", "SUB", "MUL", "DIV", "SQRT", "NEG", "ABS",
                  "FLIP", "MINF", "MAXF", "PIN", "TO_F32", "TO_TS", "VQ_OROW", "VQ_B1", "VQ_B2", "VQ_GS", "VQ_KR")
 
@@ -302,7 +302,8 @@ def append_block(mk: int, mv: int) -> str:
         side = ("gs", "gz") if m >= 4 else ("s0", "s1")
         out = {o: alias.get(f"{r}{n}", f"{r}{n}") for o, n in zip(("codes1", "codes2", "f_s1", "f_s2"),
                                                                    ("c1", "c2", *side))}
-        scopes.append(kappend.encode_scope(index, names[m], m=str(m), codes=("0", "0", "0"), ts=f"{r.upper()}TS",
+        R = r.upper()
+        scopes.append(kappend.encode_scope(index, names[m], m=str(m), codes=(f"{R}CB1", f"{R}CB2", f"{R}CGS"), ts=f"{R}TS",
                                            x=f"{r}x", const=f"{r}const", out=out, fault="token",
                                            cap=f"(int){out['codes1']}_shape[2]", base=f"nenc[0] - (int){r}x_shape[2]"))
     return """
