@@ -87,9 +87,9 @@ def test_launch_knobs_reach_cached_plans(monkeypatch):
         with bd._knobs(arm):
             plans[arm] = katt.launch_plan(q, k, k, 0.1)
     a, b, c = plans.values()
-    assert (a.combine_threads, a.key[4:], dict(a.partial_template)["PF"]) == (512, (True, 2), 2), a
-    assert (b.combine_threads, b.key[4:], dict(b.partial_template)["PF"]) == (128, (True, 3), 1), b
-    assert c.key[4:] == (False, 0) and c.combine_template == a.combine_template, c
+    assert (a.combine_threads, a.key[4:6], dict(a.partial_template)["PF"]) == (512, (True, 2), 2), a
+    assert (b.combine_threads, b.key[4:6], dict(b.partial_template)["PF"]) == (128, (True, 3), 1), b
+    assert c.key[4:6] == (False, 0) and c.combine_template == a.combine_template, c
     grids = {}
     monkeypatch.setattr(kapp, "_kernel", lambda *a: None)       # no GPU backend needed for the launch shape
     kapp._static_for.cache_clear()
