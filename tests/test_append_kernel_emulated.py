@@ -60,7 +60,7 @@ def _source() -> str:
     head = (ke.HARNESS.replace("@ENCODE@", ke.PRELUDE + source.ENCODE_BODY)
             .replace("@DECODE@", ke.PRELUDE + source.DECODE_BODY)
             .replace("@ENC_DISPATCH@", "").replace("@DEC_DISPATCH@", ""))
-    text = head + "#define VQ_DEV\n#define VQ_REF const auto&\n#define VQ_MUT(type, p) const_cast<type*>(p)\n"
+    text = head + "#define VQ_DEV\n#define VQ_TG\n#define VQ_REF const auto&\n#define VQ_MUT(type, p) const_cast<type*>(p)\n"
     calls = []
     for i, (mk, mv, xt, apart) in enumerate((*pair, apart) for apart in (True, False) for pair in PAIRS):
         tk, tv = _C[_ts(mk, xt)], _C[_ts(mv, xt)]

@@ -234,6 +234,7 @@ ENCODE_MACROS = """
 #define VQ_GS GS
 #define VQ_KR KR
 #define VQ_DEV
+#define VQ_TG
 #define VQ_REF const auto&
 #define VQ_MUT(type, p) const_cast<type*>(p)
 #define VQ_BARRIER() vq_bar->arrive_and_wait()

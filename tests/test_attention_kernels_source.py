@@ -298,3 +298,32 @@ def test_metal_sources_compile_against_shim(tmp_path):
     broken = combine.replace("  BARRIER();\n", "  __syncthreads();\n", 1)
     assert broken != combine
     assert tks._gxx_metal(text_for(broken), tmp_path).returncode != 0, "the shim compile took a CUDA name"
+
+
+@pytest.mark.parametrize("kernel", ["append-serial", "append-apart", "partial-append"])
+def test_encode_scopes_declare_threadgroup_memory_at_kernel_scope(kernel):
+    """Metal takes threadgroup memory at kernel scope only: the append kernel's and the APPEND partial's copies of
+    the encode body bind pointers to arrays the kernel declares (append.encode_shared); the lint of
+    tests/test_kernels_source.py finds any SHARED inside a block (shown to fail on the body's own declarations
+    placed in a scope)."""
+    import test_kernels_source as tks
+    from veloxquant.accelerated.kernels import append as kapp
+    from veloxquant.accelerated.kernels import source
+    if kernel == "partial-append":
+        text = src.assemble("partial", "metal", 0, 5, False, False, False, True)[1]
+    else:
+        text = kapp.assemble("metal", "turboquant", "mlx_affine", kernel.endswith("apart"))[1]
+    rule = "SHARED inside a block"
+    assert not [b for b in tks.metal_rule_violations(text) if b.startswith(rule)], kernel
+    assert [b for b in tks.metal_rule_violations("{\n" + source.ENCODE_BODY + "}\n") if b.startswith(rule)]
+
+
+def test_metal_partials_declare_threadgroup_memory_at_kernel_scope():
+    """Every partial Metal compiles (the scalar loop, every method pair, with and without a window) keeps its
+    threadgroup arrays at kernel scope, the fused combine's dead branch included."""
+    import test_kernels_source as tks
+    for mk, mv, *_ in PAIRS:
+        for haswin in (False, True):
+            text = src.assemble("partial", "metal", mk, mv, haswin, False)[1]
+            bad = [b for b in tks.metal_rule_violations(text) if b.startswith("SHARED inside a block")]
+            assert not bad, (mk, mv, haswin, bad)

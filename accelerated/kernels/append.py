@@ -38,10 +38,33 @@ _MAX_ROWS = 2 ** 31 - 1
 # each, float bits), f_k (8 floats) and meta (8 int32): source.py's inputs of the same names, by offset.
 TABLE = 256
 
-_ALIAS = {   # the scope's pointers to a role's inputs, in the kernel's address space
-    "cuda": "#define VQ_DEV\n#define VQ_REF const auto&\n#define VQ_MUT(type, p) const_cast<type*>(p)\n",
-    "metal": "#define VQ_DEV device\n#define VQ_REF const auto\n#define VQ_MUT(type, p) const_cast<device type*>(p)\n",
+_ALIAS = {   # the scope's pointers to a role's inputs, in the kernel's address space (VQ_TG: threadgroup memory)
+    "cuda": "#define VQ_DEV\n#define VQ_TG\n#define VQ_REF const auto&\n#define VQ_MUT(type, p) const_cast<type*>(p)\n",
+    "metal": ("#define VQ_DEV device\n#define VQ_TG threadgroup\n#define VQ_REF const auto\n"
+              "#define VQ_MUT(type, p) const_cast<device type*>(p)\n"),
 }
+# The encode body's threadgroup arrays (source.ENCODE_BODY declares them at its top). Metal allows threadgroup
+# memory only at kernel scope, so a scope of the body (encode_scope) gets pointers to arrays the kernel declares
+# (encode_shared) in place of those declarations.
+_SHARED = (("uint8_t", "cst", 8192), ("uint32_t", "flt", 64), ("float", "f_tq", 32))
+
+
+def encode_shared(prefix: str) -> str:
+    """Kernel-scope declarations of the encode body's threadgroup arrays for scopes bound to `prefix`."""
+    return "".join(f"  SHARED({t}, {_tg(prefix, n)}, {k});\n" for t, n, k in _SHARED)
+
+
+def _tg(prefix: str, name: str) -> str:
+    return f"f_vq{prefix}_{name[2:]}" if name.startswith("f_") else f"vq{prefix}_{name}"
+
+
+def _scoped_body(prefix: str) -> str:
+    body = source.ENCODE_BODY
+    for t, n, k in _SHARED:
+        decl = f"SHARED({t}, {n}, {k});"
+        assert body.count(decl) == 1, decl
+        body = body.replace(decl, f"VQ_TG {t}* {n} = {_tg(prefix, n)};")
+    return body
 
 
 def _fields(method: str) -> tuple[str, ...]:
@@ -56,11 +79,12 @@ def inputs(mk: str, mv: str) -> list[str]:
 
 
 def encode_scope(index: int, method: str, *, m: str, codes: tuple, ts: str, x: str, const: str, out: dict,
-                 fault: str, cap: str, base: str) -> str:
+                 fault: str, cap: str, base: str, shared: str = "") -> str:
     """The encode body for one role in its own scope: `m`, `codes` (B1, B2, GS) and `ts` its method id, code
     constants and side dtype (template names or literals), `x` and `const` its inputs, `out` the arrays behind the
     body's outputs (codes1, codes2, f_s1, f_s2), `fault` the bool array whose slots [index][GROUP] it sets, `cap`
-    the rows of the buffers and `base` the first row of the chunk (VQ_OROW). Also the attention partial's (
+    the rows of the buffers, `base` the first row of the chunk (VQ_OROW) and `shared` the prefix of the
+    threadgroup arrays the kernel declares for it (encode_shared). Also the attention partial's (
     accelerated.kernels.attention_source APPEND)."""
     b1, b2, gs = codes
     return f"""
@@ -92,7 +116,7 @@ def encode_scope(index: int, method: str, *, m: str, codes: tuple, ts: str, x: s
     const int vq_base = {base};{' ' * max(1, 27 - len(base))}// first row of this chunk
 #undef VQ_OROW
 #define VQ_OROW(bh, ne, i) ((bh) * vq_cap + vq_base + (i))
-{source.ENCODE_BODY}
+{_scoped_body(shared)}
   }}
 """
 
@@ -127,9 +151,12 @@ _ROLES = """
 def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False) -> str:
     """The kernel text after a prelude (both roles, in two halves of the grid, or with `apart` False one after
     the other in each threadgroup; `after` only orders this launch after the last store)."""
+    # one set of threadgroup arrays: the two scopes never run at once in a threadgroup
     if not apart:
-        return "  (void)after;\n" + _scope("k", 0, mk) + "  BARRIER();\n" + _scope("v", 1, mv)
-    return _ROLES + "  if (!vq_values) {\n" + _scope("k", 0, mk) + "  } else {\n" + _scope("v", 1, mv) + "  }\n"
+        return ("  (void)after;\n" + encode_shared("") + _scope("k", 0, mk) + "  BARRIER();\n"
+                + _scope("v", 1, mv))
+    return (_ROLES + encode_shared("") + "  if (!vq_values) {\n" + _scope("k", 0, mk) + "  } else {\n"
+            + _scope("v", 1, mv) + "  }\n")
 
 
 def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: bool = False) -> tuple[str, str]:

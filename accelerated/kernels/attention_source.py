@@ -305,8 +305,10 @@ def append_block(mk: int, mv: int) -> str:
         R = r.upper()
         scopes.append(kappend.encode_scope(index, names[m], m=str(m), codes=(f"{R}CB1", f"{R}CB2", f"{R}CGS"), ts=f"{R}TS",
                                            x=f"{r}x", const=f"{r}const", out=out, fault="token",
-                                           cap=f"(int){out['codes1']}_shape[2]", base=f"nenc[0] - (int){r}x_shape[2]"))
-    return """
+                                           cap=f"(int){out['codes1']}_shape[2]", base=f"nenc[0] - (int){r}x_shape[2]",
+                                           shared=r))
+    # each role's threadgroup arrays at kernel scope (Metal), apart: the two scopes run at once in two warps
+    return kappend.encode_shared("k") + kappend.encode_shared("v") + """
   if ((int)BLOCK_X == (int)NBLOCK_X - 2) {
 #define GROUP ((int)BLOCK_Z * (int)NBLOCK_Y + (int)BLOCK_Y)
 #define NGROUPS ((int)NBLOCK_Z * (int)NBLOCK_Y)
@@ -672,8 +674,8 @@ COMBINE_BODY = """
 # (persistent, zero between launches); the block that reads S is last and sets the count back to zero.
 def _partial_combine(rows: str, strided: bool) -> str:
     return """
+  SHARED(int, slast, 1);                 // kernel scope: Metal compiles this text too (FUSED = 0 there)
   if (FUSED) {
-    SHARED(int, slast, 1);
     THREADFENCE();
     BARRIER();
     if (tid == 0) {
