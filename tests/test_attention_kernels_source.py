@@ -327,3 +327,40 @@ def test_metal_partials_declare_threadgroup_memory_at_kernel_scope():
             text = src.assemble("partial", "metal", mk, mv, haswin, False)[1]
             bad = [b for b in tks.metal_rule_violations(text) if b.startswith("SHARED inside a block")]
             assert not bad, (mk, mv, haswin, bad)
+
+
+_ADDRESS_SPACE = r"(?:device|threadgroup|constant|thread)"
+_POINTER_DECL = re.compile(r"(?<![\w<])((?:const\s+)?(?:" + _ADDRESS_SPACE + r"\s+)?(?:const\s+)?[A-Za-z_][\w:]*"
+                           r"(?:<[^<>;]*>)?\s*\*+\s*(?:const\s+)?[A-Za-z_]\w*\s*=)")
+
+
+def _pointers_without_address_space(text: str) -> list[str]:
+    """Pointer declarations of the text after its own macros are expanded (g++ -E) that name no Metal address
+    space: the shim compile cannot see these (its address-space keywords expand to nothing)."""
+    r = subprocess.run(["g++", "-E", "-P", "-x", "c++", "-"], input=text, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return [m.group(1) for m in _POINTER_DECL.finditer(r.stdout) if not re.search(_ADDRESS_SPACE, m.group(1))]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no preprocessor for the Metal texts")
+def test_metal_pointer_declarations_name_an_address_space():
+    """Every Metal kernel text we ship, macros expanded: the encode and decode kernels, the append kernel in both
+    layouts, every scalar partial pair with and without a window, the APPEND partials, the combine. Shown to fail
+    with the append scopes' threadgroup pointers left without `threadgroup`."""
+    from veloxquant.accelerated.kernels import append as kapp
+    from veloxquant.accelerated.kernels import source
+    names = {v: k for k, v in src.METHOD_IDS.items()}
+    texts = {kind: "".join(source.assemble(kind, "metal")) for kind in ("encode", "decode")}
+    texts["combine"] = "".join(src.assemble("combine", "metal"))
+    for mk, mv, *_ in PAIRS:
+        for haswin in (False, True):
+            texts[f"partial {mk}{mv}{int(haswin)}"] = "".join(src.assemble("partial", "metal", mk, mv, haswin, False))
+        if 4 not in (mk, mv):
+            texts[f"partial-append {mk}{mv}"] = "".join(src.assemble("partial", "metal", mk, mv, False, False, False,
+                                                                     True))
+            for apart in (False, True):
+                texts[f"append {mk}{mv}{int(apart)}"] = "".join(kapp.assemble("metal", names[mk], names[mv], apart))
+    bad = {n: b for n, t in texts.items() if (b := _pointers_without_address_space(t))}
+    assert not bad, bad
+    broken = texts["append 000"].replace("#define VQ_TG threadgroup", "#define VQ_TG")
+    assert broken != texts["append 000"] and _pointers_without_address_space(broken)
