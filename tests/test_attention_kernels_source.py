@@ -123,20 +123,29 @@ def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
                          ("NT", katt.NT), ("P", min(32, d // 8)), ("KG", 1), ("VG", 1), ("CAUSAL", causal),
                          ("HASWIN", 0), ("PF", katt.TC_PREFETCH), ("FUSED", 1), ("APPEND", 0), ("OT", dt)])
         body += _UNDEF
+    for arch, spills in _tc_spills(header, body, tmp_path / "attention_tc", r"partial_tc_\d+_\d+").items():
+        assert set(spills) == set(names), (arch, spills)
+        assert not any(spills.values()), (arch, spills)
+
+
+def _tc_spills(header: str, body: str, stem, entry: str) -> dict:
+    """{arch: {kernel: spill stores in bytes}} of kernels compiled as the tensor-core partial is (launch bounds of
+    TC_MIN_BLOCKS threadgroups of NT threads) for sm_80 and sm_90; `entry`: a regex of the kernels' names."""
+    from veloxquant.accelerated.kernels import attention as katt
     text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
             "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
             "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + katt._bounds(katt.NT, katt.TC_MIN_BLOCKS)
             + "namespace mlx::core::cu {\n" + body + "}\n")
-    cu = tmp_path / "attention_tc.cu"
+    cu = stem.with_suffix(".cu")
     cu.write_text(text)
+    out = {}
     for arch in ("sm_80", "sm_90"):
         r = subprocess.run(["nvcc", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o",
-                            str(tmp_path / f"attention_tc_{arch}.cubin")], capture_output=True, text=True, timeout=900)
+                            str(stem.parent / f"{stem.name}_{arch}.cubin")], capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, r.stderr[-4000:]
-        spills = {m.group(1): int(m.group(2)) for m in re.finditer(
-            r"Compiling entry function '[^']*(partial_tc_\d+_\d+)[^']*'.*?(\d+) bytes spill stores", r.stderr, re.S)}
-        assert set(spills) == set(names), (arch, r.stderr[-2000:])
-        assert not any(spills.values()), (arch, spills)
+        out[arch] = {m.group(1): int(m.group(2)) for m in re.finditer(
+            rf"Compiling entry function '[^']*({entry})[^']*'.*?(\d+) bytes spill stores", r.stderr, re.S)}
+    return out
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
@@ -167,19 +176,8 @@ def test_cuda_partial_with_the_append_inside_compiles(tmp_path):
         body += _kernel(name, partial, src.inputs("partial", mk, mv, False, False, True), src.APPEND_OUTPUTS,
                         types, tmpl)
         body += _UNDEF
-    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
-            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
-            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header
-            + katt._bounds(katt.NT, katt.TC_MIN_BLOCKS) + "namespace mlx::core::cu {\n" + body + "}\n")
-    cu = tmp_path / "attention_append.cu"
-    cu.write_text(text)
-    for arch in ("sm_80", "sm_90"):
-        r = subprocess.run(["nvcc", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o",
-                            str(tmp_path / f"attention_append_{arch}.cubin")], capture_output=True, text=True, timeout=900)
-        assert r.returncode == 0, r.stderr[-4000:]
-        spills = {m.group(1): int(m.group(2)) for m in re.finditer(
-            r"Compiling entry function '[^']*(partial_append_\d+)[^']*'.*?(\d+) bytes spill stores", r.stderr, re.S)}
-        assert set(spills) == {n for n, _ in names}, (arch, r.stderr[-2000:])
+    for arch, spills in _tc_spills(header, body, tmp_path / "attention_append", r"partial_append_\d+").items():
+        assert set(spills) == {n for n, _ in names}, (arch, spills)
         assert not any(spills[n] for n, tc in names if tc), (arch, spills)
 
 
