@@ -470,12 +470,13 @@ def test_tensor_core_loop_on_the_gpu_within_the_attention_budget(case):
     _check_tc_case(case, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)))
 
 
-def _check_tc_case(case, run):
+def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)))):
     from conformance.checks import attention_budget, attention_f64
     (b, hkv, rep, lq, t, d), qdt, causal, qs, vs = case
     rng = np.random.default_rng(t + d)
-    kp = spec.Params("turboquant", role="k", window=0, seed=3, layer=1, bits=4).resolved()
-    vp = spec.Params("turboquant", role="v", window=0, seed=3, layer=1, bits=4).resolved()
+    (km, kkw), (vm, vkw) = methods
+    kp = spec.Params(km, role="k", window=0, seed=3, layer=1, **kkw).resolved()
+    vp = spec.Params(vm, role="v", window=0, seed=3, layer=1, **vkw).resolved()
     kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
     vscale = np.logspace(-3, 3, t)[None, None, :, None] if vs == "ramp" else vs
     vx = mx.array((rng.standard_normal((b, hkv, t, d)) * vscale).astype(np.float32))
@@ -484,7 +485,7 @@ def _check_tc_case(case, run):
     scale = 1.0 / np.sqrt(d)
     mask = "causal" if causal else None
     plan = katt.launch_plan(q, k, v, scale, mask)
-    assert plan.key[4], f"launch_plan(turboquant b4, d={d}) did not take the tensor-core loop: {plan.key}"
+    assert plan.key[4], f"launch_plan({methods}, d={d}) did not take the tensor-core loop: {plan.key}"
     got = run(q, k, v, scale, mask).astype(np.float64)
     qf = np.array(q.astype(mx.float32)).astype(np.float64)
     k64, v64 = np.array(k.dequantized()).astype(np.float64), np.array(v.dequantized()).astype(np.float64)
@@ -498,6 +499,32 @@ def _check_tc_case(case, run):
     bound = TC_SPLIT_FRACTION if qdt == mx.float32 else 1.0
     assert ratio.max() <= bound, (f"tensor-core loop, case {case}: worst error / budget {ratio.max():.3g} > "
                                   f"{bound} at {np.unravel_index(ratio.argmax(), ratio.shape)}")
+
+
+TC_CODE_CASES = [
+    # key method, value method, (B, Hkv, rep, L, T, d), queries dtype, causal, query scale, value scale
+    (("rabitq", {}), ("rabitq", {}), ((1, 2, 4, 1, 300, 128), mx.float32, False, 2.0, 1.0)),
+    (("turboquant", dict(bits=2)), ("rabitq", {}), ((1, 1, 2, 2, 75, 128), mx.bfloat16, True, 2.0, "ramp")),
+    (("turboquant", dict(bits=4)), ("turboquant", dict(bits=2)), ((2, 1, 4, 1, 140, 64), mx.float16, False, 1.0, 1.0)),
+    (("rabitq", {}), ("turboquant", dict(bits=1)), ((1, 2, 4, 1, 530, 128), mx.float32, False, 1e-3, 3e4)),
+    (("turboquant", dict(bits=2)), ("rabitq", {}), ((1, 1, 4, 1, 90, 64), mx.float32, False, 1.0, 1.0)),
+]
+
+
+@pytest.mark.parametrize("case", TC_CODE_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}-{c[1][0]}{c[1][1].get('bits', '')}"
+                                                     f"-d{c[2][0][5]}" for c in TC_CODE_CASES])
+def test_tensor_core_loop_for_other_codes_within_the_attention_budget(case, tensor_cores, monkeypatch):
+    """kernels.attention.TC_CODES: rabitq (1-bit signs times (n s_d) / ip) and 1- or 2-bit turboquant codes in the
+    tensor-core loop (code words split per lane by the code width; a lane group's value codes within one word at
+    d = 64 / 128), emulated, within the same bounds as turboquant b4's; off, these take the scalar loop."""
+    monkeypatch.setattr(katt, "TC_CODES", False)
+    (km, kkw), (vm, vkw), c = case
+    (b, hkv, rep, lq, t, d) = c[0]
+    kp = spec.Params(km, role="k", window=0, seed=3, layer=1, **kkw).resolved()
+    vp = spec.Params(vm, role="v", window=0, seed=3, layer=1, **vkw).resolved()
+    assert not katt._tensor_cores(kp, vp, d, False, katt.TC_CODES), "TC_CODES off: the scalar loop"
+    monkeypatch.setattr(katt, "TC_CODES", True)
+    _check_tc_case(c, emulate, ((km, kkw), (vm, vkw)))
 
 
 APPEND_CASES = [

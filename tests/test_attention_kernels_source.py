@@ -123,6 +123,19 @@ def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
                          ("NT", katt.NT), ("P", min(32, d // 8)), ("KG", 1), ("VG", 1), ("CAUSAL", causal),
                          ("HASWIN", 0), ("PF", katt.TC_PREFETCH), ("FUSED", 1), ("APPEND", 0), ("OT", dt)])
         body += _UNDEF
+    # TC_CODES: rabitq and 1- / 2-bit turboquant codes (combine launched, as a decode step runs it)
+    for mk, mv, kb, vb, d in [(2, 2, 1, 1, 128), (0, 2, 2, 1, 128), (0, 0, 4, 2, 64), (2, 0, 1, 1, 128)]:
+        _, partial = src.assemble("partial", "cuda", mk, mv, False, False, True)
+        dt = "__half"
+        types = dict(q=dt, kc1="uint32_t", vc1="uint32_t", ks0="float", ks1="float", vs0="float", vs1="float",
+                     flags="uint32_t", nenc="int32_t")
+        name = f"partial_tc_{d}_{mk}{mv}{kb}{vb}"
+        names.append(name)
+        body += _kernel(name, partial, src.inputs("partial", mk, mv, False, False), src.PARTIAL_OUTPUTS, types,
+                        [("MK", mk), ("MV", mv), ("KB1", kb), ("KB2", 1), ("VB1", vb), ("VB2", 1), ("D", d), ("QB", 4),
+                         ("NT", katt.NT), ("P", min(32, d // 8)), ("KG", 1), ("VG", 1), ("CAUSAL", 0),
+                         ("HASWIN", 0), ("PF", katt.TC_PREFETCH), ("FUSED", 0), ("APPEND", 0), ("OT", dt)])
+        body += _UNDEF
     for arch, spills in _tc_spills(header, body, tmp_path / "attention_tc", r"partial_tc_\d+_\d+").items():
         assert set(spills) == set(names), (arch, spills)
         assert not any(spills.values()), (arch, spills)

@@ -70,7 +70,8 @@ KNOBS = {"FUSE_COMBINE": "veloxquant.accelerated.kernels.attention",
          "TC_MIN_BLOCKS": "veloxquant.accelerated.kernels.attention",
          "TC_WAVES": "veloxquant.accelerated.kernels.attention",
          "ROLES_APART": "veloxquant.accelerated.kernels.append",
-         "FUSE_APPEND": "veloxquant.accelerated.kernels.attention"}
+         "FUSE_APPEND": "veloxquant.accelerated.kernels.attention",
+         "TC_CODES": "veloxquant.accelerated.kernels.attention"}
 
 
 def _split(name: str) -> tuple[str, dict]:

@@ -51,6 +51,9 @@ TC_MIN_BLOCKS = 2             # ... compiled for 2 threadgroups per multiprocess
 TC_WAVES = 1                  # ... and split so that its threadgroups fill the GPU this many times: a
                               # threadgroup's setup and merge are latency it cannot hide, so fewer, longer splits
 TENSOR_CORES = True           # CUDA sm_80+: the partial's tensor-core loop where it applies (attention_tc.py)
+TC_CODES = False              # ... also for rabitq and for 1- and 2-bit turboquant codes (either role): within the
+                              # attention budget in the CPU emulation (tests/test_attention_kernels_emulated.py), not
+                              # yet run or measured on a GPU, so off
 COLD_LOOPS = False            # CUDA: the loops a threadgroup runs once not unrolled (VQ_COLD): the tensor-core
                               # partial is 112 KB of sm_90 code, 76 KB with the combine's and set-up's loops rolled
                               # up; no difference on the H200 (2026-12-01, tools/bench_attention.py --preset
@@ -220,14 +223,14 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     keys' and values' side dtypes of a launch with the decode step's append inside (APPEND): one split more (S - 1,
     the appended tokens), its inputs and the append's token as a third output."""
     append = append_ts is not None
-    cthreads, tc_prefetch, tc_blocks, tc_waves, tensor_cores = tune or _tune()
+    cthreads, tc_prefetch, tc_blocks, tc_waves, tensor_cores, tc_codes = tune or _tune()
     cthreads = max(d, cthreads)
     nq = (hq // hkv) * l
     p_lanes = min(32, d // 8)
     nc = d // (8 * p_lanes)
     parts = 2 if "turboquant_prod" in (kp.method, vp.method) else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
-    tc = tensor_cores and _tensor_cores(kp, vp, d, has_win)
+    tc = tensor_cores and _tensor_cores(kp, vp, d, has_win, tc_codes)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
@@ -271,8 +274,8 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
 
 def _tune() -> tuple:
     """The module's launch constants a plan is made from besides the shapes: (COMBINE_THREADS, TC_PREFETCH,
-    TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES)."""
-    return COMBINE_THREADS, TC_PREFETCH, TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES
+    TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES, TC_CODES)."""
+    return COMBINE_THREADS, TC_PREFETCH, TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES, TC_CODES
 
 
 def split_counts(q_enc: int) -> tuple[int, int]:
@@ -346,11 +349,17 @@ def _counts(n: int) -> mx.array:
     return a
 
 
-def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool) -> bool:
+def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False) -> bool:
     """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
-    4-bit codes, head dim 64 or 128, no window split, on a CUDA GPU with mma.m16n8k16 (sm_80 and later)."""
-    return (not has_win and d in (64, 128) and kp.method == vp.method == "turboquant"
-            and kp.bits == vp.bits == 4 and _mma_available())
+    4-bit codes, head dim 64 or 128, no window split, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
+    `codes` (TC_CODES) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
+    at least one word)."""
+    def takes(p: spec.Params, keys: bool) -> bool:
+        if p.method == "turboquant" and p.bits == 4:
+            return True
+        b = _bits(p)[0]
+        return codes and p.method in ("turboquant", "rabitq") and b in (1, 2, 4) and (not keys or b * d >= 128)
+    return not has_win and d in (64, 128) and takes(kp, True) and takes(vp, False) and _mma_available()
 
 
 @functools.lru_cache(maxsize=None)

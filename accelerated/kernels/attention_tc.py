@@ -76,8 +76,8 @@ __device__ inline void vq_words(const uint32_t* p, uint32_t* out) {
 TC_LOOP = """
   // 3-4 on tensor cores (attention_tc.py): per warp, chunks of 16 tokens; lane = 4 g + tig; at most 4 query rows
   constexpr int KS = D / 16;              // k-steps of a score tile
-  constexpr int KWL = D / 32;             // key words per lane and token (4 codes per k-step, D / 4 coordinates)
-  constexpr int VWL = D / 64;             // value words per lane and token (D / 8 coordinates)
+  constexpr int KWL = (KB1 * D) / 128;    // key words per lane and token (4 codes per k-step, D / 4 coordinates)
+  constexpr int VWL = (VB1 * D) / 256 > 0 ? (VB1 * D) / 256 : 1;   // value words per lane group (D / 8 codes)
   constexpr int MT = D / 16;              // m-tiles of the value sums (coordinates in M)
   const int g = lane >> 2;
   const int tig = lane & 3;
@@ -140,7 +140,14 @@ TC_LOOP = """
     }
   }
   const DEVICE uint32_t* kbase = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] + KWL * tig;
-  const DEVICE uint32_t* vbase = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1] + VWL * g;
+  // a lane group's D / 8 value codes start at bit g * D / 8 * VB1 of the row: whole words at 4 bits, part of
+  // one below 32 bits a group (vsh: the group's first bit in its word)
+  const int vsh = (VB1 * D >= 256) ? 0 : (g * (D / 8) * VB1) % 32;
+  const DEVICE uint32_t* vbase = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
+                                 + ((VB1 * D >= 256) ? VWL * g : (g * (D / 8) * VB1) / 32);
+  // rabitq (MK / MV = 2): a token's factor is g = (n s_d) / ip (0 where ip = 0), its codes' table the signs
+  const int64_t kso1 = (MK == 2) ? (int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] : 0;
+  const int64_t vso1 = (MV == 2) ? (int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] : 0;
   // one chunk's loads: key words of tokens tb + 8 nt + g; value words, key and value norms of the tokens of
   // slot x: tb + 8 (x / 2) + 2 tig + x % 2 (a score's C slot, a probability's B slot and a value's A slot)
 #define TC_LOAD(J, KWD, VWD, KN, VN) { \\
@@ -155,6 +162,14 @@ TC_LOOP = """
       vq_words<VWL>(vbase + tt_ * vc1_strides[2], VWD[x]); \\
       KN[x] = ks0[kso + tt_ * ks0_strides[2]]; \\
       VN[x] = vs0[vso + tt_ * vs0_strides[2]]; \\
+      if (MK == 2) { \\
+        const float ip_ = ks1[kso1 + tt_ * ks1_strides[2]]; \\
+        KN[x] = (ip_ > 0.0f) ? (KN[x] * f_k[0]) / ip_ : 0.0f; \\
+      } \\
+      if (MV == 2) { \\
+        const float ip_ = vs1[vso1 + tt_ * vs1_strides[2]]; \\
+        VN[x] = (ip_ > 0.0f) ? (VN[x] * f_k[0]) / ip_ : 0.0f; \\
+      } \\
     } }
   // PF > 0: the loads of the next PF chunks in flight (register sets, shifted down once per chunk); PF = 0:
   // a chunk's loads at its start
@@ -208,11 +223,11 @@ TC_LOOP = """
         sc[nt][i] = 0.0f;
       }
       for (int ks = 0; ks < KS; ++ks) {
-        const uint32_t w = kwc[nt][ks / 2] >> (16 * (ks % 2));
+        const uint32_t w = kwc[nt][(4 * KB1 * ks) / 32] >> ((4 * KB1 * ks) % 32);
         const uint32_t e0 = SHFL_IDX(tabk, w);
-        const uint32_t e1 = SHFL_IDX(tabk, w >> 4);
-        const uint32_t e2 = SHFL_IDX(tabk, w >> 8);
-        const uint32_t e3 = SHFL_IDX(tabk, w >> 12);
+        const uint32_t e1 = SHFL_IDX(tabk, w >> KB1);
+        const uint32_t e2 = SHFL_IDX(tabk, w >> (2 * KB1));
+        const uint32_t e3 = SHFL_IDX(tabk, w >> (3 * KB1));
         vq_mma(sc[nt], qa[ks][0], 0u, qa[ks][1], 0u, vq_perm(e0, e1, 0x5410u), vq_perm(e2, e3, 0x5410u));
         vq_mma(sc[nt], qa[ks][0], 0u, qa[ks][1], 0u, vq_perm(e0, e1, 0x7632u), vq_perm(e2, e3, 0x7632u));
       }
@@ -273,10 +288,10 @@ TC_LOOP = """
     // -- value sums O^T += V^T P'^T: m-tile mt has coordinates g * D / 8 + mt (rows g) and + D / 16 (rows g + 8)
     //    of tokens 2 tig, 2 tig + 1 (a0, a1) and 2 tig + 8, 2 tig + 9 (a2, a3)
     for (int mt = 0; mt < MT; ++mt) {
-      const int wa = mt / 8;
-      const int sa = 4 * (mt % 8);
-      const int wb = (D / 16 + mt) / 8;
-      const int sb = 4 * ((D / 16 + mt) % 8);
+      const int wa = (vsh + VB1 * mt) / 32;
+      const int sa = (vsh + VB1 * mt) % 32;
+      const int wb = (vsh + VB1 * (D / 16 + mt)) / 32;
+      const int sb = (vsh + VB1 * (D / 16 + mt)) % 32;
       const uint32_t e0 = SHFL_IDX(tabv, vwc[0][wa] >> sa);
       const uint32_t e1 = SHFL_IDX(tabv, vwc[1][wa] >> sa);
       const uint32_t e2 = SHFL_IDX(tabv, vwc[2][wa] >> sa);
