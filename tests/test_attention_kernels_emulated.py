@@ -527,6 +527,17 @@ def test_tensor_core_loop_for_other_codes_within_the_attention_budget(case, tens
     _check_tc_case(c, emulate, ((km, kkw), (vm, vkw)))
 
 
+@pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
+@pytest.mark.parametrize("case", TC_CODE_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}-{c[1][0]}{c[1][1].get('bits', '')}"
+                                                     f"-d{c[2][0][5]}" for c in TC_CODE_CASES])
+def test_tensor_core_loop_for_other_codes_on_the_gpu(case, monkeypatch):
+    """The TC_CODES cases through the compiled kernel (the hardware's mma accumulation)."""
+    monkeypatch.setattr(katt, "TC_CODES", True)
+    (km, kkw), (vm, vkw), c = case
+    _check_tc_case(c, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)),
+                   ((km, kkw), (vm, vkw)))
+
+
 APPEND_CASES = [
     # key method/kw, value method/kw, (B, Hkv, rep, L = t new tokens, T, d), x dtype, tensor cores, causal
     (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (1, 2, 4, 1, 70, 128), mx.float16, True, False),
