@@ -99,6 +99,15 @@ def _general(monkeypatch):
     monkeypatch.setattr(decode_step.DecodeStep, "holds", lambda self, keys, values: False)
 
 
+def _prefilled(m, general: bool):
+    """A turboquant b4 cache after a 5-token prefill, on the general path if `general` (for context m)."""
+    if general:
+        _general(m)
+    c = VeloxKVCache(method="turboquant", bits=4, layer=0, seed=3)
+    c.update_and_fetch(_x(7, t=5), _x(8, t=5))
+    return c
+
+
 def _launches(log):
     return [c for c in log if c["name"].startswith(("vq_append", "vq_attention"))]
 
@@ -265,10 +274,7 @@ def test_an_older_steps_keys_attend_over_that_steps_state(monkeypatch, gpu):
 
     def run(general):
         with monkeypatch.context() as m:
-            if general:
-                _general(m)
-            c = VeloxKVCache(method="turboquant", bits=4, layer=0, seed=3)
-            c.update_and_fetch(_x(7, t=5), _x(8, t=5))
+            c = _prefilled(m, general)
             c.update_and_fetch(_x(1), _x(2))
             c.update_and_fetch(_x(3), _x(4))
             k, v = c.update_and_fetch(_x(5), _x(6))         # offset 8
@@ -363,10 +369,7 @@ def test_a_pending_append_is_stored_before_anything_reads_the_cache(monkeypatch,
 
     def run(general):
         with monkeypatch.context() as m:
-            if general:
-                _general(m)
-            c = VeloxKVCache(method="turboquant", bits=4, layer=0, seed=3)
-            c.update_and_fetch(_x(7, t=5), _x(8, t=5))
+            c = _prefilled(m, general)
             for i in range(3):
                 _layer(c, i)
             gpu.clear()

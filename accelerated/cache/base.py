@@ -416,8 +416,7 @@ class VeloxKVCache(_BaseCache):
             raise ValueError("state: expected (key record, value record, meta JSON string)")
         k_arrays, v_arrays, meta_json = v
         meta = json.loads(meta_json)
-        if hasattr(self, "_chunks"):
-            self._flush_step()
+        self._flush_step()                      # (none when built by from_state, without __init__)
         if not hasattr(self, "_chunks"):        # from_state: built without __init__
             self._init_runtime()
             self.attention, self.checks = meta.get("attention", "packed"), meta.get("checks", "deferred")
