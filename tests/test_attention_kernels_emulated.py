@@ -257,12 +257,12 @@ def _params(names, types, shaped):
 
 
 def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
-    p_ins, c_ins = plan.partial_names, src.inputs("combine")
-    types = {**in_types, "o_acc": "float", "o_ml": "float", "f_c": "float"}
     append = len(plan.key) > 6 and plan.key[6]
+    p_ins, c_ins = plan.partial_names, src.inputs("combine", append=append)
+    types = {**in_types, "o_acc": "float", "o_ml": "float", "f_c": "float", "tok": "bool"}
     pbody = ((src.append_block(*plan.key[:2]) if append else "") + src.aliases("partial", *plan.key[:4], append=append)
              + (src.PARTIAL_TC_BODY if plan.key[4] else src.PARTIAL_BODY))
-    cbody = src.aliases("combine") + src.COMBINE_BODY
+    cbody = src.aliases("combine") + (src.COMBINE_SUMMARY if append else "") + src.COMBINE_BODY
     p_shaped = [n for n in p_ins if f"{n}_shape" in pbody or f"{n}_strides" in pbody]
     c_shaped = [n for n in c_ins if f"{n}_shape" in cbody or f"{n}_strides" in cbody]
     consts = "".join(f"  constexpr int {k} = {v};\n" if isinstance(v, int) else f"  using {k} = {CTYPES[v]};\n"
@@ -271,7 +271,8 @@ def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
     cconsts = "".join(f"  constexpr int {k} = {v};\n" for k, v in plan.combine_template if k != "OT")
     p_sig = ", ".join(["int vq_thread"] + _params(p_ins, types, p_shaped) + ["float* o_acc", "float* o_ml"]
                       + ([f"{out_type}* out"] if plan.fused else ["bool* token"] if append else []))
-    c_sig = ", ".join(["int vq_thread"] + _params(c_ins, types, c_shaped) + [f"{out_type}* out"])
+    c_sig = ", ".join(["int vq_thread"] + _params(c_ins, types, c_shaped) + [f"{out_type}* out"]
+                      + (["bool* summary"] if append else []))
     # the C entry points take every input as (pointer, shape[10], strides[10]) in input order
     def call(names, shaped):
         args = []
@@ -292,8 +293,9 @@ def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
             + f"  vq_run(nt, gx, gy, gz, [&](int i) {{ partial_thread(i, {call(p_ins, p_shaped)}, o_acc, o_ml"
             + (", out" if plan.fused else ", (bool*)out" if append else "") + "); });\n}\n"
             + f"extern \"C\" void run_combine(void** ptr, const int64_t* sh, const int64_t* st, {out_type}* out, "
-              "int nt, int gx, int gy, int gz) {\n"
-            + f"  vq_run(nt, gx, gy, gz, [&](int i) {{ combine_thread(i, {call(c_ins, c_shaped)}, out); }});\n}}\n")
+              "int nt, int gx, int gy, int gz, bool* summary) {\n"
+            + f"  vq_run(nt, gx, gy, gz, [&](int i) {{ combine_thread(i, {call(c_ins, c_shaped)}, out"
+            + (", summary" if append else "") + "); });\n}\n")
 
 
 @functools.lru_cache(maxsize=None)
@@ -341,7 +343,7 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
     """The partial and combine launches on the CPU. `append` = (new keys, new values, keys' params, values' params,
     poisoned): the decode step's append inside the partial launch (APPEND) for the last t tokens of the records,
     whose rows in the buffers are set to all ones first when `poisoned` (so the kernel must write them); returns
-    (output, {field input name: its rows as the kernel left them}, the token) then."""
+    (output, {field input name: its rows as the kernel left them}, the token, the combine's summary of it) then."""
     extra = ats = None
     if append is not None:
         kx, vx, kp, vp, poisoned = append
@@ -373,11 +375,13 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
     if plan.fused:     # the counters are back at zero for the next launch
         assert not ins[plan.partial_names.index("cnt")].any(), "fused partial: a counter left non-zero"
     else:
-        cins = [o_acc, o_ml, ins[1], ins[0]]         # o_acc, o_ml, f_c, q
+        cins = [o_acc, o_ml, ins[1], ins[0]] + ([token] if token is not None else [])   # o_acc, o_ml, f_c, q[, tok]
         ptrs, sh, st = _marshal(cins)
         gx, gy, gz = plan.combine_grid
+        summary = np.ones((2, 1, 2), np.bool_)      # every slot must be written
         lib.run_combine(ptrs, sh.ctypes.data_as(ctypes.c_void_p), st.ctypes.data_as(ctypes.c_void_p),
-                        out.ctypes.data_as(ctypes.c_void_p), plan.combine_threads, gx // plan.combine_threads, gy, gz)
+                        out.ctypes.data_as(ctypes.c_void_p), plan.combine_threads, gx // plan.combine_threads, gy, gz,
+                        summary.ctypes.data_as(ctypes.c_void_p))
     if queries.dtype == mx.bfloat16:
         res = np.array(mx.array(out).view(mx.bfloat16).astype(mx.float32))
     else:
@@ -386,7 +390,7 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
         return res
     q = k.encoded
     rows = {n: a[:, :, :q] for n, a in zip(plan.partial_names, ins) if n in _FIELD_INPUTS}
-    return res, rows, token
+    return res, rows, token, summary
 
 
 _packed = packed
@@ -568,10 +572,11 @@ def test_append_inside_the_partial_stores_the_append_bytes_and_attends_over_them
         scale = 1.0 / np.sqrt(d)
         mask = "causal" if causal else None
         new = (kx[:, :, t - lq:], vx[:, :, t - lq:], kp, vp, True)
-        got, rows, token = emulate(q, k, v, scale, mask, append=new)
+        got, rows, token, summary = emulate(q, k, v, scale, mask, append=new)
         plan = katt.launch_plan(q, k, v, scale, mask)
         assert bool(plan.key[4]) == tc, f"tensor-core loop {plan.key[4]}, case expects {tc}"
         assert not token.any(), f"a clean chunk reported faults: {token.tolist()}"
+        assert not summary.any(), f"the combine's summary of a clean token: {summary.tolist()}"
         for rec in (k, v):
             role = "k" if rec is k else "v"
             for kn, name in katt._field_names(rec.params.method, role):
@@ -585,9 +590,11 @@ def test_append_inside_the_partial_stores_the_append_bytes_and_attends_over_them
         bad = np.array(kx.astype(mx.float32))
         bad[0, 1, t - 1, 5] = np.nan
         bad = mx.array(bad).astype(xdt)
-        _, _, token = emulate(q, k, v, scale, mask, append=(bad[:, :, t - lq:], new[1], kp, vp, False))
+        _, _, token, summary = emulate(q, k, v, scale, mask, append=(bad[:, :, t - lq:], new[1], kp, vp, False))
         want_tok = np.zeros_like(token)
         want_tok[0, 1, 0] = True
         assert np.array_equal(token, want_tok), f"token after a NaN key in head 1: {token.tolist()}"
+        # the host reads only the combine's summary: the keys' NaN/Inf check over all groups, nothing else
+        assert summary.tolist() == [[[True, False]], [[False, False]]], f"summary of that token: {summary.tolist()}"
     finally:
         katt._static.cache_clear()

@@ -52,7 +52,7 @@ def _kernel(name, header_src, ins, outs, types, consts):
 
 
 _UNDEF = "".join(f"#undef {n}\n#undef {n}_shape\n#undef {n}_strides\n"
-                 for n in dict.fromkeys(src.PARTIAL_INPUTS + src.COMBINE_INPUTS + ["cnt", "out", "VQ_TNEW"]))
+                 for n in dict.fromkeys(src.PARTIAL_INPUTS + src.COMBINE_INPUTS + ["cnt", "out", "VQ_TNEW", "tok"]))
 PAIRS = [(0, 0, 4, 1, 4, 1), (1, 1, 2, 2, 3, 2), (3, 3, 3, 1, 2, 1), (2, 2, 1, 1, 1, 1), (4, 4, 2, 1, 5, 1),
          (5, 5, 4, 1, 8, 1), (0, 4, 3, 1, 2, 1)]
 
@@ -82,6 +82,11 @@ def test_cuda_sources_compile(tmp_path):
             body += _kernel(f"combine_{i}_{d}", combine, src.inputs("combine"), src.COMBINE_OUTPUTS,
                             dict(q=dt, out=dt), [("MV", mv), ("D", d), ("CNT", max(d, 512)), ("OT", dt)])
             body += _UNDEF           # MLX compiles each kernel alone; here they share one file
+    # the combine after an APPEND partial: its summary of the token (COMBINE_SUMMARY)
+    _, combine_a = src.assemble("combine", "cuda", append=True)
+    body += _kernel("combine_append", combine_a, src.inputs("combine", append=True), src.COMBINE_APPEND_OUTPUTS,
+                    dict(q="__half", out="__half", tok="bool", summary="bool"),
+                    [("MV", 0), ("D", 128), ("CNT", 512), ("OT", "__half")]) + _UNDEF
     csrc = commit.PRELUDES["cuda"] + commit.body((("uint32_t", 4), ("float", 3)), (("nonfinite", 4), ("flag", 2)))
     body += _kernel("commit", csrc, ["w0d", "w0s", "w1d", "w1s", "c0", "c1"], ["out"],
                     dict(w0d="uint32_t", w0s="uint32_t", w1d="float", w1s="float", c0="__half", c1="uint32_t",
@@ -302,6 +307,11 @@ def test_metal_sources_compile_against_shim(tmp_path):
                                    ("KCGS", 32 if mk == 5 else 1), ("VCB1", vb1), ("VCB2", vb2),
                                    ("VCGS", 32 if mv == 5 else 1)])
             body += _UNDEF
+        # the combine after an APPEND partial (its summary of the token)
+        body += _metal_kernel("combine_append", "".join(src.assemble("combine", "metal", append=True)[1:]),
+                              src.inputs("combine", append=True), src.COMBINE_APPEND_OUTPUTS,
+                              dict(q="half", out="half", tok="bool", summary="bool"),
+                              [("MV", 0), ("D", 128), ("CNT", 512), ("OT", "half")]) + _UNDEF
         return header + src.encode_macros("metal")[0] + body
 
     r = tks._gxx_metal(text_for(combine), tmp_path)
@@ -363,6 +373,7 @@ def test_metal_pointer_declarations_name_an_address_space():
     names = {v: k for k, v in src.METHOD_IDS.items()}
     texts = {kind: "".join(source.assemble(kind, "metal")) for kind in ("encode", "decode")}
     texts["combine"] = "".join(src.assemble("combine", "metal"))
+    texts["combine-append"] = "".join(src.assemble("combine", "metal", append=True))
     for mk, mv, *_ in PAIRS:
         for haswin in (False, True):
             texts[f"partial {mk}{mv}{int(haswin)}"] = "".join(src.assemble("partial", "metal", mk, mv, haswin, False))

@@ -28,7 +28,7 @@ B, HQ, HKV, D = 1, 8, 2, 64
 
 class _Recorder:
     """Stands in for a compiled kernel: records each launch, returns zeros (the append's token: NaN/Inf of
-    each role's chunk in slot [role][0][0], as the kernel's)."""
+    each role's chunk in slot [role][0][0], as the kernel's; the combine after an APPEND partial: its summary)."""
 
     def __init__(self, log, name, input_names):
         self.log, self.name, self.input_names = log, name, list(input_names)
@@ -49,6 +49,8 @@ class _Recorder:
             tok = np.zeros(output_shapes[at], np.bool_)
             tok[0, 0, 0], tok[1, 0, 0] = bad
             outs[at] = mx.array(tok)
+        if "tok" in self.input_names:      # the combine after APPEND's partial: the token's summary, as the kernel's
+            outs[1] = mx.any(inputs[self.input_names.index("tok")], axis=1, keepdims=True)
         return outs
 
 

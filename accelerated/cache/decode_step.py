@@ -77,9 +77,9 @@ class DecodeStep:
         self.ins = [None, None, None, kc, *kb, None, vc, *[plan.vbufs[f] for f in fv]]
         self.slot_v = 4 + len(kb)
         self.attn: dict = {}
-        # a token with no hit, as tolist() gives it: the append kernel's, and the attention launch's (one slot per
-        # batch and KV head) when the append ran inside it
-        self.clean = ([[[False, False]] * (oshape[0][1])] * 2, [[[False, False]] * (b * h)] * 2)
+        # a token with no hit, as tolist() gives it: the append kernel's, and the combine's summary of the attention
+        # launch's token (one group) when the append ran inside it
+        self.clean = ([[[False, False]] * (oshape[0][1])] * 2, [[[False, False]]] * 2)
         self.pending: _Pending | None = None
         tm = dict(template)
         self.append_ts = (tm["KTS"], tm["VTS"])         # the side dtypes of the append inside the attention launch
@@ -176,11 +176,15 @@ class DecodeStep:
             ins[ikx] = p.ins[2]
             ins[ivx] = p.ins[self.slot_v]
             outs = kern(inputs=ins, **call)
-            self.pending, p.token = None, outs[2]
-            self._stored(p.token, p.before, p.index)
-        else:
-            ins[ifl] = keys.flags
-            outs = kern(inputs=ins, **call)
+            ckern, ccall, consts = comb
+            # the record holds the combine's 4-byte summary of the launch's token: never a host read of the token
+            # itself (attention_source.COMBINE_SUMMARY says why)
+            out, summary = ckern(inputs=[outs[0], outs[1], consts, queries, outs[2]], **ccall)
+            self.pending, p.token = None, summary
+            self._stored(summary, p.before, p.index)
+            return out
+        ins[ifl] = keys.flags
+        outs = kern(inputs=ins, **call)
         if comb is None:
             return outs[2]
         ckern, ccall, consts = comb
@@ -203,9 +207,12 @@ class DecodeStep:
                               threadgroup=(kattention.NT, 1, 1), output_shapes=st.out_shapes,
                               output_dtypes=st.out_dtypes)
         comb = None
-        if not st.key[3]:
-            ckern, ccall = _resolve(kattention._kernel("combine"), st.combine_template,
-                                    **kattention.combine_call(st, queries))
+        if not st.key[3]:     # always so with the append inside (_fused() refused it above)
+            cc = kattention.combine_call(st, queries)
+            if append:        # ... its second output: the token's summary, the append kernel's token of one group
+                cc["output_shapes"] = [*cc["output_shapes"], (2, 1, 2)]
+                cc["output_dtypes"] = [*cc["output_dtypes"], mx.bool_]
+            ckern, ccall = _resolve(kattention._kernel("combine", append=append), st.combine_template, **cc)
             comb = (ckern, ccall, st.consts)
         at = {n: i for i, n in enumerate(names)}
         slots = (at["q"], at["nenc"], at["flags"], at.get("kx"), at.get("vx"))

@@ -51,9 +51,10 @@ TC_MIN_BLOCKS = 2             # ... compiled for 2 threadgroups per multiprocess
 TC_WAVES = 1                  # ... and split so that its threadgroups fill the GPU this many times: a
                               # threadgroup's setup and merge are latency it cannot hide, so fewer, longer splits
 TENSOR_CORES = True           # CUDA sm_80+: the partial's tensor-core loop where it applies (attention_tc.py)
-TC_CODES = False              # ... also for rabitq and for 1- and 2-bit turboquant codes (either role): within the
-                              # attention budget in the CPU emulation (tests/test_attention_kernels_emulated.py), not
-                              # yet run or measured on a GPU, so off
+TC_CODES = True               # ... also for rabitq and for 1- and 2-bit turboquant codes (either role). Measured on the
+                              # H200 (2026-12-01, 67cfdb4, docs/bench/h200-decode-14.json): rabitq GPU time per layer
+                              # 31.5 / 87.2 / 275.6 us at 4k / 32k / 128k against 34.3 / 91.2 / 315.3 with the scalar
+                              # loop; the compiled kernel within the attention budget there (11 GPU cases)
 COLD_LOOPS = False            # CUDA: the loops a threadgroup runs once not unrolled (VQ_COLD): the tensor-core
                               # partial is 112 KB of sm_90 code, 76 KB with the combine's and set-up's loops rolled
                               # up; no difference on the H200 (2026-12-01, tools/bench_attention.py --preset
@@ -399,9 +400,9 @@ def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
     header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc, append)
     ins = src.inputs(kind, mk, mv, haswin, fused, append)
     outs = ((src.FUSED_OUTPUTS if fused else src.APPEND_OUTPUTS if append else src.PARTIAL_OUTPUTS)
-            if kind == "partial" else src.COMBINE_OUTPUTS)
+            if kind == "partial" else src.COMBINE_APPEND_OUTPUTS if append else src.COMBINE_OUTPUTS)
     tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'a' if append else ''}"
-    name = f"vq_attention_{kind}" + (tag if kind == "partial" else "")
+    name = f"vq_attention_{kind}" + (tag if kind == "partial" else "_a" if append else "")
     if be == "cuda":
         if COLD_LOOPS:
             header = '#define VQ_COLD _Pragma("unroll 1")\n' + header

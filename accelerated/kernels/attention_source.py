@@ -42,6 +42,7 @@ FUSED_OUTPUTS = ["o_acc", "o_ml", "out"]      # the partial launch with the comb
 APPEND_OUTPUTS = ["o_acc", "o_ml", "token"]   # ... with the decode step's append inside (APPEND; token: append.py's)
 COMBINE_INPUTS = ["o_acc", "o_ml", "f_k", "f_vsig", "f_vtau", "q"]
 COMBINE_OUTPUTS = ["out"]
+COMBINE_APPEND_OUTPUTS = ["out", "summary"]   # ... after an APPEND partial: the token's four checks over all groups
 
 # The names above are the bodies'. A launch passes fewer arrays (MLX's CUDA launch costs about 1 us per input,
 # measured on the H200: a kernel of 26 inputs 42.7 us, of one 18.4 us): every float constant in one array
@@ -74,7 +75,7 @@ def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: boo
     the combine runs inside it (then `cnt`, the per-group counters, comes last) or the decode step's append
     (`append`: the new keys and values and append.py's constant arrays before `flags`), in order."""
     if kind == "combine":
-        return ["o_acc", "o_ml", "f_c", "q"]
+        return ["o_acc", "o_ml", "f_c", "q"] + (["tok"] if append else [])
     ku, _ = _role_fields("k", mk, haswin)
     vu, _ = _role_fields("v", mv, haswin)
     return (["q", "f_c", "nenc"] + ku + vu + (["kx", "kconst", "vx", "vconst"] if append else []) + ["flags"]
@@ -669,6 +670,23 @@ COMBINE_BODY = """
   BARRIER();
 """ + COMBINE_ROW_END
 
+# After an APPEND partial: its token (append.py's layout, (2 roles, groups, 2) with one group per batch and KV head)
+# ORed over the groups into `summary`, (2, 1, 2): the chunk's four checks, the append kernel's token of one group.
+# The host reads only this: 4 bytes, which MLX's CUDA allocator keeps in its managed scalar pool. A host read of the
+# token itself (32 bytes for 8 KV heads: device memory) moved it into a fresh managed allocation which MLX later
+# recycled as a kernel's output, and the GPU's first write to it stalled the step by 70-250 us (H200, 2026-12-01,
+# tools/gpu_timeline.py: once per step, at the first partial that reused it).
+COMBINE_SUMMARY = """
+  if ((int)BLOCK_X == 0 && (int)BLOCK_Y == 0 && (int)BLOCK_Z == 0 && (int)TID < 4) {
+    const int ng = (int)tok_shape[1];
+    bool hit = false;
+    for (int g = 0; g < ng; ++g) {
+      hit = hit || tok[((int)TID / 2 * ng + g) * 2 + (int)TID % 2];
+    }
+    summary[(int)TID] = hit;
+  }
+"""
+
 # the combine inside the partial launch (FUSED): the block of a (batch x query group, KV head) that finishes
 # last merges its S + 1 splits. Each block makes its partial visible device-wide and counts itself in cnt
 # (persistent, zero between launches); the block that reads S is last and sets the count back to zero.
@@ -780,15 +798,18 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
              fused: bool = False, tc: bool = False, append: bool = False) -> tuple[str, str]:
     """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal") and the
     launch's inputs (`inputs(kind, mk, mv, haswin, fused, append)`); `tc`: the partial's tensor-core loop (CUDA);
-    `append`: the decode step's append inside (APPEND, append_block)."""
+    `append`: the decode step's append inside (APPEND, append_block); for the combine: the launch after such a
+    partial, which also writes the token's summary (COMBINE_SUMMARY)."""
     header, prelude = PRELUDES[backend]
     if tc and (backend != "cuda" or kind != "partial"):
         raise ValueError("the tensor-core loop is a CUDA partial kernel's")
-    if append and (kind != "partial" or fused or haswin):
+    if append and (fused or haswin):
         raise ValueError("the append runs inside an unfused partial launch without a window")
     pre = ""
-    if append:
+    if append and kind == "partial":
         eh, em = encode_macros(backend)
         header, pre = header + eh, em + append_block(mk, mv)
     body = PARTIAL_TC_BODY if tc else BODIES[kind]
+    if kind == "combine" and append:
+        body = COMBINE_SUMMARY + body
     return header + (TC_CUDA_HEADER if tc else ""), prelude + pre + aliases(kind, mk, mv, haswin, fused, append) + body
