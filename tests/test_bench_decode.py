@@ -100,3 +100,19 @@ def test_launch_knobs_reach_cached_plans(monkeypatch):
     finally:
         kapp._static_for.cache_clear()
     assert list(grids.values()) == [(2 * 8 * 32, 1, 1), (8 * 32, 1, 1)], grids
+
+
+def test_e2e_rounds_give_medians_and_keep_failures():
+    """The e2e suite's rounds: per (context, arm) the median tokens/s and prefill, every round listed, a failed
+    round said (not dropped), an arm with no good round keeps its error, vs_fp16 from the medians."""
+    rows = [{"context": 8, "arm": "fp16 KVCache", "layers": 2, "tokens": 3, "prefill_s": 1.0, "tokens_per_s": 10.0},
+            {"context": 8, "arm": "x", "layers": 2, "tokens": 3, "prefill_s": 2.0, "tokens_per_s": 30.0},
+            {"context": 8, "arm": "fp16 KVCache", "layers": 2, "tokens": 3, "prefill_s": 3.0, "tokens_per_s": 20.0},
+            {"context": 8, "arm": "x", "error": "RuntimeError: boom"},
+            {"context": 8, "arm": "fp16 KVCache", "layers": 2, "tokens": 3, "prefill_s": 2.0, "tokens_per_s": 40.0},
+            {"context": 8, "arm": "y", "error": "ValueError: bad"}]
+    out = {r["arm"]: r for r in bd._e2e_medians(rows)}
+    assert out["fp16 KVCache"]["tokens_per_s"] == 20.0 and out["fp16 KVCache"]["prefill_s"] == 2.0, out
+    assert out["fp16 KVCache"]["rounds_tokens_per_s"] == [10.0, 20.0, 40.0], out
+    assert out["x"]["vs_fp16"] == 1.5 and out["x"]["failed_rounds"] == ["RuntimeError: boom"], out["x"]
+    assert out["y"] == {"context": 8, "arm": "y", "error": "ValueError: bad"}, out["y"]

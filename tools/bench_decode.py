@@ -53,6 +53,7 @@ def add_arguments(p) -> None:
     p.add_argument("--e2e-contexts", nargs="+", type=int, default=[8192, 32768, 131072])
     p.add_argument("--e2e-layers", type=int, default=4)
     p.add_argument("--e2e-tokens", type=int, default=48)
+    p.add_argument("--e2e-rounds", type=int, default=1, help="runs per arm and context, arms in turn; medians")
     p.add_argument("--json", type=pathlib.Path, default=None)
     p.add_argument("--from-json", type=pathlib.Path, nargs="+", default=None, metavar="JSON")
     p.add_argument("--markdown", type=pathlib.Path, default=None)
@@ -339,7 +340,7 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
     return rows
 
 
-def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log) -> list[dict]:
+def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log, rounds: int = 1) -> list[dict]:
     import mlx.core as mx
     from mlx_lm.generate import generate_step
     from mlx_lm.models import llama
@@ -372,7 +373,8 @@ def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log) -> l
                 log(f"  e2e warm-up {name}: {type(e).__name__}: {e}")
     for t in contexts:
         prompt = mx.random.randint(0, args.vocab_size, (t,), key=mx.random.key(t))
-        for name in arms:
+        # rounds: every arm once per round, in turn (a slow moment of the host then hits all arms alike)
+        for name in [n for _ in range(rounds) for n in arms]:
             if name.startswith("mlx q"):
                 continue
             caches = caches_for(name)
@@ -392,11 +394,30 @@ def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log) -> l
             log(f"  e2e context {t} {name:<24} prefill {stamps[0] - t0:6.2f} s, generation {gen:7.1f} tok/s")
             del caches
             mx.clear_cache()
-        base = next((r for r in rows if r["context"] == t and r["arm"] == "fp16 KVCache" and "tokens_per_s" in r), None)
-        for r in rows:
+    return _e2e_medians(rows)
+
+
+def _e2e_medians(rows: list[dict]) -> list[dict]:
+    """One row per (context, arm): the median tokens/s (and prefill) of its rounds, `rounds_tokens_per_s` all of
+    them; an arm whose every round failed keeps its first error. vs_fp16 from the medians."""
+    out = []
+    for t in dict.fromkeys(r["context"] for r in rows):
+        for name in dict.fromkeys(r["arm"] for r in rows if r["context"] == t):
+            mine = [r for r in rows if r["context"] == t and r["arm"] == name]
+            ok = [r for r in mine if "tokens_per_s" in r]
+            if not ok:
+                out.append(mine[0])
+                continue
+            tps = [r["tokens_per_s"] for r in ok]
+            out.append({**ok[0], "tokens_per_s": statistics.median(tps), "rounds_tokens_per_s": tps,
+                        "prefill_s": statistics.median(r["prefill_s"] for r in ok)})
+            if len(ok) < len(mine):       # a round that failed is said, not dropped silently
+                out[-1]["failed_rounds"] = [r["error"] for r in mine if "error" in r]
+        base = next((r for r in out if r["context"] == t and r["arm"] == "fp16 KVCache" and "tokens_per_s" in r), None)
+        for r in out:
             if r["context"] == t and base and "tokens_per_s" in r:
                 r["vs_fp16"] = r["tokens_per_s"] / base["tokens_per_s"]
-    return rows
+    return out
 
 
 # ---- report ----------------------------------------------------------------------------------------------------
@@ -453,14 +474,17 @@ def render(res: dict, name: str) -> list[str]:
         lines += ["End-to-end generation (mlx_lm.generate.generate_step, random Llama-3-8B-shaped model with "
                   f"{e2e[0].get('layers', '?')} layers, greedy): tokens/s of the generated tokens after the first. "
                   "`first token` is the time to the first token (the prompt's prefill; the first context of a "
-                  "run also pays the kernels' JIT compilation).", "",
-                  "| context | arm | tokens/s | × fp16 | first token |", "|---|---|---|---|---|"]
+                  "run also pays the kernels' JIT compilation). With several rounds (arms in turn), the medians "
+                  "and each round's tokens/s.", "",
+                  "| context | arm | tokens/s | × fp16 | first token | rounds (tokens/s) |", "|---|---|---|---|---|---|"]
         for r in e2e:
             if "error" in r:
-                lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | |")
+                lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | | |")
             else:
+                each = " / ".join(f"{x:.0f}" for x in r.get("rounds_tokens_per_s", [r["tokens_per_s"]]))
+                each += "".join(f" / failed: {e[:60]}" for e in r.get("failed_rounds", []))
                 lines.append(f"| {r['context']} | {r['arm']} | {r['tokens_per_s']:.1f} | "
-                             f"{r.get('vs_fp16', float('nan')):.2f} | {r['prefill_s']:.2f} s |")
+                             f"{r.get('vs_fp16', float('nan')):.2f} | {r['prefill_s']:.2f} s | {each} |")
         lines.append("")
     return lines
 
@@ -536,7 +560,7 @@ def run(args) -> int:
     if "layer" in args.suites:
         res["layer"] = layer_suite(args.contexts, args.layers, args.steps, arms, log)
     if "e2e" in args.suites:
-        res["e2e"] = e2e_suite(args.e2e_contexts, args.e2e_layers, args.e2e_tokens, arms, log)
+        res["e2e"] = e2e_suite(args.e2e_contexts, args.e2e_layers, args.e2e_tokens, arms, log, args.e2e_rounds)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

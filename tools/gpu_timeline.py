@@ -9,7 +9,7 @@ gets the GPU time at which its output was complete; the difference between conse
 launch's share of the chain, gaps and launch latency included. The stamps are extra kernels off the chain (nothing
 waits for them) and cost ~1-2 µs of latency each on the H200: compare arms in one run, not with bench-decode.
 
-    python3 -m veloxquant.tools.gpu_timeline --context 4096 --arms 'turboquant b4' 'turboquant b4 [FUSE_APPEND=1]'
+    python3 -m veloxquant.tools.gpu_timeline --context 4096 --arms 'turboquant b4 [FUSE_APPEND=0]' 'turboquant b4'
 
 Kernels are recorded by wrapping mx.fast.cuda_kernel before any kernel object exists, so run it in a process of
 its own (fp16's SDPA and slice updates are MLX's own kernels: not recorded).
@@ -125,7 +125,7 @@ def measure(arms: list[str], context: int, n_layers: int, steps: int, log=print)
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--arms", nargs="+", default=["turboquant b4", "turboquant b4 [FUSE_APPEND=1]"])
+    p.add_argument("--arms", nargs="+", default=["turboquant b4 [FUSE_APPEND=0]", "turboquant b4"])
     p.add_argument("--context", type=int, default=4096)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--steps", type=int, default=5)

@@ -16,11 +16,13 @@ dtype, a stream changed by trim/restore/evict, no room left in a buffer, a mask,
 do not take) returns to the general path. Where the combine is its own launch (kernels.attention.FUSE_COMBINE
 off, Metal), the step makes both launches as kernels.attention.attention does.
 
-With kernels.attention.FUSE_APPEND (off by default: measured slower on the H200, docs/decode-step-analysis.md,
-ninth pass) the step's append runs inside the attention's partial launch (attention_source.append_block, the same
-encode body and bytes): update_and_fetch leaves the chunk pending (the offset and the returned StepKVs already
-count it), `attend` stores it, and anything else that reads the cache first (its methods, a StepKV's record or
-flags, the next update) launches the append kernel on its own, so every reader sees the state of the general path.
+With kernels.attention.FUSE_APPEND (on by default; docs/decode-step-analysis.md, ninth and tenth passes) the step's
+append runs inside the attention's partial launch (attention_source.append_block, the same encode body and bytes):
+update_and_fetch leaves the chunk pending (the offset and the returned StepKVs already count it), `attend` stores it,
+and anything else that reads the cache first (its methods, a StepKV's record or flags, the next update) launches the
+append kernel on its own, so every reader sees the state of the general path. The chunk's record then holds the
+combine launch's 4-byte summary of the partial launch's token, never the token itself: the host's read of a token
+in device memory cost a GPU stall per step (attention_source.COMBINE_SUMMARY).
 """
 from __future__ import annotations
 
