@@ -3,8 +3,11 @@ kernels it wraps (not the clock's own), in launch order, only while on; spans an
 chain's shares. The stamps' GPU meaning is checked only where it runs (an H200 run)."""
 from __future__ import annotations
 
+import json
+
 import mlx.core as mx
 
+from veloxquant.tools import gpu_clock
 from veloxquant.tools import gpu_timeline as tl
 
 
@@ -52,8 +55,8 @@ def test_spans_and_layers_read_consecutive_stamps():
 
 def test_measure_runs_a_step_through_the_recorder(monkeypatch):
     """measure() end to end with stand-in kernels (zeros of the launch's output shapes) and a counting clock: one
-    row per layer, each a gate (but the first), the append, the partial and the combine, then the per-layer
-    total."""
+    row per layer, each a gate (but the first), the append, the partial and the combine (with the append inside the
+    partial launch: no append launch), then the per-layer total."""
     from veloxquant.accelerated import kernels
     from veloxquant.accelerated.kernels import attention as katt
     from veloxquant.accelerated.kernels import backend
@@ -86,10 +89,30 @@ def test_measure_runs_a_step_through_the_recorder(monkeypatch):
     for f in cleared:
         f.cache_clear()
     try:
-        res = tl.measure(["turboquant b4"], 40, 2, 2, log=lambda *a: None)
+        res = tl.measure(["turboquant b4 [FUSE_APPEND=0]", "turboquant b4"], 40, 2, 2, log=lambda *a: None)
     finally:
         for f in cleared:
             f.cache_clear()
-    rows = res["turboquant b4"]
+    rows = res["turboquant b4 [FUSE_APPEND=0]"]
     assert [[n.split("_")[1] for n, _ in r] for r in rows[:2]] == [["append", "attention", "attention"]] * 2, rows
     assert rows[2][0][0] == "total" and all(d > 0 for r in rows for _, d in r), rows
+    # the default: the append inside the partial launch, the combine after it writing the token's summary
+    rows = res["turboquant b4"]
+    assert [[n for n, _ in r] for r in rows[:2]] == [["vq_attention_partial_0000t2a", "vq_attention_combine_a"]] * 2, \
+        rows
+
+
+def test_json_says_what_ran_where(monkeypatch, tmp_path):
+    """--json: the per-layer table with its date, device, versions and command, as every benchmark JSON of
+    docs/bench carries them."""
+    rows = {"turboquant b4": [[["vq_attention_partial", 16.0]], [["total", 16.0]]]}
+    monkeypatch.setattr(gpu_clock, "available", lambda: (True, "stand-in"))
+    monkeypatch.setattr(tl, "measure", lambda arms, context, layers, steps: rows)
+    monkeypatch.setattr(mx, "set_default_device", lambda d: None)
+    out = tmp_path / "t.json"
+    assert tl.main(["--context", "64", "--arms", "turboquant b4", "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    for k in ("date", "device", "versions", "command", "unit"):
+        assert d.get(k), f"gpu_timeline --json: no {k!r} in {sorted(d)}"
+    assert d["command"].endswith("--context 64 --arms 'turboquant b4' --json " + str(out)), d["command"]
+    assert d["arms"] == rows and d["context"] == 64

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import statistics
 import sys
 
@@ -139,7 +140,14 @@ def main(argv=None) -> int:
     res = measure(a.arms, a.context, a.layers, a.steps)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"context": a.context, "layers": a.layers, "steps": a.steps, "arms": res}, f, indent=1)
+            from veloxquant.tools._env import utc_now_iso, versions
+            from veloxquant.tools.bench_common import device_info
+            json.dump({"schema": "veloxquant-gpu-timeline/1", "date": utc_now_iso(), "device": device_info(),
+                       "versions": versions(), "command": "python3 -m veloxquant.tools.gpu_timeline "
+                       + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),
+                       "unit": "us: per layer and launch, the median over steps of the time from the previous "
+                               "launch's stamp to this one's",
+                       "context": a.context, "layers": a.layers, "steps": a.steps, "arms": res}, f, indent=1)
     return 0
 
 
