@@ -390,3 +390,21 @@ def test_a_pending_append_is_stored_before_anything_reads_the_cache(monkeypatch,
     got, want = run(False), run(True)
     assert got[-1] >= 1, f"{reader}: the pending append was not launched"
     assert got[:4] == want[:4], f"{reader}: (offset, key rows, value rows, chunks) {got[:4]} != general path {want[:4]}"
+
+
+def test_metal_launches_the_append_alone(monkeypatch, gpu):
+    """FUSE_APPEND applies on CUDA only (kernels.attention.fuse_append: measured and run on the H200, never on an
+    Apple GPU): with Metal's kernels (recorded) each step launches the append kernel, then the partial (no APPEND)
+    and the combine, as the general path does."""
+    monkeypatch.setattr(katt, "FUSE_APPEND", True)
+    monkeypatch.setattr(backend, "_gpu_backend", lambda: ("metal", "recorded launches"))
+    monkeypatch.setattr(mx.fast, "metal_kernel", lambda name, input_names, output_names, source, header="",
+                        ensure_row_contiguous=True, **kw: _Recorder(gpu, name, input_names))
+    fast, _, _ = _run(monkeypatch, gpu, general=False, tensor_cores=False)
+    ref, _, _ = _run(monkeypatch, gpu, general=True, tensor_cores=False)
+    assert len(fast) == len(ref) == 6
+    for i, (a, b) in enumerate(zip(fast, ref)):
+        la = _launches(a[0])
+        assert [x["name"].split("_")[1] for x in la] == ["append", "attention", "attention"], [x["name"] for x in la]
+        assert all(dict(x["template"]).get("APPEND", 0) == 0 for x in la), f"step {i}: an APPEND launch on Metal"
+        _same(la, _launches(b[0]), f"step {i}")

@@ -127,7 +127,7 @@ class DecodeStep:
         q = k._q + keys.shape[2]
         c.offset += keys.shape[2]
         c._appends += 1
-        if kattention.FUSE_APPEND:
+        if kattention.fuse_append():
             token = self.pending = _Pending(self, ins, before, c._appends)
         else:
             (token,) = self.kernel(inputs=ins, **self.call)

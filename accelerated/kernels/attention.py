@@ -34,8 +34,9 @@ FUSE_COMBINE = False          # CUDA: the combine inside the partial launch (its
                               # turboquant b4 decode step per layer, pipelined: 94.8 -> 71.0 us at 32k, 170.1 ->
                               # 143.7 at 128k; ncu at 4k: fused partial 59 us against 36 + 8 us for the two kernels);
                               # docs/decode-step-analysis.md, "Seventh pass"
-FUSE_APPEND = True            # a cache's decode step launches its append inside the partial launch (APPEND,
-                              # attention_source.append_block; accelerated/cache/decode_step.py): one custom-kernel
+FUSE_APPEND = True            # CUDA (fuse_append): a cache's decode step launches its append inside the partial
+                              # launch (APPEND, attention_source.append_block; accelerated/cache/decode_step.py): one
+                              # custom-kernel
                               # call fewer per layer. First measured slower (a3e4d7c: GPU time 45.1 against 25.2 us
                               # per layer at 4k): a host read of the launch's token stalled the next step's GPU work
                               # by 70-250 us (attention_source.COMBINE_SUMMARY). With the combine's summary read
@@ -333,6 +334,12 @@ def combine_call(st: _Static, queries: mx.array) -> dict:
     (st.combine_template)."""
     return dict(grid=st.combine_grid, threadgroup=(st.combine_threads, 1, 1), output_shapes=[tuple(queries.shape)],
                 output_dtypes=[queries.dtype])
+
+
+def fuse_append() -> bool:
+    """A decode step's append inside the partial launch (FUSE_APPEND): CUDA only. Measured and run there (the H200);
+    Metal keeps the append kernel's own launch until the APPEND partial has run on an Apple GPU."""
+    return FUSE_APPEND and backend.backend() == "cuda"
 
 
 def _fused() -> bool:
