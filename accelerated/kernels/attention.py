@@ -36,8 +36,7 @@ FUSE_COMBINE = False          # CUDA: the combine inside the partial launch (its
                               # docs/decode-step-analysis.md, "Seventh pass"
 FUSE_APPEND = True            # CUDA (fuse_append): a cache's decode step launches its append inside the partial
                               # launch (APPEND, attention_source.append_block; accelerated/cache/decode_step.py): one
-                              # custom-kernel
-                              # call fewer per layer. First measured slower (a3e4d7c: GPU time 45.1 against 25.2 us
+                              # custom-kernel call fewer per layer. First measured slower (a3e4d7c: GPU time 45.1 against 25.2 us
                               # per layer at 4k): a host read of the launch's token stalled the next step's GPU work
                               # by 70-250 us (attention_source.COMBINE_SUMMARY). With the combine's summary read
                               # instead (H200, 2026-12-01, 91e5f32, docs/bench/h200-decode-17.json), GPU time per
