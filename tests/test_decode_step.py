@@ -408,3 +408,49 @@ def test_metal_launches_the_append_alone(monkeypatch, gpu):
         assert [x["name"].split("_")[1] for x in la] == ["append", "attention", "attention"], [x["name"] for x in la]
         assert all(dict(x["template"]).get("APPEND", 0) == 0 for x in la), f"step {i}: an APPEND launch on Metal"
         _same(la, _launches(b[0]), f"step {i}")
+
+
+def _run_heads(monkeypatch, gpu, general: bool, h: int, steps=6, nan_at=None):
+    """_run for a cache of h KV heads (and h query heads): (per step (launches, the latest record's flags shape),
+    the error, the cache)."""
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)
+    with monkeypatch.context() as m:
+        if general:
+            _general(m)
+        c = VeloxKVCache(method="turboquant", bits=4, layer=0, seed=3)
+        c.update_and_fetch(_x(7, t=5, h=h), _x(8, t=5, h=h))
+        gpu.clear()
+        per_step, err = [], None
+        for i in range(steps):
+            n0 = len(gpu)
+            try:
+                k, v = c.update_and_fetch(_x(2 * i, h=h, nan=(nan_at == i)), _x(2 * i + 1, h=h))
+                base.scaled_dot_product_attention(_x(1000 + i, h=h), k, v, cache=c, scale=D ** -0.5, mask=None)
+            except ValueError as e:
+                err = (i, str(e), c.offset)
+                break
+            per_step.append((gpu[n0:], tuple(c._chunks[-1].flags.shape)))
+        return per_step, err, c
+
+
+def test_a_token_over_8_bytes_is_read_through_the_combines_summary(monkeypatch, gpu):
+    """The append launched alone (FUSE_APPEND off here) for 24 KV heads: 24 rows in three threadgroups, a token of
+    (2, 3, 2) = 12 bytes, which MLX's CUDA allocator keeps in device memory (a host read of it stalls the GPU later:
+    attention_source.COMBINE_SUMMARY). The combine launch takes the token and writes its summary; the step's record
+    holds the summary, not the token; a NaN chunk is rejected and rolled back as on the general path."""
+    fast, _, _ = _run_heads(monkeypatch, gpu, general=False, h=24)
+    summarized = 0
+    for i, (launches, shape) in enumerate(fast):
+        la = _launches(launches)
+        comb = _by_name(la, "vq_attention_combine")
+        app = _by_name(la, "vq_append")
+        assert len(comb) == 1 and len(app) == 1, [x["name"] for x in la]
+        if comb[0]["name"].endswith("_a"):
+            summarized += 1
+            assert comb[0]["inputs"][-1].shape == (2, 3, 2), comb[0]["inputs"][-1].shape
+            assert comb[0]["shapes"][1] == (2, 1, 2) and shape == (2, 1, 2), (comb[0]["shapes"], shape)
+    assert summarized >= 4, f"{summarized} of 6 steps read the combine's summary"
+    _, err_fast, cf = _run_heads(monkeypatch, gpu, general=False, h=24, nan_at=3)
+    _, err_ref, cr = _run_heads(monkeypatch, gpu, general=True, h=24, nan_at=3)
+    assert err_fast is not None and err_fast == err_ref, (err_fast, err_ref)
+    assert cf.offset == cr.offset and cf._k._q == cr._k._q, (cf.offset, cr.offset)

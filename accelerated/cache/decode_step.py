@@ -158,10 +158,13 @@ class DecodeStep:
                 or values.token_or_pending is not tok:
             return None
         append = tok is self.pending and tok is not None
-        key = (queries.shape, queries.dtype, scale, kattention.split_counts(q_enc), append)
+        # the append launched alone: its token, when over 8 bytes (more than two threadgroups), is summarized by the
+        # combine too, so that the record the host reads stays out of device memory (COMBINE_SUMMARY)
+        summ = not append and tok is not None and tok.size > 8
+        key = (queries.shape, queries.dtype, scale, kattention.split_counts(q_enc), append, summ)
         a = self.attn.get(key)
         if a is None:
-            a = self.attn[key] = self._attention_launch(queries, keys, values, scale, append)
+            a = self.attn[key] = self._attention_launch(queries, keys, values, scale, append, summ)
         if a is False and append:     # the kernels take the call, but not with the append inside: launch it alone
             self.flush()
             return self.attend(queries, keys, values, scale, mask)
@@ -190,11 +193,20 @@ class DecodeStep:
         if comb is None:
             return outs[2]
         ckern, ccall, consts = comb
-        return ckern(inputs=[outs[0], outs[1], consts, queries], **ccall)[0]
+        if not summ:
+            return ckern(inputs=[outs[0], outs[1], consts, queries], **ccall)[0]
+        out, summary = ckern(inputs=[outs[0], outs[1], consts, queries, tok], **ccall)
+        for r in reversed(self.cache._chunks):       # the record of the step that made `keys` (the latest, mostly)
+            if r.flags is tok:
+                if not r.checked:
+                    r.flags = summary
+                break
+        return out
 
-    def _attention_launch(self, queries, keys, values, scale: float, append: bool):
+    def _attention_launch(self, queries, keys, values, scale: float, append: bool, summ: bool = False):
         """The launches' fixed parts for one query shape and split count: the partial, and the combine where it
-        is its own launch (kernels.attention.attention's two calls); False: not the kernels' call."""
+        is its own launch (kernels.attention.attention's two calls; with `append` or `summ` the combine also
+        writes the summary of a token); False: not the kernels' call."""
         kr, vr = keys.plan_record(), values.plan_record()
         if not kattention.supports(queries, kr, vr, None) or (append and kattention._fused()):
             return False
@@ -211,10 +223,10 @@ class DecodeStep:
         comb = None
         if not st.key[3]:     # always so with the append inside (_fused() refused it above)
             cc = kattention.combine_call(st, queries)
-            if append:        # ... its second output: the token's summary, the append kernel's token of one group
+            if append or summ:   # ... its second output: the token's summary, the append kernel's token of one group
                 cc["output_shapes"] = [*cc["output_shapes"], (2, 1, 2)]
                 cc["output_dtypes"] = [*cc["output_dtypes"], mx.bool_]
-            ckern, ccall = _resolve(kattention._kernel("combine", append=append), st.combine_template, **cc)
+            ckern, ccall = _resolve(kattention._kernel("combine", append=append or summ), st.combine_template, **cc)
             comb = (ckern, ccall, st.consts)
         at = {n: i for i, n in enumerate(names)}
         slots = (at["q"], at["nenc"], at["flags"], at.get("kx"), at.get("vx"))
