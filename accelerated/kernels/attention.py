@@ -36,13 +36,13 @@ FUSE_COMBINE = False          # CUDA: the combine inside the partial launch (its
                               # docs/decode-step-analysis.md, "Seventh pass"
 FUSE_APPEND = True            # CUDA (fuse_append): a cache's decode step launches its append inside the partial
                               # launch (APPEND, attention_source.append_block; accelerated/cache/decode_step.py): one
-                              # custom-kernel call fewer per layer. First measured slower (a3e4d7c: GPU time 45.1 against 25.2 us
-                              # per layer at 4k): a host read of the launch's token stalled the next step's GPU work
-                              # by 70-250 us (attention_source.COMBINE_SUMMARY). With the combine's summary read
-                              # instead (H200, 2026-12-01, 91e5f32, docs/bench/h200-decode-17.json), GPU time per
-                              # layer turboquant b4 22.3 / 43.1 / 117.2 us at 4k / 32k / 128k against 25.6 / 46.8 /
-                              # 118.8 with the append launched alone, rabitq 29.0 / 89.6 / 294.2 against 31.3 / 88.0 /
-                              # 280.2; pipelined within 5 % either way: docs/decode-step-analysis.md, tenth pass
+                              # custom-kernel call fewer per layer. First measured slower (a3e4d7c: GPU time 45.1
+                              # against 25.2 us per layer at 4k): a host read of the launch's token stalled the next
+                              # step's GPU work by 70-250 us (attention_source.COMBINE_SUMMARY). With the combine's
+                              # summary read instead (H200, 2026-12-01, 91e5f32, docs/bench/h200-decode-17.json), GPU
+                              # time per layer turboquant b4 22.3 / 43.1 / 117.2 us at 4k / 32k / 128k against 25.6 /
+                              # 46.8 / 118.8 with the append launched alone, rabitq 29.0 / 89.6 / 294.2 against 31.3 /
+                              # 88.0 / 280.2; pipelined within 5 % either way: docs/decode-step-analysis.md, tenth pass
 MAX_THREADGROUPS = 2048       # partial threadgroups per launch: enough to fill the GPU, bounded partials
 COMBINE_THREADS = 512         # threads of the combine launch per query row (at least D): the splits spread over
                               # them (attention_source.COMBINE_BODY). Together with the append's roles side by

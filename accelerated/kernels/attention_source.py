@@ -42,7 +42,7 @@ FUSED_OUTPUTS = ["o_acc", "o_ml", "out"]      # the partial launch with the comb
 APPEND_OUTPUTS = ["o_acc", "o_ml", "token"]   # ... with the decode step's append inside (APPEND; token: append.py's)
 COMBINE_INPUTS = ["o_acc", "o_ml", "f_k", "f_vsig", "f_vtau", "q"]
 COMBINE_OUTPUTS = ["out"]
-COMBINE_APPEND_OUTPUTS = ["out", "summary"]   # ... after an APPEND partial: the token's four checks over all groups
+COMBINE_APPEND_OUTPUTS = ["out", "summary"]   # ... with input `tok`, a chunk's token: its four checks over all groups
 
 # The names above are the bodies'. A launch passes fewer arrays (MLX's CUDA launch costs about 1 us per input,
 # measured on the H200: a kernel of 26 inputs 42.7 us, of one 18.4 us): every float constant in one array
@@ -670,12 +670,12 @@ COMBINE_BODY = """
   BARRIER();
 """ + COMBINE_ROW_END
 
-# After an APPEND partial: its token (append.py's layout, (2 roles, groups, 2) with one group per batch and KV head)
-# ORed over the groups into `summary`, (2, 1, 2): the chunk's four checks, the append kernel's token of one group.
-# The host reads only this: 4 bytes, which MLX's CUDA allocator keeps in its managed scalar pool. A host read of the
-# token itself (32 bytes for 8 KV heads: device memory) moved it into a fresh managed allocation which MLX later
-# recycled as a kernel's output, and the GPU's first write to it stalled the step by 70-250 us (H200, 2026-12-01,
-# tools/gpu_timeline.py: once per step, at the first partial that reused it).
+# A chunk's token (append.py's layout, (2 roles, groups, 2): an APPEND partial's, one group per batch and KV head, or
+# the append kernel's, one per threadgroup) ORed over the groups into `summary`, (2, 1, 2): the chunk's four checks,
+# the append kernel's token of one group. The host reads only this: 4 bytes, which MLX's CUDA allocator keeps in its
+# managed scalar pool. A host read of the token itself (32 bytes for 8 KV heads: device memory) moved it into a fresh
+# managed allocation which MLX later recycled as a kernel's output, and the GPU's first write to it stalled the step
+# by 70-250 us (H200, 2026-12-01, tools/gpu_timeline.py: once per step, at the first partial that reused it).
 COMBINE_SUMMARY = """
   if ((int)BLOCK_X == 0 && (int)BLOCK_Y == 0 && (int)BLOCK_Z == 0 && (int)TID < 4) {
     const int ng = (int)tok_shape[1];
@@ -798,8 +798,8 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
              fused: bool = False, tc: bool = False, append: bool = False) -> tuple[str, str]:
     """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal") and the
     launch's inputs (`inputs(kind, mk, mv, haswin, fused, append)`); `tc`: the partial's tensor-core loop (CUDA);
-    `append`: the decode step's append inside (APPEND, append_block); for the combine: the launch after such a
-    partial, which also writes the token's summary (COMBINE_SUMMARY)."""
+    `append`: the decode step's append inside (APPEND, append_block); for the combine: it also takes a chunk's
+    token (an APPEND partial's or the append kernel's) and writes its summary (COMBINE_SUMMARY)."""
     header, prelude = PRELUDES[backend]
     if tc and (backend != "cuda" or kind != "partial"):
         raise ValueError("the tensor-core loop is a CUDA partial kernel's")
