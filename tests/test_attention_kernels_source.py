@@ -147,8 +147,10 @@ def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
 
 
 def _tc_spills(header: str, body: str, stem, entry: str) -> dict:
-    """{arch: {kernel: spill stores in bytes}} of kernels compiled as the tensor-core partial is (launch bounds of
-    TC_MIN_BLOCKS threadgroups of NT threads) for sm_80 and sm_90; `entry`: a regex of the kernels' names."""
+    """{arch: {kernel: local memory in bytes (stack frame + spill stores)}} of kernels compiled as the tensor-core
+    partial is (launch bounds of TC_MIN_BLOCKS threadgroups of NT threads) for sm_80 and sm_90; `entry`: a regex of
+    the kernels' names. A stack frame is local memory too: a register array indexed at run time (rabitq's value
+    words through vsh, 2026-12-01: 60 local loads per chunk) or the IEEE division's slow-path call."""
     from veloxquant.accelerated.kernels import attention as katt
     text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
             "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
@@ -161,8 +163,9 @@ def _tc_spills(header: str, body: str, stem, entry: str) -> dict:
         r = subprocess.run(["nvcc", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o",
                             str(stem.parent / f"{stem.name}_{arch}.cubin")], capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, r.stderr[-4000:]
-        out[arch] = {m.group(1): int(m.group(2)) for m in re.finditer(
-            rf"Compiling entry function '[^']*({entry})[^']*'.*?(\d+) bytes spill stores", r.stderr, re.S)}
+        out[arch] = {m.group(1): int(m.group(2)) + int(m.group(3)) for m in re.finditer(
+            rf"Compiling entry function '[^']*({entry})[^']*'.*?(\d+) bytes stack frame, (\d+) bytes spill stores",
+            r.stderr, re.S)}
     return out
 
 
