@@ -454,3 +454,48 @@ def test_a_token_over_8_bytes_is_read_through_the_combines_summary(monkeypatch, 
     _, err_ref, cr = _run_heads(monkeypatch, gpu, general=True, h=24, nan_at=3)
     assert err_fast is not None and err_fast == err_ref, (err_fast, err_ref)
     assert cf.offset == cr.offset and cf._k._q == cr._k._q, (cf.offset, cr.offset)
+
+
+@pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
+def test_gpu_token_over_8_bytes_read_through_the_summary(monkeypatch):
+    """On the GPU (the launches as compiled): 24 KV heads, the append launched alone (FUSE_APPEND off), its token
+    (2, 3, 2) summarized by the combine. Outputs and stored bytes identical to the general path's, the records hold
+    the 4-byte summary, and a NaN key in head 17 is rejected and rolled back as on the general path."""
+    monkeypatch.setattr(katt, "FUSE_APPEND", False)
+    h = 24
+
+    def run(general, nan_at=None):
+        with monkeypatch.context() as m:
+            if general:
+                _general(m)
+            c = VeloxKVCache(method="turboquant", bits=4, layer=1, seed=5)
+            c.update_and_fetch(_x(7, t=300, h=h), _x(8, t=300, h=h))
+            outs, shapes, err = [], [], None
+            for i in range(5):
+                k = _x(2 * i, h=h)
+                if nan_at == i:
+                    a = np.array(k)
+                    a[0, 17, 0, 3] = np.nan
+                    k = mx.array(a)
+                try:
+                    kk, vv = c.update_and_fetch(k, _x(2 * i + 1, h=h))
+                    o = base.scaled_dot_product_attention(_x(1000 + i, h=h), kk, vv, cache=c, scale=D ** -0.5,
+                                                          mask=None)
+                    outs.append(np.array(o))
+                    shapes.append(tuple(c._chunks[-1].flags.shape))
+                except ValueError as e:
+                    err = (i, str(e), c.offset)
+                    break
+            state = [np.array(a) for rec in c.state[:2] for _, a in sorted(rec.items())]
+            return outs, state, shapes, err, c._fast is not None
+    fo, fs, fshapes, _, used = run(False)
+    go, gs, _, _, _ = run(True)
+    assert used, "the decode step path was not taken"
+    assert fshapes[-1] == (2, 1, 2), f"the step's record holds {fshapes[-1]}, not the combine's summary"
+    for i, (a, b) in enumerate(zip(fo, go)):
+        assert np.array_equal(a, b), f"step {i}: attention output differs from the general path's"
+    for a, b in zip(fs, gs):
+        assert np.array_equal(a, b), "stored state differs from the general path's"
+    *_, ef, _ = run(False, nan_at=2)
+    *_, eg, _ = run(True, nan_at=2)
+    assert ef is not None and ef == eg, (ef, eg)
