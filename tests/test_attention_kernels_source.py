@@ -389,3 +389,29 @@ def test_metal_pointer_declarations_name_an_address_space():
     assert not bad, bad
     broken = texts["append 000"].replace("#define VQ_TG threadgroup", "#define VQ_TG")
     assert broken != texts["append 000"] and _pointers_without_address_space(broken)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_scalar_partial_of_turboquant_prod_b4_keeps_to_registers(tmp_path):
+    """The scalar partial for turboquant_prod b4 keys and values (3 + 1 bits, d = 128, 4 query rows, U = 4 as
+    attention.py launches it), sm_90: no local memory. Its values loop over the U token slots was left rolled by
+    nvcc (a long body), which put tu[u] and w[u][r] in an 80-byte stack frame (VQ_UNROLL; shown to fail without)."""
+    from veloxquant.accelerated.kernels import attention as katt
+    header, partial = src.assemble("partial", "cuda", 3, 3, False, False)
+    dt = "__half"
+    types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", ks0="float", ks1="float",
+                 vs0="float", vs1="float", flags="bool", nenc="int32_t", out=dt)
+    body = _kernel("partial_prod_b4", partial, src.inputs("partial", 3, 3, False, False), src.PARTIAL_OUTPUTS, types,
+                   [("MK", 3), ("MV", 3), ("KB1", 3), ("KB2", 1), ("VB1", 3), ("VB2", 1), ("D", 128), ("QB", 4),
+                    ("NT", katt.NT), ("P", 16), ("KG", 1), ("VG", 1), ("CAUSAL", 0), ("HASWIN", 0), ("U", 4),
+                    ("PF", katt.PREFETCH), ("FUSED", 0), ("APPEND", 0), ("OT", dt)]) + "#undef cnt\n#undef out\n"
+    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
+            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
+            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n" + body + "}\n")
+    cu = tmp_path / "prod.cu"
+    cu.write_text(text)
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o",
+                        str(tmp_path / "prod.cubin")], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores", r.stderr)
+    assert m and int(m.group(1)) == 0 and int(m.group(2)) == 0, f"turboquant_prod b4 partial: {m and m.group(0)}"

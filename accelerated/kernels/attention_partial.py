@@ -292,7 +292,9 @@ PARTIAL_LOOP = """\
         acc2[r % (VPARTS == 2 ? QB : 1)][c % VP2] *= alpha;
       }
     }
-    // -- values: this lane's coordinates (rotated domain for the rotation family), weighted
+    // -- values: this lane's coordinates (rotated domain for the rotation family), weighted. Unrolled on CUDA: left
+    //    rolled (turboquant_prod's long body), tu[u] and w[u][r] went to local memory (an 80-byte stack frame)
+    VQ_UNROLL
     for (int u = 0; u < U; ++u) {
       const int tt = tu[u];
       float vv[NC];

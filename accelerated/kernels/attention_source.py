@@ -105,6 +105,11 @@ HELPERS = """
 #ifndef VQ_COLD
 #define VQ_COLD
 #endif
+// a loop over the U token slots that must be unrolled (its indices into register arrays constant): CUDA's prelude
+// defines it as `#pragma unroll`; elsewhere nothing (Metal not measured)
+#ifndef VQ_UNROLL
+#define VQ_UNROLL
+#endif
 // code j of a packed row: word j / (32 / B), bits B * (j % (32 / B))      (spec/packing.md)
 template <int B>
 inline uint32_t vq_code(const DEVICE uint32_t* row, int j) {
@@ -738,6 +743,7 @@ CUDA_PRELUDE = """
 #define SHARED(type, name, n) __shared__ type name[n]
 #define BARRIER() __syncthreads()
 #define VQ_BARRIER() __syncthreads()
+#define VQ_UNROLL _Pragma("unroll")
 #define SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
 #define SHFL_IDX(v, i) __shfl_sync(0xffffffffu, (v), (i))
 #define THREADFENCE() __threadfence()
