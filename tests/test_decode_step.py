@@ -269,10 +269,13 @@ def test_a_copied_cache_appends_into_its_own_buffers(monkeypatch, gpu):
     assert d._fast is not None and d._fast.k is d._k
 
 
-def test_an_older_steps_keys_attend_over_that_steps_state(monkeypatch, gpu):
+@pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
+def test_an_older_steps_keys_attend_over_that_steps_state(monkeypatch, gpu, fuse_append):
     """Keys/values kept from an earlier step and attended after a later append read what that step stored (its
-    encoded count and token), as the general path's record does."""
+    encoded count and token), as the general path's record does. With the append inside the partial launch the
+    older step's append was launched alone by the later update (its StepKV holds the resolved _Pending)."""
     monkeypatch.setattr(katt, "_mma_available", lambda: False)
+    monkeypatch.setattr(katt, "FUSE_APPEND", fuse_append)
 
     def run(general):
         with monkeypatch.context() as m:

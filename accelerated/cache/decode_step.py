@@ -160,7 +160,8 @@ class DecodeStep:
         append = tok is self.pending and tok is not None
         # the append launched alone: its token, when over 8 bytes (more than two threadgroups), is summarized by the
         # combine too, so that the record the host reads stays out of device memory (COMBINE_SUMMARY)
-        summ = not append and tok is not None and tok.size > 8
+        # (an older step's StepKV holds its resolved _Pending: its token is a summary or 4 bytes already)
+        summ = not append and type(tok) is mx.array and tok.size > 8
         key = (queries.shape, queries.dtype, scale, kattention.split_counts(q_enc), append, summ)
         a = self.attn.get(key)
         if a is None:
