@@ -413,9 +413,10 @@ def test_metal_launches_the_append_alone(monkeypatch, gpu):
         _same(la, _launches(b[0]), f"step {i}")
 
 
-def _run_heads(monkeypatch, gpu, general: bool, h: int, steps=6, nan_at=None):
-    """_run for a cache of h KV heads (and h query heads): (per step (launches, the latest record's flags shape),
-    the error, the cache)."""
+def _run_heads(monkeypatch, gpu, general: bool, h: int, steps=6, nan_at=None, hq=None):
+    """_run for a cache of h KV heads (and hq query heads, h by default): (per step (launches, the latest record's
+    flags shape), the error, the cache)."""
+    hq = hq or h
     monkeypatch.setattr(katt, "_mma_available", lambda: True)
     with monkeypatch.context() as m:
         if general:
@@ -428,7 +429,7 @@ def _run_heads(monkeypatch, gpu, general: bool, h: int, steps=6, nan_at=None):
             n0 = len(gpu)
             try:
                 k, v = c.update_and_fetch(_x(2 * i, h=h, nan=(nan_at == i)), _x(2 * i + 1, h=h))
-                base.scaled_dot_product_attention(_x(1000 + i, h=h), k, v, cache=c, scale=D ** -0.5, mask=None)
+                base.scaled_dot_product_attention(_x(1000 + i, h=hq), k, v, cache=c, scale=D ** -0.5, mask=None)
             except ValueError as e:
                 err = (i, str(e), c.offset)
                 break
@@ -436,12 +437,16 @@ def _run_heads(monkeypatch, gpu, general: bool, h: int, steps=6, nan_at=None):
         return per_step, err, c
 
 
-def test_a_token_over_8_bytes_is_read_through_the_combines_summary(monkeypatch, gpu):
-    """The append launched alone (FUSE_APPEND off here) for 24 KV heads: 24 rows in three threadgroups, a token of
-    (2, 3, 2) = 12 bytes, which MLX's CUDA allocator keeps in device memory (a host read of it stalls the GPU later:
-    attention_source.COMBINE_SUMMARY). The combine launch takes the token and writes its summary; the step's record
-    holds the summary, not the token; a NaN chunk is rejected and rolled back as on the general path."""
-    fast, _, _ = _run_heads(monkeypatch, gpu, general=False, h=24)
+@pytest.mark.parametrize("fuse_append, hq", [(False, 24), (True, 192)], ids=["append-launch", "append-refused"])
+def test_a_token_over_8_bytes_is_read_through_the_combines_summary(monkeypatch, gpu, fuse_append, hq):
+    """The append launched alone for 24 KV heads: 24 rows in three threadgroups, a token of (2, 3, 2) = 12 bytes,
+    which MLX's CUDA allocator keeps in device memory (a host read of it stalls the GPU later:
+    attention_source.COMBINE_SUMMARY). Launched alone with FUSE_APPEND off, or with it on where the partial refuses
+    the append inside (8 query heads per KV head: two query groups on the tensor-core loop), then flushed. The combine
+    launch takes the token and writes its summary; the step's record holds the summary, not the token; a NaN chunk is
+    rejected and rolled back as on the general path."""
+    monkeypatch.setattr(katt, "FUSE_APPEND", fuse_append)
+    fast, _, _ = _run_heads(monkeypatch, gpu, general=False, h=24, hq=hq)
     summarized = 0
     for i, (launches, shape) in enumerate(fast):
         la = _launches(launches)
@@ -453,8 +458,8 @@ def test_a_token_over_8_bytes_is_read_through_the_combines_summary(monkeypatch, 
             assert comb[0]["inputs"][-1].shape == (2, 3, 2), comb[0]["inputs"][-1].shape
             assert comb[0]["shapes"][1] == (2, 1, 2) and shape == (2, 1, 2), (comb[0]["shapes"], shape)
     assert summarized >= 4, f"{summarized} of 6 steps read the combine's summary"
-    _, err_fast, cf = _run_heads(monkeypatch, gpu, general=False, h=24, nan_at=3)
-    _, err_ref, cr = _run_heads(monkeypatch, gpu, general=True, h=24, nan_at=3)
+    _, err_fast, cf = _run_heads(monkeypatch, gpu, general=False, h=24, nan_at=3, hq=hq)
+    _, err_ref, cr = _run_heads(monkeypatch, gpu, general=True, h=24, nan_at=3, hq=hq)
     assert err_fast is not None and err_fast == err_ref, (err_fast, err_ref)
     assert cf.offset == cr.offset and cf._k._q == cr._k._q, (cf.offset, cr.offset)
 

@@ -158,10 +158,11 @@ class DecodeStep:
                 or values.token_or_pending is not tok:
             return None
         append = tok is self.pending and tok is not None
-        # the append launched alone: its token, when over 8 bytes (more than two threadgroups), is summarized by the
-        # combine too, so that the record the host reads stays out of device memory (COMBINE_SUMMARY)
-        # (an older step's StepKV holds its resolved _Pending: its token is a summary or 4 bytes already)
-        summ = not append and type(tok) is mx.array and tok.size > 8
+        # the append launched alone (also a pending one flushed below because the kernels refused it inside): its
+        # token, when over 8 bytes (more than two threadgroups), is summarized by the combine too, so that the record
+        # the host reads stays out of device memory (COMBINE_SUMMARY); a fused step's token is a summary already
+        t = tok if type(tok) is mx.array else None if append or tok is None else tok.token
+        summ = t is not None and t.size > 8
         key = (queries.shape, queries.dtype, scale, kattention.split_counts(q_enc), append, summ)
         a = self.attn.get(key)
         if a is None:
@@ -196,9 +197,9 @@ class DecodeStep:
         ckern, ccall, consts = comb
         if not summ:
             return ckern(inputs=[outs[0], outs[1], consts, queries], **ccall)[0]
-        out, summary = ckern(inputs=[outs[0], outs[1], consts, queries, tok], **ccall)
+        out, summary = ckern(inputs=[outs[0], outs[1], consts, queries, t], **ccall)
         for r in reversed(self.cache._chunks):       # the record of the step that made `keys` (the latest, mostly)
-            if r.flags is tok:
+            if r.flags is t:
                 if not r.checked:
                     r.flags = summary
                 break
