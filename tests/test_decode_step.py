@@ -465,11 +465,13 @@ def test_a_token_over_8_bytes_is_read_through_the_combines_summary(monkeypatch, 
 
 
 @pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
-def test_gpu_token_over_8_bytes_read_through_the_summary(monkeypatch):
-    """On the GPU (the launches as compiled): 24 KV heads, the append launched alone (FUSE_APPEND off), its token
-    (2, 3, 2) summarized by the combine. Outputs and stored bytes identical to the general path's, the records hold
-    the 4-byte summary, and a NaN key in head 17 is rejected and rolled back as on the general path."""
-    monkeypatch.setattr(katt, "FUSE_APPEND", False)
+@pytest.mark.parametrize("fuse_append, hq", [(False, 24), (True, 192)], ids=["append-launch", "append-refused"])
+def test_gpu_token_over_8_bytes_read_through_the_summary(monkeypatch, fuse_append, hq):
+    """On the GPU (the launches as compiled): 24 KV heads, the append launched alone (FUSE_APPEND off, or refused
+    inside the partial with 8 query heads per KV head), its token (2, 3, 2) summarized by the combine. Outputs and
+    stored bytes identical to the general path's, the records hold the 4-byte summary, and a NaN key in head 17 is
+    rejected and rolled back as on the general path."""
+    monkeypatch.setattr(katt, "FUSE_APPEND", fuse_append)
     h = 24
 
     def run(general, nan_at=None):
@@ -487,7 +489,7 @@ def test_gpu_token_over_8_bytes_read_through_the_summary(monkeypatch):
                     k = mx.array(a)
                 try:
                     kk, vv = c.update_and_fetch(k, _x(2 * i + 1, h=h))
-                    o = base.scaled_dot_product_attention(_x(1000 + i, h=h), kk, vv, cache=c, scale=D ** -0.5,
+                    o = base.scaled_dot_product_attention(_x(1000 + i, h=hq), kk, vv, cache=c, scale=D ** -0.5,
                                                           mask=None)
                     outs.append(np.array(o))
                     shapes.append(tuple(c._chunks[-1].flags.shape))
