@@ -178,31 +178,29 @@ class DecodeStep:
         ins[iq] = queries
         ins[inn] = km.count(q_enc)
         if append:
-            p = tok
-            ins[ifl] = p.ins[1]           # ordered after the previous store, as the append launch is
-            ins[ikx] = p.ins[2]
-            ins[ivx] = p.ins[self.slot_v]
-            outs = kern(inputs=ins, **call)
-            ckern, ccall, consts = comb
-            # the record holds the combine's 4-byte summary of the launch's token: never a host read of the token
-            # itself (attention_source.COMBINE_SUMMARY says why)
-            out, summary = ckern(inputs=[outs[0], outs[1], consts, queries, outs[2]], **ccall)
-            self.pending, p.token = None, summary
-            self._stored(summary, p.before, p.index)
-            return out
-        ins[ifl] = keys.flags
+            ins[ifl] = tok.ins[1]         # ordered after the previous store, as the append launch is
+            ins[ikx] = tok.ins[2]
+            ins[ivx] = tok.ins[self.slot_v]
+        else:
+            ins[ifl] = keys.flags
         outs = kern(inputs=ins, **call)
-        if comb is None:
+        if comb is None:                  # the combine inside the partial launch (never with the append inside)
             return outs[2]
         ckern, ccall, consts = comb
-        if not summ:
+        if not (append or summ):
             return ckern(inputs=[outs[0], outs[1], consts, queries], **ccall)[0]
-        out, summary = ckern(inputs=[outs[0], outs[1], consts, queries, t], **ccall)
-        for r in reversed(self.cache._chunks):       # the record of the step that made `keys` (the latest, mostly)
-            if r.flags is t:
-                if not r.checked:
-                    r.flags = summary
-                break
+        # the record holds the combine's 4-byte summary of the chunk's token: never a host read of the token itself
+        # (attention_source.COMBINE_SUMMARY says why)
+        out, summary = ckern(inputs=[outs[0], outs[1], consts, queries, outs[2] if append else t], **ccall)
+        if append:
+            self.pending, tok.token = None, summary
+            self._stored(summary, tok.before, tok.index)
+        else:
+            for r in reversed(self.cache._chunks):   # the record of the step that made `keys` (the latest, mostly)
+                if r.flags is t:
+                    if not r.checked:
+                        r.flags = summary
+                    break
         return out
 
     def _attention_launch(self, queries, keys, values, scale: float, append: bool, summ: bool = False):
@@ -224,11 +222,8 @@ class DecodeStep:
                               output_dtypes=st.out_dtypes)
         comb = None
         if not st.key[3]:     # always so with the append inside (_fused() refused it above)
-            cc = kattention.combine_call(st, queries)
-            if append or summ:   # ... its second output: the token's summary, the append kernel's token of one group
-                cc["output_shapes"] = [*cc["output_shapes"], (2, 1, 2)]
-                cc["output_dtypes"] = [*cc["output_dtypes"], mx.bool_]
-            ckern, ccall = _resolve(kattention._kernel("combine", append=append or summ), st.combine_template, **cc)
+            ckern, ccall = _resolve(kattention._kernel("combine", append=append or summ), st.combine_template,
+                                    **kattention.combine_call(st, queries, summary=append or summ))
             comb = (ckern, ccall, st.consts)
         at = {n: i for i, n in enumerate(names)}
         slots = (at["q"], at["nenc"], at["flags"], at.get("kx"), at.get("vx"))

@@ -328,11 +328,13 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
     return out
 
 
-def combine_call(st: _Static, queries: mx.array) -> dict:
-    """The combine launch's keyword arguments but its inputs ([o_acc, o_ml, st.consts, queries]) and template
-    (st.combine_template)."""
-    return dict(grid=st.combine_grid, threadgroup=(st.combine_threads, 1, 1), output_shapes=[tuple(queries.shape)],
-                output_dtypes=[queries.dtype])
+def combine_call(st: _Static, queries: mx.array, summary: bool = False) -> dict:
+    """The combine launch's keyword arguments but its inputs ([o_acc, o_ml, st.consts, queries], and a chunk's token
+    with `summary`) and template (st.combine_template); `summary`: the kernel of _kernel("combine", append=True),
+    whose second output is the token's summary (attention_source.COMBINE_SUMMARY: append.py's token of one group)."""
+    return dict(grid=st.combine_grid, threadgroup=(st.combine_threads, 1, 1),
+                output_shapes=[tuple(queries.shape)] + ([(2, 1, 2)] if summary else []),
+                output_dtypes=[queries.dtype] + ([mx.bool_] if summary else []))
 
 
 def fuse_append() -> bool:
