@@ -81,7 +81,8 @@ TC_LOOP = """
   // 3-4 on tensor cores (attention_tc.py): per warp, chunks of 16 tokens; lane = 4 g + tig; at most 4 query rows
   constexpr int KS = D / 16;              // k-steps of a score tile
   constexpr int KWL = (KB1 * D) / 128;    // key words per lane and token (4 codes per k-step, D / 4 coordinates)
-  constexpr int VWL = (VB1 * D) / 256 > 0 ? (VB1 * D) / 256 : 1;   // value words per lane group (D / 8 codes)
+  constexpr bool VWHOLE = VB1 * D >= 256; // a lane group's D / 8 value codes are whole words (else part of one)
+  constexpr int VWL = VWHOLE ? (VB1 * D) / 256 : 1;                  // value words per lane group (D / 8 codes)
   constexpr int MT = D / 16;              // m-tiles of the value sums (coordinates in M)
   const int g = lane >> 2;
   const int tig = lane & 3;
@@ -146,9 +147,9 @@ TC_LOOP = """
   const DEVICE uint32_t* kbase = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] + KWL * tig;
   // a lane group's D / 8 value codes start at bit g * D / 8 * VB1 of the row: whole words at 4 bits, part of
   // one below 32 bits a group (vsh: the group's first bit in its word)
-  const int vsh = (VB1 * D >= 256) ? 0 : (g * (D / 8) * VB1) % 32;
+  const int vsh = VWHOLE ? 0 : (g * (D / 8) * VB1) % 32;
   const DEVICE uint32_t* vbase = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
-                                 + ((VB1 * D >= 256) ? VWL * g : (g * (D / 8) * VB1) / 32);
+                                 + (VWHOLE ? VWL * g : (g * (D / 8) * VB1) / 32);
   // rabitq (MK / MV = 2): a token's factor is g = (n s_d) / ip (0 where ip = 0), its codes' table the signs
   const int64_t kso1 = (MK == 2) ? (int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] : 0;
   const int64_t vso1 = (MV == 2) ? (int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] : 0;
@@ -294,10 +295,10 @@ TC_LOOP = """
     // below 32 bits a group (VWL = 1) the group's codes lie in its one word: index 0 written as a constant, since
     // an index through the run-time vsh put vwc in local memory (60 loads per chunk for rabitq, sm_90)
     for (int mt = 0; mt < MT; ++mt) {
-      const int wa = (VB1 * D >= 256) ? (VB1 * mt) / 32 : 0;
-      const int sa = (VB1 * D >= 256) ? (VB1 * mt) % 32 : vsh + VB1 * mt;
-      const int wb = (VB1 * D >= 256) ? (VB1 * (D / 16 + mt)) / 32 : 0;
-      const int sb = (VB1 * D >= 256) ? (VB1 * (D / 16 + mt)) % 32 : vsh + VB1 * (D / 16 + mt);
+      const int wa = VWHOLE ? (VB1 * mt) / 32 : 0;
+      const int sa = VWHOLE ? (VB1 * mt) % 32 : vsh + VB1 * mt;
+      const int wb = VWHOLE ? (VB1 * (D / 16 + mt)) / 32 : 0;
+      const int sb = VWHOLE ? (VB1 * (D / 16 + mt)) % 32 : vsh + VB1 * (D / 16 + mt);
       const uint32_t e0 = SHFL_IDX(tabv, vwc[0][wa] >> sa);
       const uint32_t e1 = SHFL_IDX(tabv, vwc[1][wa] >> sa);
       const uint32_t e2 = SHFL_IDX(tabv, vwc[2][wa] >> sa);
