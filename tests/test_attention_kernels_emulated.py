@@ -87,14 +87,10 @@ static inline float vq_shfl(float v, int m) {
   vq_warp_bar[w]->arrive_and_wait();
   return r;
 }
-static inline uint32_t vq_shfl(uint32_t v, int m) {     // the encode body's (APPEND) integer shuffles
-  float f, r;
-  std::memcpy(&f, &v, 4);
-  r = vq_shfl(f, m);
-  uint32_t u;
-  std::memcpy(&u, &r, 4);
-  return u;
-}
+template <class T, class F>
+static inline T vq_bits(F v) { static_assert(sizeof(T) == sizeof(F)); T t; std::memcpy(&t, &v, sizeof t); return t; }
+// the integer shuffles (the encode body's in APPEND, the tensor-core loop's table lookups): the float exchange's bits
+static inline uint32_t vq_shfl(uint32_t v, int m) { return vq_bits<uint32_t>(vq_shfl(vq_bits<float>(v), m)); }
 static inline float vq_shfl_idx(float v, int src) {
   const int w = vq_tid / 32;
   vq_xchg[vq_tid] = v;
@@ -104,12 +100,7 @@ static inline float vq_shfl_idx(float v, int src) {
   return r;
 }
 static inline uint32_t vq_shfl_idx(uint32_t v, int src) {
-  float f, r;
-  std::memcpy(&f, &v, 4);
-  r = vq_shfl_idx(f, src);
-  uint32_t u;
-  std::memcpy(&u, &r, 4);
-  return u;
+  return vq_bits<uint32_t>(vq_shfl_idx(vq_bits<float>(v), src));
 }
 // the tensor-core loop's helpers (accelerated/kernels/attention_tc.py TC_CUDA_HEADER): the same operations in
 // plain C++; mma.m16n8k16 as a warp exchange, products and sums in double (the hardware's accumulation order
