@@ -13,6 +13,11 @@ the resident cache bytes and the step's transient peak memory, and which attenti
 `e2e` suite: mlx_lm.generate.generate_step with a random model shaped like Llama-3-8B (few layers),
 prompt of the context length, tokens/s of the generated tokens, fp16 cache vs ours.
 
+`batch` suite: mlx_lm.batch_generate (the BatchGenerator behind mlx_lm.server's batching) with the same model,
+B prompts of about the context length (different lengths, so the batch pads), generation tokens/s of the whole
+batch: mlx-lm's BatchKVCache vs ours (our caches handed in as prompt_caches, merged by mlx-lm into
+BatchVeloxKVCache, which attends per sequence over each one's own record).
+
     python3 -m veloxquant.tools.cli bench-decode --device gpu --contexts 4096 32768 131072 --json out.json
     python3 -m veloxquant.tools.cli bench-decode --from-json docs/bench/*-decode*.json --markdown docs/benchmarks-decode.md
 """
@@ -45,7 +50,7 @@ OURS = {   # arm name -> make_prompt_cache-style settings (about 4 bits per coor
 
 def add_arguments(p) -> None:
     p.add_argument("--device", choices=["cpu", "gpu"], default=None)
-    p.add_argument("--suites", nargs="+", choices=["layer", "e2e"], default=["layer"])
+    p.add_argument("--suites", nargs="+", choices=["layer", "e2e", "batch"], default=["layer"])
     p.add_argument("--contexts", nargs="+", type=int, default=[4096, 32768, 131072])
     p.add_argument("--layers", type=int, default=8, help="layers per evaluation (layer suite)")
     p.add_argument("--steps", type=int, default=20, help="timed steps per arm (layer suite)")
@@ -54,6 +59,8 @@ def add_arguments(p) -> None:
     p.add_argument("--e2e-layers", type=int, default=4)
     p.add_argument("--e2e-tokens", type=int, default=48)
     p.add_argument("--e2e-rounds", type=int, default=1, help="runs per arm and context, arms in turn; medians")
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=[4, 8])
+    p.add_argument("--batch-contexts", nargs="+", type=int, default=[4096, 32768])
     p.add_argument("--json", type=pathlib.Path, default=None)
     p.add_argument("--from-json", type=pathlib.Path, nargs="+", default=None, metavar="JSON")
     p.add_argument("--markdown", type=pathlib.Path, default=None)
@@ -340,20 +347,29 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
     return rows
 
 
-def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log, rounds: int = 1) -> list[dict]:
-    import mlx.core as mx
-    from mlx_lm.generate import generate_step
-    from mlx_lm.models import llama
+LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=HQ, num_key_value_heads=HKV,
+                 head_dim=D, vocab_size=128256)
 
-    import veloxquant.accelerated.cache as vc
+
+def _model(n_layers: int, shape: dict | None = None):
+    """A random float16 llama of `n_layers` layers, shaped like Llama-3-8B unless `shape` says otherwise."""
+    import mlx.core as mx
+    from mlx_lm.models import llama
     mx.random.seed(0)
-    args = llama.ModelArgs(model_type="llama", hidden_size=4096, num_hidden_layers=n_layers,
-                           intermediate_size=14336, num_attention_heads=HQ, num_key_value_heads=HKV,
-                           head_dim=D, rms_norm_eps=1e-5, vocab_size=128256, rope_theta=500000.0,
-                           tie_word_embeddings=False)
+    args = llama.ModelArgs(model_type="llama", num_hidden_layers=n_layers, rms_norm_eps=1e-5, rope_theta=500000.0,
+                           tie_word_embeddings=False, **(shape or LLAMA3_8B))
     model = llama.Model(args)
     model.set_dtype(mx.float16)
     mx.eval(model.parameters())
+    return model, args
+
+
+def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log, rounds: int = 1) -> list[dict]:
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    import veloxquant.accelerated.cache as vc
+    model, args = _model(n_layers)
     rows = []
 
     def caches_for(name):
@@ -395,6 +411,90 @@ def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log, roun
             del caches
             mx.clear_cache()
     return _e2e_medians(rows)
+
+
+class _Tokens:
+    """The tokenizer batch_generate asks for: no stop tokens (every sequence generates its max_tokens)."""
+    eos_token_ids: list = []
+
+    def decode(self, tokens):
+        return ""
+
+
+def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[str], log, rounds: int = 1,
+                shape: dict | None = None) -> list[dict]:
+    """mlx_lm.batch_generate with B prompts of lengths t, t - 17, t - 34, ... (so the batch pads): the batch's
+    generation tokens/s (mlx-lm's BatchStats), prompt tokens/s and peak memory; fp16 BatchKVCache (mlx-lm's default)
+    against ours handed in as prompt_caches. Arms in turn per round; medians of the rounds."""
+    import mlx.core as mx
+    from mlx_lm.generate import batch_generate
+
+    import veloxquant.accelerated.attention as attention
+    import veloxquant.accelerated.cache as vc
+    model, args = _model(n_layers, shape)
+    rows = []
+    arms = [a for a in arms if not a.startswith("mlx q")]
+    real_attend = attention.attend
+    for t in contexts:
+        for b in batch_sizes:
+            prompts = [mx.random.randint(0, args.vocab_size, (max(1, t - 17 * i),), key=mx.random.key(t + i)).tolist()
+                       for i in range(b)]
+            for rnd, name in [(r, n) for r in range(rounds + 1) for n in arms]:   # round 0: warm-up (JIT), not kept
+                given = None if name == "fp16 KVCache" else [
+                    vc.make_prompt_cache(model, seed=1, **dict(OURS[_split(name)[0]])) for _ in range(b)]
+                seen = {}
+
+                def spy(*a, _seen=seen, **kw):        # which attention ran: the decode step's launch or another path
+                    _seen["attend"] = _seen.get("attend", 0) + 1
+                    st = a[1].step if len(a) > 1 else None
+                    _seen["decode step" if st is not None else "general"] = \
+                        _seen.get("decode step" if st is not None else "general", 0) + 1
+                    return real_attend(*a, **kw)
+                mx.synchronize()
+                mx.reset_peak_memory()
+                attention.attend = spy
+                vc_batch = importlib.import_module("veloxquant.accelerated.cache.batch")
+                vc_batch.attend = spy
+                try:
+                    with _knobs(name):
+                        r = batch_generate(model, _Tokens(), prompts, max_tokens=n_tokens, prompt_caches=given)
+                except Exception as e:
+                    rows.append({"context": t, "batch": b, "arm": name, "round": rnd,
+                                 "error": f"{type(e).__name__}: {e}"})
+                    log(f"  batch {t} x{b} {name}: failed: {type(e).__name__}: {e}")
+                    continue
+                finally:
+                    attention.attend = real_attend
+                    vc_batch.attend = real_attend
+                st = r.stats
+                if rnd == 0:
+                    continue
+                rows.append({"context": t, "batch": b, "arm": name, "round": rnd, "layers": n_layers,
+                             "tokens_per_sequence": n_tokens, "generation_tokens_per_s": st.generation_tps,
+                             "prompt_tokens_per_s": st.prompt_tps, "peak_memory_bytes": int(st.peak_memory * 1e9),
+                             "paths": seen})
+                log(f"  batch context {t} x{b} {name:<24} generation {st.generation_tps:8.1f} tok/s, prompt "
+                    f"{st.prompt_tps:8.1f} tok/s, peak {st.peak_memory:.2f} GB, paths {seen}")
+                del given, r
+                mx.clear_cache()
+    out = []
+    for key in dict.fromkeys((r["context"], r["batch"], r["arm"]) for r in rows):
+        mine = [r for r in rows if (r["context"], r["batch"], r["arm"]) == key]
+        ok = [r for r in mine if "generation_tokens_per_s" in r]
+        if not ok:
+            out.append(mine[0])
+            continue
+        g = [r["generation_tokens_per_s"] for r in ok]
+        out.append({**ok[0], "generation_tokens_per_s": statistics.median(g), "rounds_generation_tokens_per_s": g,
+                    "prompt_tokens_per_s": statistics.median(r["prompt_tokens_per_s"] for r in ok),
+                    "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ok)})
+        out[-1].pop("round", None)
+    for r in out:
+        base = next((x for x in out if (x["context"], x["batch"]) == (r["context"], r["batch"])
+                     and x["arm"] == "fp16 KVCache" and "generation_tokens_per_s" in x), None)
+        if base and "generation_tokens_per_s" in r:
+            r["vs_fp16"] = r["generation_tokens_per_s"] / base["generation_tokens_per_s"]
+    return out
 
 
 def _e2e_medians(rows: list[dict]) -> list[dict]:
@@ -486,6 +586,25 @@ def render(res: dict, name: str) -> list[str]:
                 lines.append(f"| {r['context']} | {r['arm']} | {r['tokens_per_s']:.1f} | "
                              f"{r.get('vs_fp16', float('nan')):.2f} | {r['prefill_s']:.2f} s | {each} |")
         lines.append("")
+    batch = res.get("batch") or []
+    if batch:
+        lines += ["Batched generation (mlx_lm.batch_generate, the server's batching; random llama with "
+                  f"{batch[0].get('layers', '?')} layers, greedy, {batch[0].get('tokens_per_sequence', '?')} tokens "
+                  "per sequence, prompts of the context length and 17, 34, ... fewer): the batch's generation "
+                  "tokens/s (medians of the rounds after a warm-up round), prompt tokens/s and peak memory; `paths`: "
+                  "attention calls through the decode step's launch or the general path.", "",
+                  "| context | batch | arm | generation tokens/s | × fp16 | prompt tokens/s | peak memory | rounds | paths |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in batch:
+            if "error" in r:
+                lines.append(f"| {r['context']} | {r['batch']} | {r['arm']} | failed: {r['error'][:80]} | | | | | |")
+                continue
+            each = " / ".join(f"{x:.0f}" for x in r.get("rounds_generation_tokens_per_s", []))
+            paths = ", ".join(f"{k} {v}" for k, v in r.get("paths", {}).items()) or "mlx-lm"
+            lines.append(f"| {r['context']} | {r['batch']} | {r['arm']} | {r['generation_tokens_per_s']:.1f} | "
+                         f"{r.get('vs_fp16', float('nan')):.2f} | {r['prompt_tokens_per_s']:.0f} | "
+                         f"{r['peak_memory_bytes'] / 1e9:.2f} GB | {each} | {paths} |")
+        lines.append("")
     return lines
 
 
@@ -553,7 +672,7 @@ def run(args) -> int:
     arms = _arm_names(args.arms)
     res = {"command": " ".join(["veloxquant", "bench-decode", *map(shlex.quote, sys.argv[2:])]),
            "date": utc_now_iso(), "device": device_info(), "versions": versions(),
-           "layer": [], "e2e": []}
+           "layer": [], "e2e": [], "batch": []}
     res["device"]["type"] = "gpu" if mx.default_device().type == mx.DeviceType.gpu else "cpu"
     res["copy_bytes_per_s"] = copy_bandwidth(log)
     t0 = time.perf_counter()
@@ -561,6 +680,9 @@ def run(args) -> int:
         res["layer"] = layer_suite(args.contexts, args.layers, args.steps, arms, log)
     if "e2e" in args.suites:
         res["e2e"] = e2e_suite(args.e2e_contexts, args.e2e_layers, args.e2e_tokens, arms, log, args.e2e_rounds)
+    if "batch" in args.suites:
+        res["batch"] = batch_suite(args.batch_contexts, args.batch_sizes, args.e2e_layers, args.e2e_tokens, arms, log,
+                                   args.e2e_rounds)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
