@@ -34,6 +34,7 @@ DTYPES = ("float16", "bfloat16", "float32")
 # bits run first within a method's group: the widths caches use most (4 bits) before the rest
 HEADLINE_BITS = (4, 2, 3, 8, 1, 5, 6, 7)
 SCHEMA = "veloxquant-thorough-differential/1"
+ROOT = pathlib.Path(__file__).resolve().parents[1]     # the folder holding conformance/ (source tree or installed)
 
 _CELL = re.compile(r"test_encode_decode\[([A-Za-z0-9_.-]+)\]")
 _RESULT = re.compile(r"test_encode_decode\[([A-Za-z0-9_.-]+)\] (PASSED|FAILED|ERROR|SKIPPED)")
@@ -47,7 +48,7 @@ _COLLECTED = re.compile(r"test_encode_decode\[([A-Za-z0-9_.-]+)\]\s*$")
 def all_cells(methods=None) -> list[str]:
     """Every cell id ("<method>-b<bits>-<dtype>") the suite parametrizes, as pytest collects them."""
     r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", TEST.split("::")[0],
-                        "-k", "test_encode_decode"], capture_output=True, text=True)
+                        "-k", "test_encode_decode"], capture_output=True, text=True, cwd=ROOT)
     cells = [m.group(1) for ln in r.stdout.splitlines() if (m := _COLLECTED.search(ln))]
     if not cells:
         raise RuntimeError(f"thorough_check: pytest collected no cells:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
@@ -131,7 +132,7 @@ def summarize(groups, logs: pathlib.Path, started: dict, seen_at: dict, meta: di
 def _git() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=pathlib.Path(__file__).resolve().parents[1]).stdout.strip() or "unknown"
+                              cwd=ROOT).stdout.strip() or "unknown"
     except OSError:
         return "unknown"
 
@@ -172,7 +173,7 @@ def run(args) -> dict:
             if args.device:
                 cmd += ["--device", args.device]
             f = open(logs / f"{name}.log", "w")
-            procs[name] = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+            procs[name] = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
             started[name] = time.time()
 
     last = None
