@@ -105,10 +105,10 @@ def parse_log(text: str) -> dict[str, dict]:
     return cells
 
 
-def summarize(groups, logs: pathlib.Path, started: dict, seen_at: dict, meta: dict) -> dict:
+def summarize(groups, logs: pathlib.Path, started: dict, seen_at: dict, meta: dict, alive=frozenset()) -> dict:
     """The summary of a run from its logs: every planned cell's status. A group's cells run in order, so in a
-    started group the first cell without a result is running (or, once the run is over, cut: stopped at the
-    deadline or by its process ending early) and the ones after it have not started."""
+    started group the first cell without a result is running (its process is in `alive`) or cut (stopped at the
+    deadline, or its process ended early), and the ones after it have not started."""
     cells = {}
     for name, cs in groups:
         path = logs / f"{name}.log"
@@ -117,7 +117,7 @@ def summarize(groups, logs: pathlib.Path, started: dict, seen_at: dict, meta: di
         for c in cs:
             e = dict(got.get(c, {}))
             if e.get("status") not in _FINAL:
-                e["status"] = ("running" if meta.get("running") else "cut") if first else "not-started"
+                e["status"] = ("running" if name in alive else "cut") if first else "not-started"
                 first = False
             if c in seen_at and "seconds" not in e:
                 e["finished_after_s"] = round(seen_at[c] - started[name], 1)
@@ -163,7 +163,7 @@ def run(args) -> dict:
     if args.max_examples:
         env["VELOXQUANT_MAX_EXAMPLES"] = str(args.max_examples)
     t0 = time.time()
-    procs, started, seen_at, pending = {}, {}, {}, list(groups)
+    procs, started, seen_at, pending, files = {}, {}, {}, list(groups), []
 
     def launch():
         while pending and len([p for p in procs.values() if p.poll() is None]) < args.jobs:
@@ -173,6 +173,7 @@ def run(args) -> dict:
             if args.device:
                 cmd += ["--device", args.device]
             f = open(logs / f"{name}.log", "w")
+            files.append(f)
             procs[name] = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
             started[name] = time.time()
 
@@ -184,8 +185,7 @@ def run(args) -> dict:
             for c, e in parse_log((logs / f"{name}.log").read_text(errors="replace")).items():
                 if e["status"] in _FINAL and c not in seen_at:
                     seen_at[c] = time.time()
-        s = summarize(groups, logs, started, seen_at, {**meta, "running": bool(running or pending),
-                                                      "wall_s": round(time.time() - t0, 1)})
+        s = summarize(groups, logs, started, seen_at, {**meta, "wall_s": round(time.time() - t0, 1)}, set(running))
         line = ", ".join(f"{k} {v}" for k, v in sorted(s["counts"].items()))
         if line != last:
             print(f"[{time.time() - t0:6.0f} s] {line}", flush=True)
@@ -205,8 +205,9 @@ def run(args) -> dict:
             pending.clear()
             break
         time.sleep(args.poll)
-    s = summarize(groups, logs, started, seen_at, {**meta, "running": False, "wall_s": round(time.time() - t0, 1)})
-    s.pop("running", None)
+    for f in files:
+        f.close()
+    s = summarize(groups, logs, started, seen_at, {**meta, "wall_s": round(time.time() - t0, 1)})
     (out / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
     print(f"thorough_check: {s['counts']} in {s['wall_s']} s -> {out / 'summary.json'}", flush=True)
     return s
