@@ -429,12 +429,12 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
     import mlx.core as mx
     from mlx_lm.generate import batch_generate
 
-    import veloxquant.accelerated.attention as attention
     import veloxquant.accelerated.cache as vc
+    from veloxquant.accelerated.cache import batch as vc_batch
     model, args = _model(n_layers, shape)
     rows = []
     arms = [a for a in arms if not a.startswith("mlx q")]
-    real_attend = attention.attend
+    real_attend = vc_batch.attend            # BatchVeloxKVCache's per-sequence attention (attend_batch calls it)
     for t in contexts:
         for b in batch_sizes:
             prompts = [mx.random.randint(0, args.vocab_size, (max(1, t - 17 * i),), key=mx.random.key(t + i)).tolist()
@@ -452,8 +452,6 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
                     return real_attend(*a, **kw)
                 mx.synchronize()
                 mx.reset_peak_memory()
-                attention.attend = spy
-                vc_batch = importlib.import_module("veloxquant.accelerated.cache.batch")
                 vc_batch.attend = spy
                 try:
                     with _knobs(name):
@@ -464,7 +462,6 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
                     log(f"  batch {t} x{b} {name}: failed: {type(e).__name__}: {e}")
                     continue
                 finally:
-                    attention.attend = real_attend
                     vc_batch.attend = real_attend
                 st = r.stats
                 if rnd == 0:
