@@ -25,17 +25,24 @@ def test_layer_suite_rows_and_table():
     # what the pipelined peak column is for (docs/decode-step-analysis.md, eighth pass): mlx-lm's KVCache copies its
     # buffers when the step in flight still holds them, so its pipelined transient peak exceeds its whole cache;
     # ours stores in place
+    # the steady state of a pipelined sample (the spacing of its steps' completions after the first): present with
+    # PIPE >= 3 steps
+    for r in rows:
+        assert r["pipe"] == bd.PIPE >= 3 and 0 < r["pipelined_steady_layer_s"], r
+        assert r["pipelined_steady_vs_fp16"] > 0, r
     fp16, ours = rows
     assert fp16["pipelined_transient_peak_bytes"] >= fp16["bytes_per_layer"] > 10 * fp16["transient_peak_bytes"], fp16
     assert ours["pipelined_transient_peak_bytes"] < 2 * ours["transient_peak_bytes"] + ours["bytes_per_layer"], ours
     old = dict(rows[1])
-    for f in ("pipelined_layer_s", "pipelined_vs_fp16", "build_layer_s", "pipelined_transient_peak_bytes"):
+    for f in ("pipelined_layer_s", "pipelined_vs_fp16", "build_layer_s", "pipelined_transient_peak_bytes", "pipe",
+              "pipelined_steady_layer_s", "pipelined_steady_vs_fp16"):
         del old[f]
     res = {"device": {"name": "cpu", "type": "cpu"}, "versions": {}, "date": "2026-12-01T00:00:00",
            "command": "test", "copy_bytes_per_s": 1e9, "layer": rows + [old]}
     table = [ln for ln in bd.render(res, "x.json") if ln.startswith("| 64 ")]
     assert len(table) == 3 and all(ln.count("|") == 15 for ln in table), table
     assert "— | —" in table[2] and table[2].count("—") == 5, table[2]
+    assert all("(steady " in ln for ln in table[:2]) and "(steady " not in table[2], table
     gpu = dict(rows[1], gpu_layer_s=2e-5, gpu_vs_fp16=0.5)
     (line,) = [ln for ln in bd.render(dict(res, layer=[gpu]), "x.json") if ln.startswith("| 64 ")]
     assert "| 20.0 µs | 0.50 |" in line, line

@@ -54,6 +54,8 @@ def add_arguments(p) -> None:
     p.add_argument("--contexts", nargs="+", type=int, default=[4096, 32768, 131072])
     p.add_argument("--layers", type=int, default=8, help="layers per evaluation (layer suite)")
     p.add_argument("--steps", type=int, default=20, help="timed steps per arm (layer suite)")
+    p.add_argument("--pipe", type=int, default=PIPE, help="steps per pipelined sample (layer suite; >= 3 for the "
+                   "steady state)")
     p.add_argument("--arms", nargs="+", default=None, help="subset of arm names (default: all)")
     p.add_argument("--e2e-contexts", nargs="+", type=int, default=[8192, 32768, 131072])
     p.add_argument("--e2e-layers", type=int, default=4)
@@ -170,18 +172,24 @@ def _step(caches, q, k, v):
     return x
 
 
-def _pipelined(caches, q, k, v, more) -> None:
+def _pipelined(caches, q, k, v, more) -> list[float]:
     """1 + len(more) steps as generate_step runs them: step n + 1 built while step n is evaluated, its query
-    step n's output (the next token depends on the last), its key and value from `more`."""
+    step n's output (the next token depends on the last), its key and value from `more`. Returns the host's clock
+    when each step was seen done: after the first, their spacing is the steady state of a long generation (no
+    first build alone, no last evaluation alone)."""
     import mlx.core as mx
+    done = []
     y = _step(caches, q, k, v)
     mx.async_eval(y)
     for kv in more:
         y2 = _step(caches, y, *kv)
         mx.async_eval(y2)
         mx.eval(y)
+        done.append(time.perf_counter())
         y = y2
     mx.eval(y)
+    done.append(time.perf_counter())
+    return done
 
 
 def _nbytes(caches) -> int:
@@ -207,7 +215,7 @@ def copy_bandwidth(log) -> float:
     return bw
 
 
-def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list[dict]:
+def layer_suite(contexts, layers: int, steps: int, arms: list[str], log, pipe: int = PIPE) -> list[dict]:
     import mlx.core as mx
 
     import veloxquant.accelerated.attention as attention
@@ -233,6 +241,7 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
         mx.eval(pool)
         times = {n: [] for n in state}
         piped = {n: [] for n in state}
+        steady = {n: [] for n in state}
         gpu = {n: [] for n in state}
         gpu_ok, gpu_why = gpu_clock.available()
         gpu_base = gpu_clock.overhead_s(list(pool[0])) if gpu_ok else 0.0
@@ -271,10 +280,11 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                         # as generate_step runs it: step n + 1 built while step n is evaluated (its query is
                         # step n's output, as the next token depends on the last), PIPE steps per sample
                         mx.synchronize()
-                        more = [pool[(it + j) % POOL][1:] for j in range(1, PIPE)]
+                        more = [pool[(it + j) % POOL][1:] for j in range(1, pipe)]
                         t0 = time.perf_counter()
-                        _pipelined(state[name], q, k, v, more)
-                        dtp = (time.perf_counter() - t0) / PIPE
+                        done = _pipelined(state[name], q, k, v, more)
+                        dtp = (done[-1] - t0) / pipe
+                        dts = statistics.median(b - a for a, b in zip(done, done[1:])) if pipe >= 3 else None
                         # the GPU's own time for the step: its launches all queued behind a hold (gpu_clock)
                         dtg = None
                         if gpu_ok:
@@ -294,6 +304,8 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                     times[name].append(dt)
                     built[name].append(tb)
                     piped[name].append(dtp)
+                    if dts is not None:
+                        steady[name].append(dts)
                     if dtg is not None:
                         gpu[name].append(dtg)
         for name in state:
@@ -315,13 +327,15 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
             before = mx.get_active_memory()
             mx.reset_peak_memory()
             with _knobs(name):
-                _pipelined(caches, q, k, v, [pool[j % POOL][1:] for j in range(1, PIPE)])
+                _pipelined(caches, q, k, v, [pool[j % POOL][1:] for j in range(1, pipe)])
             transient_piped = mx.get_peak_memory() - before
             ts = sorted(times[name])
             med = statistics.median(ts)
             rows.append({"context": t, "arm": name, "layers": layers, "steps": len(ts),
                          "step_s": med, "layer_s": med / layers,
-                         "pipelined_layer_s": statistics.median(piped[name]) / layers,
+                         "pipelined_layer_s": statistics.median(piped[name]) / layers, "pipe": pipe,
+                         **({"pipelined_steady_layer_s": statistics.median(steady[name]) / layers}
+                            if steady[name] else {}),
                          "build_layer_s": statistics.median(built[name]) / layers,
                          "kv_gated": True,
                          **({"gpu_layer_s": statistics.median(gpu[name]) / layers, "gpu_overhead_s": gpu_base}
@@ -338,8 +352,12 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log) -> list
                 r["pipelined_vs_fp16"] = r["pipelined_layer_s"] / base["pipelined_layer_s"]
                 if "gpu_layer_s" in r and "gpu_layer_s" in base:
                     r["gpu_vs_fp16"] = r["gpu_layer_s"] / base["gpu_layer_s"]
+                if "pipelined_steady_layer_s" in r and "pipelined_steady_layer_s" in base:
+                    r["pipelined_steady_vs_fp16"] = r["pipelined_steady_layer_s"] / base["pipelined_steady_layer_s"]
                 log(f"  {r['arm']:<26} {r['layer_s'] * 1e6:8.1f} us/layer  x{r['vs_fp16']:.2f} of fp16  "
                     f"pipelined {r['pipelined_layer_s'] * 1e6:8.1f} us/layer x{r['pipelined_vs_fp16']:.2f}  "
+                    f"steady {r.get('pipelined_steady_layer_s', float('nan')) * 1e6:8.1f} "
+                    f"x{r.get('pipelined_steady_vs_fp16', float('nan')):.2f}  "
                     f"gpu {r.get('gpu_layer_s', float('nan')) * 1e6:7.1f} x{r.get('gpu_vs_fp16', float('nan')):.2f}  "
                     f"{r['bytes_per_layer'] / 1e6:7.1f} MB/layer  paths {r['paths']}")
         del state
@@ -539,8 +557,11 @@ def render(res: dict, name: str) -> list[str]:
                   "resident cache of the layer plus the step's transient peak (all layers), and in parentheses the "
                   "transient peak of steps pipelined (a cache that copies its buffers then shows it). `pipelined` is "
                   "the same "
-                  f"step as generate_step runs it ({PIPE} steps in a row, each built while the previous one is "
-                  "evaluated and fed its output as the query), per layer; `GPU` is the GPU's own time for the step "
+                  f"step as generate_step runs it ({layer[0].get('pipe', PIPE)} steps in a row, each built while "
+                  "the previous one is evaluated and fed its output as the query), per layer, and in parentheses "
+                  "its steady state (the median spacing of the steps' completions after the first: what a long "
+                  "generation pays, without the first build and the last evaluation alone; runs before 2026-12-01 "
+                  "evening have none); `GPU` is the GPU's own time for the step "
                   "(tools/gpu_clock.py: its launches queued behind a spin, timed by the GPU's clock; CUDA only), so "
                   "`pipelined` above `GPU` means the host limits it; `host build` is the Python "
                   "building the step's graph, part of `time / layer`; old runs have no such columns.", "",
@@ -556,7 +577,9 @@ def render(res: dict, name: str) -> list[str]:
             piped_mem = (f" (+{r['pipelined_transient_peak_bytes'] / 1e6:.0f} MB pipelined)"
                          if "pipelined_transient_peak_bytes" in r else "")
             paths = ", ".join(f"{k} {n}" for k, n in sorted(r["paths"].items())) or "mlx-lm"
-            pipe = (f"{_us(r['pipelined_layer_s'])} | {r.get('pipelined_vs_fp16', float('nan')):.2f}"
+            steady = (f" (steady {_us(r['pipelined_steady_layer_s'])}, "
+                      f"{r.get('pipelined_steady_vs_fp16', float('nan')):.2f}×)" if "pipelined_steady_layer_s" in r else "")
+            pipe = (f"{_us(r['pipelined_layer_s'])}{steady} | {r.get('pipelined_vs_fp16', float('nan')):.2f}"
                     if "pipelined_layer_s" in r else "— | —")
             gpu = (f"{_us(r['gpu_layer_s'])} | {r.get('gpu_vs_fp16', float('nan')):.2f}"
                    if "gpu_layer_s" in r else "— | —")
@@ -674,7 +697,7 @@ def run(args) -> int:
     res["copy_bytes_per_s"] = copy_bandwidth(log)
     t0 = time.perf_counter()
     if "layer" in args.suites:
-        res["layer"] = layer_suite(args.contexts, args.layers, args.steps, arms, log)
+        res["layer"] = layer_suite(args.contexts, args.layers, args.steps, arms, log, args.pipe)
     if "e2e" in args.suites:
         res["e2e"] = e2e_suite(args.e2e_contexts, args.e2e_layers, args.e2e_tokens, arms, log, args.e2e_rounds)
     if "batch" in args.suites:
