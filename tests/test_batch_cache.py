@@ -296,3 +296,35 @@ def test_batch_cache_saves_and_loads(tmp_path):
     assert loaded.offset.tolist() == batch.offset.tolist() == [21, 4]
     assert loaded.left_padding.tolist() == batch.left_padding.tolist() and loaded.size() == batch.size()
     assert [record_bytes(loaded.extract(i)) for i in range(2)] == [record_bytes(batch.extract(i)) for i in range(2)]
+
+
+def test_whole_chunks_are_cut_by_one_split_per_role_with_the_same_bytes(monkeypatch):
+    """A decode step of a batch (every sequence takes the whole chunk) cuts keys, values and queries with one
+    mx.split each (batch.SPLIT_ROWS); the stored bytes and the attention outputs equal the per-sequence slices'."""
+    import veloxquant.accelerated.cache.batch as vb
+    from mlx_lm.models import base
+
+    def run(split: bool):
+        monkeypatch.setattr(vb, "SPLIT_ROWS", split)
+        calls = []
+        real = vb.mx.split
+        monkeypatch.setattr(vb.mx, "split", lambda *a, **kw: calls.append(a[1]) or real(*a, **kw))
+        b = BatchVeloxKVCache.merge(filled("turboquant", [7, 3, 5], seed=3, window=0))
+        outs = []
+        for step in range(3):
+            k, v = kv(1, 50 + step, b=3)
+            q = mx.random.normal((3, 2 * H, 1, D), key=mx.random.key(90 + step)).astype(mx.float16)
+            mask = b.make_mask(1)               # as a model makes it: before the layer's update
+            kk, vv = b.update_and_fetch(k, v)
+            outs.append(base.scaled_dot_product_attention(q, kk, vv, cache=b, scale=D ** -0.5, mask=mask))
+        mx.eval(outs)
+        monkeypatch.undo()
+        return calls, [np.array(o) for o in outs], [record_bytes(b.extract(i)) for i in range(3)]
+
+    calls, outs, stored = run(True)
+    assert calls == [3] * 9, calls          # keys, values and queries, three steps
+    calls0, outs0, stored0 = run(False)
+    assert calls0 == [], calls0
+    assert stored == stored0
+    for a, b_ in zip(outs, outs0):
+        assert np.array_equal(a, b_)

@@ -40,6 +40,22 @@ from mlx_lm.models.cache import _BaseCache
 
 from veloxquant.accelerated.attention import PackedKV, attend
 
+# Where every sequence takes the whole chunk (a decode step; a prefill chunk without padding), the batch's keys,
+# values and queries are cut into per-sequence rows by one mx.split each (one Split operation with B outputs, for
+# B <= 10: mlx/ops.cpp) instead of B slices each: at B = 8, 3 operations per layer instead of 24, each of which
+# costs the host a few microseconds to build and encode on a GPU (docs/decode-step-analysis.md, eleventh pass).
+SPLIT_ROWS = True
+_SPLIT_MAX = 10           # mx.split makes one operation below 10 sections, slices above
+
+
+def _rows_of(x: mx.array, rows) -> list:
+    """Each sequence's rows of x (B, H, n, d) for a chunk's (start, count) per sequence; None for a count of 0."""
+    b, n = x.shape[0], x.shape[2]
+    if SPLIT_ROWS and 1 < b <= _SPLIT_MAX and all(ar == (0, n) for ar in rows):
+        return mx.split(x, b, axis=0)
+    return [x[i:i + 1, :, a:a + r] if r else None for i, (a, r) in enumerate(rows)]
+
+
 # masks made by BatchVeloxKVCache.make_mask: id -> (mask, N, positions, left padding); a handful suffice
 # (one forward uses one mask for every layer)
 _OWN_MASKS: collections.OrderedDict = collections.OrderedDict()
@@ -208,11 +224,8 @@ class BatchVeloxKVCache(_BaseCache):
             raise ValueError(f"keys: expected (B = {len(self.caches)}, H, t, d), got {keys.shape}")
         n = keys.shape[2]
         rows = self._chunk_rows(n)
-        fetched = []
-        for c, (a, r) in zip(self.caches, rows):
-            i = len(fetched)
-            fetched.append(c.update_and_fetch(keys[i:i + 1, :, a:a + r], values[i:i + 1, :, a:a + r])
-                           if r else None)
+        ks, vs = _rows_of(keys, rows), _rows_of(values, rows)
+        fetched = [c.update_and_fetch(k, v) if k is not None else None for c, k, v in zip(self.caches, ks, vs)]
         self._idx += n
         self._offset = None
         if self.attention == "packed":
@@ -305,6 +318,7 @@ def attend_batch(queries: mx.array, keys: BatchPackedKV, values: BatchPackedKV, 
     b, hq, n, d = queries.shape
     own = mask is not None and _own_mask(mask, queries, keys)
     out = []
+    qs = _rows_of(queries, keys.rows)
     for i, (k, v, (a, r)) in enumerate(zip(keys.seqs, values.seqs, keys.rows)):
         if k is None:
             out.append(mx.zeros((1, hq, n, d), dtype=queries.dtype))
@@ -315,7 +329,7 @@ def attend_batch(queries: mx.array, keys: BatchPackedKV, values: BatchPackedKV, 
             m = "causal" if r > 1 else None     # what the sequence's own cache's make_mask gives
         else:
             m = _sequence_mask(mask, i, a, r, keys.lp[i], k.shape[2], n, keys.idx)
-        o = attend(queries[i:i + 1, :, a:a + r], k, v, scale, m)
+        o = attend(qs[i], k, v, scale, m)
         if r < n:
             o = mx.pad(o, [(0, 0), (0, 0), (a, n - a - r), (0, 0)])
         out.append(o)
