@@ -535,6 +535,34 @@ def test_tensor_core_loop_for_other_codes_on_the_gpu(case, monkeypatch):
                    ((km, kkw), (vm, vkw)))
 
 
+ROTATE_CASES = [(("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), c) for c in TC_CASES[:4]] + TC_CODE_CASES[:2]
+
+
+@pytest.mark.parametrize("case", ROTATE_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}-{c[1][0]}-T{c[2][0][4]}"
+                                                    f"-d{c[2][0][5]}" for c in ROTATE_CASES])
+def test_tensor_core_loop_with_rotating_registers_gives_the_same_bits(case, tensor_cores, monkeypatch):
+    """kernels.attention.TC_ROTATE (attention_tc._rotating): the chunks' register sets rotate by name over a loop
+    unrolled three times instead of being shifted down; the same operations in the same order per chunk, so the
+    output is the shifting loop's bit for bit (emulated), for chunk counts per warp that are and are not multiples
+    of three: one split per head (a GPU of one multiprocessor), so each warp takes 2 to 9 chunks."""
+    (km, kkw), (vm, vkw), c = case
+    monkeypatch.setattr(katt, "_sm_count", lambda: 1)
+    runs = []
+    for rot in (False, True):
+        monkeypatch.setattr(katt, "TC_ROTATE", rot)
+        katt._static.cache_clear()
+        out = {}
+
+        def keep(q, k, v, scale, mask, _out=out):
+            _out["plan"] = katt.launch_plan(q, k, v, scale, mask)
+            _out["y"] = emulate(q, k, v, scale, mask)
+            return _out["y"]
+        _check_tc_case(c, keep, ((km, kkw), (vm, vkw)))
+        assert dict(out["plan"].partial_template)["ROT"] == int(rot), out["plan"].partial_template
+        runs.append(out["y"])
+    assert np.array_equal(runs[0], runs[1]), "TC_ROTATE changed the tensor-core loop's output"
+
+
 APPEND_CASES = [
     # key method/kw, value method/kw, (B, Hkv, rep, L = t new tokens, T, d), x dtype, tensor cores, causal
     (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (1, 2, 4, 1, 70, 128), mx.float16, True, False),
