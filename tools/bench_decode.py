@@ -494,46 +494,41 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
                     f"{st.prompt_tps:8.1f} tok/s, peak {st.peak_memory:.2f} GB, paths {seen}")
                 del given, r
                 mx.clear_cache()
-    out = []
-    for key in dict.fromkeys((r["context"], r["batch"], r["arm"]) for r in rows):
-        mine = [r for r in rows if (r["context"], r["batch"], r["arm"]) == key]
-        ok = [r for r in mine if "generation_tokens_per_s" in r]
-        if not ok:
-            out.append(mine[0])
-            continue
-        g = [r["generation_tokens_per_s"] for r in ok]
-        out.append({**ok[0], "generation_tokens_per_s": statistics.median(g), "rounds_generation_tokens_per_s": g,
-                    "prompt_tokens_per_s": statistics.median(r["prompt_tokens_per_s"] for r in ok),
-                    "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ok)})
-        out[-1].pop("round", None)
-    for r in out:
-        base = next((x for x in out if (x["context"], x["batch"]) == (r["context"], r["batch"])
-                     and x["arm"] == "fp16 KVCache" and "generation_tokens_per_s" in x), None)
-        if base and "generation_tokens_per_s" in r:
-            r["vs_fp16"] = r["generation_tokens_per_s"] / base["generation_tokens_per_s"]
-    return out
+    for r in rows:
+        r.pop("round", None)
+    return _round_medians(rows, ("context", "batch"), "generation_tokens_per_s", ("prompt_tokens_per_s",),
+                          ("peak_memory_bytes",))
 
 
 def _e2e_medians(rows: list[dict]) -> list[dict]:
     """One row per (context, arm): the median tokens/s (and prefill) of its rounds, `rounds_tokens_per_s` all of
     them; an arm whose every round failed keeps its first error. vs_fp16 from the medians."""
+    return _round_medians(rows, ("context",), "tokens_per_s", ("prefill_s",))
+
+
+def _round_medians(rows: list[dict], where: tuple, field: str, medians: tuple = (), maxima: tuple = ()) -> list[dict]:
+    """One row per (`where` fields, arm), in first-seen order: the median of `field` over its rounds (all of them in
+    `rounds_<field>`), the medians of `medians` and the largest of `maxima`; a round that failed is said
+    (`failed_rounds`), an arm whose every round failed keeps its first error; vs_fp16 of `field` against the fp16
+    arm with the same `where` fields."""
     out = []
-    for t in dict.fromkeys(r["context"] for r in rows):
-        for name in dict.fromkeys(r["arm"] for r in rows if r["context"] == t):
-            mine = [r for r in rows if r["context"] == t and r["arm"] == name]
-            ok = [r for r in mine if "tokens_per_s" in r]
-            if not ok:
-                out.append(mine[0])
-                continue
-            tps = [r["tokens_per_s"] for r in ok]
-            out.append({**ok[0], "tokens_per_s": statistics.median(tps), "rounds_tokens_per_s": tps,
-                        "prefill_s": statistics.median(r["prefill_s"] for r in ok)})
-            if len(ok) < len(mine):       # a round that failed is said, not dropped silently
-                out[-1]["failed_rounds"] = [r["error"] for r in mine if "error" in r]
-        base = next((r for r in out if r["context"] == t and r["arm"] == "fp16 KVCache" and "tokens_per_s" in r), None)
-        for r in out:
-            if r["context"] == t and base and "tokens_per_s" in r:
-                r["vs_fp16"] = r["tokens_per_s"] / base["tokens_per_s"]
+    for key in dict.fromkeys(tuple(r[f] for f in where) + (r["arm"],) for r in rows):
+        mine = [r for r in rows if tuple(r[f] for f in where) + (r["arm"],) == key]
+        ok = [r for r in mine if field in r]
+        if not ok:
+            out.append(mine[0])
+            continue
+        vals = [r[field] for r in ok]
+        out.append({**ok[0], field: statistics.median(vals), f"rounds_{field}": vals,
+                    **{m: statistics.median(r[m] for r in ok) for m in medians},
+                    **{m: max(r[m] for r in ok) for m in maxima}})
+        if len(ok) < len(mine):       # a round that failed is said, not dropped silently
+            out[-1]["failed_rounds"] = [r["error"] for r in mine if "error" in r]
+    for r in out:
+        base = next((x for x in out if all(x[f] == r[f] for f in where) and x["arm"] == "fp16 KVCache"
+                     and field in x), None)
+        if base and field in r:
+            r["vs_fp16"] = r[field] / base[field]
     return out
 
 
