@@ -105,14 +105,18 @@ def parse_log(text: str) -> dict[str, dict]:
     return cells
 
 
-def summarize(groups, logs: pathlib.Path, started: dict, seen_at: dict, meta: dict, alive=frozenset()) -> dict:
+def _parsed(logs: pathlib.Path, names) -> dict[str, dict]:
+    """parse_log of each named group's log that exists."""
+    return {n: parse_log(p.read_text(errors="replace")) for n in names if (p := logs / f"{n}.log").exists()}
+
+
+def summarize(groups, parsed: dict, started: dict, seen_at: dict, meta: dict, alive=frozenset()) -> dict:
     """The summary of a run from its logs: every planned cell's status. A group's cells run in order, so in a
     started group the first cell without a result is running (its process is in `alive`) or cut (stopped at the
     deadline, or its process ended early), and the ones after it have not started."""
     cells = {}
     for name, cs in groups:
-        path = logs / f"{name}.log"
-        got = parse_log(path.read_text(errors="replace")) if path.exists() else {}
+        got = parsed.get(name, {})
         first = name in started
         for c in cs:
             e = dict(got.get(c, {}))
@@ -123,10 +127,15 @@ def summarize(groups, logs: pathlib.Path, started: dict, seen_at: dict, meta: di
                 e["finished_after_s"] = round(seen_at[c] - started[name], 1)
             e["group"] = name
             cells[c] = e
-    counts = {}
+    return {**meta, "counts": _counts(cells), "cells": cells}
+
+
+def _counts(cells: dict) -> dict[str, int]:
+    """How many cells have each status."""
+    out: dict[str, int] = {}
     for e in cells.values():
-        counts[e["status"]] = counts.get(e["status"], 0) + 1
-    return {**meta, "counts": counts, "cells": cells}
+        out[e["status"]] = out.get(e["status"], 0) + 1
+    return out
 
 
 def _git() -> str:
@@ -181,11 +190,12 @@ def run(args) -> dict:
     while True:
         launch()
         running = [n for n, p in procs.items() if p.poll() is None]
-        for name in procs:
-            for c, e in parse_log((logs / f"{name}.log").read_text(errors="replace")).items():
+        parsed = _parsed(logs, procs)         # every log read once per poll
+        for got in parsed.values():
+            for c, e in got.items():
                 if e["status"] in _FINAL and c not in seen_at:
                     seen_at[c] = time.time()
-        s = summarize(groups, logs, started, seen_at, {**meta, "wall_s": round(time.time() - t0, 1)}, set(running))
+        s = summarize(groups, parsed, started, seen_at, {**meta, "wall_s": round(time.time() - t0, 1)}, set(running))
         line = ", ".join(f"{k} {v}" for k, v in sorted(s["counts"].items()))
         if line != last:
             print(f"[{time.time() - t0:6.0f} s] {line}", flush=True)
@@ -207,7 +217,7 @@ def run(args) -> dict:
         time.sleep(args.poll)
     for f in files:
         f.close()
-    s = summarize(groups, logs, started, seen_at, {**meta, "wall_s": round(time.time() - t0, 1)})
+    s = summarize(groups, _parsed(logs, procs), started, seen_at, {**meta, "wall_s": round(time.time() - t0, 1)})
     (out / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
     print(f"thorough_check: {s['counts']} in {s['wall_s']} s -> {out / 'summary.json'}", flush=True)
     return s
@@ -218,17 +228,15 @@ def from_logs(args) -> dict:
     cells = {}
     for d in args.from_logs:
         for path in sorted(pathlib.Path(d).glob("*.log")):
-            for c, e in parse_log(path.read_text(errors="replace")).items():
+            text = path.read_text(errors="replace")
+            for c, e in parse_log(text).items():
                 e["group"] = path.stem
                 if cells.get(c, {}).get("status") != "passed":
                     cells[c] = e
-            for c in _CELL.findall(path.read_text(errors="replace")):   # named but unreported: cut
+            for c in _CELL.findall(text):   # named but unreported: cut
                 cells.setdefault(c, {"status": "cut", "group": path.stem})
-    counts = {}
-    for e in cells.values():
-        counts[e["status"]] = counts.get(e["status"], 0) + 1
     return {"schema": SCHEMA, "command": " ".join(["veloxquant.tools.thorough_check", *sys.argv[1:]]),
-            "profile": "thorough", "counts": counts, "cells": cells}
+            "profile": "thorough", "counts": _counts(cells), "cells": cells}
 
 
 def main(argv=None) -> int:
