@@ -465,10 +465,9 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
                 seen = {}
 
                 def spy(*a, _seen=seen, **kw):        # which attention ran: the decode step's launch or another path
-                    _seen["attend"] = _seen.get("attend", 0) + 1
-                    st = a[1].step if len(a) > 1 else None
-                    _seen["decode step" if st is not None else "general"] = \
-                        _seen.get("decode step" if st is not None else "general", 0) + 1
+                    path = "decode step" if len(a) > 1 and a[1].step is not None else "general"
+                    for k in ("attend", path):
+                        _seen[k] = _seen.get(k, 0) + 1
                     return real_attend(*a, **kw)
                 mx.synchronize()
                 mx.reset_peak_memory()
