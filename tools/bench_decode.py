@@ -611,14 +611,17 @@ def render(res: dict, name: str) -> list[str]:
                   "attention calls through the decode step's launch or the general path.", "",
                   "| context | batch | arm | generation tokens/s | × fp16 | prompt tokens/s | peak memory | rounds | paths |",
                   "|---|---|---|---|---|---|---|---|---|"]
+        failed = {(r["context"], r["batch"]): True for r in batch if r["arm"] == "fp16 KVCache" and "error" in r}
         for r in batch:
             if "error" in r:
                 lines.append(f"| {r['context']} | {r['batch']} | {r['arm']} | failed: {r['error'][:80]} | | | | | |")
                 continue
             each = " / ".join(f"{x:.0f}" for x in r.get("rounds_generation_tokens_per_s", []))
             paths = ", ".join(f"{k} {v}" for k, v in r.get("paths", {}).items()) or "mlx-lm"
+            vs = f"{r['vs_fp16']:.2f}" if "vs_fp16" in r else "fp16 failed" if failed.get((r["context"], r["batch"])) \
+                else ""
             lines.append(f"| {r['context']} | {r['batch']} | {r['arm']} | {r['generation_tokens_per_s']:.1f} | "
-                         f"{r.get('vs_fp16', float('nan')):.2f} | {r['prompt_tokens_per_s']:.0f} | "
+                         f"{vs} | {r['prompt_tokens_per_s']:.0f} | "
                          f"{r['peak_memory_bytes'] / 1e9:.2f} GB | {each} | {paths} |")
         lines.append("")
     return lines
