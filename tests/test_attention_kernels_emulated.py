@@ -535,59 +535,6 @@ def test_tensor_core_loop_for_other_codes_on_the_gpu(case, monkeypatch):
                    ((km, kkw), (vm, vkw)))
 
 
-ROTATE_CASES = [(("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), c) for c in TC_CASES[:4]] + TC_CODE_CASES[:2]
-
-
-@pytest.mark.parametrize("case", ROTATE_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}-{c[1][0]}-T{c[2][0][4]}"
-                                                    f"-d{c[2][0][5]}" for c in ROTATE_CASES])
-def test_tensor_core_loop_with_rotating_registers_gives_the_same_bits(case, tensor_cores, monkeypatch):
-    """kernels.attention.TC_ROTATE (attention_tc._rotating): the chunks' register sets rotate by name over a loop
-    unrolled three times instead of being shifted down; the same operations in the same order per chunk, so the
-    output is the shifting loop's bit for bit (emulated), for chunk counts per warp that are and are not multiples
-    of three: one split per head (a GPU of one multiprocessor), so each warp takes 2 to 9 chunks."""
-    (km, kkw), (vm, vkw), c = case
-    monkeypatch.setattr(katt, "_sm_count", lambda: 1)
-    runs = []
-    for rot in (False, True):
-        monkeypatch.setattr(katt, "TC_ROTATE", rot)
-        katt._static.cache_clear()
-        out = {}
-
-        def keep(q, k, v, scale, mask, _out=out):
-            _out["plan"] = katt.launch_plan(q, k, v, scale, mask)
-            _out["y"] = emulate(q, k, v, scale, mask)
-            return _out["y"]
-        _check_tc_case(c, keep, ((km, kkw), (vm, vkw)))
-        assert dict(out["plan"].partial_template)["ROT"] == int(rot), out["plan"].partial_template
-        runs.append(out["y"])
-    assert np.array_equal(runs[0], runs[1]), "TC_ROTATE changed the tensor-core loop's output"
-
-
-@pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
-@pytest.mark.parametrize("case", ROTATE_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}-{c[1][0]}-T{c[2][0][4]}"
-                                                    f"-d{c[2][0][5]}" for c in ROTATE_CASES])
-def test_tensor_core_loop_with_rotating_registers_on_the_gpu(case, monkeypatch):
-    """The same cases through the compiled kernel: within the attention budget, and equal bit for bit to the
-    compiled shifting loop (the same mma and float operations per chunk, in the same order)."""
-    (km, kkw), (vm, vkw), c = case
-    monkeypatch.setattr(katt, "_sm_count", lambda: 1)
-    runs = []
-    for rot in (False, True):
-        monkeypatch.setattr(katt, "TC_ROTATE", rot)
-        katt._static.cache_clear()
-        out = {}
-
-        def run(q, k, v, scale, mask, _out=out):
-            _out["plan"] = katt.launch_plan(q, k, v, scale, mask)
-            _out["y"] = np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32))
-            return _out["y"]
-        _check_tc_case(c, run, ((km, kkw), (vm, vkw)))
-        assert dict(out["plan"].partial_template)["ROT"] == int(rot), out["plan"].partial_template
-        runs.append(out["y"])
-    katt._static.cache_clear()
-    assert np.array_equal(runs[0], runs[1]), "TC_ROTATE changed the compiled tensor-core loop's output"
-
-
 APPEND_CASES = [
     # key method/kw, value method/kw, (B, Hkv, rep, L = t new tokens, T, d), x dtype, tensor cores, causal
     (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (1, 2, 4, 1, 70, 128), mx.float16, True, False),

@@ -118,33 +118,28 @@ def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
     from veloxquant.accelerated.kernels import attention as katt
     header, partial = src.assemble("partial", "cuda", 0, 0, False, True, True)
     body, names = "", []
-    # ROT = 1: the loop whose register sets rotate by name (attention.TC_ROTATE)
-    for d, qb, dt, causal, rot in [(128, 4, "__half", 0, 0), (128, 1, "__nv_bfloat16", 1, 0), (64, 2, "float", 1, 0),
-                                   (128, 4, "__half", 0, 1)]:
+    for d, qb, dt, causal in [(128, 4, "__half", 0), (128, 1, "__nv_bfloat16", 1), (64, 2, "float", 1)]:
         types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", kgs=dt, kgz=dt, vgs=dt,
                      vgz=dt, kw=dt, vw=dt, flags="uint32_t", nenc="int32_t", cnt="int32_t", out=dt)
-        name = f"partial_tc_{d}_{qb}{rot}"
+        name = f"partial_tc_{d}_{qb}"
         names.append(name)
         body += _kernel(name, partial, src.inputs("partial", 0, 0, False, True), src.FUSED_OUTPUTS, types,
                         [("MK", 0), ("MV", 0), ("KB1", 4), ("KB2", 1), ("VB1", 4), ("VB2", 1), ("D", d), ("QB", qb),
                          ("NT", katt.NT), ("P", min(32, d // 8)), ("KG", 1), ("VG", 1), ("CAUSAL", causal),
-                         ("HASWIN", 0), ("PF", 2 if rot else katt.TC_PREFETCH), ("ROT", rot), ("FUSED", 1),
-                         ("APPEND", 0), ("OT", dt)])
+                         ("HASWIN", 0), ("PF", katt.TC_PREFETCH), ("FUSED", 1), ("APPEND", 0), ("OT", dt)])
         body += _UNDEF
     # TC_CODES: rabitq and 1- / 2-bit turboquant codes (combine launched, as a decode step runs it)
-    for mk, mv, kb, vb, d, rot in [(2, 2, 1, 1, 128, 0), (0, 2, 2, 1, 128, 0), (0, 0, 4, 2, 64, 0), (2, 0, 1, 1, 128, 0),
-                                   (2, 2, 1, 1, 128, 1)]:
+    for mk, mv, kb, vb, d in [(2, 2, 1, 1, 128), (0, 2, 2, 1, 128), (0, 0, 4, 2, 64), (2, 0, 1, 1, 128)]:
         _, partial = src.assemble("partial", "cuda", mk, mv, False, False, True)
         dt = "__half"
         types = dict(q=dt, kc1="uint32_t", vc1="uint32_t", ks0="float", ks1="float", vs0="float", vs1="float",
                      flags="uint32_t", nenc="int32_t")
-        name = f"partial_tc_{d}_{mk}{mv}{kb}{vb}{rot}"
+        name = f"partial_tc_{d}_{mk}{mv}{kb}{vb}"
         names.append(name)
         body += _kernel(name, partial, src.inputs("partial", mk, mv, False, False), src.PARTIAL_OUTPUTS, types,
                         [("MK", mk), ("MV", mv), ("KB1", kb), ("KB2", 1), ("VB1", vb), ("VB2", 1), ("D", d), ("QB", 4),
                          ("NT", katt.NT), ("P", min(32, d // 8)), ("KG", 1), ("VG", 1), ("CAUSAL", 0),
-                         ("HASWIN", 0), ("PF", 2 if rot else katt.TC_PREFETCH), ("ROT", rot), ("FUSED", 0),
-                         ("APPEND", 0), ("OT", dt)])
+                         ("HASWIN", 0), ("PF", katt.TC_PREFETCH), ("FUSED", 0), ("APPEND", 0), ("OT", dt)])
         body += _UNDEF
     for arch, spills in _local_memory(header, body, tmp_path / "attention_tc", r"partial_tc_\d+_\d+").items():
         assert set(spills) == set(names), (arch, spills)
@@ -197,7 +192,7 @@ def test_cuda_partial_with_the_append_inside_compiles(tmp_path):
         names.append((name, tc))
         tmpl = [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2), ("D", 128), ("QB", 4),
                 ("NT", katt.NT), ("P", 16), ("KG", 1 if mk != 5 else 64), ("VG", 1 if mv != 5 else 64), ("CAUSAL", 0),
-                ("HASWIN", 0)] + ([] if tc else [("U", 4)]) + [("PF", katt.TC_PREFETCH if tc else 1), ("ROT", 0), ("FUSED", 0),
+                ("HASWIN", 0)] + ([] if tc else [("U", 4)]) + [("PF", katt.TC_PREFETCH if tc else 1), ("FUSED", 0),
                                                                ("APPEND", 1), ("OT", dt), ("KTS", dt), ("VTS", dt)]
         tmpl += [(f"{r}C{n}", c) for r, m, b1, b2 in (("K", mk, kb1, kb2), ("V", mv, vb1, vb2))
                  for n, c in zip(("B1", "B2", "GS"), (b1, b2, 64 if m == 5 else 1))]
@@ -243,7 +238,7 @@ def test_cold_loops_make_the_tensor_core_partial_smaller(tmp_path):
     body = _kernel("partial_tc", partial, src.inputs("partial", 0, 0, False, True), src.FUSED_OUTPUTS, types,
                    [("MK", 0), ("MV", 0), ("KB1", 4), ("KB2", 1), ("VB1", 4), ("VB2", 1), ("D", 128), ("QB", 4),
                     ("NT", katt.NT), ("P", 16), ("KG", 1), ("VG", 1), ("CAUSAL", 0), ("HASWIN", 0),
-                    ("PF", katt.TC_PREFETCH), ("ROT", 0), ("FUSED", 1), ("APPEND", 0), ("OT", dt)]) + _UNDEF
+                    ("PF", katt.TC_PREFETCH), ("FUSED", 1), ("APPEND", 0), ("OT", dt)]) + _UNDEF
     sizes = {}
     for cold in (False, True):
         text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"

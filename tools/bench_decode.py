@@ -82,8 +82,7 @@ KNOBS = {"FUSE_COMBINE": "veloxquant.accelerated.kernels.attention",
          "ROLES_APART": "veloxquant.accelerated.kernels.append",
          "FUSE_APPEND": "veloxquant.accelerated.kernels.attention",
          "TC_CODES": "veloxquant.accelerated.kernels.attention",
-         "SPLIT_ROWS": "veloxquant.accelerated.cache.batch",
-         "TC_ROTATE": "veloxquant.accelerated.kernels.attention"}
+         "SPLIT_ROWS": "veloxquant.accelerated.cache.batch"}
 
 
 def _split(name: str) -> tuple[str, dict]:

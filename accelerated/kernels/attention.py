@@ -49,11 +49,6 @@ COMBINE_THREADS = 512         # threads of the combine launch per query row (at 
                               # side (append.ROLES_APART): the decode step's GPU time 27.9 -> 25.4 us per layer at
                               # 4k, 49.3 -> 46.1 at 32k (H200, 2026-12-01, docs/bench/h200-decode-11.json)
 TC_PREFETCH = 2               # the tensor-core loop loads the next 2 chunks while it scores one
-TC_ROTATE = False             # ... its three chunks' register sets rotating by name over a loop unrolled three times
-                              # instead of shifted down per chunk (attention_tc._rotating; PF = 2 only). Offline
-                              # (sm_90, nvcc 13.0): turboquant b4's loop 834 -> 803 SASS instructions per chunk
-                              # (moves 100 -> 58), 255 -> 246 registers; rabitq 1019 -> 985, 224 -> 255 registers;
-                              # the loop's code three times as long. Off until measured on a GPU
 TC_MIN_BLOCKS = 2             # ... compiled for 2 threadgroups per multiprocessor (registers <= 255)
 TC_WAVES = 1                  # ... and split so that its threadgroups fill the GPU this many times: a
                               # threadgroup's setup and merge are latency it cannot hide, so fewer, longer splits
@@ -231,7 +226,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     keys' and values' side dtypes of a launch with the decode step's append inside (APPEND): one split more (S - 1,
     the appended tokens), its inputs and the append's token as a third output."""
     append = append_ts is not None
-    cthreads, tc_prefetch, tc_blocks, tc_waves, tensor_cores, tc_codes, tc_rotate = tune or _tune()
+    cthreads, tc_prefetch, tc_blocks, tc_waves, tensor_cores, tc_codes = tune or _tune()
     cthreads = max(d, cthreads)
     nq = (hq // hkv) * l
     p_lanes = min(32, d // 8)
@@ -261,8 +256,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
         tmpl += [("KTS", append_ts[0]), ("VTS", append_ts[1])] + [
             (f"{r}C{n}", c) for r, p in (("K", kp), ("V", vp)) for n, c in zip(("B1", "B2", "GS"), km.code_constants(p))]
     if tc:      # the tensor-core loop has no U, and its own prefetch depth
-        tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", tc_prefetch),
-                                                                      ("ROT", int(tc_rotate and tc_prefetch == 2))]
+        tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", tc_prefetch)]
     vparts = 2 if vp.method == "turboquant_prod" else 1
     if fused and append:
         raise ValueError("the append runs inside an unfused partial launch")
@@ -283,8 +277,8 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
 
 def _tune() -> tuple:
     """The module's launch constants a plan is made from besides the shapes: (COMBINE_THREADS, TC_PREFETCH,
-    TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES, TC_CODES, TC_ROTATE)."""
-    return COMBINE_THREADS, TC_PREFETCH, TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES, TC_CODES, TC_ROTATE
+    TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES, TC_CODES)."""
+    return COMBINE_THREADS, TC_PREFETCH, TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES, TC_CODES
 
 
 def split_counts(q_enc: int) -> tuple[int, int]:

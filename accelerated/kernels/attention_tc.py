@@ -32,8 +32,6 @@ chunks' loads in flight in registers, and as many splits as fill the GPU once (d
 """
 from __future__ import annotations
 
-import re
-
 TC_CUDA_HEADER = """
 // tensor-core helpers (attention_tc.py)
 __device__ inline uint32_t vq_h2(float lo, float hi) {          // float16x2 of (lo, hi): lo in the low half
@@ -377,36 +375,3 @@ TC_LOOP = """
   }
   BARRIER();
 """
-
-
-def _rotating(loop: str) -> str:
-    """TC_LOOP with a second chunk loop for template constant ROT = 1 (PF = 2): the three chunks' register sets
-    (the one scored and the two in flight) rotate by name over a loop unrolled three times, instead of being
-    shifted down once per chunk. turboquant b4's loop has 100 moves in its 834 SASS instructions per chunk (67
-    IMAD.MOV, 33 MOV; sm_90, nvcc 13.0, 2026-12-01); rotating, 58 in 803 (rabitq 1019 -> 985), for three times the
-    loop's code. The same loads, in the same order relative to each chunk's work, and the same work per chunk (the
-    emulated output is the shifting loop's bit for bit)."""
-    mark = "  // PF > 0: the loads of the next"
-    head, rest = loop.split(mark, 1)
-    shifted, tail = (mark + rest).split("#undef TC_LOAD", 1)
-    start = shifted.index("    const int tb = t0 + 16 * j;")
-    body = shifted[start:shifted.rindex("  }\n")]          # one chunk's work (the loop's closing brace left out)
-
-    def chunk(n: int, k: int, load: int) -> str:
-        b = body
-        for old, new in (("kwc", f"kw{n}"), ("vwc", f"vw{n}"), ("knc", f"kn{n}"), ("vnc", f"vn{n}")):
-            b = re.sub(rf"\b{old}\b", new, b)
-        test = "true" if k == 0 else f"j0 + {k} * NW < nch"
-        return (f"    if ({test}) {{\n      const int j = j0 + {k} * NW;\n"
-                f"      if (j + 2 * NW < nch) {{\n        TC_LOAD(j + 2 * NW, kw{load}, vw{load}, kn{load}, vn{load})\n"
-                f"      }}\n{b}    }}\n")
-    rotated = ("    uint32_t kw0[2][KWL], vw0[4][VWL], kw1[2][KWL], vw1[4][VWL], kw2[2][KWL], vw2[4][VWL];\n"
-               "    float kn0[4], vn0[4], kn1[4], vn1[4], kn2[4], vn2[4];\n"
-               "    if (warp < nch) {\n      TC_LOAD(warp, kw0, vw0, kn0, vn0)\n    }\n"
-               "    if (warp + NW < nch) {\n      TC_LOAD(warp + NW, kw1, vw1, kn1, vn1)\n    }\n"
-               "    for (int j0 = warp; j0 < nch; j0 += 3 * NW) {\n"
-               + chunk(0, 0, 2) + chunk(1, 1, 0) + chunk(2, 2, 1) + "    }\n")
-    return (head + "  if (ROT == 0) {\n" + shifted + "  } else {\n" + rotated + "  }\n#undef TC_LOAD" + tail)
-
-
-TC_LOOP = _rotating(TC_LOOP)
