@@ -14,7 +14,7 @@ import functools
 import mlx.core as mx
 
 from veloxquant.accelerated.ops import attention as ops_attention
-from veloxquant.accelerated.ops.attention import PackedRecord, Views
+from veloxquant.accelerated.ops.attention import PackedRecord, RowStarts, Views
 
 # Longest query block attended over the packed records directly (decode, speculative decoding's draft
 # verification); longer blocks (prefill) decode the records and call mx.fast.scaled_dot_product_attention.
@@ -96,7 +96,7 @@ def _kernels():
 
 def path(queries: mx.array, keys: PackedKV, values: PackedKV, mask=None) -> str:
     """Which implementation `attend` uses: "kernels", "ops" or "decoded"."""
-    if queries.shape[2] > MAX_PACKED_QUERIES or (mask is not None and not isinstance(mask, str)
+    if queries.shape[2] > MAX_PACKED_QUERIES or (mask is not None and not isinstance(mask, (str, RowStarts))
                                                    and queries.shape[2] > 1 and mask.size > 2 ** 24):
         return "decoded"
     if _kernels().supports(queries, keys.record, values.record, mask):
@@ -107,7 +107,8 @@ def path(queries: mx.array, keys: PackedKV, values: PackedKV, mask=None) -> str:
 def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, mask=None,
            sinks=None) -> mx.array:
     """softmax(scale * q K^T + mask) V over packed keys/values; mlx-lm's SDPA contract (queries
-    (B, Hq, L, d), GQA with Hq a multiple of the KV heads, mask None / "causal" / array)."""
+    (B, Hq, L, d), GQA with Hq a multiple of the KV heads, mask None / "causal" / array, or ops.attention.RowStarts:
+    a left-padded batch's row starts)."""
     if sinks is not None:
         raise ValueError("sinks: attention sinks are not supported over packed records")
     st = keys.step
@@ -118,6 +119,8 @@ def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, ma
     which = path(queries, keys, values, mask)
     if which == "decoded":
         k, v = keys.dequantized(eager=True), values.dequantized(eager=True)   # peak memory: one block
+        if isinstance(mask, RowStarts):
+            mask = mask.array(queries.shape[2], k.shape[2])
         out = mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask)
     elif which == "kernels":
         out = _kernels().attention(queries, keys.record, values.record, scale, mask)

@@ -251,9 +251,11 @@ def _params(names, types, shaped):
 
 def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
     append = len(plan.key) > 6 and plan.key[6]
+    starts = len(plan.key) > 7 and plan.key[7]
     p_ins, c_ins = plan.partial_names, src.inputs("combine", append=append)
     types = {**in_types, "o_acc": "float", "o_ml": "float", "f_c": "float", "tok": "bool"}
-    pbody = ((src.append_block(*plan.key[:2]) if append else "") + src.aliases("partial", *plan.key[:4], append=append)
+    pbody = ((src.append_block(*plan.key[:2]) if append else "")
+             + src.aliases("partial", *plan.key[:4], append=append, starts=starts)
              + (src.PARTIAL_TC_BODY if plan.key[4] else src.PARTIAL_BODY))
     cbody = src.aliases("combine") + (src.COMBINE_SUMMARY if append else "") + src.COMBINE_BODY
     p_shaped = [n for n in p_ins if f"{n}_shape" in pbody or f"{n}_strides" in pbody]
@@ -332,7 +334,7 @@ def _marshal(arrays: list[np.ndarray]):
 
 
 def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale: float, mask=None,
-            append: tuple | None = None) -> np.ndarray:
+            append: tuple | None = None, poison_below: list | None = None) -> np.ndarray:
     """The partial and combine launches on the CPU. `append` = (new keys, new values, keys' params, values' params,
     poisoned): the decode step's append inside the partial launch (APPEND) for the last t tokens of the records,
     whose rows in the buffers are set to all ones first when `poisoned` (so the kernel must write them); returns
@@ -347,6 +349,11 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
     plan = katt.launch_plan(queries, k, v, scale, mask, None if append is None else mx.zeros((1,), mx.bool_), ats,
                             extra)
     ins = [_strided(a, 3 if name in _FIELD_INPUTS else 0) for name, a in zip(plan.partial_names, plan.partial_inputs)]
+    if poison_below is not None:       # rows a RowStarts mask hides: all bits set (NaN norms), never to be read
+        for name, a in zip(plan.partial_names, ins):
+            if name in _FIELD_INPUTS:
+                for bi, s0 in enumerate(poison_below):
+                    a[bi, :, :s0].view(np.uint8)[...] = 0xFF
     if append is not None and poisoned:
         t, q = append[0].shape[2], k.encoded
         for name, a in zip(plan.partial_names, ins):
@@ -427,6 +434,67 @@ def test_kernel_bodies_match_ops_attention_and_float64(case, fused, monkeypatch)
     tol = {mx.float32: 2e-5, mx.float16: 2e-3, mx.bfloat16: 1.6e-2}[qdt] * np.abs(want).max()
     np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg="kernel body vs float64")
     np.testing.assert_allclose(got, ops_out, rtol=0, atol=2 * tol, err_msg="kernel body vs ops path")
+
+
+ROW_START_CASES = [
+    # key method/kw, value method/kw, (Hkv, rep, L, T, d), starts per batch row, queries dtype, causal
+    (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (2, 4, 1, 120, 128), [0, 37, 119], mx.float16, False),
+    (("rabitq", {}), ("turboquant_rvq", dict(bits=2, bits2=2)), (1, 2, 3, 90, 64), [5, 0, 60], mx.float32, True),
+    (("turboquant_prod", dict(bits=3)), ("mlx_affine", dict(bits=4, group_size=32)), (2, 2, 1, 70, 64), [69, 8],
+     mx.bfloat16, False),
+    (("mlx_affine", dict(bits=8, group_size=64)), ("turboquant", dict(bits=2)), (1, 3, 2, 50, 64), [17, 33, 1],
+     mx.float16, True),
+]
+
+
+def _row_start_case(case, run, fused=False):
+    (km, kkw), (vm, vkw), (hkv, rep, lq, t, d), starts, qdt, causal = case
+    b = len(starts)
+    rng = np.random.default_rng(t + d + b)
+    kp = spec.Params(km, role="k", window=0, seed=4, layer=3, **kkw).resolved()
+    vp = spec.Params(vm, role="v", window=0, seed=4, layer=3, **vkw).resolved()
+    kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+    vx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+    q = mx.array((rng.standard_normal((b, hkv * rep, lq, d)) * 2).astype(np.float32)).astype(qdt)
+    k, v = _packed(kx, kp), _packed(vx, vp)
+    scale = 1.0 / np.sqrt(d)
+    mask = oatt.RowStarts(mx.array(starts, dtype=mx.int32), causal)
+    got = run(q, k, v, scale, mask)
+    qf, kd, vd = np.array(q.astype(mx.float32)), np.array(k.dequantized()), np.array(v.dequantized())
+    want = np.concatenate([f64_attention(qf[i:i + 1], kd[i:i + 1, :, s0:], vd[i:i + 1, :, s0:], scale, causal)
+                           for i, s0 in enumerate(starts)])
+    tol = {mx.float32: 2e-5, mx.float16: 2e-3, mx.bfloat16: 1.6e-2}[qdt] * np.abs(want).max()
+    return got, want, tol, (q, k, v, scale, mask)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "combine-launch"])
+@pytest.mark.parametrize("case", ROW_START_CASES, ids=[f"{c[0][0]}-{c[1][0]}-starts{c[3]}" for c in ROW_START_CASES])
+def test_row_starts_attend_each_batch_row_from_its_start(case, fused, monkeypatch):
+    """A RowStarts mask (a left-padded batch, accelerated/cache/batch_shared.py): batch row b attends to its tokens
+    from starts[b] on only. The kernel bodies (scalar loop; splits of 8 tokens, so that starts fall inside, at the
+    edge of and past whole splits) against float64 over each row's own tokens, with the hidden rows' bytes all set
+    (NaN norms: reading one would show), and the ops path likewise."""
+    monkeypatch.setattr(katt, "FUSE_COMBINE", fused)
+    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    got, want, tol, args = _row_start_case(case, lambda q, k, v, scale, mask: emulate(
+        q, k, v, scale, mask, poison_below=case[3]))
+    plan = katt.launch_plan(*args)
+    assert plan.key[7] and "rstart" in plan.partial_names, plan.key
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"kernel bodies with row starts {case[3]}")
+    ops_out = np.array(oatt.attention(*args).astype(mx.float32))
+    np.testing.assert_allclose(ops_out, want, rtol=0, atol=tol, err_msg=f"ops path with row starts {case[3]}")
+
+
+def test_row_starts_in_the_tensor_core_loop(tensor_cores, monkeypatch):
+    """The tensor-core loop (turboquant b4, d = 128) with row starts inside a 16-token chunk and past a split."""
+    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 32)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 4)
+    case = (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (2, 4, 1, 300, 128), [0, 7, 250],
+            mx.float32, False)
+    got, want, tol, args = _row_start_case(case, lambda q, k, v, scale, mask: emulate(
+        q, k, v, scale, mask, poison_below=case[3]))
+    assert katt.launch_plan(*args).key[4], "not the tensor-core loop"
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg="tensor-core loop with row starts")
 
 
 TC_SPLIT_FRACTION = 2.0 ** -6     # of conformance's attention budget, for float32 outputs (see the test)

@@ -52,7 +52,8 @@ def _kernel(name, header_src, ins, outs, types, consts):
 
 
 _UNDEF = "".join(f"#undef {n}\n#undef {n}_shape\n#undef {n}_strides\n"
-                 for n in dict.fromkeys(src.PARTIAL_INPUTS + src.COMBINE_INPUTS + ["cnt", "out", "VQ_TNEW", "tok"]))
+                 for n in dict.fromkeys(src.PARTIAL_INPUTS + src.COMBINE_INPUTS + ["cnt", "out", "VQ_TNEW", "tok", "VQ_STARTS",
+                                                       "rstart"]))
 PAIRS = [(0, 0, 4, 1, 4, 1), (1, 1, 2, 2, 3, 2), (3, 3, 3, 1, 2, 1), (2, 2, 1, 1, 1, 1), (4, 4, 2, 1, 5, 1),
          (5, 5, 4, 1, 8, 1), (0, 4, 3, 1, 2, 1)]
 
@@ -177,17 +178,19 @@ def test_cuda_partial_with_the_append_inside_compiles(tmp_path):
     step launches it: the tensor-core loop (turboquant b4, sm_80 and sm_90, no spills: the encode body must not
     cost the loop registers) and the scalar loop for the other per-token pairs, float16 and bfloat16 inputs."""
     from veloxquant.accelerated.kernels import attention as katt
-    variants = [(0, 0, 4, 1, 4, 1, True, "__half"), (0, 0, 4, 1, 4, 1, True, "__nv_bfloat16"),
-                (1, 3, 3, 2, 2, 1, False, "__half"), (2, 5, 1, 1, 4, 1, False, "__nv_bfloat16"),
-                (3, 2, 3, 1, 1, 1, False, "__half")]
+    # (the last two with row starts: a left-padded batch's decode step, accelerated/cache/batch_shared.py)
+    variants = [(0, 0, 4, 1, 4, 1, True, "__half", False), (0, 0, 4, 1, 4, 1, True, "__nv_bfloat16", False),
+                (1, 3, 3, 2, 2, 1, False, "__half", False), (2, 5, 1, 1, 4, 1, False, "__nv_bfloat16", False),
+                (3, 2, 3, 1, 1, 1, False, "__half", False), (0, 0, 4, 1, 4, 1, True, "__half", True),
+                (2, 2, 1, 1, 1, 1, False, "__half", True)]
     header, body, names = "", "", []
-    for i, (mk, mv, kb1, kb2, vb1, vb2, tc, dt) in enumerate(variants):
-        h, partial = src.assemble("partial", "cuda", mk, mv, False, False, tc, True)
+    for i, (mk, mv, kb1, kb2, vb1, vb2, tc, dt, starts) in enumerate(variants):
+        h, partial = src.assemble("partial", "cuda", mk, mv, False, False, tc, True, starts)
         header = h if tc else header
         ts = lambda m: "float" if dt == "float" else dt   # noqa: E731  the side dtype of a record (norm, scales)
         types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", ks0=ts(mk), ks1=ts(mk),
                      vs0=ts(mv), vs1=ts(mv), kgs=ts(mk), kgz=ts(mk), vgs=ts(mv), vgz=ts(mv), flags="bool",
-                     nenc="int32_t", kx=dt, vx=dt, kconst="uint32_t", vconst="uint32_t", token="bool")
+                     nenc="int32_t", kx=dt, vx=dt, kconst="uint32_t", vconst="uint32_t", token="bool", rstart="int32_t")
         name = f"partial_append_{i}"
         names.append((name, tc))
         tmpl = [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2), ("D", 128), ("QB", 4),
@@ -196,7 +199,7 @@ def test_cuda_partial_with_the_append_inside_compiles(tmp_path):
                                                                ("APPEND", 1), ("OT", dt), ("KTS", dt), ("VTS", dt)]
         tmpl += [(f"{r}C{n}", c) for r, m, b1, b2 in (("K", mk, kb1, kb2), ("V", mv, vb1, vb2))
                  for n, c in zip(("B1", "B2", "GS"), (b1, b2, 64 if m == 5 else 1))]
-        body += _kernel(name, partial, src.inputs("partial", mk, mv, False, False, True), src.APPEND_OUTPUTS,
+        body += _kernel(name, partial, src.inputs("partial", mk, mv, False, False, True, starts), src.APPEND_OUTPUTS,
                         types, tmpl)
         body += _UNDEF
     for arch, spills in _local_memory(header, body, tmp_path / "attention_append", r"partial_append_\d+").items():
@@ -297,12 +300,14 @@ def test_metal_sources_compile_against_shim(tmp_path):
             if 4 in (mk, mv):
                 continue
             # the decode step's append inside the partial (APPEND): per-token pairs, no window
-            _, partial = src.assemble("partial", "metal", mk, mv, False, False, False, True)
+            starts = i % 2 == 0         # row starts (a left-padded batch) on every other pair
+            _, partial = src.assemble("partial", "metal", mk, mv, False, False, False, True, starts)
             types = dict(q="half", kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", ks0="float",
                          ks1="float", vs0="float", vs1="float", kgs="half", kgz="half", vgs="half", vgz="half",
                          flags="bool", nenc="int32_t", kx="half", vx="half", kconst="uint32_t", vconst="uint32_t",
-                         token="bool")
-            body += _metal_kernel(f"partial_append_{i}", partial, src.inputs("partial", mk, mv, False, False, True),
+                         token="bool", rstart="int32_t")
+            body += _metal_kernel(f"partial_append_{i}", partial,
+                                  src.inputs("partial", mk, mv, False, False, True, starts),
                                   src.APPEND_OUTPUTS, types,
                                   [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2),
                                    ("D", 128), ("QB", 4), ("NT", 128), ("P", 16), ("KG", 32), ("VG", 32), ("CAUSAL", 0),

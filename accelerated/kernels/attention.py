@@ -22,7 +22,7 @@ from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.kernels import backend
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.ops import codebooks, prng
-from veloxquant.accelerated.ops.attention import PackedRecord, Views
+from veloxquant.accelerated.ops.attention import PackedRecord, RowStarts, Views
 
 NT = 128                      # threads per partial threadgroup (4 warps)
 TOKENS_PER_SPLIT = 256        # encoded tokens per split before the split count is capped (contexts <= 8k)
@@ -83,7 +83,9 @@ def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask) -> bool:
         return False
     b, hq, l, d = queries.shape
     kb, kh = k.window.shape[:2]
-    return (l <= _max_queries() and (mask is None or mask == "causal")
+    starts = isinstance(mask, RowStarts)
+    return (l <= _max_queries() and (mask is None or (isinstance(mask, str) and mask == "causal") or starts)
+            and (not starts or tuple(mask.starts.shape) == (b,))
             and _pow2(d) and 16 <= d <= 1024 and k.encoded > 0 and k.encoded == v.encoded
             and (kb, kh) == v.window.shape[:2] and hq % kh == 0 and b == kb)
 
@@ -195,7 +197,8 @@ class Plan:
     splits: int
     qb: int
     partial_names: list = dataclasses.field(default_factory=list)   # attention_source.inputs of the launch
-    key: tuple = (0, 0, False, False, False, 0, False)  # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS, APPEND): the kernel
+    key: tuple = (0, 0, False, False, False, 0, False, False)   # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS, APPEND,
+                                                                # STARTS): the kernel
     fused: bool = False                                             # the combine runs inside the partial launch
 
 
@@ -210,7 +213,7 @@ class _Static(typing.NamedTuple):
     combine_grid: tuple
     splits: int
     qb: int
-    key: tuple                # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS, APPEND): the partial kernel
+    key: tuple                # (MK, MV, HASWIN, FUSED, TC, TC_MIN_BLOCKS, APPEND, STARTS): the partial kernel
     out_shapes: list
     out_dtypes: list
     counts: mx.array | None   # the fused launch's per-group counters
@@ -220,11 +223,12 @@ class _Static(typing.NamedTuple):
 @functools.lru_cache(maxsize=1024)
 def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, hkv: int, q_enc_splits: int,
             has_win: bool, causal: bool, qdtype, scale: float, fused: bool, q_fine: int = 1,
-            tune: tuple | None = None, append_ts: tuple | None = None) -> _Static:
+            tune: tuple | None = None, append_ts: tuple | None = None, starts: bool = False) -> _Static:
     """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it) and per
     the launch constants of `tune()` (so a benchmark arm that changes one gets its own plans). `append_ts`: the
     keys' and values' side dtypes of a launch with the decode step's append inside (APPEND): one split more (S - 1,
-    the appended tokens), its inputs and the append's token as a third output."""
+    the appended tokens), its inputs and the append's token as a third output. `starts`: the launch takes each
+    batch row's first attended token (input `rstart`: a RowStarts mask, a left-padded batch)."""
     append = append_ts is not None
     cthreads, tc_prefetch, tc_blocks, tc_waves, tensor_cores, tc_codes = tune or _tune()
     cthreads = max(d, cthreads)
@@ -269,9 +273,9 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     if append:
         outs.append(((2, b * hkv, 2), mx.bool_))
     grid = (NT * (splits + 1), hkv, b * nqg)
-    return _Static(_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused, append), tmpl,
-                   grid, outs, [("MV", mv), ("D", d), ("CNT", cthreads), ("OT", qdtype)], (cthreads * nq, hkv, b),
-                   splits, qb, (mk, mv, has_win, fused, tc, tc_blocks if tc else 0, append), [s for s, _ in outs],
+    return _Static(_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused, append, starts),
+                   tmpl, grid, outs, [("MV", mv), ("D", d), ("CNT", cthreads), ("OT", qdtype)], (cthreads * nq, hkv, b),
+                   splits, qb, (mk, mv, has_win, fused, tc, tc_blocks if tc else 0, append, starts), [s for s, _ in outs],
                    [t for _, t in outs], _counts(grid[1] * grid[2]) if fused else None, cthreads)
 
 
@@ -295,14 +299,17 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
     q_enc = k.encoded
     kw, vw = k.window, v.window
     q_enc_splits, q_fine = split_counts(q_enc)
-    st = _static(k.params, v.params, b, hq, l, d, kw.shape[1], q_enc_splits, kw.shape[2] > 0, mask == "causal",
-                 queries.dtype, float(scale), _fused() and append_ts is None, q_fine, _tune(), append_ts)
+    starts = isinstance(mask, RowStarts)
+    causal = mask.causal if starts else (isinstance(mask, str) and mask == "causal")
+    st = _static(k.params, v.params, b, hq, l, d, kw.shape[1], q_enc_splits, kw.shape[2] > 0, causal,
+                 queries.dtype, float(scale), _fused() and append_ts is None, q_fine, _tune(), append_ts, starts)
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
         flags = k.token if k.token is not None else _dummy(1, mx.bool_)
         if v.token is not None and v.token is not k.token:
             v.sync()
     arrays = {"q": queries, "f_c": st.consts, "nenc": km.count(q_enc), "flags": flags, "kw": kw, "vw": vw,
-              "cnt": st.counts, **_record_inputs(k, "k"), **_record_inputs(v, "v"), **(extra or {})}
+              "cnt": st.counts, "rstart": mask.starts if starts else None, **_record_inputs(k, "k"),
+              **_record_inputs(v, "v"), **(extra or {})}
     return [arrays[n] for n in st.names], st
 
 
@@ -400,18 +407,18 @@ def _sm_count() -> int:
 
 @functools.lru_cache(maxsize=None)
 def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False, tc: bool = False,
-            tc_blocks: int = 0, append: bool = False):
+            tc_blocks: int = 0, append: bool = False, starts: bool = False):
     """The compiled kernel `kind`; the partial for a method pair, window presence, fused combine, tensor-core loop,
-    (that loop) the threadgroups per multiprocessor its registers are bounded for (launch bounds) and the decode
-    step's append inside (APPEND)."""
+    (that loop) the threadgroups per multiprocessor its registers are bounded for (launch bounds), the decode
+    step's append inside (APPEND) and row starts (a left-padded batch)."""
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc, append)
-    ins = src.inputs(kind, mk, mv, haswin, fused, append)
+    header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc, append, starts)
+    ins = src.inputs(kind, mk, mv, haswin, fused, append, starts)
     outs = ((src.FUSED_OUTPUTS if fused else src.APPEND_OUTPUTS if append else src.PARTIAL_OUTPUTS)
             if kind == "partial" else src.COMBINE_APPEND_OUTPUTS if append else src.COMBINE_OUTPUTS)
-    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'a' if append else ''}"
+    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'a' if append else ''}{'r' if starts else ''}"
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "_a" if append else "")
     if be == "cuda":
         if COLD_LOOPS:

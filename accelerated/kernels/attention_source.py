@@ -70,24 +70,28 @@ def _role_fields(r: str, m: int, haswin: bool) -> tuple[list[str], dict]:
 
 
 def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,
-           append: bool = False) -> list[str]:
+           append: bool = False, starts: bool = False) -> list[str]:
     """The arrays a launch of `kind` passes for a method pair (MK, MV), window presence and (partial) whether
     the combine runs inside it (then `cnt`, the per-group counters, comes last) or the decode step's append
-    (`append`: the new keys and values and append.py's constant arrays before `flags`), in order."""
+    (`append`: the new keys and values and append.py's constant arrays before `flags`), and `starts`: the batch
+    rows' first attended tokens (`rstart`, (B,) int32, last: a left-padded batch), in order."""
     if kind == "combine":
         return ["o_acc", "o_ml", "f_c", "q"] + (["tok"] if append else [])
     ku, _ = _role_fields("k", mk, haswin)
     vu, _ = _role_fields("v", mv, haswin)
     return (["q", "f_c", "nenc"] + ku + vu + (["kx", "kconst", "vx", "vconst"] if append else []) + ["flags"]
-            + (["cnt"] if fused else []))
+            + (["cnt"] if fused else []) + (["rstart"] if starts else []))
 
 
 def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,
-            append: bool = False) -> str:
+            append: bool = False, starts: bool = False) -> str:
     """#define lines giving the body's names to what the launch passes."""
     lines = [f"#define {n} {e}" for n, e in _CONSTS[kind].items()]
     if kind == "partial":       # the tokens this launch appends (APPEND), the last of the nenc encoded ones
         lines.append(f"#define VQ_TNEW {'((int)kx_shape[2])' if append else '0'}")
+        lines.append(f"#define VQ_STARTS {int(starts)}")
+        if not starts:          # (code VQ_STARTS = 0 never runs)
+            lines.append("#define rstart nenc")
     if kind == "partial" and not fused:   # the combine's names, in code that FUSED = 0 never runs
         lines += ["#define cnt nenc", "#define out ((DEVICE OT*)o_acc)"]
     if kind == "partial":
@@ -201,6 +205,11 @@ PARTIAL_SETUP = """
     const int chunk = (QO + SO - 1) / SO;
     t0 = (APPEND && s == S - 1) ? QO : vq_min(QO, s * chunk);
     t1 = (APPEND && s == S - 1) ? Q : vq_min(QO, t0 + chunk);
+    if (VQ_STARTS) {       // row starts (a left-padded batch): batch row b attends to tokens >= rstart[b] only
+      const int lo0 = (int)rstart[b];
+      t0 = (t0 < lo0) ? lo0 : t0;
+      t1 = (t1 < t0) ? t0 : t1;
+    }
   }
 
   // 1. the group's query rows, scaled (log2 domain), rotated into the keys' domain (encoded splits)
@@ -801,7 +810,7 @@ PRELUDES = {"cuda": (CUDA_HEADER, CUDA_PRELUDE), "metal": (METAL_HEADER, METAL_P
 
 
 def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False,
-             fused: bool = False, tc: bool = False, append: bool = False) -> tuple[str, str]:
+             fused: bool = False, tc: bool = False, append: bool = False, starts: bool = False) -> tuple[str, str]:
     """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal") and the
     launch's inputs (`inputs(kind, mk, mv, haswin, fused, append)`); `tc`: the partial's tensor-core loop (CUDA);
     `append`: the decode step's append inside (APPEND, append_block); for the combine: it also takes a chunk's
@@ -818,4 +827,5 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     body = PARTIAL_TC_BODY if tc else BODIES[kind]
     if kind == "combine" and append:
         body = COMBINE_SUMMARY + body
-    return header + (TC_CUDA_HEADER if tc else ""), prelude + pre + aliases(kind, mk, mv, haswin, fused, append) + body
+    return (header + (TC_CUDA_HEADER if tc else ""),
+            prelude + pre + aliases(kind, mk, mv, haswin, fused, append, starts) + body)

@@ -23,6 +23,23 @@ from veloxquant.accelerated.ops import codebooks, numerics, prng, rotation
 BLOCK = 2048          # encoded tokens per block: bounds the per-block temporaries (no full decoded copy)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class RowStarts:
+    """A mask for a left-padded batch (mlx-lm's BatchKVCache layout): batch row b attends to the tokens at
+    positions >= starts[b] (its left padding is below), and with `causal` each query row also only to the
+    tokens at or before its own position (the L queries are the last L positions). `starts`: (B,) int32."""
+    starts: mx.array
+    causal: bool = False
+
+    def array(self, l: int, t: int) -> mx.array:
+        """The same mask as a (B, 1, l, t) bool array (mlx-lm's create_causal_mask with left_padding)."""
+        pos = mx.arange(t)
+        keep = pos[None, None, None, :] >= self.starts[:, None, None, None]
+        if self.causal:
+            keep = keep & (pos[None, :] <= (t - l) + mx.arange(l)[:, None])[None, None]
+        return keep
+
+
 class Views(collections.abc.Mapping):
     """A record's fields as views of its streams' buffers, made on first use: a decode step through the
     kernels passes the whole buffers and the encoded count instead (`buffers`, `rows`), so it builds no view
@@ -270,6 +287,15 @@ def _mask_rows(mask, b: int, hkv: int, rep: int, l: int, t_total: int):
     of a token range giving an array broadcastable to (B, Hkv, rep*L, t1 - t0), or None."""
     if mask is None:
         return None
+    if isinstance(mask, RowStarts):
+        st = mask.starts.reshape(b, 1, 1, 1)
+        qpos = (t_total - l) + (mx.arange(rep * l) % l)
+
+        def rows(t0, t1):
+            pos = mx.arange(t0, t1)
+            keep = pos[None, None, None, :] >= st
+            return keep & (pos[None, :] <= qpos[:, None])[None, None] if mask.causal else keep
+        return rows
     if isinstance(mask, str):
         if mask != "causal":
             raise ValueError(f"mask: unknown mask {mask!r}")
