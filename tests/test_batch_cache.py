@@ -29,6 +29,14 @@ SETTINGS = {
 H, D = 2, 64
 
 
+@pytest.fixture(autouse=True)
+def per_sequence(monkeypatch):
+    """These tests are BatchVeloxKVCache's (a cache per sequence); tests/test_batch_shared.py covers the B-row
+    SharedBatchVeloxKVCache that merge makes for per-token methods without a window."""
+    from veloxquant.accelerated.cache import batch_shared
+    monkeypatch.setattr(batch_shared, "SHARED", False)
+
+
 def cache(method, **kw):
     if method == "mixed":
         return vc.VeloxKVCache(seed=2, layer=1, **{**SETTINGS[method], **kw})

@@ -37,7 +37,7 @@ class _Recorder:
         return self
 
     def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, **kw):
-        self.log.append(dict(name=self.name, template=list(template or []), grid=tuple(grid),
+        self.log.append(dict(name=self.name, names=self.input_names, template=list(template or []), grid=tuple(grid),
                              group=tuple(threadgroup), shapes=[tuple(s) for s in output_shapes],
                              inputs=[np.array(a.astype(mx.float32) if a.dtype == mx.bfloat16 else a)
                                      for a in inputs], ids=[id(a) for a in inputs]))
@@ -509,3 +509,75 @@ def test_gpu_token_over_8_bytes_read_through_the_summary(monkeypatch, fuse_appen
     *_, ef, _ = run(False, nan_at=2)
     *_, eg, _ = run(True, nan_at=2)
     assert ef is not None and ef == eg, (ef, eg)
+
+
+def test_a_left_padded_batch_takes_one_decode_step_launch_per_layer(monkeypatch, gpu):
+    """SharedBatchVeloxKVCache (accelerated/cache/batch_shared.py): a batch of 3 sequences of different lengths
+    takes the decode step's launch: per step one partial (the append inside) and one combine for the whole batch,
+    the partial given each row's start (rstart: the left padding) through the model's mask, with the launch the
+    general path makes for the same records and RowStarts (same template, grid and inputs)."""
+    from veloxquant.accelerated.cache import SharedBatchVeloxKVCache
+    from veloxquant.accelerated.ops.attention import RowStarts
+    monkeypatch.setattr(katt, "_mma_available", lambda: False)
+    monkeypatch.setattr(katt, "FUSE_APPEND", True)
+    singles = []
+    for i, t in enumerate((9, 4, 6)):
+        c = VeloxKVCache(method="turboquant", bits=4, window=0, layer=0, seed=3)
+        c.update_and_fetch(_x(20 + i, t=t), _x(30 + i, t=t))
+        singles.append(c)
+    batch = VeloxKVCache.merge(singles)
+    assert isinstance(batch, SharedBatchVeloxKVCache) and batch.left_padding.tolist() == [0, 5, 3]
+    bx = lambda s, h=HKV: mx.concatenate([_x(s + j, h=h) for j in range(3)])      # noqa: E731
+    for step in range(4):
+        gpu.clear()
+        mask = batch.make_mask(1)
+        k, v = batch.update_and_fetch(bx(100 + 10 * step), bx(200 + 10 * step))
+        out = base.scaled_dot_product_attention(bx(300 + 10 * step, h=HQ), k, v, cache=batch, scale=D ** -0.5,
+                                                mask=mask)
+        mx.eval(out)
+    assert batch.inner._fast is not None, "the decode step path was not taken"
+    names = [c["name"] for c in _launches(gpu)]
+    assert len(names) == 2 and names[0].startswith("vq_attention_partial") and names[0].endswith("ar"), names
+    part = _launches(gpu)[0]
+    assert part["grid"][2] == 3, part["grid"]                      # one launch for the three rows
+    assert part["inputs"][part["names"].index("rstart")].tolist() == [0, 5, 3]
+    # the general path's launch for the same records and row starts
+    rec_k, rec_v = k.record, v.record
+    gpu.clear()
+    plan = katt.launch_plan(bx(300 + 30, h=HQ), rec_k, rec_v, D ** -0.5, RowStarts(batch.starts))
+    assert plan.key[7] and "rstart" in plan.partial_names
+    assert dict(plan.partial_template)["APPEND"] == 0 and part["grid"][1:] == plan.partial_grid[1:]
+
+
+@pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
+@pytest.mark.parametrize("method, kw", [("turboquant", dict(bits=4)), ("rabitq", {}), ("mlx_affine", dict(bits=4))])
+def test_gpu_left_padded_batch_decode_step(monkeypatch, method, kw):
+    """A SharedBatchVeloxKVCache of 3 sequences (300, 41 and 170 tokens) through the decode step's launch on the GPU
+    (the append inside, row starts): each row's output within the attention tolerance of the ops path over the
+    same records (float32 reference, the same RowStarts), and the stored bytes those of each sequence's own cache."""
+    from veloxquant.accelerated.cache import SharedBatchVeloxKVCache
+    from veloxquant.accelerated.ops import attention as oatt
+
+    def single(i, t):
+        c = VeloxKVCache(method=method, window=0, layer=1, seed=5, **kw)
+        c.update_and_fetch(_x(40 + i, t=t), _x(50 + i, t=t))
+        return c
+    lengths = (300, 41, 170)
+    batch = VeloxKVCache.merge([single(i, t) for i, t in enumerate(lengths)])
+    singles = [single(i, t) for i, t in enumerate(lengths)]
+    assert isinstance(batch, SharedBatchVeloxKVCache)
+    for step in range(5):
+        ks, vs, qs = ([_x(1000 * r + 10 * step + j, h=h) for j in range(3)] for r, h in ((1, HKV), (2, HKV), (3, HQ)))
+        mask = batch.make_mask(1)
+        k, v = batch.update_and_fetch(mx.concatenate(ks), mx.concatenate(vs))
+        q = mx.concatenate(qs).astype(mx.float32)
+        got = np.array(base.scaled_dot_product_attention(q, k, v, cache=batch, scale=D ** -0.5, mask=mask))
+        want = np.array(oatt.attention(q, k.record, v.record, D ** -0.5, oatt.RowStarts(batch.starts)))
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max(), err_msg=f"step {step}")
+        for c, a, b in zip(singles, ks, vs):
+            c.update_and_fetch(a, b)
+    assert batch.inner._fast is not None, "the decode step path was not taken"
+    for i, c in enumerate(singles):
+        got = [np.array(a) for rec in batch.extract(i).state[:2] for _, a in sorted(rec.items())]
+        want = [np.array(a) for rec in c.state[:2] for _, a in sorted(rec.items())]
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)), f"{method}: sequence {i} bytes differ"

@@ -24,6 +24,7 @@ BatchVeloxKVCache, which attends per sequence over each one's own record).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import pathlib
@@ -82,7 +83,8 @@ KNOBS = {"FUSE_COMBINE": "veloxquant.accelerated.kernels.attention",
          "ROLES_APART": "veloxquant.accelerated.kernels.append",
          "FUSE_APPEND": "veloxquant.accelerated.kernels.attention",
          "TC_CODES": "veloxquant.accelerated.kernels.attention",
-         "SPLIT_ROWS": "veloxquant.accelerated.cache.batch"}
+         "SPLIT_ROWS": "veloxquant.accelerated.cache.batch",
+         "SHARED": "veloxquant.accelerated.cache.batch_shared"}
 
 
 def _split(name: str) -> tuple[str, dict]:
@@ -450,10 +452,13 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
 
     import veloxquant.accelerated.cache as vc
     from veloxquant.accelerated.cache import batch as vc_batch
+    from veloxquant.accelerated.cache import hook as vc_hook
     model, args = _model(n_layers, shape)
     rows = []
     arms = [a for a in arms if not a.startswith("mlx q")]
-    real_attend = vc_batch.attend            # BatchVeloxKVCache's per-sequence attention (attend_batch calls it)
+    # the attention calls: BatchVeloxKVCache's per sequence (attend_batch calls batch.attend), SharedBatchVeloxKVCache's
+    # once per layer for the batch (the hooked dispatch calls hook.attend)
+    real_attend = {m: m.attend for m in (vc_batch, vc_hook)}
     for t in contexts:
         for b in batch_sizes:
             prompts = [mx.random.randint(0, args.vocab_size, (max(1, t - 17 * i),), key=mx.random.key(t + i)).tolist()
@@ -463,14 +468,15 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
                     vc.make_prompt_cache(model, seed=1, **dict(OURS[_split(name)[0]])) for _ in range(b)]
                 seen = {}
 
-                def spy(*a, _seen=seen, **kw):        # which attention ran: the decode step's launch or another path
-                    path = "decode step" if len(a) > 1 and a[1].step is not None else "general"
+                def spy(*a, _seen=seen, _real=real_attend[vc_batch], **kw):   # which attention ran: the decode
+                    path = "decode step" if len(a) > 1 and a[1].step is not None else "general"   # step's or another
                     for k in ("attend", path):
                         _seen[k] = _seen.get(k, 0) + 1
-                    return real_attend(*a, **kw)
+                    return _real(*a, **kw)
                 mx.synchronize()
                 mx.reset_peak_memory()
                 vc_batch.attend = spy
+                vc_hook.attend = functools.partial(spy, _real=real_attend[vc_hook])
                 try:
                     with _knobs(name):
                         r = batch_generate(model, _Tokens(), prompts, max_tokens=n_tokens, prompt_caches=given)
@@ -480,7 +486,8 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
                     log(f"  batch {t} x{b} {name}: failed: {type(e).__name__}: {e}")
                     continue
                 finally:
-                    vc_batch.attend = real_attend
+                    for m, f in real_attend.items():
+                        m.attend = f
                 st = r.stats
                 if rnd == 0:
                     continue

@@ -14,6 +14,7 @@ import mlx_lm.models.cache as _mlx_lm_cache
 from veloxquant.accelerated.cache import hook
 from veloxquant.accelerated.cache.base import CacheGroup, VeloxKVCache
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
 from veloxquant.accelerated.cache.kivi import KIVIKVCache
 from veloxquant.accelerated.cache.prompt_cache import CLASS_BY_METHOD, make_prompt_cache
 from veloxquant.accelerated.cache.rabitq import RaBitQKVCache
@@ -22,7 +23,7 @@ from veloxquant.accelerated.cache.turboquant import TurboQuantKVCache
 from veloxquant.accelerated.cache.turboquant_prod import TurboQuantProdKVCache
 from veloxquant.accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
 
-CACHE_CLASSES = (VeloxKVCache, BatchVeloxKVCache, TurboQuantKVCache, TurboQuantRVQKVCache, TurboQuantProdKVCache,
+CACHE_CLASSES = (VeloxKVCache, BatchVeloxKVCache, SharedBatchVeloxKVCache, TurboQuantKVCache, TurboQuantRVQKVCache, TurboQuantProdKVCache,
                  KIVIKVCache, RaBitQKVCache, VeloxRotatingKVCache)
 
 
@@ -38,5 +39,5 @@ def _register(classes) -> None:
 _register(CACHE_CLASSES)
 hook.install()
 
-__all__ = ["CacheGroup", "VeloxKVCache", "BatchVeloxKVCache", "TurboQuantKVCache", "TurboQuantRVQKVCache", "TurboQuantProdKVCache",
+__all__ = ["CacheGroup", "VeloxKVCache", "BatchVeloxKVCache", "SharedBatchVeloxKVCache", "TurboQuantKVCache", "TurboQuantRVQKVCache", "TurboQuantProdKVCache",
            "KIVIKVCache", "RaBitQKVCache", "VeloxRotatingKVCache", "CLASS_BY_METHOD", "CACHE_CLASSES", "make_prompt_cache"]

@@ -380,9 +380,14 @@ class VeloxKVCache(_BaseCache):
 
     @classmethod
     def merge(cls, caches):
-        """mlx-lm's batching entry point (BatchGenerator): one BatchVeloxKVCache over copies of `caches`,
-        records moved as they are (accelerated/cache/batch.py)."""
+        """mlx-lm's batching entry point (BatchGenerator): one SharedBatchVeloxKVCache (one B-row cache, one
+        launch per layer: accelerated/cache/batch_shared.py) where the methods allow it, else a BatchVeloxKVCache
+        (a cache per sequence: accelerated/cache/batch.py); records moved as they are."""
+        from veloxquant.accelerated.cache import batch_shared
         from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+        caches = list(caches)
+        if batch_shared.eligible(caches):
+            return batch_shared.SharedBatchVeloxKVCache.merge(caches)
         return BatchVeloxKVCache.merge(caches)
 
     # ---- save / load ------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import attention as kattention
 from veloxquant.accelerated.kernels import backend
 from veloxquant.accelerated.kernels import methods as km
+from veloxquant.accelerated.ops.attention import RowStarts
 
 
 def _resolve(kernel, template, **call):
@@ -154,7 +155,8 @@ class DecodeStep:
         inside if it is still pending; None where the general path must decide (then nothing was launched)."""
         q_enc = keys.encoded
         tok = keys.token_or_pending
-        if mask is not None or type(queries) is not mx.array or values.encoded != q_enc \
+        starts = type(mask) is RowStarts        # a left-padded batch's rows (accelerated/cache/batch_shared.py)
+        if (mask is not None and not starts) or type(queries) is not mx.array or values.encoded != q_enc \
                 or values.token_or_pending is not tok:
             return None
         append = tok is self.pending and tok is not None
@@ -163,10 +165,11 @@ class DecodeStep:
         # the host reads stays out of device memory (COMBINE_SUMMARY); a fused step's token is a summary already
         t = tok if type(tok) is mx.array else None if append or tok is None else tok.token
         summ = t is not None and t.size > 8
-        key = (queries.shape, queries.dtype, scale, kattention.split_counts(q_enc), append, summ)
+        key = (queries.shape, queries.dtype, scale, kattention.split_counts(q_enc), append, summ,
+               (mask.causal, mask.starts.shape) if starts else None)
         a = self.attn.get(key)
         if a is None:
-            a = self.attn[key] = self._attention_launch(queries, keys, values, scale, append, summ)
+            a = self.attn[key] = self._attention_launch(queries, keys, values, scale, append, summ, mask)
         if a is False and append:     # the kernels take the call, but not with the append inside: launch it alone
             self.flush()
             return self.attend(queries, keys, values, scale, mask)
@@ -174,9 +177,11 @@ class DecodeStep:
             return None
         kern, call, ins, slots, comb = a
         ins = list(ins)
-        iq, inn, ifl, ikx, ivx = slots
+        iq, inn, ifl, ikx, ivx, irs = slots
         ins[iq] = queries
         ins[inn] = km.count(q_enc)
+        if starts:
+            ins[irs] = mask.starts
         if append:
             ins[ifl] = tok.ins[1]         # ordered after the previous store, as the append launch is
             ins[ikx] = tok.ins[2]
@@ -203,16 +208,17 @@ class DecodeStep:
                     break
         return out
 
-    def _attention_launch(self, queries, keys, values, scale: float, append: bool, summ: bool = False):
+    def _attention_launch(self, queries, keys, values, scale: float, append: bool, summ: bool = False, mask=None):
         """The launches' fixed parts for one query shape and split count: the partial, and the combine where it
         is its own launch (kernels.attention.attention's two calls; with `append` or `summ` the combine also
-        writes the summary of a token); False: not the kernels' call."""
+        writes the summary of a token); False: not the kernels' call. `mask`: None or a RowStarts (its starts
+        are set per call)."""
         kr, vr = keys.plan_record(), values.plan_record()
-        if not kattention.supports(queries, kr, vr, None) or (append and kattention._fused()):
+        if not kattention.supports(queries, kr, vr, mask) or (append and kattention._fused()):
             return False
         # the append's arrays: its constant arrays (fixed), the new keys and values (any array here: set per step)
         extra = {"kx": queries, "kconst": self.ins[3], "vx": queries, "vconst": self.ins[self.slot_v + 1]}
-        ins, st = kattention._launch(queries, kr, vr, scale, None, km._dummy(mx.bool_),
+        ins, st = kattention._launch(queries, kr, vr, scale, mask, km._dummy(mx.bool_),
                                      self.append_ts if append else None, extra if append else None)
         if append and st.grid[2] != queries.shape[0]:   # more than one query group per KV head: blocks would race
             return False
@@ -226,5 +232,5 @@ class DecodeStep:
                                     **kattention.combine_call(st, queries, summary=append or summ))
             comb = (ckern, ccall, st.consts)
         at = {n: i for i, n in enumerate(names)}
-        slots = (at["q"], at["nenc"], at["flags"], at.get("kx"), at.get("vx"))
+        slots = (at["q"], at["nenc"], at["flags"], at.get("kx"), at.get("vx"), at.get("rstart"))
         return kern, call, ins, slots, comb

@@ -10,9 +10,11 @@ thus attend over the packed records with no change to their code.
 """
 from __future__ import annotations
 
+import mlx.core as mx
 import mlx_lm.models.base as _base
 
 from veloxquant.accelerated.attention import PackedKV, attend
+from veloxquant.accelerated.cache.batch_shared import row_starts
 
 _ORIGINAL = getattr(_base.quantized_scaled_dot_product_attention, "__wrapped__",
                     _base.quantized_scaled_dot_product_attention)
@@ -20,6 +22,8 @@ _ORIGINAL = getattr(_base.quantized_scaled_dot_product_attention, "__wrapped__",
 
 def dispatch(queries, q_keys, q_values, scale, mask, group_size: int = 64, bits: int = 8):
     if isinstance(q_keys, PackedKV):
+        if type(mask) is mx.array:          # a left-padded batch's mask (batch_shared.make_mask): its row starts
+            mask = row_starts(mask)
         return attend(queries, q_keys, q_values, scale, mask)
     from veloxquant.accelerated.cache.batch import BatchPackedKV, attend_batch
     if isinstance(q_keys, BatchPackedKV):        # batched caches (accelerated/cache/batch.py)

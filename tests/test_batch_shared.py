@@ -1,0 +1,314 @@
+"""SharedBatchVeloxKVCache (accelerated/cache/batch_shared.py): a left-padded batch in one B-row cache.
+
+Oracles: (1) mlx-lm 0.32's BatchKVCache driven through the same protocol calls (offset, left_padding, size, mask);
+(2) the per-sequence BatchVeloxKVCache over the same caches (the values fetched in dequantize mode, which decode the
+same bytes); (3) each sequence's single-sequence cache: record bytes after merge / extract / batched appends /
+finalize (the methods encode token by token, so a sequence's bytes do not depend on the batch), logits within the
+attention tier's tolerance, greedy tokens of mlx_lm.batch_generate; (4) float64 attention per row.
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.generate import batch_generate, generate_step
+from mlx_lm.models import base
+from mlx_lm.models import cache as mlx_cache
+
+import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated import attention as vatt
+from veloxquant.accelerated.cache import batch_shared
+from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+from veloxquant.accelerated.ops.attention import RowStarts
+from veloxquant.tools.quality import VOCAB, tiny_llama
+
+SETTINGS = {      # per-token methods, no window: what merge puts in one B-row cache
+    "turboquant": dict(bits=4, window=0),
+    "turboquant_rvq": dict(bits=2, window=0),
+    "turboquant_prod": dict(bits=3, window=0),
+    "rabitq": dict(bits=1, window=0),
+    "mlx_affine": dict(bits=4, group_size=32, window=0),
+}
+H, D = 2, 64
+# logits of a batch row against its single-sequence cache: the rows' splits differ (on a GPU), so float32 sums can
+# differ in the last bits, and the tiny llama's logits are float16: two float16 rounding steps, far below what a
+# wrong attention (a padding token attended) does to O(1) logits
+LOGIT_RTOL, LOGIT_ATOL = 2.0 ** -9, 2.0 ** -12
+# log-probabilities of generation: the tiny llama runs in float16, so they come out rounded to float16 (steps of
+# 2^-8 .. 2^-7 at magnitudes 2-8): a last-bit difference in the logits can move one by up to two such steps
+LOGPROB_ATOL = 2.0 ** -6
+
+
+def cache(method, **kw):
+    if method == "mlx_affine":
+        return vc.VeloxKVCache(method="mlx_affine", seed=2, layer=1, **{**SETTINGS[method], **kw})
+    return vc.CLASS_BY_METHOD[method](seed=2, layer=1, **{**SETTINGS[method], **kw})
+
+
+def kv(t, seed, b=1):
+    k = mx.random.normal((b, H, t, D), key=mx.random.key(seed)).astype(mx.float16)
+    v = mx.random.normal((b, H, t, D), key=mx.random.key(seed + 1000)).astype(mx.float16)
+    return k, v
+
+
+def record_bytes(c) -> dict:
+    k, v, meta = c.state
+    if k is None:
+        return {}
+    out = {f"k.{n}": np.array(a).tobytes() for n, a in k.items()}
+    out.update({f"v.{n}": np.array(a).tobytes() for n, a in v.items()})
+    return out
+
+
+def filled(method, lengths, seed=0, **kw):
+    caches = []
+    for i, t in enumerate(lengths):
+        c = cache(method, **kw)
+        if t:
+            c.update_and_fetch(*kv(t, seed + i))
+        caches.append(c)
+    return caches
+
+
+def test_merge_picks_the_shared_cache_where_the_methods_allow():
+    assert isinstance(vc.TurboQuantKVCache.merge(filled("turboquant", [3, 0])), SharedBatchVeloxKVCache)
+    # a window, KIVI's position-dependent groups, the knob off: a cache per sequence
+    assert isinstance(vc.TurboQuantKVCache.merge(filled("turboquant", [3, 1], window=2)), BatchVeloxKVCache)
+    assert isinstance(vc.KIVIKVCache.merge([vc.KIVIKVCache(bits=2, group_size=16, window=0)] * 2), BatchVeloxKVCache)
+    mixed = [cache("turboquant"), cache("turboquant", bits=3)]
+    assert isinstance(vc.TurboQuantKVCache.merge([mixed[0], cache("turboquant")]), SharedBatchVeloxKVCache)
+    with pytest.raises(ValueError, match="caches: item 1"):
+        vc.TurboQuantKVCache.merge(mixed)          # BatchVeloxKVCache's message: other parameters
+    batch_shared.SHARED = False
+    try:
+        assert isinstance(vc.TurboQuantKVCache.merge(filled("turboquant", [3, 0])), BatchVeloxKVCache)
+    finally:
+        batch_shared.SHARED = True
+
+
+@pytest.mark.parametrize("method", list(SETTINGS))
+def test_merge_extract_and_batched_appends_keep_each_sequences_bytes(method):
+    lengths = [37, 0, 5, 20]
+    singles = filled(method, lengths)
+    before = [record_bytes(c) for c in singles]
+    batch = type(singles[0]).merge(singles)
+    assert isinstance(batch, SharedBatchVeloxKVCache)
+    assert batch.size() == 37 and batch.left_padding.tolist() == [0, 37, 32, 17]
+    assert batch.offset.tolist() == lengths
+    assert [record_bytes(batch.extract(i)) for i in range(4)] == before
+    # three decode steps and a right-padded prefill chunk through the batch, the same through each single
+    steps = [kv(1, 100 + s, b=4) for s in range(3)]
+    chunk_lengths = [3, 9, 1, 0]
+    chunk = kv(9, 200, b=4)
+    for k, v in steps:
+        batch.update_and_fetch(k, v)
+    batch.prepare(lengths=chunk_lengths, right_padding=[9 - n for n in chunk_lengths])
+    batch.update_and_fetch(*chunk)
+    batch.finalize()
+    assert [record_bytes(c) for c in singles] == before, "merge must not update the caches it was given"
+    for i, c in enumerate(singles):
+        for k, v in steps:
+            c.update_and_fetch(k[i:i + 1], v[i:i + 1])
+        if chunk_lengths[i]:
+            c.update_and_fetch(chunk[0][i:i + 1, :, :chunk_lengths[i]], chunk[1][i:i + 1, :, :chunk_lengths[i]])
+    assert batch.offset.tolist() == [c.offset for c in singles]
+    assert batch.left_padding.tolist() == [batch.size() - c.offset for c in singles]
+    assert [record_bytes(batch.extract(i)) for i in range(4)] == [record_bytes(c) for c in singles]
+    assert batch.nbytes >= sum(c.nbytes for c in singles)      # the padding rows are stored too
+
+
+def test_protocol_matches_mlx_lm_batch_kv_cache_and_the_per_sequence_cache():
+    """The same protocol calls on ours (dequantize mode), mlx-lm's BatchKVCache (offsets, padding, size, mask) and
+    the per-sequence BatchVeloxKVCache over the same caches (the fetched values at every position a real query
+    sees: both decode the same bytes)."""
+    exact = dict(attention="dequantize")
+    lengths = [12, 3, 0]
+
+    def three(lengths, seed):
+        ours = vc.TurboQuantKVCache.merge(filled("turboquant", lengths, seed=seed, **exact))
+        per_seq = BatchVeloxKVCache.merge(filled("turboquant", lengths, seed=seed, **exact))
+        refs = []
+        for i, t in enumerate(lengths):
+            r = mlx_cache.KVCache()
+            if t:
+                r.update_and_fetch(*kv(t, seed + i))
+            refs.append(r)
+        return ours, per_seq, mlx_cache.KVCache.merge(refs)
+
+    ours, per_seq, ref = three(lengths, 7)
+    assert isinstance(ours, SharedBatchVeloxKVCache)
+    others = three([2, 6], 50)
+    ops = [("update", (1, None)), ("update", (5, [5, 2, 4])), ("update", (1, None)), ("filter", [0, 2]),
+           ("extend", others), ("update", (1, None)), ("filter", [1, 2, 3]), ("update", (4, [1, 4, 2])),
+           ("update", (1, None)), ("trim", 2), ("update", (1, None))]
+    for op, arg in ops:
+        if op == "update":
+            n, lens = arg
+            b = ours.offset.shape[0]
+            k, v = kv(n, 300 + ours.size(), b=b)
+            if lens is not None:
+                for c in (ours, per_seq, ref):
+                    c.prepare(lengths=lens, right_padding=[n - x for x in lens])
+            mask = ours.make_mask(n, return_array=True)
+            assert np.array_equal(np.array(mask), np.array(ref.make_mask(n, return_array=True))), op
+            assert np.array_equal(np.array(mask), np.array(per_seq.make_mask(n, return_array=True))), op
+            got, want = ours.update_and_fetch(k, v), per_seq.update_and_fetch(k, v)
+            ref.update_and_fetch(k, v)
+            real = [n] * b if lens is None else lens
+            m = np.array(mask)
+            keep = np.stack([m[i, 0, :r].any(axis=0) for i, r in enumerate(real)])
+            for a, w in zip(got, want):
+                a, w = np.array(a).transpose(0, 2, 1, 3), np.array(w).transpose(0, 2, 1, 3)
+                assert a.shape == w.shape
+                np.testing.assert_array_equal(a[keep], w[keep])
+            if lens is not None:
+                for c in (ours, per_seq, ref):
+                    c.finalize()
+        elif op == "filter":
+            for c in (ours, per_seq, ref):
+                c.filter(arg)
+        elif op == "extend":
+            for c, o in zip((ours, per_seq, ref), arg):
+                c.extend(o)
+        elif op == "trim":
+            for c in (ours, per_seq, ref):
+                assert c.trim(arg) == arg
+        assert ours.offset.tolist() == ref.offset.tolist() == per_seq.offset.tolist(), op
+        assert ours.left_padding.tolist() == ref.left_padding.tolist(), op
+        assert ours.size() == ref.size(), op
+
+
+def test_a_decode_step_attends_each_row_from_its_start():
+    """Packed mode: the mask the model gets from make_mask reaches our attention as the rows' starts (RowStarts),
+    and each row's output equals float64 attention over that row's own tokens (decoded), within the tier."""
+    from _attention_util import f64_attention
+    batch = vc.TurboQuantKVCache.merge(filled("turboquant", [30, 9, 17], seed=5))
+    seen = []
+    real = vatt.attend
+
+    def spy(q, k, v, scale, mask=None, sinks=None):
+        seen.append(type(mask))
+        return real(q, k, v, scale, mask)
+    import veloxquant.accelerated.cache.hook as hook
+    hook.attend = spy
+    try:
+        for step in range(3):
+            q = mx.random.normal((3, 2 * H, 1, D), key=mx.random.key(70 + step)).astype(mx.float32)
+            mask = batch.make_mask(1)
+            kk, vv = batch.update_and_fetch(*kv(1, 80 + step, b=3))
+            out = np.array(base.scaled_dot_product_attention(q, kk, vv, cache=batch, scale=D ** -0.5, mask=mask))
+            kd = np.array(kk.record.dequantized()).astype(np.float64)     # float32 decode (the attention's)
+            vd = np.array(vv.record.dequantized()).astype(np.float64)
+            for i, s0 in enumerate(batch.left_padding.tolist()):
+                want = f64_attention(np.array(q[i:i + 1]), kd[i:i + 1, :, s0:], vd[i:i + 1, :, s0:], D ** -0.5, False)
+                np.testing.assert_allclose(out[i:i + 1], want, rtol=0, atol=1e-5, err_msg=f"row {i} step {step}")
+    finally:
+        hook.attend = real
+    assert seen == [RowStarts] * 3, seen
+
+
+@pytest.mark.parametrize("method", ["turboquant", "rabitq"])
+def test_batched_forward_rows_match_single_sequence_logits(method):
+    """One forward over a merged batch (histories of different lengths, then a right-padded chunk, then decode
+    steps): each sequence's real rows give its single-sequence cache's logits within LOGIT_RTOL / LOGIT_ATOL."""
+    model = tiny_llama(64, seed=3)
+    hist = [30, 9, 17]
+    prompts = [mx.random.randint(0, VOCAB, (n,), key=mx.random.key(40 + n)) for n in hist]
+    singles = []
+    for p in prompts:
+        c = vc.make_prompt_cache(model, method=method, **SETTINGS[method])
+        model(p[None], cache=c)
+        singles.append(c)
+    batch = [layer[0].merge(list(layer)) for layer in zip(*singles)]
+    assert all(isinstance(c, SharedBatchVeloxKVCache) for c in batch)
+    chunk_lengths = [2, 6, 1]
+    chunk = mx.random.randint(0, VOCAB, (3, 6), key=mx.random.key(9))
+    for c in batch:
+        c.prepare(lengths=chunk_lengths, right_padding=[6 - n for n in chunk_lengths])
+    out = model(chunk, cache=batch)
+    for c in batch:
+        c.finalize()
+    steps = [mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(10 + s)) for s in range(3)]
+    outs = [model(s, cache=batch) for s in steps]
+    for i, c in enumerate(singles):
+        n = chunk_lengths[i]
+        ref = model(chunk[i:i + 1, :n], cache=c)
+        np.testing.assert_allclose(np.array(out[i, :n]), np.array(ref[0]), rtol=LOGIT_RTOL, atol=LOGIT_ATOL)
+        for s, o in zip(steps, outs):
+            np.testing.assert_allclose(np.array(o[i]), np.array(model(s[i:i + 1], cache=c)[0]), rtol=LOGIT_RTOL,
+                                       atol=LOGIT_ATOL, err_msg=f"sequence {i}")
+    # layer 0's keys and values depend on the tokens alone: the same bytes as the single caches'
+    assert [record_bytes(batch[0].extract(i)) for i in range(3)] == [record_bytes(c[0]) for c in singles]
+
+
+class _Tok:
+    eos_token_ids: list = []
+
+    def decode(self, tokens):
+        return " ".join(map(str, tokens))
+
+
+@pytest.mark.parametrize("method", ["turboquant", "turboquant_prod", "mlx_affine"])
+def test_batch_generate_gives_the_single_sequence_tokens(method):
+    """mlx_lm.batch_generate through our caches handed in as prompt caches (one B-row cache per layer): each
+    sequence's greedy tokens equal its single-sequence run's, log-probabilities within LOGPROB_ATOL; the caches
+    handed in stay as they were."""
+    model = tiny_llama(64, seed=0)
+    lengths = [5, 40, 23, 1]
+    prompts = [mx.random.randint(0, VOCAB, (n,), key=mx.random.key(n)).tolist() for n in lengths]
+    n_tokens = 6
+    mk = lambda: vc.make_prompt_cache(model, method=method, **SETTINGS[method])     # noqa: E731
+
+    def single(p, c):
+        out = list(generate_step(mx.array(p), model, max_tokens=n_tokens, prompt_cache=c))
+        return [t for t, _ in out], [float(lp[t]) for t, lp in out]
+
+    ref = [single(p, mk()) for p in prompts]
+    given = [mk() for _ in prompts]
+    kinds = []
+    real = SharedBatchVeloxKVCache.merge.__func__
+
+    def merge(cls, caches):
+        kinds.append(cls)
+        return real(cls, caches)
+    SharedBatchVeloxKVCache.merge = classmethod(merge)
+    try:
+        r = batch_generate(model, _Tok(), prompts, prompt_caches=given, max_tokens=n_tokens, return_token_ids=True,
+                           return_logprobs=True)
+    finally:
+        SharedBatchVeloxKVCache.merge = classmethod(real)
+    assert kinds, "batch_generate did not merge into SharedBatchVeloxKVCache"
+    assert r.token_ids == [t for t, _ in ref]
+    np.testing.assert_allclose(np.array(r.logprobs), np.array([lp for _, lp in ref]), rtol=0, atol=LOGPROB_ATOL)
+    assert all(c.empty() for caches in given for c in caches)
+
+
+def test_a_bad_chunk_rolls_the_whole_batch_back():
+    """Deferred checks: a NaN in one sequence's token raises at a later step, and the batch (its one B-row cache)
+    is back where it was before that chunk; the next good chunk goes on from there."""
+    batch = vc.TurboQuantKVCache.merge(filled("turboquant", [6, 2], seed=3))
+    good = [record_bytes(batch.extract(i)) for i in range(2)]
+    k, v = kv(1, 500, b=2)
+    bad = mx.concatenate([k[:1], mx.full(k[1:].shape, float("nan"), dtype=k.dtype)])
+    batch.update_and_fetch(bad, v)
+    with pytest.raises(ValueError, match="keys"):
+        for s in range(3):
+            batch.update_and_fetch(*kv(1, 600 + s, b=2))
+        batch.check()
+    assert batch.size() == 6 and batch.offset.tolist() == [6, 2]
+    assert [record_bytes(batch.extract(i)) for i in range(2)] == good
+    batch.update_and_fetch(*kv(1, 700, b=2))
+    assert batch.offset.tolist() == [7, 3]
+
+
+def test_shared_batch_saves_and_loads(tmp_path):
+    batch = vc.RaBitQKVCache.merge(filled("rabitq", [20, 3]))
+    batch.update_and_fetch(*kv(1, 400, b=2))
+    path = str(tmp_path / "batch.safetensors")
+    mlx_cache.save_prompt_cache(path, [batch])
+    (loaded,) = mlx_cache.load_prompt_cache(path)
+    assert isinstance(loaded, SharedBatchVeloxKVCache)
+    assert loaded.offset.tolist() == batch.offset.tolist() == [21, 4]
+    assert loaded.left_padding.tolist() == batch.left_padding.tolist() and loaded.size() == batch.size()
+    assert [record_bytes(loaded.extract(i)) for i in range(2)] == [record_bytes(batch.extract(i)) for i in range(2)]
