@@ -138,17 +138,26 @@ def test_protocol_matches_mlx_lm_batch_kv_cache_and_the_per_sequence_cache():
 
     ours, per_seq, ref = three(lengths, 7)
     assert isinstance(ours, SharedBatchVeloxKVCache)
-    others = three([2, 6], 50)
-    ops = [("update", (1, None)), ("update", (5, [5, 2, 4])), ("update", (1, None)), ("filter", [0, 2]),
-           ("extend", others), ("update", (1, None)), ("filter", [1, 2, 3]), ("update", (4, [1, 4, 2])),
-           ("update", (1, None)), ("trim", 2), ("update", (1, None))]
+    _drive((ours, per_seq, ref), [
+        ("update", (1, None)), ("update", (5, [5, 2, 4])), ("update", (1, None)), ("filter", [0, 2]),
+        ("extend", three([2, 6], 50)), ("update", (1, None)), ("filter", [1, 2, 3]), ("update", (4, [1, 4, 2])),
+        ("update", (1, None)), ("trim", 2), ("update", (1, None))])
+    # a left-padded first chunk into an empty batch (BatchGenerator's prompts without history)
+    _drive(three([0, 0, 0], 90), [("left", [2, 0, 4]), ("update", (5, None)), ("update", (1, None)),
+                                   ("filter", [0, 2]), ("update", (1, None))])
+
+
+def _drive(caches, ops):
+    """The same protocol calls on (ours, per-sequence, mlx-lm's); after each, offsets, padding, size, masks, and the
+    values fetched at every position some real query sees (ours against the per-sequence cache's)."""
+    ours, per_seq, ref = caches
     for op, arg in ops:
         if op == "update":
             n, lens = arg
             b = ours.offset.shape[0]
             k, v = kv(n, 300 + ours.size(), b=b)
             if lens is not None:
-                for c in (ours, per_seq, ref):
+                for c in caches:
                     c.prepare(lengths=lens, right_padding=[n - x for x in lens])
             mask = ours.make_mask(n, return_array=True)
             assert np.array_equal(np.array(mask), np.array(ref.make_mask(n, return_array=True))), op
@@ -158,21 +167,25 @@ def test_protocol_matches_mlx_lm_batch_kv_cache_and_the_per_sequence_cache():
             real = [n] * b if lens is None else lens
             m = np.array(mask)
             keep = np.stack([m[i, 0, :r].any(axis=0) for i, r in enumerate(real)])
+            assert keep.sum() > 0
             for a, w in zip(got, want):
                 a, w = np.array(a).transpose(0, 2, 1, 3), np.array(w).transpose(0, 2, 1, 3)
                 assert a.shape == w.shape
                 np.testing.assert_array_equal(a[keep], w[keep])
             if lens is not None:
-                for c in (ours, per_seq, ref):
+                for c in caches:
                     c.finalize()
+        elif op == "left":
+            for c in caches:
+                c.prepare(left_padding=arg)
         elif op == "filter":
-            for c in (ours, per_seq, ref):
+            for c in caches:
                 c.filter(arg)
         elif op == "extend":
-            for c, o in zip((ours, per_seq, ref), arg):
+            for c, o in zip(caches, arg):
                 c.extend(o)
         elif op == "trim":
-            for c in (ours, per_seq, ref):
+            for c in caches:
                 assert c.trim(arg) == arg
         assert ours.offset.tolist() == ref.offset.tolist() == per_seq.offset.tolist(), op
         assert ours.left_padding.tolist() == ref.left_padding.tolist(), op

@@ -6,6 +6,10 @@ different lengths is right-padded (`prepare(lengths=, right_padding=)`) and `fin
 the left; `filter` / `extend` drop and add sequences, `extract` gives one sequence back as a single cache,
 `make_mask` hides the left padding, and `offset` is a per-sequence array (RoPE positions).
 
+`VeloxKVCache.merge` makes a `SharedBatchVeloxKVCache` (batch_shared.py: the batch in one B-row cache, one
+attention launch per layer) where every sequence's tokens encode independently of their position and there is no
+exact window; this module's `BatchVeloxKVCache` takes the others (kivi, windows) and `batch_shared.SHARED = False`.
+
 `BatchVeloxKVCache` follows that protocol, but keeps one single-sequence `VeloxKVCache` per sequence and stores
 only each sequence's real tokens: the padding is virtual. So merge and extract move records without decoding
 them (each sequence's bytes are the bytes it has alone: the streams encode token by token, and a window and

@@ -260,7 +260,7 @@ class SharedBatchVeloxKVCache(_BaseCache):
     def make_mask(self, N: int, return_array: bool = False, window_size=None, **kwargs):
         mask = create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, window_size=window_size)
         if window_size is None:
-            _MASKS[id(mask)] = (mask, RowStarts(self.starts, N > 1))
+            _MASKS[id(mask)] = (mask, RowStarts(self.starts, N > 1, mask))
             while len(_MASKS) > _MASKS_KEPT:
                 _MASKS.popitem(last=False)
         return mask

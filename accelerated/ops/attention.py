@@ -27,12 +27,16 @@ BLOCK = 2048          # encoded tokens per block: bounds the per-block temporari
 class RowStarts:
     """A mask for a left-padded batch (mlx-lm's BatchKVCache layout): batch row b attends to the tokens at
     positions >= starts[b] (its left padding is below), and with `causal` each query row also only to the
-    tokens at or before its own position (the L queries are the last L positions). `starts`: (B,) int32."""
+    tokens at or before its own position (the L queries are the last L positions). `starts`: (B,) int32;
+    `made`: the array mask this one stands for, if the model made one (batch_shared.row_starts)."""
     starts: mx.array
     causal: bool = False
+    made: mx.array | None = None
 
     def array(self, l: int, t: int) -> mx.array:
         """The same mask as a (B, 1, l, t) bool array (mlx-lm's create_causal_mask with left_padding)."""
+        if self.made is not None:
+            return self.made
         pos = mx.arange(t)
         keep = pos[None, None, None, :] >= self.starts[:, None, None, None]
         if self.causal:
