@@ -64,6 +64,10 @@ def add_arguments(p) -> None:
     p.add_argument("--e2e-rounds", type=int, default=1, help="runs per arm and context, arms in turn; medians")
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[4, 8])
     p.add_argument("--batch-contexts", nargs="+", type=int, default=[4096, 32768])
+    p.add_argument("--model-shape", type=json.loads, default=None, metavar="JSON",
+                   help="the batch suite's llama config instead of Llama-3-8B's: every field of "
+                        "bench_decode.LLAMA3_8B (hidden_size, intermediate_size, num_attention_heads, "
+                        "num_key_value_heads, head_dim, vocab_size)")
     p.add_argument("--json", type=pathlib.Path, default=None)
     p.add_argument("--from-json", type=pathlib.Path, nargs="+", default=None, metavar="JSON")
     p.add_argument("--markdown", type=pathlib.Path, default=None)
@@ -610,8 +614,9 @@ def render(res: dict, name: str) -> list[str]:
         lines.append("")
     batch = res.get("batch") or []
     if batch:
+        shape = f" (config {json.dumps(res['model_shape'])})" if res.get("model_shape") else ""
         lines += ["Batched generation (mlx_lm.batch_generate, the server's batching; random llama with "
-                  f"{batch[0].get('layers', '?')} layers, greedy, {batch[0].get('tokens_per_sequence', '?')} tokens "
+                  f"{batch[0].get('layers', '?')} layers{shape}, greedy, {batch[0].get('tokens_per_sequence', '?')} tokens "
                   "per sequence, prompts of the context length and 17, 34, ... fewer): the batch's generation "
                   "tokens/s (medians of the rounds after a warm-up round), prompt tokens/s and peak memory; `paths`: "
                   "attention calls through the decode step's launch or the general path.", "",
@@ -707,7 +712,9 @@ def run(args) -> int:
         res["e2e"] = e2e_suite(args.e2e_contexts, args.e2e_layers, args.e2e_tokens, arms, log, args.e2e_rounds)
     if "batch" in args.suites:
         res["batch"] = batch_suite(args.batch_contexts, args.batch_sizes, args.e2e_layers, args.e2e_tokens, arms, log,
-                                   args.e2e_rounds)
+                                   args.e2e_rounds, args.model_shape)
+        if args.model_shape:
+            res["model_shape"] = args.model_shape
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
