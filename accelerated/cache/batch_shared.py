@@ -100,6 +100,8 @@ def _restack(parts: list, like):
     ref = next((p for p in parts if p.k is not None), None)
     if ref is None or top == 0:
         return _empty_like(like)
+    if any(p.k is not None and "kept" in p.k for p in parts):     # exact-trim values: a per-sequence tail
+        raise ValueError("parts: a record with kept tokens (an exact window or exact-trim tail) cannot be restacked")
     fields = []
     for role in ("k", "v"):
         out = {}
