@@ -7,8 +7,8 @@ bytes wherever its tokens sit, so the batch keeps every sequence's tokens in one
 i's at positions [lp_i, idx) behind lp_i tokens of padding, as BatchKVCache keeps its fp16 tensors. The padding
 rows hold what the model computed for the padding tokens (a prompt's left padding, a right-padded prefill's tail
 once `finalize` rolled it to the left) or zeros (rows added by merge, extend); attention never reads them: the
-decode step's launch takes each row's start (ops.attention.RowStarts, the partial kernel's `rstart`), and other
-paths the mask. merge, extend, filter, extract and finalize move records without decoding them (through the
+decode step's launch takes each row's start (ops.attention.RowStarts, the partial kernel's `rstart`: each row's
+splits cover its own tokens), and other paths the mask. merge, extend, filter, extract and finalize move records without decoding them (through the
 records' state arrays), so `extract(i)` gives back the bytes sequence i's own cache would hold.
 
 The mask: `make_mask` returns mlx-lm's array (create_causal_mask with the left padding, what BatchKVCache gives)

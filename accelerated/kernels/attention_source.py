@@ -200,16 +200,13 @@ PARTIAL_SETUP = """
   int t1 = R;
   if (!is_win) {
     // APPEND: split S - 1 takes the VQ_TNEW tokens it encoded (append_block), splits 0 .. S - 2 the ones before
+    // row starts (a left-padded batch): batch row b attends to its tokens from rstart[b] on, split evenly
     const int QO = Q - VQ_TNEW;
     const int SO = APPEND ? S - 1 : S;
-    const int chunk = (QO + SO - 1) / SO;
-    t0 = (APPEND && s == S - 1) ? QO : vq_min(QO, s * chunk);
+    const int lo0 = VQ_STARTS ? vq_min((int)rstart[b], QO) : 0;
+    const int chunk = (QO - lo0 + SO - 1) / SO;
+    t0 = (APPEND && s == S - 1) ? QO : vq_min(QO, lo0 + s * chunk);
     t1 = (APPEND && s == S - 1) ? Q : vq_min(QO, t0 + chunk);
-    if (VQ_STARTS) {       // row starts (a left-padded batch): batch row b attends to tokens >= rstart[b] only
-      const int lo0 = (int)rstart[b];
-      t0 = (t0 < lo0) ? lo0 : t0;
-      t1 = (t1 < t0) ? t0 : t1;
-    }
   }
 
   // 1. the group's query rows, scaled (log2 domain), rotated into the keys' domain (encoded splits)
