@@ -47,10 +47,10 @@ def _env():
     return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def local_run(loaded, prompt: str, n: int, caches=None):
+def local_run(loaded, prompt: str, n: int, caches=None, kv=KV):
     from mlx_lm.generate import generate_step
     model, tok = loaded
-    caches = vc.make_prompt_cache(model, **KV) if caches is None else caches
+    caches = vc.make_prompt_cache(model, **kv) if caches is None else caches
     out = list(generate_step(mx.array(tok.encode(prompt)), model, max_tokens=n, prompt_cache=caches))
     return [int(t) for t, _ in out], [float(lp[t]) for t, lp in out]
 
@@ -85,9 +85,26 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(model_dir):
+    yield from _serve(model_dir, KV_FLAGS, "server.log")
+
+
+# no exact window: the server's batches go into one B-row cache (accelerated/cache/batch_shared.py)
+KV0 = dict(method="turboquant", bits=4, window=0)
+KV0_FLAGS = ["--kv-method", "turboquant", "--kv-bits", "4", "--kv-window", "0"]
+# log-probabilities of a B-row batch against single runs: the rows' splits differ from a single sequence's, so the
+# logits can differ in the last bits; two float16 rounding steps at magnitudes up to 8 (tests/test_batch_shared.py)
+LOGPROB_ATOL = 2.0 ** -6
+
+
+@pytest.fixture(scope="module")
+def server_shared(model_dir):
+    yield from _serve(model_dir, KV0_FLAGS, "server-shared.log")
+
+
+def _serve(model_dir, flags, log_name):
     port = _free_port()
-    log = open(model_dir.parent / "server.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "veloxquant.tools.cli", "serve", "--model", str(model_dir), *KV_FLAGS,
+    log = open(model_dir.parent / log_name, "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "veloxquant.tools.cli", "serve", "--model", str(model_dir), *flags,
                              "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
                             cwd=ROOT, env=_env())
     url = f"http://127.0.0.1:{port}"
@@ -154,6 +171,25 @@ def test_server_batches_concurrent_requests(server, loaded):
         t.join(300)
     for i, p in enumerate(prompts):
         assert tokens_and_logprobs(results[i]) == local_run(loaded, p, 5), p
+
+
+def test_server_batches_concurrent_requests_in_one_b_row_cache(server_shared, loaded):
+    """Without an exact window the server's batch is one B-row cache: each request's greedy tokens are its local
+    single-sequence run's, log-probabilities within LOGPROB_ATOL."""
+    prompts = ["Concurrent one", "A second, longer concurrent request", "3"]
+    results = {}
+
+    def go(i, p):
+        results[i] = complete(server_shared, p, 5)
+    threads = [threading.Thread(target=go, args=(i, p)) for i, p in enumerate(prompts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    for i, p in enumerate(prompts):
+        got, want = tokens_and_logprobs(results[i]), local_run(loaded, p, 5, kv=KV0)
+        assert got[0] == want[0], p
+        assert max(abs(a - b) for a, b in zip(got[1], want[1])) <= LOGPROB_ATOL, (p, got[1], want[1])
 
 
 def test_server_sequential_path_uses_our_caches(server, loaded):
