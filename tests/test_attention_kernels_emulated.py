@@ -472,15 +472,17 @@ def _row_start_case(case, run, fused=False):
 def test_row_starts_attend_each_batch_row_from_its_start(case, fused, monkeypatch):
     """A RowStarts mask (a left-padded batch, accelerated/cache/batch_shared.py): batch row b attends to its tokens
     from starts[b] on only. The kernel bodies (scalar loop; splits of 8 tokens, so that starts fall inside, at the
-    edge of and past whole splits) against float64 over each row's own tokens, with the hidden rows' bytes all set
-    (NaN norms: reading one would show), and the ops path likewise."""
+    edge of and past whole splits) against float64 over each row's own tokens, with the rows below the starts as
+    stored (an attended one would change the output) and with all their bits set, and the ops path likewise."""
     monkeypatch.setattr(katt, "FUSE_COMBINE", fused)
     monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
-    got, want, tol, args = _row_start_case(case, lambda q, k, v, scale, mask: emulate(
-        q, k, v, scale, mask, poison_below=case[3]))
+    for poison in (None, case[3]):
+        got, want, tol, args = _row_start_case(case, lambda q, k, v, scale, mask: emulate(
+            q, k, v, scale, mask, poison_below=poison))
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol,
+                                   err_msg=f"kernel bodies with row starts {case[3]}, poisoned below: {poison}")
     plan = katt.launch_plan(*args)
     assert plan.key[7] and "rstart" in plan.partial_names, plan.key
-    np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"kernel bodies with row starts {case[3]}")
     ops_out = np.array(oatt.attention(*args).astype(mx.float32))
     np.testing.assert_allclose(ops_out, want, rtol=0, atol=tol, err_msg=f"ops path with row starts {case[3]}")
 
@@ -491,10 +493,11 @@ def test_row_starts_in_the_tensor_core_loop(tensor_cores, monkeypatch):
     monkeypatch.setattr(katt, "_sm_count", lambda: 4)
     case = (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (2, 4, 1, 300, 128), [0, 7, 250],
             mx.float32, False)
-    got, want, tol, args = _row_start_case(case, lambda q, k, v, scale, mask: emulate(
-        q, k, v, scale, mask, poison_below=case[3]))
+    for poison in (None, case[3]):
+        got, want, tol, args = _row_start_case(case, lambda q, k, v, scale, mask: emulate(
+            q, k, v, scale, mask, poison_below=poison))
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"tensor-core loop, poisoned below: {poison}")
     assert katt.launch_plan(*args).key[4], "not the tensor-core loop"
-    np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg="tensor-core loop with row starts")
 
 
 TC_SPLIT_FRACTION = 2.0 ** -6     # of conformance's attention budget, for float32 outputs (see the test)
@@ -657,5 +660,53 @@ def test_append_inside_the_partial_stores_the_append_bytes_and_attends_over_them
         assert np.array_equal(token, want_tok), f"token after a NaN key in head 1: {token.tolist()}"
         # the host reads only the combine's summary: the keys' NaN/Inf check over all groups, nothing else
         assert summary.tolist() == [[[True, False]], [[False, False]]], f"summary of that token: {summary.tolist()}"
+    finally:
+        katt._static.cache_clear()
+
+
+@pytest.mark.parametrize("tc", [True, False], ids=["tensor-cores", "scalar"])
+def test_append_inside_with_row_starts(tc, monkeypatch):
+    """The B-row batch's decode step on CUDA (accelerated/cache/batch_shared.py): APPEND and row starts in one
+    launch. Split S - 1 stores every row's new token (the bytes of accelerated.ops' encode), splits 0 .. S - 2 cover
+    each row's tokens from its start; the output per row against float64 over that row's own tokens, with the rows
+    below the starts as stored and with all their bits set (the scalar loop gives a poisoned token no weight, so
+    only the first run would show one attended there)."""
+    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    monkeypatch.setattr(katt, "_mma_available", lambda: tc)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 4)
+    katt._static.cache_clear()
+    try:
+        starts = [0, 23, 60, 79]          # the last row's only real token is the appended one
+        b, hkv, rep, t, d = len(starts), 2, 4, 80, 128 if tc else 64
+        rng = np.random.default_rng(17 + d)
+        kp = spec.Params("turboquant", role="k", window=0, seed=4, layer=1, bits=4).resolved()
+        vp = spec.Params("turboquant" if tc else "rabitq", role="v", window=0, seed=4, layer=1,
+                         **(dict(bits=4) if tc else {})).resolved()
+        kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+        vx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+        q = mx.array(rng.standard_normal((b, hkv * rep, 1, d)).astype(np.float32)).astype(mx.float16)
+        k, v = _packed(kx, kp), _packed(vx, vp)
+        scale = 1.0 / np.sqrt(d)
+        mask = oatt.RowStarts(mx.array(starts, dtype=mx.int32))
+        new = (kx[:, :, t - 1:], vx[:, :, t - 1:], kp, vp, True)
+        # the rows below the starts as they are (an attended one would change the output) and all bits set
+        got0 = emulate(q, k, v, scale, mask, append=new)[0]
+        got, rows, token, summary = emulate(q, k, v, scale, mask, append=new, poison_below=starts)
+        ats = (km_._side_dtype(kp, mx.float16), km_._side_dtype(vp, mx.float16))
+        plan = katt.launch_plan(q, k, v, scale, mask, mx.zeros((1,), mx.bool_), ats,
+                                {"kx": new[0], "kconst": kfused.constants(kp, hkv, 1, d), "vx": new[1],
+                                 "vconst": kfused.constants(vp, hkv, 1, d)})
+        assert plan.key[6] and plan.key[7] and bool(plan.key[4]) == tc, plan.key
+        assert not token.any() and not summary.any(), (token.tolist(), summary.tolist())
+        for rec, role in ((k, "k"), (v, "v")):
+            for kn, name in katt._field_names(rec.params.method, role):
+                want = _strided(rec.fields[name], 0)[:, :, t - 1:]
+                assert np.array_equal(rows[kn][:, :, t - 1:].view(np.uint8), want.view(np.uint8)), (role, name)
+        qf, kd, vd = np.array(q.astype(mx.float32)), np.array(k.dequantized()), np.array(v.dequantized())
+        want = np.concatenate([f64_attention(qf[i:i + 1], kd[i:i + 1, :, s0:], vd[i:i + 1, :, s0:], scale, False)
+                               for i, s0 in enumerate(starts)])
+        for g, how in ((got0, "as stored"), (got, "all bits set")):
+            np.testing.assert_allclose(g, want, rtol=0, atol=2e-3 * np.abs(want).max(),
+                                       err_msg=f"APPEND + row starts, rows below the starts {how}")
     finally:
         katt._static.cache_clear()
