@@ -307,11 +307,13 @@ def test_a_bad_chunk_rolls_the_whole_batch_back():
     k, v = kv(1, 500, b=2)
     bad = mx.concatenate([k[:1], mx.full(k[1:].shape, float("nan"), dtype=k.dtype)])
     batch.update_and_fetch(bad, v)
+    assert batch.offset.tolist() == [7, 3]         # read before the rollback: must not be kept after it
     with pytest.raises(ValueError, match="keys"):
         for s in range(3):
+            batch.offset                    # as a model reads it (RoPE) before each update
             batch.update_and_fetch(*kv(1, 600 + s, b=2))
         batch.check()
-    assert batch.size() == 6 and batch.offset.tolist() == [6, 2]
+    assert batch.size() == 6 and batch.offset.tolist() == [6, 2] and batch.left_padding.tolist() == [0, 4]
     assert [record_bytes(batch.extract(i)) for i in range(2)] == good
     batch.update_and_fetch(*kv(1, 700, b=2))
     assert batch.offset.tolist() == [7, 3]
@@ -327,3 +329,16 @@ def test_shared_batch_saves_and_loads(tmp_path):
     assert loaded.offset.tolist() == batch.offset.tolist() == [21, 4]
     assert loaded.left_padding.tolist() == batch.left_padding.tolist() and loaded.size() == batch.size()
     assert [record_bytes(loaded.extract(i)) for i in range(2)] == [record_bytes(batch.extract(i)) for i in range(2)]
+
+
+def test_the_layers_of_a_step_share_one_offsets_array():
+    """The model reads `offset` in every layer (RoPE); the layers of a batch move in step, so one array per step and
+    layout serves them all (not one host-made array per layer)."""
+    layers = [vc.TurboQuantKVCache.merge(filled("turboquant", [5, 2], seed=s)) for s in (1, 2, 3)]
+    assert len({id(c.offset) for c in layers}) == 1
+    for c in layers:
+        c.update_and_fetch(*kv(1, 9, b=2))
+    offs = [c.offset for c in layers]
+    assert len({id(o) for o in offs}) == 1 and offs[0].tolist() == [6, 3]
+    layers[0].filter([1])
+    assert layers[0].offset.tolist() == [3] and layers[1].offset.tolist() == [6, 3]

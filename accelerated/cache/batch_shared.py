@@ -40,6 +40,8 @@ _POSITIONAL = ("kivi",)    # methods whose bytes depend on a token's position (K
 # mask for every layer)
 _MASKS: collections.OrderedDict = collections.OrderedDict()
 _MASKS_KEPT = 8
+_OFFSETS: collections.OrderedDict = collections.OrderedDict()      # (idx, left padding) -> offsets array
+_OFFSETS_KEPT = 4
 
 
 def eligible(caches) -> bool:
@@ -225,14 +227,23 @@ class SharedBatchVeloxKVCache(_BaseCache):
     def update_and_fetch(self, keys: mx.array, values: mx.array):
         if keys.ndim != 4 or keys.shape[0] != self._b:
             raise ValueError(f"keys: expected (B = {self._b}, H, t, d), got {keys.shape}")
+        self._offset = None         # (also if the inner cache rolls back a bad chunk and raises)
         out = self.inner.update_and_fetch(keys, values)
         self._offset = None
         return out
 
     @property
     def offset(self) -> mx.array:
+        """(B,) int32 positions (RoPE's offsets): one array per step and layout, shared by the layers (the model
+        reads it in every layer; the layers of a batch move in step)."""
         if self._offset is None:
-            self._offset = mx.array([self._idx - x for x in self._lp], dtype=mx.int32)
+            key = (self._idx, tuple(self._lp))
+            a = _OFFSETS.get(key)
+            if a is None:
+                a = _OFFSETS[key] = mx.array([self._idx - x for x in self._lp], dtype=mx.int32)
+                while len(_OFFSETS) > _OFFSETS_KEPT:
+                    _OFFSETS.popitem(last=False)
+            self._offset = a
         return self._offset
 
     @property
@@ -275,6 +286,7 @@ class SharedBatchVeloxKVCache(_BaseCache):
         return self.inner.empty()
 
     def check(self) -> None:
+        self._offset = None         # a rollback changes the position count
         self.inner.check()
 
     @property
