@@ -190,6 +190,13 @@ def test_server_batches_concurrent_requests_in_one_b_row_cache(server_shared, lo
         got, want = tokens_and_logprobs(results[i]), local_run(loaded, p, 5, kv=KV0)
         assert got[0] == want[0], p
         assert max(abs(a - b) for a, b in zip(got[1], want[1])) <= LOGPROB_ATOL, (p, got[1], want[1])
+    # a later request sharing a prefix: the server's LRUPromptCache hands back a cache extracted from the batch
+    # (its bytes are the sequence's own: per-token records, no window), trimmed to the prefix
+    later = prompts[1] + " and its continuation"
+    resp = complete(server_shared, later, 5)
+    assert resp["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, resp["usage"]
+    got, want = tokens_and_logprobs(resp), local_run(loaded, later, 5, kv=KV0)
+    assert got[0] == want[0] and max(abs(a - b) for a, b in zip(got[1], want[1])) <= LOGPROB_ATOL, (got, want)
 
 
 def test_server_sequential_path_uses_our_caches(server, loaded):
