@@ -48,6 +48,30 @@ def test_layer_suite_rows_and_table():
     assert "| 20.0 µs | 0.50 |" in line, line
 
 
+def test_layer_suite_with_a_batch(monkeypatch):
+    """--layer-batch: B sequences of different lengths merged into each arm's batch cache (fp16: mlx-lm's
+    BatchKVCache; ours: the B-row cache, or one cache per sequence with SHARED=0), each step attended with the
+    batch's mask; the rows say their batch, the table shows it."""
+    seen = []
+    real = bd._step
+
+    def spy(caches, q, k, v):
+        seen.append((type(caches[0]).__name__, q.shape[0]))
+        return real(caches, q, k, v)
+    monkeypatch.setattr(bd, "_step", spy)
+    with mx.stream(mx.cpu):
+        rows = bd.layer_suite([40], layers=2, steps=1, arms=["fp16 KVCache", "turboquant b4", "turboquant b4 [SHARED=0]"],
+                              log=lambda *a: None, batch=3)
+    assert [(r["arm"], r["batch"]) for r in rows] == [("fp16 KVCache", 3), ("turboquant b4", 3),
+                                                     ("turboquant b4 [SHARED=0]", 3)], rows
+    assert {n for n, b in seen} == {"BatchKVCache", "SharedBatchVeloxKVCache", "BatchVeloxKVCache"} and \
+        {b for _, b in seen} == {3}, set(seen)
+    assert all(r["layer_s"] > 0 and r["vs_fp16"] > 0 for r in rows), rows
+    res = {"device": {"name": "cpu", "type": "cpu"}, "versions": {}, "date": "2026-12-01T00:00:00",
+           "command": "test", "copy_bytes_per_s": 1e9, "layer": rows}
+    assert len([ln for ln in bd.render(res, "x.json") if ln.startswith("| 40 × 3 |")]) == 3
+
+
 def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch):
     from veloxquant.accelerated.kernels import attention as katt
     from veloxquant.accelerated.kernels import methods as km

@@ -57,6 +57,8 @@ def add_arguments(p) -> None:
     p.add_argument("--steps", type=int, default=20, help="timed steps per arm (layer suite)")
     p.add_argument("--pipe", type=int, default=PIPE, help="steps per pipelined sample (layer suite; >= 3 for the "
                    "steady state)")
+    p.add_argument("--layer-batch", type=int, default=1,
+                   help="sequences per step (layer suite): B of t, t - 17, ... tokens merged into a batch cache")
     p.add_argument("--arms", nargs="+", default=None, help="subset of arm names (default: all)")
     p.add_argument("--e2e-contexts", nargs="+", type=int, default=[8192, 32768, 131072])
     p.add_argument("--e2e-layers", type=int, default=4)
@@ -147,15 +149,27 @@ def _make(name: str, layers: int):
     return caches
 
 
-def _prefill(caches, t: int, log) -> None:
+def _make_batch(name: str, layers: int, t: int, batch: int, log) -> list:
+    """Per layer, a batch of `batch` sequences of t, t - 17, t - 34, ... tokens (so the batch pads), each prefilled
+    on its own and merged as mlx-lm's BatchGenerator merges prompt caches (fp16: BatchKVCache; ours: VeloxKVCache
+    .merge, one B-row cache where the method allows)."""
+    seqs = []
+    for j in range(batch):
+        one = _make(name, layers)
+        _prefill(one, max(1, t - 17 * j), log, seed=1000 * j)
+        seqs.append(one)
+    return [layer[0].merge(list(layer)) for layer in zip(*seqs)]
+
+
+def _prefill(caches, t: int, log, seed: int = 0) -> None:
     import mlx.core as mx
     chunk = 4096
     done = 0
     while done < t:
         n = min(chunk, t - done)
         for i, c in enumerate(caches):
-            k = mx.random.normal((B, HKV, n, D), key=mx.random.key(done + i)).astype(mx.float16)
-            v = mx.random.normal((B, HKV, n, D), key=mx.random.key(done + i + 7919)).astype(mx.float16)
+            k = mx.random.normal((B, HKV, n, D), key=mx.random.key(seed + done + i)).astype(mx.float16)
+            v = mx.random.normal((B, HKV, n, D), key=mx.random.key(seed + done + i + 7919)).astype(mx.float16)
             c.update_and_fetch(k, v)
         mx.eval([c.state for c in caches])
         done += n
@@ -171,11 +185,13 @@ def _step(caches, q, k, v):
     ahead of the attention chain."""
     from mlx_lm.models import base
     x = q
+    # a batch's mask, made once per step as a model makes it (before the layers' updates): the left padding
+    mask = caches[0].make_mask(1) if q.shape[0] > 1 else None
     for i, c in enumerate(caches):
         if i:
             k, v = gpu_clock.gate([k, v], x)
         kk, vv = c.update_and_fetch(k, v)
-        x = base.scaled_dot_product_attention(x, kk, vv, cache=c, scale=D ** -0.5, mask=None)
+        x = base.scaled_dot_product_attention(x, kk, vv, cache=c, scale=D ** -0.5, mask=mask)
     return x
 
 
@@ -222,7 +238,9 @@ def copy_bandwidth(log) -> float:
     return bw
 
 
-def layer_suite(contexts, layers: int, steps: int, arms: list[str], log, pipe: int = PIPE) -> list[dict]:
+def layer_suite(contexts, layers: int, steps: int, arms: list[str], log, pipe: int = PIPE, batch: int = 1) -> list[dict]:
+    """Per-layer decode step of every arm at each context, arms interleaved; with `batch` > 1 a batch of sequences
+    of different lengths (merged as mlx-lm's BatchGenerator merges them) attended with its left-padding mask."""
     import mlx.core as mx
 
     import veloxquant.accelerated.attention as attention
@@ -234,16 +252,20 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log, pipe: i
         for name in arms:
             t0 = time.perf_counter()
             try:
-                caches = _make(name, layers)
-                _prefill(caches, t, log)
+                if batch > 1:
+                    with _knobs(name):          # (SHARED decides at merge which batch cache it is)
+                        caches = _make_batch(name, layers, t, batch, log)
+                else:
+                    caches = _make(name, layers)
+                    _prefill(caches, t, log)
                 state[name] = caches
                 log(f"  {name}: {_nbytes(caches) / layers / 1e6:.1f} MB per layer, {time.perf_counter() - t0:.1f} s")
             except Exception as e:            # e.g. a backend without a kernel for this shape
                 rows.append({"context": t, "arm": name, "error": f"{type(e).__name__}: {e}"})
                 log(f"  {name}: prefill failed: {type(e).__name__}: {e}")
-        pool = [(mx.random.normal((B, HQ, 1, D), key=mx.random.key(100 + i)).astype(mx.float16),
-                 mx.random.normal((B, HKV, 1, D), key=mx.random.key(200 + i)).astype(mx.float16),
-                 mx.random.normal((B, HKV, 1, D), key=mx.random.key(300 + i)).astype(mx.float16))
+        pool = [(mx.random.normal((batch, HQ, 1, D), key=mx.random.key(100 + i)).astype(mx.float16),
+                 mx.random.normal((batch, HKV, 1, D), key=mx.random.key(200 + i)).astype(mx.float16),
+                 mx.random.normal((batch, HKV, 1, D), key=mx.random.key(300 + i)).astype(mx.float16))
                 for i in range(POOL)]
         mx.eval(pool)
         times = {n: [] for n in state}
@@ -338,7 +360,7 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log, pipe: i
             transient_piped = mx.get_peak_memory() - before
             ts = sorted(times[name])
             med = statistics.median(ts)
-            rows.append({"context": t, "arm": name, "layers": layers, "steps": len(ts),
+            rows.append({"context": t, "arm": name, "layers": layers, "steps": len(ts), "batch": batch,
                          "step_s": med, "layer_s": med / layers,
                          "pipelined_layer_s": statistics.median(piped[name]) / layers, "pipe": pipe,
                          **({"pipelined_steady_layer_s": statistics.median(steady[name]) / layers}
@@ -542,6 +564,11 @@ def _round_medians(rows: list[dict], where: tuple, field: str, medians: tuple = 
 
 
 # ---- report ----------------------------------------------------------------------------------------------------
+def _ctx(r: dict) -> str:
+    """A layer row's context, with its batch (`4096 × 8`: 8 sequences of up to 4096 tokens) where it has one."""
+    return f"{r['context']} × {r['batch']}" if r.get("batch", 1) > 1 else f"{r['context']}"
+
+
 def _us(s: float) -> str:
     return f"{s * 1e6:.1f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms"
 
@@ -576,7 +603,7 @@ def render(res: dict, name: str) -> list[str]:
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in layer:
             if "error" in r:
-                lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | | | | | | | | | | |")
+                lines.append(f"| {_ctx(r)} | {r['arm']} | failed: {r['error'][:80]} | | | | | | | | | | | |")
                 continue
             frac = r["bytes_per_layer"] / r["layer_s"] / res["copy_bytes_per_s"]
             mem = r["bytes_per_layer"] * r["layers"] + r["transient_peak_bytes"]
@@ -589,7 +616,7 @@ def render(res: dict, name: str) -> list[str]:
                     if "pipelined_layer_s" in r else "— | —")
             gpu = (f"{_us(r['gpu_layer_s'])} | {r.get('gpu_vs_fp16', float('nan')):.2f}"
                    if "gpu_layer_s" in r else "— | —")
-            lines.append(f"| {r['context']} | {r['arm']} | {_us(r['layer_s'])} | {r.get('vs_fp16', float('nan')):.2f} | "
+            lines.append(f"| {_ctx(r)} | {r['arm']} | {_us(r['layer_s'])} | {r.get('vs_fp16', float('nan')):.2f} | "
                          f"{_us(r['layer_s_iqr'])} | {pipe} | {gpu} | {_us(r['build_layer_s']) if 'build_layer_s' in r else '—'} | "
                          f"{r['bytes_per_layer'] / 1e6:.1f} MB | {frac:.0%} | "
                          f"{mem / 1e6:.0f} MB{piped_mem} | {paths} |")
@@ -707,7 +734,7 @@ def run(args) -> int:
     res["copy_bytes_per_s"] = copy_bandwidth(log)
     t0 = time.perf_counter()
     if "layer" in args.suites:
-        res["layer"] = layer_suite(args.contexts, args.layers, args.steps, arms, log, args.pipe)
+        res["layer"] = layer_suite(args.contexts, args.layers, args.steps, arms, log, args.pipe, args.layer_batch)
     if "e2e" in args.suites:
         res["e2e"] = e2e_suite(args.e2e_contexts, args.e2e_layers, args.e2e_tokens, arms, log, args.e2e_rounds)
     if "batch" in args.suites:
