@@ -43,6 +43,7 @@ from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import _BaseCache
 
 from veloxquant.accelerated.attention import PackedKV, attend
+from veloxquant.accelerated.cache.batch_shared import offsets
 
 # Where every sequence takes the whole chunk (a decode step; a prefill chunk without padding), the batch's keys,
 # values and queries are cut into per-sequence rows by one mx.split each (one Split operation with B outputs, for
@@ -185,8 +186,8 @@ class BatchVeloxKVCache(_BaseCache):
     # ---- protocol: the model's calls ----------------------------------------------------------------
     @property
     def offset(self) -> mx.array:
-        if self._offset is None:
-            self._offset = mx.array([self._idx - x for x in self._lp], dtype=mx.int32)
+        if self._offset is None:        # one array per step and layout for every layer (batch_shared.offsets)
+            self._offset = offsets(self._idx, self._lp)
         return self._offset
 
     @property

@@ -60,6 +60,18 @@ def eligible(caches) -> bool:
     return all(p.method not in _POSITIONAL and not p.window for p in (c0.key_params, c0.value_params))
 
 
+def offsets(idx: int, left_padding) -> mx.array:
+    """(B,) int32 positions idx - left_padding[b], one array per (idx, padding): the layers of a batch move in step
+    and the model reads the offsets in every layer (RoPE), so they share it instead of a host-made array each."""
+    key = (idx, tuple(left_padding))
+    a = _OFFSETS.get(key)
+    if a is None:
+        a = _OFFSETS[key] = mx.array([idx - x for x in left_padding], dtype=mx.int32)
+        while len(_OFFSETS) > _OFFSETS_KEPT:
+            _OFFSETS.popitem(last=False)
+    return a
+
+
 def row_starts(mask):
     """The RowStarts a mask made by SharedBatchVeloxKVCache.make_mask stands for, else the mask itself."""
     if type(mask) is mx.array:
@@ -237,13 +249,7 @@ class SharedBatchVeloxKVCache(_BaseCache):
         """(B,) int32 positions (RoPE's offsets): one array per step and layout, shared by the layers (the model
         reads it in every layer; the layers of a batch move in step)."""
         if self._offset is None:
-            key = (self._idx, tuple(self._lp))
-            a = _OFFSETS.get(key)
-            if a is None:
-                a = _OFFSETS[key] = mx.array([self._idx - x for x in self._lp], dtype=mx.int32)
-                while len(_OFFSETS) > _OFFSETS_KEPT:
-                    _OFFSETS.popitem(last=False)
-            self._offset = a
+            self._offset = offsets(self._idx, self._lp)
         return self._offset
 
     @property
