@@ -43,7 +43,7 @@ from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import _BaseCache
 
 from veloxquant.accelerated.attention import PackedKV, attend
-from veloxquant.accelerated.cache.batch_shared import offsets
+from veloxquant.accelerated.cache.batch_shared import cache_class, offsets, remember
 
 # Where every sequence takes the whole chunk (a decode step; a prefill chunk without padding), the batch's keys,
 # values and queries are cut into per-sequence rows by one mx.split each (one Split operation with B outputs, for
@@ -253,9 +253,7 @@ class BatchVeloxKVCache(_BaseCache):
     def make_mask(self, N: int, return_array: bool = False, window_size=None, **kwargs):
         mask = create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, window_size=window_size)
         if window_size is None:
-            _OWN_MASKS[id(mask)] = (mask, N, self._idx + N, tuple(self._lp))
-            while len(_OWN_MASKS) > _OWN_MASKS_KEPT:
-                _OWN_MASKS.popitem(last=False)
+            remember(_OWN_MASKS, id(mask), (mask, N, self._idx + N, tuple(self._lp)), _OWN_MASKS_KEPT)
         return mask
 
     # ---- sizes, trim, state ---------------------------------------------------------------------------
@@ -288,11 +286,9 @@ class BatchVeloxKVCache(_BaseCache):
 
     @state.setter
     def state(self, v):
-        import veloxquant.accelerated.cache as vq
         states, meta = v
         meta = json.loads(meta)
-        classes = {cls.__name__: cls for cls in vq.CACHE_CLASSES}
-        self.__init__([classes[name].from_state(s) for name, s in zip(meta["classes"], states)],
+        self.__init__([cache_class(name).from_state(s) for name, s in zip(meta["classes"], states)],
                       meta["left_padding"], meta["idx"])
 
     def __repr__(self) -> str:

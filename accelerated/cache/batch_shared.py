@@ -60,15 +60,27 @@ def eligible(caches) -> bool:
     return all(p.method not in _POSITIONAL and not p.window for p in (c0.key_params, c0.value_params))
 
 
+def remember(kept: collections.OrderedDict, key, value, most: int):
+    """kept[key] = value, dropping the oldest entries beyond `most` (the masks and offsets arrays of recent steps)."""
+    kept[key] = value
+    while len(kept) > most:
+        kept.popitem(last=False)
+    return value
+
+
+def cache_class(name: str):
+    """The cache class a saved batch names (accelerated.cache.CACHE_CLASSES)."""
+    import veloxquant.accelerated.cache as vq
+    return {cls.__name__: cls for cls in vq.CACHE_CLASSES}[name]
+
+
 def offsets(idx: int, left_padding) -> mx.array:
     """(B,) int32 positions idx - left_padding[b], one array per (idx, padding): the layers of a batch move in step
     and the model reads the offsets in every layer (RoPE), so they share it instead of a host-made array each."""
     key = (idx, tuple(left_padding))
     a = _OFFSETS.get(key)
     if a is None:
-        a = _OFFSETS[key] = mx.array([idx - x for x in left_padding], dtype=mx.int32)
-        while len(_OFFSETS) > _OFFSETS_KEPT:
-            _OFFSETS.popitem(last=False)
+        a = remember(_OFFSETS, key, mx.array([idx - x for x in left_padding], dtype=mx.int32), _OFFSETS_KEPT)
     return a
 
 
@@ -279,9 +291,7 @@ class SharedBatchVeloxKVCache(_BaseCache):
     def make_mask(self, N: int, return_array: bool = False, window_size=None, **kwargs):
         mask = create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, window_size=window_size)
         if window_size is None:
-            _MASKS[id(mask)] = (mask, RowStarts(self.starts, N > 1, mask))
-            while len(_MASKS) > _MASKS_KEPT:
-                _MASKS.popitem(last=False)
+            remember(_MASKS, id(mask), (mask, RowStarts(self.starts, N > 1, mask)), _MASKS_KEPT)
         return mask
 
     # ---- sizes, checks, trim, state -----------------------------------------------------------------
@@ -314,17 +324,9 @@ class SharedBatchVeloxKVCache(_BaseCache):
 
     @state.setter
     def state(self, v):
-        import veloxquant.accelerated.cache as vq
         inner_state, meta = v
         meta = json.loads(meta)
-        classes = {cls.__name__: cls for cls in vq.CACHE_CLASSES}
-        self.__init__(classes[meta["class"]].from_state(inner_state), meta["left_padding"], meta["batch"])
-
-    @classmethod
-    def from_state(cls, state, meta_state=None):
-        obj = cls.__new__(cls)
-        obj.state = state
-        return obj
+        self.__init__(cache_class(meta["class"]).from_state(inner_state), meta["left_padding"], meta["batch"])
 
     def __repr__(self) -> str:
         return f"SharedBatchVeloxKVCache(B={self._b}, idx={self._idx}, left_padding={self._lp}, inner={self.inner!r})"
