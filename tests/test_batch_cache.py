@@ -17,6 +17,7 @@ from mlx_lm.models import cache as mlx_cache
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.tools.quality import VOCAB, tiny_llama
+from _batch_util import D, H, appends_like_singles, filled_with, kv, record_bytes
 
 SETTINGS = {
     "turboquant": dict(bits=4, window=4),
@@ -26,7 +27,6 @@ SETTINGS = {
     "rabitq": dict(bits=1),
     "mixed": dict(key_method="kivi", key_bits=4, group_size=16, value_method="turboquant", value_bits=3),
 }
-H, D = 2, 64
 
 
 @pytest.fixture(autouse=True)
@@ -43,30 +43,8 @@ def cache(method, **kw):
     return vc.CLASS_BY_METHOD[method](seed=2, layer=1, **{**SETTINGS[method], **kw})
 
 
-def kv(t, seed, b=1):
-    k = mx.random.normal((b, H, t, D), key=mx.random.key(seed)).astype(mx.float16)
-    v = mx.random.normal((b, H, t, D), key=mx.random.key(seed + 1000)).astype(mx.float16)
-    return k, v
-
-
-def record_bytes(c) -> dict:
-    k, v, meta = c.state
-    if k is None:
-        return {"meta": meta}
-    out = {f"k.{n}": np.array(a).tobytes() for n, a in k.items()}
-    out.update({f"v.{n}": np.array(a).tobytes() for n, a in v.items()})
-    out["meta"] = meta
-    return out
-
-
 def filled(method, lengths, seed=0, **kw):
-    caches = []
-    for i, t in enumerate(lengths):
-        c = cache(method, **kw)
-        if t:
-            c.update_and_fetch(*kv(t, seed + i))
-        caches.append(c)
-    return caches
+    return filled_with(lambda: cache(method, **kw), lengths, seed)
 
 
 @pytest.mark.parametrize("method", list(SETTINGS))
@@ -79,23 +57,7 @@ def test_merge_extract_and_batched_appends_keep_each_sequences_bytes(method):
     assert batch.size() == 37 and batch.left_padding.tolist() == [0, 37, 32, 17]
     assert batch.offset.tolist() == lengths
     assert [record_bytes(batch.extract(i)) for i in range(4)] == before
-    # three decode steps and a right-padded prefill chunk through the batch, the same through each single
-    steps = [kv(1, 100 + s, b=4) for s in range(3)]
-    chunk_lengths = [3, 9, 1, 0]
-    chunk = kv(9, 200, b=4)
-    for k, v in steps:
-        batch.update_and_fetch(k, v)
-    batch.prepare(lengths=chunk_lengths, right_padding=[9 - n for n in chunk_lengths])
-    batch.update_and_fetch(*chunk)
-    batch.finalize()
-    assert [record_bytes(c) for c in singles] == before, "merge must not update the caches it was given"
-    for i, c in enumerate(singles):
-        for k, v in steps:
-            c.update_and_fetch(k[i:i + 1], v[i:i + 1])
-        if chunk_lengths[i]:
-            c.update_and_fetch(chunk[0][i:i + 1, :, :chunk_lengths[i]], chunk[1][i:i + 1, :, :chunk_lengths[i]])
-    assert batch.offset.tolist() == [c.offset for c in singles]
-    assert [record_bytes(batch.extract(i)) for i in range(4)] == [record_bytes(c) for c in singles]
+    appends_like_singles(batch, singles, before, record_bytes)
     assert batch.nbytes == sum(c.nbytes for c in singles)
 
 

@@ -22,6 +22,8 @@ from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
 from veloxquant.accelerated.ops.attention import RowStarts
 from veloxquant.tools.quality import VOCAB, tiny_llama
+from _batch_util import D, H, appends_like_singles, filled_with, kv
+from _batch_util import record_bytes as _record_bytes
 
 SETTINGS = {      # per-token methods, no window: what merge puts in one B-row cache
     "turboquant": dict(bits=4, window=0),
@@ -30,7 +32,6 @@ SETTINGS = {      # per-token methods, no window: what merge puts in one B-row c
     "rabitq": dict(bits=1, window=0),
     "mlx_affine": dict(bits=4, group_size=32, window=0),
 }
-H, D = 2, 64
 # logits of a batch row against its single-sequence cache: the rows' splits differ (on a GPU), so float32 sums can
 # differ in the last bits, and the tiny llama's logits are float16: two float16 rounding steps, far below what a
 # wrong attention (a padding token attended) does to O(1) logits
@@ -46,29 +47,12 @@ def cache(method, **kw):
     return vc.CLASS_BY_METHOD[method](seed=2, layer=1, **{**SETTINGS[method], **kw})
 
 
-def kv(t, seed, b=1):
-    k = mx.random.normal((b, H, t, D), key=mx.random.key(seed)).astype(mx.float16)
-    v = mx.random.normal((b, H, t, D), key=mx.random.key(seed + 1000)).astype(mx.float16)
-    return k, v
-
-
 def record_bytes(c) -> dict:
-    k, v, meta = c.state
-    if k is None:
-        return {}
-    out = {f"k.{n}": np.array(a).tobytes() for n, a in k.items()}
-    out.update({f"v.{n}": np.array(a).tobytes() for n, a in v.items()})
-    return out
+    return _record_bytes(c, meta=False)
 
 
 def filled(method, lengths, seed=0, **kw):
-    caches = []
-    for i, t in enumerate(lengths):
-        c = cache(method, **kw)
-        if t:
-            c.update_and_fetch(*kv(t, seed + i))
-        caches.append(c)
-    return caches
+    return filled_with(lambda: cache(method, **kw), lengths, seed)
 
 
 def test_merge_picks_the_shared_cache_where_the_methods_allow():
@@ -97,24 +81,8 @@ def test_merge_extract_and_batched_appends_keep_each_sequences_bytes(method):
     assert batch.size() == 37 and batch.left_padding.tolist() == [0, 37, 32, 17]
     assert batch.offset.tolist() == lengths
     assert [record_bytes(batch.extract(i)) for i in range(4)] == before
-    # three decode steps and a right-padded prefill chunk through the batch, the same through each single
-    steps = [kv(1, 100 + s, b=4) for s in range(3)]
-    chunk_lengths = [3, 9, 1, 0]
-    chunk = kv(9, 200, b=4)
-    for k, v in steps:
-        batch.update_and_fetch(k, v)
-    batch.prepare(lengths=chunk_lengths, right_padding=[9 - n for n in chunk_lengths])
-    batch.update_and_fetch(*chunk)
-    batch.finalize()
-    assert [record_bytes(c) for c in singles] == before, "merge must not update the caches it was given"
-    for i, c in enumerate(singles):
-        for k, v in steps:
-            c.update_and_fetch(k[i:i + 1], v[i:i + 1])
-        if chunk_lengths[i]:
-            c.update_and_fetch(chunk[0][i:i + 1, :, :chunk_lengths[i]], chunk[1][i:i + 1, :, :chunk_lengths[i]])
-    assert batch.offset.tolist() == [c.offset for c in singles]
+    appends_like_singles(batch, singles, before, record_bytes)
     assert batch.left_padding.tolist() == [batch.size() - c.offset for c in singles]
-    assert [record_bytes(batch.extract(i)) for i in range(4)] == [record_bytes(c) for c in singles]
     assert batch.nbytes >= sum(c.nbytes for c in singles)      # the padding rows are stored too
 
 

@@ -158,41 +158,38 @@ def test_server_serves_with_our_caches_and_reuses_prompt_caches(server, loaded):
     assert tokens_and_logprobs(b) == want
 
 
-def test_server_batches_concurrent_requests(server, loaded):
-    prompts = ["Concurrent one", "A second, longer concurrent request", "3"]
+CONCURRENT = ["Concurrent one", "A second, longer concurrent request", "3"]
+
+
+def complete_all(url: str, prompts: list[str], n: int) -> list[dict]:
+    """The prompts' completions, requested at once from threads (so the server's BatchGenerator batches them)."""
     results = {}
 
     def go(i, p):
-        results[i] = complete(server, p, 5)
+        results[i] = complete(url, p, n)
     threads = [threading.Thread(target=go, args=(i, p)) for i, p in enumerate(prompts)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(300)
-    for i, p in enumerate(prompts):
-        assert tokens_and_logprobs(results[i]) == local_run(loaded, p, 5), p
+    return [results[i] for i in range(len(prompts))]
+
+
+def test_server_batches_concurrent_requests(server, loaded):
+    for p, resp in zip(CONCURRENT, complete_all(server, CONCURRENT, 5)):
+        assert tokens_and_logprobs(resp) == local_run(loaded, p, 5), p
 
 
 def test_server_batches_concurrent_requests_in_one_b_row_cache(server_shared, loaded):
     """Without an exact window the server's batch is one B-row cache: each request's greedy tokens are its local
     single-sequence run's, log-probabilities within LOGPROB_ATOL."""
-    prompts = ["Concurrent one", "A second, longer concurrent request", "3"]
-    results = {}
-
-    def go(i, p):
-        results[i] = complete(server_shared, p, 5)
-    threads = [threading.Thread(target=go, args=(i, p)) for i, p in enumerate(prompts)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    for i, p in enumerate(prompts):
-        got, want = tokens_and_logprobs(results[i]), local_run(loaded, p, 5, kv=KV0)
+    for p, resp in zip(CONCURRENT, complete_all(server_shared, CONCURRENT, 5)):
+        got, want = tokens_and_logprobs(resp), local_run(loaded, p, 5, kv=KV0)
         assert got[0] == want[0], p
         assert max(abs(a - b) for a, b in zip(got[1], want[1])) <= LOGPROB_ATOL, (p, got[1], want[1])
     # a later request sharing a prefix: the server's LRUPromptCache hands back a cache extracted from the batch
     # (its bytes are the sequence's own: per-token records, no window), trimmed to the prefix
-    later = prompts[1] + " and its continuation"
+    later = CONCURRENT[1] + " and its continuation"
     resp = complete(server_shared, later, 5)
     assert resp["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, resp["usage"]
     got, want = tokens_and_logprobs(resp), local_run(loaded, later, 5, kv=KV0)

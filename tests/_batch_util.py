@@ -1,0 +1,57 @@
+"""Helpers of the batch-cache tests (tests/test_batch_cache.py: a cache per sequence; tests/test_batch_shared.py:
+one B-row cache): keys and values, record bytes, prefilled single caches, the batched appends both run."""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+H, D = 2, 64
+
+
+def kv(t, seed, b=1):
+    k = mx.random.normal((b, H, t, D), key=mx.random.key(seed)).astype(mx.float16)
+    v = mx.random.normal((b, H, t, D), key=mx.random.key(seed + 1000)).astype(mx.float16)
+    return k, v
+
+
+def record_bytes(c, meta: bool = True) -> dict:
+    """A cache's record bytes per field (and its meta JSON with `meta`)."""
+    k, v, m = c.state
+    out = {} if k is None else {f"{r}.{n}": np.array(a).tobytes() for r, rec in (("k", k), ("v", v))
+                                for n, a in rec.items()}
+    if meta:
+        out["meta"] = m
+    return out
+
+
+def filled_with(make, lengths, seed=0) -> list:
+    """Caches from make(), the i-th holding lengths[i] tokens."""
+    caches = []
+    for i, t in enumerate(lengths):
+        c = make()
+        if t:
+            c.update_and_fetch(*kv(t, seed + i))
+        caches.append(c)
+    return caches
+
+
+def appends_like_singles(batch, singles, before: list, record) -> None:
+    """Three decode steps and a right-padded prefill chunk (then finalize) through a batch of the 4 caches
+    `singles`, the same through each single cache: merge left those as they were (`before`), and afterwards each
+    sequence's offset and bytes (`record`) are its single cache's."""
+    steps = [kv(1, 100 + s, b=4) for s in range(3)]
+    chunk_lengths = [3, 9, 1, 0]
+    chunk = kv(9, 200, b=4)
+    for k, v in steps:
+        batch.update_and_fetch(k, v)
+    batch.prepare(lengths=chunk_lengths, right_padding=[9 - n for n in chunk_lengths])
+    batch.update_and_fetch(*chunk)
+    batch.finalize()
+    assert [record(c) for c in singles] == before, "merge must not update the caches it was given"
+    for i, c in enumerate(singles):
+        for k, v in steps:
+            c.update_and_fetch(k[i:i + 1], v[i:i + 1])
+        if chunk_lengths[i]:
+            c.update_and_fetch(chunk[0][i:i + 1, :, :chunk_lengths[i]], chunk[1][i:i + 1, :, :chunk_lengths[i]])
+    assert batch.offset.tolist() == [c.offset for c in singles]
+    assert [record(batch.extract(i)) for i in range(4)] == [record(c) for c in singles]
