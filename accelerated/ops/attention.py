@@ -293,12 +293,11 @@ def _mask_rows(mask, b: int, hkv: int, rep: int, l: int, t_total: int):
         return None
     if isinstance(mask, RowStarts):
         st = mask.starts.reshape(b, 1, 1, 1)
-        qpos = (t_total - l) + (mx.arange(rep * l) % l)
+        causal = _mask_rows("causal", b, hkv, rep, l, t_total) if mask.causal else None
 
         def rows(t0, t1):
-            pos = mx.arange(t0, t1)
-            keep = pos[None, None, None, :] >= st
-            return keep & (pos[None, :] <= qpos[:, None])[None, None] if mask.causal else keep
+            keep = mx.arange(t0, t1)[None, None, None, :] >= st
+            return keep & causal(t0, t1)[None, None] if causal else keep
         return rows
     if isinstance(mask, str):
         if mask != "causal":
