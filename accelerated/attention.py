@@ -104,6 +104,25 @@ def path(queries: mx.array, keys: PackedKV, values: PackedKV, mask=None) -> str:
     return "ops"
 
 
+def _decoded_rows(queries, k, v, scale: float, rows: RowStarts) -> mx.array:
+    """A left-padded batch's prefill over decoded keys and values without the (B, 1, L, T) mask array where the
+    row starts are known on the host: an array mask sends SDPA to MLX's unfused path, which materializes the
+    (B, Hq, L, T) scores (on the H200, a batch of 4 x 32k prompts peaked at 44 GB through it and prefilled at
+    ~30k tokens/s, against 7 GB and ~80k with a cache per sequence). No padding (mlx-lm's right-padded prompts
+    start every row at 0): one causal SDPA; padding below the queries: one SDPA per row over its own tokens; else
+    (padding reaching into the queries: their rows have nothing to attend) the array mask."""
+    l, t = queries.shape[2], k.shape[2]
+    causal = "causal" if rows.causal else None
+    h = rows.host
+    if h is not None and not any(h):
+        return mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=causal)
+    if h is not None and max(h) <= t - l:
+        return mx.concatenate([mx.fast.scaled_dot_product_attention(queries[b:b + 1], k[b:b + 1, :, s:],
+                                                                    v[b:b + 1, :, s:], scale=scale, mask=causal)
+                               for b, s in enumerate(h)])
+    return mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=rows.array(l, t))
+
+
 def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, mask=None,
            sinks=None) -> mx.array:
     """softmax(scale * q K^T + mask) V over packed keys/values; mlx-lm's SDPA contract (queries
@@ -120,8 +139,9 @@ def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, ma
     if which == "decoded":
         k, v = keys.dequantized(eager=True), values.dequantized(eager=True)   # peak memory: one block
         if isinstance(mask, RowStarts):
-            mask = mask.array(queries.shape[2], k.shape[2])
-        out = mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask)
+            out = _decoded_rows(queries, k, v, scale, mask)
+        else:
+            out = mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask)
     elif which == "kernels":
         out = _kernels().attention(queries, keys.record, values.record, scale, mask)
     else:

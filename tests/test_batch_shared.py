@@ -189,6 +189,43 @@ def test_a_decode_step_attends_each_row_from_its_start():
     assert seen == [RowStarts] * 3, seen
 
 
+@pytest.mark.parametrize("history, left_padding, mask_arrays", [
+    ([60, 9, 37], None, 0),        # padding below the chunk: one SDPA per row over its own tokens
+    ([0, 0, 0], None, 0),          # no padding (mlx-lm's right-padded prompts): one causal SDPA
+    ([0, 0, 0], [0, 5, 20], 1),    # padding inside the chunk (queries with nothing to attend): the array mask
+])
+def test_a_prefill_chunk_attends_each_row_without_a_mask_array(monkeypatch, history, left_padding, mask_arrays):
+    """A chunk of 40 queries (past the packed kernels' 32: the decoded path) over a B-row batch: SDPA gets no
+    (B, 1, L, T) mask array where the rows' starts allow (MLX's unfused path materializes the scores), and each
+    row's real queries match float64 causal attention over that row's own decoded tokens."""
+    from _attention_util import f64_attention
+    batch = vc.TurboQuantKVCache.merge(filled("turboquant", history, seed=8))
+    if left_padding:
+        batch.prepare(left_padding=left_padding)
+    masks = []
+    real_sdpa = mx.fast.scaled_dot_product_attention
+
+    def sdpa(q, k, v, scale, mask=None, **kw):
+        masks.append(type(mask))
+        return real_sdpa(q, k, v, scale=scale, mask=mask, **kw)
+    monkeypatch.setattr(mx.fast, "scaled_dot_product_attention", sdpa)
+    n = 40
+    q = mx.random.normal((3, 2 * H, n, D), key=mx.random.key(71)).astype(mx.float16)
+    mask = batch.make_mask(n)
+    kk, vv = batch.update_and_fetch(*kv(n, 90, b=3))
+    out = np.array(base.scaled_dot_product_attention(q, kk, vv, cache=batch, scale=D ** -0.5, mask=mask)
+                   .astype(mx.float32))
+    assert masks.count(mx.array) == mask_arrays, masks
+    kd, vd = np.array(kk.dequantized().astype(mx.float32)), np.array(vv.dequantized().astype(mx.float32))
+    t = kd.shape[2]
+    for i, s0 in enumerate(batch.left_padding.tolist()):
+        real = slice(max(0, s0 - (t - n)), n)           # the queries at or after the row's start
+        want = f64_attention(np.array(q[i:i + 1, :, real].astype(mx.float32)), kd[i:i + 1, :, s0:],
+                             vd[i:i + 1, :, s0:], D ** -0.5, True)
+        np.testing.assert_allclose(out[i:i + 1, :, real], want, rtol=0, atol=2e-3 * np.abs(want).max(),
+                                   err_msg=f"row {i}, start {s0}")
+
+
 @pytest.mark.parametrize("method, fp16_layers", [("turboquant", (0, 0)), ("rabitq", (0, 0)), ("turboquant", (1, 0))])
 def test_batched_forward_rows_match_single_sequence_logits(method, fp16_layers):
     """One forward over a merged batch (histories of different lengths, then a right-padded chunk, then decode

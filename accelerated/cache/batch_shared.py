@@ -291,7 +291,7 @@ class SharedBatchVeloxKVCache(_BaseCache):
     def make_mask(self, N: int, return_array: bool = False, window_size=None, **kwargs):
         mask = create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, window_size=window_size)
         if window_size is None:
-            remember(_MASKS, id(mask), (mask, RowStarts(self.starts, N > 1, mask)), _MASKS_KEPT)
+            remember(_MASKS, id(mask), (mask, RowStarts(self.starts, N > 1, mask, tuple(self._lp))), _MASKS_KEPT)
         return mask
 
     # ---- sizes, checks, trim, state -----------------------------------------------------------------

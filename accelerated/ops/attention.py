@@ -28,10 +28,13 @@ class RowStarts:
     """A mask for a left-padded batch (mlx-lm's BatchKVCache layout): batch row b attends to the tokens at
     positions >= starts[b] (its left padding is below), and with `causal` each query row also only to the
     tokens at or before its own position (the L queries are the last L positions). `starts`: (B,) int32;
-    `made`: the array mask this one stands for, if the model made one (batch_shared.row_starts)."""
+    `made`: the array mask this one stands for, if the model made one (batch_shared.row_starts); `host`: the
+    same starts as Python ints where the cache knows them (a prefill's attention uses them to slice each row
+    instead of an array mask; a decode step never reads them)."""
     starts: mx.array
     causal: bool = False
     made: mx.array | None = None
+    host: tuple | None = None
 
     def array(self, l: int, t: int) -> mx.array:
         """The same mask as a (B, 1, l, t) bool array (mlx-lm's create_causal_mask with left_padding)."""
