@@ -175,3 +175,22 @@ def test_batch_suite_rows_and_table():
            "command": "test", "copy_bytes_per_s": 1e9, "layer": [], "batch": rows}
     table = [ln for ln in bd.render(res, "x.json") if ln.startswith("| 40 ")]
     assert len(table) == 6 and all(ln.count("|") == 10 for ln in table), table
+
+
+def test_batch_plot_marks_failed_arms(tmp_path):
+    """plot_batch draws one panel per context from the batch rows (a failed arm marked where it failed) and makes
+    nothing for a run without batch rows."""
+    pytest.importorskip("matplotlib")
+    ok = lambda t, b, arm, tps: {"context": t, "batch": b, "arm": arm, "generation_tokens_per_s": tps}  # noqa: E731
+    rows = [ok(4096, 1, "fp16 KVCache", 700.0), ok(4096, 4, "fp16 KVCache", 1600.0), ok(4096, 4, "turboquant b4", 1300.0),
+            ok(32768, 4, "turboquant b4", 1500.0), {"context": 32768, "batch": 4, "arm": "fp16 KVCache",
+                                                    "error": "RuntimeError: out of memory"}]
+    res = {"device": {"name": "cpu"}, "date": "2026-12-01T00:00:00", "batch": rows}
+    out = bd.plot_batch(res, tmp_path / "b.png")
+    assert out == tmp_path / "b.png" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+    w = matplotlib.image.imread(out).shape[1]
+    single = bd.plot_batch({**res, "batch": [r for r in rows if r["context"] == 4096]}, tmp_path / "one.png")
+    assert matplotlib.image.imread(single).shape[1] < w, "one panel per context"
+    assert bd.plot_batch({**res, "batch": []}, tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()

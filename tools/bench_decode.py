@@ -73,6 +73,9 @@ def add_arguments(p) -> None:
     p.add_argument("--json", type=pathlib.Path, default=None)
     p.add_argument("--from-json", type=pathlib.Path, nargs="+", default=None, metavar="JSON")
     p.add_argument("--markdown", type=pathlib.Path, default=None)
+    p.add_argument("--plot", type=pathlib.Path, default=None, metavar="PNG",
+                   help="the layer suite's plot here, the batch suite's at PNG's name + '-batch' (with --from-json: "
+                        "the first file's)")
 
 
 # ---- arms ----------------------------------------------------------------------------------------------------
@@ -702,6 +705,56 @@ def plot(res: dict, path: pathlib.Path) -> pathlib.Path | None:
     return path
 
 
+def plot_batch(res: dict, path: pathlib.Path) -> pathlib.Path | None:
+    """Batched generation: the batch's generation tokens/s against the batch size, one panel per context, one line
+    per arm (an arm that failed, e.g. out of memory, is marked where it failed); None without matplotlib or rows."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = res.get("batch") or []
+    contexts = sorted({r["context"] for r in rows})
+    if not contexts:
+        return None
+    fig, axes = plt.subplots(1, len(contexts), figsize=(6.5 * len(contexts), 4.5), squeeze=False)
+    for ax, t in zip(axes[0], contexts):
+        here = [r for r in rows if r["context"] == t]
+        for arm in dict.fromkeys(r["arm"] for r in here):
+            style = dict(color="black", linestyle="--", linewidth=2) if arm.startswith("fp16") else {}
+            ok = sorted((r["batch"], r["generation_tokens_per_s"]) for r in here
+                        if r["arm"] == arm and "generation_tokens_per_s" in r)
+            line, = ax.plot([p[0] for p in ok], [p[1] for p in ok], marker="o", label=arm, **style)
+            for r in here:
+                if r["arm"] == arm and "error" in r:
+                    ax.plot([r["batch"]], [0], marker="x", markersize=12, color=line.get_color())
+                    ax.annotate(f"{arm}: failed\n({r['error'][:28]}...)", (r["batch"], 0), fontsize=7,
+                                xytext=(-90, 12), textcoords="offset points")
+        ax.set_xlabel("sequences in the batch")
+        ax.set_ylabel("generation tokens/s (whole batch)")
+        ax.set_title(f"batch_generate, context {t}, {res['device']['name']} ({res['date'][:10]})")
+        ax.set_xticks(sorted({r["batch"] for r in here}))
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _plots(res: dict, path: pathlib.Path | None, log) -> None:
+    """--plot: the layer suite's plot at `path` and the batch suite's at `path` with -batch before the suffix."""
+    if path is None:
+        return
+    made = [plot(res, path) if res.get("layer") else None,
+            plot_batch(res, path.with_name(path.stem + "-batch" + path.suffix)) if res.get("batch") else None]
+    for m in made:
+        if m is not None:
+            log(f"wrote {m}")
+
+
 def run(args) -> int:
     if args.from_json:
         if not args.markdown:
@@ -714,6 +767,7 @@ def run(args) -> int:
             lines += render(json.loads(p.read_text()), str(p))
         args.markdown.write_text("\n".join(lines) + "\n")
         print(f"wrote {args.markdown}")
+        _plots(json.loads(args.from_json[0].read_text()), args.plot, print)
         return 0
     import mlx.core as mx
 
@@ -750,4 +804,5 @@ def run(args) -> int:
     if args.markdown:
         args.markdown.write_text("\n".join(render(res, str(args.json))) + "\n")
         log(f"wrote {args.markdown}")
+    _plots(res, args.plot, log)
     return 0
