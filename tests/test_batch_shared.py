@@ -249,7 +249,20 @@ def test_batched_forward_rows_match_single_sequence_logits(method, fp16_layers):
     for c in batch:
         c.finalize()
     steps = [mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(10 + s)) for s in range(3)]
-    outs = [model(s, cache=batch) for s in steps]
+    masks = []
+    import veloxquant.accelerated.cache.hook as hook
+    real = hook.attend
+
+    def spy(q, k, v, scale, mask=None, sinks=None):
+        masks.append(type(mask))
+        return real(q, k, v, scale, mask)
+    hook.attend = spy
+    try:
+        outs = [model(s, cache=batch) for s in steps]
+    finally:
+        hook.attend = real
+    # our layers get the rows' starts whichever cache made the mask (an fp16 first layer's BatchKVCache too)
+    assert masks and set(masks) == {RowStarts}, masks
     for i, c in enumerate(singles):
         n = chunk_lengths[i]
         ref = model(chunk[i:i + 1, :n], cache=c)
@@ -347,3 +360,16 @@ def test_the_layers_of_a_step_share_one_offsets_array():
     assert len({id(o) for o in offs}) == 1 and offs[0].tolist() == [6, 3]
     layers[0].filter([1])
     assert layers[0].offset.tolist() == [3] and layers[1].offset.tolist() == [6, 3]
+
+
+def test_remembered_prefill_masks_do_not_pile_up():
+    """remember_mask keeps the last few masks (a step's layers look theirs up) but a big one (a prefill chunk's
+    (B, 1, L, T), hundreds of MB at long contexts) only until the next: at most one is ever held."""
+    import collections
+    kept = collections.OrderedDict()
+    small = [mx.zeros((2, 1, 1, 64), dtype=mx.bool_) for _ in range(3)]
+    big = [mx.zeros((1, 1, 2048, 2 * batch_shared.BIG_MASK // 2048), dtype=mx.bool_) for _ in range(2)]
+    for m in (small[0], big[0], small[1], big[1], small[2]):
+        batch_shared.remember_mask(kept, m, (m,), 8)
+        assert sum(v[0].size > batch_shared.BIG_MASK for v in kept.values()) <= 1, list(kept)
+    assert [id(v[0]) for v in kept.values()] == [id(m) for m in small], "small masks are kept, big ones dropped"

@@ -43,7 +43,7 @@ from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import _BaseCache
 
 from veloxquant.accelerated.attention import PackedKV, attend
-from veloxquant.accelerated.cache.batch_shared import cache_class, offsets, remember
+from veloxquant.accelerated.cache.batch_shared import cache_class, offsets, remember_mask
 
 # Where every sequence takes the whole chunk (a decode step; a prefill chunk without padding), the batch's keys,
 # values and queries are cut into per-sequence rows by one mx.split each (one Split operation with B outputs, for
@@ -253,7 +253,7 @@ class BatchVeloxKVCache(_BaseCache):
     def make_mask(self, N: int, return_array: bool = False, window_size=None, **kwargs):
         mask = create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, window_size=window_size)
         if window_size is None:
-            remember(_OWN_MASKS, id(mask), (mask, N, self._idx + N, tuple(self._lp)), _OWN_MASKS_KEPT)
+            remember_mask(_OWN_MASKS, mask, (mask, N, self._idx + N, tuple(self._lp)), _OWN_MASKS_KEPT)
         return mask
 
     # ---- sizes, trim, state ---------------------------------------------------------------------------

@@ -8,13 +8,16 @@ i's at positions [lp_i, idx) behind lp_i tokens of padding, as BatchKVCache keep
 rows hold what the model computed for the padding tokens (a prompt's left padding, a right-padded prefill's tail
 once `finalize` rolled it to the left) or zeros (rows added by merge, extend); attention never reads them: the
 decode step's launch takes each row's start (ops.attention.RowStarts, the partial kernel's `rstart`: each row's
-splits cover its own tokens), and other paths the mask. merge, extend, filter, extract and finalize move records without decoding them (through the
-records' state arrays), so `extract(i)` gives back the bytes sequence i's own cache would hold.
+splits cover its own tokens), and other paths the mask. merge, extend, filter, extract and finalize move records
+without decoding them (through the records' state arrays), so `extract(i)` gives back the bytes sequence i's own
+cache would hold.
 
 The mask: `make_mask` returns mlx-lm's array (create_causal_mask with the left padding, what BatchKVCache gives)
 and remembers it; the hooked dispatch (hook.py) hands our attention the RowStarts it stands for instead
-(`row_starts`). A mask made by another cache (an fp16 first layer's BatchKVCache) is attended as an array mask
-(the ops path: slower, still correct).
+(`row_starts`). mlx-lm's BatchKVCache makes the same mask (a batch whose first layer is fp16 gets its mask from
+there): hook.install has its make_mask remember the RowStarts too (`remember_batch_kv_mask`). Any other array mask
+is attended as an array (the ops path: slower; on CUDA in TF32, MLX's default for float32 matmuls). Prefill masks
+are held only until the next mask (`remember_mask`: at 8 x 32k one is 537 MB).
 
 Checks (spec/streaming.md, 'Deferred rejection'): the B rows are one cache; a NaN or Inf in any sequence's chunk
 rolls the whole batch back to before that chunk and raises (the per-sequence class rolls back that sequence only).
@@ -66,6 +69,31 @@ def remember(kept: collections.OrderedDict, key, value, most: int):
     while len(kept) > most:
         kept.popitem(last=False)
     return value
+
+
+BIG_MASK = 1 << 22     # elements: a mask past this (a prefill chunk's (B, 1, L, T): 537 MB at 8 x 2048 x 32k) is kept
+                       # only until the next mask is remembered, not among the last `most`
+
+
+def remember_mask(kept: collections.OrderedDict, mask: mx.array, value, most: int):
+    """remember(kept, id(mask), value, most) for a mask made by a batch cache (value[0] is the mask), first dropping
+    the big masks remembered before: holding a handful of prefill masks alive would cost GBs at long contexts."""
+    for key in [k for k, v in kept.items() if v[0].size > BIG_MASK]:
+        del kept[key]
+    return remember(kept, id(mask), value, most)
+
+
+def remember_batch_kv_mask(cache, mask, n: int, window_size=None) -> None:
+    """A mask mlx-lm's BatchKVCache.make_mask made (an fp16 layer of a batch whose other layers are ours: the model
+    makes the mask from its first layer's cache): it is create_causal_mask with the batch's left padding, the same
+    mask our B-row cache makes, so it is remembered as the RowStarts it stands for and our layers attend with the
+    decode step's launch instead of an array mask (hook.install wraps BatchKVCache.make_mask). Not for sliding
+    windows (window_size) or anything but an array."""
+    if window_size is None and type(mask) is mx.array:
+        starts = cache.left_padding
+        if starts.dtype != mx.int32:
+            starts = starts.astype(mx.int32)
+        remember_mask(_MASKS, mask, (mask, RowStarts(starts, n > 1, mask)), _MASKS_KEPT)
 
 
 def cache_class(name: str):
@@ -291,7 +319,7 @@ class SharedBatchVeloxKVCache(_BaseCache):
     def make_mask(self, N: int, return_array: bool = False, window_size=None, **kwargs):
         mask = create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, window_size=window_size)
         if window_size is None:
-            remember(_MASKS, id(mask), (mask, RowStarts(self.starts, N > 1, mask, tuple(self._lp))), _MASKS_KEPT)
+            remember_mask(_MASKS, mask, (mask, RowStarts(self.starts, N > 1, mask, tuple(self._lp))), _MASKS_KEPT)
         return mask
 
     # ---- sizes, checks, trim, state -----------------------------------------------------------------

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import mlx.core as mx
 import mlx_lm.models.base as _base
+import mlx_lm.models.cache as _lm_cache
 
 from veloxquant.accelerated.attention import PackedKV, attend
-from veloxquant.accelerated.cache.batch_shared import row_starts
+from veloxquant.accelerated.cache.batch_shared import remember_batch_kv_mask, row_starts
 
 _ORIGINAL = getattr(_base.quantized_scaled_dot_product_attention, "__wrapped__",
                     _base.quantized_scaled_dot_product_attention)
@@ -34,9 +35,25 @@ def dispatch(queries, q_keys, q_values, scale, mask, group_size: int = 64, bits:
 dispatch.__wrapped__ = _ORIGINAL
 
 
+_BATCH_MASK = getattr(_lm_cache.BatchKVCache.make_mask, "__wrapped__", _lm_cache.BatchKVCache.make_mask)
+
+
+def _batch_kv_make_mask(self, N: int, return_array: bool = False, **kwargs):
+    """mlx-lm's BatchKVCache.make_mask, its mask also remembered as the RowStarts it stands for (an fp16 first layer
+    of a batch makes the mask every layer gets: batch_shared.remember_batch_kv_mask)."""
+    mask = _BATCH_MASK(self, N, return_array=return_array, **kwargs)
+    remember_batch_kv_mask(self, mask, N, kwargs.get("window_size"))
+    return mask
+
+
+_batch_kv_make_mask.__wrapped__ = _BATCH_MASK
+
+
 def install() -> None:
-    """Idempotent; mlx-lm's behaviour for its own caches is unchanged."""
+    """Idempotent; mlx-lm's behaviour for its own caches is unchanged (BatchKVCache.make_mask returns the same
+    mask; we only note which row starts it stands for)."""
     _base.quantized_scaled_dot_product_attention = dispatch
+    _lm_cache.BatchKVCache.make_mask = _batch_kv_make_mask
 
 
 def uses_hooked_sdpa(attn_module) -> bool:
