@@ -40,10 +40,9 @@ import json
 
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
-from mlx_lm.models.cache import _BaseCache
 
 from veloxquant.accelerated.attention import PackedKV, attend
-from veloxquant.accelerated.cache.batch_shared import cache_class, offsets, remember_mask
+from veloxquant.accelerated.cache.batch_shared import LeftPadded, cache_class, remember_mask
 
 # Where every sequence takes the whole chunk (a decode step; a prefill chunk without padding), the batch's keys,
 # values and queries are cut into per-sequence rows by one mx.split each (one Split operation with B outputs, for
@@ -98,7 +97,7 @@ def _same_config(a, b) -> bool:
             and a.checks == b.checks)
 
 
-class BatchVeloxKVCache(_BaseCache):
+class BatchVeloxKVCache(LeftPadded):
     """A batch of single-sequence VeloxKVCaches behind mlx-lm's BatchKVCache protocol (see the module)."""
 
     def __init__(self, caches: list, left_padding: list[int], idx: int):
@@ -184,16 +183,6 @@ class BatchVeloxKVCache(_BaseCache):
         self._offset = None
 
     # ---- protocol: the model's calls ----------------------------------------------------------------
-    @property
-    def offset(self) -> mx.array:
-        if self._offset is None:        # one array per step and layout for every layer (batch_shared.offsets)
-            self._offset = offsets(self._idx, self._lp)
-        return self._offset
-
-    @property
-    def left_padding(self) -> mx.array:
-        return mx.array(self._lp, dtype=mx.int32)
-
     @property
     def bits(self) -> int:
         if self.attention != "packed":

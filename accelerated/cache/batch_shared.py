@@ -192,7 +192,26 @@ def _empty_like(cache):
     return type(cache).from_state((None, None, json.dumps(meta)))
 
 
-class SharedBatchVeloxKVCache(_BaseCache):
+class LeftPadded(_BaseCache):
+    """What both batch caches (this module's and batch.py's) derive from `_idx` (the batch's position count) and
+    `_lp` (each row's left padding): mlx-lm's `offset` and `left_padding`. A subclass sets `_offset = None` where
+    either changes."""
+    _offset: mx.array | None = None
+
+    @property
+    def offset(self) -> mx.array:
+        """(B,) int32 positions (RoPE's offsets): one array per step and layout, shared by the layers (the model
+        reads it in every layer; the layers of a batch move in step)."""
+        if self._offset is None:
+            self._offset = offsets(self._idx, self._lp)
+        return self._offset
+
+    @property
+    def left_padding(self) -> mx.array:
+        return mx.array(self._lp, dtype=mx.int32)
+
+
+class SharedBatchVeloxKVCache(LeftPadded):
     """A left-padded batch of sequences in one B-row VeloxKVCache behind mlx-lm's BatchKVCache protocol (see the
     module). `inner.offset` is the batch's position count (mlx-lm's `_idx`)."""
 
@@ -283,18 +302,6 @@ class SharedBatchVeloxKVCache(_BaseCache):
         out = self.inner.update_and_fetch(keys, values)
         self._offset = None
         return out
-
-    @property
-    def offset(self) -> mx.array:
-        """(B,) int32 positions (RoPE's offsets): one array per step and layout, shared by the layers (the model
-        reads it in every layer; the layers of a batch move in step)."""
-        if self._offset is None:
-            self._offset = offsets(self._idx, self._lp)
-        return self._offset
-
-    @property
-    def left_padding(self) -> mx.array:
-        return mx.array(self._lp, dtype=mx.int32)
 
     @property
     def starts(self) -> mx.array:
