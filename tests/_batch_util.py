@@ -55,3 +55,16 @@ def appends_like_singles(batch, singles, before: list, record) -> None:
             c.update_and_fetch(chunk[0][i:i + 1, :, :chunk_lengths[i]], chunk[1][i:i + 1, :, :chunk_lengths[i]])
     assert batch.offset.tolist() == [c.offset for c in singles]
     assert [record(batch.extract(i)) for i in range(4)] == [record(c) for c in singles]
+
+
+def saves_and_loads(batch, cls, path: str, offsets: list, meta: bool = True) -> None:
+    """A batch cache through mlx-lm's save_prompt_cache / load_prompt_cache: the same class, offsets, left padding,
+    size and each sequence's record bytes (with `meta`, its meta JSON too)."""
+    from mlx_lm.models import cache as mlx_cache
+    mlx_cache.save_prompt_cache(path, [batch])
+    (loaded,) = mlx_cache.load_prompt_cache(path)
+    assert isinstance(loaded, cls)
+    assert loaded.offset.tolist() == batch.offset.tolist() == offsets
+    assert loaded.left_padding.tolist() == batch.left_padding.tolist() and loaded.size() == batch.size()
+    assert [record_bytes(loaded.extract(i), meta) for i in range(len(offsets))] == \
+        [record_bytes(batch.extract(i), meta) for i in range(len(offsets))]

@@ -17,7 +17,7 @@ from mlx_lm.models import cache as mlx_cache
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.tools.quality import VOCAB, tiny_llama
-from _batch_util import D, H, appends_like_singles, filled_with, kv, record_bytes
+from _batch_util import D, H, appends_like_singles, filled_with, kv, record_bytes, saves_and_loads
 
 SETTINGS = {
     "turboquant": dict(bits=4, window=4),
@@ -259,13 +259,7 @@ def test_left_padded_prompts_attend_like_single_sequences():
 def test_batch_cache_saves_and_loads(tmp_path):
     batch = vc.KIVIKVCache.merge(filled("kivi", [20, 3]))
     batch.update_and_fetch(*kv(1, 400, b=2))
-    path = str(tmp_path / "batch.safetensors")
-    mlx_cache.save_prompt_cache(path, [batch])
-    (loaded,) = mlx_cache.load_prompt_cache(path)
-    assert isinstance(loaded, BatchVeloxKVCache)
-    assert loaded.offset.tolist() == batch.offset.tolist() == [21, 4]
-    assert loaded.left_padding.tolist() == batch.left_padding.tolist() and loaded.size() == batch.size()
-    assert [record_bytes(loaded.extract(i)) for i in range(2)] == [record_bytes(batch.extract(i)) for i in range(2)]
+    saves_and_loads(batch, BatchVeloxKVCache, str(tmp_path / "batch.safetensors"), [21, 4])
 
 
 def test_whole_chunks_are_cut_by_one_split_per_role_with_the_same_bytes(monkeypatch):

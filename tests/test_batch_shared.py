@@ -8,6 +8,8 @@ attention tier's tolerance, greedy tokens of mlx_lm.batch_generate; (4) float64 
 """
 from __future__ import annotations
 
+import contextlib
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -16,13 +18,12 @@ from mlx_lm.models import base
 from mlx_lm.models import cache as mlx_cache
 
 import veloxquant.accelerated.cache as vc
-from veloxquant.accelerated import attention as vatt
 from veloxquant.accelerated.cache import batch_shared
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
 from veloxquant.accelerated.ops.attention import RowStarts
 from veloxquant.tools.quality import VOCAB, tiny_llama
-from _batch_util import D, H, appends_like_singles, filled_with, kv
+from _batch_util import D, H, appends_like_singles, filled_with, kv, saves_and_loads
 from _batch_util import record_bytes as _record_bytes
 
 SETTINGS = {      # per-token methods, no window: what merge puts in one B-row cache
@@ -39,6 +40,22 @@ LOGIT_RTOL, LOGIT_ATOL = 2.0 ** -9, 2.0 ** -12
 # log-probabilities of generation: the tiny llama runs in float16, so they come out rounded to float16 (steps of
 # 2^-8 .. 2^-7 at magnitudes 2-8): a last-bit difference in the logits can move one by up to two such steps
 LOGPROB_ATOL = 2.0 ** -6
+
+
+@contextlib.contextmanager
+def masks_attended():
+    """The types of the masks the hooked dispatch hands our attention (accelerated.cache.hook.attend), in order."""
+    import veloxquant.accelerated.cache.hook as hook
+    seen, real = [], hook.attend
+
+    def spy(q, k, v, scale, mask=None, sinks=None):
+        seen.append(type(mask))
+        return real(q, k, v, scale, mask)
+    hook.attend = spy
+    try:
+        yield seen
+    finally:
+        hook.attend = real
 
 
 def cache(method, **kw):
@@ -165,15 +182,7 @@ def test_a_decode_step_attends_each_row_from_its_start():
     and each row's output equals float64 attention over that row's own tokens (decoded), within the tier."""
     from _attention_util import f64_attention
     batch = vc.TurboQuantKVCache.merge(filled("turboquant", [30, 9, 17], seed=5))
-    seen = []
-    real = vatt.attend
-
-    def spy(q, k, v, scale, mask=None, sinks=None):
-        seen.append(type(mask))
-        return real(q, k, v, scale, mask)
-    import veloxquant.accelerated.cache.hook as hook
-    hook.attend = spy
-    try:
+    with masks_attended() as seen:
         for step in range(3):
             q = mx.random.normal((3, 2 * H, 1, D), key=mx.random.key(70 + step)).astype(mx.float32)
             mask = batch.make_mask(1)
@@ -184,8 +193,6 @@ def test_a_decode_step_attends_each_row_from_its_start():
             for i, s0 in enumerate(batch.left_padding.tolist()):
                 want = f64_attention(np.array(q[i:i + 1]), kd[i:i + 1, :, s0:], vd[i:i + 1, :, s0:], D ** -0.5, False)
                 np.testing.assert_allclose(out[i:i + 1], want, rtol=0, atol=1e-5, err_msg=f"row {i} step {step}")
-    finally:
-        hook.attend = real
     assert seen == [RowStarts] * 3, seen
 
 
@@ -249,18 +256,8 @@ def test_batched_forward_rows_match_single_sequence_logits(method, fp16_layers):
     for c in batch:
         c.finalize()
     steps = [mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(10 + s)) for s in range(3)]
-    masks = []
-    import veloxquant.accelerated.cache.hook as hook
-    real = hook.attend
-
-    def spy(q, k, v, scale, mask=None, sinks=None):
-        masks.append(type(mask))
-        return real(q, k, v, scale, mask)
-    hook.attend = spy
-    try:
+    with masks_attended() as masks:
         outs = [model(s, cache=batch) for s in steps]
-    finally:
-        hook.attend = real
     # our layers get the rows' starts whichever cache made the mask (an fp16 first layer's BatchKVCache too)
     assert masks and set(masks) == {RowStarts}, masks
     for i, c in enumerate(singles):
@@ -340,13 +337,7 @@ def test_a_bad_chunk_rolls_the_whole_batch_back():
 def test_shared_batch_saves_and_loads(tmp_path):
     batch = vc.RaBitQKVCache.merge(filled("rabitq", [20, 3]))
     batch.update_and_fetch(*kv(1, 400, b=2))
-    path = str(tmp_path / "batch.safetensors")
-    mlx_cache.save_prompt_cache(path, [batch])
-    (loaded,) = mlx_cache.load_prompt_cache(path)
-    assert isinstance(loaded, SharedBatchVeloxKVCache)
-    assert loaded.offset.tolist() == batch.offset.tolist() == [21, 4]
-    assert loaded.left_padding.tolist() == batch.left_padding.tolist() and loaded.size() == batch.size()
-    assert [record_bytes(loaded.extract(i)) for i in range(2)] == [record_bytes(batch.extract(i)) for i in range(2)]
+    saves_and_loads(batch, SharedBatchVeloxKVCache, str(tmp_path / "batch.safetensors"), [21, 4], meta=False)
 
 
 def test_the_layers_of_a_step_share_one_offsets_array():
