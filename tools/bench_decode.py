@@ -671,15 +671,23 @@ def render(res: dict, name: str) -> list[str]:
     return lines
 
 
-def plot(res: dict, path: pathlib.Path) -> pathlib.Path | None:
-    """Per-layer decode-step time against context, one line per arm (log-log): the step evaluated alone and,
-    where the run has them, pipelined as generate_step runs it and the GPU's own time (more panels); None
-    without matplotlib."""
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend, or None where matplotlib is not installed (the plots are optional)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def plot(res: dict, path: pathlib.Path) -> pathlib.Path | None:
+    """Per-layer decode-step time against context, one line per arm (log-log): the step evaluated alone and,
+    where the run has them, pipelined as generate_step runs it and the GPU's own time (more panels); None
+    without matplotlib."""
+    plt = _pyplot()
+    if plt is None:
         return None
     rows = [r for r in res["layer"] if "layer_s" in r]
     if not rows:
@@ -711,11 +719,8 @@ def plot(res: dict, path: pathlib.Path) -> pathlib.Path | None:
 def plot_batch(res: dict, path: pathlib.Path) -> pathlib.Path | None:
     """Batched generation: the batch's generation tokens/s against the batch size, one panel per context, one line
     per arm (an arm that failed, e.g. out of memory, is marked where it failed); None without matplotlib or rows."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return None
     rows = res.get("batch") or []
     contexts = sorted({r["context"] for r in rows})
