@@ -324,7 +324,8 @@ class SharedBatchVeloxKVCache(LeftPadded):
         return self.inner.group_size
 
     def make_mask(self, N: int, return_array: bool = False, window_size=None, **kwargs):
-        mask = create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, window_size=window_size)
+        # the left padding as the rows' starts array, made once per layout (left_padding makes a new array per call)
+        mask = create_causal_mask(N, offset=self._idx, left_padding=self.starts, window_size=window_size)
         if window_size is None:
             remember_mask(_MASKS, mask, (mask, RowStarts(self.starts, N > 1, mask, tuple(self._lp))), _MASKS_KEPT)
         return mask
