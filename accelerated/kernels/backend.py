@@ -13,7 +13,7 @@ import tempfile
 
 import mlx.core as mx
 
-from veloxquant.accelerated.kernels import source
+from veloxquant.accelerated.kernels import kernel_cache, source
 
 
 @functools.lru_cache(maxsize=None)
@@ -164,15 +164,47 @@ class CudaKernel:
         if k is None:
             tag = hashlib.sha256(repr(key).encode()).hexdigest()[:10] if key else "0"
             source, header = self._texts()
-            k = mx.fast.cuda_kernel(name=f"{self.name}_{tag}", input_names=self.inputs, output_names=self.outputs,
-                                    source=template_lines(key) + source, header=header,
-                                    ensure_row_contiguous=self.contiguous)
+            k = Launcher(f"{self.name}_{tag}", self.inputs, self.outputs, template_lines(key) + source, header,
+                         self.contiguous)
             self._by_template[key] = k
         return k
 
     def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, **kw):
         return self.specialized(template)(inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes,
                                           grid=grid, threadgroup=threadgroup, **kw)
+
+
+CHECK_EVERY_LAUNCH = False     # tests: make sure of the module at every launch, not only a launcher's first
+
+
+def mlx_kernel(**kw):
+    """mx.fast.cuda_kernel (a function of its own so that tests can stand in for MLX's launches)."""
+    return mx.fast.cuda_kernel(**kw)
+
+
+class Launcher:
+    """One MLX kernel object (a text with its template constants): before its first launch in this process,
+    kernel_cache.CACHE makes sure MLX finds the compiled module on disk (compiled once per machine). Inside
+    kernel_cache.CACHE.recording() a launch records its variant and returns zeros instead."""
+    __slots__ = ("name", "inputs", "outputs", "source", "header", "kernel", "first")
+
+    def __init__(self, name, inputs, outputs, source, header, contiguous):
+        self.name, self.inputs, self.outputs, self.source, self.header = name, inputs, outputs, source, header
+        self.kernel = mlx_kernel(name=name, input_names=inputs, output_names=outputs, source=source,
+                                 header=header, ensure_row_contiguous=contiguous)
+        self.first = True
+
+    def variant(self, inputs, output_dtypes) -> kernel_cache.Variant:
+        return kernel_cache.variant(self.name, self.header, self.source, self.inputs, inputs, self.outputs,
+                                    output_dtypes)
+
+    def __call__(self, *, inputs, output_shapes, output_dtypes, **kw):
+        if self.first or CHECK_EVERY_LAUNCH or kernel_cache.CACHE.recorder is not None:
+            kernel_cache.CACHE.ensure(self.variant(inputs, output_dtypes))
+            if kernel_cache.CACHE.recorder is not None:
+                return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+            self.first = False
+        return self.kernel(inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes, **kw)
 
 
 def cuda_kernel(name: str, input_names, output_names, source: str, header: str = "",
