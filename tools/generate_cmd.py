@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from veloxquant.tools import kv_flags
+from veloxquant.tools import kernels_cmd, kv_flags
 
 PASSTHROUGH = True       # tools/cli.py hands the flags it does not know to run() as args.passthrough
 
@@ -27,6 +27,7 @@ def run(args) -> int:
         print(f"veloxquant generate: {e}", file=sys.stderr)
         return 2
     print(f"[veloxquant] KV cache: {kv_flags.describe(s)}", file=sys.stderr, flush=True)
+    kernels_cmd.ensure_warm(kernels_cmd.model_arg(args.passthrough), s)
     from mlx_lm import generate as _pkg  # noqa: F401  (the package import binds mlx_lm.generate to a function)
     gen = sys.modules["mlx_lm.generate"]
     argv = sys.argv

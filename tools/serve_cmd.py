@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from veloxquant.tools import kv_flags
+from veloxquant.tools import kernels_cmd, kv_flags
 
 PASSTHROUGH = True
 
@@ -27,6 +27,7 @@ def run(args) -> int:
         print(f"veloxquant serve: {e}", file=sys.stderr)
         return 2
     print(f"[veloxquant] KV cache: {kv_flags.describe(s)}", file=sys.stderr, flush=True)
+    kernels_cmd.ensure_warm(kernels_cmd.model_arg(args.passthrough), s)
     import mlx_lm.server as server
     argv = sys.argv
     sys.argv = ["mlx_lm.server", *args.passthrough]
