@@ -27,7 +27,7 @@ def run(args) -> int:
         print(f"veloxquant generate: {e}", file=sys.stderr)
         return 2
     print(f"[veloxquant] KV cache: {kv_flags.describe(s)}", file=sys.stderr, flush=True)
-    kernels_cmd.ensure_warm(kernels_cmd.model_arg(args.passthrough), s)
+    kernels_cmd.ensure_warm(kernels_cmd.model_arg(args.passthrough), s, batch=False)
     from mlx_lm import generate as _pkg  # noqa: F401  (the package import binds mlx_lm.generate to a function)
     gen = sys.modules["mlx_lm.generate"]
     argv = sys.argv

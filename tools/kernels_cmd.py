@@ -63,8 +63,10 @@ def model_arg(passthrough: list) -> str | None:
     return p.parse_known_args(passthrough)[0].model
 
 
-def ensure_warm(model: str | None, settings: dict, log=lambda s: print(s, file=sys.stderr, flush=True)) -> None:
-    """Before the model loads: compile what the configuration needs if this machine has not yet (CUDA only)."""
+def ensure_warm(model: str | None, settings: dict, batch: bool = True,
+                log=lambda s: print(s, file=sys.stderr, flush=True)) -> None:
+    """Before the model loads: compile what the configuration needs if this machine has not yet (CUDA only);
+    `batch`: also batched generation's variants (the server's; a one-shot generate needs none of them)."""
     ok, why = _cuda()
     if not ok or model is None or not os.path.isfile(os.path.join(model, "config.json")):
         return
@@ -72,12 +74,12 @@ def ensure_warm(model: str | None, settings: dict, log=lambda s: print(s, file=s
     from veloxquant.accelerated.kernels import kernel_cache
     config = _config(model)
     geom = warmup.Geometry.of(config)
-    n = warmup.is_warm(geom, settings, config)
+    n = warmup.is_warm(geom, settings, config, batch=batch)
     if n is not None:
         log(f"[veloxquant] kernels: {n} variants compiled for this configuration ({kernel_cache.store_dir()})")
         return
     log("[veloxquant] kernels: first use of this configuration on this machine, compiling (once) ...")
-    r = warmup.warm(geom, settings, config, progress=_bar)
+    r = warmup.warm(geom, settings, config, progress=_bar, batch=batch)
     log(f"[veloxquant] kernels: {r.variants} variants ready, {r.compiled} compiled in {r.seconds:.1f} s "
         f"({r.store})")
 
@@ -116,6 +118,9 @@ def run(args) -> int:
     print(f"veloxquant kernels warmup: {geom}; KV cache: {kv_flags.describe(settings)}", file=sys.stderr)
     r = warmup.warm(geom, settings, config, progress=_bar, workers=args.workers, batch=not args.no_batch,
                     speculative=not args.no_speculative)
+    slow = sorted(kernel_cache.CACHE.seconds.values())
+    if slow:
+        print(f"compile seconds per variant: median {slow[len(slow) // 2]:.1f}, longest {slow[-1]:.1f}")
     print(f"{r.variants} variants, {r.compiled} compiled, {r.seconds:.1f} s; cache {r.store}: {r.store_entries} "
           f"entries, {r.store_bytes / 2**20:.1f} MiB")
     for m, why in r.failed.items():

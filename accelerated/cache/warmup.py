@@ -116,9 +116,11 @@ def source_version() -> str:
     return h.hexdigest()[:16]
 
 
-def config_key(geom: Geometry, cache_kwargs: dict, config: dict | None = None) -> str:
+def config_key(geom: Geometry, cache_kwargs: dict, config: dict | None = None, batch: bool = True,
+               speculative: bool = True) -> str:
     fam = (config or {}).get("model_type", "llama")
-    text = json.dumps([source_version(), fam, dataclasses.asdict(geom), sorted(cache_kwargs.items())],
+    text = json.dumps([source_version(), fam, dataclasses.asdict(geom), sorted(cache_kwargs.items()), batch,
+                       speculative],
                       default=str, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -127,13 +129,17 @@ def manifest_path(key: str) -> str:
     return os.path.join(kernel_cache.store_dir(), "manifests", key + ".json")
 
 
-def is_warm(geom: Geometry, cache_kwargs: dict, config: dict | None = None) -> int | None:
-    """The number of variants if this configuration's manifest exists (its variants were compiled), else None."""
-    try:
-        with open(manifest_path(config_key(geom, cache_kwargs, config))) as f:
-            return len(json.load(f)["modules"])
-    except (OSError, ValueError, KeyError):
-        return None
+def is_warm(geom: Geometry, cache_kwargs: dict, config: dict | None = None, batch: bool = True,
+            speculative: bool = True) -> int | None:
+    """The number of variants if a manifest of this configuration covering these paths exists (its variants were
+    compiled), else None."""
+    for b, s in {(batch, speculative), (True, True)}:
+        try:
+            with open(manifest_path(config_key(geom, cache_kwargs, config, b, s))) as f:
+                return len(json.load(f)["modules"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return None
 
 
 @dataclasses.dataclass
@@ -162,7 +168,7 @@ def warm(geom: Geometry, cache_kwargs: dict, config: dict | None = None, progres
     cache.ensure_all(rec.values(), workers=workers, progress=progress)
     failed = {m: why for m, why in cache.failed.items() if m in rec}
     if not failed:
-        key = config_key(geom, cache_kwargs, config)
+        key = config_key(geom, cache_kwargs, config, batch, speculative)
         kernel_cache._write(manifest_path(key), json.dumps({"modules": sorted(rec), "config": cache_kwargs,
                                                             "geometry": dataclasses.asdict(geom)},
                                                            default=str).encode())

@@ -32,6 +32,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 
 import mlx.core as mx
 
@@ -261,6 +262,7 @@ class KernelCache:
         self.compiled = 0                  # compiles in this process
         self.loaded = 0                    # modules copied from the store into MLX's folder
         self.failed: dict[str, str] = {}   # module -> why it could not be compiled (MLX compiles it then)
+        self.seconds: dict[str, float] = {}  # module -> seconds its compile took
         self.recorder: dict[str, Variant] | None = None
 
     @property
@@ -295,7 +297,9 @@ class KernelCache:
                 data = f.read()
             self.loaded += 1
         else:
+            t0 = time.perf_counter()
             binary, lowered = self.compiler.compile(v.text, v.kernel_name)
+            self.seconds[v.module] = time.perf_counter() - t0
             data = _pack(binary, lowered)
             _write(sp, data)
             with self._lock:
@@ -318,7 +322,7 @@ class KernelCache:
         progress(done, total) after each."""
         from concurrent.futures import ThreadPoolExecutor
         variants = list(variants)
-        workers = workers or min(8, os.cpu_count() or 1)
+        workers = workers or min(16, os.cpu_count() or 1)
         done = [0]
 
         def one(v):
