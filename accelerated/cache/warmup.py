@@ -88,13 +88,14 @@ def exercise(model, cache_kwargs: dict, batch: bool = True, speculative: bool = 
     if batch:
         gen = BatchGenerator(model, max_tokens=4)
         try:
-            # one sequence more per step (ragged prompts: left padding), each stopping 2 steps after the last
-            # one joined, so the batch grows 1 -> MAX_BATCH and then shrinks back to 1
+            # one sequence more per step (ragged prompts: left padding), each stopping two steps after the one
+            # before it, so the batch grows 1 -> MAX_BATCH and then shrinks one sequence at a time (the filter's
+            # gathers are MLX's own JIT kernels, compiled here too)
             # (every other prompt long enough that its prefill chunk takes the encode kernels' variant with the
             # code constants compiled in, methods.SPECIALIZE_ROWS)
             for i in range(MAX_BATCH):
                 n = 3 + 5 * i if i % 2 == 0 else 600 + 37 * i
-                gen.insert([[int(t) for t in prompt(n, i).tolist()]], max_tokens=[MAX_BATCH - i + 2],
+                gen.insert([[int(t) for t in prompt(n, i).tolist()]], max_tokens=[MAX_BATCH + 2 + i],
                            caches=[make_prompt_cache(model, **cache_kwargs)])
                 gen.next_generated()
             while gen.next_generated():

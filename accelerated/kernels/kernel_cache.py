@@ -36,6 +36,8 @@ import time
 
 import mlx.core as mx
 
+from veloxquant.accelerated.kernels import nvrtc
+
 MAX_NDIM = 10          # MLX's Shape / Strides: cuda::std::array<int32_t / int64_t, MAX_NDIM> (device/config.h)
 _MLX_DEFAULT_HEADER = ('\n#include "mlx/backend/cuda/device/utils.cuh"\n\n'
                        '#include <cooperative_groups.h>\n\n')
@@ -160,56 +162,24 @@ def _write(path: str, data: bytes) -> None:
 
 
 # ---- the compiler -----------------------------------------------------------------------------------------
-class CompileError(RuntimeError):
-    pass
+CompileError = nvrtc.CompileError
 
 
 class Nvrtc:
-    """NVRTC through ctypes: the library MLX's CUDA build loads (found in this process's mappings, else next
-    to the nvidia wheels or CUDA_HOME), the include folders MLX gives it, the GPU's architecture."""
+    """NVRTC through ctypes (kernels/nvrtc.py): the library MLX's CUDA build loads (found in this process's
+    mappings, else next to the nvidia wheels or CUDA_HOME), the include folders MLX gives it, the GPU's
+    architecture."""
 
     def __init__(self):
-        self.lib = ctypes.CDLL(_find_nvrtc())
-        major, minor = ctypes.c_int(), ctypes.c_int()
-        self._check(self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
-        self.version = f"{major.value}.{minor.value}"
-        self.arch = _architecture()
-        self.includes = tuple(_include_dirs())
-
-    def _check(self, rc: int, what: str) -> None:
-        if rc != 0:
-            self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
-            raise CompileError(f"{what}: {self.lib.nvrtcGetErrorString(rc).decode()}")
+        self.job = nvrtc.Job(_find_nvrtc(), _architecture(), tuple(_include_dirs()), _OPTIONS)
+        self.version = nvrtc.version(self.job.library)
 
     def identity(self) -> str:
-        return f"nvrtc {self.version} {self.arch} mlx {mx.__version__} {' '.join(_OPTIONS)}"
+        return f"nvrtc {self.version} {self.job.arch} mlx {mx.__version__} {' '.join(_OPTIONS)}"
 
     def compile(self, text: str, kernel_name: str) -> tuple[bytes, str]:
         """(cubin, lowered name of mlx::core::cu::<kernel_name>)."""
-        lib, prog = self.lib, ctypes.c_void_p()
-        self._check(lib.nvrtcCreateProgram(ctypes.byref(prog), text.encode(), b"vq_kernel.cu", 0, None, None),
-                    "nvrtcCreateProgram")
-        try:
-            expr = f"mlx::core::cu::{kernel_name}".encode()
-            self._check(lib.nvrtcAddNameExpression(prog, expr), "nvrtcAddNameExpression")
-            opts = [*_OPTIONS, f"--gpu-architecture={self.arch}", *(f"--include-path={d}" for d in self.includes)]
-            arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
-            rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
-            if rc != 0:
-                size = ctypes.c_size_t()
-                lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-                log = ctypes.create_string_buffer(size.value + 1)
-                lib.nvrtcGetProgramLog(prog, log)
-                raise CompileError(f"NVRTC failed for {kernel_name}:\n{log.value.decode(errors='replace')[:4000]}")
-            lowered = ctypes.c_char_p()
-            self._check(lib.nvrtcGetLoweredName(prog, expr, ctypes.byref(lowered)), "nvrtcGetLoweredName")
-            size = ctypes.c_size_t()
-            self._check(lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
-            buf = ctypes.create_string_buffer(size.value)
-            self._check(lib.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
-            return buf.raw, lowered.value.decode()
-        finally:
-            lib.nvrtcDestroyProgram(ctypes.byref(prog))
+        return nvrtc.compile(self.job, text, kernel_name)
 
 
 def _find_nvrtc() -> str:
@@ -247,7 +217,7 @@ def _architecture() -> str:
     """sm_XYa for this GPU as MLX compiles (the 'a' features from compute capability 9)."""
     arch = str(mx.device_info().get("architecture", ""))
     if not (arch.startswith("sm_") and arch[3:].isdigit()):
-        raise CompileError(f"unknown GPU architecture {arch!r}")
+        raise nvrtc.CompileError(f"unknown GPU architecture {arch!r}")
     return arch + ("a" if int(arch[3:]) >= 90 else "")
 
 
@@ -288,51 +258,80 @@ class KernelCache:
         self.ready.add(v.module)
 
     def _ensure(self, v: Variant) -> None:
-        ptx = mlx_ptx_path(v.module)
-        if os.path.exists(ptx) and os.path.exists(ptx[:-4] + ".txt"):
+        if self._on_disk(v):
             return
         sp = self.store_path(v)
         if os.path.exists(sp):
             with open(sp, "rb") as f:
-                data = f.read()
+                binary, lowered = _unpack(f.read())
             self.loaded += 1
-        else:
-            t0 = time.perf_counter()
-            binary, lowered = self.compiler.compile(v.text, v.kernel_name)
-            self.seconds[v.module] = time.perf_counter() - t0
-            data = _pack(binary, lowered)
-            _write(sp, data)
-            with self._lock:
-                self.compiled += 1
-        binary, lowered = _unpack(data)
+            self._to_mlx(v, binary, lowered)
+            return
+        t0 = time.perf_counter()
+        binary, lowered = self.compiler.compile(v.text, v.kernel_name)
+        self._install(v, binary, lowered, time.perf_counter() - t0)
+
+    @staticmethod
+    def _on_disk(v: Variant) -> bool:
+        p = mlx_ptx_path(v.module)
+        return os.path.exists(p) and os.path.exists(p[:-4] + ".txt")
+
+    def _install(self, v: Variant, binary: bytes, lowered: str, seconds: float) -> None:
+        _write(self.store_path(v), _pack(binary, lowered))
+        with self._lock:
+            self.compiled += 1
+            self.seconds[v.module] = seconds
+        self._to_mlx(v, binary, lowered)
+
+    @staticmethod
+    def _to_mlx(v: Variant, binary: bytes, lowered: str) -> None:
+        ptx = mlx_ptx_path(v.module)
         _write(ptx[:-4] + ".txt", f"mlx::core::cu::{v.kernel_name}\t{lowered}\n".encode())
         _write(ptx, binary)
 
-    def missing(self, variants) -> list[Variant]:
-        """The variants whose module is neither in MLX's folder nor in the store."""
-        out = []
-        for v in variants:
-            p = mlx_ptx_path(v.module)
-            if not (os.path.exists(p) and os.path.exists(p[:-4] + ".txt")) and not os.path.exists(self.store_path(v)):
-                out.append(v)
-        return out
-
     def ensure_all(self, variants, workers: int | None = None, progress=None) -> None:
-        """ensure() each, compiling the missing ones `workers` at a time (NVRTC releases the GIL);
-        progress(done, total) after each."""
-        from concurrent.futures import ThreadPoolExecutor
-        variants = list(variants)
-        workers = workers or min(16, os.cpu_count() or 1)
-        done = [0]
+        """ensure() each; the ones to compile `workers` at a time: in processes of their own with NVRTC (one
+        process's compiles barely overlap), in threads with a stand-in compiler. progress(done, total)."""
+        variants = list({v.module: v for v in variants}.values())
+        todo = [v for v in variants if not self._on_disk(v) and not os.path.exists(self.store_path(v))]
+        for v in variants:
+            if v not in todo:
+                self.ensure(v)
+        done, total = len(variants) - len(todo), len(variants)
+        if progress:
+            progress(done, total)
+        workers = max(1, min(workers or os.cpu_count() or 1, 16, len(todo)))
+        for v, result in self._compile_many(todo, workers):
+            if isinstance(result, Exception):
+                self.failed[v.module] = str(result)
+            else:
+                self._install(v, *result)
+            self.ready.add(v.module)
+            done += 1
+            if progress:
+                progress(done, total)
 
-        def one(v):
-            self.ensure(v)
-            with self._lock:
-                done[0] += 1
-                if progress:
-                    progress(done[0], len(variants))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(one, variants))
+    def _compile_many(self, todo: list, workers: int):
+        """(variant, (binary, lowered, seconds) or the exception) for each, as they finish."""
+        from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+        if isinstance(self.compiler, Nvrtc) and workers > 1:
+            import multiprocessing
+            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            submit = lambda v: pool.submit(nvrtc.timed_compile, self.compiler.job, v.text, v.kernel_name)  # noqa
+        else:
+            pool = ThreadPoolExecutor(workers)
+
+            def timed(v):
+                t0 = time.perf_counter()
+                return (*self.compiler.compile(v.text, v.kernel_name), time.perf_counter() - t0)
+            submit = lambda v: pool.submit(timed, v)  # noqa: E731
+        with pool:
+            futures = {submit(v): v for v in todo}
+            for f in as_completed(futures):
+                try:
+                    yield futures[f], f.result()
+                except (nvrtc.CompileError, OSError) as e:
+                    yield futures[f], e
 
     @contextlib.contextmanager
     def recording(self):
