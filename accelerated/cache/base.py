@@ -390,6 +390,8 @@ class VeloxKVCache(_BaseCache):
         return True
 
     def trim(self, n: int) -> int:
+        """Remove the newest min(n, offset) tokens, returning how many; what the state is then:
+        spec/streaming.md 'What a trim restores' and 'Trim'."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"n: must be a non-negative int, got {n!r}")
         self._settle(keep=0)
