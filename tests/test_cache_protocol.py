@@ -70,9 +70,10 @@ def fill(c, chunks=(13, 1, 7, 1, 1, 20), b=1, h=2, d=64, dtype=mx.float16):
     return mx.concatenate(ks, axis=2), mx.concatenate(vs, axis=2)
 
 
+@pytest.mark.parametrize("exact_trim", [None, 32])     # the default (0: no kept tokens) and exact trims
 @pytest.mark.parametrize("method", METHODS)
-def test_fetch_is_one_shot_decode_cast_rne(method):
-    c = make(method)
+def test_fetch_is_one_shot_decode_cast_rne(method, exact_trim):
+    c = make(method) if exact_trim is None else make(method, exact_trim=exact_trim)
     assert c.empty() and c.offset == 0 and c.nbytes == 0
     keys, values = fill(c)
     assert not c.empty()
@@ -92,7 +93,8 @@ def test_fetch_is_one_shot_decode_cast_rne(method):
         kept = rec.pop("kept", None)
         q = p.encoded_tokens(x.shape[2])
         if kept is None:
-            assert p.method != "kivi" and p.window == 0
+            assert p.kept_capacity() == 0 or (p.method != "kivi" and p.window == 0)
+            assert (exact_trim is None) == (p.kept_capacity() == 0)
         else:
             assert kept.shape[2] == min(p.kept_capacity(), q) > 0
             np.testing.assert_array_equal(as_bits(kept), as_bits(x[:, :, q - kept.shape[2]:q]))

@@ -6,9 +6,11 @@ are scaled so greedy tokens vary (the unscaled random model repeats one token), 
 shares its embedding, first layer and head (so drafts are sometimes accepted and sometimes rejected).
 
 Checked: (1) after the whole run every layer's stored bytes equal a one-shot encode of the keys/values the
-cache accepted (what appending only the accepted tokens stores), which fails without exact trims
-(exact_trim=0); (2) the issue's example: a turboquant b4 cache with window 32 generates 17 tokens, trims
-them, and then holds the bytes it had before and continues with the same tokens; (3) tokens of speculative
+cache accepted (what appending only the accepted tokens stores) with exact_trim = the number of draft tokens,
+which fails without exact trims (exact_trim=0, the caches' default); (2) the issue's example: a turboquant b4
+cache with window 32 and exact_trim 17 generates 17 tokens, trims them, and then holds the record bytes it had
+before and continues with the same tokens; (3) `veloxquant generate --draft-model` asks the caches mlx-lm makes
+for exact_trim = --num-draft-tokens (tools/kv_flags.py); (4) tokens of speculative
 generation equal plain generate_step's through the same cache where the fp16 caches' do, for turboquant with
 R = 0 (its default). Not claimed for R > 0: a verify step appends 1 + k tokens at once, and the window is
 defined after the append (streaming.md), so the chunk's first queries read up to k of the oldest window
@@ -50,10 +52,13 @@ def ours(model, **kw):
     return vc.make_prompt_cache(model, **{**dict(method="turboquant", bits=4, window=32, seed=3), **kw})
 
 
-def spec_run(models, main_cache, draft_cache, k=2):
+K_DRAFT = 2       # speculative_generate_step's default num_draft_tokens
+
+
+def spec_run(models, main_cache, draft_cache, k=K_DRAFT):
     model, draft = models
     out = list(speculative_generate_step(PROMPT, model, draft, num_draft_tokens=k, max_tokens=N_TOKENS,
-                                         prompt_cache=main_cache + draft_cache))
+                                         prompt_cache=None if main_cache is None else main_cache + draft_cache))
     return [t for t, _, _ in out], [d for _, _, d in out]
 
 
@@ -98,7 +103,7 @@ def assert_one_shot(caches, held):
 
 @pytest.mark.parametrize("method,kw", [("turboquant", dict(bits=4, window=32)),
                                        ("kivi", dict(bits=4, group_size=32, window=16))])
-@pytest.mark.parametrize("exact_trim", [32, 0])
+@pytest.mark.parametrize("exact_trim", [K_DRAFT, 0])
 def test_speculative_state_is_one_shot(models, method, kw, exact_trim):
     main = ours(models[0], method=method, exact_trim=exact_trim, **kw)
     draft = ours(models[1], method=method, exact_trim=exact_trim, **kw)
@@ -114,10 +119,12 @@ def test_speculative_state_is_one_shot(models, method, kw, exact_trim):
 
 
 def test_issue_example_generate_17_trim_17(models):
-    """turboquant b4, window 32: 17 generated tokens trimmed give back the state before them, and the
-    continuation equals the continuation of a cache that never saw them."""
+    """turboquant b4, window 32, exact_trim 17: 17 generated tokens trimmed give back the record before them
+    (the kept tokens are a suffix of the ones before: the 17 flushed tokens pushed the prompt's 7 out;
+    streaming.md 'What a trim restores'), and the continuation equals the continuation of a cache that never
+    saw them."""
     model = models[0]
-    a, b = ours(model), ours(model)
+    a, b = ours(model, exact_trim=17), ours(model, exact_trim=17)
     for c in (a, b):
         model(PROMPT[None, :-1], cache=c)
     before = [dict(c.state[0]) for c in a]
@@ -129,11 +136,39 @@ def test_issue_example_generate_17_trim_17(models):
     vc_trimmed = mlx_cache.trim_prompt_cache(a, 17)
     assert vc_trimmed == 17
     for c, rec in zip(a, before):
-        now = c.state[0]
+        now = dict(c.state[0])
+        kept, kept_before = now.pop("kept", None), rec.pop("kept")
+        assert now.keys() == rec.keys()
         assert all(np.array_equal(np.array(now[f]).view(np.uint8), np.array(rec[f]).view(np.uint8)) for f in rec)
+        assert kept is None and kept_before.shape[2] == PROMPT.size - 1 - 32
     cont = [t for t, _ in generate_step(y, model, max_tokens=12, prompt_cache=a)]
     fresh = [t for t, _ in generate_step(y, model, max_tokens=12, prompt_cache=b)]
     assert cont == fresh
+
+
+def test_cli_draft_model_asks_for_exact_trims(models):
+    """The caches mlx-lm makes for `veloxquant generate --draft-model D --num-draft-tokens k` (through
+    serve.install) have E = k; without --draft-model, E = 0."""
+    import argparse
+    from veloxquant.accelerated.cache import serve
+    from veloxquant.tools import kv_flags
+    p = argparse.ArgumentParser()
+    kv_flags.add_arguments(p)
+    for passthrough, e in ((["--draft-model", "D", "--num-draft-tokens", "2"], 2), (["--draft-model", "D"], 3),
+                           (["--num-draft-tokens", "5"], 0), ([], 0)):
+        args = p.parse_args(["--kv-window", "32", "--kv-bits", "4"])
+        args.passthrough = passthrough
+        assert kv_flags.settings(args)["exact_trim"] == e, passthrough
+    args.passthrough = ["--draft-model", "D", "--num-draft-tokens", str(K_DRAFT)]
+    made: list = []
+    kv_flags.install(args, keep=made)
+    try:
+        spec_run(models, None, None)     # mlx-lm makes the model's caches, then the draft model's
+    finally:
+        serve.uninstall()
+    assert len(made) == 2
+    for caches in made:
+        assert all(c.key_params.exact_trim == c.value_params.exact_trim == K_DRAFT for c in caches)
 
 
 def test_speculative_tokens_match_plain(models):

@@ -36,6 +36,8 @@ def run(args) -> int:
         gen.main()
     finally:
         sys.argv = argv
-    if made:
-        print(f"[veloxquant] KV cache at the end: {kv_flags.report(made[-1])}", flush=True)
+    if made:        # with --draft-model, mlx-lm makes the model's caches, then the draft model's
+        names = ["", " (draft model)"] if s["exact_trim"] and len(made) >= 2 else [""]
+        for name, caches in zip(names, made[-len(names):]):
+            print(f"[veloxquant] KV cache at the end{name}: {kv_flags.report(caches)}", flush=True)
     return 0

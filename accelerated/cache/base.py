@@ -9,7 +9,8 @@ models and helpers call it:
   of the records, and mlx-lm's attention dispatch (hooked in accelerated/cache/hook.py) attends over the
   packed records without decoding them. In dequantize mode it returns *all* tokens decoded, cast to the
   chunk's dtype (RNE), for models that compute attention themselves.
-- `offset` (int attribute, read by RoPE), `size()`, `empty()`, `nbytes`, `is_trimmable()`, `trim(n)`.
+- `offset` (int attribute, read by RoPE), `size()`, `empty()`, `nbytes`, `is_trimmable()`, `trim(n)`; beside
+  them `nbytes_parts` and `nbytes_for(tokens)` (what the bytes hold, what a length costs).
 - `make_mask(N, return_array=False, window_size=None)`: exactly KVCache's (mlx_lm's
   `create_attention_mask` with this cache's offset), so `base.create_attention_mask` gets the same masks.
 - `state` (getter/setter) and the classmethod `from_state(state)`: `load_prompt_cache` rebuilds a cache as
@@ -52,16 +53,17 @@ from veloxquant.accelerated.ops import numerics
 from veloxquant.accelerated.kernels.append import applies as fused_applies, messages as fused_messages
 from veloxquant.accelerated.kernels.methods import NONFINITE, RULES
 from veloxquant.accelerated.stream import Stream, append_in_place
+from veloxquant.accelerated.cache import size as cache_size
 from veloxquant.accelerated.cache.decode_step import DecodeStep
 
 STATE_FORMAT = 1                       # version of the `state` layout below
 _DTYPES = (mx.float16, mx.bfloat16, mx.float32)
 ATTENTION_MODES = ("packed", "dequantize")
 CHECK_MODES = ("deferred", "eager")
-# streaming.md "Exact trims": the caches' default E. mlx-lm's speculative decoding trims at most its number of
-# draft tokens per step (speculative_generate_step's default 2, the CLI's --num-draft-tokens 3); 32 also
-# covers a window R = 32 trimmed completely.
-DEFAULT_EXACT_TRIM = 32
+# streaming.md "Exact trims": the caches' default E, the spec's. Exact copies cost E tokens per stream in the
+# input dtype where R > 0 (and for kivi), which makes a short windowed cache larger than float16; a speculative
+# decoder asks for them (exact_trim = its number of draft tokens; `veloxquant generate --draft-model` does).
+DEFAULT_EXACT_TRIM = 0
 # Appends whose snapshots are kept: a fault is found one append after its chunk (in its own layer) or two
 # (when a later layer of the same forward finds it), so three snapshots cover every rollback target.
 _KEPT_CHUNKS = 3
@@ -159,9 +161,11 @@ class VeloxKVCache(_BaseCache):
       method, bits: defaults for both roles; key_method/value_method and key_bits/value_bits override.
       bits2 (turboquant_rvq), group_size (kivi): passed to the role(s) whose method takes them.
       window: spec `window` R, the newest tokens kept exactly in the input dtype (method default if None).
-      exact_trim: spec `exact_trim` E (default 32): a trim of up to E tokens after appends restores the
-        stored state exactly (speculative decoding); costs E tokens per stream in the input dtype where
+      exact_trim: spec `exact_trim` E (default 0): a trim of up to E tokens after appends leaves the record
+        the one-shot encode of the surviving tokens (speculative decoding: E = the number of draft tokens;
+        spec/streaming.md 'What a trim restores'); costs up to E tokens per stream in the input dtype where
         R > 0 (kivi: E rounded up to whole groups), nothing for per-token methods with R = 0.
+        `nbytes_parts` and `nbytes_for` state these costs.
       seed, layer, head_offset: spec common parameters; per-head randomness comes from
         (seed, layer, head_offset + local head, role), so a cache over a shard of the KV heads stores the
         same bytes per head as the unsharded one.
@@ -359,10 +363,35 @@ class VeloxKVCache(_BaseCache):
             return 0
         return int(self._k.nbytes) + int(self._v.nbytes)
 
+    @property
+    def nbytes_parts(self) -> dict:
+        """`nbytes` split into "encoded" (records), "window" (exact newest tokens) and "kept" (exact-trim copies),
+        both streams together (accelerated/cache/size.py)."""
+        self._flush_step()
+        return cache_size.add(cache_size.held_parts(self._k), cache_size.held_parts(self._v))
+
+    def nbytes_for(self, tokens: int, *, heads: int | None = None, head_dim: int | None = None, dtype=None,
+                   batch: int | None = None) -> dict:
+        """nbytes_parts of streams with these params holding `tokens` tokens appended without trims: the cost
+        of a length, known before the first update (heads, head_dim; dtype float16, batch 1 by default) or
+        from the stored tokens' shape after it."""
+        if self._k is not None and self._k._bhd is not None:
+            b, h, d = self._k._bhd
+            heads, head_dim = heads or h, head_dim or d
+            batch = batch or b
+            dtype = dtype or self._k.record()["window"].dtype
+        if heads is None or head_dim is None:
+            raise ValueError("heads/head_dim: required before the first update (no stored tokens give them)")
+        kw = dict(heads=heads, head_dim=head_dim, dtype=dtype or mx.float16, batch=batch or 1)
+        return cache_size.add(cache_size.stream_parts(self.key_params, tokens, **kw),
+                              cache_size.stream_parts(self.value_params, tokens, **kw))
+
     def is_trimmable(self) -> bool:
         return True
 
     def trim(self, n: int) -> int:
+        """Remove the newest min(n, offset) tokens, returning how many; what the state is then:
+        spec/streaming.md 'What a trim restores' and 'Trim'."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"n: must be a non-negative int, got {n!r}")
         self._settle(keep=0)

@@ -43,6 +43,7 @@ from mlx_lm.models.base import create_causal_mask
 
 from veloxquant.accelerated.attention import PackedKV, attend
 from veloxquant.accelerated.cache.batch_shared import LeftPadded, cache_class, remember_mask
+from veloxquant.accelerated.cache import size as cache_size
 
 # Where every sequence takes the whole chunk (a decode step; a prefill chunk without padding), the batch's keys,
 # values and queries are cut into per-sequence rows by one mx.split each (one Split operation with B outputs, for
@@ -255,6 +256,11 @@ class BatchVeloxKVCache(LeftPadded):
     @property
     def nbytes(self) -> int:
         return sum(c.nbytes for c in self.caches)
+
+    @property
+    def nbytes_parts(self) -> dict:
+        """VeloxKVCache.nbytes_parts summed over the sequences."""
+        return cache_size.add(*(c.nbytes_parts for c in self.caches))
 
     def is_trimmable(self) -> bool:
         return True

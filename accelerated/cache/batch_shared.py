@@ -345,6 +345,10 @@ class SharedBatchVeloxKVCache(LeftPadded):
     def nbytes(self) -> int:
         return self.inner.nbytes
 
+    @property
+    def nbytes_parts(self) -> dict:
+        return self.inner.nbytes_parts
+
     def is_trimmable(self) -> bool:
         return True
 

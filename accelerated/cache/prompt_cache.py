@@ -53,8 +53,11 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
     fetch returns the decoded cache) or "auto": packed for each layer whose attention goes through
     mlx-lm's base.scaled_dot_product_attention (llama, qwen2/3, mistral, gemma, gemma3 ...), dequantize
     for layers that compute attention themselves (e.g. gemma2's soft-capped logits).
-    exact_trim: E of spec/streaming.md "Exact trims" (VeloxKVCache; default 32, enough for mlx-lm's
-    speculative decoding with up to 32 draft tokens).
+    exact_trim: E of spec/streaming.md "Exact trims" (VeloxKVCache; default 0: no exact copies, so a compressed
+    cache never holds more than float16 would). For speculative decoding pass the number of draft tokens
+    (mlx-lm's num_draft_tokens; `veloxquant generate --draft-model` does): each trim of the rejected drafts
+    then leaves every layer's record what appending only the accepted tokens stores, at a cost of up to E
+    tokens per stream in the model dtype where the window R > 0 or with kivi (`nbytes_parts`, `nbytes_for`).
     checks: "deferred" or "eager" (VeloxKVCache); the returned caches form one CacheGroup, so a deferred
     fault rolls every layer back together.
     bits2 goes to the role(s) using turboquant_rvq, group_size to the role(s) using kivi or mlx_affine; either

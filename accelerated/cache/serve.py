@@ -26,7 +26,7 @@ from veloxquant.accelerated.cache.prompt_cache import make_prompt_cache
 MODULES = ("mlx_lm.models.cache", "mlx_lm.generate", "mlx_lm.server", "mlx_lm.chat", "mlx_lm.cache_prompt")
 ORIGINAL = getattr(_mlx_cache.make_prompt_cache, "__wrapped__", _mlx_cache.make_prompt_cache)
 _CACHE_ARGS = ("method", "bits", "key_method", "value_method", "key_bits", "value_bits", "bits2", "group_size",
-               "window", "seed", "checks")
+               "window", "seed", "checks", "exact_trim")
 installed: dict | None = None      # the settings in force, None when not installed
 
 
