@@ -99,6 +99,12 @@ def check_golden(impl: Implementation, case) -> None:
         what = call_desc(f"{impl.name}.encode", p, case.dtype, np.shape(case.x), **base)
         check_raises(impl.encode, (case.x, p, case.dtype), case.error.argument, what)
         return
+    if case.kind == "decode_error":   # spec 1.2: a faulty record (missing or mistyped field)
+        what = call_desc(f"{impl.name}.decode", p, case.dtype, **base, record_fields={
+            k: f"{v.dtype}{list(v.shape)}" for k, v in case.record.items()})
+        check_raises(impl.decode, ({k: np.array(v, copy=True) for k, v in case.record.items()}, p, case.dtype),
+                     case.error.argument, what)
+        return
     if case.kind == "stream":
         what = call_desc(f"{impl.name}.Stream", p, case.dtype, ops=list(case.ops), **base)
         try:

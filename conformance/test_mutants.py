@@ -299,3 +299,55 @@ def test_every_element_differs_is_said():
 @pytest.fixture(autouse=True)
 def _tag_mutants(record_property):
     record_property("method", "(mutants)")
+
+
+# ---- spec 1.2 (issue 30): each rule no 1.1 case pinned fails the 1.2 cases made for it --------------------
+# Every mutant here passes every golden case of spec 1.1 (all 902: checked when the cases were made, and
+# test_spec12_mutants_pass_the_earlier_goldens re-checks the stream, error and mlx_affine ones).
+from . import mutants_spec12 as m12  # noqa: E402
+
+RULE12_TARGETS = [  # (mutant, the 1.2 golden cases made to catch it: every one of them must)
+    (m12.RefillAllKept, lambda c: "trim-state" in c.flags and c.method != "kivi" and c.id.endswith("-001")),
+    (m12.KeptNotDropped, lambda c: "trim-state" in c.flags and c.method != "kivi"),
+    (m12.ChunkMismatchAccepted, _flag("chunk-mismatch")),
+    (m12.NegativeTrimIsZero, _flag("trim-edge")),
+    (m12.EmptySaveFails, _flag("trim-edge")),
+    (m12.ParamTypesLenient, lambda c: "param-error" in c.flags and any(
+        t in c.id for t in ("-float-", "-bool-", "role-upper"))),
+    (m12.ExactTrimUnbounded, lambda c: "param-error" in c.flags and "exact-trim-" in c.id
+     and "-role-" not in c.id),
+    (m12.DecodeRecordUnchecked, _flag("decode-error")),
+    (m12.AffineMagicRint, _flag("affine-rint-large")),
+    (m12.AffineMaxFromZero, _flag("affine-all-negative")),
+]
+
+
+def _fails(mutant, case) -> bool:
+    """check_golden on the mutant fails: a Mismatch, or any exception (as test_golden would report it)."""
+    try:
+        checks.check_golden(mutant, case)
+    except Exception:  # noqa: BLE001 - a crash fails test_golden too
+        return True
+    return False
+
+
+@pytest.mark.parametrize("mutant_cls,select", RULE12_TARGETS, ids=[m.name for m, _ in RULE12_TARGETS])
+def test_spec12_rule_golden_catches_its_deviation(mutant_cls, select):
+    cases = _golden(lambda c: c.file.endswith("-rules12.toml") and select(c))
+    assert cases, f"no golden case pins what {mutant_cls.name} breaks"
+    control, mutant = ReferenceImpl(), mutant_cls()
+    for c in cases:
+        checks.check_golden(control, c)
+        assert _fails(mutant, c), c.id
+
+
+@pytest.mark.parametrize("mutant_cls", [m for m, _ in RULE12_TARGETS], ids=[m.name for m, _ in RULE12_TARGETS])
+def test_spec12_mutants_pass_the_earlier_goldens(mutant_cls):
+    """The deviation was invisible before spec 1.2: the mutant passes the 1.1 cases of its kind."""
+    mutant = mutant_cls()
+    kinds = ("encode",) if mutant_cls.__name__.startswith("Affine") else ("stream", "error")
+    earlier = _golden(lambda c: not c.file.endswith("-rules12.toml") and c.kind in kinds and (
+        c.method == "mlx_affine" or not mutant_cls.__name__.startswith("Affine")))
+    assert len(earlier) > 50
+    caught = [c.id for c in earlier if _fails(mutant, c)]
+    assert not caught, caught[:5]
