@@ -383,3 +383,46 @@ def diff_arrays(where: str, golden: np.ndarray, fresh: np.ndarray) -> str | None
             f"regenerated 0x{int(f[i]):0{digits}X}, xor 0x{x:0{digits}X} ({bin(x).count('1')} bit(s)); "
             f"{bad.size} of {g.size} element(s) differ")
 
+
+
+# ----------------------------------------------------------------------------------------------------
+# Attention cases (spec 1.2, spec/attention.md): manifest `[[attention]]` + bulk/attention.npz
+
+@dataclasses.dataclass
+class AttentionCase:
+    id: str
+    method: str
+    k_params: spec.Params
+    v_params: spec.Params
+    dtype: str
+    scale: float                    # a binary32 value (stored as a hex float)
+    mask: str | None                # None | "causal"
+    flags: tuple
+    comment: str
+    q: np.ndarray                   # float32 (B, Hq, Tq, d)
+    k_record: dict
+    v_record: dict
+    out: np.ndarray                 # float64 (B, Hq, Tq, d): the formula on the decoded records
+    budget: np.ndarray              # float64, per output (spec/attention.md 'Budget')
+    k_x: np.ndarray | None = None   # the inputs the records were encoded from (absent for the long case)
+    v_x: np.ndarray | None = None
+
+
+def iter_attention_cases(root=None, *, methods=None) -> Iterator[AttentionCase]:
+    root = _root(root)
+    arrays: dict[str, dict] = {}
+    for e in load_manifest(root).get("attention", []):
+        if methods is not None and e["method"] not in methods:
+            continue
+        if e["file"] not in arrays:
+            raw: dict[str, dict] = {}
+            for key, a in npz_read((root / e["file"]).read_bytes()).items():
+                cid, field = key.split("/", 1)
+                raw.setdefault(cid, {})[field] = a
+            arrays[e["file"]] = raw
+        a = arrays[e["file"]][e["id"]]
+        rec = {r: {k.split("/", 2)[2]: v for k, v in a.items() if k.startswith(f"{r}/record/")} for r in "kv"}
+        yield AttentionCase(e["id"], e["method"], params_from_toml(e["method"], e["k_params"]),
+                            params_from_toml(e["method"], e["v_params"]), e["dtype"], float.fromhex(e["scale"]),
+                            None if e["mask"] == "none" else e["mask"], tuple(e["flags"]), e["comment"], a["q"],
+                            rec["k"], rec["v"], a["out"], a["budget"], a.get("k/x"), a.get("v/x"))

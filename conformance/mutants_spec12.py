@@ -230,5 +230,51 @@ class AffineMaxFromZero(_Patched):
         return patched(mlx_affine, "_groups", lambda v, g: real(v, g).view(_Grouped))
 
 
+def _attention_f32(impl, q, k_record, v_record, k_params, v_params, dtype, scale, mask, merge_bug, block=2048):
+    """float32 attention in blocks of `block` tokens with an online softmax; `merge_bug`: the running sums are
+    not rescaled when a later block raises the maximum."""
+    k = impl.decode(k_record, k_params, dtype)
+    v = impl.decode(v_record, v_params, dtype)
+    rep = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float32), k) * np.float32(scale)
+    if mask == "causal":
+        tq, t = s.shape[-2:]
+        s = np.where(np.arange(t)[None] <= (t - tq + np.arange(tq))[:, None], s, np.float32(-np.inf))
+    m = np.full(s.shape[:-1] + (1,), -np.inf, np.float32)
+    acc = np.zeros(q.shape, np.float32)
+    den = np.zeros(s.shape[:-1] + (1,), np.float32)
+    for lo in range(0, s.shape[-1], block):
+        sb = s[..., lo:lo + block]
+        m_new = np.maximum(m, sb.max(axis=-1, keepdims=True))
+        e = np.exp(sb - m_new)
+        if not merge_bug:
+            f = np.exp(m - m_new)
+            acc, den = acc * f, den * f
+        acc = acc + np.einsum("bhqk,bhkd->bhqd", e, v[:, :, lo:lo + block])
+        den = den + e.sum(axis=-1, keepdims=True)
+        m = m_new
+    return (acc / den).astype(np.float32)
+
+
+class AttentionMergeNoRescale(ReferenceImpl):
+    """Attention in 2048-token blocks with an online softmax that does not rescale the earlier blocks' sums
+    when a later block holds a larger logit (right whenever T <= 2048 or the maximum is in the first block)."""
+    name = "mutant_attention_merge_no_rescale"
+
+    def attention(self, q, k_record, v_record, k_params, v_params, dtype, scale, mask=None):
+        return _attention_f32(self, q, k_record, v_record, k_params, v_params, dtype, scale, mask, True)
+
+
+class AttentionNoCausalMask(ReferenceImpl):
+    """The causal mask ignored: every query row sees every token."""
+    name = "mutant_attention_no_causal_mask"
+
+    def attention(self, q, k_record, v_record, k_params, v_params, dtype, scale, mask=None):
+        return _attention_f32(self, q, k_record, v_record, k_params, v_params, dtype, scale, None, False)
+
+
+ATTENTION = (AttentionMergeNoRescale, AttentionNoCausalMask)
+
 SPEC12 = (RefillAllKept, KeptNotDropped, ChunkMismatchAccepted, NegativeTrimIsZero, EmptySaveFails,
           ParamTypesLenient, ExactTrimUnbounded, DecodeRecordUnchecked, AffineMagicRint, AffineMaxFromZero)

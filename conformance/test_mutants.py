@@ -351,3 +351,41 @@ def test_spec12_mutants_pass_the_earlier_goldens(mutant_cls):
     assert len(earlier) > 50
     caught = [c.id for c in earlier if _fails(mutant, c)]
     assert not caught, caught[:5]
+
+
+# ---- spec 1.2: golden attention cases catch a wrong GQA mapping, mask and block merge -------------------
+ATTENTION_TARGETS = [  # (mutant, the golden attention cases that must catch it: every one of them)
+    (m12.AttentionMergeNoRescale, lambda c: "attention-long" in c.flags),
+    (m12.AttentionNoCausalMask, lambda c: "attention-causal" in c.flags),
+    (mutants.AttentionHeadsTiled, lambda c: "attention-gqa" in c.flags),
+]
+
+
+@pytest.mark.parametrize("mutant_cls,select", ATTENTION_TARGETS, ids=[m.name for m, _ in ATTENTION_TARGETS])
+def test_golden_attention_catches(mutant_cls, select):
+    from . import golden_format as golden
+    cases = [c for c in golden.iter_attention_cases() if select(c)]
+    assert cases
+    control, mutant = ReferenceImpl(), mutant_cls()
+    for c in cases:
+        checks.check_golden_attention(control, c)
+        with pytest.raises(Mismatch):
+            checks.check_golden_attention(mutant, c)
+
+
+def test_merge_no_rescale_passes_the_earlier_attention_checks():
+    """Before the long golden case no attention check saw a record longer than one 2048-token block: the
+    mutant passes checks.check_attention at T = 700 (conformance/test_attention.py's longest draw) and the
+    golden cases shorter than 2048 tokens."""
+    from . import golden_format as golden
+    ref, mutant = ReferenceImpl(), m12.AttentionMergeNoRescale()
+    rng = np.random.default_rng(5)
+    p = spec.Params("turboquant", window=0).resolved()
+    k = _x((1, 2, 700, 64), "float16", seed=1)
+    v = _x((1, 2, 700, 64), "float16", seed=2)
+    q = (rng.standard_normal((1, 4, 2, 64)) * 4).astype(np.float32)
+    checks.check_attention(mutant, ref, q, ref.encode(k, p, "float16"), ref.encode(v, p, "float16"), p, p,
+                           "float16", 0.125, "causal")
+    for c in golden.iter_attention_cases():
+        if "attention-long" not in c.flags:
+            checks.check_golden_attention(mutant, c)

@@ -6,7 +6,7 @@ import numpy as np
 
 from veloxquant.conformance.golden_format import GoldenCase, hexarr as _hexarr, hx as _hx, replay
 
-from . import golden_exact_trim, golden_spec11, golden_spec12, golden_wide
+from . import golden_attention, golden_exact_trim, golden_spec11, golden_spec12, golden_wide
 from .golden_cases import (_reference_reload, V1_HEAD_DIMS, CaseDef, GenerationError, _edge_cases, _random_cases,
                            _window_and_stream_cases, available_methods, verify_tie)
 from .golden_inputs import InputRng
@@ -163,6 +163,7 @@ def component_vectors() -> dict[str, dict]:
 def build(methods=None) -> tuple[list[GoldenCase], dict, dict[str, bytes]]:
     cases = generate_cases(methods)
     comps = component_vectors()
-    return cases, comps, render(cases, comps)
+    attention = golden_attention.generate(methods or available_methods())   # spec 1.2, bulk/attention.npz
+    return cases, comps, render(cases, comps, attention)
 
 
