@@ -483,3 +483,24 @@ def check_golden_attention(impl, case) -> float:
                        f"worst at (b, query head, query, coord) {i} (KV head {i[1] // rep}): got {got[i]!r}, "
                        f"golden float64 {case.out[i]!r}, error {err[i]:.3e} > budget {case.budget[i]:.3e}")
     return float(ratio.max())
+
+
+def check_golden_cast(impl, vectors, dtype: str) -> None:
+    """golden/cases/cast.toml: impl.cast(x, dtype) gives the stored bit patterns (bfloat16 as uint16)."""
+    for v in vectors:
+        if isinstance(v, str):
+            raise Mismatch(v)
+        x = golden._from_hex("float32", [len(v["x"])], v["x"])
+        want = golden._from_hex(dtype, [len(v[dtype])], v[dtype])
+        got = np.asarray(impl.cast(x.copy(), dtype))
+        assert_exact(got, want, f"{impl.name}.cast(<{v['id']}: {v['comment']}>, {dtype})")
+
+
+def check_unknown_method(impl, dtype: str = "float16") -> None:
+    """An unknown method name is rejected naming `method` (number-model.md 'Which error is reported' 1),
+    by encode, decode and a new stream."""
+    x = np.zeros((1, 1, 2, 16), dtype=np.float16 if dtype == "float16" else np.float32)
+    p = Params("turboquant_x")
+    check_raises(impl.encode, (x, p, dtype), "method", call_desc(f"{impl.name}.encode", p, dtype, x.shape))
+    check_raises(impl.decode, ({"window": x}, p, dtype), "method", call_desc(f"{impl.name}.decode", p, dtype))
+    check_raises(impl.new_stream, (p, dtype), "method", call_desc(f"{impl.name}.new_stream", p, dtype))

@@ -30,7 +30,7 @@ else:  # pragma: no cover
 # VELOXQUANT_GOLDEN_DIR points elsewhere (a copy under test).
 ROOT = pathlib.Path(os.environ.get("VELOXQUANT_GOLDEN_DIR") or
                     pathlib.Path(__file__).resolve().parent.parent / "golden")
-COMPONENT_FILES = ("prng", "rotation", "packing", "codebooks", "headdims")
+COMPONENT_FILES = ("prng", "rotation", "packing", "codebooks", "headdims", "cast")
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -274,6 +274,45 @@ class AttentionNoCausalMask(ReferenceImpl):
         return _attention_f32(self, q, k_record, v_record, k_params, v_params, dtype, scale, None, False)
 
 
+class CastTruncates(ReferenceImpl):
+    """bfloat16 cast by dropping the low 16 bits (round toward zero), not RNE."""
+    name = "mutant_cast_truncates"
+
+    def cast(self, values, dtype):
+        if dtype == "bfloat16":
+            return (np.asarray(values, np.float32).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+        return super().cast(values, dtype)
+
+
+class CastSaturates(ReferenceImpl):
+    """float16 cast saturating at ±65504 instead of overflowing to ±Inf."""
+    name = "mutant_cast_saturates"
+
+    def cast(self, values, dtype):
+        out = super().cast(values, dtype)
+        if dtype == "float16":
+            out = np.where(np.isinf(out), np.copysign(np.float16(65504), out), out).astype(np.float16)
+        return out
+
+
+class UnknownMethodFallsBack(ReferenceImpl):
+    """An unknown method name is served by the first method (a lookup with a default) instead of rejected."""
+    name = "mutant_unknown_method_falls_back"
+
+    def _fix(self, params):
+        from veloxquant import spec
+        return params if params.method in spec.METHODS else dataclasses.replace(params, method=spec.METHODS[0])
+
+    def encode(self, x, params, dtype):
+        return super().encode(x, self._fix(params), dtype)
+
+    def decode(self, record, params, dtype):
+        return super().decode(record, self._fix(params), dtype)
+
+    def new_stream(self, params, dtype):
+        return super().new_stream(self._fix(params), dtype)
+
+
 ATTENTION = (AttentionMergeNoRescale, AttentionNoCausalMask)
 
 SPEC12 = (RefillAllKept, KeptNotDropped, ChunkMismatchAccepted, NegativeTrimIsZero, EmptySaveFails,

@@ -389,3 +389,18 @@ def test_merge_no_rescale_passes_the_earlier_attention_checks():
     for c in golden.iter_attention_cases():
         if "attention-long" not in c.flags:
             checks.check_golden_attention(mutant, c)
+
+
+@pytest.mark.parametrize("mutant_cls,dtype", [(m12.CastTruncates, "bfloat16"), (m12.CastSaturates, "float16")])
+def test_golden_cast_catches(mutant_cls, dtype):
+    from . import golden_format as golden
+    vecs = golden.iter_vectors("cast")["cast"]
+    checks.check_golden_cast(ReferenceImpl(), vecs, dtype)
+    with pytest.raises(Mismatch):
+        checks.check_golden_cast(mutant_cls(), vecs, dtype)
+
+
+def test_unknown_method_check_catches():
+    checks.check_unknown_method(ReferenceImpl())
+    with pytest.raises(Mismatch):
+        checks.check_unknown_method(m12.UnknownMethodFallsBack())

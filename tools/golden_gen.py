@@ -157,7 +157,7 @@ def component_vectors() -> dict[str, dict]:
                                     "kind": "residual", "bits": b, "bits2": b2, "d": d,
                                     "centroids": _hexarr(c, "float32"), "boundaries": _hexarr(bb, "float32")})
     return {"prng": prng, "rotation": rot, "packing": pack, "codebooks": cb,
-            "headdims": golden_spec11.component_vectors()}
+            "headdims": golden_spec11.component_vectors(), "cast": golden_spec12.cast_vectors()}
 
 
 def build(methods=None) -> tuple[list[GoldenCase], dict, dict[str, bytes]]:

@@ -212,3 +212,43 @@ def check_cases(cases) -> None:
                     raise GenerationError(f"{c.id}: the reference names another argument: {e}") from e
             else:
                 raise GenerationError(f"{c.id}: the reference decodes the faulty record")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Component vectors: the cast of decoded binary32 values to the model dtype (cases/cast.toml)
+
+def _f32(*bits: int) -> np.ndarray:
+    return np.array(bits, dtype=np.uint32).view(np.float32)
+
+
+def cast_vectors() -> dict[str, list]:
+    """number-model.md 'Outputs': binary32 -> float16 / bfloat16, RNE, beyond the finite range ±Inf."""
+    from veloxquant.conformance.golden_format import hexarr
+    from veloxquant.reference import numerics
+    sets = [
+        ("cast-fp16-ties", "float16 ties to even: 1 + 2^-11 -> 1, 1 + 3*2^-11 -> 1 + 2^-9, and their negatives",
+         _f32(0x3F801000, 0x3F803000, 0xBF801000, 0xBF803000, 0x3F801001, 0x3F800FFF)),
+        ("cast-fp16-overflow", "float16 range: 65504 stays, 65519.996 -> 65504, 65520 (the tie) -> +Inf, "
+         "-65520 -> -Inf, 1e10 and the largest binary32 -> ±Inf",
+         _f32(0x477FE000, 0x477FEFFF, 0x477FF000, 0xC77FF000, 0x501502F9, 0x7F7FFFFF, 0xFF7FFFFF)),
+        ("cast-fp16-subnormal", "float16 subnormals: 2^-24 stays, 2^-25 (a tie) -> +0, 3*2^-25 -> 2^-23, "
+         "-2^-25 -> -0, 2^-26 -> +0, ±0",
+         _f32(0x33800000, 0x33000000, 0x33C00000, 0xB3000000, 0x32800000, 0x00000000, 0x80000000)),
+        ("cast-bf16-ties", "bfloat16 ties to even: 1 + 2^-8 -> 1, 1 + 3*2^-8 -> 1 + 2^-6, just above a tie -> up",
+         _f32(0x3F808000, 0x3F818000, 0xBF808000, 0x3F808001, 0x3F807FFF)),
+        ("cast-bf16-overflow", "bfloat16 range: the largest binary32 and 0x7F7F8000 (a tie whose even "
+         "neighbour is Inf) -> +Inf, 0x7F7F7FFF -> 0x7F7F (finite), negatives likewise",
+         _f32(0x7F7FFFFF, 0x7F7F8000, 0x7F7F7FFF, 0xFF7FFFFF, 0xFF7F8000)),
+        ("cast-bf16-subnormal", "bfloat16 subnormals: 0x00008000 (a tie) -> +0, 0x00018000 -> 0x0002, the "
+         "smallest binary32 subnormal -> +0, -0",
+         _f32(0x00008000, 0x00018000, 0x00000001, 0x80000001, 0x80000000)),
+    ]
+    rng = InputRng("cast-random")
+    v = (rng.normalish((64,)) * 2.0 ** rng.ints(64, -30, 20)).astype(np.float32)
+    sets.append(("cast-random", "64 values from 2^-30 to 2^20 times a normal-ish value", v))
+    out = []
+    for cid, comment, x in sets:
+        out.append({"id": cid, "comment": comment, "x": hexarr(x, "float32"),
+                    "float16": hexarr(numerics.to_float16(x), "float16"),
+                    "bfloat16": hexarr(numerics.to_bfloat16_bits(x), "bfloat16")})
+    return {"cast": out}

@@ -143,7 +143,7 @@ regenerates everything in memory and compares bits. Do not edit by hand. What th
   An implementation conforms on a case when its attention over the two records is finite and within
   `budget` of `out` at every output, and (where the inputs are stored) encoding them stores the records.
 
-## Component vectors (cases/prng.toml, rotation.toml, packing.toml, codebooks.toml, headdims.toml)
+## Component vectors (cases/prng.toml, rotation.toml, packing.toml, codebooks.toml, headdims.toml, cast.toml)
 Listed under `[files]` only. Each table array holds vectors with an `id` and a `comment`:
 - prng.toml: `[[mix64]]` input/output (hex uint64), `[[sequence]]` (words of `next` from a state), `[[stream_key]]` inputs
   (seed, layer, head, role as 0/1, purpose) and key, `[[signs]]` sign vectors as strings of '+'/'-'.
@@ -154,6 +154,8 @@ Listed under `[files]` only. Each table array holds vectors with an `id` and a `
 - headdims.toml (spec 1.1), the head dims d = m·2^k that are not powers of two: `[[signs]]` as in
   prng.toml; `[[hadamard]]` (x, H(x) and Hᵀ(x), binary32 hex); `[[rht]]` as in rotation.toml;
   `[[fold]]` (v and fold(v), binary32 hex); `[[table]]` as in codebooks.toml.
+- cast.toml (spec 1.2): `[[cast]]`: binary32 values `x` (hex) and their casts to `float16` and `bfloat16`
+  (hex bit patterns; number-model.md "Outputs": RNE, beyond the finite range ±Inf).
 """
 
 
