@@ -36,8 +36,9 @@ def check_raises(fn, args, argname: str, what: str) -> None:
         raise Mismatch(f"{what}: accepted; expected ValueError naming {argname!r}")
     if not isinstance(err, ValueError):
         raise Mismatch(f"{what}: raised {type(err).__name__}: {err}; expected ValueError naming {argname!r}")
-    if argname not in str(err):
-        raise Mismatch(f"{what}: ValueError {str(err)!r} does not name the argument {argname!r}")
+    if not golden._names(err, argname):     # number-model.md 'Error messages': "<argument>: ..."
+        raise Mismatch(f"{what}: ValueError {str(err)!r} does not name the argument {argname!r} (the message "
+                       f"must start with '{argname}:')")
 
 
 def _same_outcome(what, r_imp, e_imp, r_ref, e_ref):

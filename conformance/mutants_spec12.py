@@ -313,6 +313,17 @@ class UnknownMethodFallsBack(ReferenceImpl):
         return super().new_stream(self._fix(params), dtype)
 
 
+class MessageNotLeading(ReferenceImpl):
+    """Errors whose message mentions the argument but does not start with it ("invalid input: x: ...")."""
+    name = "mutant_message_not_leading"
+
+    def encode(self, x, params, dtype):
+        try:
+            return super().encode(x, params, dtype)
+        except ValueError as e:
+            raise ValueError(f"invalid input: {e}") from None
+
+
 ATTENTION = (AttentionMergeNoRescale, AttentionNoCausalMask)
 
 SPEC12 = (RefillAllKept, KeptNotDropped, ChunkMismatchAccepted, NegativeTrimIsZero, EmptySaveFails,

@@ -404,3 +404,18 @@ def test_unknown_method_check_catches():
     checks.check_unknown_method(ReferenceImpl())
     with pytest.raises(Mismatch):
         checks.check_unknown_method(m12.UnknownMethodFallsBack())
+
+
+def test_message_not_leading_caught():
+    """number-model.md 'Error messages': the message starts with '<argument>:'. The mutant's messages still
+    contain the name (what check_raises asked before spec 1.2), so only the leading-name rule catches it."""
+    from . import golden_format as golden
+    errs = [c for c in golden.iter_cases(kinds=["error"]) if "param-error" in c.flags][:6]
+    assert errs
+    for c in errs:
+        checks.check_golden(ReferenceImpl(), c)
+        with pytest.raises(ValueError) as e:
+            m12.MessageNotLeading().encode(c.x, c.params, c.dtype)
+        assert c.error.argument in str(e.value)          # the pre-1.2 check (a substring) would pass
+        with pytest.raises(Mismatch, match="must start with"):
+            checks.check_golden(m12.MessageNotLeading(), c)

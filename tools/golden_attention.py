@@ -53,7 +53,7 @@ def case_defs(methods) -> list[AttentionCase]:
         d = 32 if m == "mlx_affine" else 16
         dt = dts[i % 3]
         cid = f"attention-{m}-gqa-causal-000"
-        h, rep, t, tq = 2, 2, 37, 3
+        h, rep, t, tq = 2, 2, 24, 3
         q = InputRng(cid + "/q").normalish((1, h * rep, tq, d)).astype(np.float32)
         out.append(AttentionCase(cid, m, _params(m, "k", 5), _params(m, "v", 5), dt,
                                  float(np.float32(1 / math.sqrt(d))), "causal",
