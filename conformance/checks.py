@@ -36,8 +36,9 @@ def check_raises(fn, args, argname: str, what: str) -> None:
         raise Mismatch(f"{what}: accepted; expected ValueError naming {argname!r}")
     if not isinstance(err, ValueError):
         raise Mismatch(f"{what}: raised {type(err).__name__}: {err}; expected ValueError naming {argname!r}")
-    if argname not in str(err):
-        raise Mismatch(f"{what}: ValueError {str(err)!r} does not name the argument {argname!r}")
+    if not golden._names(err, argname):     # number-model.md 'Error messages': "<argument>: ..."
+        raise Mismatch(f"{what}: ValueError {str(err)!r} does not name the argument {argname!r} (the message "
+                       f"must start with '{argname}:')")
 
 
 def _same_outcome(what, r_imp, e_imp, r_ref, e_ref):
@@ -98,6 +99,12 @@ def check_golden(impl: Implementation, case) -> None:
     if case.kind == "error":
         what = call_desc(f"{impl.name}.encode", p, case.dtype, np.shape(case.x), **base)
         check_raises(impl.encode, (case.x, p, case.dtype), case.error.argument, what)
+        return
+    if case.kind == "decode_error":   # spec 1.2: a faulty record (missing or mistyped field)
+        what = call_desc(f"{impl.name}.decode", p, case.dtype, **base, record_fields={
+            k: f"{v.dtype}{list(v.shape)}" for k, v in case.record.items()})
+        check_raises(impl.decode, ({k: np.array(v, copy=True) for k, v in case.record.items()}, p, case.dtype),
+                     case.error.argument, what)
         return
     if case.kind == "stream":
         what = call_desc(f"{impl.name}.Stream", p, case.dtype, ops=list(case.ops), **base)
@@ -323,11 +330,13 @@ def check_kivi_trim_put_back(impl: Implementation, params: Params, dtype: str, x
 # (y^). Equal in exact arithmetic; in binary32 each side's log2(d) butterfly stages and two scalings round,
 # so a logit moves by up to (2 log2 d + 4) u |q| |k| and an output coordinate by up to
 # (log2 d + 2) u sum_t p_t |v_t| (Euclidean norms: the butterfly mixes all coordinates).
-# GROUP_DECODE (spec/attention.md 'Non-rotated methods'): kivi and mlx_affine may be decoded inside the
-# attention as one fused multiply-add c*S + Z (contraction is allowed in this tier), which skips the rounding
-# of c*S: a decoded coordinate moves by up to u |c S| <= u (|x^| + |Z|), so a logit gains u sum_j |q_j| |Z_j|
-# and an output coordinate u sum_t p_t |Z_t| (|x^| is in the terms above). Where x^ = 0 exactly and T = 1
-# the other terms are 0: the H200 kernels returned -2^-25 there (c S = -Z rounded once).
+# GROUP_DECODE (spec/attention.md 'Budget'): float32 mlx_affine may be decoded inside the attention as one
+# fused multiply-add c*S + Bi (contraction is allowed in this tier), which skips the rounding of c*S: a decoded
+# coordinate moves by up to u |c S| <= u (|x^| + |Bi|), so a logit gains u sum_j |q_j| |Bi_j| and an output
+# coordinate u sum_t p_t |Bi_t| (|x^| is in the terms above). Where x^ = 0 exactly and T = 1 the other terms
+# are 0: the H200 kernels returned -2^-25 there (c S = -Bi rounded once). kivi and 16-bit mlx_affine get no
+# such term: c*S is exact in binary32 there (c <= 255, S a float16 / bfloat16 value), so a contracted decode
+# has the same bits (and mlx_affine's 16-bit decode rounds c*S to T before the add).
 # ATTN_SAFETY covers implementations that use a different but legitimate order (tiles, online softmax)
 # and exp approximations within a few ulp. The bound is computed per output row from these terms.
 U32 = 2.0 ** -24
@@ -354,10 +363,10 @@ def attention_f64(q, k, v, scale, mask=None):
     return np.einsum("bhqk,bhkd->bhqd", p, v), p, k, v
 
 
-def group_zero_magnitude(record, params, t: int) -> np.ndarray | None:
-    """|Z| of each decoded coordinate (B, H, T, d) of a kivi / mlx_affine record (0 for window tokens, which
-    are exact), for GROUP_DECODE; None for the other methods."""
-    if params.method not in ("kivi", "mlx_affine"):
+def group_zero_magnitude(record, params, t: int, dtype: str = "float32") -> np.ndarray | None:
+    """|Bi| of each decoded coordinate (B, H, T, d) of a float32 mlx_affine record (0 for window tokens, which
+    are exact), for GROUP_DECODE; None for every other method and dtype (their c*S is exact)."""
+    if params.method != "mlx_affine" or dtype != "float32":
         return None
     z = np.abs(np.asarray(record["biases" if params.method == "mlx_affine" else "zero"], dtype=np.float64))
     g = params.group_size
@@ -406,8 +415,9 @@ def check_attention(impl, ref, q, k_record, v_record, k_params, v_params, dtype,
     if got.shape != exp64.shape:
         raise Mismatch(f"{what}: shape {got.shape} != {exp64.shape}")
     budget = attention_budget(q, k64, v64, p, scale, k_params.method in ROTATED_METHODS,
-                              v_params.method in ROTATED_METHODS, group_zero_magnitude(k_record, k_params, k.shape[2]),
-                              group_zero_magnitude(v_record, v_params, v.shape[2]))
+                              v_params.method in ROTATED_METHODS,
+                              group_zero_magnitude(k_record, k_params, k.shape[2], dtype),
+                              group_zero_magnitude(v_record, v_params, v.shape[2], dtype))
     err = np.abs(got - exp64)
     ratio = err / budget
     if not np.all(np.isfinite(got)) or np.any(ratio > 1):
@@ -445,3 +455,53 @@ def check_attention_head_mapping(impl, ref, method: str, rep: int, dtype: str = 
                 f"{call_desc(impl.name + '.attention', kp, dtype, q.shape, kv_heads=h)}: query head {i} (GQA: "
                 f"{rep} query heads per KV head, {h} KV heads) should read KV head {want}; its output is "
                 f"closest to KV head {int(np.argmin(errs))} (max error per KV head {[f'{e:.3g}' for e in errs]})")
+
+
+def check_golden_attention(impl, case) -> float:
+    """A golden attention case (golden_format.AttentionCase): impl.attention over the stored records is finite
+    and within the stored budget of the stored float64 output (spec/attention.md 'Budget'); stored inputs
+    encode to the stored records. Returns the worst error / budget ratio."""
+    for role, x, rec, p in (("k", case.k_x, case.k_record, case.k_params), ("v", case.v_x, case.v_record,
+                                                                            case.v_params)):
+        if x is not None:
+            what = call_desc(f"{impl.name}.encode", p, case.dtype, x.shape, golden=case.id, role=role)
+            assert_record_exact(impl.encode(np.array(x, copy=True), p, case.dtype), rec, what)
+    got = np.asarray(impl.attention(np.array(case.q, copy=True), {k: v.copy() for k, v in case.k_record.items()},
+                                    {k: v.copy() for k, v in case.v_record.items()}, case.k_params, case.v_params,
+                                    case.dtype, case.scale, case.mask), dtype=np.float64)
+    h = case.k_record["window"].shape[1]
+    rep = case.q.shape[1] // h
+    what = call_desc(f"{impl.name}.attention", case.k_params, case.dtype, case.q.shape, golden=case.id,
+                     scale=case.scale, mask=case.mask, kv_heads=h, gqa=f"query head i reads KV head i // {rep}")
+    if got.shape != case.out.shape:
+        raise Mismatch(f"{what}: shape {got.shape} != {case.out.shape}")
+    err = np.abs(got - case.out)
+    ratio = err / case.budget
+    if not np.all(np.isfinite(got)) or np.any(~(ratio <= 1)):
+        i = tuple(int(j) for j in np.unravel_index(int(np.nanargmax(np.where(np.isfinite(ratio), ratio, np.inf))),
+                                                    ratio.shape))
+        raise Mismatch(f"{what}: {int((~(ratio <= 1)).sum())} of {ratio.size} outputs exceed the golden budget; "
+                       f"worst at (b, query head, query, coord) {i} (KV head {i[1] // rep}): got {got[i]!r}, "
+                       f"golden float64 {case.out[i]!r}, error {err[i]:.3e} > budget {case.budget[i]:.3e}")
+    return float(ratio.max())
+
+
+def check_golden_cast(impl, vectors, dtype: str) -> None:
+    """golden/cases/cast.toml: impl.cast(x, dtype) gives the stored bit patterns (bfloat16 as uint16)."""
+    for v in vectors:
+        if isinstance(v, str):
+            raise Mismatch(v)
+        x = golden._from_hex("float32", [len(v["x"])], v["x"])
+        want = golden._from_hex(dtype, [len(v[dtype])], v[dtype])
+        got = np.asarray(impl.cast(x.copy(), dtype))
+        assert_exact(got, want, f"{impl.name}.cast(<{v['id']}: {v['comment']}>, {dtype})")
+
+
+def check_unknown_method(impl, dtype: str = "float16") -> None:
+    """An unknown method name is rejected naming `method` (number-model.md 'Which error is reported' 1),
+    by encode, decode and a new stream."""
+    x = np.zeros((1, 1, 2, 16), dtype=np.float16 if dtype == "float16" else np.float32)
+    p = Params("turboquant_x")
+    check_raises(impl.encode, (x, p, dtype), "method", call_desc(f"{impl.name}.encode", p, dtype, x.shape))
+    check_raises(impl.decode, ({"window": x}, p, dtype), "method", call_desc(f"{impl.name}.decode", p, dtype))
+    check_raises(impl.new_stream, (p, dtype), "method", call_desc(f"{impl.name}.new_stream", p, dtype))

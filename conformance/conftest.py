@@ -44,6 +44,8 @@ def pytest_addoption(parser):
     g.addoption("--device", choices=["cpu", "gpu"], default=None,
                 help="MLX default device for MLX adapters (default: mlx's default)")
     g.addoption("--methods", default=None, help=f"comma list out of {','.join(METHODS)} (default: all)")
+    g.addoption("--rules-report", default=None, metavar="PATH",
+                help="write per spec rule (spec/rules.toml) passed / failed / not exercised as JSON to PATH")
 
 
 MAX_EXAMPLES_ENV = "VELOXQUANT_MAX_EXAMPLES"
@@ -153,11 +155,66 @@ def pytest_collection_modifyitems(session, config, items):
                     item.add_marker(pytest.mark.xfail(reason=f"{path.name}: {reason}", strict=False))
                 break
     config._vq_unmatched = [(k, p) for (k, p, _), u in zip(entries, used) if not u]
+    if config.getoption("rules_report", None):
+        _map_rules(config, items)
     for kind, pattern in config._vq_unmatched:
         warnings.warn(UnmatchedXfailWarning(f"{path.name}: [[{kind}]] entry {pattern!r} matches no collected test"))
 
 
+# --- per-rule report (spec/rules.toml; conformance/rules.py) ------------------------------------------
+def _map_rules(config, items):
+    from . import rules
+    config._vq_rules = rules.load()
+    config._vq_item_rules = {}
+    config._vq_outcomes = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = dict(callspec.params) if callspec else {}
+        param = params.get("case", params.get("att_case"))
+        config._vq_item_rules[item.nodeid] = rules.rules_of_item(item.nodeid, param, config._vq_rules)
+
+
+def pytest_runtest_logreport(report):
+    config = getattr(report, "config", None) or _CONFIG.get("config")
+    if config is None or not hasattr(config, "_vq_outcomes"):
+        return
+    if report.when == "call" or report.outcome != "passed":
+        outcome = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
+        if report.when != "call" and report.failed:
+            outcome = "error"
+        config._vq_outcomes.setdefault(report.nodeid, outcome)
+        if report.when == "call":
+            config._vq_outcomes[report.nodeid] = outcome
+
+
+_CONFIG: dict = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    _CONFIG["config"] = session.config
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    path = config.getoption("rules_report", None)
+    if not path or not hasattr(config, "_vq_rules"):
+        return
+    import json
+    from . import rules
+    v = rules.verdicts(config._vq_rules, config._vq_outcomes, config._vq_item_rules)
+    counts = {k: sum(r["status"] == k for r in v.values()) for k in ("passed", "failed", "not exercised")}
+    with open(path, "w") as f:
+        json.dump({"schema": "veloxquant-rules-report/1", "impl": config._vq_impl.name, "summary": counts,
+                   "rules": v}, f, indent=1, ensure_ascii=False)
+    config._vq_rules_summary = counts
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if getattr(config, "_vq_rules_summary", None):
+        c = config._vq_rules_summary
+        terminalreporter.write_line(f"spec rules: {c['passed']} passed, {c['failed']} failed, "
+                                    f"{c['not exercised']} not exercised (--rules-report)")
     for kind, pattern in getattr(config, "_vq_unmatched", []):
         terminalreporter.write_line(f"WARNING: {kind} entry {pattern!r} matched no collected test", yellow=True)
 

@@ -30,7 +30,7 @@ else:  # pragma: no cover
 # VELOXQUANT_GOLDEN_DIR points elsewhere (a copy under test).
 ROOT = pathlib.Path(os.environ.get("VELOXQUANT_GOLDEN_DIR") or
                     pathlib.Path(__file__).resolve().parent.parent / "golden")
-COMPONENT_FILES = ("prng", "rotation", "packing", "codebooks", "headdims")
+COMPONENT_FILES = ("prng", "rotation", "packing", "codebooks", "headdims", "cast")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -88,7 +88,7 @@ class ExpectedError:
 @dataclasses.dataclass
 class GoldenCase:
     id: str
-    kind: str                       # "encode" | "stream" | "error"
+    kind: str                       # "encode" | "stream" | "error" | "decode_error"
     method: str
     params: spec.Params
     dtype: str
@@ -97,7 +97,7 @@ class GoldenCase:
     comment: str
     file: str
     x: np.ndarray | None = None
-    ops: tuple | None = None        # stream: (("append", n) | ("trim", n), ...)
+    ops: tuple | None = None        # stream: (("append", n) | ("trim", n), ...); see replay
     record: dict | None = None      # expected record (field -> array)
     decoded: np.ndarray | None = None
     trimmed: np.ndarray | None = None  # stream: return values of trim, in order
@@ -273,6 +273,32 @@ def _same_state(a: dict | None, b: dict | None) -> bool:
         and np.asarray(a[k]).tobytes() == np.asarray(b[k]).tobytes() for k in a)
 
 
+# Spec 1.2: rejected chunks that do not continue the stream (number-model.md 'Which error is reported'
+# step 7 and step 4). Each takes the next n tokens of x, like `reject`, and changes them so:
+def _other_dtype(c: np.ndarray) -> np.ndarray:
+    """float16 / bfloat16 (uint16 patterns) chunk -> float32 array of the same values; float32 -> float16."""
+    if c.dtype == np.float32:
+        with np.errstate(over="ignore"):
+            return c.astype(np.float16)
+    if c.dtype == np.uint16:   # bfloat16 bit patterns
+        return (c.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return c.astype(np.float32)
+
+
+CHUNK_MISMATCH = {
+    "reject_dtype": _other_dtype,                                 # the array's dtype is not the stream's
+    "reject_batch": lambda c: np.concatenate([c, c], axis=0),     # B doubled
+    "reject_heads": lambda c: np.concatenate([c, c], axis=1),     # H doubled
+    "reject_dim": lambda c: np.concatenate([c, c], axis=3),       # d doubled (a supported head dim)
+}
+STREAM_OPS = ("append", "trim", "reject", "save_load", "reject_trim") + tuple(CHUNK_MISMATCH)
+
+
+def _names(e: Exception, arg: str) -> bool:
+    """The message starts with the argument's name and a colon (number-model.md 'Error messages')."""
+    return re.match(rf"\s*{re.escape(arg)}\s*:", str(e)) is not None
+
+
 def replay(stream, x: np.ndarray, ops, reload=None):
     """Run a stream case's ops on any stream object (append, trim, record, tokens); returns
     (final stream, what each trim returned). Ops:
@@ -280,9 +306,28 @@ def replay(stream, x: np.ndarray, ops, reload=None):
     ("trim", n): trim n;
     ("reject", n): feed the next n tokens, which must raise ValueError naming `x` and leave the stream's
       tokens and record unchanged (else ReplayMismatch);
+    ("reject_dtype" | "reject_batch" | "reject_heads" | "reject_dim", n): the next n tokens changed by
+      CHUNK_MISMATCH (another dtype; B, H or d doubled): rejected like "reject";
+    ("reject_trim", n): trim(-n) must raise ValueError naming `n` and leave the state unchanged;
     ("save_load", 0): stream = reload(stream), the stream saved and loaded (`reload` must be given)."""
     pos, trimmed = 0, []
     for i, (op, n) in enumerate(ops):
+        if op in CHUNK_MISMATCH or op == "reject_trim":
+            before = (stream.tokens, stream.record())
+            chunk = None if op == "reject_trim" else np.ascontiguousarray(CHUNK_MISMATCH[op](x[:, :, pos:pos + n]))
+            arg = "n" if op == "reject_trim" else "x"
+            try:
+                stream.trim(-n) if chunk is None else stream.append(chunk)
+            except ValueError as e:
+                if not _names(e, arg):
+                    raise ReplayMismatch(f"op {i} ({op} {n}): ValueError does not name {arg}: {e}") from e
+            else:
+                raise ReplayMismatch(f"op {i} ({op} {n}): accepted; expected ValueError naming {arg}")
+            if chunk is not None:
+                pos += n
+            if stream.tokens != before[0] or not _same_state(stream.record(), before[1]):
+                raise ReplayMismatch(f"op {i} ({op} {n}): the rejected call changed the state")
+            continue
         if op == "append":
             try:
                 stream.append(np.ascontiguousarray(x[:, :, pos:pos + n]))
@@ -338,3 +383,46 @@ def diff_arrays(where: str, golden: np.ndarray, fresh: np.ndarray) -> str | None
             f"regenerated 0x{int(f[i]):0{digits}X}, xor 0x{x:0{digits}X} ({bin(x).count('1')} bit(s)); "
             f"{bad.size} of {g.size} element(s) differ")
 
+
+
+# ----------------------------------------------------------------------------------------------------
+# Attention cases (spec 1.2, spec/attention.md): manifest `[[attention]]` + bulk/attention.npz
+
+@dataclasses.dataclass
+class AttentionCase:
+    id: str
+    method: str
+    k_params: spec.Params
+    v_params: spec.Params
+    dtype: str
+    scale: float                    # a binary32 value (stored as a hex float)
+    mask: str | None                # None | "causal"
+    flags: tuple
+    comment: str
+    q: np.ndarray                   # float32 (B, Hq, Tq, d)
+    k_record: dict
+    v_record: dict
+    out: np.ndarray                 # float64 (B, Hq, Tq, d): the formula on the decoded records
+    budget: np.ndarray              # float64, per output (spec/attention.md 'Budget')
+    k_x: np.ndarray | None = None   # the inputs the records were encoded from (absent for the long case)
+    v_x: np.ndarray | None = None
+
+
+def iter_attention_cases(root=None, *, methods=None) -> Iterator[AttentionCase]:
+    root = _root(root)
+    arrays: dict[str, dict] = {}
+    for e in load_manifest(root).get("attention", []):
+        if methods is not None and e["method"] not in methods:
+            continue
+        if e["file"] not in arrays:
+            raw: dict[str, dict] = {}
+            for key, a in npz_read((root / e["file"]).read_bytes()).items():
+                cid, field = key.split("/", 1)
+                raw.setdefault(cid, {})[field] = a
+            arrays[e["file"]] = raw
+        a = arrays[e["file"]][e["id"]]
+        rec = {r: {k.split("/", 2)[2]: v for k, v in a.items() if k.startswith(f"{r}/record/")} for r in "kv"}
+        yield AttentionCase(e["id"], e["method"], params_from_toml(e["method"], e["k_params"]),
+                            params_from_toml(e["method"], e["v_params"]), e["dtype"], float.fromhex(e["scale"]),
+                            None if e["mask"] == "none" else e["mask"], tuple(e["flags"]), e["comment"], a["q"],
+                            rec["k"], rec["v"], a["out"], a["budget"], a.get("k/x"), a.get("v/x"))

@@ -184,3 +184,9 @@ def test_first_append_rejected(impl, methods_ok, tally, method, dtype):
     for label, x in bad:
         tally.case()
         checks.check_stream_rejects(impl, p, dtype, None, x, "x", after=good)
+
+
+def test_unknown_method(impl):
+    """number-model.md 'Which error is reported' 1: an unknown method names `method` (spec 1.2: no golden case
+    can hold it, since every case belongs to a method)."""
+    checks.check_unknown_method(impl)

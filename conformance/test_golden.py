@@ -37,3 +37,19 @@ def test_golden(impl, methods_ok, tally, case, record_property):
     record_property("dtype", case.dtype)
     tally.case()
     checks.check_golden(impl, case)
+
+
+def _cast_vectors():
+    try:
+        return golden.iter_vectors("cast")["cast"]
+    except (OSError, KeyError, ValueError) as e:
+        return [f"golden cast vectors not readable: {type(e).__name__}: {e}"]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_golden_cast(impl, tally, dtype, record_property):
+    """cases/cast.toml (spec 1.2): the cast of decoded binary32 values to the model dtype is RNE with
+    overflow to ±Inf (number-model.md 'Outputs'); every vector bit for bit."""
+    record_property("dtype", dtype)
+    checks.check_golden_cast(impl, _cast_vectors(), dtype)
+    tally.case(len(_cast_vectors()))

@@ -299,3 +299,123 @@ def test_every_element_differs_is_said():
 @pytest.fixture(autouse=True)
 def _tag_mutants(record_property):
     record_property("method", "(mutants)")
+
+
+# ---- spec 1.2 (issue 30): each rule no 1.1 case pinned fails the 1.2 cases made for it --------------------
+# Every mutant here passes every golden case of spec 1.1 (all 902: checked when the cases were made, and
+# test_spec12_mutants_pass_the_earlier_goldens re-checks the stream, error and mlx_affine ones).
+from . import mutants_spec12 as m12  # noqa: E402
+
+RULE12_TARGETS = [  # (mutant, the 1.2 golden cases made to catch it: every one of them must)
+    (m12.RefillAllKept, lambda c: "trim-state" in c.flags and c.method != "kivi" and c.id.endswith("-001")),
+    (m12.KeptNotDropped, lambda c: "trim-state" in c.flags and c.method != "kivi"),
+    (m12.ChunkMismatchAccepted, _flag("chunk-mismatch")),
+    (m12.NegativeTrimIsZero, _flag("trim-edge")),
+    (m12.EmptySaveFails, _flag("trim-edge")),
+    (m12.ParamTypesLenient, lambda c: "param-error" in c.flags and any(
+        t in c.id for t in ("-float-", "-bool-", "role-upper"))),
+    (m12.ExactTrimUnbounded, lambda c: "param-error" in c.flags and "exact-trim-" in c.id
+     and "-role-" not in c.id),
+    (m12.DecodeRecordUnchecked, _flag("decode-error")),
+    (m12.AffineMagicRint, _flag("affine-rint-large")),
+    (m12.AffineMaxFromZero, _flag("affine-all-negative")),
+]
+
+
+def _fails(mutant, case) -> bool:
+    """check_golden on the mutant fails: a Mismatch, or any exception (as test_golden would report it)."""
+    try:
+        checks.check_golden(mutant, case)
+    except Exception:  # noqa: BLE001 - a crash fails test_golden too
+        return True
+    return False
+
+
+@pytest.mark.parametrize("mutant_cls,select", RULE12_TARGETS, ids=[m.name for m, _ in RULE12_TARGETS])
+def test_spec12_rule_golden_catches_its_deviation(mutant_cls, select):
+    cases = _golden(lambda c: c.file.endswith("-rules12.toml") and select(c))
+    assert cases, f"no golden case pins what {mutant_cls.name} breaks"
+    control, mutant = ReferenceImpl(), mutant_cls()
+    for c in cases:
+        checks.check_golden(control, c)
+        assert _fails(mutant, c), c.id
+
+
+@pytest.mark.parametrize("mutant_cls", [m for m, _ in RULE12_TARGETS], ids=[m.name for m, _ in RULE12_TARGETS])
+def test_spec12_mutants_pass_the_earlier_goldens(mutant_cls):
+    """The deviation was invisible before spec 1.2: the mutant passes the 1.1 cases of its kind."""
+    mutant = mutant_cls()
+    kinds = ("encode",) if mutant_cls.__name__.startswith("Affine") else ("stream", "error")
+    earlier = _golden(lambda c: not c.file.endswith("-rules12.toml") and c.kind in kinds and (
+        c.method == "mlx_affine" or not mutant_cls.__name__.startswith("Affine")))
+    assert len(earlier) > 50
+    caught = [c.id for c in earlier if _fails(mutant, c)]
+    assert not caught, caught[:5]
+
+
+# ---- spec 1.2: golden attention cases catch a wrong GQA mapping, mask and block merge -------------------
+ATTENTION_TARGETS = [  # (mutant, the golden attention cases that must catch it: every one of them)
+    (m12.AttentionMergeNoRescale, lambda c: "attention-long" in c.flags),
+    (m12.AttentionNoCausalMask, lambda c: "attention-causal" in c.flags),
+    (mutants.AttentionHeadsTiled, lambda c: "attention-gqa" in c.flags),
+]
+
+
+@pytest.mark.parametrize("mutant_cls,select", ATTENTION_TARGETS, ids=[m.name for m, _ in ATTENTION_TARGETS])
+def test_golden_attention_catches(mutant_cls, select):
+    from . import golden_format as golden
+    cases = [c for c in golden.iter_attention_cases() if select(c)]
+    assert cases
+    control, mutant = ReferenceImpl(), mutant_cls()
+    for c in cases:
+        checks.check_golden_attention(control, c)
+        with pytest.raises(Mismatch):
+            checks.check_golden_attention(mutant, c)
+
+
+def test_merge_no_rescale_passes_the_earlier_attention_checks():
+    """Before the long golden case no attention check saw a record longer than one 2048-token block: the
+    mutant passes checks.check_attention at T = 700 (conformance/test_attention.py's longest draw) and the
+    golden cases shorter than 2048 tokens."""
+    from . import golden_format as golden
+    ref, mutant = ReferenceImpl(), m12.AttentionMergeNoRescale()
+    rng = np.random.default_rng(5)
+    p = spec.Params("turboquant", window=0).resolved()
+    k = _x((1, 2, 700, 64), "float16", seed=1)
+    v = _x((1, 2, 700, 64), "float16", seed=2)
+    q = (rng.standard_normal((1, 4, 2, 64)) * 4).astype(np.float32)
+    checks.check_attention(mutant, ref, q, ref.encode(k, p, "float16"), ref.encode(v, p, "float16"), p, p,
+                           "float16", 0.125, "causal")
+    for c in golden.iter_attention_cases():
+        if "attention-long" not in c.flags:
+            checks.check_golden_attention(mutant, c)
+
+
+@pytest.mark.parametrize("mutant_cls,dtype", [(m12.CastTruncates, "bfloat16"), (m12.CastSaturates, "float16")])
+def test_golden_cast_catches(mutant_cls, dtype):
+    from . import golden_format as golden
+    vecs = golden.iter_vectors("cast")["cast"]
+    checks.check_golden_cast(ReferenceImpl(), vecs, dtype)
+    with pytest.raises(Mismatch):
+        checks.check_golden_cast(mutant_cls(), vecs, dtype)
+
+
+def test_unknown_method_check_catches():
+    checks.check_unknown_method(ReferenceImpl())
+    with pytest.raises(Mismatch):
+        checks.check_unknown_method(m12.UnknownMethodFallsBack())
+
+
+def test_message_not_leading_caught():
+    """number-model.md 'Error messages': the message starts with '<argument>:'. The mutant's messages still
+    contain the name (what check_raises asked before spec 1.2), so only the leading-name rule catches it."""
+    from . import golden_format as golden
+    errs = [c for c in golden.iter_cases(kinds=["error"]) if "param-error" in c.flags][:6]
+    assert errs
+    for c in errs:
+        checks.check_golden(ReferenceImpl(), c)
+        with pytest.raises(ValueError) as e:
+            m12.MessageNotLeading().encode(c.x, c.params, c.dtype)
+        assert c.error.argument in str(e.value)          # the pre-1.2 check (a substring) would pass
+        with pytest.raises(Mismatch, match="must start with"):
+            checks.check_golden(m12.MessageNotLeading(), c)

@@ -43,7 +43,7 @@ def test_group_decode_term(zero_value):
     k = dec                                   # keys irrelevant for T = 1 (one token, weight 1)
     exp64, pw, k64, v64 = checks.attention_f64(q, k, dec, 0.17)
     got = np.broadcast_to(fused.astype(np.float64), exp64.shape)      # T = 1: the output is the value row
-    vz = checks.group_zero_magnitude(rec, p, 1)
+    vz = checks.group_zero_magnitude(rec, p, 1, "float32")
     budget = checks.attention_budget(q, k64, v64, pw, 0.17, vz=vz)
     assert np.all(np.abs(got - exp64) <= budget), "a contracted decode must fit the budget"
     worst = np.abs(got - exp64).max()
@@ -53,3 +53,29 @@ def test_group_decode_term(zero_value):
         assert np.any(np.abs(got - exp64) > old), "without GROUP_DECODE this case exceeded the budget"
     wrong = exp64 + 2 * checks.ATTN_SAFETY * checks.U32 * vz        # (1, 1, 1, d) broadcast over the queries
     assert np.any(np.abs(wrong - exp64) > budget), "an error 2 * ATTN_SAFETY times the term must not fit"
+
+
+@pytest.mark.parametrize("method,dtype", [("kivi", "float16"), ("kivi", "float32"), ("mlx_affine", "float16"),
+                                          ("mlx_affine", "bfloat16")])
+def test_no_group_decode_term_where_c_times_s_is_exact(method, dtype):
+    """spec/methods/kivi.md: c*S is exact in binary32 when S is a 16-bit value (kivi's float16 scale, 16-bit
+    mlx_affine), so a contracted c*S + Z equals the two-rounding decode bit for bit and the budget has no
+    GROUP_DECODE term there (group_zero_magnitude is None)."""
+    from veloxquant.reference import numerics, packing
+    ref = ReferenceImpl()
+    g = 32
+    p = spec.Params(method, bits=8, group_size=g, window=0, role="v").resolved()
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((1, 2, 64, 64)) * 10.0 ** rng.integers(-3, 4, (1, 2, 64, 1))).astype(np.float32)
+    if dtype == "float16":
+        x = x.astype(np.float16)
+    elif dtype == "bfloat16":
+        x = numerics.to_bfloat16_bits(x)
+    rec = ref.encode(x, p, dtype)
+    c = packing.unpack(rec["codes"], 8, 64).astype(np.float64)
+    s = numerics.upcast(rec["scale" if method == "kivi" else "scales"], "float16" if method == "kivi" else dtype)
+    s = np.repeat(s.astype(np.float64), g, axis=-1)
+    prod = c * s                                   # float64: exact for these operands
+    assert np.array_equal(prod.astype(np.float32).astype(np.float64), prod), "c*S must be exact in binary32"
+    assert checks.group_zero_magnitude(rec, p, 64, dtype) is None
+    assert checks.group_zero_magnitude(rec, p, 64, "float32") is None if method == "kivi" else True

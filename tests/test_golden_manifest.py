@@ -20,9 +20,9 @@ def test_every_case_has_id_comment_flags_and_ids_are_unique():
     ids = []
     for c in CASES:
         assert c["id"] and c["comment"].strip() and c["flags"], c
-        assert c["kind"] in ("encode", "stream", "error"), c["id"]
+        assert c["kind"] in ("encode", "stream", "error", "decode_error"), c["id"]
         assert c["method"] in spec.METHODS and c["id"].startswith(c["method"] + "-"), c["id"]
-        assert ("error" in c) == (c["kind"] == "error") == ("error" in c["flags"]), c["id"]
+        assert ("error" in c) == (c["kind"] in ("error", "decode_error")) == ("error" in c["flags"]), c["id"]
         assert ("ops" in c) == (c["kind"] == "stream"), c["id"]
         ids.append(c["id"])
     for name in golden.COMPONENT_FILES:
@@ -36,7 +36,7 @@ def test_every_case_has_id_comment_flags_and_ids_are_unique():
 def test_coverage_methods_bits_dtypes_dims():
     methods = golden.available_methods()
     assert set(methods) >= {"turboquant", "turboquant_rvq", "turboquant_prod", "kivi", "rabitq"}
-    ok = [c for c in CASES if c["kind"] != "error"]
+    ok = [c for c in CASES if c["kind"] not in ("error", "decode_error")]
     for m in methods:
         info = spec.method_info(m)
         mine = [c for c in ok if c["method"] == m]
@@ -61,7 +61,7 @@ def test_new_head_dims_every_bits_and_dtype():
     """spec 1.1: every method, every bits setting and every dtype at one of d = 80, 96, 192 (mlx_affine:
     96, 160, 192), and every dtype at each of them at the default bits."""
     from veloxquant.tools import golden_spec11 as g11
-    ok = [c for c in CASES if c["kind"] != "error" and "head-dim" in c["flags"]]
+    ok = [c for c in CASES if c["kind"] not in ("error", "decode_error") and "head-dim" in c["flags"]]
     for m in golden.available_methods():
         info = spec.method_info(m)
         main = set(g11.AFFINE_DIMS if m == "mlx_affine" else g11.MAIN_DIMS)
@@ -87,6 +87,14 @@ RULE_FLAGS = {  # flag -> methods that must have a case pinning it (issue 9's li
     "bits2-default": ("turboquant_rvq",),
     "precedence": spec.METHODS,
     "stage-b-zero": ("turboquant_prod",),
+    # spec 1.2 (issue 30), cases/<method>-rules12.toml
+    "trim-state": spec.METHODS,
+    "chunk-mismatch": spec.METHODS,
+    "trim-edge": spec.METHODS,
+    "param-error": spec.METHODS,
+    "decode-error": spec.METHODS,
+    "affine-rint-large": ("mlx_affine",),
+    "affine-all-negative": ("mlx_affine",),
 }
 
 
@@ -102,7 +110,7 @@ def test_rule_cases_present_with_comments():
                c["params"]["group_size"] > c["shape"][3] for c in CASES)
     # ops of the new kinds appear, and a bits2-default case leaves bits2 out of its params
     ops = {o["op"] for c in CASES for o in c.get("ops", [])}
-    assert ops == {"append", "trim", "reject", "save_load"}
+    assert ops == set(golden.STREAM_OPS)      # every op of golden_format.replay is used by some case
     assert all("bits2" not in c["params"] for c in CASES if "bits2-default" in c["flags"])
 
 

@@ -31,15 +31,15 @@ from __future__ import annotations
 
 import time
 
-from veloxquant.conformance.golden_format import (COMPONENT_FILES, ROOT, GoldenCase, ReplayMismatch, _root, iter_cases,
-                                       iter_vectors, load_manifest, on_disk_files, replay)
+from veloxquant.conformance.golden_format import (COMPONENT_FILES, ROOT, STREAM_OPS, GoldenCase, ReplayMismatch, _root,
+                                       iter_cases, iter_vectors, load_manifest, on_disk_files, replay)
 
 from .golden_cases import METHOD_ORDER, available_methods, find_tie_inputs, verify_tie
 from .golden_compare import compare
 from .golden_gen import _reference_reload, build, generate_cases
 from .golden_write import GENERATOR_VERSION
 
-__all__ = ["COMPONENT_FILES", "GENERATOR_VERSION", "METHOD_ORDER", "ROOT", "GoldenCase", "ReplayMismatch",
+__all__ = ["COMPONENT_FILES", "STREAM_OPS", "GENERATOR_VERSION", "METHOD_ORDER", "ROOT", "GoldenCase", "ReplayMismatch",
            "available_methods", "build", "check", "compare", "find_tie_inputs", "generate_cases", "iter_cases",
            "iter_vectors", "load_manifest", "on_disk_files", "regen", "replay", "verify_tie",
            "_reference_reload"]

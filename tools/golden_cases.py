@@ -36,6 +36,7 @@ class CaseDef:
     file: str
     ops: tuple | None = None
     error: ExpectedError | None = None
+    record: dict | None = None     # kind "decode_error": the faulty record decode must reject
 
 
 def _short(dtype: str) -> str:

@@ -71,6 +71,14 @@ def compare(root, cases: list[GoldenCase], files: dict[str, bytes]) -> list[str]
         for k in sorted(set(f_entries[i]) | set(g_entries[i])):
             if f_entries[i].get(k) != g_entries[i].get(k):
                 problems.append(f"{i} {k}: golden {g_entries[i].get(k)!r} vs regenerated {f_entries[i].get(k)!r}")
+    # attention cases (spec 1.2): manifest entries; their npz is compared byte for byte below
+    g_att = {e["id"]: e for e in man.get("attention", [])}
+    f_att = {e["id"]: e for e in fresh_man.get("attention", [])}
+    for i in sorted(g_att.keys() ^ f_att.keys()):
+        problems.append(f"{i}: attention case {'not regenerated' if i in g_att else 'missing from the manifest'}")
+    for i in sorted(g_att.keys() & f_att.keys()):
+        if g_att[i] != f_att[i]:
+            problems.append(f"{i}: attention manifest entry differs from the regenerated one")
     # case data, field by field
     disk_arrays: dict[str, dict] = {}
     for c in cases:

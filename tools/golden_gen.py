@@ -6,7 +6,7 @@ import numpy as np
 
 from veloxquant.conformance.golden_format import GoldenCase, hexarr as _hexarr, hx as _hx, replay
 
-from . import golden_exact_trim, golden_spec11, golden_wide
+from . import golden_attention, golden_exact_trim, golden_spec11, golden_spec12, golden_wide
 from .golden_cases import (_reference_reload, V1_HEAD_DIMS, CaseDef, GenerationError, _edge_cases, _random_cases,
                            _window_and_stream_cases, available_methods, verify_tie)
 from .golden_inputs import InputRng
@@ -27,6 +27,16 @@ def _run_reference(cd: CaseDef) -> GoldenCase:
             return case
         raise GenerationError(f"{cd.id}: reference accepted the input; expected {cd.error.type} naming "
                               f"{cd.error.argument!r}")
+    if cd.kind == "decode_error":
+        case.record = cd.record
+        try:
+            reference.decode({k: v.copy() for k, v in cd.record.items()}, cd.params, cd.dtype)
+        except Exception as e:  # noqa: BLE001 - any type is compared against the expectation
+            if not case.expected_error_matches(e):
+                raise GenerationError(f"{cd.id}: reference decode raised {type(e).__name__}({e}); expected "
+                                      f"{cd.error.type} naming {cd.error.argument!r}") from e
+            return case
+        raise GenerationError(f"{cd.id}: reference decode accepted the record; expected {cd.error.type}")
     if cd.kind == "encode":
         case.record = reference.encode(cd.x.copy(), cd.params, cd.dtype)
     else:
@@ -47,6 +57,8 @@ def case_defs(methods=None) -> list[CaseDef]:
         out += golden_spec11.case_defs(m) + golden_exact_trim.case_defs(m)
     for m in methods or available_methods():
         out += golden_wide.case_defs(m)        # issue 11: B >= 4, H >= 8, in their own files
+    for m in methods or available_methods():
+        out += golden_spec12.case_defs(m)      # spec 1.2: cases/<method>-rules12.toml
     ids = [c.id for c in out]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
@@ -70,6 +82,7 @@ def generate_cases(methods=None) -> list[GoldenCase]:
     cases = [_run_reference(cd) for cd in defs]
     golden_spec11.check_cases(cases)   # each 1.1 case really exercises its rule (else GenerationError)
     golden_exact_trim.check_cases(cases)
+    golden_spec12.check_cases(cases)
     return cases
 
 
@@ -144,12 +157,13 @@ def component_vectors() -> dict[str, dict]:
                                     "kind": "residual", "bits": b, "bits2": b2, "d": d,
                                     "centroids": _hexarr(c, "float32"), "boundaries": _hexarr(bb, "float32")})
     return {"prng": prng, "rotation": rot, "packing": pack, "codebooks": cb,
-            "headdims": golden_spec11.component_vectors()}
+            "headdims": golden_spec11.component_vectors(), "cast": golden_spec12.cast_vectors()}
 
 
 def build(methods=None) -> tuple[list[GoldenCase], dict, dict[str, bytes]]:
     cases = generate_cases(methods)
     comps = component_vectors()
-    return cases, comps, render(cases, comps)
+    attention = golden_attention.generate(methods or available_methods())   # spec 1.2, bulk/attention.npz
+    return cases, comps, render(cases, comps, attention)
 
 

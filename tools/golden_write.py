@@ -31,6 +31,8 @@ def _val(v) -> str:
         return "true" if v else "false"
     if isinstance(v, (int, np.integer)):
         return str(int(v))
+    if isinstance(v, float):    # a parameter of the wrong type (param-error cases): TOML float
+        return repr(v)
     if isinstance(v, str):
         return json.dumps(v, ensure_ascii=False)
     if isinstance(v, (list, tuple)):
@@ -97,13 +99,15 @@ regenerates everything in memory and compares bits. Do not edit by hand. What th
 
 ## manifest.toml
 - `spec_version`, `generator_version`; `[files."<path>"]` with `sha256` and `bytes` of every file here.
-- One `[[case]]` per method case: `id`, `kind` (`encode` | `stream` | `error`), `method`, `params` (the
-  spec's parameters; `seed` as a hex string, or a plain integer where the case is an invalid seed),
+- One `[[case]]` per method case: `id`, `kind` (`encode` | `stream` | `error` | `decode_error`), `method`,
+  `params` (the spec's parameters; `seed` as a hex string, or a plain integer, float or boolean where the
+  case is a parameter of the wrong type or range),
   `dtype` (the **declared** input dtype; an error case may hold an array of another dtype), `shape`,
   `flags`, `comment`, `file` (where its arrays are); stream cases add `ops` (a list of
-  `{op = "append" | "trim" | "reject" | "save_load", n}`); error cases add `error = {type, argument}`:
-  encode must raise that exception type with a message naming that argument. `params` holds what the case
-  passes: a parameter left out takes its default (e.g. `bits2` in the `bits2-default` cases).
+  `{op, n}`, ops below); error cases add `error = {type, argument}`: encode (kind `error`) or decode of the
+  case's `record` (kind `decode_error`, spec 1.2) must raise that exception type with a message naming that
+  argument (spec/number-model.md "Error messages": the message starts with `<argument>:`). `params` holds
+  what the case passes: a parameter left out takes its default (e.g. `bits2` in the `bits2-default` cases).
 
 ## Arrays
 - `cases/<method>.toml`: hand-picked cases. Each `[[case]]` has `id`, `comment` and sub-tables
@@ -112,16 +116,34 @@ regenerates everything in memory and compares bits. Do not edit by hand. What th
   16-bit pattern, integers as themselves).
 - `cases/<method>-rules.toml` (spec 1.1): the same format; one case per rule the 1.0 cases did not pin, its
   comment naming the rule.
+- `cases/<method>-rules12.toml` (spec 1.2): the same; one case per rule the 1.1 cases did not pin (issue 30).
+  A `decode_error` case holds `x` (what the record was encoded from) and the faulty `record`.
 - `bulk/<method>.npz`: random cases, uncompressed. Keys: `<id>/x`, `<id>/record/<field>`, `<id>/decoded`,
   `<id>/trimmed`. bfloat16 arrays are stored as uint16 bit patterns; every other array in its own dtype.
   `bulk/<method>-headdims.npz` (spec 1.1): the same, at the head dims that are not powers of two.
   `bulk/<method>-wide.npz`: the same, with B = 4 batch rows and H = 8 or 9 heads (flag `wide`).
-- Stream cases: `x` is all appended chunks joined along T; the `ops` consume it in order (`append n` takes the
-  next n tokens; `reject n` takes the next n tokens too, and that append must raise ValueError naming `x` and
-  leave the state unchanged; `save_load` saves the stream's state and continues with a stream loaded from
-  it); `record` and `decoded` describe the final state; `trimmed` holds what each trim returned.
+- Stream cases: the `ops` consume `x` along T in order, from token 0: `append n` takes the next n tokens;
+  `reject n` takes the next n tokens too, and that append must raise ValueError naming `x` and leave the
+  state unchanged; `trim n`; `save_load` saves the stream's state and continues with a stream loaded from it.
+  Spec 1.2 adds `reject_dtype`, `reject_batch`, `reject_heads`, `reject_dim` n: the next n tokens, changed
+  (float16 and bfloat16 chunks as a float32 array of the same values, float32 as float16; B, H or d doubled
+  by repeating the chunk along that axis), appended: rejected like `reject`; and `reject_trim n`: `trim(-n)`
+  must raise ValueError naming `n`, state unchanged. `x` may hold tokens after the last one an op consumes
+  (unused: the 1.1 `*-reject-000` cases hold one such token). `record` and `decoded` describe the state
+  after the last op; `trimmed` holds what each trim returned.
 
-## Component vectors (cases/prng.toml, rotation.toml, packing.toml, codebooks.toml, headdims.toml)
+## Attention cases (spec 1.2, spec/attention.md; tools/golden_attention.py)
+- manifest `[[attention]]`: `id`, `method`, `file` (`bulk/attention.npz`), `dtype`, `scale` (a binary32 value
+  as a hex float), `mask` (`none` | `causal`), `q_shape` (B, Hq, Tq, d), `kv_shape` (B, H, T, d), `flags`,
+  `comment`, `k_params`, `v_params`.
+- `bulk/attention.npz` keys: `<id>/q` (float32), `<id>/k/x`, `<id>/v/x` (the inputs, input dtype; absent
+  for the long case), `<id>/k/record/<field>`, `<id>/v/record/<field>`, `<id>/out` (float64: the formula of
+  attention.md on the decoded records), `<id>/budget` (float64 per output, attention.md "Budget"). `out` and
+  `budget` are computed with `math.fsum` (exactly rounded sums of exact float64 products) and `math.exp`.
+  An implementation conforms on a case when its attention over the two records is finite and within
+  `budget` of `out` at every output, and (where the inputs are stored) encoding them stores the records.
+
+## Component vectors (cases/prng.toml, rotation.toml, packing.toml, codebooks.toml, headdims.toml, cast.toml)
 Listed under `[files]` only. Each table array holds vectors with an `id` and a `comment`:
 - prng.toml: `[[mix64]]` input/output (hex uint64), `[[sequence]]` (words of `next` from a state), `[[stream_key]]` inputs
   (seed, layer, head, role as 0/1, purpose) and key, `[[signs]]` sign vectors as strings of '+'/'-'.
@@ -132,10 +154,12 @@ Listed under `[files]` only. Each table array holds vectors with an `id` and a `
 - headdims.toml (spec 1.1), the head dims d = m·2^k that are not powers of two: `[[signs]]` as in
   prng.toml; `[[hadamard]]` (x, H(x) and Hᵀ(x), binary32 hex); `[[rht]]` as in rotation.toml;
   `[[fold]]` (v and fold(v), binary32 hex); `[[table]]` as in codebooks.toml.
+- cast.toml (spec 1.2): `[[cast]]`: binary32 values `x` (hex) and their casts to `float16` and `bfloat16`
+  (hex bit patterns; number-model.md "Outputs": RNE, beyond the finite range ±Inf).
 """
 
 
-def render(cases: list[GoldenCase], components: dict) -> dict[str, bytes]:
+def render(cases: list[GoldenCase], components: dict, attention=()) -> dict[str, bytes]:
     """Every file of golden/ (relative path -> bytes), manifest last."""
     files: dict[str, bytes] = {}
     by_file: dict[str, list[GoldenCase]] = {}
@@ -153,6 +177,9 @@ def render(cases: list[GoldenCase], components: dict) -> dict[str, bytes]:
                 for k, a in _case_arrays(c).items():
                     arrays[f"{c.id}/{k.replace('.', '/')}"] = a
             files[f] = _npz_bytes(arrays)
+    if attention:        # spec 1.2: tools/golden_attention.py
+        from .golden_attention import FILE, arrays as att_arrays
+        files[FILE] = _npz_bytes({f"{c.id}/{k}": a for c in attention for k, a in att_arrays(c).items()})
     lines = ["# Golden vectors of VeloxQuant; generated by `veloxquant golden regen` (tools/golden.py).",
              "# `veloxquant golden check` regenerates everything from the numpy reference and compares bits.",
              f"spec_version = {_val(spec.SPEC_VERSION)}", f"generator_version = {_val(GENERATOR_VERSION)}", ""]
@@ -161,6 +188,10 @@ def render(cases: list[GoldenCase], components: dict) -> dict[str, bytes]:
                     {"sha256": hashlib.sha256(files[f]).hexdigest(), "bytes": len(files[f])})
     for c in cases:
         _toml_table(lines, "[[case]]", _manifest_entry(c))
+    if attention:
+        from .golden_attention import manifest_entry as att_entry
+        for c in attention:
+            _toml_table(lines, "[[attention]]", att_entry(c))
     files["manifest.toml"] = "\n".join(lines).encode()
     return files
 

@@ -98,6 +98,12 @@ class Implementation:
         """C_d[idx] as binary32 (codebooks.md)."""
         raise Unsupported(f"{self.name}: codebook dequantize not provided")
 
+    def cast(self, values: np.ndarray, dtype: str) -> np.ndarray:
+        """Decoded binary32 values cast to the model dtype "float16" or "bfloat16" (number-model.md
+        'Outputs': RNE, overflow to ±Inf), in the numpy interchange (bfloat16 as uint16 patterns).
+        Optional: the default raises Unsupported."""
+        raise Unsupported(f"{self.name}: cast of decoded values not provided")
+
     # --- tolerance tier -------------------------------------------------------------------------------
     def attention(self, q: np.ndarray, k_record: dict, v_record: dict, k_params: Params, v_params: Params,
                   dtype: str, scale: float, mask: str | None = None) -> np.ndarray:

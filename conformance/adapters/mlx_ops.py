@@ -114,6 +114,14 @@ class MlxOpsImpl(Implementation):
     def dequantize(self, idx, codebook, d):
         return _mx.to_np(self._codebooks().dequantize(_mx.to_mx(idx), self._table(codebook, d)[0]))
 
+    def cast(self, values, dtype):
+        # the cast a model applies to decoded values: mx's astype on the selected device
+        import mlx.core as mx
+        target = {"float16": mx.float16, "bfloat16": mx.bfloat16}.get(dtype)
+        if target is None:
+            raise ValueError(f"dtype: cast to float16 or bfloat16, got {dtype!r}")
+        return _mx.to_np(mx.array(np.asarray(values, dtype=np.float32)).astype(target))
+
     def attention(self, q, k_record, v_record, k_params, v_params, dtype, scale, mask=None):
         # Attention over the packed records, as the caches run it (spec/attention.md): the MLX ops path
         # here; mlx_kernels takes the fused kernels where they apply.

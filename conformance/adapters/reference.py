@@ -77,6 +77,12 @@ class ReferenceImpl(Implementation):
         from veloxquant.reference import codebooks as rc
         return np.asarray(rc.dequantize(idx, self._table(codebook, d)[0]))
 
+    def cast(self, values, dtype):
+        from veloxquant.reference import numerics
+        if dtype not in ("float16", "bfloat16"):
+            raise ValueError(f"dtype: cast to float16 or bfloat16, got {dtype!r}")
+        return numerics.downcast(np.asarray(values, dtype=np.float32), dtype)
+
     def attention(self, q, k_record, v_record, k_params, v_params, dtype, scale, mask=None):
         # The reference's own float32 evaluation: decode, then plain numpy float32 attention.
         k = self.decode(k_record, k_params, dtype)
