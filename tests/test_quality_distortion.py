@@ -105,3 +105,22 @@ def test_page_marks_an_explanation_the_data_no_longer_supports():
     assert ok["tq_near_paper"]
     rows[0]["d_mse"] *= 1.5
     assert not doc.checks({"rows": rows})["tq_near_paper"]
+
+
+def test_committed_recommendation_flags_build_working_caches():
+    """Every recommended configuration in docs/distortion.json is one `veloxquant generate` can run."""
+    import mlx.core as mx
+
+    from veloxquant.accelerated.cache import make_prompt_cache
+    from veloxquant.tools import kv_flags
+    from veloxquant.tools.quality import tiny_llama
+
+    rec = json.loads((qd.ROOT / "docs" / "distortion.json").read_text())["recommendation"]
+    assert rec, "docs/distortion.json has no recommendation"
+    model = tiny_llama(64, layers=1)
+    for flags in sorted({x["flags"] for x in rec}):
+        p = argparse.ArgumentParser()
+        kv_flags.add_arguments(p)
+        caches = make_prompt_cache(model, **kv_flags.settings(p.parse_args(flags.split())))
+        out = model(mx.array([[1, 2, 3, 4] * 16]), cache=caches)
+        assert bool(mx.isfinite(out).all()), flags

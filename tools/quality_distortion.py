@@ -294,13 +294,26 @@ def trained_rows(head_dim: int, acts: dict, seed: int, grid, progress, queries_p
 
 
 # ---- recommendation -------------------------------------------------------------------------------------
-# Speed from docs/benchmarks.md where it measured the configuration (decode step on the H200 unless said).
+# Speed from docs/benchmarks.md where it measured the configuration (H200, random Llama-3-8B-shaped model,
+# d = 128). Only these widths were benchmarked; the others run the same kernels with other code widths.
 SPEED = {
-    ("turboquant", 4, None): "H200 decode, 4 layers, generate_step: 1.48x fp16's tokens/s at 8k, 1.22x at 32k "
-                             "(thirteenth pass, e2e)",
-    ("rabitq", 1, None): "H200 decode: measured in the thirteenth pass (docs/benchmarks.md, e2e table)",
-    ("kivi", 4, None): "H200 peak-memory run only (decode 14.27 ms/step at 8k vs turboquant b4 14.58)",
+    ("turboquant", 4, None): "generate_step 1.48x / 1.22x fp16's tokens/s at 8k / 32k (thirteenth pass, e2e)",
+    ("rabitq", 1, None): "generate_step 1.47x / 1.15x fp16's tokens/s at 8k / 32k (thirteenth pass, e2e)",
+    ("turboquant_rvq", 2, 2): "decode-step GPU time 2.10x / 2.05x / 2.31x fp16's at 4k / 32k / 128k (scalar loop)",
+    ("kivi", 4, None): "decode-step GPU time 2.91x / 3.92x / 3.81x fp16's at 4k / 32k / 128k (window 128)",
+    ("turboquant_prod", 4, None): "decode-step GPU time 3.91x / 4.60x / 5.68x fp16's at 4k / 32k / 128k",
 }
+# Methods the caches offer (tools/kv_flags.py CACHE_METHODS): mlx_affine is an external format only.
+CACHE_METHODS = ("turboquant", "turboquant_rvq", "turboquant_prod", "kivi", "rabitq")
+
+
+def cache_flags(ck, cv) -> str:
+    """`veloxquant generate` flags of a key/value configuration (window 0)."""
+    (km, kb, kb2), (vm, vb, vb2) = ck, cv
+    f = [f"--kv-key-method {km} --kv-key-bits {kb}", f"--kv-value-method {vm} --kv-value-bits {vb}"]
+    if kb2 or vb2:
+        f.append(f"--kv-bits2 {kb2 or vb2}")
+    return " ".join(f + ["--kv-window 0"])
 
 
 def trained_kl(path: pathlib.Path) -> dict:
@@ -323,10 +336,16 @@ def steady_bits(method: str, bits: int, bits2, d: int, role: str) -> float:
     return quantize(x, params(method, bits, bits2, role), "float32")[1]
 
 
+# A mixed pair must beat the best single configuration by more than the sum's own error (KL_k + KL_v
+# over-predicts the measured both-roles KL by up to ~15 %, table kl_additivity) to be recommended.
+MIXED_MARGIN = 0.85
+
+
 def recommend(kl: dict, budgets, head_dims, rows: list[dict]) -> list[dict]:
-    """Best (key config, value config) per budget and head dim by KL_k + KL_v; ties of equal KL go to
-    fewer bits."""
-    cfgs = [c for c in GRID if (c + ("k",)) in kl and (c + ("v",)) in kl]
+    """Per budget and head dim: the best (key config, value config) by KL_k + KL_v (equal KL: fewer bits),
+    the best single configuration on both roles, and the recommendation: the pair only if its KL sum is
+    below MIXED_MARGIN times the single configuration's, else the single one."""
+    cfgs = [c for c in GRID if (c + ("k",)) in kl and (c + ("v",)) in kl and c[0] in CACHE_METHODS]
     dist = {(r["data"], r["role"], r["label"]): r for r in rows}
     out = []
     for d in head_dims:
@@ -337,8 +356,8 @@ def recommend(kl: dict, budgets, head_dims, rows: list[dict]) -> list[dict]:
             for ck in cfgs:
                 for cv in cfgs:
                     mean_bits = (bk[ck] + bv[cv]) / 2
-                    if mean_bits > budget + 1e-9:
-                        continue
+                    if mean_bits > budget + 1e-9 or (ck[2] and cv[2] and ck[2] != cv[2]):
+                        continue                    # over budget, or two bits2 (the caches take one)
                     score = kl[ck + ("k",)] + kl[cv + ("v",)]
                     key = (score, mean_bits)
                     if best is None or key < best[0]:
@@ -349,6 +368,8 @@ def recommend(kl: dict, budgets, head_dims, rows: list[dict]) -> list[dict]:
             (score, _), ck, cv, mean_bits = best
             same = [c for c in cfgs if (bk[c] + bv[c]) / 2 <= budget + 1e-9]
             best_same = min(same, key=lambda c: (kl[c + ("k",)] + kl[c + ("v",)], bk[c])) if same else None
+            mixed_wins = best_same is None or score < MIXED_MARGIN * (kl[best_same + ("k",)] + kl[best_same + ("v",)])
+            rk, rv = (ck, cv) if mixed_wins else (best_same, best_same)
             dk = dist.get((f"trained hd{d}", "k", label(*ck)), {})
             dv = dist.get((f"trained hd{d}", "v", label(*cv)), {})
             out.append({"budget": budget, "head_dim": d, "keys": label(*ck), "values": label(*cv),
@@ -358,8 +379,12 @@ def recommend(kl: dict, budgets, head_dims, rows: list[dict]) -> list[dict]:
                         "same_method_kl_sum": (kl[best_same + ("k",)] + kl[best_same + ("v",)]) if best_same else None,
                         "same_method_kl_kv": kl.get(best_same + ("kv",)) if best_same else None,
                         "key_logit_err_rel": dk.get("logit_err_rel"), "value_d_mse": dv.get("d_mse"),
-                        "speed": "; ".join(s for s in (SPEED.get(ck), SPEED.get(cv) if cv != ck else None) if s)
-                                 or "not measured"})
+                        "recommended_keys": label(*rk), "recommended_values": label(*rv),
+                        "recommended_bits": (bk[rk] + bv[rv]) / 2,
+                        "recommended_kl_sum": kl[rk + ("k",)] + kl[rv + ("v",)],
+                        "flags": cache_flags(rk, rv),
+                        "speed": (SPEED.get(rk) or "not measured") if rk == rv else
+                                 "not measured (keys and values configured differently)"})
     return out
 
 
@@ -391,11 +416,16 @@ def add_arguments(p) -> None:
     p.add_argument("--json", type=pathlib.Path, default=None, help="write the raw results here")
     p.add_argument("--markdown", type=pathlib.Path, default=None,
                    help="write the tables here and the plot next to it (.png); needs --json")
+    p.add_argument("--from-json", type=pathlib.Path, default=None, metavar="JSON",
+                   help="measure nothing: recompute the recommendation from --quality-json and re-render "
+                        "--markdown and its figure from this distortion JSON (rewritten in place)")
 
 
 def run(args) -> int:
     from ._env import utc_now_iso, versions
 
+    if args.from_json is not None:
+        return rerender(args)
     if args.markdown is not None and args.json is None:
         print("--markdown: needs --json (the page names its raw data)", file=sys.stderr)
         return 2
@@ -449,6 +479,26 @@ def run(args) -> int:
 
         return doc.write_docs(result, args.json, args.markdown)
     return 0
+
+
+def rerender(args) -> int:
+    if args.markdown is None:
+        print("--from-json: needs --markdown", file=sys.stderr)
+        return 2
+    if not args.from_json.is_file():
+        print(f"--from-json: {args.from_json} does not exist", file=sys.stderr)
+        return 2
+    result = json.loads(args.from_json.read_text())
+    kl = trained_kl(args.quality_json)
+    result["recommendation"] = recommend(kl, BUDGETS, (64, 128), result["rows"]) if kl else []
+    result["kl_additivity"] = additivity(kl)
+    result["recommendation_command"] = "veloxquant distortion " + " ".join(
+        sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "distortion" else sys.argv[1:])
+    args.from_json.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"rewrote {args.from_json} (recommendation)")
+    from . import quality_distortion_doc as doc
+
+    return doc.write_docs(result, args.from_json, args.markdown)
 
 
 def _device() -> str:

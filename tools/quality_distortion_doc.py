@@ -18,6 +18,12 @@ def _f(v, fmt=".4f"):
     return "-" if v is None else format(v, fmt)
 
 
+def qd_margin() -> float:
+    from .quality_distortion import MIXED_MARGIN
+
+    return MIXED_MARGIN
+
+
 def code_bits(r: dict) -> int:
     return r["bits"] + (r["bits2"] or 0)
 
@@ -140,7 +146,7 @@ def plot(result: dict, path: pathlib.Path):
     axes[1].legend(fontsize=7)
     if trained:
         ax = axes[2]
-        data = trained[-1]
+        data = max(trained, key=lambda t: _rows(result, t)[0]["d"])     # the largest head dim
         for role, ls in (("k", "-"), ("v", "--")):
             for m in METHOD_ORDER:
                 pts = sorted((r["bits_per_coord"], r["d_mse"]) for r in _rows(result, data, role)
@@ -267,17 +273,26 @@ def render(result: dict, json_path, figure: str | None) -> str:
           f"(`{result['settings']['quality_json']}`, context 1024), summed; the sum over-predicts the measured "
           f"both-roles KL by 0-15 % (table below), the same for every method within that spread. That model "
           f"retrieves nothing (docs/quality-trained.md), so this ranks perplexity-level fidelity, not retrieval. "
-          f"Speed from docs/benchmarks.md where it has the configuration.", "",
-          "| budget | head dim | keys | values | bits k / v (mean) | KL_k + KL_v | best single method (KL sum, measured KL) | key logit err | value D_mse | speed |",
-          "|---:|---:|---|---|---|---:|---|---:|---:|---|"]
+          f"mlx_affine is left out (an external format, not a cache method). Speed from docs/benchmarks.md where it "
+          f"has the configuration (H200, d = 128; only 4-bit widths and rabitq were benchmarked). The flags are "
+          f"`veloxquant generate` / `serve`'s (tools/kv_flags.py).", "",
+          "A pair that mixes methods or bit widths is recommended only where its KL sum is below "
+          f"{qd_margin()} × the best single configuration's (the sum's own error is up to ~15 %); otherwise "
+          "the single configuration is (one method, benchmarked more often). Head dim 128 counts the bits at "
+          "d = 128 with the same hd64 KL (for the rotation methods D_mse does not depend on d, table above).",
+          "", "| budget (bits/coord) | head dim | **recommended** keys / values | mean bits | KL_k + KL_v | "
+          "speed (docs/benchmarks.md) | flags | best pair (KL sum) | best single (KL sum, measured KL) | "
+          "pair: key logit err, value D_mse |",
+          "|---:|---:|---|---:|---:|---|---|---|---|---|"]
     for x in rec:
         if x["keys"] is None:
             L.append(f"| {x['budget']} | {x['head_dim']} | none fits | | | | | | | |")
             continue
-        L.append(f"| {x['budget']} | {x['head_dim']} | **{x['keys']}** | **{x['values']}** | "
-                 f"{x['key_bits']:.2f} / {x['value_bits']:.2f} ({x['mean_bits']:.2f}) | {x['kl_sum']:.4f} | "
+        L.append(f"| {x['budget']} | {x['head_dim']} | **{x['recommended_keys']} / {x['recommended_values']}** | "
+                 f"{x['recommended_bits']:.2f} | {x['recommended_kl_sum']:.4f} | {x['speed']} | `{x['flags']}` | "
+                 f"{x['keys']} / {x['values']} ({x['key_bits']:.2f} / {x['value_bits']:.2f} bits, {x['kl_sum']:.4f}) | "
                  f"{x['same_method']} ({_f(x['same_method_kl_sum'])}, {_f(x['same_method_kl_kv'])}) | "
-                 f"{_f(x['key_logit_err_rel'], '.3f')} | {_f(x['value_d_mse'])} | {x['speed']} |")
+                 f"{_f(x['key_logit_err_rel'], '.3f')}, {_f(x['value_d_mse'])} |")
     add = result.get("kl_additivity") or []
     if add:
         L += ["", "KL_k + KL_v against the measured both-roles KL (same configuration on both):", "",
