@@ -34,7 +34,7 @@ def test_sequences_hold_their_answers(task):
 
 
 def test_smoke_training_lowers_the_loss_and_resumes(tmp_path):
-    pytest.importorskip("mlx.core")
+    mx = pytest.importorskip("mlx.core")
     out = tmp_path / "run"
     corpus = tmp_path / "corpus.npz"           # a small corpus: the stdlib scan is not what is tested here
     np.savez_compressed(corpus, train=TEXT, heldout=TEXT, manifest=json.dumps({"sha256": "test"}))
@@ -50,6 +50,11 @@ def test_smoke_training_lowers_the_loss_and_resumes(tmp_path):
     assert last < first - 0.5, (first, last)            # from ~ln 256 = 5.5 at init
     assert (out / "model.safetensors").exists()
     assert rt.main(common + ["--resume", "--phases", "8x4x64"]) == 2    # another recipe is refused
+    assert rt.main(["export", "--run", str(out), "--out", str(tmp_path / "export")]) == 0
+    a, _ = rt.load_run(out)
+    b, cfg = rt.load_run(tmp_path / "export")
+    x = mx.array([list(range(40, 104))])
+    assert cfg["step"] == 16 and np.allclose(np.array(a(x)), np.array(b(x)), atol=1e-3)
 
 
 def test_bad_phases_are_named():

@@ -49,9 +49,7 @@ SYNTH_DIMS = (64, 128, 256)
 TRAINED_DIMS = (64, 128)
 BUDGETS = (2.5, 3.0, 4.0)
 
-SQRT3_PI_2 = math.sqrt(3) * math.pi / 2
-# TurboQuant (arXiv 2504.19874) Theorem 1's stated D_mse at b = 1..4 (total error of a unit vector).
-TQ_PAPER_DMSE = {1: 0.36, 2: 0.117, 3: 0.03, 4: 0.009}
+from .quality_papers import MIXED_MARGIN, SQRT3_PI2, SQRT3_PI_2, TQ_PAPER_DMSE  # noqa: E402,F401
 
 
 def label(method: str, bits: int, bits2) -> str:
@@ -139,7 +137,7 @@ def paper_figures(method: str, bits: int, d: int) -> dict:
         from veloxquant import spec
 
         g = spec.gaussian(bits - 1)
-        out.update(ip_d_var_upper=math.sqrt(3) * math.pi**2 * 4.0**-bits, ip_d_var_lower=4.0**-bits,
+        out.update(ip_d_var_upper=SQRT3_PI2 * 4.0**-bits, ip_d_var_lower=4.0**-bits,
                    ip_unbiased=True, ip_d_var_expected=math.pi / 2 * _lloyd_max_d(g))
     elif method == "rabitq":
         # RaBitQ (arXiv 2405.12497): unbiased, error O(1/sqrt(d)); the scale of its bound, with
@@ -157,6 +155,46 @@ def _lloyd_max_d(table) -> float:
     pdf = np.exp(-z * z / 2) / math.sqrt(2 * math.pi)
     idx = np.searchsorted(b, z)
     return float(np.trapezoid((z - c[idx]) ** 2 * pdf, z))
+
+
+def qjl_ablation(d: int, mse_bits: int, n: int, reps: int, seed: int) -> dict:
+    """turboquant_prod's inner-product bias with the QJL sketch through a Gaussian matrix S (the paper's
+    Algorithm 2, ê = √(π/2)/d · γ · Sᵀ sign(S e)) and through a sign-flipped orthonormal Hadamard matrix
+    (the spec's, ê = A_d · γ · Hᵀ sign(H e)), on the same unit vectors, numpy, in the rotated domain (the
+    data are isotropic, so the first rotation is left out). Bias = slope − 1 as in the sweep, mean ± se of
+    `reps` independent draws of the projection."""
+    from veloxquant import spec
+
+    if d & (d - 1):
+        raise ValueError(f"d: the ablation's Hadamard matrix needs a power of two, got {d}")
+    rng = np.random.default_rng(seed)
+    h = np.ones((1, 1))
+    while h.shape[0] < d:
+        h = np.block([[h, h], [h, -h]])
+    h /= math.sqrt(d)
+    cb = spec.gaussian(mse_bits)
+    c, b = cb.centroids / math.sqrt(d), cb.boundaries / math.sqrt(d)
+    out = {}
+    for kind in ("gaussian", "hadamard"):
+        slopes = []
+        for _ in range(reps):
+            u = rng.standard_normal((n, d))
+            u /= np.linalg.norm(u, axis=1, keepdims=True)
+            xm = c[np.searchsorted(b, u)]
+            e = u - xm
+            g = np.linalg.norm(e, axis=1, keepdims=True)
+            if kind == "hadamard":
+                p = h * rng.choice([-1.0, 1.0], size=(1, d))
+                eh = math.sqrt(math.pi / (2 * d)) * g * (np.sign(e @ p.T) @ p)
+            else:
+                sm = rng.standard_normal((d, d))
+                eh = math.sqrt(math.pi / 2) / d * g * (np.sign(e @ sm.T) @ sm)
+            q = correlated_queries(u, 0.5, rng).astype(np.float64)
+            t = (q * u).sum(1)
+            est = (q * (xm + eh)).sum(1)
+            slopes.append(float((est * t).sum() / (t * t).sum() - 1))
+        out[kind] = {"bias": float(np.mean(slopes)), "se": float(np.std(slopes, ddof=1) / math.sqrt(reps))}
+    return {"d": d, "bits": mse_bits + 1, "vectors": n, "reps": reps, **out}
 
 
 # ---- data -------------------------------------------------------------------------------------------
@@ -336,11 +374,6 @@ def steady_bits(method: str, bits: int, bits2, d: int, role: str) -> float:
     return quantize(x, params(method, bits, bits2, role), "float32")[1]
 
 
-# A mixed pair must beat the best single configuration by more than the sum's own error (KL_k + KL_v
-# over-predicts the measured both-roles KL by up to ~15 %, table kl_additivity) to be recommended.
-MIXED_MARGIN = 0.85
-
-
 def recommend(kl: dict, budgets, head_dims, rows: list[dict]) -> list[dict]:
     """Per budget and head dim: the best (key config, value config) by KL_k + KL_v (equal KL: fewer bits),
     the best single configuration on both roles, and the recommendation: the pair only if its KL sum is
@@ -411,6 +444,8 @@ def add_arguments(p) -> None:
     p.add_argument("--length", type=int, default=1024, help="bytes per held-out window")
     p.add_argument("--methods", nargs="+", default=None, help="only these methods (default: the whole grid)")
     p.add_argument("--seed", type=int, default=0, help="data and cache seed")
+    p.add_argument("--ablation-vectors", type=int, default=25000,
+                   help="unit vectors per draw of the QJL projection ablation (0: skip it)")
     p.add_argument("--quality-json", type=pathlib.Path, default=ROOT / "docs" / "quality-trained.json",
                    help="trained-model KL per role for the recommendation")
     p.add_argument("--json", type=pathlib.Path, default=None, help="write the raw results here")
@@ -456,6 +491,13 @@ def run(args) -> int:
         print(f"trained hd{hd}: capturing queries/keys/values of {args.sequences} x {args.length} bytes", flush=True)
         acts = trained_activations(hd, args.sequences, args.length, args.seed)
         rows += trained_rows(hd, acts, args.seed, grid, progress)
+    ablation = []
+    if args.ablation_vectors > 0 and any(m == "turboquant_prod" for m, _, _ in grid):
+        print("QJL projection ablation (Gaussian S vs Hadamard), d = 64", flush=True)
+        ablation = [qjl_ablation(64, b - 1, args.ablation_vectors, 16, args.seed) for b in (2, 3, 4)]
+        for a in ablation:
+            print(f"  prod b{a['bits']}: Gaussian S bias {a['gaussian']['bias']:+.4f} ± {a['gaussian']['se']:.4f}, "
+                  f"Hadamard {a['hadamard']['bias']:+.4f} ± {a['hadamard']['se']:.4f}", flush=True)
     kl = trained_kl(args.quality_json)
     rec = recommend(kl, BUDGETS, (64, 128), rows) if kl else []
     import platform
@@ -466,10 +508,11 @@ def run(args) -> int:
               "device": _device(), "wall_s": round(time.time() - t_start, 1),
               "settings": {"dims": args.dims, "tokens": args.tokens, "heads": args.heads, "trained": args.trained,
                            "sequences": args.sequences, "length": args.length, "seed": args.seed,
+                           "ablation_vectors": args.ablation_vectors,
                            "kivi_group_size": KIVI_GROUP, "mlx_affine_group_size": AFFINE_GROUP,
                            "quality_json": str(args.quality_json.relative_to(ROOT)
                                                if args.quality_json.is_relative_to(ROOT) else args.quality_json)},
-              "rows": rows, "recommendation": rec, "kl_additivity": additivity(kl)}
+              "rows": rows, "qjl_ablation": ablation, "recommendation": rec, "kl_additivity": additivity(kl)}
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")

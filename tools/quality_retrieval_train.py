@@ -22,6 +22,7 @@ state) that the next call continues with `--resume`; the log (JSON lines) grows 
     python -m veloxquant.tools.quality_retrieval_train train --corpus .device/retrieval-corpus.npz \\
         --out-dir $OUT/run --max-minutes 8 [--resume]          # repeat until the phases are done
     python -m veloxquant.tools.quality_retrieval_train eval --corpus ... --run $OUT/run --contexts 1024 4096
+    python -m veloxquant.tools.quality_retrieval_train export --run $OUT/run --out $OUT/model   # <= 15 MiB files
     python -m veloxquant.tools.quality_retrieval_train train --preset smoke --max-steps 30   # CPU, seconds
 
 `eval` is passkey exact match with the full-precision forward pass (no cache): the precondition for the
@@ -326,18 +327,58 @@ def passkey_eval(model, text: np.ndarray, context: int, count: int, seed: int) -
     return {"context": context, "sequences": count, "exact_match": hits / count, "answer_nll": float(np.mean(nll))}
 
 
-def evaluate(args) -> int:
+SHARD_BYTES = 15 * 2**20     # the device tool returns files of at most 16 MiB
+
+
+def load_run(run: pathlib.Path):
+    """The model of a run folder: exported float16 shards (model-*.safetensors with config.json), else the
+    final model.safetensors, else the checkpoint's weights."""
     import mlx.core as mx
 
-    st = json.loads((args.run / "state.json").read_text())
-    corpus = load_corpus(args.corpus)
+    cfg = run / "config.json"
+    st = json.loads((cfg if cfg.is_file() else run / "state.json").read_text())
     model = new_model(st["preset"], 0)
-    wp = args.run / "model.safetensors"
-    if wp.is_file():
-        model.load_weights(str(wp), strict=True)
+    shards = sorted(run.glob("model-*.safetensors"))
+    if shards:
+        weights = [kv for f in shards for kv in mx.load(str(f)).items()]
+    elif (run / "model.safetensors").is_file():
+        weights = list(mx.load(str(run / "model.safetensors")).items())
     else:
-        flat = mx.load(str(args.run / "checkpoint.safetensors"))
-        model.load_weights([(k[6:], v) for k, v in flat.items() if k.startswith("model.")], strict=True)
+        flat = mx.load(str(run / "checkpoint.safetensors"))
+        weights = [(k[6:], v) for k, v in flat.items() if k.startswith("model.")]
+    model.load_weights(weights, strict=True)
+    return model, st
+
+
+def export(args) -> int:
+    """float16 weights in shards of at most SHARD_BYTES, plus config.json (recipe, step, corpus, commands)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    model, st = load_run(args.run)
+    flat = [(k, v.astype(mx.float16)) for k, v in tree_flatten(model.parameters())]
+    args.out.mkdir(parents=True, exist_ok=True)
+    shards, cur, size = [], {}, 0
+    for k, v in flat:
+        if cur and size + v.nbytes > SHARD_BYTES:
+            shards.append(cur)
+            cur, size = {}, 0
+        cur[k] = v
+        size += v.nbytes
+    shards.append(cur)
+    for i, sh in enumerate(shards):
+        mx.save_safetensors(str(args.out / f"model-{i + 1:02d}.safetensors"), sh)
+    cfg = {k: st[k] for k in ("preset", "phases", "step", "total", "seed", "lr", "mix", "answer_weight", "corpus",
+                              "model_args", "parameters", "commands") if k in st}
+    cfg["dtype"] = "float16"
+    (args.out / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    print(f"wrote {len(shards)} shard(s) and config.json to {args.out} (step {st['step']}/{st['total']})")
+    return 0
+
+
+def evaluate(args) -> int:
+    model, st = load_run(args.run)
+    corpus = load_corpus(args.corpus)
     res = [passkey_eval(model, corpus["heldout"], c, args.sequences, args.seed) for c in args.contexts]
     for r in res:
         print(f"context {r['context']}: passkey exact match {r['exact_match']:.0%} (answer NLL "
@@ -376,6 +417,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-minutes", type=float, default=8.0)
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in this call")
     p.add_argument("--log-every", type=int, default=25)
+    p = sub.add_parser("export", help="float16 weights of a run in shards of <= 15 MiB, with config.json")
+    p.add_argument("--run", type=pathlib.Path, required=True)
+    p.add_argument("--out", type=pathlib.Path, required=True)
     p = sub.add_parser("eval", help="passkey exact match of a run (no cache)")
     p.add_argument("--run", type=pathlib.Path, required=True)
     p.add_argument("--corpus", type=pathlib.Path, default=None)
@@ -391,7 +435,7 @@ def main(argv=None) -> int:
             parse_phases(args.phases, args.preset)
         except ValueError as e:
             ap.error(str(e))
-    return {"pack-corpus": pack_corpus, "train": train, "eval": evaluate}[args.cmd](args)
+    return {"pack-corpus": pack_corpus, "train": train, "eval": evaluate, "export": export}[args.cmd](args)
 
 
 if __name__ == "__main__":
