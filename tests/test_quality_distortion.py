@@ -122,5 +122,16 @@ def test_committed_recommendation_flags_build_working_caches():
         p = argparse.ArgumentParser()
         kv_flags.add_arguments(p)
         caches = make_prompt_cache(model, **kv_flags.settings(p.parse_args(flags.split())))
-        out = model(mx.array([[1, 2, 3, 4] * 16]), cache=caches)
+        out = model(mx.array([[1, 2, 3, 4] * 2]), cache=caches)
         assert bool(mx.isfinite(out).all()), flags
+
+
+def test_quality_recommend_prints_the_committed_table(capsys, tmp_path):
+    from veloxquant.tools import cli
+
+    assert cli.main(["quality", "--recommend"]) == 0
+    out = capsys.readouterr().out
+    rec = json.loads((qd.ROOT / "docs" / "distortion.json").read_text())["recommendation"]
+    assert all(x["flags"] in out for x in rec)
+    assert qd.print_recommendation(tmp_path / "absent.json") == 2
+    assert "--recommend" in capsys.readouterr().err

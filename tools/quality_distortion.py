@@ -331,6 +331,29 @@ def trained_rows(head_dim: int, acts: dict, seed: int, grid, progress, queries_p
     return rows
 
 
+SPREAD_GRID = [("turboquant", 2, None), ("turboquant_prod", 2, None), ("rabitq", 1, None)]
+
+
+def seed_spread(head_dim: int, acts: dict, seeds, grid, progress=None) -> list[dict]:
+    """The inner-product bias of each configuration under several seeds (other rotation / QJL signs): the
+    papers' unbiasedness is an expectation over that randomness, while a cache uses one seed per head."""
+    out = []
+    for m, b, b2 in grid:
+        per = {"k": [], "v": []}
+        for sd in seeds:
+            for r in trained_rows(head_dim, acts, sd, [(m, b, b2)], lambda r: None):
+                per[r["role"]].append((r["ip_rel_bias"], r["ip_rel_bias_se"]))
+        for role, v in per.items():
+            bias = np.array([x for x, _ in v])
+            row = {"data": f"trained hd{head_dim}", "role": role, "label": label(m, b, b2), "seeds": list(seeds),
+                   "bias": bias.tolist(), "mean": float(bias.mean()), "sd": float(bias.std(ddof=1)),
+                   "within_se": float(np.mean([e for _, e in v]))}
+            out.append(row)
+            if progress:
+                progress(row)
+    return out
+
+
 # ---- recommendation -------------------------------------------------------------------------------------
 # Speed from docs/benchmarks.md where it measured the configuration (H200, random Llama-3-8B-shaped model,
 # d = 128). Only these widths were benchmarked; the others run the same kernels with other code widths.
@@ -444,6 +467,9 @@ def add_arguments(p) -> None:
     p.add_argument("--length", type=int, default=1024, help="bytes per held-out window")
     p.add_argument("--methods", nargs="+", default=None, help="only these methods (default: the whole grid)")
     p.add_argument("--seed", type=int, default=0, help="data and cache seed")
+    p.add_argument("--spread-seeds", type=int, default=6,
+                   help="seeds for the trained data's bias spread (turboquant b2, turboquant_prod b2, rabitq; "
+                        "1: skip it)")
     p.add_argument("--ablation-vectors", type=int, default=25000,
                    help="unit vectors per draw of the QJL projection ablation (0: skip it)")
     p.add_argument("--quality-json", type=pathlib.Path, default=ROOT / "docs" / "quality-trained.json",
@@ -484,13 +510,19 @@ def run(args) -> int:
               f"bias {r['ip_rel_bias']:+.3f} d*var {r['ip_d_var']:.4f} bits {r['bits_per_coord']:.2f} "
               f"({r['seconds']:.1f}s)", flush=True)
 
-    rows = []
+    rows, spread = [], []
     for d in args.dims:
         rows += synthetic_rows(d, args.tokens, args.heads, args.seed, grid, progress)
     for hd in args.trained:
         print(f"trained hd{hd}: capturing queries/keys/values of {args.sequences} x {args.length} bytes", flush=True)
         acts = trained_activations(hd, args.sequences, args.length, args.seed)
         rows += trained_rows(hd, acts, args.seed, grid, progress)
+        sgrid = [c for c in SPREAD_GRID if c in grid]
+        if args.spread_seeds > 1 and sgrid:
+            print(f"trained hd{hd}: inner-product bias over {args.spread_seeds} seeds", flush=True)
+            spread += seed_spread(hd, acts, range(args.seed, args.seed + args.spread_seeds), sgrid,
+                                  lambda r: print(f"  {r['role']} {r['label']:<20} bias per seed "
+                                                  + " ".join(f"{b:+.4f}" for b in r["bias"]), flush=True))
     ablation = []
     if args.ablation_vectors > 0 and any(m == "turboquant_prod" for m, _, _ in grid):
         print("QJL projection ablation (Gaussian S vs Hadamard), d = 64", flush=True)
@@ -508,11 +540,11 @@ def run(args) -> int:
               "device": _device(), "wall_s": round(time.time() - t_start, 1),
               "settings": {"dims": args.dims, "tokens": args.tokens, "heads": args.heads, "trained": args.trained,
                            "sequences": args.sequences, "length": args.length, "seed": args.seed,
-                           "ablation_vectors": args.ablation_vectors,
+                           "ablation_vectors": args.ablation_vectors, "spread_seeds": args.spread_seeds,
                            "kivi_group_size": KIVI_GROUP, "mlx_affine_group_size": AFFINE_GROUP,
                            "quality_json": str(args.quality_json.relative_to(ROOT)
                                                if args.quality_json.is_relative_to(ROOT) else args.quality_json)},
-              "rows": rows, "qjl_ablation": ablation, "recommendation": rec, "kl_additivity": additivity(kl)}
+              "rows": rows, "seed_spread": spread, "qjl_ablation": ablation, "recommendation": rec, "kl_additivity": additivity(kl)}
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")
@@ -521,6 +553,27 @@ def run(args) -> int:
         from . import quality_distortion_doc as doc
 
         return doc.write_docs(result, args.json, args.markdown)
+    return 0
+
+
+def print_recommendation(path: pathlib.Path) -> int:
+    """The recommendation table of a distortion JSON, for `veloxquant quality --recommend`."""
+    if not path.is_file():
+        print(f"--recommend: {path} does not exist (write it with `veloxquant distortion --json ...`)", file=sys.stderr)
+        return 2
+    res = json.loads(path.read_text())
+    rec = [x for x in res.get("recommendation") or [] if x.get("keys")]
+    if not rec:
+        print(f"--recommend: {path} holds no recommendation", file=sys.stderr)
+        return 2
+    print(f"Best KV-cache configuration per bit budget (mean stored bits per coordinate over keys and values, "
+          f"window 0), by KL of the trained byte model; from {path.name} ({res['date']}); details: "
+          f"docs/distortion.md#recommendation-by-bit-budget")
+    print(f"{'budget':>6} {'head dim':>8}  {'keys / values':<40} {'bits':>5} {'KL sum':>7}  flags")
+    for x in rec:
+        kv = f"{x['recommended_keys']} / {x['recommended_values']}"
+        print(f"{x['budget']:>6} {x['head_dim']:>8}  {kv:<40} {x['recommended_bits']:>5.2f} "
+              f"{x['recommended_kl_sum']:>7.4f}  {x['flags']}")
     return 0
 
 
