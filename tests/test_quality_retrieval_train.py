@@ -40,21 +40,27 @@ def test_smoke_training_lowers_the_loss_and_resumes(tmp_path):
     np.savez_compressed(corpus, train=TEXT, heldout=TEXT, manifest=json.dumps({"sha256": "test"}))
     common = ["train", "--preset", "smoke", "--phases", "16x4x64", "--out-dir", str(out), "--log-every", "1",
               "--corpus", str(corpus)]
-    assert rt.main(common + ["--max-steps", "10"]) == 0
+    assert rt.main(common + ["--max-steps", "10"]) == 0                      # compiled step (the default)
     st = json.loads((out / "state.json").read_text())
     assert st["step"] == 10 and not (out / "model.safetensors").exists()
-    assert rt.main(common + ["--resume"]) == 0
+    plain = tmp_path / "plain"                                              # the same steps, not compiled
+    assert rt.main(common[:6] + [str(plain)] + common[7:] + ["--max-steps", "10", "--no-compile"]) == 0
+    losses = lambda d: [json.loads(l)["loss"] for l in (d / "log.jsonl").read_text().splitlines()]  # noqa: E731
+    assert np.allclose(losses(out), losses(plain), atol=2e-3)
+    assert rt.main(common + ["--resume", "--no-compile"]) == 0
     log = [json.loads(l) for l in (out / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == list(range(1, 17))
     first, last = np.mean([r["loss"] for r in log[:3]]), np.mean([r["loss"] for r in log[-3:]])
     assert last < first - 0.5, (first, last)            # from ~ln 256 = 5.5 at init
     assert (out / "model.safetensors").exists()
-    assert rt.main(common + ["--resume", "--phases", "8x4x64"]) == 2    # another recipe is refused
+    assert rt.main(common + ["--resume", "--phases", "8x4x64", "--no-compile"]) == 2   # another recipe: refused
     assert rt.main(["export", "--run", str(out), "--out", str(tmp_path / "export")]) == 0
     a, _ = rt.load_run(out)
     b, cfg = rt.load_run(tmp_path / "export")
     x = mx.array([list(range(40, 104))])
     assert cfg["step"] == 16 and np.allclose(np.array(a(x)), np.array(b(x)), atol=1e-3)
+    res = rt.passkey_eval(b, TEXT, 96, 2, 0)
+    assert res["sequences"] == 2 and 0 <= res["exact_match"] <= 1 and res["answer_nll"] > 0
 
 
 def test_bad_phases_are_named():

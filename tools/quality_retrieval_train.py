@@ -259,6 +259,20 @@ def train(args) -> int:
         return (ce * w).sum() / w.sum(), (ce * (w > 1)).sum() / mx.maximum((w > 1).sum(), 1)
 
     grad = nn.value_and_grad(model, loss_fn)
+    if not args.resume:
+        opt.init(model.trainable_parameters())
+
+    def step_fn(x, y, w):
+        (loss, ans), g = grad(model, x, y, w)
+        g, gnorm = optim.clip_grad_norm(g, 1.0)
+        opt.update(model, g)
+        return loss, ans, gnorm
+
+    if args.compile:   # one graph per sequence shape (a handful of phases): fewer launches on the GPU
+        from functools import partial
+
+        state = [model.state, opt.state]
+        step_fn = partial(mx.compile, inputs=state, outputs=state)(step_fn)
     t0 = time.time()
     done_before = step
     bounds = np.cumsum([s for s, _, _ in phases])
@@ -276,9 +290,7 @@ def train(args) -> int:
             seqs, masks = batch(text, bsz, length, rng, mix)
             x = mx.array(seqs)
             w = mx.array(np.where(masks[:, 1:], args.answer_weight, 1.0).astype(np.float32))
-            (loss, ans), g = grad(model, x[:, :-1], x[:, 1:], w)
-            g, gnorm = optim.clip_grad_norm(g, 1.0)
-            opt.update(model, g)
+            loss, ans, gnorm = step_fn(x[:, :-1], x[:, 1:], w)
             mx.eval(loss, ans, model.parameters(), opt.state)
             step += 1
             if step % args.log_every == 0 or step == total or step - done_before == 1:
@@ -417,6 +429,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-minutes", type=float, default=8.0)
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in this call")
     p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                   help="mx.compile the training step (default on; --no-compile to debug)")
     p = sub.add_parser("export", help="float16 weights of a run in shards of <= 15 MiB, with config.json")
     p.add_argument("--run", type=pathlib.Path, required=True)
     p.add_argument("--out", type=pathlib.Path, required=True)
