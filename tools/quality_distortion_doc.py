@@ -105,7 +105,7 @@ DEPARTURES = [
      "and projection, and a cache fixes one per head. The spread over seeds (table below) is several times the "
      "within-run standard error; its mean is near zero (keys: near the Hadamard bias above)."),
     ("unbiased_over_seeds", "Averaged over seeds, turboquant_prod and rabitq are unbiased on the trained keys "
-     "and values within that spread (plus the Hadamard sketch's O(1/d) excess)."),
+     "and values within that spread (turboquant_prod plus the Hadamard sketch's O(1/d) excess)."),
     ("rabitq_matches_scale", "**rabitq** is unbiased and its d · Var agrees within 15 % with the scale of "
      "its paper's bound, (1 − ⟨ō,o⟩²)/⟨ō,o⟩² · d/(d − 1) with ⟨ō,o⟩² ≈ 2/π (≈ 0.58): the O(1/√d) error "
      "the paper states, with the RHT in place of a Haar rotation."),
