@@ -1,0 +1,68 @@
+"""tools/quality_retrieval_train.py: the curriculum's sequences hold what their answers need, and a few CPU
+steps of the smoke preset lower the loss, checkpoint and resume."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from veloxquant.tools import quality_retrieval_train as rt
+
+TEXT = np.frombuffer(("def f(x):\n    return x + 1\n\n# a comment line\nclass A:\n    pass\n" * 400).encode(), np.uint8)
+
+
+@pytest.mark.parametrize("task", ["passkey", "kv", "span"])
+def test_sequences_hold_their_answers(task):
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        seq, mask = rt.make_sequence(TEXT, 512, rng, {task: 1.0})
+        assert seq.shape == (512,) and mask.shape == (512,) and mask.any()
+        b = seq.tobytes()
+        if task == "span":
+            idx = np.flatnonzero(mask)
+            n = idx.size + 1                       # the mask skips the second copy's first byte
+            second = b[idx[0] - 1 : idx[-1] + 1]
+            assert len(second) == n and b.find(second) < idx[0] - 1   # an earlier copy exists
+        else:
+            assert mask[-rt.DIGITS :].all() and mask.sum() == rt.DIGITS
+            line_end = b.rfind(b"\n")
+            query = b[line_end + 1 :]                 # "<prefix><digits>" on the last line
+            prefix, answer = query[: -rt.DIGITS], query[-rt.DIGITS :]
+            assert answer.isdigit() and prefix.endswith(b" = ")
+            assert b[: line_end + 1].count(b"\n" + prefix + answer + b"\n") == 1   # the needle, once
+
+
+def test_smoke_training_lowers_the_loss_and_resumes(tmp_path):
+    mx = pytest.importorskip("mlx.core")
+    out = tmp_path / "run"
+    corpus = tmp_path / "corpus.npz"           # a small corpus: the stdlib scan is not what is tested here
+    np.savez_compressed(corpus, train=TEXT, heldout=TEXT, manifest=json.dumps({"sha256": "test"}))
+    common = ["train", "--preset", "smoke", "--phases", "16x4x64", "--out-dir", str(out), "--log-every", "1",
+              "--corpus", str(corpus)]
+    assert rt.main(common + ["--max-steps", "10"]) == 0                      # compiled step (the default)
+    st = json.loads((out / "state.json").read_text())
+    assert st["step"] == 10 and not (out / "model.safetensors").exists()
+    plain = tmp_path / "plain"                                              # the same steps, not compiled
+    assert rt.main(common[:6] + [str(plain)] + common[7:] + ["--max-steps", "10", "--no-compile"]) == 0
+    losses = lambda d: [json.loads(l)["loss"] for l in (d / "log.jsonl").read_text().splitlines()]  # noqa: E731
+    assert np.allclose(losses(out), losses(plain), atol=2e-3)
+    assert rt.main(common + ["--resume", "--no-compile"]) == 0
+    log = [json.loads(l) for l in (out / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == list(range(1, 17))
+    first, last = np.mean([r["loss"] for r in log[:3]]), np.mean([r["loss"] for r in log[-3:]])
+    assert last < first - 0.5, (first, last)            # from ~ln 256 = 5.5 at init
+    assert (out / "model.safetensors").exists()
+    assert rt.main(common + ["--resume", "--phases", "8x4x64", "--no-compile"]) == 2   # another recipe: refused
+    assert rt.main(["export", "--run", str(out), "--out", str(tmp_path / "export")]) == 0
+    a, _ = rt.load_run(out)
+    b, cfg = rt.load_run(tmp_path / "export")
+    x = mx.array([list(range(40, 104))])
+    assert cfg["step"] == 16 and np.allclose(np.array(a(x)), np.array(b(x)), atol=1e-3)
+    res = rt.passkey_eval(b, TEXT, 96, 2, 0)
+    assert res["sequences"] == 2 and 0 <= res["exact_match"] <= 1 and res["answer_nll"] > 0
+
+
+def test_bad_phases_are_named():
+    with pytest.raises(SystemExit):
+        rt.main(["train", "--preset", "smoke", "--phases", "10x4", "--out-dir", "/tmp/unused"])
