@@ -52,10 +52,11 @@ class StepKV(PackedKV):
     the step's append token, or its pending append (decode_step._Pending) when the attention launch is to store the
     chunk; reading `flags` or `record` first launches such an append on its own."""
 
-    def __init__(self, stream, bufs: dict, encoded: int, token, step):
+    def __init__(self, stream, bufs: dict, encoded: int, token, step, lo: int = 0):
         object.__setattr__(self, "token_or_pending", token)
         object.__setattr__(self, "step", step)
         object.__setattr__(self, "encoded", encoded)      # the step's state: what its attention launch reads
+        object.__setattr__(self, "lo", lo)                # its first valid row (a sliding-window cache's evictions)
         object.__setattr__(self, "_lazy", (stream, bufs, encoded))
 
     @property
@@ -63,17 +64,21 @@ class StepKV(PackedKV):
         t = self.token_or_pending
         return t if type(t) is mx.array else t.resolve()
 
-    def plan_record(self, token: mx.array | None = None) -> PackedRecord:
-        """The step's record with `token` (not kept: the fused launch's plan, which sets its token itself)."""
+    def plan_record(self, token: mx.array | None = None, rows: bool = False) -> PackedRecord:
+        """The step's record with `token` (not kept: the fused launch's plan, which sets its token itself, over the
+        whole buffers and rows lo .. lo + encoded - 1); `rows`: its fields from row lo (what other paths read)."""
         s, bufs, q = self.__dict__.get("_lazy") or self.__dict__["_plan"]
+        lo = self.lo
+        if rows and lo:
+            bufs = {n: b[:, :, lo:] for n, b in bufs.items()}
         return PackedRecord(s.params, Views(bufs, {n: q for n in bufs}), s._window, q, s._method.decode_tokens, token)
 
     @property
     def record(self) -> PackedRecord:
         lazy = self.__dict__.get("_lazy")
         if lazy is not None:
-            # the step's state: rows 0..q-1 of every field (per-token records, nothing evicted), no window
-            object.__setattr__(self, "_record", self.plan_record(self.flags))
+            # the step's state: rows lo..lo+q-1 of every field (per-token records), no window
+            object.__setattr__(self, "_record", self.plan_record(self.flags, rows=True))
             object.__setattr__(self, "_plan", lazy)
             del self.__dict__["_lazy"]
         return self.__dict__["_record"]

@@ -207,10 +207,6 @@ def test_a_merged_batch_takes_one_fast_step_per_layer(cuda, paths, kw):
     _assert_fast(cuda, paths, [c.inner for c in merged], len(merged) * STEPS)
 
 
-@pytest.mark.xfail(strict=True, reason="VeloxRotatingKVCache evicts a token before every append once full: the "
-                   "eviction bumps the streams' versions (InPlace.holds fails) and leaves rows before lo in the "
-                   "buffers, which InPlace.check and DecodeStep.applies refuse (the append writes at buffer row Q, "
-                   "the step's record reads rows from 0), so every step runs the general path")
 def test_a_sliding_window_cache_takes_the_fast_path(cuda, paths):
     from veloxquant.accelerated.cache import VeloxRotatingKVCache
     model = tiny_llama(64, layers=2)

@@ -66,10 +66,15 @@ class VeloxRotatingKVCache(VeloxKVCache):
         return held - drop
 
     def _evict(self) -> None:
+        self._flush_step()              # a chunk its decode step left pending counts among the held tokens
         drop = self._held() - self._held_after_eviction()
         if drop > 0:
+            plan = self._in_place
+            held = plan is not None and plan.kver == self._k._version and plan.vver == self._v._version
             self._k.evict(drop)
             self._v.evict(drop)
+            if held:                    # rows are only skipped: the in-place append (and decode step) go on
+                plan.evicted()
         if self._k is not None and self._k.dead_rows() > max(_COMPACT_ROWS, self._k.tokens):
             self._settle(keep=0)
             self._chunks.clear()      # marks taken before a compaction cannot be restored
