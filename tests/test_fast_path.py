@@ -239,3 +239,17 @@ def test_mixed_methods_attend_through_the_kernels_without_decoding_the_cache(cud
     assert {role for role, _ in fronts} == {"k"} and len(fronts) == len(caches) * STEPS, fronts[:4]
     most = max(n for _, n in fronts)
     assert vp.window <= most <= vp.window + vp.group_size - 1, f"keys' tokens decoded per step: up to {most}"
+
+
+def test_a_sliding_window_kivi_cache_attends_through_the_kernels(cuda, paths):
+    """A sliding-window KIVI cache holds up to G - 1 tokens older than the window, which its make_mask hides with an
+    array (rotating.py); remembered as a row start, the step attends through the kernels, not the ops path (the
+    kernels take no array mask)."""
+    from veloxquant.accelerated.cache import VeloxRotatingKVCache
+    model = tiny_llama(64, layers=2)
+    caches = [VeloxRotatingKVCache(300, method="kivi", layer=i) for i in range(2)]
+    model(mx.array(np.arange(400) % 500)[None], cache=caches)
+    _reset(cuda, paths)
+    _decode(model, caches)
+    assert paths["path"] == ["kernels"] * (len(caches) * STEPS), sorted(set(paths["path"]))
+    assert caches[0]._k._q > 0
