@@ -12,8 +12,9 @@ count).
 The bytes and the checks are those of the general path: the same launches with the same inputs
 (accelerated.kernels.append, accelerated.kernels.attention), the same `_Chunk` records (spec/streaming.md,
 'Deferred rejection'), the same state changes (stream.append_in_place). Anything else (another shape or
-dtype, a stream changed by trim/restore/evict, no room left in a buffer, a mask, a query block the kernels
-do not take) returns to the general path. Where the combine is its own launch (kernels.attention.FUSE_COMBINE
+dtype, a stream changed by trim/restore/compaction, no room left in a buffer, a mask, a query block the kernels
+do not take) returns to the general path; a sliding-window cache's eviction only moves the first valid row (lo: the
+append writes at row lo + Q, the attention reads the buffers from row lo as a one-row RowStarts). Where the combine is its own launch (kernels.attention.FUSE_COMBINE
 off, Metal), the step makes both launches as kernels.attention.attention does.
 
 With kernels.attention.FUSE_APPEND (on by default; docs/decode-step-analysis.md, ninth and tenth passes) the step's
