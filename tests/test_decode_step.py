@@ -286,6 +286,24 @@ def test_a_sliding_window_cache_stays_on_the_step_when_it_evicts(monkeypatch, gp
     assert any(g[2][4][0][1] == 0 and i > 5 for i, g in enumerate(fast)), "no compaction in the run"
 
 
+def test_a_nan_chunk_in_a_sliding_window_cache_is_rolled_back_like_the_general_path(monkeypatch, gpu):
+    """A fault found while the step runs past evictions (rows from lo): the same rejection, offset and rows (lo
+    included) as the general path, and the cache goes on."""
+    make = lambda: VeloxRotatingKVCache(6, method="turboquant", bits=4, layer=0, seed=3)   # noqa: E731
+    ran, real = [], decode_step.DecodeStep.step
+    with monkeypatch.context() as m:
+        m.setattr(decode_step.DecodeStep, "step", lambda self, k, v: ran.append(1) or real(self, k, v))
+        _, err_fast, cf = _run(monkeypatch, gpu, general=False, tensor_cores=False, steps=9, nan_at=6, make=make)
+    assert len(ran) >= 5, f"the decode step ran {len(ran)} times: the test does not reach it"
+    _, err_ref, cr = _run(monkeypatch, gpu, general=True, tensor_cores=False, steps=9, nan_at=6, make=make)
+    assert err_fast is not None and err_fast == err_ref, (err_fast, err_ref)
+    rows = lambda c: [(r.n, r.lo) for s in (c._k, c._v) for r in s._rows.values()]   # noqa: E731
+    assert rows(cf) == rows(cr) and any(lo for _, lo in rows(cf)), (rows(cf), rows(cr))
+    _layer(cf, 10)
+    _layer(cr, 10)
+    assert cf.offset == cr.offset and rows(cf) == rows(cr)
+
+
 def test_a_copied_cache_appends_into_its_own_buffers(monkeypatch, gpu):
     """mlx-lm deep-copies prompt caches: the copy must not keep the original's decode step (which writes into
     the original's buffers)."""
