@@ -52,10 +52,11 @@ class StepKV(PackedKV):
     the step's append token, or its pending append (decode_step._Pending) when the attention launch is to store the
     chunk; reading `flags` or `record` first launches such an append on its own."""
 
-    def __init__(self, stream, bufs: dict, encoded: int, token, step):
+    def __init__(self, stream, bufs: dict, encoded: int, token, step, lo: int = 0):
         object.__setattr__(self, "token_or_pending", token)
         object.__setattr__(self, "step", step)
         object.__setattr__(self, "encoded", encoded)      # the step's state: what its attention launch reads
+        object.__setattr__(self, "lo", lo)                # its first valid row (a sliding-window cache's evictions)
         object.__setattr__(self, "_lazy", (stream, bufs, encoded))
 
     @property
@@ -63,17 +64,21 @@ class StepKV(PackedKV):
         t = self.token_or_pending
         return t if type(t) is mx.array else t.resolve()
 
-    def plan_record(self, token: mx.array | None = None) -> PackedRecord:
-        """The step's record with `token` (not kept: the fused launch's plan, which sets its token itself)."""
+    def plan_record(self, token: mx.array | None = None, rows: bool = False) -> PackedRecord:
+        """The step's record with `token` (not kept: the fused launch's plan, which sets its token itself, over the
+        whole buffers and rows lo .. lo + encoded - 1); `rows`: its fields from row lo (what other paths read)."""
         s, bufs, q = self.__dict__.get("_lazy") or self.__dict__["_plan"]
+        lo = self.lo
+        if rows and lo:
+            bufs = {n: b[:, :, lo:] for n, b in bufs.items()}
         return PackedRecord(s.params, Views(bufs, {n: q for n in bufs}), s._window, q, s._method.decode_tokens, token)
 
     @property
     def record(self) -> PackedRecord:
         lazy = self.__dict__.get("_lazy")
         if lazy is not None:
-            # the step's state: rows 0..q-1 of every field (per-token records, nothing evicted), no window
-            object.__setattr__(self, "_record", self.plan_record(self.flags))
+            # the step's state: rows lo..lo+q-1 of every field (per-token records), no window
+            object.__setattr__(self, "_record", self.plan_record(self.flags, rows=True))
             object.__setattr__(self, "_plan", lazy)
             del self.__dict__["_lazy"]
         return self.__dict__["_record"]
@@ -99,9 +104,51 @@ def path(queries: mx.array, keys: PackedKV, values: PackedKV, mask=None) -> str:
     if queries.shape[2] > MAX_PACKED_QUERIES or (mask is not None and not isinstance(mask, (str, RowStarts))
                                                    and queries.shape[2] > 1 and mask.size > 2 ** 24):
         return "decoded"
-    if _kernels().supports(queries, keys.record, values.record, mask):
+    k, v = keys.record, values.record
+    if k.encoded != v.encoded:       # what `aligned` makes of them, shapes only (supports reads no field)
+        n = common_prefix(k, v)
+        k, v = dataclasses.replace(k, encoded=n), dataclasses.replace(v, encoded=n)
+    if _kernels().supports(queries, k, v, mask):
         return "kernels"
     return "ops"
+
+
+def common_prefix(k: PackedRecord, v: PackedRecord) -> int:
+    """The encoded tokens both records can be read from: the shorter encoded prefix, cut to whole groups of KIVI
+    keys where that role has more (their scale and zero rows cover G tokens each)."""
+    n = min(k.encoded, v.encoded)
+    for r in (k, v):
+        p = r.params
+        if r.encoded > n and p.method == "kivi" and p.role == "k":
+            n -= n % p.group_size
+    return n
+
+
+def aligned(k: PackedRecord, v: PackedRecord) -> tuple[PackedRecord, PackedRecord]:
+    """Both records with the same encoded prefix, as the kernels read them (one split per token range for both
+    roles): where the keys and the values flush at different points (different methods or windows in one layer:
+    keys turboquant with R = 0, values KIVI with R = 128 and groups of G), the tokens one role has encoded beyond
+    `common_prefix` are decoded (float32, what every path attends over) in front of its exact window. At most the
+    other role's window plus a group per step: never the whole cache (the ops path, which decoded it all per step,
+    was what such a layer fell back to)."""
+    if k.encoded == v.encoded:
+        return k, v
+    n = common_prefix(k, v)
+    return _decoded_front(k, n), _decoded_front(v, n)
+
+
+def _decoded_front(r: PackedRecord, n: int) -> PackedRecord:
+    """`r` with encoded tokens n..Q-1 moved, decoded, into the front of its window (float32)."""
+    if r.encoded == n:
+        return r
+    b, h, _, d = r.window.shape
+    block = r.block(n, r.encoded)
+    if r.token is not None:      # rows stored in place by a pending launch: read after it, with no host wait
+        block = dict(zip(block, mx.depends(list(block.values()), [r.token])))
+    front = r.decode_tokens(block, r.params, d).astype(mx.float32)
+    window = mx.concatenate([front, r.window.astype(mx.float32)], axis=2) if r.window.shape[2] else front
+    # the fields as they are: the kernels read rows < encoded only
+    return dataclasses.replace(r, window=window, encoded=n)
 
 
 def _decoded_rows(queries, k, v, scale: float, rows: RowStarts) -> mx.array:
@@ -143,7 +190,7 @@ def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, ma
         else:
             out = mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask)
     elif which == "kernels":
-        out = _kernels().attention(queries, keys.record, values.record, scale, mask)
+        out = _kernels().attention(queries, *aligned(keys.record, values.record), scale, mask)
     else:
         out = ops_attention.attention(queries, keys.record, values.record, scale, mask)
     return _with_flags(out, keys, values)

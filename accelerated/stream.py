@@ -37,7 +37,7 @@ def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, 
         plan = InPlace.check(k, v, keys, values)
         if plan is None:
             return None, None
-    token = fused.append(k.params, keys, plan.kbufs, v.params, values, plan.vbufs, k._q, after)
+    token = fused.append(k.params, keys, plan.kbufs, v.params, values, plan.vbufs, plan.base(), after)
     plan.stored(token)
     return token, plan
 
@@ -55,14 +55,17 @@ class InPlace:
         from veloxquant.accelerated.kernels import append as fused
         t = keys.shape[2]
         room = None
+        lo = next(iter(k._rows.values())).lo
         for s, x in ((k, keys), (v, values)):
             b, h, _, d = x.shape
             if (s._bhd != (b, h, d) or not hasattr(s._method, "encode_launch") or not fused.applies(s.params)
                     or s._window is None or s._window.shape[2] or s._window.dtype != x.dtype or s._q != k._q):
                 return None
             for r in s._rows.values():
-                # r.lo: rows evicted by a sliding-window cache; the kernel writes at row Q of the buffer
-                if r.buf is None or r.lo or r.n + t > r.buf.shape[2] or not fused.fits(b, h, r.buf.shape[2]):
+                # r.lo: rows evicted by a sliding-window cache (the same in every per-token field of both
+                # streams); the kernel writes at row lo + Q of the buffer (base)
+                if r.buf is None or r.lo != lo or r.n - lo != k._q or r.n + t > r.buf.shape[2] \
+                        or not fused.fits(b, h, r.buf.shape[2]):
                     return None
                 room = r.buf.shape[2] - r.n if room is None else min(room, r.buf.shape[2] - r.n)
         p = cls()
@@ -75,6 +78,15 @@ class InPlace:
 
     def __deepcopy__(self, memo):
         return None       # a copied cache has copied buffers: its first append checks again
+
+    def base(self) -> int:
+        """The buffer row of the next token: Q past the rows a sliding-window cache evicted (lo)."""
+        return self.rows[0].n
+
+    def evicted(self) -> None:
+        """Both streams evicted their oldest tokens (Stream.evict, rows skipped in place: buffers and row ends
+        unchanged) since the versions this plan holds for: it holds for the new versions too."""
+        self.kver, self.vver = self.k._version, self.v._version
 
     def stored(self, token: mx.array) -> None:
         """Both streams now end with the chunk the launch of `token` stored (t rows more); the plan follows."""

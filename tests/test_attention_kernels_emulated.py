@@ -716,3 +716,74 @@ def test_append_inside_with_row_starts(tc, monkeypatch):
                                        err_msg=f"APPEND + row starts, rows below the starts {how}")
     finally:
         katt._static.cache_clear()
+
+
+UNEVEN_CASES = [
+    # key method/kw/window, value method/kw/window, (B, Hkv, rep, L, T, d), queries dtype, causal: the two roles
+    # flush at different points, so their records have different encoded prefixes
+    (("turboquant", dict(bits=3), 0), ("kivi", dict(bits=2, group_size=16), 16), (1, 2, 2, 1, 100, 64), mx.float16,
+     False),
+    (("kivi", dict(bits=2, group_size=16), 16), ("turboquant", dict(bits=4), 0), (2, 1, 3, 2, 100, 64), mx.float16,
+     True),
+    (("kivi", dict(bits=4, group_size=32), 0), ("kivi", dict(bits=2, group_size=16), 8), (1, 2, 1, 1, 100, 64),
+     mx.bfloat16, False),
+]
+
+
+@pytest.mark.parametrize("case", UNEVEN_CASES, ids=[f"{c[0][0]}{c[0][2]}-{c[1][0]}{c[1][2]}" for c in UNEVEN_CASES])
+def test_records_with_different_encoded_prefixes_through_the_kernels(case, monkeypatch):
+    """Keys and values of different methods or windows (keys turboquant 3-bit + values KIVI 2-bit, the recommended
+    quality configuration) have encoded prefixes of different lengths; accelerated.attention.aligned hands the
+    kernels both at the common prefix, the rest of the longer one decoded in front of its window. Within the
+    tolerance tier of float64 over the records' own decode, and of the ops path over the records as stored."""
+    from veloxquant.accelerated import attention as vatt
+    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    (km, kkw, kwin), (vm, vkw, vwin), (b, hkv, rep, lq, t, d), qdt, causal = case
+    rng = np.random.default_rng(t + d + len(km + vm))
+    kp = spec.Params(km, role="k", window=kwin, seed=2, layer=1, **kkw).resolved()
+    vp = spec.Params(vm, role="v", window=vwin, seed=2, layer=1, **vkw).resolved()
+    kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+    vx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+    q = mx.array((rng.standard_normal((b, hkv * rep, lq, d)) * 2).astype(np.float32)).astype(qdt)
+    k, v = _packed(kx, kp), _packed(vx, vp)
+    assert k.encoded != v.encoded, "the case must have uneven prefixes"
+    ka, va = vatt.aligned(k, v)
+    n = vatt.common_prefix(k, v)
+    assert ka.encoded == va.encoded == n > 0 and ka.window.shape[2] == va.window.shape[2] == t - n
+    scale = 1.0 / np.sqrt(d)
+    mask = "causal" if causal else None
+    got = emulate(q, ka, va, scale, mask)
+    ops_out = np.array(oatt.attention(q, k, v, scale, mask).astype(mx.float32))
+    want = f64_attention(np.array(q.astype(mx.float32)), np.array(k.dequantized()), np.array(v.dequantized()),
+                         scale, causal)
+    tol = {mx.float32: 2e-5, mx.float16: 2e-3, mx.bfloat16: 1.6e-2}[qdt] * np.abs(want).max()
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg="kernel body vs float64")
+    np.testing.assert_allclose(got, ops_out, rtol=0, atol=2 * tol, err_msg="kernel body vs ops path")
+
+
+@pytest.mark.parametrize("start", [0, 21], ids=["start0", "start21"])
+def test_row_starts_over_records_with_a_window(start, monkeypatch):
+    """A sliding-window KIVI cache holds up to G - 1 tokens older than its mask's window (rotating.py); its
+    make_mask's array is remembered as a row start and the kernels skip those encoded tokens (supports: only where
+    the start is known to stay below the window). Against float64 over the tokens from the start."""
+    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    b, hkv, rep, t, d = 1, 2, 2, 120, 64
+    rng = np.random.default_rng(5 + start)
+    kp = spec.Params("kivi", role="k", window=16, seed=4, layer=3, bits=2, group_size=16).resolved()
+    vp = spec.Params("kivi", role="v", window=16, seed=4, layer=3, bits=2, group_size=16).resolved()
+    kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+    vx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+    q = mx.array(rng.standard_normal((b, hkv * rep, 1, d)).astype(np.float32)).astype(mx.float16)
+    k, v = _packed(kx, kp), _packed(vx, vp)
+    assert k.window.shape[2] > 0 and 0 <= start <= k.encoded
+    mask = oatt.RowStarts(mx.array([start], dtype=mx.int32), False, None, (start,))
+    with monkeypatch.context() as m:
+        m.setattr(katt.backend, "available", lambda: (True, "emulated"))
+        assert katt.supports(q, k, v, mask)
+        assert not katt.supports(q, k, v, oatt.RowStarts(mx.array([k.encoded + 1], dtype=mx.int32), False, None,
+                                                          (k.encoded + 1,))), "a start inside the window"
+    scale = 1.0 / np.sqrt(d)
+    got = emulate(q, k, v, scale, mask)      # (a hidden token attended would move the output off the float64)
+    qf, kd, vd = np.array(q.astype(mx.float32)), np.array(k.dequantized()), np.array(v.dequantized())
+    want = f64_attention(qf, kd[:, :, start:], vd[:, :, start:], scale, False)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * np.abs(want).max(), err_msg="row starts + window")

@@ -235,16 +235,73 @@ def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, metho
         assert np.array_equal(a, b), f"{method}: stored state differs from the general path's"
 
 
-def test_a_sliding_window_cache_leaves_the_step_when_it_evicts(monkeypatch, gpu):
-    """VeloxRotatingKVCache evicts before it appends (a stream change): the step must give way to the general
-    path from then on, with the same launches and state."""
-    make = lambda: VeloxRotatingKVCache(8, method="turboquant", bits=4, layer=0, seed=3)   # noqa: E731
-    fast, _, cf = _run(monkeypatch, gpu, general=False, tensor_cores=False, steps=8, make=make)
-    ref, _, cr = _run(monkeypatch, gpu, general=True, tensor_cores=False, steps=8, make=make)
-    for i, (a, b) in enumerate(zip(fast, ref)):
-        assert a[1:] == b[1:], f"step {i}: {a[1:]} != {b[1:]}"
-        _same(_launches(a[0]), _launches(b[0]), f"step {i}")
-    assert cf._k.tokens == cr._k.tokens == 8
+@pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
+def test_a_sliding_window_cache_stays_on_the_step_when_it_evicts(monkeypatch, gpu, fuse_append):
+    """VeloxRotatingKVCache evicts before it appends once full: the rows are only skipped (lo), so the step goes on,
+    appending at buffer row lo + Q (the general path's bytes: the same append launch, the same state) and attending
+    over the whole buffers from row lo (a RowStarts of lo). A compaction (new buffers) takes the general path once,
+    then the step comes back."""
+    from veloxquant.accelerated.cache import rotating
+    monkeypatch.setattr(katt, "_mma_available", lambda: False)
+    monkeypatch.setattr(katt, "FUSE_APPEND", fuse_append)
+    monkeypatch.setattr(rotating, "_COMPACT_ROWS", 4)
+    ran = []
+    real = decode_step.DecodeStep.step
+    monkeypatch.setattr(decode_step.DecodeStep, "step", lambda self, k, v: ran.append(len(ran)) or real(self, k, v))
+
+    def run(general):
+        with monkeypatch.context() as m:
+            if general:
+                _general(m)
+            c = VeloxRotatingKVCache(8, method="turboquant", bits=4, layer=0, seed=3)
+            c.update_and_fetch(_x(7, t=5), _x(8, t=5))
+            steps = []
+            for i in range(16):
+                gpu.clear()
+                ran.clear()
+                _layer(c, i)
+                rows = [(r.n, r.lo) for s in (c._k, c._v) for r in s._rows.values()]
+                steps.append((gpu[:], bool(ran), (c.offset, c._k._q, c._v._q, len(c._chunks), rows)))
+            return steps
+    fast, ref = run(False), run(True)
+    on_step = 0
+    for i, ((fl, took, fs), (gl, _, gs)) in enumerate(zip(fast, ref)):
+        assert fs == gs, f"step {i}: (offset, key rows, value rows, chunks, (n, lo) per field) {fs} != {gs}"
+        lo, q = fs[4][0][1], fs[1]
+        for launches in (fl, gl):     # each path's append writes the row past the valid ones (now n - 1)
+            for a in _by_name(_launches(launches), "vq_append"):
+                assert int(a["inputs"][0][0]) == fs[4][0][0] - 1, f"step {i}: append at row {a['inputs'][0]}"
+        if not took:
+            continue
+        on_step += 1
+        appends = _by_name(_launches(fl), "vq_append")
+        if not fuse_append:
+            _same(appends, _by_name(_launches(gl), "vq_append"), f"step {i}: the append")
+        (part,) = _by_name(_launches(fl), "vq_attention_partial")
+        ins = dict(zip(part["names"], part["inputs"]))
+        assert int(ins["nenc"][0]) == lo + q, f"step {i}: the launch attends up to row {ins['nenc']}, not {lo + q}"
+        if lo:
+            assert part["name"].endswith("r") and int(ins["rstart"][0]) == lo, f"step {i}: rows from {lo} not skipped"
+    assert on_step >= 13, f"the decode step ran in {on_step} of 16 steps"
+    assert any(g[2][4][0][1] == 0 and i > 5 for i, g in enumerate(fast)), "no compaction in the run"
+
+
+def test_a_nan_chunk_in_a_sliding_window_cache_is_rolled_back_like_the_general_path(monkeypatch, gpu):
+    """A fault found while the step runs past evictions (rows from lo): the same rejection, offset and rows (lo
+    included) as the general path, and the cache goes on."""
+    make = lambda: VeloxRotatingKVCache(6, method="turboquant", bits=4, layer=0, seed=3)   # noqa: E731
+    ran, real = [], decode_step.DecodeStep.step
+    with monkeypatch.context() as m:
+        m.setattr(decode_step.DecodeStep, "step", lambda self, k, v: ran.append(1) or real(self, k, v))
+        _, err_fast, cf = _run(monkeypatch, gpu, general=False, tensor_cores=False, steps=9, nan_at=6, make=make)
+    assert len(ran) >= 5, f"the decode step ran {len(ran)} times: the test does not reach it"
+    _, err_ref, cr = _run(monkeypatch, gpu, general=True, tensor_cores=False, steps=9, nan_at=6, make=make)
+    assert err_fast is not None and err_fast == err_ref, (err_fast, err_ref)
+    rows = lambda c: [(r.n, r.lo) for s in (c._k, c._v) for r in s._rows.values()]   # noqa: E731
+    assert rows(cf) == rows(cr) and any(lo for _, lo in rows(cf)), (rows(cf), rows(cr))
+    _layer(cf, 10)
+    _layer(cr, 10)
+    assert cf.offset == cr.offset and rows(cf) == rows(cr)
 
 
 def test_a_copied_cache_appends_into_its_own_buffers(monkeypatch, gpu):

@@ -12,8 +12,9 @@ count).
 The bytes and the checks are those of the general path: the same launches with the same inputs
 (accelerated.kernels.append, accelerated.kernels.attention), the same `_Chunk` records (spec/streaming.md,
 'Deferred rejection'), the same state changes (stream.append_in_place). Anything else (another shape or
-dtype, a stream changed by trim/restore/evict, no room left in a buffer, a mask, a query block the kernels
-do not take) returns to the general path. Where the combine is its own launch (kernels.attention.FUSE_COMBINE
+dtype, a stream changed by trim/restore/compaction, no room left in a buffer, a mask, a query block the kernels
+do not take) returns to the general path; a sliding-window cache's eviction only moves the first valid row (lo: the
+append writes at row lo + Q, the attention reads the buffers from row lo as a one-row RowStarts). Where the combine is its own launch (kernels.attention.FUSE_COMBINE
 off, Metal), the step makes both launches as kernels.attention.attention does.
 
 With kernels.attention.FUSE_APPEND (on by default; docs/decode-step-analysis.md, ninth and tenth passes) the step's
@@ -89,9 +90,10 @@ class DecodeStep:
 
     @staticmethod
     def applies(plan) -> bool:
-        """Every field of both streams holds one row per encoded token from row 0 (what StepKV's record
-        assumes), and both streams have the same count."""
-        return plan.k._q == plan.v._q and all(r.lo == 0 and r.n == plan.k._q for r in plan.rows)
+        """Every field of both streams holds one row per encoded token from the same first row lo (what StepKV's
+        record assumes: 0, or the rows a sliding-window cache evicted), and both streams have the same count."""
+        lo = plan.rows[0].lo
+        return plan.k._q == plan.v._q and all(r.lo == lo and r.n - lo == plan.k._q for r in plan.rows)
 
     def __deepcopy__(self, memo):
         return None       # a copied cache has its own buffers: its next append makes its own
@@ -121,7 +123,8 @@ class DecodeStep:
             return None
         before = (k.mark(), v.mark(), c.offset)
         ins = list(self.ins)
-        ins[0] = km.count(k._q)
+        lo = plan.rows[0].lo            # rows a sliding-window cache evicted (Stream.evict): skipped, not attended
+        ins[0] = km.count(k._q + lo)
         ins[1] = c._token if c._token is not None else km._dummy(mx.bool_)
         ins[2] = keys
         ins[self.slot_v] = values
@@ -133,7 +136,7 @@ class DecodeStep:
         else:
             (token,) = self.kernel(inputs=ins, **self.call)
             self._stored(token, before, c._appends)
-        return StepKV(k, plan.kbufs, q, token, self), StepKV(v, plan.vbufs, q, token, self)
+        return StepKV(k, plan.kbufs, q, token, self, lo), StepKV(v, plan.vbufs, q, token, self, lo)
 
     def _stored(self, token: mx.array, before: tuple, index: int) -> None:
         """The chunk of `token`'s launch is in the buffers: the plan, the streams and the cache follow."""
@@ -159,6 +162,11 @@ class DecodeStep:
         if (mask is not None and not starts) or type(queries) is not mx.array or values.encoded != q_enc \
                 or values.token_or_pending is not tok:
             return None
+        lo = keys.lo
+        if lo:      # a sliding-window cache's evicted rows lie below: the launch reads the whole buffers from row lo
+            if mask is not None or queries.shape[0] != 1:
+                return None
+            mask, starts = RowStarts(km.count(lo)), True
         append = tok is self.pending and tok is not None
         # the append launched alone (also a pending one flushed below because the kernels refused it inside): its
         # token, when over 8 bytes (more than two threadgroups), is summarized by the combine too, so that the record
@@ -179,7 +187,7 @@ class DecodeStep:
         ins = list(ins)
         iq, inn, ifl, ikx, ivx, irs = slots
         ins[iq] = queries
-        ins[inn] = km.count(q_enc)
+        ins[inn] = km.count(q_enc + lo)
         if starts:
             ins[irs] = mask.starts
         if append:

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import json
 
+import mlx.core as mx
 from mlx_lm.models.cache import create_causal_mask
 
 from veloxquant.accelerated.cache.base import VeloxKVCache, _to_json
+from veloxquant.accelerated.ops.attention import RowStarts
 
 # Evicted rows are freed (one copy of the held rows, after settling the deferred checks: a host sync)
 # once they outnumber both this and the held tokens, so a decode step copies nothing on average.
@@ -66,10 +68,15 @@ class VeloxRotatingKVCache(VeloxKVCache):
         return held - drop
 
     def _evict(self) -> None:
+        self._flush_step()              # a chunk its decode step left pending counts among the held tokens
         drop = self._held() - self._held_after_eviction()
         if drop > 0:
+            plan = self._in_place
+            held = plan is not None and plan.kver == self._k._version and plan.vver == self._v._version
             self._k.evict(drop)
             self._v.evict(drop)
+            if held:                    # rows are only skipped: the in-place append (and decode step) go on
+                plan.evicted()
         if self._k is not None and self._k.dead_rows() > max(_COMPACT_ROWS, self._k.tokens):
             self._settle(keep=0)
             self._chunks.clear()      # marks taken before a compaction cannot be restored
@@ -103,7 +110,17 @@ class VeloxRotatingKVCache(VeloxKVCache):
                 return create_causal_mask(N, old, window_size=window_size)
             return "causal"
         if old + 1 > window_size:      # a narrower window than max_size, or kivi's extra group tokens
-            return create_causal_mask(1, old, window_size=window_size)
+            mask = create_causal_mask(1, old, window_size=window_size)
+            if self.attention == "packed" and self._k is not None:
+                # what it hides is the oldest old + 1 - window_size held tokens: remembered as that row start, the
+                # hooked attention takes the kernels (which take no array mask) instead of the ops path
+                from veloxquant.accelerated.cache import batch_shared
+                from veloxquant.accelerated.kernels import methods as km
+                b, start = self._k._bhd[0], old + 1 - window_size
+                starts = km.count(start) if b == 1 else mx.array([start] * b, dtype=mx.int32)
+                rows = RowStarts(starts, False, mask, (start,) * b)
+                batch_shared.remember_mask(batch_shared._MASKS, mask, (mask, rows), batch_shared._MASKS_KEPT)
+            return mask
         return None
 
     # ---- save / load ----------------------------------------------------------------------------------

@@ -86,6 +86,8 @@ def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask) -> bool:
     starts = isinstance(mask, RowStarts)
     return (l <= _max_queries() and (mask is None or (isinstance(mask, str) and mask == "causal") or starts)
             and (not starts or tuple(mask.starts.shape) == (b,))
+            # row starts mask encoded tokens only: with a window, only where they are known not to reach it
+            and (not starts or k.window.shape[2] == 0 or (mask.host is not None and max(mask.host) <= k.encoded))
             and _pow2(d) and 16 <= d <= 1024 and k.encoded > 0 and k.encoded == v.encoded
             and (kb, kh) == v.window.shape[:2] and hq % kh == 0 and b == kb)
 

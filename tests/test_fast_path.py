@@ -1,0 +1,255 @@
+"""Issue 29's fast path: on a CUDA backend every method and window setting must run each decode step of an mlx-lm
+forward as accelerated/cache/decode_step.py's DecodeStep (the append inside the attention's partial launch, then the
+combine), never the general path's separate encode / commit launches, never the ops path, and never a decode of
+the cache's records. No GPU here: the backend is a stand-in "CUDA" whose kernels record their launches and return
+zeros (what a kernel computes is tested by the emulator tests; this checks which launches a step makes).
+
+Configurations that do not take it yet are strict xfails naming what keeps them off it, so fixing one flips its
+test to a failure until the mark is removed."""
+from __future__ import annotations
+
+import gc
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from veloxquant.accelerated import attention as vattention
+from veloxquant.accelerated import kernels
+from veloxquant.accelerated.cache import VeloxKVCache, base as cache_base, decode_step, make_prompt_cache
+from veloxquant.accelerated.kernels import append as fused
+from veloxquant.accelerated.kernels import attention as katt
+from veloxquant.accelerated.kernels import backend, commit
+from veloxquant.accelerated.kernels import methods as km
+from veloxquant.accelerated.ops import attention as ops_attention
+from veloxquant.tools.quality import tiny_llama
+
+PROMPT = 200        # past KIVI's default window (128) plus a group (32): every role has encoded tokens
+STEPS = 34          # more than a KIVI key group: the steps that flush a group are among them
+
+
+class _Recorder:
+    """A compiled kernel's stand-in: logs its name, returns zeros (a clean token: no check hit)."""
+
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def specialized(self, template=None):
+        return self
+
+    def __call__(self, *, inputs, output_shapes, output_dtypes, **kw):
+        self.log.append(self.name)
+        return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+
+
+def _launch_caches():
+    mods = (fused, katt, km, commit, backend, vattention, cache_base)
+    return {id(f): f for m in mods for f in vars(m).values() if callable(getattr(f, "cache_clear", None))}.values()
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    """A stand-in CUDA backend with tensor cores (an H200's); yields the list of launched kernels' names."""
+    log = []
+    monkeypatch.setattr(backend, "_gpu_backend", lambda: ("cuda", "recorded launches"))
+    monkeypatch.setattr(backend, "available", lambda: (True, "recorded launches"))
+    monkeypatch.setattr(kernels, "available", lambda: (True, "recorded launches"))
+    monkeypatch.setattr(backend, "cuda_kernel", lambda name, input_names, output_names, source, header="",
+                        ensure_row_contiguous=True: _Recorder(log, name))
+    monkeypatch.setattr(backend, "kernel", lambda kind, method, dtype_name: _Recorder(log, f"vq_{kind}_{method}"))
+    monkeypatch.setattr(katt, "_sm_count", lambda: 132)
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)
+    for f in _launch_caches():
+        f.cache_clear()
+    yield log
+    for f in _launch_caches():       # no recorder kept in a cached launch plan for the next test
+        f.cache_clear()
+    km._RANGE.clear()
+    gc.collect()
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """What each layer's step took: DecodeStep.step / .attend results, the general path's choices, decodes."""
+    seen = {"step": [], "attend": [], "path": [], "decoded": 0}
+    real_step, real_attend, real_path = decode_step.DecodeStep.step, decode_step.DecodeStep.attend, vattention.path
+    real_deq = ops_attention.PackedRecord.dequantized
+
+    def step(self, *a, **k):
+        out = real_step(self, *a, **k)
+        seen["step"].append(out is not None)
+        return out
+
+    def attend(self, *a, **k):
+        out = real_attend(self, *a, **k)
+        seen["attend"].append(out is not None)
+        return out
+
+    def path(*a, **k):
+        p = real_path(*a, **k)
+        seen["path"].append(p)
+        return p
+
+    def dequantized(self, *a, **k):
+        seen["decoded"] += 1
+        return real_deq(self, *a, **k)
+    monkeypatch.setattr(decode_step.DecodeStep, "step", step)
+    monkeypatch.setattr(decode_step.DecodeStep, "attend", attend)
+    monkeypatch.setattr(vattention, "path", path)
+    monkeypatch.setattr(ops_attention.PackedRecord, "dequantized", dequantized)
+    return seen
+
+
+def _off(reason: str):
+    return pytest.mark.xfail(strict=True, reason=reason)
+
+
+_WINDOW = ("a window R > 0 keeps the stream off kernels.append (append.applies: window == 0), so no DecodeStep: each "
+           "step encodes the flushed token (vq_encode per role) and stores it (vq_commit) before the HASWIN partial, "
+           "which has no tensor-core loop (attention._tensor_cores: not has_win). Needs the append inside the "
+           "partial to encode the window's oldest token and write the new one into the window (kernel body)")
+_KIVI = ("KIVI is off kernels.append (append.applies: method != kivi; the encode scope compiles KR = 0): its keys "
+         "flush per-channel groups of G tokens, so a step's token goes to the window and every G-th step encodes a "
+         "group. No DecodeStep; the general path makes a commit launch per step (kernel body work: a group flush "
+         "inside the append)")
+
+CONFIGS = [
+    # id, make_prompt_cache arguments, mark
+    ("turboquant-w0", dict(method="turboquant", window=0), None),
+    ("turboquant_rvq-w0", dict(method="turboquant_rvq", window=0), None),
+    ("turboquant_prod-w0", dict(method="turboquant_prod", window=0), None),
+    ("rabitq-w0", dict(method="rabitq", window=0), None),
+    ("mlx_affine-w0", dict(method="mlx_affine", window=0), None),
+    ("kivi-w0", dict(method="kivi", window=0), _off(_KIVI)),
+    ("turboquant-w32", dict(method="turboquant", window=32), _off(_WINDOW)),
+    ("turboquant_rvq-w32", dict(method="turboquant_rvq", window=32), _off(_WINDOW)),
+    ("turboquant_prod-w32", dict(method="turboquant_prod", window=32), _off(_WINDOW)),
+    ("rabitq-w32", dict(method="rabitq", window=32), _off(_WINDOW)),
+    ("mlx_affine-w32", dict(method="mlx_affine", window=32), _off(_WINDOW)),
+    ("kivi-w32", dict(method="kivi", window=32), _off(_KIVI)),
+    ("kivi-default-window", dict(method="kivi"), _off(_KIVI)),
+    ("keys-turboquant3-values-kivi2", dict(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2),
+     _off(_KIVI + "; and the roles' encoded prefixes differ (keys R = 0, values R = 128 in groups): "
+          "accelerated.attention.aligned decodes the keys' extra tokens (at most R + G - 1) per step")),
+    ("keys-turboquant4-values-rabitq", dict(key_method="turboquant", key_bits=4, value_method="rabitq"), None),
+]
+
+# launches of the general path: a role's own encode or decode, the commit of encoded rows, the append alone
+_SLOW = ("vq_encode", "vq_decode", "vq_commit", "vq_append")
+
+
+def _decode(model, caches, steps=STEPS):
+    for i in range(steps):
+        model(mx.array([[2 + i]]), cache=caches)
+
+
+def _reset(cuda, paths):
+    cuda.clear()
+    for k in paths:
+        paths[k] = [] if isinstance(paths[k], list) else 0
+
+
+def _assert_fast(cuda, paths, caches, layer_steps):
+    """Every layer step of the decode steps since _reset was one DecodeStep launch pair and nothing else."""
+    why = [type(c._fast).__name__ if c._fast is not None else
+           f"no DecodeStep (in-place plan {c._in_place is not None}, one launch "
+           f"{cache_base._one_launch(c.key_params, c.value_params)})" for c in caches]
+    assert paths["step"].count(True) == layer_steps, \
+        f"DecodeStep.step ran {paths['step'].count(True)} of {layer_steps} layer steps: {why}"
+    assert paths["attend"].count(True) == layer_steps, \
+        f"DecodeStep.attend launched {paths['attend'].count(True)} of {layer_steps}; general path: " \
+        f"{sorted(set(paths['path']))}"
+    assert not paths["path"], f"the general attention path ran: {sorted(set(paths['path']))}"
+    assert not paths["decoded"], f"the cache was decoded {paths['decoded']} times in decode steps"
+    slow = sorted({n for n in cuda if n.startswith(_SLOW)})
+    assert not slow, f"general-path launches in decode steps: {slow}"
+    partials = sum(n.startswith("vq_attention_partial") for n in cuda)
+    assert partials == layer_steps, f"{partials} partial launches for {layer_steps} layer steps"
+
+
+@pytest.mark.parametrize("kw", [pytest.param(kw, id=i, marks=m or ()) for i, kw, m in CONFIGS])
+def test_every_decode_step_takes_the_fast_path(cuda, paths, kw):
+    model = tiny_llama(64, layers=2)
+    caches = make_prompt_cache(model, **kw)
+    assert all(isinstance(c, VeloxKVCache) for c in caches)
+    model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
+    _decode(model, caches, 1)      # the first decode step makes each layer's DecodeStep on the general path
+    _reset(cuda, paths)
+    _decode(model, caches)
+    _assert_fast(cuda, paths, caches, len(caches) * STEPS)
+
+
+_BATCH_OFF = ("SharedBatchVeloxKVCache takes per-token methods without a window only (batch_shared.eligible): a "
+              "KIVI key group or a window flush falls at a different position in each left-padded row, so merge "
+              "makes a BatchVeloxKVCache (a cache, and launches, per sequence)")
+
+
+@pytest.mark.parametrize("kw", [pytest.param(kw, id=i, marks=(m or ()) if m is None else _off(_BATCH_OFF))
+                                for i, kw, m in CONFIGS])
+def test_a_merged_batch_takes_one_fast_step_per_layer(cuda, paths, kw):
+    """mlx-lm's BatchGenerator merges per-sequence prompt caches (VeloxKVCache.merge): every configuration must
+    become one B-row cache whose decode step is one DecodeStep launch pair per layer for the whole batch."""
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    model = tiny_llama(64, layers=2)
+    rows = []
+    for n in (PROMPT, PROMPT - 37):       # ragged prompts
+        caches = make_prompt_cache(model, **kw)
+        model(mx.array(np.arange(n) % 500)[None], cache=caches)
+        rows.append(caches)
+    merged = [layer[0].merge(list(layer)) for layer in zip(*rows)]
+    kinds = sorted({type(c).__name__ for c in merged})
+    assert kinds == [SharedBatchVeloxKVCache.__name__], f"merge made {kinds}"
+    q = mx.array([[1], [1]])
+    model(q, cache=merged)          # the first step makes the DecodeStep
+    _reset(cuda, paths)
+    for i in range(STEPS):
+        model(q + 1 + i, cache=merged)
+    _assert_fast(cuda, paths, [c.inner for c in merged], len(merged) * STEPS)
+
+
+def test_a_sliding_window_cache_takes_the_fast_path(cuda, paths):
+    from veloxquant.accelerated.cache import VeloxRotatingKVCache
+    model = tiny_llama(64, layers=2)
+    caches = [VeloxRotatingKVCache(96, method="turboquant", bits=4, layer=i) for i in range(2)]
+    model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
+    _decode(model, caches, 1)
+    _reset(cuda, paths)
+    _decode(model, caches)
+    _assert_fast(cuda, paths, caches, len(caches) * STEPS)
+
+
+def test_mixed_methods_attend_through_the_kernels_without_decoding_the_cache(cuda, paths, monkeypatch):
+    """Keys turboquant 3-bit (R = 0) and values KIVI 2-bit (R = 128, groups of 32): the roles' encoded prefixes
+    differ, which sent every step to the ops path (the whole cache decoded per step: 0.05x fp16 on the H200). Until
+    the layer has a DecodeStep it takes the kernels' general path, decoding only the keys' tokens beyond the values'
+    prefix (accelerated.attention.aligned: at most R + G - 1 per step)."""
+    fronts = []
+    real = vattention._decoded_front
+    monkeypatch.setattr(vattention, "_decoded_front",
+                        lambda r, n: fronts.append((r.params.role, r.encoded - n)) or real(r, n))
+    model = tiny_llama(64, layers=2)
+    caches = make_prompt_cache(model, key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2)
+    model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
+    _reset(cuda, paths)       # (the prefill's attention decodes: more than MAX_PACKED_QUERIES queries)
+    _decode(model, caches)
+    assert paths["path"] == ["kernels"] * (len(caches) * STEPS), sorted(set(paths["path"]))
+    assert not paths["decoded"], f"the cache was decoded {paths['decoded']} times in decode steps"
+    vp = caches[0].value_params
+    fronts = [f for f in fronts if f[1]]       # (a role already at the common prefix is returned as it is)
+    assert {role for role, _ in fronts} == {"k"} and len(fronts) == len(caches) * STEPS, fronts[:4]
+    most = max(n for _, n in fronts)
+    assert vp.window <= most <= vp.window + vp.group_size - 1, f"keys' tokens decoded per step: up to {most}"
+
+
+def test_a_sliding_window_kivi_cache_attends_through_the_kernels(cuda, paths):
+    """A sliding-window KIVI cache holds up to G - 1 tokens older than the window, which its make_mask hides with an
+    array (rotating.py); remembered as a row start, the step attends through the kernels, not the ops path (the
+    kernels take no array mask)."""
+    from veloxquant.accelerated.cache import VeloxRotatingKVCache
+    model = tiny_llama(64, layers=2)
+    caches = [VeloxRotatingKVCache(300, method="kivi", layer=i) for i in range(2)]
+    model(mx.array(np.arange(400) % 500)[None], cache=caches)
+    _reset(cuda, paths)
+    _decode(model, caches)
+    assert paths["path"] == ["kernels"] * (len(caches) * STEPS), sorted(set(paths["path"]))
+    assert caches[0]._k._q > 0
