@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "quality": ("veloxquant.tools.quality", "KL divergence of next-token logits per method and bits"),
     "generate": ("veloxquant.tools.generate_cmd", "mlx-lm's generate with our KV caches (--kv-* flags; others go to mlx-lm)"),
     "serve": ("veloxquant.tools.serve_cmd", "mlx-lm's HTTP server with our KV caches (--kv-* flags; others go to mlx-lm)"),
+    "distortion": ("veloxquant.tools.quality_distortion", "distortion of every method beside the papers' figures and bounds; bit-budget recommendation"),
     "kernels": ("veloxquant.tools.kernels_cmd", "GPU kernel cache: warm up a configuration (compile once per machine), status, clear"),
     "memory": ("veloxquant.tools.memory", "peak memory of prefill and decode: our caches vs mlx-lm's fp16 KVCache"),
 }
