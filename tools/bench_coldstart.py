@@ -39,6 +39,9 @@ def add_arguments(p) -> None:
     p.add_argument("--suites", nargs="+", default=["ttft", "jitter", "batch"])
     p.add_argument("--json", default=None)
     p.add_argument("--markdown", default=None)
+    p.add_argument("--from-json", default=None, help="render --markdown from a saved run instead of running")
+    p.add_argument("--lazy", action="store_true", help="ttft: also ours with an empty cache and no warm-up first "
+                   "(each variant compiled at its first launch)")
     p.add_argument("--tiny", action="store_true", help="a tiny model (checks the harness; no speed meaning)")
     p.add_argument("--arm", default=None, help=argparse.SUPPRESS)      # internal: one arm, in this process
 
@@ -165,6 +168,10 @@ def run(args) -> int:
     global SHAPE
     if args.tiny:
         SHAPE = TINY
+    if args.from_json:
+        with open(args.from_json) as f:
+            print("\n".join(render(json.load(f))))
+        return 0
     if args.arm:
         kind, which = args.arm.split(":")
         ours = which != "fp16"
@@ -183,7 +190,8 @@ def run(args) -> int:
         print(json.dumps(r), file=sys.stderr, flush=True)
     if "ttft" in args.suites:
         log(_spawn("ttft:fp16", env, args))
-        log(_spawn("ttft:ours-empty-cache", env, args))
+        if args.lazy:
+            log(_spawn("ttft:ours-empty-cache", env, args))
         clear = [sys.executable, "-m", "veloxquant.tools.cli", "kernels", "clear"]
         subprocess.run(clear, env=env, check=False, capture_output=True)
         log(_spawn("ttft:ours-empty-cache-as-generate", env, args))
@@ -203,7 +211,7 @@ def run(args) -> int:
         if suite in args.suites:
             log(_spawn(f"{suite}:fp16", env, args))
             log(_spawn(f"{suite}:ours", env, args))
-    res = {"benchmark": "coldstart", "device": bench_common.device_info(), "command": " ".join(sys.argv),
+    res = {"benchmark": "coldstart", "device": bench_common.device_info(), "command": "python -m veloxquant.tools.bench_coldstart " + " ".join(sys.argv[1:]),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "config": CONFIG, "layers": args.layers,
            "prompt": args.prompt, "rows": rows}
     try:
@@ -215,7 +223,43 @@ def run(args) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write("\n".join(render(res)) + "\n")
     return 0
+
+
+def render(res: dict) -> list[str]:
+    """A docs/benchmarks.md section of one run (also: python -m veloxquant.tools.bench_coldstart --from-json)."""
+    dev = res["device"].get("name", res["device"].get("type", "?"))
+    v = res.get("versions", {})
+    out = [f"## Cold start: {dev} ({res['date']})", "",
+           f"- Versions: mlx {v.get('mlx', '?')}, mlx-lm {v.get('mlx_lm', '?')}; command: `{res['command']}`",
+           f"- Random Llama-3-8B-shaped model, {res['layers']} layers, float16; ours: {res['config']}; every arm in "
+           "a fresh process, arms in the order below, the kernel cache in folders of this run (MLX's own JIT "
+           "kernels cached by MLX as usual: the first fp16 arm compiles them).", "",
+           "| arm | first token s | decode tok/s | compiled here | compile s (each) |", "|---|---|---|---|---|"]
+    for r in res["rows"]:
+        arm = r.get("arm", "?")
+        if arm.startswith("ttft"):
+            cs = r.get("compile_s", [])
+            each = f"{min(cs):.1f}-{max(cs):.1f}" if cs else "-"
+            out.append(f"| {arm[5:]} | {r['ttft_s']:.2f} | {r['tokens_per_s']:.0f} | {r['compiled']} | {each} |"
+                       if "ttft_s" in r else f"| {arm[5:]} | failed: {r.get('error')} | | | |")
+        elif arm.startswith("kernels warmup"):
+            out.append(f"| `veloxquant kernels warmup` (empty cache, whole process) | {r['seconds']:.1f} s | | "
+                       f"{r['summary']} | |")
+    rows = [r for r in res["rows"] if r.get("arm", "").split(":")[0] in ("jitter", "batch") and "error" not in r]
+    if rows:
+        out += ["", "| suite | arm | median s | slowest s | slowest / median | modules MLX compiled here (its own) |",
+                "|---|---|---|---|---|---|"]
+        for r in rows:
+            med = r.get("median_token_s", r.get("median_step_s"))
+            slow = r.get("slowest_token_s", r.get("slowest_step_s"))
+            own = ", ".join(m.split("_")[0] if len(m) > 40 else m for m in r.get("new_modules_mlx", [])) or "-"
+            out.append(f"| {r['arm'].split(':')[0]} | {r['arm'].split(':')[1]} | {med * 1e3:.2f} ms | "
+                       f"{slow * 1e3:.1f} ms | {r['slowest_over_median']:.1f} | {own} |")
+    return out
 
 
 def main() -> int:
