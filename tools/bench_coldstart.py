@@ -211,7 +211,8 @@ def run(args) -> int:
         if suite in args.suites:
             log(_spawn(f"{suite}:fp16", env, args))
             log(_spawn(f"{suite}:ours", env, args))
-    res = {"benchmark": "coldstart", "device": bench_common.device_info(), "command": "python -m veloxquant.tools.bench_coldstart " + " ".join(sys.argv[1:]),
+    res = {"benchmark": "coldstart", "device": bench_common.device_info(),
+           "command": "python -m veloxquant.tools.bench_coldstart " + " ".join(sys.argv[1:]),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "config": CONFIG, "layers": args.layers,
            "prompt": args.prompt, "rows": rows}
     try:
