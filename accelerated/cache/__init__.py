@@ -22,6 +22,7 @@ from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
 from veloxquant.accelerated.cache.turboquant import TurboQuantKVCache
 from veloxquant.accelerated.cache.turboquant_prod import TurboQuantProdKVCache
 from veloxquant.accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
+from veloxquant.accelerated.cache.warmup import warm_kernels
 
 CACHE_CLASSES = (VeloxKVCache, BatchVeloxKVCache, SharedBatchVeloxKVCache, TurboQuantKVCache, TurboQuantRVQKVCache, TurboQuantProdKVCache,
                  KIVIKVCache, RaBitQKVCache, VeloxRotatingKVCache)
@@ -40,4 +41,4 @@ _register(CACHE_CLASSES)
 hook.install()
 
 __all__ = ["CacheGroup", "VeloxKVCache", "BatchVeloxKVCache", "SharedBatchVeloxKVCache", "TurboQuantKVCache", "TurboQuantRVQKVCache", "TurboQuantProdKVCache",
-           "KIVIKVCache", "RaBitQKVCache", "VeloxRotatingKVCache", "CLASS_BY_METHOD", "CACHE_CLASSES", "make_prompt_cache"]
+           "KIVIKVCache", "RaBitQKVCache", "VeloxRotatingKVCache", "CLASS_BY_METHOD", "CACHE_CLASSES", "make_prompt_cache", "warm_kernels"]

@@ -154,6 +154,21 @@ class Report:
     failed: dict
 
 
+def warm_kernels(model, batch: bool = True, speculative: bool = True, progress=None, **cache_kwargs) -> Report:
+    """The one call for Python users: make sure every kernel variant `make_prompt_cache(model, **cache_kwargs)`
+    can launch is compiled on this machine (CUDA; elsewhere nothing to do). `model`: an mlx-lm model (its
+    `args`) or its config dict. Fast once warm (a manifest read)."""
+    from veloxquant.accelerated.kernels import backend
+    # (an mlx nn.Module is a dict itself: look for its args first)
+    config = model if not hasattr(model, "args") else {k: v for k, v in vars(model.args).items()
+                                                       if isinstance(v, (int, float, str, bool, type(None)))}
+    geom = Geometry.of(config)
+    n = is_warm(geom, cache_kwargs, config, batch, speculative)
+    if backend.backend() != "cuda" or n is not None:
+        return Report(n or 0, 0, 0.0, kernel_cache.store_dir(), *kernel_cache.usage(), {})
+    return warm(geom, cache_kwargs, config, progress=progress, batch=batch, speculative=speculative)
+
+
 def warm(geom: Geometry, cache_kwargs: dict, config: dict | None = None, progress=None, workers: int | None = None,
          batch: bool = True, speculative: bool = True) -> Report:
     """Collects and compiles every variant of the configuration; progress(done, total) while compiling."""
