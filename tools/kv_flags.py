@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import pathlib
 
 from veloxquant import spec
@@ -127,13 +128,18 @@ def model_config(model: str) -> dict:
         raise FlagError(f"--model {model}: not a directory (give an mlx-lm model directory or a Hugging Face repo)")
     if model.startswith((".", "/", "~")) or model.count("/") != 1:
         raise FlagError(f"--model {model}: no such directory, and not a Hugging Face repo id (owner/name)")
+    from huggingface_hub import hf_hub_download   # (imported first: its import sets its logger's level)
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)          # its retry warnings would print several lines before ours
     try:
-        from huggingface_hub import hf_hub_download
         return json.loads(pathlib.Path(hf_hub_download(model, "config.json")).read_text())
     except Exception as e:  # noqa: BLE001  (network, auth, missing repo: one line, not the Hub's traceback)
-        first = (str(e).strip().splitlines() or [""])[0][:160]
+        first = (str(e).strip().splitlines() or [""])[0].split(". ")[0][:200]
         raise FlagError(f"--model {model}: no such directory, and its config.json could not be fetched from the "
                         f"Hugging Face Hub ({type(e).__name__}: {first})") from None
+    finally:
+        hub_log.setLevel(level)
 
 
 def model_shape(config: dict) -> tuple[int | None, int | None]:
