@@ -36,11 +36,11 @@ def add_arguments(p) -> None:
 class _Collector:
     """pytest plugin: per-test outcome, tags (user_properties) and messages; progress on stdout."""
 
-    def __init__(self, out=sys.stdout):
+    def __init__(self, out=None):
         self.tests: dict[str, dict] = {}
         self.total = 0
         self.done = 0
-        self.out = out
+        self.out = sys.stdout if out is None else out   # this run's stdout, not the one at import time
         self.t0 = time.monotonic()
         self.config = None
         self._last = 0.0
