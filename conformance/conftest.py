@@ -275,9 +275,14 @@ def tally(request):
 
 
 @pytest.fixture
-def methods_ok(impl, pytestconfig):
-    """Skip when the parametrized method is not claimed by the implementation."""
+def methods_ok(impl, pytestconfig, request):
+    """Skip when the method is not claimed by the implementation or not selected (--methods); tags the test
+    with it (a test written for one method, not parametrized by it, then reports under that method)."""
     def need(method):
+        if not any(k == "method" for k, _ in request.node.user_properties):
+            request.node.user_properties.append(("method", method))
+        if method not in selected_methods(pytestconfig):
+            pytest.skip(f"{method} not selected (--methods {','.join(selected_methods(pytestconfig))})")
         if not impl.supports(method):
             pytest.skip(f"{impl.name} does not support {method}")
     return need

@@ -2,12 +2,16 @@
 
 Each subcommand module exposes `add_arguments(parser)` and `run(args) -> int`; one with `PASSTHROUGH = True`
 (generate, serve: thin wrappers of mlx-lm's commands) gets the flags it does not define as `args.passthrough`.
+A command whose extra (tools/extras.py) is not installed prints one line naming it and exits 2 before any
+work; `--help` works without it.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+
+from veloxquant.tools import extras
 
 SUBCOMMANDS = {
     "golden": ("veloxquant.tools.golden", "regenerate or check the golden vectors"),
@@ -22,6 +26,17 @@ SUBCOMMANDS = {
     "kernels": ("veloxquant.tools.kernels_cmd", "GPU kernel cache: warm up a configuration (compile once per machine), status, clear"),
     "memory": ("veloxquant.tools.memory", "peak memory of prefill and decode: our caches vs mlx-lm's fp16 KVCache"),
 }
+# the extras (tools/extras.py) each command imports; bench runs without mlx-lm (it skips the cache suite)
+NEEDS = {"conformance": ("conformance",), "bench-decode": ("lm",), "quality": ("lm",), "generate": ("lm",),
+         "serve": ("lm",), "memory": ("lm",)}
+
+
+def needs(command: str, args) -> tuple[str, ...]:
+    """The extras `command` needs with these arguments (bench-decode's --plot draws with matplotlib)."""
+    out = NEEDS.get(command, ())
+    if command == "bench-decode" and getattr(args, "plot", None):
+        out += ("plots",)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     if rest and not getattr(modules[args.command], "PASSTHROUGH", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.passthrough = rest
+    missing = extras.message(f"veloxquant {args.command}", *needs(args.command, args))
+    if missing:
+        print(missing, file=sys.stderr)
+        return extras.MISSING_EXTRA_EXIT
     return int(modules[args.command].run(args) or 0)
 
 

@@ -1,7 +1,8 @@
 """`veloxquant conformance`: run the conformance suite (pytest underneath) and report.
 
 Prints progress, then a table (method x bits x dtype: tests, cases, bit-exact, first failure) and writes
-a JSON report (schema in conformance/README.md). Exit status: pytest's, except that an unexpected pass of an
+a JSON report (schema in conformance/README.md). The table has rows for the selected methods only (plus the
+method-independent rows); every skipped test is listed under the table with its reason, grouped. Exit status: pytest's, except that an unexpected pass of an
 xfail entry (XPASS) fails the run (1): the list is out of date. A usage error (unknown --impl or method, an
 implementation or device that cannot run here) prints one line and exits 4, with no table.
 """
@@ -35,11 +36,11 @@ def add_arguments(p) -> None:
 class _Collector:
     """pytest plugin: per-test outcome, tags (user_properties) and messages; progress on stdout."""
 
-    def __init__(self, out=sys.stdout):
+    def __init__(self, out=None):
         self.tests: dict[str, dict] = {}
         self.total = 0
         self.done = 0
-        self.out = out
+        self.out = sys.stdout if out is None else out   # this run's stdout, not the one at import time
         self.t0 = time.monotonic()
         self.config = None
         self._last = 0.0
@@ -88,9 +89,28 @@ def _counts(tests) -> dict:
     return out
 
 
-def _cells(tests) -> list[dict]:
+def _skip_reason(message: str | None) -> str:
+    """A skip's reason as the report shows it: pytest's "Skipped: " prefix dropped, its empty-parametrization
+    wording said in the suite's terms."""
+    m = (message or "").strip()
+    m = m[len("Skipped: "):] if m.startswith("Skipped: ") else m
+    if m.startswith("got empty parameter set"):
+        return f"no selected method applies (pytest: {m})"
+    return m or "(no reason given)"
+
+
+def _in_selection(t: dict, methods) -> bool:
+    """False for a test of a method that was not selected (it skips; the table leaves its row out)."""
+    m = t.get("method")
+    return methods is None or m is None or str(m) not in spec.METHODS or str(m) in methods
+
+
+def _cells(tests, methods=None) -> list[dict]:
+    """Table rows per (method, bits, dtype); with `methods`, tests of other methods are left out."""
     cells: dict[tuple, dict] = {}
     for t in tests:
+        if not _in_selection(t, methods):
+            continue
         key = (str(t.get("method", "-")), str(t.get("bits", "any")), str(t.get("dtype", "any")))
         c = cells.setdefault(key, {"method": key[0], "bits": key[1], "dtype": key[2], "tests": 0, "cases": 0,
                                    "bit_exact": 0, "tolerance_ok": 0, "failed": 0, "skipped": 0,
@@ -127,7 +147,7 @@ def merge_reports(reports: list[dict], names: list[str] | None = None) -> dict:
     out.update(date=min(r["date"] for r in reports), duration_s=max(r["duration_s"] for r in reports),
                methods=[m for m in spec.METHODS if m in methods],
                pytest_exit_code=max(r["pytest_exit_code"] for r in reports), summary=_counts(tl),
-               cells=_cells(tl), tests=tl, unmatched_skip_xfail=unmatched)
+               cells=_cells(tl, methods), tests=tl, unmatched_skip_xfail=unmatched)
     if names:
         out["merged_from"] = list(names)
     return out
@@ -149,6 +169,18 @@ def _first_line(s: str | None, n: int = 90) -> str:
         return ""
     line = s.strip().splitlines()[0]
     return line if len(line) <= n else line[: n - 1] + "…"
+
+
+def _skips(tests) -> str:
+    """Skipped tests grouped by reason: count, reason, one example."""
+    groups: dict[str, list[str]] = {}
+    for t in tests:
+        if t["outcome"] == "skipped":
+            groups.setdefault(_skip_reason(t["message"]), []).append(t["id"])
+    lines = [f"skipped {sum(map(len, groups.values()))}, by reason:"] if groups else []
+    for reason, ids in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        lines.append(f"  {len(ids):5d}  {reason}  (e.g. {ids[0]})")
+    return "\n".join(lines)
 
 
 def _table(cells) -> str:
@@ -194,7 +226,11 @@ def run(args) -> int:
         print(f"veloxquant conformance: no tests ran (pytest exit code {code})", file=sys.stderr)
         return code or 1
     tests = list(col.tests.values())
-    cells = _cells(tests)
+    for t in tests:
+        if t["outcome"] == "skipped":
+            t["message"] = _skip_reason(t["message"])
+    selected = list(getattr(col.config, "_vq_methods", spec.METHODS)) if col.config else list(spec.METHODS)
+    cells = _cells(tests, selected)
     counts = _counts(tests)
     code = exit_code(code, counts)
     impl = getattr(col.config, "_vq_impl", None) if col.config else None
@@ -203,6 +239,9 @@ def run(args) -> int:
     print()
     print(_table(cells))
     print()
+    if _skips(tests):
+        print(_skips(tests))
+        print()
     print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v) +
           f" in {time.monotonic() - col.t0:.1f}s")
     failures = [t for t in tests if t["outcome"] in ("failed", "error", "xpassed")]

@@ -3,7 +3,8 @@
 The --kv-* flags choose the cache (tools/kv_flags.py); every other flag (--model, --prompt, --max-tokens,
 --temp, ...) is mlx_lm.generate's and goes to it unchanged, so the output (the text, then prompt and
 generation tokens-per-second and peak memory) is mlx-lm's. mlx-lm's own --kv-bits/--kv-group-size are
-replaced by ours.
+replaced by ours. The whole configuration is checked first (kv_flags.check: the flags and the model's
+config.json), so a bad one is one line and exit 2 before any weight loads or any output.
 """
 from __future__ import annotations
 
@@ -22,16 +23,17 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     made: list = []
     try:
-        s = kv_flags.install(args, keep=made)
-    except ValueError as e:
+        s = kv_flags.check(args)
+    except kv_flags.FlagError as e:
         print(f"veloxquant generate: {e}", file=sys.stderr)
-        return 2
+        return kv_flags.USAGE_EXIT
+    kv_flags.install(s, keep=made)
     print(f"[veloxquant] KV cache: {kv_flags.describe(s)}", file=sys.stderr, flush=True)
     kernels_cmd.ensure_warm(kernels_cmd.model_arg(args.passthrough), s, batch=False)
     from mlx_lm import generate as _pkg  # noqa: F401  (the package import binds mlx_lm.generate to a function)
     gen = sys.modules["mlx_lm.generate"]
     argv = sys.argv
-    sys.argv = ["mlx_lm.generate", *args.passthrough]
+    sys.argv = ["mlx_lm.generate", "--model", args.model, *args.passthrough]
     try:
         gen.main()
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 EOS = "<eos>"
@@ -73,6 +74,11 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
+    from veloxquant.tools import extras
+    missing = extras.message(ap.prog, "lm")
+    if missing:
+        print(missing, file=sys.stderr)
+        return extras.MISSING_EXTRA_EXIT
     print(save_tiny_llama(a.path, a.head_dim, a.layers, a.seed))
     return 0
 
