@@ -29,7 +29,7 @@ def run(args) -> int:
         return kv_flags.USAGE_EXIT
     kv_flags.install(s, keep=made)
     print(f"[veloxquant] KV cache: {kv_flags.describe(s)}", file=sys.stderr, flush=True)
-    kernels_cmd.ensure_warm(kernels_cmd.model_arg(args.passthrough), s, batch=False)
+    kernels_cmd.ensure_warm(args.model, s, batch=False)
     from mlx_lm import generate as _pkg  # noqa: F401  (the package import binds mlx_lm.generate to a function)
     gen = sys.modules["mlx_lm.generate"]
     argv = sys.argv

@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None, help="compiles at once (default min(8, CPUs))")
     p.add_argument("--no-batch", action="store_true", help="skip batched generation's variants")
     p.add_argument("--no-speculative", action="store_true", help="skip speculative decoding's variants")
-    kv_flags.add_arguments(p)
+    kv_flags.add_arguments(p, model=False)
 
 
 def _bar(done: int, total: int) -> None:
@@ -56,13 +56,6 @@ def _cuda() -> tuple[bool, str]:
     return ok and backend.backend() == "cuda", why
 
 
-def model_arg(passthrough: list) -> str | None:
-    """--model / --model=PATH among the flags that go to mlx-lm."""
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--model", default=None)
-    return p.parse_known_args(passthrough)[0].model
-
-
 def ensure_warm(model: str | None, settings: dict, batch: bool = True,
                 log=lambda s: print(s, file=sys.stderr, flush=True)) -> None:
     """Before the model loads: compile what the configuration needs if this machine has not yet (CUDA only);
@@ -72,6 +65,7 @@ def ensure_warm(model: str | None, settings: dict, batch: bool = True,
         return
     from veloxquant.accelerated.cache import warmup
     from veloxquant.accelerated.kernels import kernel_cache
+    settings = {k: v for k, v in settings.items() if not k.startswith("_")}
     config = _config(model)
     geom = warmup.Geometry.of(config)
     n = warmup.is_warm(geom, settings, config, batch=batch)

@@ -27,10 +27,11 @@ class FlagError(ValueError):
     """A configuration error, worded with the flag the user typed."""
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True,
-                   help="model directory (or Hugging Face repo) for mlx-lm; its config.json is checked against "
-                        "the cache flags before the weights load")
+def add_arguments(p: argparse.ArgumentParser, model: bool = True) -> None:
+    if model:
+        p.add_argument("--model", required=True,
+                       help="model directory (or Hugging Face repo) for mlx-lm; its config.json is checked "
+                            "against the cache flags before the weights load")
     g = p.add_argument_group("KV cache (VeloxQuant)")
     g.add_argument("--kv-method", default="turboquant", choices=CACHE_METHODS,
                    help="method for keys and values (default turboquant)")

@@ -30,7 +30,7 @@ def run(args) -> int:
         return kv_flags.USAGE_EXIT
     kv_flags.install(s)
     print(f"[veloxquant] KV cache: {kv_flags.describe(s)}", file=sys.stderr, flush=True)
-    kernels_cmd.ensure_warm(kernels_cmd.model_arg(args.passthrough), s)
+    kernels_cmd.ensure_warm(args.model, s)
     import mlx_lm.server as server
     argv = sys.argv
     sys.argv = ["mlx_lm.server", "--model", args.model, *args.passthrough]

@@ -117,8 +117,20 @@ def source_version() -> str:
     return h.hexdigest()[:16]
 
 
+def _explicit(cache_kwargs: dict) -> dict:
+    """The arguments that differ from make_prompt_cache's defaults (one key for one configuration, however
+    it is spelled)."""
+    import inspect
+
+    from veloxquant.accelerated.cache.prompt_cache import make_prompt_cache
+    defaults = {n: p.default for n, p in inspect.signature(make_prompt_cache).parameters.items()}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in cache_kwargs.items()
+            if v is not None and not (k in defaults and defaults[k] == (tuple(v) if isinstance(v, list) else v))}
+
+
 def config_key(geom: Geometry, cache_kwargs: dict, config: dict | None = None, batch: bool = True,
                speculative: bool = True) -> str:
+    cache_kwargs = _explicit(cache_kwargs)
     fam = (config or {}).get("model_type", "llama")
     text = json.dumps([source_version(), fam, dataclasses.asdict(geom), sorted(cache_kwargs.items()), batch,
                        speculative],
