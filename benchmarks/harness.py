@@ -31,8 +31,9 @@ SIZES = {
     "gpu": {
         "decode_step": dict(context=32768, layers=8, rounds=60, warmup=5),
         "generate": dict(context=32768, layers=4, tokens=64, rounds=3, warmup=1, shape="llama3-8b"),
-        "cold_start": dict(context=4096, layers=2, tokens=8, rounds=3, warmup=1, shape="llama3-8b"),
-        "ops": dict(tokens=32768, rounds=30, warmup=3, reference_every=10),
+        "cold_start": dict(context=4096, layers=2, tokens=8, rounds=2, warmup=0, shape="llama3-8b",
+                           arms=["turboquant b4"]),
+        "ops": dict(tokens=32768, rounds=20, warmup=3, reference_every=20),
     },
 }
 # The random llamas: `cpu` small enough for a 2-core machine, `llama3-8b` Llama-3-8B's layer shape (vocab cut to
@@ -100,7 +101,8 @@ def paired(benchmark, ours, baselines: dict, *, rounds: int, warmup: int, prepar
     def time_baselines(r):
         j = r - warmup
         for name, arm in baselines.items():
-            if j >= 0 and j % every.get(name, 1):
+            k = every.get(name, 1)
+            if (j < 0 and k > 1) or (j >= 0 and j % k):     # an expensive baseline skips the warm-up rounds
                 continue
             prep, run = arm if isinstance(arm, tuple) else (None, arm)
             args = tuple(prep(r % POOL)) if prep else ()
