@@ -61,14 +61,15 @@ def test_paired_ratio_is_ours_over_the_baseline_of_the_same_round():
             order.append(name)
             clock.now += cost(i)
         return run
-    # ours costs 3 units on even inputs, 1 on odd ones; the baseline 1.5 / 0.5: every round's ratio is 2, while the
-    # ratio of the medians of all rounds would not be (medians 2 and 1 of mixed rounds)
-    ours = arm("ours", lambda i: 3.0 if i % 2 == 0 else 1.0)
-    base = arm("base", lambda i: 1.5 if i % 2 == 0 else 0.5)
+    # per input: (ours, baseline) = (1, 1), (6, 2), (6, 6): the third round is a slow moment of the host for both
+    # arms. Per-round ratios 1, 3, 1: median 1; the ratio of the arms' medians would be 6 / 2 = 3
+    costs = {0: (1.0, 1.0), 1: (1.0, 1.0), 2: (6.0, 2.0), 3: (6.0, 6.0)}
+    ours = arm("ours", lambda i: costs[i][0])
+    base = arm("base", lambda i: costs[i][1])
     b = _FakeBenchmark(clock)
-    res = h.paired(b, ours, {"fp16": base}, rounds=6, warmup=1)
-    assert res["ratios"]["fp16"] == pytest.approx(2.0)
-    assert res["ratio_iqr"]["fp16"] == pytest.approx(0.0)
+    res = h.paired(b, ours, {"fp16": base}, rounds=3, warmup=1)
+    assert res["ratios"]["fp16"] == pytest.approx(1.0)
+    assert res["baseline_median_s"]["fp16"] == pytest.approx(2.0) and res["median_s"] == pytest.approx(6.0)
     assert b.extra_info["ratios"] == res["ratios"]
     # the baseline goes first on even rounds and last on odd ones
     assert order[:6] == ["base", "ours", "ours", "base", "base", "ours"]
