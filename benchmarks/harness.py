@@ -49,10 +49,13 @@ ARMS = {
     "turboquant b4": dict(method="turboquant", bits=4),
     "kivi b4 (window 128)": dict(method="kivi", bits=4, group_size=32),
 }
-# Noise band per suite: a run fails when a ratio exceeds the baseline's by more than this fraction. Chosen from
-# the run-to-run spread of the ratios on the shared 2-core CPU (docs/benchmarks.md, "Gate"): about twice the
-# largest change seen between unchanged runs.
-BANDS = {"decode_step": 0.25, "generate": 0.25, "cold_start": 0.20, "ops": 0.30}
+# Noise band per suite (or per baseline arm): a run fails when a ratio exceeds the saved baseline's by more than this
+# fraction. Chosen from three unchanged runs on the shared 2-core CPU (load average 130-280): the largest
+# max/min - 1 of a ratio was 17 % (decode step), 18 % (ops against mx.quantize), 41 % (generate), 58 % (cold start),
+# and a band sits above that with room (a baseline is one such run, possibly its lowest). The ratio to the numpy
+# reference is measured every few rounds only, beside numpy's own use of the cores: it moved by up to 140 % between
+# those runs, so it is reported and not gated (None).
+BANDS = {"decode_step": 0.35, "generate": 0.60, "cold_start": 0.75, "ops": {"mx.quantize": 0.35, "reference": None}}
 
 SLOW_UPDATE_ENV = "VELOXQUANT_BENCH_SLOW_UPDATE"
 
@@ -153,17 +156,23 @@ def load_ratios(path: pathlib.Path) -> dict[str, dict[str, float]]:
     return {b["fullname"]: dict(b.get("extra_info", {}).get("ratios", {})) for b in data.get("benchmarks", [])}
 
 
+def band_of(suite: str, name: str, bands: dict | None = None) -> float | None:
+    """The noise band of ratio ours / `name` in `suite` (None: reported, not gated)."""
+    b = (BANDS if bands is None else bands)[suite]
+    return b.get(name) if isinstance(b, dict) else b
+
+
 def check(fullname: str, suite: str, ratios: dict[str, float], baseline: dict[str, dict[str, float]],
           band: float | None = None) -> list[str]:
     """Regressions of `ratios` against the baseline's ratios for the same benchmark: a message for each ratio above
-    the baseline's by more than the band (the suite's in BANDS unless `band` is given). A benchmark or ratio the
+    the baseline's by more than its band (band_of, unless `band` is given for all). A benchmark or ratio the
     baseline lacks is not a regression (a new benchmark gets its baseline at the next save)."""
-    band = BANDS[suite] if band is None else band
     old = baseline.get(fullname, {})
     bad = []
     for name, r in ratios.items():
         b = old.get(name)
-        if b is not None and r > b * (1 + band):
+        limit = band if band is not None else band_of(suite, name)
+        if b is not None and limit is not None and r > b * (1 + limit):
             bad.append(f"{fullname}: ours / {name} = {r:.3f}, baseline {b:.3f}: +{r / b - 1:.0%}, beyond the "
-                       f"{band:.0%} noise band")
+                       f"{limit:.0%} noise band")
     return bad
