@@ -50,12 +50,14 @@ ARMS = {
     "kivi b4 (window 128)": dict(method="kivi", bits=4, group_size=32),
 }
 # Noise band per suite (or per baseline arm): a run fails when a ratio exceeds the saved baseline's by more than this
-# fraction. Chosen from three unchanged runs on the shared 2-core CPU (load average 130-280): the largest
-# max/min - 1 of a ratio was 17 % (decode step), 18 % (ops against mx.quantize), 41 % (generate), 58 % (cold start),
-# and a band sits above that with room (a baseline is one such run, possibly its lowest). The ratio to the numpy
-# reference is measured every few rounds only, beside numpy's own use of the cores: it moved by up to 140 % between
-# those runs, so it is reported and not gated (None).
-BANDS = {"decode_step": 0.35, "generate": 0.60, "cold_start": 0.75, "ops": {"mx.quantize": 0.35, "reference": None}}
+# fraction. Chosen from five runs with our code unchanged on the shared 2-core CPU (load average 100-280), the largest
+# rise of a gated ratio over another run's: 25 % (decode step, turboquant), 36 % (ops against mx.quantize, turboquant
+# decode), 41 % (generate), 58 % (cold start); a band sits above that. The ratio to the numpy reference is measured
+# every few rounds only, beside numpy's own use of the cores, and moved by up to 170 %: reported, not gated (None).
+# On that host the decode step's kivi ratio also fell from 0.62 to 0.17 in one run (fp16's step twice as slow under
+# the load): a drop never fails, but a baseline saved in such a moment would make later runs fail; save baselines
+# on a quiet machine and look at the ratios' IQR (the renderer shows it).
+BANDS = {"decode_step": 0.35, "generate": 0.60, "cold_start": 0.75, "ops": {"mx.quantize": 0.50, "reference": None}}
 
 SLOW_UPDATE_ENV = "VELOXQUANT_BENCH_SLOW_UPDATE"
 
