@@ -125,6 +125,15 @@ def render(data: dict, name: str) -> list[str]:
     return lines
 
 
+def _shown(p: pathlib.Path) -> str:
+    """The path as the docs show it: relative to the repository where it lies inside it."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    try:
+        return p.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
 def section(paths: list[pathlib.Path]) -> str:
     lines = [BEGIN, "## Gated benchmarks (pytest-benchmark, `benchmarks/`)", "",
              "Each run below is one `pytest benchmarks` run on one device, saved as the gate's baseline for that "
@@ -134,7 +143,7 @@ def section(paths: list[pathlib.Path]) -> str:
              "than its suite's band. Absolute times on the shared CPU are not comparable between runs; read the "
              "ratios.", ""]
     for p in paths:
-        lines += render(json.loads(p.read_text()), p.as_posix())
+        lines += render(json.loads(p.read_text()), _shown(p))
     lines.append(END)
     return "\n".join(lines)
 
