@@ -13,11 +13,11 @@ import harness
 
 def pytest_addoption(parser):
     g = parser.getgroup("veloxquant benchmarks")
-    try:   # conformance/conftest.py defines the same option (cpu | gpu, default MLX's) when both are collected
+    # conformance/conftest.py defines the same --device (cpu | gpu, default MLX's): when it was loaded first, use its
+    defined = {n for grp in [parser._anonymous, *parser._groups] for o in grp.options for n in o.names()}
+    if "--device" not in defined:
         g.addoption("--device", choices=["cpu", "gpu"], default=None,
                     help="MLX device to measure on (default: MLX's default device); sizes follow it")
-    except ValueError:
-        pass
     g.addoption("--bench-gate", default=None, metavar="JSON",
                 help="fail each benchmark whose ratio to its baseline arm exceeds this saved run's (a pytest-benchmark "
                      "JSON of these benchmarks, e.g. benchmarks/baselines/cpu.json) by more than the suite's noise "
