@@ -16,7 +16,6 @@ import statistics
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BASELINES = ROOT / "benchmarks" / "baselines"
 POOL = 10                    # distinct inputs per benchmark, rotating (project policy: >= 10)
 
 # Sizes per device. cpu: the quick gate (a 2-core CI machine, seconds per benchmark); gpu: past launch overhead

@@ -30,7 +30,8 @@ def test_decode_step(benchmark, bench, request, arm):
         mx.eval(bd._step(caches[name], *pool[i]))
 
     benchmark.group = f"decode step, {layers} layers, context {t}"
-    res = harness.paired(benchmark, lambda i: step(arm, i), {"fp16": lambda i: step("fp16 KVCache", i)}, rounds=sz["rounds"], warmup=sz["warmup"],
+    res = harness.paired(benchmark, lambda i: step(arm, i), {"fp16": lambda i: step("fp16 KVCache", i)},
+                         rounds=sz["rounds"], warmup=sz["warmup"],
                          info=dict(suite="decode_step", arm=arm, context=t, layers=layers,
                                    bytes_per_layer=bd._nbytes(caches[arm]) / layers,
                                    fp16_bytes_per_layer=bd._nbytes(caches["fp16 KVCache"]) / layers))

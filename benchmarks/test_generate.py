@@ -1,6 +1,7 @@
 """End-to-end generation as a user runs it: mlx_lm.generate.generate_step on a small random llama, our caches
 (make_prompt_cache) against mlx-lm's fp16 KVCache, timed in the same rounds; ours / fp16 per round (median) is
-gated, a ratio of times per token (the inverse of the tokens/s ratio). Both caches are prefilled with the same prompt once (untimed); each round then generates `tokens` more tokens in
+gated, a ratio of times per token (the inverse of the tokens/s ratio). Both caches are prefilled with the same prompt
+once (untimed); each round then generates `tokens` more tokens in
 each, continuing the same generation (so both caches grow alike over the rounds)."""
 from __future__ import annotations
 
