@@ -1,0 +1,130 @@
+"""The benchmark gate's logic (benchmarks/harness.py) and tools/bench_render.py, without timing anything: the
+paired ratios under a scripted clock, the band check, and docs/benchmarks.md's section against the saved runs."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import types
+
+import pytest
+
+from veloxquant.tools import bench_render
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BASELINES = sorted((ROOT / "benchmarks" / "baselines").glob("*.json"))
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("bench_harness", ROOT / "benchmarks" / "harness.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _Clock:
+    """A timer that moves only when an arm runs: each arm advances it by its cost."""
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class _FakeBenchmark:
+    """What paired() uses of pytest-benchmark's fixture: pedantic (setup / target / teardown, warm-up rounds not
+    recorded), _timer, stats.stats.data, extra_info."""
+    def __init__(self, clock):
+        self._timer = clock
+        self.extra_info = {}
+        self.stats = None
+
+    def pedantic(self, target, setup, teardown, rounds, warmup_rounds):
+        data = []
+        for r in range(warmup_rounds + rounds):
+            args, kwargs = setup()
+            t0 = self._timer()
+            target(*args, **kwargs)
+            if r >= warmup_rounds:
+                data.append(self._timer() - t0)
+            teardown(*args, **kwargs)
+        self.stats = types.SimpleNamespace(stats=types.SimpleNamespace(data=data))
+
+
+def test_paired_ratio_is_ours_over_the_baseline_of_the_same_round():
+    h = _harness()
+    clock = _Clock()
+    order = []
+
+    def arm(name, cost):
+        def run(i):
+            order.append(name)
+            clock.now += cost(i)
+        return run
+    # per input: (ours, baseline) = (1, 1), (6, 2), (6, 6): the third round is a slow moment of the host for both
+    # arms. Per-round ratios 1, 3, 1: median 1; the ratio of the arms' medians would be 6 / 2 = 3
+    costs = {0: (1.0, 1.0), 1: (1.0, 1.0), 2: (6.0, 2.0), 3: (6.0, 6.0)}
+    ours = arm("ours", lambda i: costs[i][0])
+    base = arm("base", lambda i: costs[i][1])
+    b = _FakeBenchmark(clock)
+    res = h.paired(b, ours, {"fp16": base}, rounds=3, warmup=1)
+    assert res["ratios"]["fp16"] == pytest.approx(1.0)
+    assert res["baseline_median_s"]["fp16"] == pytest.approx(2.0) and res["median_s"] == pytest.approx(6.0)
+    assert b.extra_info["ratios"] == res["ratios"]
+    # the baseline goes first on even rounds and last on odd ones
+    assert order[:6] == ["base", "ours", "ours", "base", "base", "ours"]
+
+
+def test_paired_times_an_expensive_baseline_every_kth_round_only():
+    h = _harness()
+    clock = _Clock()
+    calls = []
+
+    def ref(i):
+        calls.append(i)
+        clock.now += 10.0
+    res = h.paired(_FakeBenchmark(clock), lambda i: setattr(clock, "now", clock.now + 1.0),
+                   {"fp16": lambda i: setattr(clock, "now", clock.now + 2.0), "reference": ref},
+                   rounds=10, warmup=2, every={"reference": 5})
+    assert len(calls) == 2                     # rounds 0 and 5 after the warm-up, none in the warm-up
+    assert res["ratios"] == pytest.approx({"fp16": 0.5, "reference": 0.1})
+
+
+def test_check_fails_only_beyond_the_band():
+    h = _harness()
+    base = {"b::t[x]": {"fp16": 1.0, "reference": 0.5}}
+    assert h.check("b::t[x]", "decode_step", {"fp16": 1.0 + 0.99 * h.BANDS["decode_step"]}, base) == []
+    bad = h.check("b::t[x]", "decode_step", {"fp16": 1.0 + 1.01 * h.BANDS["decode_step"], "reference": 0.4}, base)
+    assert len(bad) == 1 and "ours / fp16" in bad[0] and "noise band" in bad[0]
+    assert h.check("b::t[x]", "ops", {"reference": 0.56}, base, band=0.1) == ["b::t[x]: ours / reference = 0.560, "
+                                                                               "baseline 0.500: +12%, beyond the 10% "
+                                                                               "noise band"]
+    assert h.check("b::new", "ops", {"fp16": 9.0}, base) == []        # no baseline yet: not a regression
+
+
+def test_slow_update_mutant_rejects_a_bad_value(monkeypatch):
+    h = _harness()
+    monkeypatch.setenv(h.SLOW_UPDATE_ENV, "fast")
+    with pytest.raises(ValueError, match=h.SLOW_UPDATE_ENV):
+        h.slow_update_mutant()
+
+
+@pytest.mark.skipif(not BASELINES, reason="no saved benchmark runs in benchmarks/baselines")
+def test_saved_runs_carry_ratios_and_docs_are_rendered_from_them(capsys):
+    h = _harness()
+    for p in BASELINES:
+        data = json.loads(p.read_text())
+        assert data["veloxquant"]["command"].startswith("pytest benchmarks")
+        suites = {b["extra_info"]["suite"] for b in data["benchmarks"]}
+        assert suites == {"decode_step", "generate", "cold_start", "ops"}, p
+        assert all(h.load_ratios(p).values()), f"{p}: a benchmark without ratios"
+    assert bench_render.main([*map(str, BASELINES), "--check", str(ROOT / "docs" / "benchmarks.md")]) == 0, \
+        capsys.readouterr().err
+
+
+def test_render_splices_between_the_markers_only():
+    doc = "# B\n\nintro\n\n## Old\n\ntext\n"
+    once = bench_render.splice(doc, f"{bench_render.BEGIN}\nA\n{bench_render.END}")
+    assert once.index(bench_render.BEGIN) < once.index("## Old") and once.endswith("## Old\n\ntext\n")
+    twice = bench_render.splice(once, f"{bench_render.BEGIN}\nB\n{bench_render.END}")
+    assert twice == once.replace("\nA\n", "\nB\n")
