@@ -35,11 +35,11 @@ def _commit(be: str, writes: tuple, checks: tuple, after: bool) -> tuple[str, st
 
 
 def _nsmid() -> tuple[str, str]:
-    from veloxquant.accelerated.kernels import attention as katt
-    loader = getattr(katt, "NSMID_SOURCE", None)
-    if loader is not None:
-        return "", loader()
-    return "", '  unsigned v;\n  asm("mov.u32 %0, %%nsmid;" : "=r"(v));\n  n[0] = (int)v;\n'
+    try:
+        from veloxquant.accelerated.kernels import loader
+    except ImportError:        # before the csrc loader
+        return "", '  unsigned v;\n  asm("mov.u32 %0, %%nsmid;" : "=r"(v));\n  n[0] = (int)v;\n'
+    return "", loader.text("nsmid.cuh")
 
 
 def texts():

@@ -19,7 +19,7 @@ import mlx.core as mx
 
 from veloxquant import spec
 from veloxquant.accelerated.kernels import attention_source as src
-from veloxquant.accelerated.kernels import backend
+from veloxquant.accelerated.kernels import backend, loader
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.ops import codebooks, prng
 from veloxquant.accelerated.ops.attention import PackedRecord, RowStarts, Views
@@ -397,7 +397,7 @@ def _sm_count() -> int:
     when the first tensor-core plan is made; 132 (an H100 / H200) if the probe fails."""
     try:
         k = backend.cuda_kernel(name="vq_nsmid", input_names=["x"], output_names=["n"],
-                                source='  unsigned v;\n  asm("mov.u32 %0, %%nsmid;" : "=r"(v));\n  n[0] = (int)v;\n')
+                                source=loader.text("nsmid.cuh"))
         (n,) = k(inputs=[_dummy(1)], output_shapes=[(1,)], output_dtypes=[mx.int32], grid=(1, 1, 1),
                  threadgroup=(1, 1, 1))
         return max(1, int(n.item()))
