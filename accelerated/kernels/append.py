@@ -4,7 +4,8 @@ chunk's deferred checks (spec/streaming.md 'Deferred rejection') in the same lau
 
 It replaces, where it applies, two encode launches plus accelerated.kernels.commit's store (three launches,
 two temporary field arrays and a dozen array views per layer and step): the encode body runs twice in one
-kernel, each time in its own scope with its stream's inputs behind the body's names, `VQ_OROW` mapping its
+kernel (csrc/append_apart.h or append_serial.h), each time in its own scope (csrc/encode_scope.h) with its stream's
+inputs behind the body's names, `VQ_OROW` mapping its
 output rows to rows of the buffers (row base + i of head bh) and its fault slots to its own half of the
 token. Applies when both roles store every token of the chunk at once (window R = 0, per-token records:
 not kivi) and the buffers have room for the chunk; the caller uses the general path otherwise.

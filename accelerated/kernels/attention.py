@@ -435,5 +435,4 @@ def _bounds(nt: int, min_blocks: int) -> str:
     """Header lines giving the kernel MLX writes next (`__global__ void name(...)`, which takes no attributes)
     CUDA's __launch_bounds__: ptxas then keeps registers to what min_blocks blocks of nt threads per
     multiprocessor allow. The header is the last text before that signature."""
-    return ("#undef __global__\n"
-            f"#define __global__ __location__(global) __launch_bounds__({nt}, {min_blocks})\n")
+    return "#undef __global__\n" + f"#define __global__ __location__(global) __launch_bounds__({nt}, {min_blocks})\n"

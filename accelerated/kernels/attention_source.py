@@ -1,5 +1,6 @@
 """Decode-attention kernels over packed records (spec/attention.md): one body per kernel for CUDA and
-Metal, written against the macros of a thin prelude (as accelerated/kernels/source.py).
+Metal (csrc/partial.h, combine.h), written against the macros of a thin prelude (csrc/attention_<backend>_*, as
+accelerated/kernels/source.py); this module composes them (accelerated/kernels/loader.py) for a launch.
 
 Tolerance tier: plain float arithmetic (contraction allowed), exp2 of log2-scaled scores, float32
 accumulation. Nothing here is bit-exact and the raw-operator lint of source.py does not apply.

@@ -1,5 +1,7 @@
-"""Kernel source text: one body per kernel, shared by CUDA and Metal, plus a thin prelude per backend
-(spec/number-model.md, rotation.md, codebooks.md, packing.md, methods/*.md, streaming.md).
+"""The encode and decode kernels' texts: one body per kernel, shared by CUDA and Metal (csrc/encode.h, decode.h and
+the fragments they include), plus a thin prelude per backend (csrc/<backend>_prelude, _encode_ops, _header),
+composed by accelerated/kernels/loader.py (spec/number-model.md, rotation.md, codebooks.md, packing.md,
+methods/*.md, streaming.md).
 
 Shape of the bodies: one SIMD group (a CUDA warp, a Metal simdgroup: 32 lanes) per row, where a row is one
 token (a KIVI key row: one group of G tokens); several warps per threadgroup; each warp takes a contiguous

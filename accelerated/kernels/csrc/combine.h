@@ -1,5 +1,9 @@
-// The combine as its own launch: a threadgroup of CNT threads per query row, the splits spread over them
-// (accelerated/kernels/attention_source.py). VQ_MAX_SPLITS: splits one launch takes.
+// The combine as its own launch: a threadgroup of CNT threads (a multiple of D, CG = CNT / D groups of D) per query
+// row, the splits spread over the threads: each split's weight exp2(m_s - m) once (threadgroup memory), then
+// thread CT sums coordinate CT % D over splits CT / D, + CG, ... with independent loads, and the CG group sums
+// are added. One thread per coordinate walking all S splits (combine_rows.h, the fused scalar kernel's) was a
+// chain of S dependent round trips to L2: ~8-10 us per launch on the H200 at S = 16-32. VQ_MAX_SPLITS: the most
+// splits (S + 1 with the window) one launch takes (attention_source.MAX_SPLITS).
 
   constexpr bool VROT = MV <= 3;
   constexpr int VPARTS = (MV == 3) ? 2 : 1;
