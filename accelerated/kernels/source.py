@@ -74,9 +74,10 @@ MAX_REGISTERS = 255      # per thread, the most ptxas assigns
 
 def body(kind: str) -> str:
     """The body of kernel `kind` ("encode" | "decode"): csrc/<kind>.h after the Hadamard rows it compiles in."""
-    if kind not in ("encode", "decode"):
+    files = {"encode": "encode.h", "decode": "decode.h"}
+    if kind not in files:
         raise ValueError(f"kind: {kind!r} is not 'encode' or 'decode'")
-    return loader.hadamard() + loader.text(f"{kind}.h")
+    return loader.hadamard() + loader.text(files[kind])
 
 
 BODIES = {kind: body(kind) for kind in ("encode", "decode")}
