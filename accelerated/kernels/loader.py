@@ -7,7 +7,9 @@ Two mechanisms, both the C preprocessor's:
   `#include NAME` (a computed include) is spliced in from the file the composing call binds NAME to;
 - a file's parameters are macros (listed in its first comment): the composing call writes them as `#define` lines
   before it (`defines`), and a fragment included several times `#undef`s its own at its end.
-So `clang -fsyntax-only -I csrc` sees what NVRTC and Metal see, with the files' own line numbers.
+No Python edits the text: the composed kernel is what the C preprocessor makes of the same files and #define
+lines (tests/_kernel_texts.py compares texts as preprocessed tokens). A body file is a kernel function's body
+(MLX writes the signature), so it is C++ to editors and formatters but not a translation unit of its own.
 """
 from __future__ import annotations
 
