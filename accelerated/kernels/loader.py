@@ -7,9 +7,9 @@ Two mechanisms, both the C preprocessor's:
   `#include NAME` (a computed include) is spliced in from the file the composing call binds NAME to;
 - a file's parameters are macros (listed in its first comment): the composing call writes them as `#define` lines
   before it (`defines`), and a fragment included several times `#undef`s its own at its end.
-No Python edits the text: the composed kernel is what the C preprocessor makes of the same files and #define
-lines (tests/_kernel_texts.py compares texts as preprocessed tokens). A body file is a kernel function's body
-(MLX writes the signature), so it is C++ to editors and formatters but not a translation unit of its own.
+No Python edits the text: a kernel is files and #define lines in order, with the #include lines resolved as the
+C preprocessor would (tests/_kernel_texts.py compares kernels as preprocessed tokens). A body file is a kernel
+function's body (MLX writes the signature): C++ to editors and formatters, not a translation unit of its own.
 """
 from __future__ import annotations
 
