@@ -10,9 +10,9 @@ from veloxquant.accelerated.kernels import loader
 
 
 def test_includes_are_spliced_recursively():
-    text = loader.text("append_serial.h")
+    text = loader.text("append_serial.h", {"VQ_ENCODE_ARRAYS": "encode_arrays_scoped.h"})
     assert "#include" not in text
-    assert loader.text("encode.h")[:-1] in text and loader.text("encode_shared.h")[:-1] in text
+    assert loader.text("common.h")[:-1] in text and loader.text("encode_shared.h")[:-1] in text
     assert text.count("constexpr int M = VQ_SCOPE(M);") == 2          # the scope, once per role
 
 

@@ -68,6 +68,10 @@ def scope(role: str, index: int, *, m: str, codes: tuple, ts: str, x: str, const
     return loader.defines({f"VQ_{role}_{k}": v for k, v in params.items()})
 
 
+# the encode body in a scope points at threadgroup arrays the kernel declares (csrc/encode.h's VQ_ENCODE_ARRAYS)
+SCOPED = {"VQ_ENCODE_ARRAYS": "encode_arrays_scoped.h"}
+
+
 def scope_constants() -> str:
     """The offsets of `constants`' layout (see TABLE) that csrc/encode_scope.h reads, with the Hadamard rows of the
     encode body: the lines a kernel with encode scopes needs once."""
@@ -91,7 +95,7 @@ def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False) ->
     False one after the other in each threadgroup (append_serial.h); `after` only orders this launch after the last
     store."""
     return (scope_constants() + _scope("k", 0, mk) + _scope("v", 1, mv)
-            + loader.text("append_apart.h" if apart else "append_serial.h"))
+            + loader.text("append_apart.h" if apart else "append_serial.h", SCOPED))
 
 
 def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: bool = False) -> tuple[str, str]:

@@ -141,7 +141,7 @@ def append_block(mk: int, mv: int) -> str:
                                     x=f"{r}x", const=f"{r}const", out=out, fault="token",
                                     cap=f"(int){out['codes1']}_shape[2]", base=f"nenc[0] - (int){r}x_shape[2]",
                                     shared=r))
-    return kappend.scope_constants() + "".join(scopes) + loader.text("attention_append.h")
+    return kappend.scope_constants() + "".join(scopes) + loader.text("attention_append.h", kappend.SCOPED)
 
 
 def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False,

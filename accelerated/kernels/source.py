@@ -77,7 +77,7 @@ def body(kind: str) -> str:
     files = {"encode": "encode.h", "decode": "decode.h"}
     if kind not in files:
         raise ValueError(f"kind: {kind!r} is not 'encode' or 'decode'")
-    return loader.hadamard() + loader.text(files[kind])
+    return loader.hadamard() + loader.text(files[kind], {"VQ_ENCODE_ARRAYS": "encode_arrays.h"})
 
 
 BODIES = {kind: body(kind) for kind in ("encode", "decode")}

@@ -1,25 +1,14 @@
 // The encode kernel's body (accelerated/kernels/source.py has the conventions: lanes, macros, template
 // constants M, D, TS), shared by CUDA and Metal after a prelude (<backend>_prelude, <backend>_encode_ops).
-// Needs VQ_H12 .. VQ_H28 (H_m's rows, spec/formats.toml: the loader defines them).
+// Needs VQ_H12 .. VQ_H28 (H_m's rows, spec/formats.toml: the loader defines them); VQ_ENCODE_ARRAYS, its threadgroup
+// arrays: encode_arrays.h in the encode kernel, encode_arrays_scoped.h in a scope of a bigger kernel.
 #include "common.h"
 #define VQ_HM12 VQ_H12
 #define VQ_HM20 VQ_H20
 #define VQ_HM28 VQ_H28
 #include "hadamard.h"
 
-#ifndef VQ_SCOPED
-  SHARED(uint8_t, cst, 8192);                    // per-warp code staging (3/5/6/7-bit packing)
-  SHARED(uint32_t, flt, 64);                     // per-warp fault flags
-  // quantize's sorted boundaries (B1 of bits <= 4 bits: 15 at most; rvq's B2) in threadgroup memory: one load
-  // per lookup step instead of a global load with 64-bit addressing
-  SHARED(float, f_tq, 32);
-#else
-  // a scope of a bigger kernel (encode_scope.h): Metal allows threadgroup arrays only at kernel scope, so the
-  // kernel declares them (encode_shared.h) and the scope points at its own
-  VQ_TG uint8_t* cst = VQ_PASTE(vq, VQ_SCOPE(TG), _cst);
-  VQ_TG uint32_t* flt = VQ_PASTE(vq, VQ_SCOPE(TG), _flt);
-  VQ_TG float* f_tq = VQ_PASTE(f_vq, VQ_SCOPE(TG), _tq);
-#endif
+#include VQ_ENCODE_ARRAYS
   if (M <= 3 && M != 2 && warp == 0) {
     const int k = lane & 15;
     const bool two = lane >= 16;

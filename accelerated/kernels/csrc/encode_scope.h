@@ -39,8 +39,6 @@
     const int vq_base = VQ_SCOPE(BASE);             // first row of this chunk
 #undef VQ_OROW
 #define VQ_OROW(bh, ne, i) ((bh) * vq_cap + vq_base + (i))
-#define VQ_SCOPED
 #include "encode.h"
-#undef VQ_SCOPED
   }
 #undef VQ_ROLE
