@@ -103,6 +103,7 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
                 lines += [f"#define {n}{x} {to}{x}" for x in ("_shape", "_strides") if f"{n}{x}" in BODIES[kind]]
     return "\n".join(lines) + "\n"
 
+
 # ---- the texts: csrc/ ----------------------------------------------------------------------------------------
 HELPERS = loader.text("attention_helpers.h")
 MAX_SPLITS = 2048          # splits (S + 1 with the window) a combine launch takes: accelerated.kernels.attention
