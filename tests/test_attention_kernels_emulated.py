@@ -277,7 +277,7 @@ def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
                 args.append(f"arr(sh, {i})")
                 args.append(f"arr(st, {i})")
         return ", ".join(args)
-    return (HEADER.replace("@HELPERS@", src.HELPERS.replace("inline ", "static inline ")) + PRELUDE
+    return (HEADER.replace("@HELPERS@", "#define VQ_INLINE static inline\n" + src.HELPERS) + PRELUDE
             + (ENCODE_MACROS if append else "")
             + f"static Arr arr(const int64_t* a, int i) {{ Arr r; for (int k = 0; k < 10; ++k) r[k] = a[i * 10 + k]; return r; }}\n"
             + f"static void partial_thread({p_sig}) {{\n  vq_tid = vq_thread;\n{consts}{pbody}\n}}\n"

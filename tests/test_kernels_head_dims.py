@@ -212,11 +212,14 @@ def _mutants() -> dict[str, dict[str, str]]:
     """Broken bodies: (1) stage B with H_m^T in encode and H_m in decode; (2) stage B before stage A (equal
     in exact arithmetic, not in binary32); (3) the block fold adding the blocks right to left. Each is a
     text edit of the real body (asserted to apply)."""
+    from veloxquant.accelerated.kernels import loader
     enc, dec = source.ENCODE_BODY, source.DECODE_BODY
-    rows_h, rows_t = source._hadamard_rows(False), source._hadamard_rows(True)
+    # the bodies bind hadamard.h's rows to H_m (encode: VQ_H<m>) and H_m^T (decode: VQ_HT<m>)
+    rows_h, rows_t = ("".join(f"#define VQ_HM{m} VQ_H{t}{m}\n" for m in (12, 20, 28)) for t in ("", "T"))
     assert rows_h != rows_t and rows_h in enc and rows_t in dec
     transposed = {"encode": enc.replace(rows_h, rows_t), "decode": dec.replace(rows_t, rows_h)}
-    bf = source._butterfly("f_v")
+    bf = loader.text("butterfly.h")      # spliced into both bodies wherever they include it
+    bf = bf[:bf.index("#undef f_BF_ARR")]  # (the stages; then it consumes its parameter)
     cut = bf.index("    if (RM > 1) {")
     b_first = bf[cut:] + bf[:cut]
     assert bf in enc and bf in dec

@@ -43,6 +43,8 @@ def float_op_violations(body: str) -> list[str]:
     contain no binary + - * / (nor compound assignments) outside [index] brackets; and every `float`
     declaration must name an f_* variable."""
     code = re.sub(r"//[^\n]*", "", body)
+    code = re.sub(r"^[ \t]*#.*$", "", code, flags=re.M)      # preprocessor lines: parameter bindings, not statements
+    code = re.sub(r"\b(float|u?int\w*)\s*\*", r"\1 ", code)  # a pointer declarator is no multiplication
     bad = []
     for stmt in re.split(r"[;{}]", code):
         s = _strip_brackets(" ".join(stmt.split()))
@@ -82,8 +84,8 @@ def test_cuda_and_metal_share_the_body(kind):
         assert src.endswith(body) and src.count(body) == 1
         prelude = src[: -len(body)]
         assert prelude == source.PRELUDES[backend][1]
-        # the prelude is only macros: no code of its own
-        assert all(not ln.strip() or ln.startswith("#define ") for ln in prelude.splitlines())
+        # the prelude is only macros (and comments): no code of its own
+        assert all(not ln.strip() or ln.startswith(("#define ", "//")) for ln in prelude.splitlines())
         # every macro the bodies use is defined by the prelude
         for h in FLOAT_HELPERS + OTHER_MACROS:
             assert re.search(rf"^#define {h}\b", prelude, re.M), (backend, h)
@@ -285,6 +287,9 @@ def metal_rule_violations(body: str) -> list[str]:
     pointers or references and index the kernel parameters directly), threadgroup memory is declared at
     kernel scope only, no double or unsuffixed float literal, no CUDA names, no C++ features MSL lacks."""
     code = re.sub(r"//[^\n]*", "", body)
+    code = re.sub(r"^[ \t]*#.*$", "", code, flags=re.M)      # preprocessor lines: parameter bindings
+    # a pointer with its address space (the scopes' VQ_TG / VQ_DEV macros name one) is allowed
+    code = re.sub(r"\b(?:VQ_TG|VQ_DEV|device|threadgroup|constant)\s+(?:const\s+)?\w+\s*\*", "", code)
     bad = []
     if re.search(r"\b(?:const\s+)?[A-Za-z_]\w*\s*[*&]\s*[A-Za-z_]\w*\s*=", code):
         bad.append("pointer or reference declaration (Metal pointers need an address space)")
@@ -314,6 +319,7 @@ def test_bodies_follow_metal_rules(kind):
 
 def test_metal_rule_lint_catches():
     assert metal_rule_violations("const float* f_p = f_c1;")
+    assert metal_rule_violations("VQ_TG float* f_p = f_c1;") == []       # with an address space
     assert metal_rule_violations("if (x) {\n  SHARED(float, f_t, 4);\n}")
     assert metal_rule_violations("const float f_a = 1.5;")
     assert metal_rule_violations("__syncthreads();")

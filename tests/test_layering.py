@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -83,3 +84,68 @@ def test_tools_have_no_import_cycle():
     for m in sorted(graph):
         if m not in state:
             visit(m, [m])
+
+
+# ---- kernel sources live in accelerated/kernels/csrc -------------------------------------------------------------
+CSRC = ROOT / "accelerated" / "kernels" / "csrc"
+# what only kernel text contains (CUDA / Metal / the bodies' own macros), and a preprocessor line
+_KERNEL_MARK = re.compile(r"__global__|__device__|__shared__|__syncthreads|\[\[kernel\]\]|\bthreadgroup\b|\bSHARED\("
+                          r"|\bBARRIER\(|\basm\s*\(|\bSHFL\w*\(|^\s*#\s*(?:include|define|undef|if|ifdef|ifndef|else|"
+                          r"endif|pragma)\b", re.M)
+_DIRECTIVE = re.compile(r"^\s*#\s*(?:define|undef|include)\b")
+_STATEMENT = re.compile(r"[;{]\s*$", re.M)
+
+
+def _literals(path: pathlib.Path):
+    """(line, text) of every string literal of a module but its docstrings; an f-string's fields read as {}."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docs.add(id(first.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            yield node.lineno, "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node.lineno, node.value
+
+
+def kernel_literals(path: pathlib.Path) -> list[str]:
+    """String literals of a module that are kernel source: several lines with kernel marks or C statements, or one
+    line with a kernel mark that is not a preprocessor definition (a loader's generated `#define NAME value`,
+    `#undef`, `#include` lines are allowed, one per literal)."""
+    bad = []
+    for line, text in _literals(path):
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        if len(lines) > 1:
+            if _KERNEL_MARK.search(text) or len(_STATEMENT.findall(text)) >= 2:
+                bad.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{line}: {lines[0][:60]!r}")
+        elif lines and _KERNEL_MARK.search(lines[0]) and not _DIRECTIVE.match(lines[0]):
+            bad.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{line}: {lines[0][:60]!r}")
+    return bad
+
+
+def test_kernel_sources_only_under_csrc():
+    """No kernel text in Python string literals under accelerated/: it lives in files under accelerated/kernels/csrc
+    (composed by accelerated/kernels/loader.py), each at most 500 lines."""
+    bad = [b for f in _files("accelerated") for b in kernel_literals(f)]
+    assert not bad, "kernel text in Python strings (move it to accelerated/kernels/csrc):\n" + "\n".join(bad)
+    sources = sorted(p for p in CSRC.iterdir() if p.suffix in (".h", ".cuh", ".metal"))
+    assert sources and sorted(p.name for p in CSRC.iterdir()) == [p.name for p in sources], "csrc: sources only"
+    long = [f"{p.name}: {n}" for p in sources if (n := len(p.read_text().splitlines())) > 500]
+    assert not long, long
+
+
+def test_kernel_literal_checker_sees_kernel_text(tmp_path):
+    """The check itself can fail: a body, a one-line statement and a prelude in a literal are seen; generated
+    #define lines, a docstring and prose are not."""
+    f = tmp_path / "probe.py"
+    f.write_text('"""A module about __syncthreads() and SHARED(...) arrays;\nthe docstring may say so."""\n'
+                 'BODY = """\n  SHARED(float, f_t, 32);\n  BARRIER();\n"""\n'
+                 'LINE = "  BARRIER();\\n"\n'
+                 'PRELUDE = "#define TID threadIdx.x\\n#define BARRIER() __syncthreads()\\n"\n'
+                 'OK = [f"#define {1} {2}\\n", "#undef GROUP\\n", "an error; with a semicolon"]\n')
+    bad = kernel_literals(f)
+    assert [b.split(":")[1] for b in bad] == ["3", "7", "8"], bad

@@ -4,7 +4,8 @@ chunk's deferred checks (spec/streaming.md 'Deferred rejection') in the same lau
 
 It replaces, where it applies, two encode launches plus accelerated.kernels.commit's store (three launches,
 two temporary field arrays and a dozen array views per layer and step): the encode body runs twice in one
-kernel, each time in its own scope with its stream's inputs behind the body's names, `VQ_OROW` mapping its
+kernel (csrc/append_apart.h or append_serial.h), each time in its own scope (csrc/encode_scope.h) with its stream's
+inputs behind the body's names, `VQ_OROW` mapping its
 output rows to rows of the buffers (row base + i of head bh) and its fault slots to its own half of the
 token. Applies when both roles store every token of the chunk at once (window R = 0, per-token records:
 not kivi) and the buffers have room for the chunk; the caller uses the general path otherwise.
@@ -22,7 +23,7 @@ import mlx.core as mx
 import numpy as np
 
 from veloxquant import spec
-from veloxquant.accelerated.kernels import backend, source
+from veloxquant.accelerated.kernels import backend, loader, source
 from veloxquant.accelerated.kernels import methods as km
 
 OUTPUTS = ["flags"]
@@ -38,34 +39,6 @@ _MAX_ROWS = 2 ** 31 - 1
 # each, float bits), f_k (8 floats) and meta (8 int32): source.py's inputs of the same names, by offset.
 TABLE = 256
 
-_ALIAS = {   # the scope's pointers to a role's inputs, in the kernel's address space (VQ_TG: threadgroup memory)
-    "cuda": "#define VQ_DEV\n#define VQ_TG\n#define VQ_REF const auto&\n#define VQ_MUT(type, p) const_cast<type*>(p)\n",
-    "metal": ("#define VQ_DEV device\n#define VQ_TG threadgroup\n#define VQ_REF const auto\n"
-              "#define VQ_MUT(type, p) const_cast<device type*>(p)\n"),
-}
-# The encode body's threadgroup arrays (source.ENCODE_BODY declares them at its top). Metal allows threadgroup
-# memory only at kernel scope, so a scope of the body (encode_scope) gets pointers to arrays the kernel declares
-# (encode_shared) in place of those declarations.
-_SHARED = (("uint8_t", "cst", 8192), ("uint32_t", "flt", 64), ("float", "f_tq", 32))
-
-
-def encode_shared(prefix: str) -> str:
-    """Kernel-scope declarations of the encode body's threadgroup arrays for scopes bound to `prefix`."""
-    return "".join(f"  SHARED({t}, {_tg(prefix, n)}, {k});\n" for t, n, k in _SHARED)
-
-
-def _tg(prefix: str, name: str) -> str:
-    return f"f_vq{prefix}_{name[2:]}" if name.startswith("f_") else f"vq{prefix}_{name}"
-
-
-def _scoped_body(prefix: str) -> str:
-    body = source.ENCODE_BODY
-    for t, n, k in _SHARED:
-        decl = f"SHARED({t}, {n}, {k});"
-        assert body.count(decl) == 1, decl
-        body = body.replace(decl, f"VQ_TG {t}* {n} = {_tg(prefix, n)};")
-    return body
-
 
 def _fields(method: str) -> tuple[str, ...]:
     """The outputs of source.py's encode body that a method writes (the others are aliased, never written)."""
@@ -78,94 +51,59 @@ def inputs(mk: str, mv: str) -> list[str]:
             + [f"v{n}" for n in ("x", "const", *_fields(mv))])
 
 
-def encode_scope(index: int, method: str, *, m: str, codes: tuple, ts: str, x: str, const: str, out: dict,
-                 fault: str, cap: str, base: str, shared: str = "") -> str:
-    """The encode body for one role in its own scope: `m`, `codes` (B1, B2, GS) and `ts` its method id, code
-    constants and side dtype (template names or literals), `x` and `const` its inputs, `out` the arrays behind the
-    body's outputs (codes1, codes2, f_s1, f_s2), `fault` the bool array whose slots [index][GROUP] it sets, `cap`
-    the rows of the buffers, `base` the first row of the chunk (VQ_OROW) and `shared` the prefix of the
-    threadgroup arrays the kernel declares for it (encode_shared). Also the attention partial's (
-    accelerated.kernels.attention_source APPEND)."""
+def scope(role: str, index: int, *, m: str, codes: tuple, ts: str, x: str, const: str, out: dict, fault: str,
+          cap: str, base: str, shared: str = "") -> str:
+    """The parameters of csrc/encode_scope.h for role `role` ("K" | "V"), as #define lines: the encode body for one
+    role in its own scope. `m`, `codes` (B1, B2, GS) and `ts` its method id, code constants and side dtype (template
+    names or literals), `x` and `const` its inputs, `out` the arrays behind the body's outputs (codes1, codes2, f_s1,
+    f_s2), `fault` the bool array whose slots [index][GROUP] it sets, `cap` the rows of the buffers, `base` the first
+    row of the chunk (VQ_OROW) and `shared` the prefix of the threadgroup arrays the kernel declares for it
+    (csrc/encode_shared.h). Also the attention partial's (accelerated.kernels.attention_source APPEND)."""
+    if role not in ("K", "V"):
+        raise ValueError(f"role: {role!r} is not 'K' or 'V'")
     b1, b2, gs = codes
-    return f"""
-  {{
-    constexpr int M = {m};
-    constexpr int B1 = {b1};
-    constexpr int B2 = {b2};
-    constexpr int GS = {gs};
-    constexpr int KR = 0;                           // no kivi here (applies())
-    using TS = {ts};
-    VQ_REF x_shape = {x}_shape;
-    VQ_REF x_strides = {x}_strides;
-    const auto x = {x};
-    const int vq_sw = (int){x}_shape[1] * ((D + 31) / 32);
-    const VQ_DEV uint32_t* sig = {const};
-    const VQ_DEV uint32_t* tau = {const} + vq_sw;
-    const VQ_DEV float* f_c1 = reinterpret_cast<const VQ_DEV float*>({const} + 2 * vq_sw);
-    const VQ_DEV float* f_b1 = f_c1 + {TABLE};
-    const VQ_DEV float* f_c2 = f_c1 + {2 * TABLE};
-    const VQ_DEV float* f_b2 = f_c1 + {3 * TABLE};
-    const VQ_DEV float* f_k = f_c1 + {4 * TABLE};
-    const VQ_DEV int32_t* meta = reinterpret_cast<const VQ_DEV int32_t*>({const} + 2 * vq_sw + {4 * TABLE + 8});
-    auto codes1 = VQ_MUT(uint32_t, {out["codes1"]});
-    auto codes2 = VQ_MUT(uint32_t, {out["codes2"]});
-    auto f_s1 = VQ_MUT(TS, {out["f_s1"]});
-    auto f_s2 = VQ_MUT(TS, {out["f_s2"]});
-    auto fault = {fault} + {index} * 2 * (int)NGROUPS;
-    const int vq_cap = {cap};     // rows of the buffers
-    const int vq_base = {base};{' ' * max(1, 27 - len(base))}// first row of this chunk
-#undef VQ_OROW
-#define VQ_OROW(bh, ne, i) ((bh) * vq_cap + vq_base + (i))
-{_scoped_body(shared)}
-  }}
-"""
+    params = {"INDEX": index, "M": m, "B1": b1, "B2": b2, "GS": gs, "TS": ts, "X": x, "X_SHAPE": f"{x}_shape",
+              "X_STRIDES": f"{x}_strides", "CONST": const, "CODES1": out["codes1"], "CODES2": out["codes2"],
+              "S1": out["f_s1"], "S2": out["f_s2"], "FAULT": fault, "CAP": cap, "BASE": base, "TG": shared}
+    return loader.defines({f"VQ_{role}_{k}": v for k, v in params.items()})
+
+
+# the encode body in a scope points at threadgroup arrays the kernel declares (csrc/encode.h's VQ_ENCODE_ARRAYS)
+SCOPED = {"VQ_ENCODE_ARRAYS": "encode_arrays_scoped.h"}
+
+
+def scope_constants() -> str:
+    """The offsets of `constants`' layout (see TABLE) that csrc/encode_scope.h reads, with the Hadamard rows of the
+    encode body: the lines a kernel with encode scopes needs once."""
+    offsets = {"B1": TABLE, "C2": 2 * TABLE, "B2": 3 * TABLE, "K": 4 * TABLE, "META": 4 * TABLE + 8}
+    return loader.hadamard() + loader.defines({f"VQ_CONST_{k}": v for k, v in offsets.items()})
 
 
 def _scope(role: str, index: int, method: str) -> str:
-    """The encode body for one role: its inputs under the body's names, its rows in the buffers."""
+    """The encode scope's parameters for one role: its inputs under the body's names, its rows in the buffers."""
     r = role
     have = _fields(method)
     out = {n: f"{r}{n}" if n in have else f"{r}{'codes1' if n.startswith('codes') else 'f_s1'}"
            for n in ("codes1", "codes2", "f_s1", "f_s2")}
     R = r.upper()
-    return encode_scope(index, method, m=f"{R}M", codes=(f"{R}B1", f"{R}B2", f"{R}GS"), ts=f"{R}TS", x=f"{r}x",
-                        const=f"{r}const", out=out, fault="flags", cap=f"(int){r}codes1_shape[2]", base="base[0]")
-
-
-# The keys' and the values' encodes run side by side: the first half of the threadgroups takes the keys, the second
-# half the values, each half seeing itself as the whole grid (GROUP, NGROUPS), so every threadgroup runs one
-# scope, barriers included. One after the other in each threadgroup, a decode step's append was two encode
-# latency chains in a row (~10 us on the H200, seventh pass).
-_ROLES = """
-  (void)after;
-  const int vq_rgroups = (int)NGROUPS / 2;
-  const bool vq_values = (int)GROUP >= vq_rgroups;
-  const int vq_rgroup = (int)GROUP - (vq_values ? vq_rgroups : 0);
-#undef GROUP
-#undef NGROUPS
-#define GROUP vq_rgroup
-#define NGROUPS vq_rgroups
-"""
+    return scope(R, index, m=f"{R}M", codes=(f"{R}B1", f"{R}B2", f"{R}GS"), ts=f"{R}TS", x=f"{r}x", const=f"{r}const",
+                 out=out, fault="flags", cap=f"(int){r}codes1_shape[2]", base="base[0]")
 
 
 def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False) -> str:
-    """The kernel text after a prelude (both roles, in two halves of the grid, or with `apart` False one after
-    the other in each threadgroup; `after` only orders this launch after the last store)."""
-    # one set of threadgroup arrays: the two scopes never run at once in a threadgroup
-    if not apart:
-        return ("  (void)after;\n" + encode_shared("") + _scope("k", 0, mk) + "  BARRIER();\n"
-                + _scope("v", 1, mv))
-    return (_ROLES + encode_shared("") + "  if (!vq_values) {\n" + _scope("k", 0, mk) + "  } else {\n"
-            + _scope("v", 1, mv) + "  }\n")
+    """The kernel text after a prelude: both roles in two halves of the grid (csrc/append_apart.h), or with `apart`
+    False one after the other in each threadgroup (append_serial.h); `after` only orders this launch after the last
+    store."""
+    return (scope_constants() + _scope("k", 0, mk) + _scope("v", 1, mv)
+            + loader.text("append_apart.h" if apart else "append_serial.h", SCOPED))
 
 
 def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: bool = False) -> tuple[str, str]:
     header, prelude = source.PRELUDES[be]
-    # the body gives GROUP and NGROUPS the role's meaning; put the prelude's back after it, so that text after it
+    # append_apart.h gives GROUP and NGROUPS the role's meaning; put the prelude's back after it, so that text after it
     # (another kernel in one file, as the compile checks write them) sees the prelude's
-    again = "".join(f"#undef {m}\n{line}\n" for m in ("GROUP", "NGROUPS") for line in prelude.splitlines()
-                    if line.startswith(f"#define {m} ")) if apart else ""
-    return header, prelude + _ALIAS[be] + body(mk, mv, apart) + again
+    again = loader.text("regroup.h") + loader.backend_file(f"{be}_grid", be) if apart else ""
+    return header, prelude + loader.backend_file(f"{be}_scope", be) + body(mk, mv, apart) + again
 
 
 @functools.lru_cache(maxsize=None)

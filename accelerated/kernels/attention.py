@@ -19,7 +19,7 @@ import mlx.core as mx
 
 from veloxquant import spec
 from veloxquant.accelerated.kernels import attention_source as src
-from veloxquant.accelerated.kernels import backend
+from veloxquant.accelerated.kernels import backend, loader
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.ops import codebooks, prng
 from veloxquant.accelerated.ops.attention import PackedRecord, RowStarts, Views
@@ -399,7 +399,7 @@ def _sm_count() -> int:
     when the first tensor-core plan is made; 132 (an H100 / H200) if the probe fails."""
     try:
         k = backend.cuda_kernel(name="vq_nsmid", input_names=["x"], output_names=["n"],
-                                source='  unsigned v;\n  asm("mov.u32 %0, %%nsmid;" : "=r"(v));\n  n[0] = (int)v;\n')
+                                source=loader.text("nsmid.cuh"))
         (n,) = k(inputs=[_dummy(1)], output_shapes=[(1,)], output_dtypes=[mx.int32], grid=(1, 1, 1),
                  threadgroup=(1, 1, 1))
         return max(1, int(n.item()))
@@ -437,5 +437,4 @@ def _bounds(nt: int, min_blocks: int) -> str:
     """Header lines giving the kernel MLX writes next (`__global__ void name(...)`, which takes no attributes)
     CUDA's __launch_bounds__: ptxas then keeps registers to what min_blocks blocks of nt threads per
     multiprocessor allow. The header is the last text before that signature."""
-    return ("#undef __global__\n"
-            f"#define __global__ __location__(global) __launch_bounds__({nt}, {min_blocks})\n")
+    return "#undef __global__\n" + f"#define __global__ __location__(global) __launch_bounds__({nt}, {min_blocks})\n"

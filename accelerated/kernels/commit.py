@@ -21,96 +21,44 @@ import functools
 
 import mlx.core as mx
 
-from veloxquant.accelerated.kernels import backend
+from veloxquant.accelerated.kernels import backend, loader
 
 NT = 256
 MAX_BLOCKS = 64          # block columns per write / check (large prefill chunks)
-_TESTS = {"nonfinite": "!isfinite(v)", "flag": "v != 0.0f"}
+_TESTS = ("nonfinite", "flag")     # the checks' kinds (csrc/commit_check.h)
+MAX_NDIM = 6             # dimensions of a write or check array (csrc/commit_offset.h)
 
-PRELUDES = {
-    "cuda": """
-#define TID threadIdx.x
-#define GROUP_X blockIdx.x
-#define GROUP_Y blockIdx.y
-#define NGROUPS_X gridDim.x
-#define SHARED(type, name, n) __shared__ type name[n]
-#define BARRIER() __syncthreads()
-#define MUT(type, p) const_cast<type*>(p)
-""",
-    "metal": """
-#define TID thread_position_in_threadgroup.x
-#define GROUP_X threadgroup_position_in_grid.x
-#define GROUP_Y threadgroup_position_in_grid.y
-#define NGROUPS_X threadgroups_per_grid.x
-#define SHARED(type, name, n) threadgroup type name[n]
-#define BARRIER() threadgroup_barrier(metal::mem_flags::mem_threadgroup)
-#define MUT(type, p) const_cast<device type*>(p)
-using metal::isfinite;
-""",
-}
+PRELUDES = {be: loader.backend_file(f"commit_{be}", be) for be in ("cuda", "metal")}
 
 
-def _offset(name: str, ndim: int, var: str) -> str:
-    """C statements: `var` = the offset of flat element e of array `name` through its shape/strides."""
-    lines = [f"      int64_t {var} = 0;\n", "      {\n", "        int64_t rest = e;\n"]
-    for k in reversed(range(ndim)):
-        lines.append(f"        {var} += (rest % {name}_shape[{k}]) * {name}_strides[{k}];\n")
-        lines.append(f"        rest /= {name}_shape[{k}];\n")
-    lines.append("      }\n")
-    return "".join(lines)
-
-
-def body(writes: tuple, checks: tuple) -> str:
-    """Kernel text. writes: ((ctype, ndim), ...) of the destination/source pairs w{i}d, w{i}s; checks:
-    ((kind, ndim), ...) of c{i}. Threadgroup row y < len(writes) copies write y, the next rows evaluate the
-    checks; block columns stride over the elements."""
-    parts = [f"""
-  const int tid = (int)TID;
-  const int which = (int)GROUP_Y;
-  const int col = (int)GROUP_X;
-  const int ncol = (int)NGROUPS_X;
-  SHARED(uint32_t, hit, {NT});
-  uint32_t mine = 0u;
-"""]
+def body(writes: tuple, checks: tuple, after: bool = False) -> str:
+    """Kernel text after a prelude (csrc/commit.h, one commit_write.h per write, one commit_check.h per check,
+    commit_end.h). writes: ((ctype, ndim), ...) of the destination/source pairs w{i}d, w{i}s; checks: ((kind, ndim),
+    ...) of c{i}; `after`: the launch takes the previous commit's token. Threadgroup row y < len(writes) copies write
+    y, the next rows evaluate the checks; block columns stride over the elements."""
+    for what, sig in (("writes", writes), ("checks", checks)):
+        for _, ndim in sig:
+            if not 1 <= ndim <= MAX_NDIM:
+                raise ValueError(f"{what}: {ndim} dimensions, the kernel takes 1 to {MAX_NDIM}")
+    parts = [loader.defines({"VQ_NT": NT, "VQ_AFTER": int(after), "VQ_NWRITES": len(writes),
+                             "VQ_NCHECKS": len(checks)}), loader.text("commit.h")]
     for i, (ctype, ndim) in enumerate(writes):
-        size = " * ".join(f"(int64_t)w{i}s_shape[{k}]" for k in range(ndim))
-        parts.append(f"""
-  if (which == {i}) {{
-    const int64_t n = {size};
-    for (int64_t e = (int64_t)col * {NT} + tid; e < n; e += (int64_t)ncol * {NT}) {{
-{_offset(f"w{i}s", ndim, "src")}{_offset(f"w{i}d", ndim, "dst")}      MUT({ctype}, w{i}d)[dst] = w{i}s[src];
-    }}
-  }}
-""")
+        names = {"SRC": f"w{i}s", "DST": f"w{i}d"}
+        arrays = {f"{k}{x.upper()}": f"{n}{x}" for k, n in names.items() for x in ("", "_shape", "_strides")}
+        parts += [loader.defines({"VQ_W_ROW": i, "VQ_W_TYPE": ctype, "VQ_W_NDIM": ndim,
+                                  **{f"VQ_W_{k}": v for k, v in arrays.items()}}), loader.text("commit_write.h")]
     for i, (kind, ndim) in enumerate(checks):
-        size = " * ".join(f"(int64_t)c{i}_shape[{k}]" for k in range(ndim))
-        parts.append(f"""
-  if (which == {len(writes) + i}) {{
-    const int64_t n = {size};
-    for (int64_t e = (int64_t)col * {NT} + tid; e < n; e += (int64_t)ncol * {NT}) {{
-{_offset(f"c{i}", ndim, "off")}      const float v = static_cast<float>(c{i}[off]);
-      if ({_TESTS[kind]}) {{
-        mine = 1u;
-      }}
-    }}
-  }}
-""")
-    parts.append(f"""
-  hit[tid] = mine;
-  BARRIER();
-  if (tid == 0) {{
-    if (which >= {len(writes)}) {{
-      uint32_t any = 0u;
-      for (int k = 0; k < {NT}; ++k) {{
-        any |= hit[k];
-      }}
-      out[(which - {len(writes)}) * ncol + col] = any;
-    }} else if ({len(checks)} == 0 && which == 0) {{
-      out[col] = 0u;
-    }}
-  }}
-""")
-    return "".join(parts)
+        if kind not in _TESTS:
+            raise ValueError(f"checks: kind {kind!r} is not one of {_TESTS}")
+        parts += [loader.defines({"VQ_C_ROW": len(writes) + i, "VQ_C_NDIM": ndim, "VQ_C_ARR": f"c{i}",
+                                  "VQ_C_ARR_SHAPE": f"c{i}_shape", "VQ_C_ARR_STRIDES": f"c{i}_strides",
+                                  "VQ_C_FLAG": int(kind == "flag")}), loader.text("commit_check.h")]
+    return "".join(parts) + loader.text("commit_end.h")
+
+
+def assemble(be: str, writes: tuple, checks: tuple, after: bool) -> str:
+    """The kernel's source for backend `be` (prelude and body, `body`'s arguments)."""
+    return PRELUDES[be] + body(writes, checks, after)
 
 
 _CTYPES = {mx.uint32: "uint32_t", mx.float32: "float", mx.float16: "__half", mx.bfloat16: "__nv_bfloat16",
@@ -126,10 +74,7 @@ def _kernel(writes: tuple, checks: tuple, has_after: bool):
     wsig = tuple((types[dt], nd) for dt, nd in writes)
     names = (["after"] if has_after else []) + [n for i in range(len(writes)) for n in (f"w{i}d", f"w{i}s")] + \
         [f"c{i}" for i in range(len(checks))]
-    source = PRELUDES[be] + body(wsig, checks)
-    # `after` only orders this launch after the previous commit; mention it so it is a real input
-    source = source.replace("  uint32_t mine = 0u;\n", "  uint32_t mine = 0u;\n  (void)after;\n", 1) if has_after \
-        else source
+    source = assemble(be, wsig, checks, has_after)
     tag = f"{len(writes)}w{len(checks)}c"
     if be == "cuda":
         return backend.cuda_kernel(name=f"vq_commit_{tag}", input_names=names, output_names=["out"],

@@ -48,7 +48,7 @@ BLOCK_CAP = 4096         # threadgroups at most; warps loop over further rows (g
 # configuration, compiled by NVRTC on first use); smaller ones read them from meta (one kernel per method,
 # head dim and dtype). Measured on the H200 (turboquant b4, 1M rows): 529 -> 358 instructions per row.
 SPECIALIZE_ROWS = 4096
-GENERIC = (0, 0, 0, -1)  # code constants meaning "read meta" (source_fragments._COMMON)
+GENERIC = (0, 0, 0, -1)  # code constants meaning "read meta" (csrc/common.h)
 _MAX_ROWS = 2**31 - 1    # rows are counted in int32 in the kernels
 _EPS = float.fromhex("0x1.ad7f2ap-24")
 _FMAX = float(np.finfo(np.float32).max)

@@ -1,11 +1,5 @@
-"""The main loop of the attention `partial` kernel (accelerated/kernels/attention_source.py has the rest):
-steps 3-5 of its body, the online softmax over a split's tokens, the merge of token slots and warps, and the
-split's output. Kept apart only to keep modules small; attention_source.PARTIAL_BODY is the setup text
-followed by this one, unchanged.
-"""
-from __future__ import annotations
-
-PARTIAL_LOOP = """\
+// Steps 3-5 of the partial kernel's scalar loop: the online softmax over a split's tokens, the merge of token
+// slots and warps (tc_loop.cuh is the tensor-core alternative).
   // 3. online softmax over this split's tokens, U tokens per lane per iteration (independent loads and
   //    reductions in flight), one rescale per iteration
   constexpr int TPB = TPI * U;           // U: tokens per lane per iteration (template)
@@ -25,10 +19,8 @@ PARTIAL_LOOP = """\
   }
   SHARED(float, sg, NW * TPW * U * QB);   // per token slot: the all-gather of its U x QB scores
   // the 8 values of chunk ch of a row (or of its word, loaded early): codes, then VQ_LOOKUP
-#define VQ_CHUNK(B, row, ch, reg, out) { uint32_t c8_[8]; vq_codes<B>(row, ch, c8_); \
-    for (int j_ = 0; j_ < 8; ++j_) { out[j_] = VQ_LOOKUP(reg, c8_[j_]); } }
-#define VQ_CHUNK_W(B, w, ch, reg, out) { uint32_t c8_[8]; vq_codes_w<B>(w, ch, c8_); \
-    for (int j_ = 0; j_ < 8; ++j_) { out[j_] = VQ_LOOKUP(reg, c8_[j_]); } }
+#define VQ_CHUNK(B, row, ch, reg, out) { uint32_t c8_[8]; vq_codes<B>(row, ch, c8_);     for (int j_ = 0; j_ < 8; ++j_) { out[j_] = VQ_LOOKUP(reg, c8_[j_]); } }
+#define VQ_CHUNK_W(B, w, ch, reg, out) { uint32_t c8_[8]; vq_codes_w<B>(w, ch, c8_);     for (int j_ = 0; j_ < 8; ++j_) { out[j_] = VQ_LOOKUP(reg, c8_[j_]); } }
   // Word-aligned code streams of the rotation family (1, 2 or 4 bits) are loaded ahead of their use: the
   // words and factors of one iteration's U tokens for keys (KPRE) and values (VPRE) at once, and with PF the
   // next iteration's while this one is scored (two register sets). Other methods load as they decode.
@@ -38,31 +30,7 @@ PARTIAL_LOOP = """\
   constexpr int KN = KPRE ? NCH : 1;
   constexpr int VU = VPRE ? U : 1;
   constexpr int VN = VPRE ? NCH : 1;
-#define VQ_LOAD(IT, K1, K2, KS0, KS1, V1, V2, VS0, VS1) \
-  for (int u = 0; u < U; ++u) { \
-    const int t_ = t0 + (IT) * TPB + u * TPI + warp * TPW + slot; \
-    const int64_t tt_ = (t_ < t1) ? t_ : t0; \
-    if (KPRE) { \
-      const DEVICE uint32_t* r1_ = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] + tt_ * kc1_strides[2]; \
-      const DEVICE uint32_t* r2_ = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1] + tt_ * kc2_strides[2]; \
-      for (int k = 0; k < NCH; ++k) { \
-        K1[u % KU][k % KN] = vq_chunk_word<KB1>(r1_, lp + k * P); \
-        if (MK == 1) { K2[u % KU][k % KN] = vq_chunk_word<KB2>(r2_, lp + k * P); } \
-      } \
-      KS0[u % KU] = ks0[(int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1] + tt_ * ks0_strides[2]]; \
-      if (MK == 2) { KS1[u % KU] = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + tt_ * ks1_strides[2]]; } \
-    } \
-    if (VPRE) { \
-      const DEVICE uint32_t* r1_ = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1] + tt_ * vc1_strides[2]; \
-      const DEVICE uint32_t* r2_ = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1] + tt_ * vc2_strides[2]; \
-      for (int k = 0; k < NCH; ++k) { \
-        V1[u % VU][k % VN] = vq_chunk_word<VB1>(r1_, lp + k * P); \
-        if (MV == 1 || MV == 3) { V2[u % VU][k % VN] = vq_chunk_word<VB2>(r2_, lp + k * P); } \
-      } \
-      VS0[u % VU] = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + tt_ * vs0_strides[2]]; \
-      if (MV == 2 || MV == 3) { VS1[u % VU] = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + tt_ * vs1_strides[2]]; } \
-    } \
-  }
+#define VQ_LOAD(IT, K1, K2, KS0, KS1, V1, V2, VS0, VS1)   for (int u = 0; u < U; ++u) {     const int t_ = t0 + (IT) * TPB + u * TPI + warp * TPW + slot;     const int64_t tt_ = (t_ < t1) ? t_ : t0;     if (KPRE) {       const DEVICE uint32_t* r1_ = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] + tt_ * kc1_strides[2];       const DEVICE uint32_t* r2_ = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1] + tt_ * kc2_strides[2];       for (int k = 0; k < NCH; ++k) {         K1[u % KU][k % KN] = vq_chunk_word<KB1>(r1_, lp + k * P);         if (MK == 1) { K2[u % KU][k % KN] = vq_chunk_word<KB2>(r2_, lp + k * P); }       }       KS0[u % KU] = ks0[(int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1] + tt_ * ks0_strides[2]];       if (MK == 2) { KS1[u % KU] = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + tt_ * ks1_strides[2]]; }     }     if (VPRE) {       const DEVICE uint32_t* r1_ = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1] + tt_ * vc1_strides[2];       const DEVICE uint32_t* r2_ = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1] + tt_ * vc2_strides[2];       for (int k = 0; k < NCH; ++k) {         V1[u % VU][k % VN] = vq_chunk_word<VB1>(r1_, lp + k * P);         if (MV == 1 || MV == 3) { V2[u % VU][k % VN] = vq_chunk_word<VB2>(r2_, lp + k * P); }       }       VS0[u % VU] = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + tt_ * vs0_strides[2]];       if (MV == 2 || MV == 3) { VS1[u % VU] = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + tt_ * vs1_strides[2]]; }     }   }
   // this iteration's loads (p*) and, with PF, the next one's (n*)
   uint32_t pk1[KU][KN], pk2[KU][KN], pv1[VU][VN], pv2[VU][VN];
   float pks0[KU], pks1[KU], pvs0[VU], pvs1[VU];
@@ -471,25 +439,3 @@ PARTIAL_LOOP = """\
     }
     BARRIER();
   }
-"""
-
-# step 5, shared with the tensor-core loop (attention_tc.py): the split's partial from sacc / sml
-PARTIAL_OUTPUT = """\
-  // 5. this split's partial: o_acc (B, Hkv, NQ, S + 1, VPARTS, D), o_ml (B, Hkv, NQ, S + 1, 2)
-  VQ_COLD
-  for (int i = tid; i < QB * VPARTS * D; i += NT) {
-    const int r = qg * QB + i / (VPARTS * D);
-    if (r < nq) {
-      const int64_t row = (((int64_t)b * hkv + h) * nq + r) * (S + 1) + s;
-      o_acc[row * VPARTS * D + i % (VPARTS * D)] = sacc[i];
-    }
-  }
-  VQ_COLD
-  for (int i = tid; i < QB * 2; i += NT) {
-    const int r = qg * QB + i / 2;
-    if (r < nq) {
-      const int64_t row = (((int64_t)b * hkv + h) * nq + r) * (S + 1) + s;
-      o_ml[row * 2 + i % 2] = sml[i];
-    }
-  }
-"""
