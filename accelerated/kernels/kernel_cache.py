@@ -36,19 +36,14 @@ import time
 
 import mlx.core as mx
 
-from veloxquant.accelerated.kernels import nvrtc
+from veloxquant.accelerated.kernels import loader, nvrtc
 
-MAX_NDIM = 10          # MLX's Shape / Strides: cuda::std::array<int32_t / int64_t, MAX_NDIM> (device/config.h)
-_MLX_DEFAULT_HEADER = ('\n#include "mlx/backend/cuda/device/utils.cuh"\n\n'
-                       '#include <cooperative_groups.h>\n\n')
-# What we compile in place of MLX's default header, whose files live inside libmlx and not on disk: the same
-# types under the same names, so the kernel's parameters are laid out as MLX passes them.
-_OWN_HEADER = ("\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda/std/array>\n"
-               "#include <cooperative_groups.h>\n"
-               "namespace mlx::core::cu {\n"
-               f"using Shape = cuda::std::array<int32_t, {MAX_NDIM}>;\n"
-               f"using Strides = cuda::std::array<int64_t, {MAX_NDIM}>;\n"
-               "}\n\n")
+# MLX's build_kernel (custom_kernel.cpp) around a kernel's header and body, byte for byte, and the header we
+# compile in place of MLX's default one (csrc/cuda_mlx_*.cuh)
+_MLX_DEFAULT_HEADER = loader.text("cuda_mlx_default_header.cuh")
+_OWN_HEADER = loader.text("cuda_mlx_types.cuh")
+_OPEN = loader.text("cuda_mlx_open.cuh")
+_CLOSE = loader.text("cuda_mlx_close.cuh")
 _OPTIONS = ("--device-as-default-execution-space",)        # MLX's own NVRTC options (besides arch and includes)
 _CUDA_TYPES = {mx.float16: "__half", mx.bfloat16: "__nv_bfloat16", mx.float32: "float", mx.bool_: "bool",
                mx.int8: "int8_t", mx.int16: "int16_t", mx.int32: "int32_t", mx.int64: "int64_t",
@@ -82,8 +77,7 @@ def mlx_text(name: str, header: str, source: str, input_names, inputs, output_na
              own: bool = False) -> str:
     """The text MLX's cuda_kernel builds for one launch (build_kernel, no template arguments: ours are written
     into `source`); `own`: the same with our header in place of MLX's, the text we compile."""
-    parts = [_OWN_HEADER if own else _MLX_DEFAULT_HEADER, header,
-             "namespace mlx::core::cu {\n\nnamespace cg = cooperative_groups;\n\n", f"__global__ void {name}(\n"]
+    parts = [_OWN_HEADER if own else _MLX_DEFAULT_HEADER, header, _OPEN, name, "(\n"]
     for n, a in zip(input_names, inputs):
         parts.append(f"    const {_CUDA_TYPES[a.dtype]}* {n},\n")
         if a.ndim > 0:
@@ -95,7 +89,7 @@ def mlx_text(name: str, header: str, source: str, input_names, inputs, output_na
                 parts.append(f"    const __grid_constant__ int {n}_ndim,\n")
     for i, (n, dt) in enumerate(zip(output_names, output_dtypes)):
         parts.append(f"    {_CUDA_TYPES[dt]}* {n}" + (",\n" if i < len(output_names) - 1 else ") {\n"))
-    parts += [source, "\n}\n\n} // namespace mlx::core::cu\n"]
+    parts += [source, _CLOSE]
     return "".join(parts)
 
 

@@ -1,0 +1,4 @@
+
+}
+
+} // namespace mlx::core::cu

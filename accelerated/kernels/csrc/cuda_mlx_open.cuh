@@ -1,0 +1,5 @@
+namespace mlx::core::cu {
+
+namespace cg = cooperative_groups;
+
+__global__ void 
