@@ -104,6 +104,17 @@ def exercise(model, cache_kwargs: dict, batch: bool = True, speculative: bool = 
             gen.close()
 
 
+def _mlx_gathers() -> None:
+    """MLX's own gather kernels for the record dtypes, which a shrinking batch's filter uses (MLX compiles them
+    once per machine into its PTX cache; seen compiled mid-batch on the H200 when only fp16's were there)."""
+    idx = mx.array([[1], [0]], dtype=mx.int32)
+    out = []
+    for dt in (mx.float32, mx.uint32, mx.float16, mx.bfloat16, mx.bool_, mx.int32):
+        x = mx.zeros((2, 3), dtype=dt)
+        out += [x[idx[:, 0]], mx.take(x, idx[:, 0], axis=0), mx.take_along_axis(x, idx, axis=0)]
+    mx.eval(out)
+
+
 @functools.lru_cache(maxsize=1)
 def source_version() -> str:
     """A digest of the kernel sources and their launch code: a manifest is for one version of them."""
@@ -192,6 +203,8 @@ def warm(geom: Geometry, cache_kwargs: dict, config: dict | None = None, progres
     model = small_model(geom, config)
     with cache.recording() as rec:
         exercise(model, cache_kwargs, batch=batch, speculative=speculative)
+    if batch and katt.backend.backend() == "cuda":
+        _mlx_gathers()
     before = cache.compiled
     cache.ensure_all(rec.values(), workers=workers, progress=progress)
     failed = {m: why for m, why in cache.failed.items() if m in rec}
