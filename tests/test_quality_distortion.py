@@ -120,7 +120,7 @@ def test_committed_recommendation_flags_build_working_caches():
     model = tiny_llama(64, layers=1)
     for flags in sorted({x["flags"] for x in rec}):
         p = argparse.ArgumentParser()
-        kv_flags.add_arguments(p)
+        kv_flags.add_arguments(p, model=False)      # the cache flags alone (generate adds --model)
         caches = make_prompt_cache(model, **kv_flags.settings(p.parse_args(flags.split())))
         out = model(mx.array([[1, 2, 3, 4] * 2]), cache=caches)
         assert bool(mx.isfinite(out).all()), flags

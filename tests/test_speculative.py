@@ -153,7 +153,7 @@ def test_cli_draft_model_asks_for_exact_trims(models):
     from veloxquant.accelerated.cache import serve
     from veloxquant.tools import kv_flags
     p = argparse.ArgumentParser()
-    kv_flags.add_arguments(p)
+    kv_flags.add_arguments(p, model=False)
     for passthrough, e in ((["--draft-model", "D", "--num-draft-tokens", "2"], 2), (["--draft-model", "D"], 3),
                            (["--num-draft-tokens", "5"], 0), ([], 0)):
         args = p.parse_args(["--kv-window", "32", "--kv-bits", "4"])
@@ -161,7 +161,7 @@ def test_cli_draft_model_asks_for_exact_trims(models):
         assert kv_flags.settings(args)["exact_trim"] == e, passthrough
     args.passthrough = ["--draft-model", "D", "--num-draft-tokens", str(K_DRAFT)]
     made: list = []
-    kv_flags.install(args, keep=made)
+    kv_flags.install(kv_flags.settings(args), keep=made)
     try:
         spec_run(models, None, None)     # mlx-lm makes the model's caches, then the draft model's
     finally:
