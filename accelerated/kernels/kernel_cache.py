@@ -25,7 +25,6 @@ compiles those it finds missing, several at once).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import glob
 import hashlib
 import os
