@@ -106,7 +106,7 @@ def exercise(model, cache_kwargs: dict, batch: bool = True, speculative: bool = 
 
 def _mlx_gathers() -> None:
     """MLX's own gather kernels for the record dtypes, which a shrinking batch's filter uses (MLX compiles them
-    once per machine into its PTX cache; seen compiled mid-batch on the H200 when only fp16's were there)."""
+    once per machine into its PTX cache; otherwise the first shrinking batch waits for them)."""
     idx = mx.array([[1], [0]], dtype=mx.int32)
     out = []
     for dt in (mx.float32, mx.uint32, mx.float16, mx.bfloat16, mx.bool_, mx.int32):

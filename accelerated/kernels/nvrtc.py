@@ -1,6 +1,6 @@
 """NVRTC through ctypes, with nothing else imported: a compile runs in this process or in a worker process of
 its own (kernel_cache compiles many variants at once in separate processes, since one process's NVRTC calls
-barely overlap: measured on the H200, 17 compiles in 16 threads took as long as one after another)."""
+barely overlap; docs/benchmarks.md, "Cold start")."""
 from __future__ import annotations
 
 import ctypes
