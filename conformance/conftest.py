@@ -20,6 +20,11 @@ from veloxquant.spec import METHODS
 
 from . import adapters
 
+if __name__ != "veloxquant.conformance.conftest":   # one copy of the suite's modules, not two
+    raise ImportError(f"the conformance suite was imported as {__name__!r}; it must be veloxquant.conformance "
+                      "(installed, or in a checkout through veloxquant/conformance: tests/checkout_suite.py "
+                      "maps `pytest conformance` there)")
+
 XFAIL_DIR = pathlib.Path(__file__).resolve().parent / "xfail"
 PROFILE_ENV = "VELOXQUANT_PROFILE"
 

@@ -149,3 +149,88 @@ def test_kernel_literal_checker_sees_kernel_text(tmp_path):
                  'OK = [f"#define {1} {2}\\n", "#undef GROUP\\n", "an error; with a semicolon"]\n')
     bad = kernel_literals(f)
     assert [b.split(":")[1] for b in bad] == ["3", "7", "8"], bad
+
+
+# ---- `veloxquant.X` is an ordinary package in a checkout -----------------------------------------------------------
+PACKAGE_LAYERS = ("veloxquant", "spec", "reference", "accelerated", "conformance", "tools")
+
+
+def _package_dirs() -> dict[str, str]:
+    """pyproject.toml's package-dir: the subpackage's last name -> its top-level folder (veloxquant itself left out)."""
+    import tomllib
+    dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    return {k.split(".", 1)[1]: v for k, v in dirs.items() if "." in k}
+
+
+def import_machinery(path: pathlib.Path) -> list[str]:
+    """Places where a module changes how imports resolve: sys.meta_path / sys.path_hooks, an import finder or
+    loader class, a package __path__ changed, or sys.modules written (an alias); reading sys.modules is fine."""
+    tree = ast.parse(path.read_text(), str(path))
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    bad = []
+
+    sys_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+                 if a.name == "sys"}   # `import sys as _sys` too
+
+    def dotted(node) -> str:
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name):
+            parts.append("sys" if node.id in sys_names else node.id)
+        return ".".join(reversed(parts))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and dotted(node) in ("sys.meta_path", "sys.path_hooks"):
+            bad.append(f"{where}:{node.lineno}: {dotted(node)}")
+        elif isinstance(node, ast.ClassDef):
+            finders = [dotted(b) for b in node.bases if re.search(r"(Finder|Loader)$", dotted(b))]
+            if finders:
+                bad.append(f"{where}:{node.lineno}: class {node.name}({', '.join(finders)})")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                name = dotted(t.value) if isinstance(t, ast.Subscript) else dotted(t)
+                if name in ("__path__", "sys.modules") or name.endswith(".__path__"):
+                    bad.append(f"{where}:{node.lineno}: {name} assigned")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = dotted(node.func.value)
+            if (owner == "__path__" or owner.endswith(".__path__")
+                    or (owner == "sys.modules" and node.func.attr in ("update", "setdefault"))):
+                bad.append(f"{where}:{node.lineno}: {owner}.{node.func.attr}()")
+    return bad
+
+
+def test_no_import_machinery_in_the_package():
+    """Every `veloxquant.X` import resolves the ordinary way, so static tools (import graph, IDE, type checker) follow
+    it: no custom finder or loader, no __path__ extended at run time, no module swapped in sys.modules."""
+    bad = [b for layer in PACKAGE_LAYERS for f in _files(layer) for b in import_machinery(f)]
+    assert not bad, "import machinery in the package (use the veloxquant/X symlinks instead):\n" + "\n".join(bad)
+
+
+def test_import_machinery_checker_sees_finders_and_aliases(tmp_path):
+    """The check itself can fail: the finder, the __path__ extension and the sys.modules swap that the package
+    once used are each seen; reading sys.modules is not."""
+    f = tmp_path / "probe.py"
+    f.write_text("import importlib.abc, sys as _sys\n"
+                 "__path__.append('/checkout')\n"
+                 "class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):\n    pass\n"
+                 "_sys.meta_path.insert(0, _Alias())\n"
+                 "_sys.modules[__name__] = object()\n"
+                 "me = _sys.modules[__name__]\n")
+    assert sorted(int(b.split(":")[1]) for b in import_machinery(f)) == [2, 3, 5, 6], import_machinery(f)
+
+
+def test_checkout_links_every_subpackage():
+    """veloxquant/ holds __init__.py and one relative symlink per package-dir entry (veloxquant/spec -> ../spec, ...):
+    the checkout's import path is the installed one."""
+    here = ROOT / "veloxquant"
+    want = _package_dirs()
+    links = {p.name: p for p in here.iterdir() if p.is_symlink()}
+    assert sorted(links) == sorted(want), f"veloxquant/ symlinks {sorted(links)} != package-dir {sorted(want)}"
+    for name, folder in want.items():
+        target = links[name].readlink()
+        assert not target.is_absolute() and links[name].resolve() == (ROOT / folder).resolve(), \
+            f"veloxquant/{name} -> {target}: want ../{folder}"
+    others = sorted(p.name for p in here.iterdir() if not p.is_symlink() and p.name not in ("__init__.py", "__pycache__"))
+    assert not others, f"veloxquant/ holds more than the links and __init__.py: {others}"
