@@ -55,6 +55,7 @@ SLOW: tuple[str, ...] = (
     "tests/test_cli_config.py::test_readme_generate_example_runs_as_written",
     "tests/test_cli_config.py::test_mlx_affine_generates",
     "tests/test_cli_config.py::test_conformance_report_lists_selected_methods_and_skip_reasons",
+    "tests/test_cli_config.py::test_conformance_passes_rules_report_through",
     "tests/test_profiles.py::test_slow_families_exist",
 )
 

@@ -238,6 +238,23 @@ def test_conformance_report_lists_selected_methods_and_skip_reasons(tmp_path, ca
     assert sum(c["skipped"] for c in r["cells"]) <= len(skipped)
 
 
+def test_conformance_passes_rules_report_through(tmp_path, capsys):
+    """`veloxquant conformance --rules-report PATH` hands the option to the suite (conformance/conftest.py writes
+    the per-rule verdicts) and prints its totals: the two golden cast cases pin R-num-output-cast alone."""
+    pytest.importorskip("hypothesis")
+    path = tmp_path / "rules.json"
+    code, out, err = _cli(["conformance", "--impl", "reference", "-k", "golden_cast", "--rules-report", str(path)],
+                          capsys)
+    assert code == 0, out[-3000:] + err[-3000:]
+    assert path.exists(), "--rules-report was not passed to the suite"
+    r = json.loads(path.read_text())
+    assert r["schema"] == "veloxquant-rules-report/1" and r["impl"] == "reference", r["schema"]
+    passed = sorted(k for k, v in r["rules"].items() if v["status"] == "passed")
+    assert passed == ["R-num-output-cast"], passed
+    assert r["summary"] == {"passed": 1, "failed": 0, "not exercised": len(r["rules"]) - 1}, r["summary"]
+    assert f"spec rules: 1 passed, 0 failed, {len(r['rules']) - 1} not exercised (wrote {path})" in out, out[-2000:]
+
+
 def _first(message: str) -> str:
     return message.splitlines()[0][:60]
 

@@ -29,6 +29,8 @@ def add_arguments(p) -> None:
     p.add_argument("--methods", default=None, help=f"comma list out of {','.join(spec.METHODS)} (default: all)")
     p.add_argument("--profile", choices=["ci", "thorough"], default="ci", help="hypothesis profile")
     p.add_argument("--json", metavar="PATH", default=None, help="write the JSON report here")
+    p.add_argument("--rules-report", metavar="PATH", default=None,
+                   help="write per spec rule (spec/rules.toml) passed / failed / not exercised as JSON to PATH")
     p.add_argument("-k", dest="keyword", default=None, help="pytest -k expression (select tests)")
     p.add_argument("--verbose-failures", action="store_true", help="print every failure message in full")
 
@@ -216,6 +218,8 @@ def run(args) -> int:
         argv.append(f"--methods={args.methods}")
     if args.keyword:
         argv += ["-k", args.keyword]
+    if args.rules_report:
+        argv.append(f"--rules-report={args.rules_report}")
     col = _Collector()
     started = datetime.datetime.now(datetime.timezone.utc)
     print(f"veloxquant conformance: impl={args.impl} device={args.device or 'default'} "
@@ -249,6 +253,10 @@ def run(args) -> int:
         print(f"\nFAILED {t['id']}\n  {t['message']}")
     if len(failures) > 5 and not args.verbose_failures:
         print(f"\n... {len(failures) - 5} more failures (--verbose-failures, or the JSON report)")
+    rules = getattr(col.config, "_vq_rules_summary", None) if col.config else None
+    if rules:   # pytest's own summary line is off here (-p no:terminal)
+        print(f"spec rules: {rules['passed']} passed, {rules['failed']} failed, "
+              f"{rules['not exercised']} not exercised (wrote {args.rules_report})")
     unmatched = getattr(col.config, "_vq_unmatched", []) if col.config else []
     for kind, pattern in unmatched:
         print(f"WARNING: {kind} entry {pattern!r} matched no collected test")
