@@ -48,6 +48,28 @@ ARMS = {
     "turboquant b4": dict(method="turboquant", bits=4),
     "kivi b4 (window 128)": dict(method="kivi", bits=4, group_size=32),
 }
+# Arms measured with --device gpu only (every method and window on the fast path, issue 29's table): a CPU run skips
+# them, so the quick gate stays quick.
+GPU_ARMS = {
+    "turboquant_rvq 2+2": dict(method="turboquant_rvq", bits=2, bits2=2),
+    "turboquant_prod b4": dict(method="turboquant_prod", bits=4),
+    "rabitq": dict(method="rabitq", bits=1),
+    "turboquant b4 (window 32)": dict(method="turboquant", bits=4, window=32),
+    "keys turboquant b3 + values kivi b2": dict(key_method="turboquant", key_bits=3, value_method="kivi",
+                                                value_bits=2),
+}
+ALL_ARMS = {**ARMS, **GPU_ARMS}
+# which arms each suite measures on the GPU (the CPU measures ARMS)
+GPU_SUITE_ARMS = {"decode_step": list(ALL_ARMS), "generate": [*ARMS, "turboquant b4 (window 32)",
+                                                              "keys turboquant b3 + values kivi b2"]}
+
+
+def skip_unless_measured(device: str, suite: str, arm: str) -> None:
+    """pytest.skip for an arm this device does not measure in `suite`."""
+    import pytest
+    if arm in ARMS or (device == "gpu" and arm in GPU_SUITE_ARMS.get(suite, ())):
+        return
+    pytest.skip(f"{arm}: measured with --device gpu only" if device != "gpu" else f"{arm}: not measured in {suite}")
 # Noise band per suite (or per baseline arm): a run fails when a ratio exceeds the saved baseline's by more than this
 # fraction. Chosen from five runs with our code unchanged on the shared 2-core CPU (load average 100-280), the largest
 # rise of a gated ratio over another run's: 25 % (decode step, turboquant), 36 % (ops against mx.quantize, turboquant

@@ -11,11 +11,12 @@ import harness
 pytest.importorskip("mlx_lm")
 
 
-@pytest.mark.parametrize("arm", list(harness.ARMS))
+@pytest.mark.parametrize("arm", list(harness.ALL_ARMS))
 def test_decode_step(benchmark, bench, request, arm):
     import mlx.core as mx
 
     from veloxquant.tools import bench_decode as bd
+    harness.skip_unless_measured(bench.device, "decode_step", arm)
     sz = bench.sizes["decode_step"]
     t, layers = sz["context"], sz["layers"]
     caches = {}

@@ -12,13 +12,14 @@ import harness
 pytest.importorskip("mlx_lm")
 
 
-@pytest.mark.parametrize("arm", list(harness.ARMS))
+@pytest.mark.parametrize("arm", list(harness.ALL_ARMS))
 def test_generate(benchmark, bench, request, arm):
     import mlx.core as mx
     from mlx_lm.generate import generate_step
 
     import veloxquant.accelerated.cache as vc
     from veloxquant.tools import bench_decode as bd
+    harness.skip_unless_measured(bench.device, "generate", arm)
     sz = bench.sizes["generate"]
     model, args = bd._model(sz["layers"], harness.SHAPES[sz["shape"]])
     prompts = [mx.random.randint(0, args.vocab_size, (sz["context"],), key=mx.random.key(i))
@@ -32,7 +33,7 @@ def test_generate(benchmark, bench, request, arm):
 
     from mlx_lm.models.cache import make_prompt_cache as fp16_cache
     caches = {"fp16": prefilled(fp16_cache(model)),
-              "ours": prefilled(vc.make_prompt_cache(model, seed=1, **harness.ARMS[arm]))}
+              "ours": prefilled(vc.make_prompt_cache(model, seed=1, **harness.ALL_ARMS[arm]))}
 
     def generate(name):
         def go(i):       # the generation continues from where the last round left the cache

@@ -46,6 +46,9 @@ OURS = {   # arm name -> make_prompt_cache-style settings (about 4 bits per coor
     "kivi b4 (window 128)": dict(method="kivi", bits=4, group_size=32),
     "rabitq": dict(method="rabitq", bits=1),
     "mlx_affine b4": dict(method="mlx_affine", bits=4, group_size=64),
+    "turboquant b4 (window 32)": dict(method="turboquant", bits=4, window=32),
+    "keys turboquant b3 + values kivi b2": dict(method=None, key_method="turboquant", key_bits=3, value_method="kivi",
+                                                value_bits=2),
 }
 
 
