@@ -25,15 +25,8 @@ from veloxquant.accelerated.ops import codebooks, numerics, packing, prng, recor
 
 # record field names of the kernel outputs codes1, codes2, f_s1, f_s2 (None: output unused)
 FIELDS = {m: layouts.layout(m).kernel_fields() for m in spec.METHODS}
-# The rule each method applies to the tokens it encodes (accelerated.ops's messages, word for word).
-RULES = {
-    "turboquant": "x: norm overflows binary32",
-    "turboquant_rvq": "x: norm overflows binary32",
-    "rabitq": "x: norm overflows binary32",
-    "turboquant_prod": "x: norm overflows binary32",
-    "kivi": "x: kivi float16 scale or zero overflows (not finite)",
-    "mlx_affine": "x: mlx_affine group range (max - min) overflows binary32",
-}
+# The rule each method applies to the tokens it encodes (its accelerated.ops module's RULE, word for word).
+RULES = {m: ops.method_module(m).RULE for m in spec.METHODS}
 NONFINITE = numerics.NONFINITE
 BIG_WARPS = 8            # warps per threadgroup for large launches (256 threads)
 BLOCK_CAP = 4096         # threadgroups at most; warps loop over further rows (grid-stride)
