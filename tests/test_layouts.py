@@ -96,7 +96,8 @@ def test_layout_matches_reference_records(method, monkeypatch):
             elif kind == "residual":
                 want_tables.add(("residual", p.bits, p.bits2))
         assert tables == want_tables, (p, tables, lay.tables)
-        purposes = {"rotation": spec.formats()["prng"]["purpose_rotation"], "qjl": spec.formats()["prng"]["purpose_qjl"]}
+        prng = spec.formats()["prng"]
+        purposes = {"rotation": prng["purpose_rotation"], "qjl": prng["purpose_qjl"]}
         assert drawn == {purposes[s] for s in lay.signs}, (p, drawn, lay.signs)
         assert lay.levels(p) == ((1 << p.bits) - 1 if lay.affine else 0)
     assert lay.rotation == ("rotation" in lay.signs) and lay.sketch == ("qjl" in lay.signs)

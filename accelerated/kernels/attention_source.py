@@ -24,8 +24,8 @@ Two kernels, flash-decoding style:
   slower on the H200).
 
 Method ids (template MK / MV): accelerated/layouts.py KERNEL_IDS (0 turboquant, 1 turboquant_rvq, 2 rabitq,
-3 turboquant_prod, 4 kivi, 5 mlx_affine). Keys of kivi (role k) are grouped per channel over KG tokens, values (role v) per token over
-VG channels; mlx_affine groups per token, with its decode rounded to the input dtype.
+3 turboquant_prod, 4 kivi, 5 mlx_affine). Keys of kivi (role k) are grouped per channel over KG tokens, values
+(role v) per token over VG channels; mlx_affine groups per token, with its decode rounded to the input dtype.
 """
 from __future__ import annotations
 

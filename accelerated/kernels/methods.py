@@ -203,7 +203,8 @@ def code_template(p: spec.Params, rows: int) -> tuple[int, int, int, int]:
 def _template(method: str, p: spec.Params, d: int, ts: mx.Dtype, rows: int) -> list:
     """The encode / decode kernels' template arguments."""
     b1, b2, gs, kr = code_template(p, rows)
-    return [("M", layouts.layout(method).kernel_id), ("D", d), ("TS", ts), ("B1", b1), ("B2", b2), ("GS", gs), ("KR", kr)]
+    return [("M", layouts.layout(method).kernel_id), ("D", d), ("TS", ts), ("B1", b1), ("B2", b2), ("GS", gs),
+            ("KR", kr)]
 
 
 @functools.lru_cache(maxsize=4096)
