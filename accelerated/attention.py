@@ -13,6 +13,7 @@ import functools
 
 import mlx.core as mx
 
+from veloxquant.accelerated import layouts
 from veloxquant.accelerated.ops import attention as ops_attention
 from veloxquant.accelerated.ops.attention import PackedRecord, RowStarts, Views
 
@@ -119,7 +120,7 @@ def common_prefix(k: PackedRecord, v: PackedRecord) -> int:
     n = min(k.encoded, v.encoded)
     for r in (k, v):
         p = r.params
-        if r.encoded > n and p.method == "kivi" and p.role == "k":
+        if r.encoded > n and layouts.of(p).groups_tokens(p.role):
             n -= n % p.group_size
     return n
 

@@ -18,7 +18,7 @@ import dataclasses
 import mlx.core as mx
 
 from veloxquant import spec
-from veloxquant.accelerated import ops
+from veloxquant.accelerated import layouts, ops
 from veloxquant.accelerated.ops import numerics, record
 from veloxquant.accelerated.ops.attention import PackedRecord, Views
 
@@ -193,7 +193,7 @@ class Stream:
         # kept tokens (streaming.md "Exact trims"): exact values of tokens Q − L .. Q − 1, L <= C; none where
         # they can never be used (per-token methods with R = 0)
         p = self.params
-        self._cap = p.kept_capacity() if (p.method == "kivi" or p.window > 0) else 0
+        self._cap = p.kept_capacity() if (not layouts.of(p).per_token or p.window > 0) else 0
         self._kept: mx.array | None = None
         self._version = 0                    # bumped by every state change (see commit)
         self._epoch = 0                      # bumped by every trim (marks taken before it cannot be restored)
@@ -214,7 +214,7 @@ class Stream:
     def _field_rows(self, name: str, tokens: int) -> int:
         """Rows of a field for a token count (KIVI keys keep one scale/zero row per group of G tokens)."""
         p = self.params
-        if p.method == "kivi" and p.role == "k" and name in ("scale", "zero"):
+        if name in layouts.of(p).group_rows(p.role):
             return tokens // p.group_size
         return tokens
 
@@ -222,7 +222,7 @@ class Stream:
         """Tokens leaving a window of r tokens (streaming.md 'Appending a chunk', step 3)."""
         p = self.params
         over = max(r - p.window, 0)
-        return p.group_size * (over // p.group_size) if p.method == "kivi" else over
+        return over if layouts.of(p).per_token else p.group_size * (over // p.group_size)
 
     # -- append / trim -------------------------------------------------------------------------------
     def append(self, x: mx.array) -> None:
@@ -324,7 +324,7 @@ class Stream:
         if n > r:
             # 2. encoded tokens: per-token methods drop records; kivi truncates to whole groups and puts
             # tokens q_new..t_new-1 back: kept values if held, else decoded and cast RNE (lossy)
-            if p.method == "kivi":
+            if not layouts.of(p).per_token:
                 q_new = p.group_size * (t_new // p.group_size)
                 if t_new > q_new and q_new >= kept_lo:
                     self._window = kept[:, :, q_new - kept_lo : t_new - kept_lo]
@@ -338,7 +338,7 @@ class Stream:
                 q_new = t_new
             kept = kept[:, :, : max(q_new - kept_lo, 0)]
         # 3. refill: the newest kept tokens (whole groups for kivi) go back to the front of the window
-        g = p.group_size if p.method == "kivi" else 1
+        g = 1 if layouts.of(p).per_token else p.group_size
         back = min(max(p.window - self._window.shape[2], 0), kept.shape[2])
         back = g * -(-back // g) if back else 0             # whole groups, while the window is short of R
         back = min(back, g * (kept.shape[2] // g))
@@ -393,8 +393,8 @@ class Stream:
         if n <= 0:
             return
         ne = min(n, self._q)
-        if p.method == "kivi" and ne % p.group_size:
-            raise ValueError(f"n: kivi evicts whole groups of {p.group_size} encoded tokens, got {ne}")
+        if not layouts.of(p).per_token and ne % p.group_size:
+            raise ValueError(f"n: {p.method} evicts whole groups of {p.group_size} encoded tokens, got {ne}")
         for k in self._names:
             self._rows[k].lo += self._field_rows(k, ne)
         self._q -= ne

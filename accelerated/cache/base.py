@@ -130,7 +130,7 @@ def _role_params(role: str, method, bits, bits2, group_size, window, seed, layer
     if info is None:
         raise ValueError(f"{prefix}method: unknown method {method!r}; expected one of {', '.join(spec.METHODS)}")
     p = spec.Params(method, bits=bits,
-                    bits2=bits2 if method == "turboquant_rvq" else None,
+                    bits2=bits2 if "bits2" in info else None,
                     group_size=group_size if "group_sizes" in info else None,
                     window=window, seed=seed, layer=layer, head_offset=head_offset, role=role,
                     exact_trim=exact_trim)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from veloxquant import spec
+from veloxquant.accelerated import layouts
 from veloxquant.accelerated.ops import record
 
 PARTS = ("encoded", "window", "kept")
@@ -23,7 +24,7 @@ _FIELD_BYTES = {"uint32": 4, "float32": 4, "float16": 2}
 
 def keeps_copies(p: spec.Params) -> bool:
     """Whether a stream with these (resolved) params stores exact-trim copies (accelerated.stream.Stream)."""
-    return p.method == "kivi" or p.window > 0
+    return not layouts.of(p).per_token or p.window > 0
 
 
 def stream_parts(p: spec.Params, tokens: int, *, heads: int, head_dim: int, dtype=mx.float16,

@@ -18,6 +18,7 @@ import typing
 import mlx.core as mx
 
 from veloxquant import spec
+from veloxquant.accelerated import layouts
 from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.kernels import backend, loader
 from veloxquant.accelerated.kernels import methods as km
@@ -64,14 +65,15 @@ COLD_LOOPS = False            # CUDA: the loops a threadgroup runs once not unro
                               # instruction), so it stays off
 LOG2E = 1.4426950408889634
 
-_FIELDS = {   # record fields as the kernel's (c1, c2, s0, s1, gs, gz) inputs
-    "turboquant": ("codes", None, "norm", None, None, None),
-    "turboquant_rvq": ("codes1", "codes2", "norm", None, None, None),
-    "rabitq": ("codes", None, "norm", "ip", None, None),
-    "turboquant_prod": ("codes", "qjl", "norm", "rnorm", None, None),
-    "kivi": ("codes", None, None, None, "scale", "zero"),
-    "mlx_affine": ("codes", None, None, None, "scales", "biases"),
-}
+
+def _kernel_inputs(lay: layouts.Layout) -> tuple:
+    """A record's fields as the kernel's (c1, c2, s0, s1, gs, gz) inputs: the affine methods' side fields are
+    the per-group gs / gz, the others' the per-token s0 / s1."""
+    c1, c2, s1, s2 = lay.kernel_fields()
+    return (c1, c2, None, None, s1, s2) if lay.affine else (c1, c2, s1, s2, None, None)
+
+
+_FIELDS = {m: _kernel_inputs(layouts.layout(m)) for m in spec.METHODS}   # record fields by kernel input
 
 
 def _pow2(n: int) -> bool:
@@ -106,11 +108,8 @@ def _dummy(rank: int, dtype=mx.float32) -> mx.array:
 
 
 def _bits(p: spec.Params) -> tuple[int, int]:
-    if p.method == "turboquant_prod":
-        return p.bits - 1, 1
-    if p.method == "turboquant_rvq":
-        return p.bits, p.bits2
-    return p.bits, 1
+    """(bits of codes1, bits of codes2): the encode kernels' widths (layouts.Layout.code_bits)."""
+    return layouts.of(p).code_bits(p)
 
 
 @functools.lru_cache(maxsize=None)
@@ -122,26 +121,31 @@ def _sign_table() -> mx.array:
 
 
 def _tables(p: spec.Params, d: int) -> tuple[mx.array, mx.array]:
-    """The tables of a record's two code streams (codes1/codes2 in the kernel's terms)."""
-    if p.method == "turboquant":
-        return codebooks.gaussian(p.bits, d)[0], _dummy(1)
-    if p.method == "turboquant_prod":
-        return codebooks.gaussian(p.bits - 1, d)[0], _sign_table()
-    if p.method == "turboquant_rvq":
-        return codebooks.gaussian(p.bits, d)[0], codebooks.residual(p.bits, p.bits2, d)[0]
-    if p.method == "rabitq":
-        return _sign_table(), _dummy(1)
-    return _dummy(1), _dummy(1)
+    """The tables of a record's two code streams (codes1/codes2 in the kernel's terms; formats.toml `tables`):
+    gaussian at the stream's bits, residual(bits, bits2), the sign table; dummies for affine codes and no stream."""
+    lay = layouts.of(p)
+    bits = lay.code_bits(p)
+    out = []
+    for kind, b in zip(lay.tables, bits):
+        if kind == "gaussian":
+            out.append(codebooks.gaussian(b, d)[0])
+        elif kind == "residual":
+            out.append(codebooks.residual(p.bits, p.bits2, d)[0])
+        elif kind == "sign":
+            out.append(_sign_table())
+        else:
+            out.append(_dummy(1))
+    return tuple(out + [_dummy(1)] * (2 - len(out)))
 
 
 @functools.lru_cache(maxsize=1024)
 def _signs(p: spec.Params, h: int, d: int) -> tuple[mx.array, mx.array]:
     """(sigma, tau) of the heads, flat (H * d,) float32; dummies for methods without them."""
-    if p.method not in ("turboquant", "turboquant_rvq", "rabitq", "turboquant_prod"):
+    lay = layouts.of(p)
+    if not lay.rotation:
         return _dummy(1), _dummy(1)
     sig = prng.head_signs(p, h, d).reshape(h * d)
-    tau = (prng.head_signs(p, h, d, prng.PURPOSE_QJL).reshape(h * d) if p.method == "turboquant_prod"
-           else _dummy(1))
+    tau = prng.head_signs(p, h, d, prng.PURPOSE_QJL).reshape(h * d) if lay.sketch else _dummy(1)
     mx.eval(sig, tau)
     return sig, tau
 
@@ -182,7 +186,7 @@ def _constants(kp: spec.Params, vp: spec.Params, hkv: int, d: int, scale: float)
 def _tokens_per_lane(kp: spec.Params, vp: spec.Params) -> int:
     """Tokens each lane works on at once: 4 independent load/reduce chains hide latency; the group-scaled
     methods (kivi, mlx_affine) need more registers per token, so 2 keeps them from spilling."""
-    return 2 if {kp.method, vp.method} & {"kivi", "mlx_affine"} else 4
+    return 2 if layouts.of(kp).affine or layouts.of(vp).affine else 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +241,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     nq = (hq // hkv) * l
     p_lanes = min(32, d // 8)
     nc = d // (8 * p_lanes)
-    parts = 2 if "turboquant_prod" in (kp.method, vp.method) else 1
+    parts = 2 if layouts.of(kp).sketch or layouts.of(vp).sketch else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     tc = tensor_cores and _tensor_cores(kp, vp, d, has_win, tc_codes)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
@@ -249,8 +253,8 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
         splits = max(1, min(q_enc_splits, MAX_THREADGROUPS // max(1, hkv * b * nqg)))
     kb1, kb2 = _bits(kp)
     vb1, vb2 = _bits(vp)
-    mk, mv = src.METHOD_IDS[kp.method], src.METHOD_IDS[vp.method]
-    if (mk <= 3 and max(kb1, kb2) > 5) or (mv <= 3 and max(vb1, vb2) > 5):
+    mk, mv = layouts.of(kp).kernel_id, layouts.of(vp).kernel_id
+    if (not layouts.of(kp).affine and max(kb1, kb2) > 5) or (not layouts.of(vp).affine and max(vb1, vb2) > 5):
         raise ValueError("the partial kernel's code tables hold at most 32 entries (one per lane)")
     tmpl = [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2),
             ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", NT), ("P", p_lanes),
@@ -263,7 +267,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             (f"{r}C{n}", c) for r, p in (("K", kp), ("V", vp)) for n, c in zip(("B1", "B2", "GS"), km.code_constants(p))]
     if tc:      # the tensor-core loop has no U, and its own prefetch depth
         tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", tc_prefetch)]
-    vparts = 2 if vp.method == "turboquant_prod" else 1
+    vparts = 2 if layouts.of(vp).sketch else 1
     if fused and append:
         raise ValueError("the append runs inside an unfused partial launch")
     splits += int(append)         # split S - 1 = splits - 1: the appended tokens

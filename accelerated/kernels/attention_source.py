@@ -23,18 +23,18 @@ Two kernels, flash-decoding style:
   an atomic count, with COMBINE_ROWS or the tensor-core kernel's COMBINE_ROWS_STRIDED; off by default, measured
   slower on the H200).
 
-Method ids (template MK / MV): 0 turboquant, 1 turboquant_rvq, 2 rabitq, 3 turboquant_prod, 4 kivi,
-5 mlx_affine. Keys of kivi (role k) are grouped per channel over KG tokens, values (role v) per token over
-VG channels; mlx_affine groups per token, with its decode rounded to the input dtype.
+Method ids (template MK / MV): accelerated/layouts.py KERNEL_IDS (0 turboquant, 1 turboquant_rvq, 2 rabitq,
+3 turboquant_prod, 4 kivi, 5 mlx_affine). Keys of kivi (role k) are grouped per channel over KG tokens, values
+(role v) per token over VG channels; mlx_affine groups per token, with its decode rounded to the input dtype.
 """
 from __future__ import annotations
 
+from veloxquant.accelerated import layouts
 from veloxquant.accelerated.kernels import append as kappend
 from veloxquant.accelerated.kernels import loader, source
 from veloxquant.accelerated.kernels.attention_tc import TC_CUDA_HEADER
 
-METHOD_IDS = {"turboquant": 0, "turboquant_rvq": 1, "rabitq": 2, "turboquant_prod": 3, "kivi": 4,
-              "mlx_affine": 5}
+METHOD_IDS = layouts.KERNEL_IDS      # template MK / MV (one table: accelerated/layouts.py)
 
 PARTIAL_INPUTS = ["q", "f_scale", "f_k", "nenc",
                   "kc1", "kc2", "ks0", "ks1", "kgs", "kgz", "kw", "f_ktab1", "f_ktab2", "f_ksig", "f_ktau",
@@ -63,10 +63,15 @@ _CONSTS = {
 
 
 def _role_fields(r: str, m: int, haswin: bool) -> tuple[list[str], dict]:
-    """(inputs a launch passes for role r with method id m, aliases of the others)."""
-    used = [f"{r}c1"] + ([f"{r}c2"] if m in (1, 3) else []) + ([f"{r}s0"] if m <= 3 else []) \
-        + ([f"{r}s1"] if m in (2, 3) else []) + ([f"{r}gs", f"{r}gz"] if m >= 4 else []) + ([f"{r}w"] if haswin else [])
-    side = f"{r}s0" if m <= 3 else f"{r}gs"
+    """(inputs a launch passes for role r with method id m, aliases of the others). A method's side fields are the
+    kernel's s0 / s1 (per token) or gs / gz (per group: the affine methods)."""
+    lay = layouts.by_kernel_id(m)
+    _, c2, _, s1 = lay.kernel_fields()
+    grouped = lay.affine
+    used = [f"{r}c1"] + ([f"{r}c2"] if c2 else []) + ([f"{r}s0"] if not grouped else []) \
+        + ([f"{r}s1"] if s1 and not grouped else []) + ([f"{r}gs", f"{r}gz"] if grouped else []) \
+        + ([f"{r}w"] if haswin else [])
+    side = f"{r}s0" if not grouped else f"{r}gs"
     alias = {f"{r}c2": f"{r}c1", f"{r}s0": side, f"{r}s1": side, f"{r}gs": side, f"{r}gz": side, f"{r}w": "q"}
     return used, {k: v for k, v in alias.items() if k not in used}
 
@@ -134,7 +139,7 @@ def append_block(mk: int, mv: int) -> str:
     scopes = []
     for index, (r, m) in enumerate((("k", mk), ("v", mv))):
         alias = _role_fields(r, m, False)[1]
-        side = ("gs", "gz") if m >= 4 else ("s0", "s1")
+        side = ("gs", "gz") if layouts.by_kernel_id(m).affine else ("s0", "s1")
         out = {o: alias.get(f"{r}{n}", f"{r}{n}") for o, n in zip(("codes1", "codes2", "f_s1", "f_s2"),
                                                                    ("c1", "c2", *side))}
         R = r.upper()

@@ -19,28 +19,14 @@ import mlx.core as mx
 import numpy as np
 
 from veloxquant import spec
-from veloxquant.accelerated import ops
+from veloxquant.accelerated import layouts, ops
 from veloxquant.accelerated.kernels import backend, source
 from veloxquant.accelerated.ops import codebooks, numerics, packing, prng, record
 
 # record field names of the kernel outputs codes1, codes2, f_s1, f_s2 (None: output unused)
-FIELDS = {
-    "turboquant": ("codes", None, "norm", None),
-    "turboquant_rvq": ("codes1", "codes2", "norm", None),
-    "rabitq": ("codes", None, "norm", "ip"),
-    "turboquant_prod": ("codes", "qjl", "norm", "rnorm"),
-    "kivi": ("codes", None, "scale", "zero"),
-    "mlx_affine": ("codes", None, "scales", "biases"),
-}
-# The rule each method applies to the tokens it encodes (accelerated.ops's messages, word for word).
-RULES = {
-    "turboquant": "x: norm overflows binary32",
-    "turboquant_rvq": "x: norm overflows binary32",
-    "rabitq": "x: norm overflows binary32",
-    "turboquant_prod": "x: norm overflows binary32",
-    "kivi": "x: kivi float16 scale or zero overflows (not finite)",
-    "mlx_affine": "x: mlx_affine group range (max - min) overflows binary32",
-}
+FIELDS = {m: layouts.layout(m).kernel_fields() for m in spec.METHODS}
+# The rule each method applies to the tokens it encodes (its accelerated.ops module's RULE, word for word).
+RULES = {m: ops.method_module(m).RULE for m in spec.METHODS}
 NONFINITE = numerics.NONFINITE
 BIG_WARPS = 8            # warps per threadgroup for large launches (256 threads)
 BLOCK_CAP = 4096         # threadgroups at most; warps loop over further rows (grid-stride)
@@ -116,14 +102,8 @@ def _device_count(n: int) -> mx.array:
 
 
 def _code_bits(p: spec.Params) -> tuple[int, int]:
-    """(bits of codes1, bits of codes2) as the kernels see them."""
-    if p.method == "turboquant_prod":
-        return p.bits - 1, 1
-    if p.method == "rabitq":
-        return 1, 1
-    if p.method == "turboquant_rvq":
-        return p.bits, p.bits2
-    return p.bits, 1
+    """(bits of codes1, bits of codes2) as the kernels see them (layouts.Layout.code_bits)."""
+    return layouts.of(p).code_bits(p)
 
 
 def _sorted(b: mx.array) -> mx.array:
@@ -137,10 +117,11 @@ def _sorted(b: mx.array) -> mx.array:
 @functools.lru_cache(maxsize=None)
 def _tables_for(method: str, bits: int, bits2: int, d: int) -> tuple[mx.array, mx.array, mx.array, mx.array]:
     z = _dummy(mx.float32)
-    if method not in ("turboquant", "turboquant_rvq", "turboquant_prod"):
+    tables = layouts.layout(method).tables
+    if tables[0] != "gaussian":         # the encode kernel quantizes with gaussian / residual tables only
         return z, z, z, z
     c1, bd1 = codebooks.gaussian(bits, d)
-    if method == "turboquant_rvq":
+    if tables[1:] == ("residual",):
         c2, bd2 = codebooks.residual(bits, bits2, d)
         return c1, _sorted(bd1), c2, _sorted(bd2)
     return c1, _sorted(bd1), z, z
@@ -164,23 +145,21 @@ def _sign_words(seed: int, layer: int, head_offset: int, heads: int, role: int, 
 
 
 def _signs(p: spec.Params, heads: int, d: int) -> tuple[mx.array, mx.array]:
-    if p.method not in ("turboquant", "turboquant_rvq", "turboquant_prod", "rabitq"):
+    lay = layouts.of(p)
+    if not lay.rotation:
         z = _dummy(mx.uint32)
         return z, z
     args = (p.seed, p.layer, p.head_offset, heads, p.role_id)
     sig = _sign_words(*args, prng.PURPOSE_ROTATION, d)
-    if p.method != "turboquant_prod":
+    if not lay.sketch:
         return sig, sig
     return sig, _sign_words(*args, prng.PURPOSE_QJL, d)
 
 
 def _side_dtype(p: spec.Params, dtype) -> mx.Dtype:
     """TS: the dtype of the side information (norm and friends float32, KIVI float16, mlx_affine T)."""
-    if p.method == "kivi":
-        return mx.float16
-    if p.method == "mlx_affine":
-        return numerics.DTYPES[numerics.dtype_name(dtype)]
-    return mx.float32
+    side = layouts.of(p).side_dtype
+    return numerics.DTYPES[numerics.dtype_name(dtype)] if side == "input" else record.FIELD_DTYPES[side]
 
 
 def launch_shape(rows: int, d: int) -> tuple[tuple, tuple, int]:
@@ -201,25 +180,15 @@ def launch_shape(rows: int, d: int) -> tuple[tuple, tuple, int]:
 
 def _field_shapes(p: spec.Params, b: int, h: int, q: int, d: int) -> list[tuple]:
     """Shapes of codes1, codes2, f_s1, f_s2 for q encoded tokens ((1,) where the method has no field)."""
-    bits1, bits2 = _code_bits(p)
-    names = FIELDS[p.method]
-    if p.method == "kivi":
-        g = p.group_size
-        side = (b, h, q // g, d) if p.role == "k" else (b, h, q, d // g)
-    elif p.method == "mlx_affine":
-        side = (b, h, q, d // p.group_size)
-    else:
-        side = (b, h, q)
-    return [(b, h, q, spec.words_per_row(d, bits1)),
-            (b, h, q, spec.words_per_row(d, bits2)) if names[1] else (1,),
-            side, side if names[3] else (1,)]
+    shapes = record.expected_shapes(p, b, h, q, d, q)
+    return [shapes[n] if n else (1,) for n in FIELDS[p.method]]
 
 
 def code_constants(p: spec.Params) -> tuple[int, int, int, int]:
     """(B1, B2, GS, KR): codes1's and codes2's bit widths, the group size and KIVI's role (1: keys), the
     values meta[1..4] carries, as the kernels' template constants (the compiler specializes on them)."""
     bits1, bits2 = _code_bits(p)
-    return bits1, bits2, p.group_size or 1, int(p.method == "kivi" and p.role == "k")
+    return bits1, bits2, p.group_size or 1, int(layouts.of(p).groups_tokens(p.role))
 
 
 def code_template(p: spec.Params, rows: int) -> tuple[int, int, int, int]:
@@ -234,7 +203,8 @@ def code_template(p: spec.Params, rows: int) -> tuple[int, int, int, int]:
 def _template(method: str, p: spec.Params, d: int, ts: mx.Dtype, rows: int) -> list:
     """The encode / decode kernels' template arguments."""
     b1, b2, gs, kr = code_template(p, rows)
-    return [("M", source.METHOD_IDS[method]), ("D", d), ("TS", ts), ("B1", b1), ("B2", b2), ("GS", gs), ("KR", kr)]
+    return [("M", layouts.layout(method).kernel_id), ("D", d), ("TS", ts), ("B1", b1), ("B2", b2), ("GS", gs),
+            ("KR", kr)]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -244,7 +214,8 @@ def _encode_static(name: str, p: spec.Params, b: int, h: int, t: int, d: int, q:
     launches, one per layer and role, build none of it): rows, the fields of q = 0 tokens (empty arrays, shared:
     nothing writes them), the constant inputs, template, grid, threadgroup, output shapes and dtypes, groups.
     Keyed by SPECIALIZE_ROWS too (`specialize_rows`): a run that changes it gets its own plans."""
-    keys = int(name == "kivi" and p.role == "k")
+    lay = layouts.layout(name)
+    keys = int(lay.groups_tokens(p.role))
     g = p.group_size or 1
     ne = q // g if keys else q
     rows = b * h * (ne + t - max(q, lo))
@@ -259,7 +230,7 @@ def _encode_static(name: str, p: spec.Params, b: int, h: int, t: int, d: int, q:
     grid, group, groups = launch_shape(rows, d)
     bits1, bits2 = _code_bits(p)
     sig, tau = _signs(p, h, d)
-    levels = (1 << p.bits) - 1 if name in ("kivi", "mlx_affine") else 0
+    levels = lay.levels(p)
     consts = (sig, tau, *_tables(p, d), _consts(d, levels), _meta(bits1, bits2, g, keys, q, lo))
     out_shapes = (shapes if q else [(1,)] * 4) + [(groups, 2)]
     return (rows, zeros, consts, _template(name, p, d, ts, rows), grid, group, out_shapes,
@@ -272,7 +243,8 @@ class KernelMethod:
     def __init__(self, name: str):
         self.NAME = name
         self.ops_module = ops.method_module(name)
-        self.method_id = source.METHOD_IDS[name]
+        self.layout = layouts.layout(name)
+        self.method_id = self.layout.kernel_id
 
     def __repr__(self):
         return f"<accelerated.kernels method {self.NAME}>"
@@ -310,9 +282,9 @@ class KernelMethod:
         """Fields of tokens 0..q-1 of x; rejects (through numerics.fault, in this order) NaN/Inf in tokens
         0..q-1 and check_from..T-1, then the method's rule on tokens 0..q-1. One launch, no extra pass
         over x. A stream appending chunk c to window w calls it with x = w ++ c, check_from = len(w)."""
-        if self.NAME == "kivi" and q % p.group_size:
-            raise ValueError(f"x: kivi encodes whole groups; {q} tokens is not a multiple of {p.group_size}")
-        if self.NAME == "mlx_affine" and dtype is None:
+        if not self.layout.per_token and q % p.group_size:
+            raise ValueError(f"x: {self.NAME} encodes whole groups; {q} tokens is not a multiple of {p.group_size}")
+        if self.layout.side_dtype == "input" and dtype is None:
             dtype = x.dtype
         try:
             fields, flags = self.encode_launch(x, p, q, check_from, dtype)
@@ -327,10 +299,10 @@ class KernelMethod:
     def encode_tokens(self, x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
         """Every token of x32 (float32 as accelerated.stream passes it, or any input dtype), with the method's
         rule (not the NaN/Inf check: callers of encode_tokens have checked x already, as with ops)."""
-        if self.NAME == "mlx_affine" and dtype is None:
-            raise ValueError("dtype: mlx_affine stores scales in the input dtype; it must be given")
-        if self.NAME == "kivi" and x32.shape[2] % p.group_size:
-            raise ValueError(f"x: kivi encodes whole groups; {x32.shape[2]} tokens is not a multiple of "
+        if self.layout.side_dtype == "input" and dtype is None:
+            raise ValueError(f"dtype: {self.NAME} stores scales in the input dtype; it must be given")
+        if not self.layout.per_token and x32.shape[2] % p.group_size:
+            raise ValueError(f"x: {self.NAME} encodes whole groups; {x32.shape[2]} tokens is not a multiple of "
                              f"{p.group_size}")
         try:
             fields, flags = self.encode_launch(x32, p, x32.shape[2], None, dtype)
@@ -359,8 +331,8 @@ class KernelMethod:
         ts = s1.dtype
         codes2 = fields[names[1]] if names[1] else _dummy(mx.uint32)
         s2 = fields[names[3]] if names[3] else _dummy(ts)
-        keys = int(self.NAME == "kivi" and p.role == "k")
-        levels = (1 << p.bits) - 1 if self.NAME in ("kivi", "mlx_affine") else 0
+        keys = int(self.layout.groups_tokens(p.role))
+        levels = self.layout.levels(p)
         k = backend.kernel("decode", self.NAME, numerics.dtype_name(ts))
         ins = [codes, codes2, s1, s2, sig, tau, c1, c2, _consts(d, levels),
                _meta(bits1, bits2, p.group_size or 1, keys)]

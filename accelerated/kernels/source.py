@@ -44,11 +44,10 @@ Template constants (set per launch by methods.py): M (method id), D (head dim), 
 """
 from __future__ import annotations
 
+from veloxquant.accelerated import layouts
 from veloxquant.accelerated.kernels import loader
 
-# Method ids (the kernels' template argument M).
-METHOD_IDS = {"turboquant": 0, "turboquant_rvq": 1, "rabitq": 2, "turboquant_prod": 3, "kivi": 4,
-              "mlx_affine": 5}
+METHOD_IDS = layouts.KERNEL_IDS      # the kernels' template argument M (one table: accelerated/layouts.py)
 
 ENCODE_INPUTS = ["x", "sig", "tau", "f_c1", "f_b1", "f_c2", "f_b2", "f_k", "meta"]
 ENCODE_OUTPUTS = ["codes1", "codes2", "f_s1", "f_s2", "fault"]

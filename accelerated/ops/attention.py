@@ -18,6 +18,7 @@ import functools
 import mlx.core as mx
 
 from veloxquant import spec
+from veloxquant.accelerated import layouts
 from veloxquant.accelerated.ops import codebooks, numerics, prng, rotation
 
 BLOCK = 2048          # encoded tokens per block: bounds the per-block temporaries (no full decoded copy)
@@ -101,7 +102,7 @@ class PackedRecord:
         if not self.encoded:
             return self.window.astype(dtype)
         step = BLOCK
-        if self.params.method == "kivi" and self.params.role == "k":
+        if layouts.of(self.params).groups_tokens(self.params.role):
             step = max(self.params.group_size, BLOCK // self.params.group_size * self.params.group_size)
         out = mx.zeros((b, h, self.encoded + r, d), dtype=dtype)
         for t0 in range(0, self.encoded, step):
@@ -125,9 +126,10 @@ class PackedRecord:
     def block(self, t0: int, t1: int) -> dict:
         """Fields of encoded tokens t0..t1-1 (KIVI keys: t0, t1 multiples of G)."""
         p = self.params
+        grouped = layouts.of(p).group_rows(p.role)
         out = {}
         for name, a in self.fields.items():
-            if p.method == "kivi" and p.role == "k" and name in ("scale", "zero"):
+            if name in grouped:
                 out[name] = a[:, :, t0 // p.group_size: t1 // p.group_size]
             else:
                 out[name] = a[:, :, t0:t1]
@@ -140,7 +142,7 @@ class PackedRecord:
 # whose p-weighted sums `finish` maps back to the model's domain.
 
 def _rotated(p: spec.Params) -> bool:
-    return p.method in ("turboquant", "turboquant_rvq", "turboquant_prod", "rabitq")
+    return layouts.of(p).rotation
 
 
 def _signs(p: spec.Params, h: int, d: int, purpose: int = prng.PURPOSE_ROTATION) -> mx.array:
@@ -229,7 +231,7 @@ def key_queries(q32: mx.array, p: spec.Params, d: int) -> list[mx.array]:
         return [q32]
     h = q32.shape[1]
     q1 = rotation.rht(q32, _signs(p, h, d))
-    if p.method == "turboquant_prod":
+    if layouts.of(p).sketch:
         return [q1, rotation.rht(q1, _signs(p, h, d, prng.PURPOSE_QJL))]
     return [q1]
 
@@ -239,7 +241,7 @@ def key_scores(qs: list[mx.array], f: dict, p: spec.Params, d: int, decode) -> m
         k = decode(f, p, d)                                  # one block of exact decoded keys
         return qs[0] @ k.swapaxes(-1, -2)
     rows, fac = _rotated_values(f, p, d)
-    if p.method == "turboquant_prod":                        # n * (<q', C[i]> + gamma A_d <q'', s>)
+    if layouts.of(p).sketch:                                 # n * (<q', C[i]> + gamma A_d <q'', s>)
         return (qs[0] @ rows[0].swapaxes(-1, -2)) * fac[0][:, :, None, :] + \
             (qs[1] @ rows[1].swapaxes(-1, -2)) * fac[1][:, :, None, :]
     return (qs[0] @ rows[0].swapaxes(-1, -2)) * fac[0][:, :, None, :]
@@ -260,7 +262,7 @@ def finish(parts: list[mx.array], p: spec.Params, d: int) -> mx.array:
         return parts[0]
     h = parts[0].shape[1]
     y = parts[0]
-    if p.method == "turboquant_prod":
+    if layouts.of(p).sketch:
         y = y + rotation.rht_inverse(parts[1], _signs(p, h, d, prng.PURPOSE_QJL))
     return rotation.rht_inverse(y, _signs(p, h, d))
 
@@ -335,7 +337,7 @@ def _tail(r: PackedRecord, t0: int, decode) -> mx.array:
     if t0 >= r.encoded:
         return win
     g0 = t0
-    if r.params.method == "kivi" and r.params.role == "k":
+    if layouts.of(r.params).groups_tokens(r.params.role):
         g0 = t0 // r.params.group_size * r.params.group_size
     dec = decode(r.block(g0, r.encoded), r.params, win.shape[-1])[:, :, t0 - g0:]
     return mx.concatenate([dec, win], axis=2)
@@ -362,7 +364,7 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
     keep = _mask_rows(mask, b, hkv, rep, l, t)
     step = block
     q_enc = min(k.encoded, v.encoded)      # tokens encoded in both records
-    if kp.method == "kivi" and kp.role == "k":
+    if layouts.of(kp).groups_tokens(kp.role):
         step = max(kp.group_size, block // kp.group_size * kp.group_size)
         q_enc = q_enc // kp.group_size * kp.group_size
     enc, win = _Online(), _Online()

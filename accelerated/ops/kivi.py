@@ -13,6 +13,7 @@ from veloxquant import spec
 from veloxquant.accelerated.ops import numerics, packing, record
 
 NAME = "kivi"
+RULE = "x: kivi float16 scale or zero overflows (not finite)"   # the rule encode_tokens applies
 
 
 
@@ -38,8 +39,8 @@ def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) 
     s16 = ((big - m) / levels).astype(mx.float16)       # RNE to float16
     z16 = m.astype(mx.float16)
     if s16.size:
-        numerics.fault_nonfinite(s16, "x: kivi float16 scale or zero overflows (not finite)")
-        numerics.fault_nonfinite(z16, "x: kivi float16 scale or zero overflows (not finite)")
+        numerics.fault_nonfinite(s16, RULE)
+        numerics.fault_nonfinite(z16, RULE)
     s32 = s16.astype(mx.float32)
     z32 = z16.astype(mx.float32)
     nz = s32 != zero

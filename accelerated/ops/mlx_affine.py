@@ -11,6 +11,7 @@ from veloxquant import spec
 from veloxquant.accelerated.ops import numerics, packing, record
 
 NAME = "mlx_affine"
+RULE = "x: mlx_affine group range (max - min) overflows binary32"   # the rule encode_tokens applies
 EPS = float.fromhex("0x1.ad7f2ap-24")  # binary32(1e-7), spec/methods/mlx_affine.md
 
 
@@ -27,7 +28,7 @@ def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) 
     big = mx.max(w, axis=-1, keepdims=True)
     span = big - m
     if span.size:   # MLX would store scale Inf and decode NaN
-        numerics.fault_nonfinite(span, "x: mlx_affine group range (max - min) overflows binary32")
+        numerics.fault_nonfinite(span, RULE)
     flip = mx.abs(m) > mx.abs(big)
     s = mx.maximum(span / levels, numerics.f32(EPS))
     s = mx.where(flip, s, -s)

@@ -126,10 +126,13 @@ def check_x(x, params: spec.Params, dtype=None, finite: bool = True) -> None:
 _CHECKED: set = set()   # (shape, dtype, params) that passed check_x's shape, dtype and head-dim checks
 
 
+NORM_OVERFLOW = "x: norm overflows binary32"   # the rule of the norm methods (their modules' RULE)
+
+
 def check_norm_finite(n: mx.array) -> None:
     """Norm methods reject tokens whose sum of squares overflows binary32 (ValueError naming x)."""
     if n.size:
-        fault_nonfinite(n, "x: norm overflows binary32")   # a norm is >= 0 or +Inf
+        fault_nonfinite(n, NORM_OVERFLOW)   # a norm is >= 0 or +Inf
 
 
 # ---- data-dependent checks: now (one host sync each) or deferred (spec/streaming.md 'Deferred rejection')

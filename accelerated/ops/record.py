@@ -12,6 +12,7 @@ import re
 import mlx.core as mx
 
 from veloxquant import spec
+from veloxquant.accelerated import layouts
 from veloxquant.accelerated.ops import numerics, packing
 
 FIELD_DTYPES = {"uint32": mx.uint32, "float32": mx.float32, "float16": mx.float16}
@@ -24,10 +25,9 @@ def resolve(params) -> spec.Params:
 
 
 def layout(p: spec.Params) -> list[tuple[str, str, str]]:
-    """[(name, dtype, shape)] in record order (formats.toml; KIVI's depends on the role)."""
-    info = spec.method_info(p.method)
-    rows = info["record"] if "record" in info else info[f"record_{p.role}"]
-    return [tuple(r) for r in rows]
+    """[(name, dtype, shape)] in record order (formats.toml through accelerated.layouts; KIVI's depends on the
+    role)."""
+    return [(f.name, f.dtype, ",".join(f.shape)) for f in layouts.of(p).record(p.role)]
 
 
 def field_names(p: spec.Params) -> list[str]:
@@ -62,17 +62,18 @@ def check_record(record, p: spec.Params) -> tuple[int, int, int, int, int]:
     names = field_names(p)
     if set(record) != set(names):
         raise ValueError(f"record: fields {sorted(record)} do not match {p.method}'s {names}")
+    ranks = {f.name: len(f.shape) for f in layouts.of(p).record(p.role)}
     for k, v in record.items():
-        if not isinstance(v, mx.array) or v.ndim != (3 if k in ("norm", "rnorm", "ip") else 4):
+        if not isinstance(v, mx.array) or v.ndim != ranks[k]:
             raise ValueError(f"record: field {k} must be an mx.array of the record's rank")
     win = record["window"]
     if win.dtype not in numerics.DTYPES.values():
         raise ValueError(f"record: window dtype {win.dtype} is not an input dtype")
     b, h, r, d = win.shape
     p.check_head_dim(d)
-    q = record[names[0]].shape[2] * (p.group_size if (p.method == "kivi" and names[0] != "codes") else 1)
-    if p.method == "kivi" and q % p.group_size:
-        raise ValueError(f"record: kivi encoded tokens {q} not a multiple of group_size {p.group_size}")
+    q = record[names[0]].shape[2] * (p.group_size if names[0] in layouts.of(p).group_rows(p.role) else 1)
+    if not layouts.of(p).per_token and q % p.group_size:
+        raise ValueError(f"record: {p.method} encoded tokens {q} not a multiple of group_size {p.group_size}")
     want = expected_shapes(p, b, h, q + r, d, q)
     for name, dt, _ in layout(p):
         v = record[name]

@@ -13,6 +13,7 @@ from veloxquant import spec
 from veloxquant.accelerated.ops import codebooks, numerics, packing, prng, record, rotation
 
 NAME = "turboquant"
+RULE = numerics.NORM_OVERFLOW     # the rule encode_tokens applies (kernels report it by this text)
 
 
 

@@ -10,6 +10,7 @@ from veloxquant import spec
 from veloxquant.accelerated.ops import codebooks, numerics, packing, prng, record, rotation, turboquant
 
 NAME = "turboquant_prod"
+RULE = numerics.NORM_OVERFLOW     # the rule encode_tokens applies (kernels report it by this text)
 
 
 def encode_tokens(x32: mx.array, p: spec.Params, dtype: mx.Dtype | None = None) -> dict[str, mx.array]:
