@@ -249,7 +249,7 @@ def key_table(model, seqs: list[dict]) -> list[dict]:
             var = ((x - mu) ** 2).mean(axis=1)
             kurt = ((x - mu) ** 4).mean(axis=1) / np.maximum(var, 1e-30) ** 2
             rms = np.sqrt((x**2).mean(axis=1))
-            ratio = rms / np.median(rms, axis=1, keepdims=True)
+            ratio = rms / np.maximum(np.median(rms, axis=1, keepdims=True), 1e-30)
             row[role] = {"kurtosis_median": float(np.median(kurt)), "kurtosis_max": float(kurt.max()),
                          "rms_ratio_max": float(ratio.max()), "outlier_channels": int((ratio > 4).sum()),
                          "channels": int(ratio.size)}
