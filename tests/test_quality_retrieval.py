@@ -159,7 +159,7 @@ class ZeroDecode:
         return mx.zeros_like(k), mx.zeros_like(v)
 
 
-def _run_table(tmp_path, monkeypatch, broken: set[str]) -> dict:
+def _run_table(tmp_path, monkeypatch, broken: set[str], budget: float = 600.0) -> dict:
     text = _text()
     corpus = tmp_path / "corpus.npz"
     manifest = {"python": "test", "files": 1, "sha256": "x" * 64, "bytes": {"train": 0, "heldout": int(text.size)},
@@ -177,14 +177,22 @@ def _run_table(tmp_path, monkeypatch, broken: set[str]) -> dict:
     monkeypatch.setattr(qr, "make_caches", make)
     out = tmp_path / "r.json"
     rc = qr.main(["run", "--model-dir", str(tmp_path), "--corpus", str(corpus), "--contexts", "256", "512",
-                  "--max-sequences", "2", "--tiers", "main", "--chunk", "128", "--budget-seconds", "600",
+                  "--max-sequences", "2", "--tiers", "main", "--chunk", "128", "--budget-seconds", str(budget),
                   "--json", str(out), "--markdown", str(tmp_path / "r.md")])
     assert rc == 0
     return json.loads(out.read_text())
 
 
-def test_table_tells_a_broken_cache_from_working_ones(tmp_path, monkeypatch):
-    res = _run_table(tmp_path, monkeypatch, broken={"turboquant/2/kv"})
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("table")
+    with pytest.MonkeyPatch.context() as mp:
+        res = _run_table(tmp, mp, broken={"turboquant/2/kv"})
+    return res, (tmp / "r.md").read_text()
+
+
+def test_table_tells_a_broken_cache_from_working_ones(table):
+    res, md = table
     rows = {(r["label"], r["context"]): r for r in res["results"]}
     for ctx in (256, 512):
         fp = rows[("fp16", ctx)]
@@ -195,15 +203,31 @@ def test_table_tells_a_broken_cache_from_working_ones(tmp_path, monkeypatch):
             assert rows[(lab, ctx)]["retrieval"] == 1.0, lab
             assert rows[(lab, ctx)]["kl_mean"] < bad["kl_mean"]
         assert rows[("mlx_q8", ctx)]["kl_mean"] < 1e-2
-    md = (tmp_path / "r.md").read_text()
     assert "| turboquant/2/kv |" in md and "0/2" in md and "| fp16 | 16.00 | 2/2 | 2/2 |" in md
 
 
-def test_render_merges_runs_and_names_each_columns_run(tmp_path, monkeypatch):
-    res = _run_table(tmp_path, monkeypatch, broken=set())
+def test_render_merges_runs_and_names_each_columns_run(table):
+    res, _ = table
     a = dict(res, results=[r for r in res["results"] if r["context"] == 256])
     b = dict(res, results=[r for r in res["results"] if r["context"] == 512],
              run=dict(res["run"], device="Device(gpu, 0)"))
     md = qd.render([a, b], ["a.json", "b.json"])
     assert "Columns from run 256: A, 512: B." in md
     assert "| B | " in md and "Device(gpu, 0)" in md
+
+
+def test_budget_skips_rounds_and_says_so(tmp_path, monkeypatch):
+    res = _run_table(tmp_path, monkeypatch, broken=set(), budget=0.01)
+    # the set-up alone passes this budget: every round is skipped, and the JSON and the page say so
+    assert not res["run"]["partial"] and res["results"] == []
+    assert sorted((x["context"], x["round"]) for x in res["skipped_rounds"]) == [(256, 0), (256, 1), (512, 0), (512, 1)]
+    assert "4 round(s) skipped" in (tmp_path / "r.md").read_text()
+
+
+def test_budget_estimates_from_measured_rounds_else_scales_shorter_contexts():
+    b = qr.Budget()
+    assert b.estimate("main", 1024, 10, {}) is None
+    assert b.estimate("main", 4096, 10, {1024: 0.5}) == pytest.approx(0.5 * 10 * 4**1.5)
+    assert b.estimate("main", 4096, 10, {1024: 0.5, 2048: 1.0}) == pytest.approx(1.0 * 10 * 2**1.5)
+    b.seen[("main", 4096)] = 3.0
+    assert b.estimate("main", 4096, 10, {1024: 0.5}) == 3.0

@@ -28,6 +28,7 @@ sequences they saw. `python -m veloxquant.tools.quality_retrieval_doc` renders t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -108,10 +109,14 @@ def check_passkey_format(seq: np.ndarray) -> str:
 
 # ---- model ----------------------------------------------------------------------------------------------
 def load_model(model_dir: pathlib.Path, dtype):
-    """The exported run folder as an mlx-lm llama (the trainer's load_run), in `dtype`."""
-    if not (model_dir / "config.json").is_file() or not sorted(model_dir.glob("model-*.safetensors")):
-        raise FileNotFoundError(f"--model-dir: {model_dir} holds no config.json and model-NN.safetensors "
-                                "(write them with `quality_retrieval_train export`)")
+    """The exported folder (config.json + model-NN.safetensors) or a training run folder (state.json with
+    model.safetensors or checkpoint.safetensors) as an mlx-lm llama (the trainer's load_run), in `dtype`."""
+    exported = (model_dir / "config.json").is_file() and sorted(model_dir.glob("model-*.safetensors"))
+    trained = (model_dir / "state.json").is_file() and any(
+        (model_dir / f).is_file() for f in ("model.safetensors", "checkpoint.safetensors"))
+    if not (exported or trained):
+        raise FileNotFoundError(f"--model-dir: {model_dir} holds neither config.json with model-NN.safetensors "
+                                "(`quality_retrieval_train export`) nor a training run (state.json and weights)")
     model, cfg = qrt.load_run(model_dir)
     model.set_dtype(dtype)
     return model, cfg
@@ -274,6 +279,55 @@ class Budget:
         return per_config[c0] * n_configs * (ctx / c0) ** 1.5
 
 
+def result_dict(args, t_start, setup_s, device, dtype, mlx_q_native, tiers, outlier_info, cfg_json, corpus,
+                corpus_match, stats, skipped, cells, partial: bool) -> dict:
+    """The JSON: run (where, when, versions), settings, model, corpus, key statistics and one row per cell."""
+    from . import _env
+
+    rows = []
+    for (model_name, lab, ctx), c in cells.items():
+        nll = np.concatenate(c["nll"])
+        kl = np.concatenate(c["kl"]) if c["kl"] else np.zeros(1)
+        kla = np.concatenate(c["kl_answer"]) if c["kl_answer"] else np.zeros(1)
+        cfg = c["cfg"]
+        rows.append({"model": model_name, "label": lab, "method": cfg["method"], "bits": cfg["bits"],
+                     "bits2": cfg["bits2"], "variant": cfg["variant"], "window": cfg["window"], "context": ctx,
+                     "sequences": len(c["seqs"]), "retrieval": float(np.mean([s["hit"] for s in c["seqs"]])),
+                     "hits": int(sum(s["hit"] for s in c["seqs"])), "nll": float(nll.mean()),
+                     "ppl": float(np.exp(nll.mean())), "kl_mean": float(kl.mean()),
+                     "kl_p99": float(np.percentile(kl, 99)), "kl_answer_mean": float(kla.mean()),
+                     "bits_per_coord": float(np.mean([b[0] for b in c["bits"]])),
+                     "role_bits_per_coord": float(np.mean([b[1] for b in c["bits"]])), "per_sequence": c["seqs"]})
+    wall = time.time() - t_start
+    result = {
+        "tool": "python -m veloxquant.tools.quality_retrieval run",
+        "command": " ".join(["python -m veloxquant.tools.quality_retrieval", *(args.argv or sys.argv[1:])]),
+        "run": {"date": _env.utc_now_iso(), "device": device, "host": platform.node(),
+                "gpu": os.environ.get("VELOXQUANT_GPU_NAME") or _gpu_name(), "versions": _env.versions(),
+                "wall_s": round(wall, 1), "partial": partial, "setup_s": round(setup_s, 1), "budget_s": args.budget_seconds},
+        "settings": {"contexts": args.contexts, "max_sequences": args.max_sequences, "chunk": args.chunk,
+                     "seed": args.seed, "dtype": str(dtype), "mlx_q_native": mlx_q_native, "tiers": tiers,
+                     "tier_defs": {t: {"model": m, "variants": list(v), "share": s} for t, (m, v, s) in TIERS.items()},
+                     "grid": [list(g) for g in GRID], "window": WINDOW, "depths": list(DEPTHS),
+                     "kivi_group_size": 32, "mlx_affine_group_size": 32, "cache_attention": "dequantize",
+                     "outliers": {"pairs_per_kv_head": OUTLIER_PAIRS, "scale": list(OUTLIER_SCALE),
+                                  "layers": outlier_info}},
+        "model": {"dir": str(args.model_dir), **{k: cfg_json.get(k) for k in
+                                                  ("preset", "step", "total", "parameters", "model_args", "seed",
+                                                   "commands", "corpus")}},
+        "corpus": {**corpus["manifest"], "matches_model": corpus_match},
+        "key_statistics": stats, "skipped_rounds": skipped, "results": rows,
+    }
+    return result
+
+
+def write_json(path: pathlib.Path, result: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(path)
+
+
 def run(args) -> int:
     import mlx.core as mx
 
@@ -316,7 +370,8 @@ def run(args) -> int:
     cells: dict[tuple, dict] = {}      # (model, label, ctx) -> accumulators
     refs: dict[tuple, dict] = {}       # (model, ctx, round) -> fp16 score
     budget = Budget()
-    per_config: dict[int, float] = {}  # ctx -> seconds per configuration per sequence (any tier)
+    per_config: dict[int, float] = {}  # ctx -> seconds per configuration per sequence (warm runs, any tier)
+    warm: set[tuple[str, str]] = set()  # (model, label) run before: its kernels are compiled, its time is typical
     skipped = []
     deadline = t_start + args.budget_seconds
     pool = max(0.0, args.budget_seconds - setup_s - args.reserve_seconds)
@@ -344,7 +399,9 @@ def run(args) -> int:
         c["bits"].append(bits)
         c["seqs"].append({"round": r, "depth": seq["depth"], "needle_at": seq["needle_at"], "hit": sc["hit"],
                           "answer_nll": round(sc["answer_nll"], 4), "seconds": round(time.time() - t0, 3)})
-        return time.time() - t0
+        was_warm = (model_name, label(cfg)) in warm
+        warm.add((model_name, label(cfg)))
+        return time.time() - t0, was_warm
 
     for tier in tiers:
         model_name, variants, share = TIERS[tier]
@@ -359,65 +416,43 @@ def run(args) -> int:
                 n = len(tier_cfgs) + (1 if need_ref and tier_cfgs[0]["method"] != "fp16" else 0)
                 est = budget.estimate(tier, ctx, n, per_config)
                 used = time.time() - tier_t0
-                if est is not None and (used + est > tier_budget or time.time() + est > deadline - args.reserve_seconds):
-                    skipped.append({"tier": tier, "context": ctx, "round": r, "estimate_s": round(est, 1)})
+                late = time.time() >= deadline - args.reserve_seconds
+                if late or (est is not None and (used + est > tier_budget
+                                                 or time.time() + est > deadline - args.reserve_seconds)):
+                    skipped.append({"tier": tier, "context": ctx, "round": r,
+                                    "estimate_s": None if est is None else round(est, 1)})
                     continue
-                t_round = time.time()
+                t_round, all_warm = time.time(), True
                 todo = ([configs(())[0]] if need_ref and tier_cfgs[0]["method"] != "fp16" else []) + tier_cfgs
+                ran = 0
                 for k, cfg in enumerate(todo):
                     if k and time.time() + per_config.get(ctx, 0.0) > deadline - args.reserve_seconds:
                         skipped.append({"tier": tier, "context": ctx, "round": r, "cut_after_configs": k})
                         break     # the hard deadline: the round stops part way (cells count their sequences)
-                    dt = do_config(model_name, cfg, ctx, r)
-                    per_config[ctx] = dt if ctx not in per_config else 0.5 * (per_config[ctx] + dt)
+                    dt, was_warm = do_config(model_name, cfg, ctx, r)
+                    all_warm &= was_warm
+                    ran += 1
+                    if was_warm:   # a first run compiles kernels: its time says nothing about the next ones
+                        per_config[ctx] = dt if ctx not in per_config else 0.5 * (per_config[ctx] + dt)
                 dt = time.time() - t_round
-                budget.seen[(tier, ctx)] = max(dt, budget.seen.get((tier, ctx), 0.0))
+                if all_warm:
+                    budget.seen[(tier, ctx)] = max(dt, budget.seen.get((tier, ctx), 0.0))
+                if args.json:   # after every round, so a run stopped from outside still leaves its cells
+                    write_json(args.json, result_dict(args, t_start, setup_s, device, dtype, mlx_q_native, tiers,
+                                                      outlier_info, cfg_json, corpus, corpus_match, stats, skipped,
+                                                      cells, partial=True))
                 fp = cells[(model_name, "fp16", ctx)]["seqs"]
                 print(f"[{time.time() - t_start:6.1f}s] {tier:<8} ctx {ctx:>6} round {r} depth {DEPTHS[r % len(DEPTHS)]:.1f}: "
-                      f"{len(todo)} configs in {dt:.1f}s; fp16 retrieval so far {sum(s['hit'] for s in fp)}/{len(fp)}",
+                      f"{ran}/{len(todo)} configs in {dt:.1f}s; fp16 retrieval so far {sum(s['hit'] for s in fp)}/{len(fp)}",
                       flush=True)
         carry = max(0.0, tier_budget - (time.time() - tier_t0))
 
-    rows = []
-    for (model_name, lab, ctx), c in cells.items():
-        nll = np.concatenate(c["nll"])
-        kl = np.concatenate(c["kl"]) if c["kl"] else np.zeros(1)
-        kla = np.concatenate(c["kl_answer"]) if c["kl_answer"] else np.zeros(1)
-        cfg = c["cfg"]
-        rows.append({"model": model_name, "label": lab, "method": cfg["method"], "bits": cfg["bits"],
-                     "bits2": cfg["bits2"], "variant": cfg["variant"], "window": cfg["window"], "context": ctx,
-                     "sequences": len(c["seqs"]), "retrieval": float(np.mean([s["hit"] for s in c["seqs"]])),
-                     "hits": int(sum(s["hit"] for s in c["seqs"])), "nll": float(nll.mean()),
-                     "ppl": float(np.exp(nll.mean())), "kl_mean": float(kl.mean()),
-                     "kl_p99": float(np.percentile(kl, 99)), "kl_answer_mean": float(kla.mean()),
-                     "bits_per_coord": float(np.mean([b[0] for b in c["bits"]])),
-                     "role_bits_per_coord": float(np.mean([b[1] for b in c["bits"]])), "per_sequence": c["seqs"]})
-    from . import _env
-
-    wall = time.time() - t_start
-    result = {
-        "tool": "python -m veloxquant.tools.quality_retrieval run",
-        "command": " ".join(["python -m veloxquant.tools.quality_retrieval", *(args.argv or sys.argv[1:])]),
-        "run": {"date": _env.utc_now_iso(), "device": device, "host": platform.node(),
-                "gpu": os.environ.get("VELOXQUANT_GPU_NAME") or _gpu_name(), "versions": _env.versions(),
-                "wall_s": round(wall, 1), "setup_s": round(setup_s, 1), "budget_s": args.budget_seconds},
-        "settings": {"contexts": args.contexts, "max_sequences": args.max_sequences, "chunk": args.chunk,
-                     "seed": args.seed, "dtype": str(dtype), "mlx_q_native": mlx_q_native, "tiers": tiers,
-                     "tier_defs": {t: {"model": m, "variants": list(v), "share": s} for t, (m, v, s) in TIERS.items()},
-                     "grid": [list(g) for g in GRID], "window": WINDOW, "depths": list(DEPTHS),
-                     "kivi_group_size": 32, "mlx_affine_group_size": 32, "cache_attention": "dequantize",
-                     "outliers": {"pairs_per_kv_head": OUTLIER_PAIRS, "scale": list(OUTLIER_SCALE),
-                                  "layers": outlier_info}},
-        "model": {"dir": str(args.model_dir), **{k: cfg_json.get(k) for k in
-                                                  ("preset", "step", "total", "parameters", "model_args", "seed",
-                                                   "commands", "corpus")}},
-        "corpus": {**corpus["manifest"], "matches_model": corpus_match},
-        "key_statistics": stats, "skipped_rounds": skipped, "results": rows,
-    }
+    result = result_dict(args, t_start, setup_s, device, dtype, mlx_q_native, tiers, outlier_info, cfg_json,
+                         corpus, corpus_match, stats, skipped, cells, partial=False)
+    rows, wall = result["results"], result["run"]["wall_s"]
     print(f"done: {len(rows)} cells in {wall:.0f}s ({len(skipped)} rounds skipped for the budget)", flush=True)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        write_json(args.json, result)
         print(f"wrote {args.json}")
     if args.markdown:
         from .quality_retrieval_doc import write
@@ -426,6 +461,7 @@ def run(args) -> int:
     return 0
 
 
+@functools.lru_cache(maxsize=1)
 def _gpu_name() -> str | None:
     try:
         import subprocess
