@@ -89,6 +89,7 @@ def test_inject_outliers_keeps_the_function_and_makes_outlier_key_channels():
     for ra, rb in zip(ta, tb):
         assert rb["k"]["rms_ratio_max"] > 4 * ra["k"]["rms_ratio_max"]
         assert rb["k"]["outlier_channels"] >= 2 * qr.OUTLIER_PAIRS       # both channels of each pair
+        assert rb["k"]["token_kurtosis_median"] > 2 * ra["k"]["token_kurtosis_median"]
         # values only move by the rounding of the previous layers
         assert rb["v"]["rms_ratio_max"] == pytest.approx(ra["v"]["rms_ratio_max"], rel=1e-3)
 

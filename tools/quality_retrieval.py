@@ -232,7 +232,8 @@ def score(logits: np.ndarray, seq: dict, ref: dict | None) -> dict:
 def key_table(model, seqs: list[dict]) -> list[dict]:
     """Per layer, over the given sequences' tokens (post-RoPE keys and values as the cache receives them):
     median and max Pearson kurtosis over (KV head, channel) (3 for a Gaussian), the largest channel RMS over
-    its head's median channel RMS, and the channels above 4x."""
+    its head's median channel RMS, the channels above 4x, and the median kurtosis across one token's
+    coordinates."""
     import mlx.core as mx
     from mlx_lm.models.cache import KVCache
 
@@ -255,8 +256,14 @@ def key_table(model, seqs: list[dict]) -> list[dict]:
             kurt = ((x - mu) ** 4).mean(axis=1) / np.maximum(var, 1e-30) ** 2
             rms = np.sqrt((x**2).mean(axis=1))
             ratio = rms / np.maximum(np.median(rms, axis=1, keepdims=True), 1e-30)
+            # across the coordinates of each token's vector: what a rotation spreads (a channel's own
+            # kurtosis does not change when the channel is scaled)
+            mt = x.mean(axis=2, keepdims=True)
+            vt = ((x - mt) ** 2).mean(axis=2)
+            kt = ((x - mt) ** 4).mean(axis=2) / np.maximum(vt, 1e-30) ** 2
             row[role] = {"kurtosis_median": float(np.median(kurt)), "kurtosis_max": float(kurt.max()),
                          "rms_ratio_max": float(ratio.max()), "outlier_channels": int((ratio > 4).sum()),
+                         "token_kurtosis_median": float(np.median(kt)),
                          "channels": int(ratio.size)}
         out.append(row)
     return out
@@ -319,6 +326,18 @@ def result_dict(args, t_start, setup_s, device, dtype, mlx_q_native, tiers, outl
         "key_statistics": stats, "skipped_rounds": skipped, "results": rows,
     }
     return result
+
+
+def summary(rows: list[dict]) -> None:
+    """One line per (model, configuration): hits/sequences per context and KL mean at the longest one."""
+    ctxs = sorted({r["context"] for r in rows})
+    by = {(r["model"], r["label"], r["context"]): r for r in rows}
+    print(f"{'model':<9} {'configuration':<30}" + "".join(f"{c:>10}" for c in ctxs) + "   KL mean (longest)")
+    for m, lab in dict.fromkeys((r["model"], r["label"]) for r in rows):
+        cells = [by.get((m, lab, c)) for c in ctxs]
+        last = next((x for x in reversed(cells) if x), None)
+        print(f"{m:<9} {lab:<30}" + "".join(f"{x['hits']:>6}/{x['sequences']:<3}" if x else f"{'-':>10}" for x in cells)
+              + f"   {last['kl_mean']:.2e}", flush=True)
 
 
 def write_json(path: pathlib.Path, result: dict) -> None:
@@ -450,6 +469,7 @@ def run(args) -> int:
     result = result_dict(args, t_start, setup_s, device, dtype, mlx_q_native, tiers, outlier_info, cfg_json,
                          corpus, corpus_match, stats, skipped, cells, partial=False)
     rows, wall = result["results"], result["run"]["wall_s"]
+    summary(rows)
     print(f"done: {len(rows)} cells in {wall:.0f}s ({len(skipped)} rounds skipped for the budget)", flush=True)
     if args.json:
         write_json(args.json, result)

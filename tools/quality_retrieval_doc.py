@@ -81,15 +81,20 @@ def render(results: list[dict], sources: list[str]) -> str:
     lines += ["## Keys and values: kurtosis and outlier channels per layer", "",
               "Post-RoPE, float16, as the cache receives them, over two held-out sequences. Kurtosis is Pearson's "
               "(3 for a Gaussian) per (KV head, channel); ratio = largest channel RMS / median channel RMS of its "
-              "head; outlier channels have ratio > 4.", "",
-              "| model | layer | keys: kurtosis median | max | ratio max | outliers | values: kurtosis median | max "
-              "| ratio max | outliers |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "head; outlier channels have ratio > 4; per-token kurtosis is over one vector's coordinates (median "
+              "over tokens and heads), what a rotation spreads out (a channel's own kurtosis does not change when it "
+              "is scaled).", "",
+              "| model | layer | keys: kurtosis median | max | ratio max | outliers | per-token kurtosis | values: "
+              "kurtosis median | max | ratio max | outliers | per-token kurtosis |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, table in res0["key_statistics"].items():
         for row in table:
             k, v = row["k"], row["v"]
             lines.append(f"| {name} | {row['layer']} | {k['kurtosis_median']:.2f} | {k['kurtosis_max']:.1f} | "
-                         f"{k['rms_ratio_max']:.1f} | {k['outlier_channels']}/{k['channels']} | {v['kurtosis_median']:.2f} "
-                         f"| {v['kurtosis_max']:.1f} | {v['rms_ratio_max']:.1f} | {v['outlier_channels']}/{v['channels']} |")
+                         f"{k['rms_ratio_max']:.1f} | {k['outlier_channels']}/{k['channels']} | "
+                         f"{k['token_kurtosis_median']:.1f} | {v['kurtosis_median']:.2f} | {v['kurtosis_max']:.1f} | "
+                         f"{v['rms_ratio_max']:.1f} | {v['outlier_channels']}/{v['channels']} | "
+                         f"{v['token_kurtosis_median']:.1f} |")
     lines.append("")
 
     contexts = sorted({r["context"] for r in rows})
