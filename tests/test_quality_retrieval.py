@@ -232,3 +232,44 @@ def test_budget_estimates_from_measured_rounds_else_scales_shorter_contexts():
     assert b.estimate("main", 4096, 10, {1024: 0.5, 2048: 1.0}) == pytest.approx(1.0 * 10 * 2**1.5)
     b.seen[("main", 4096)] = 3.0
     assert b.estimate("main", 4096, 10, {1024: 0.5}) == 3.0
+
+
+def test_planner_fits_the_budget_on_a_simulated_device(tmp_path, monkeypatch):
+    """The budget on a fake clock: each configuration costs what a long-context device might (quadratic in
+    the context, a first run of each configuration 2 s more for compiling); the run must end inside its
+    budget with every context measured at least once in the main tier."""
+    clock = [0.0]
+    monkeypatch.setattr(qr.time, "time", lambda: clock[0])
+    seen = set()
+
+    def fake_forward(model, caches, tokens, chunk):
+        cfg = caches[0]
+        clock[0] += 0.1 + 1.2 * (tokens.size / 32768) ** 2 + (2.0 if cfg not in seen else 0.0)
+        seen.add(cfg)
+        return np.zeros((tokens.size - 1, 256), np.float32)
+
+    monkeypatch.setattr(qr, "forward", fake_forward)
+    monkeypatch.setattr(qr, "make_caches", lambda m, cfg, seed, native: [qr.label(cfg) + cfg["variant"]])
+    monkeypatch.setattr(qr, "key_table", lambda m, seqs: [])
+    monkeypatch.setattr(qr, "inject_outliers", lambda m, seed: [])
+    import veloxquant.tools.quality_caches as qc
+
+    monkeypatch.setattr(qc, "cache_bits", lambda caches, width, tokens: (16.0, 16.0))
+    monkeypatch.setattr(qr, "score", lambda logits, seq, ref: {"nll": np.zeros(2), "hit": True, "answer_nll": 0.0,
+                                                               "lp": None, **({} if ref is None else
+                                                               {"kl": np.zeros(2), "kl_answer": np.zeros(5)})})
+    text = _text(400_000)
+    corpus = tmp_path / "corpus.npz"
+    manifest = {"python": "test", "files": 1, "sha256": "x" * 64, "bytes": {}, "heldout_every": 8}
+    np.savez_compressed(corpus, train=text[:10], heldout=text, manifest=json.dumps(manifest))
+    monkeypatch.setattr(qr, "load_model", lambda d, dtype: (CopyModel(), {"corpus": manifest}))
+    out = tmp_path / "p.json"
+    assert qr.main(["run", "--model-dir", str(tmp_path), "--corpus", str(corpus), "--budget-seconds", "270",
+                    "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert clock[0] <= 270
+    n = {(r["model"], r["label"], r["context"]): r["sequences"] for r in res["results"]}
+    for ctx in (1024, 4096, 16384, 32768):
+        assert n[("plain", "fp16", ctx)] >= 1 and n[("plain", "turboquant/4/kv", ctx)] >= 1
+    assert n[("plain", "kivi/2/k", 1024)] >= 1 and n[("outliers", "turboquant/4/k", 1024)] >= 1
+    assert res["skipped_rounds"]
