@@ -137,6 +137,15 @@ class CopyModel:
         return (GAMMA * out @ mx.array(self.bits).T)[None]                      # (1, L, 256)
 
 
+class Raises:
+    """A cache that fails on its first use."""
+
+    offset = 0
+
+    def update_and_fetch(self, keys, values):
+        raise RuntimeError("deliberately broken")
+
+
 class ZeroDecode:
     """A broken cache: stores through the real one, decodes zeros."""
 
@@ -173,6 +182,8 @@ def _run_table(tmp_path, monkeypatch, broken: set[str], budget: float = 600.0) -
 
     def make(m, cfg, seed, native):
         caches = real(m, cfg, seed, native)
+        if qr.label(cfg) == "kivi/2/kv" and "raise" in broken:
+            return [Raises() for _ in caches]
         return [ZeroDecode(c) for c in caches] if qr.label(cfg) in broken else caches
 
     monkeypatch.setattr(qr, "make_caches", make)
@@ -188,7 +199,7 @@ def _run_table(tmp_path, monkeypatch, broken: set[str], budget: float = 600.0) -
 def table(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("table")
     with pytest.MonkeyPatch.context() as mp:
-        res = _run_table(tmp, mp, broken={"turboquant/2/kv"})
+        res = _run_table(tmp, mp, broken={"turboquant/2/kv", "raise"})
     return res, (tmp / "r.md").read_text()
 
 
@@ -204,6 +215,10 @@ def test_table_tells_a_broken_cache_from_working_ones(table):
             assert rows[(lab, ctx)]["retrieval"] == 1.0, lab
             assert rows[(lab, ctx)]["kl_mean"] < bad["kl_mean"]
         assert rows[("mlx_q8", ctx)]["kl_mean"] < 1e-2
+    # a cache that raises is reported, and the rest of the run goes on
+    assert not any(r["label"] == "kivi/2/kv" for r in res["results"])
+    assert len(res["errors"]) == 4 and all("deliberately broken" in e["error"] for e in res["errors"])
+    assert "kivi/2/kv at 256 bytes, round 0: `RuntimeError: deliberately broken`" in md
     assert "| turboquant/2/kv |" in md and "0/2" in md and "| fp16 | 16.00 | 2/2 | 2/2 |" in md
 
 

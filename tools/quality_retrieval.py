@@ -287,7 +287,7 @@ class Budget:
 
 
 def result_dict(args, t_start, setup_s, device, dtype, mlx_q_native, tiers, outlier_info, cfg_json, corpus,
-                corpus_match, stats, skipped, cells, partial: bool) -> dict:
+                corpus_match, stats, skipped, cells, partial: bool, errors=()) -> dict:
     """The JSON: run (where, when, versions), settings, model, corpus, key statistics and one row per cell."""
     from . import _env
 
@@ -323,7 +323,8 @@ def result_dict(args, t_start, setup_s, device, dtype, mlx_q_native, tiers, outl
                                                   ("preset", "step", "total", "parameters", "model_args", "seed",
                                                    "commands", "corpus")}},
         "corpus": {**corpus["manifest"], "matches_model": corpus_match},
-        "key_statistics": stats, "skipped_rounds": skipped, "results": rows,
+        "key_statistics": stats, "skipped_rounds": skipped, "errors": list(errors),
+        "results": rows,
     }
     return result
 
@@ -391,7 +392,7 @@ def run(args) -> int:
     budget = Budget()
     per_config: dict[int, float] = {}  # ctx -> seconds per configuration per sequence (warm runs, any tier)
     warm: set[tuple[str, str]] = set()  # (model, label) run before: its kernels are compiled, its time is typical
-    skipped = []
+    skipped, errors = [], []
     deadline = t_start + args.budget_seconds
     pool = max(0.0, args.budget_seconds - setup_s - args.reserve_seconds)
     carry = 0.0
@@ -448,7 +449,15 @@ def run(args) -> int:
                     if k and time.time() + per_config.get(ctx, 0.0) > deadline - args.reserve_seconds:
                         skipped.append({"tier": tier, "context": ctx, "round": r, "cut_after_configs": k})
                         break     # the hard deadline: the round stops part way (cells count their sequences)
-                    dt, was_warm = do_config(model_name, cfg, ctx, r)
+                    try:
+                        dt, was_warm = do_config(model_name, cfg, ctx, r)
+                    except Exception as e:   # one failing cache must not cost the rest of the run: say it, go on
+                        if cfg["method"] == "fp16":
+                            raise
+                        errors.append({"model": model_name, "label": label(cfg), "context": ctx, "round": r,
+                                       "error": f"{type(e).__name__}: {e}"[:500]})
+                        print(f"error: {model_name} {label(cfg)} ctx {ctx}: {errors[-1]['error']}", flush=True)
+                        continue
                     all_warm &= was_warm
                     ran += 1
                     if was_warm:   # a first run compiles kernels: its time says nothing about the next ones
@@ -459,7 +468,7 @@ def run(args) -> int:
                 if args.json:   # after every round, so a run stopped from outside still leaves its cells
                     write_json(args.json, result_dict(args, t_start, setup_s, device, dtype, mlx_q_native, tiers,
                                                       outlier_info, cfg_json, corpus, corpus_match, stats, skipped,
-                                                      cells, partial=True))
+                                                      cells, partial=True, errors=errors))
                 fp = cells[(model_name, "fp16", ctx)]["seqs"]
                 print(f"[{time.time() - t_start:6.1f}s] {tier:<8} ctx {ctx:>6} round {r} depth {DEPTHS[r % len(DEPTHS)]:.1f}: "
                       f"{ran}/{len(todo)} configs in {dt:.1f}s; fp16 retrieval so far {sum(s['hit'] for s in fp)}/{len(fp)}",
@@ -467,7 +476,7 @@ def run(args) -> int:
         carry = max(0.0, tier_budget - (time.time() - tier_t0))
 
     result = result_dict(args, t_start, setup_s, device, dtype, mlx_q_native, tiers, outlier_info, cfg_json,
-                         corpus, corpus_match, stats, skipped, cells, partial=False)
+                         corpus, corpus_match, stats, skipped, cells, partial=False, errors=errors)
     rows, wall = result["results"], result["run"]["wall_s"]
     summary(rows)
     print(f"done: {len(rows)} cells in {wall:.0f}s ({len(skipped)} rounds skipped for the budget)", flush=True)

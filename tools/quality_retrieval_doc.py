@@ -77,6 +77,12 @@ def render(results: list[dict], sources: list[str]) -> str:
         lines += [f"Budget: {len(sk)} round(s) skipped or cut (one round = one sequence at one context through a "
                   "tier's configurations); the `n` of each cell says how many sequences it saw.", ""]
 
+    errs = [(_run_label(i), e) for i, r in enumerate(results) for e in r.get("errors", [])]
+    if errs:
+        lines += ["Configurations that failed (their cells count only the sequences they finished):", ""]
+        lines += [f"- run {i}: `{e['model']}` {e['label']} at {e['context']} bytes, round {e['round']}: `{e['error']}`"
+                  for i, e in errs]
+        lines.append("")
     # key statistics
     lines += ["## Keys and values: kurtosis and outlier channels per layer", "",
               "Post-RoPE, float16, as the cache receives them, over two held-out sequences. Kurtosis is Pearson's "
