@@ -249,20 +249,8 @@ def test_budget_estimates_from_measured_rounds_else_scales_shorter_contexts():
     assert b.estimate("main", 4096, 10, {1024: 0.5}) == 3.0
 
 
-def test_planner_fits_the_budget_on_a_simulated_device(tmp_path, monkeypatch):
-    """The budget on a fake clock: each configuration costs what a long-context device might (quadratic in
-    the context, a first run of each configuration 2 s more for compiling); the run must end inside its
-    budget with every context measured at least once in the main tier."""
-    clock = [0.0]
-    monkeypatch.setattr(qr.time, "time", lambda: clock[0])
-    seen = set()
-
-    def fake_forward(model, caches, tokens, chunk):
-        cfg = caches[0]
-        clock[0] += 0.1 + 1.2 * (tokens.size / 32768) ** 2 + (2.0 if cfg not in seen else 0.0)
-        seen.add(cfg)
-        return np.zeros((tokens.size - 1, 256), np.float32)
-
+def _fake_device(tmp_path, monkeypatch, fake_forward):
+    """Everything but the clock and the planner replaced by stand-ins that cost nothing."""
     monkeypatch.setattr(qr, "forward", fake_forward)
     monkeypatch.setattr(qr, "make_caches", lambda m, cfg, seed, native: [qr.label(cfg) + cfg["variant"]])
     monkeypatch.setattr(qr, "key_table", lambda m, seqs: [])
@@ -278,8 +266,25 @@ def test_planner_fits_the_budget_on_a_simulated_device(tmp_path, monkeypatch):
     manifest = {"python": "test", "files": 1, "sha256": "x" * 64, "bytes": {}, "heldout_every": 8}
     np.savez_compressed(corpus, train=text[:10], heldout=text, manifest=json.dumps(manifest))
     monkeypatch.setattr(qr, "load_model", lambda d, dtype: (CopyModel(), {"corpus": manifest}))
+
+
+def test_planner_fits_the_budget_on_a_simulated_device(tmp_path, monkeypatch):
+    """The budget on a fake clock: each configuration costs what a long-context device might (quadratic in
+    the context, a first run of each configuration 2 s more for compiling); the run must end inside its
+    budget with every context measured at least once in the main tier."""
+    clock = [0.0]
+    monkeypatch.setattr(qr.time, "time", lambda: clock[0])
+    seen = set()
+
+    def fake_forward(model, caches, tokens, chunk):
+        cfg = caches[0]
+        clock[0] += 0.1 + 1.2 * (tokens.size / 32768) ** 2 + (2.0 if cfg not in seen else 0.0)
+        seen.add(cfg)
+        return np.zeros((tokens.size - 1, 256), np.float32)
+
+    _fake_device(tmp_path, monkeypatch, fake_forward)
     out = tmp_path / "p.json"
-    assert qr.main(["run", "--model-dir", str(tmp_path), "--corpus", str(corpus), "--budget-seconds", "270",
+    assert qr.main(["run", "--model-dir", str(tmp_path), "--corpus", str(tmp_path / "corpus.npz"), "--budget-seconds", "270",
                     "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert clock[0] <= 270
@@ -288,3 +293,21 @@ def test_planner_fits_the_budget_on_a_simulated_device(tmp_path, monkeypatch):
         assert n[("plain", "fp16", ctx)] >= 1 and n[("plain", "turboquant/4/kv", ctx)] >= 1
     assert n[("plain", "kivi/2/k", 1024)] >= 1 and n[("outliers", "turboquant/4/k", 1024)] >= 1
     assert res["skipped_rounds"]
+
+
+def test_planner_measures_every_context_once_even_when_the_longest_costs_most_of_the_budget(tmp_path, monkeypatch):
+    """Main tier round 0 at 32k estimated above the tier's share but inside the whole budget: it runs."""
+    clock = [0.0]
+    monkeypatch.setattr(qr.time, "time", lambda: clock[0])
+
+    def fake_forward(model, caches, tokens, chunk):
+        clock[0] += 0.05 + 8.0 * (tokens.size / 32768) ** 2
+        return np.zeros((tokens.size - 1, 256), np.float32)
+
+    _fake_device(tmp_path, monkeypatch, fake_forward)
+    out = tmp_path / "p.json"
+    assert qr.main(["run", "--model-dir", str(tmp_path), "--corpus", str(tmp_path / "corpus.npz"),
+                    "--budget-seconds", "270", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    n = {(r["model"], r["label"], r["context"]): r["sequences"] for r in res["results"]}
+    assert clock[0] <= 270 and n[("plain", "turboquant/4/kv", 32768)] == 1

@@ -19,7 +19,8 @@ function): the caches see keys with outlier channels, which is what the rotation
 
 Budget: the work is cut in rounds (one sequence at one context through every configuration of a tier); the
 tiers (plain `kv` + baselines, plain `k`/`v`/`kv+window`, outlier model) get shares of `--budget-seconds`,
-and a round runs only if its estimated time (measured on earlier rounds) fits. Cells report how many
+and a round runs only if its estimated time (measured on earlier rounds) fits; the first tier's first round
+at each context only has to fit the whole budget. Cells report how many
 sequences they saw. `python -m veloxquant.tools.quality_retrieval_doc` renders the markdown from the JSON.
 
     python -m veloxquant.tools.quality_retrieval run --model-dir MODEL [--corpus corpus.npz] \\
@@ -437,7 +438,10 @@ def run(args) -> int:
                 est = budget.estimate(tier, ctx, n, per_config)
                 used = time.time() - tier_t0
                 late = time.time() >= deadline - args.reserve_seconds
-                if late or (est is not None and (used + est > tier_budget
+                # the first tier's first sequence at every context may use the whole budget: every context
+                # gets its fp16 / q8 / q4 / kv cells before anything else is measured
+                cap = float("inf") if (tier == tiers[0] and r == 0) else tier_budget
+                if late or (est is not None and (used + est > cap
                                                  or time.time() + est > deadline - args.reserve_seconds)):
                     skipped.append({"tier": tier, "context": ctx, "round": r,
                                     "estimate_s": None if est is None else round(est, 1)})
