@@ -311,3 +311,11 @@ def test_planner_measures_every_context_once_even_when_the_longest_costs_most_of
     res = json.loads(out.read_text())
     n = {(r["model"], r["label"], r["context"]): r["sequences"] for r in res["results"]}
     assert clock[0] <= 270 and n[("plain", "turboquant/4/kv", 32768)] == 1
+
+
+def test_bad_paths_name_the_argument(tmp_path, capsys):
+    assert qr.main(["run", "--model-dir", str(tmp_path), "--contexts", "256"]) == 2
+    assert "--model-dir" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        qr.main(["run", "--model-dir", str(tmp_path), "--contexts", "16"])
+    assert "--contexts" in capsys.readouterr().err

@@ -359,10 +359,10 @@ def run(args) -> int:
     on_gpu = "gpu" in device
     dtype = {"float16": mx.float16, "float32": mx.float32}[args.dtype or ("float16" if on_gpu else "float32")]
     mlx_q_native = on_gpu if args.mlx_q_native is None else args.mlx_q_native
-    corpus = qrt.load_corpus(args.corpus)
-    text = corpus["heldout"]
     models = {}
     base, cfg_json = load_model(args.model_dir, dtype)
+    corpus = qrt.load_corpus(args.corpus)
+    text = corpus["heldout"]
     models["plain"] = base
     corpus_match = cfg_json.get("corpus", {}).get("sha256") == corpus["manifest"]["sha256"]
     if not corpus_match:
@@ -537,7 +537,11 @@ def main(argv=None) -> int:
         ap.error(f"--contexts: each must be at least 64 bytes, got {bad}")
     if args.max_sequences < 1 or args.budget_seconds <= 0:
         ap.error("--max-sequences and --budget-seconds: must be positive")
-    return run(args)
+    try:
+        return run(args)
+    except FileNotFoundError as e:   # --model-dir / --corpus: the message names the argument
+        print(f"quality_retrieval: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
