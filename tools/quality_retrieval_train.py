@@ -108,12 +108,26 @@ def _insert(body: np.ndarray, at: int, piece: bytes) -> np.ndarray:
     return np.concatenate([body[:at], np.frombuffer(piece, np.uint8), body[at:]])
 
 
+def _repeated(text: np.ndarray, span: np.ndarray, length: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Text with `span` inserted twice; the mask marks the second copy after its first byte."""
+    n = span.size
+    mask = np.zeros(length, bool)
+    body_len = length - 2 * n
+    s = int(rng.integers(0, text.size - body_len))
+    body = text[s : s + body_len]
+    a = int(rng.integers(0, max(1, body_len // 2)))
+    b = int(rng.integers(a, body_len + 1))
+    seq = np.concatenate([body[:a], span, body[a:b], span, body[b:]])
+    mask[a + n + (b - a) + 1 : a + n + (b - a) + n] = True
+    return seq[:length], mask
+
+
 def make_sequence(text: np.ndarray, length: int, rng, mix: dict) -> tuple[np.ndarray, np.ndarray]:
     """(`length` bytes, answer mask): plain text or one task, chosen with the probabilities in `mix`
-    (keys passkey, kv, span; the rest is plain text). The mask marks the bytes only retrieval predicts."""
+    (keys passkey, kv, span, copy; the rest is plain text). The mask marks the bytes only retrieval predicts."""
     r = rng.random()
     task = "text"
-    for name in ("passkey", "kv", "span"):
+    for name in ("passkey", "kv", "span", "copy"):
         p = mix.get(name, 0.0)
         if r < p:
             task = name
@@ -123,19 +137,15 @@ def make_sequence(text: np.ndarray, length: int, rng, mix: dict) -> tuple[np.nda
     if task == "text":
         s = int(rng.integers(0, text.size - length))
         return text[s : s + length].copy(), mask
-    if task == "span":
-        n = int(rng.integers(32, 257))
+    if task in ("span", "copy"):
+        n = int(rng.integers(32, 257)) if task == "span" else int(rng.integers(8, 65))
         n = min(n, max(8, length // 4))
-        src = int(rng.integers(0, text.size - n))
-        span = text[src : src + n].tobytes()
-        body_len = length - 2 * n
-        s = int(rng.integers(0, text.size - body_len))
-        body = text[s : s + body_len]
-        a = int(rng.integers(0, max(1, body_len // 2)))
-        b = int(rng.integers(a, body_len + 1))
-        seq = np.concatenate([body[:a], np.frombuffer(span, np.uint8), body[a:b], np.frombuffer(span, np.uint8), body[b:]])
-        mask[a + n + (b - a) + 1 : a + n + (b - a) + n] = True      # the second copy after its first byte
-        return seq[:length], mask
+        if task == "span":
+            src = int(rng.integers(0, text.size - n))
+            span = text[src : src + n]
+        else:      # random letters: only copying predicts them (the text model cannot)
+            span = rng.choice(LETTERS, n)
+        return _repeated(text, span, length, rng)
     # passkey / key-value: needles in the body, a query line at the end
     if task == "passkey":
         needles = [(PASSKEY_PREFIX, _digits(rng))]
@@ -227,7 +237,7 @@ def train(args) -> int:
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
     ckpt, state_path, log_path = out / "checkpoint.safetensors", out / "state.json", out / "log.jsonl"
-    mix = {"passkey": args.p_passkey, "kv": args.p_kv, "span": args.p_span}
+    mix = {"passkey": args.p_passkey, "kv": args.p_kv, "span": args.p_span, "copy": args.p_copy}
     model = new_model(args.preset, args.seed)
     warm = max(1, total // 50)
     sched = optim.join_schedules([optim.linear_schedule(lr / 50, lr, warm),
@@ -425,6 +435,8 @@ def main(argv=None) -> int:
     p.add_argument("--p-passkey", type=float, default=0.2)
     p.add_argument("--p-kv", type=float, default=0.2)
     p.add_argument("--p-span", type=float, default=0.2)
+    p.add_argument("--p-copy", type=float, default=0.0,
+                   help="share of sequences with a random-letter span repeated (only copying predicts it)")
     p.add_argument("--answer-weight", type=float, default=4.0, help="loss weight of answer bytes")
     p.add_argument("--max-minutes", type=float, default=8.0)
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in this call")
@@ -442,9 +454,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args(argv)
     if args.cmd == "train":
-        mix = args.p_passkey + args.p_kv + args.p_span
+        mix = args.p_passkey + args.p_kv + args.p_span + args.p_copy
         if not 0 <= mix <= 1:
-            ap.error(f"--p-passkey + --p-kv + --p-span: must be within [0, 1], got {mix}")
+            ap.error(f"--p-passkey + --p-kv + --p-span + --p-copy: must be within [0, 1], got {mix}")
         try:
             parse_phases(args.phases, args.preset)
         except ValueError as e:
