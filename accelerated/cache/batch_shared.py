@@ -49,7 +49,9 @@ _OFFSETS_KEPT = 4
 
 def eligible(caches) -> bool:
     """Whether `caches` (single-sequence caches of one layer) can share one B-row cache: VeloxKVCaches of one class
-    and configuration (not a sliding-window cache), per-token methods in both roles, no exact window."""
+    and configuration (not a sliding-window cache), per-token methods in both roles, an exact window R only without
+    exact-trim copies (a per-sequence tail), and every cache's window where a left-padded layout puts it (`_layout`:
+    not after a trim that left one cache's window short of the others')."""
     from veloxquant.accelerated.cache.base import VeloxKVCache
     from veloxquant.accelerated.cache.batch import _same_config
     from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
@@ -60,7 +62,45 @@ def eligible(caches) -> bool:
         return False
     if any(type(c) is not type(c0) or not _same_config(c, c0) for c in caches):
         return False
-    return all(p.method not in _POSITIONAL and not p.window for p in (c0.key_params, c0.value_params))
+    roles = (c0.key_params, c0.value_params)
+    if any(p.method in _POSITIONAL or (p.window and p.kept_capacity()) for p in roles):
+        return False
+    if not any(p.window for p in roles):
+        return True
+    for c in caches:
+        c._flush_step()              # a chunk a decode step left pending is among the stream's tokens
+    top = max(c.offset for c in caches)
+    try:
+        for role in ("_k", "_v"):
+            _layout([(top - c.offset, *_split(getattr(c, role))) for c in caches])
+    except ValueError:
+        return False
+    return True
+
+
+def _split(stream) -> tuple[int, int]:
+    """(encoded tokens, window tokens) of a stream (0, 0 before the first append)."""
+    if stream is None:
+        return 0, 0
+    w = stream._window.shape[2]
+    return stream.tokens - w, w
+
+
+def _layout(parts) -> int:
+    """The encoded token count Q of one left-padded stream holding parts given as (padding, encoded, window) token
+    counts, each part's encoded tokens ending at Q and its window following them (a stream's tokens are its encoded
+    prefix, then its window): every part with encoded tokens must end them at the same position, and every other
+    part's tokens must start at or after it. A fresh sequence's stream holds its newest min(T, R) tokens exactly, so
+    any sequences of one configuration fit; a trim can leave one window short of R (ValueError)."""
+    bounds = {pad + q for pad, q, _ in parts if q}
+    if len(bounds) > 1:
+        raise ValueError(f"parts: the encoded tokens end at different positions {sorted(bounds)} (a window trimmed "
+                         "short in some of them): they do not fit one left-padded stream")
+    q_end = min(pad for pad, q, _ in parts if not q) if not bounds else bounds.pop()
+    if any(pad < q_end for pad, q, _ in parts if not q):
+        raise ValueError("parts: a sequence's exact window reaches below the others' encoded tokens: they do not fit "
+                         "one left-padded stream")
+    return q_end
 
 
 def remember(kept: collections.OrderedDict, key, value, most: int):
@@ -146,7 +186,10 @@ def _part(cache, pad: int = 0, rows=None, first: int = 0, nrows: int = 1) -> _Pa
 
 def _restack(parts: list, like):
     """One cache of type(like) holding the parts' rows one after another (every part the same token count after
-    its padding); an empty cache of like's configuration if none has a token."""
+    its padding); an empty cache of like's configuration if none has a token. With an exact window (R > 0) the
+    stream is its encoded prefix then its window: each part's encoded tokens are padded on the left to the common
+    prefix and its window tokens to the common window (`_layout`), so a sequence's tokens keep the split its own
+    cache has (no token encoded or decoded here)."""
     tops = {p.tokens for p in parts}
     if len(tops) != 1:
         raise ValueError(f"parts: token counts after padding differ: {sorted(tops)}")
@@ -158,10 +201,23 @@ def _restack(parts: list, like):
         raise ValueError("parts: a record with kept tokens (an exact window or exact-trim tail) cannot be restacked")
     fields = []
     for role in ("k", "v"):
+        # per part: the tokens it drops at the front (`first`) come off its encoded prefix, then off its window
+        cuts = []
+        for p in parts:
+            f = getattr(p, role)
+            if f is None:
+                cuts.append((0, 0, 0, 0))
+                continue
+            w = f["window"].shape[2]
+            q = p.meta[role]["tokens"] - w
+            cut_q, cut_w = min(p.first, q), max(p.first - q, 0)
+            cuts.append((cut_q, cut_w, q - cut_q, w - cut_w))
+        q_top = _layout([(p.tokens - q - w, q, w) for p, (_, _, q, w) in zip(parts, cuts)])
         out = {}
         for name, a_ref in getattr(ref, role).items():
             pieces = []
-            for p in parts:
+            want = top - q_top if name == "window" else q_top
+            for p, (cut_q, cut_w, _, _) in zip(parts, cuts):
                 f = getattr(p, role)
                 nb = len(p.rows) if p.rows is not None else p.nrows
                 if f is None:
@@ -170,10 +226,11 @@ def _restack(parts: list, like):
                     a = f[name]
                     if p.rows is not None and list(p.rows) != list(range(a.shape[0])):
                         a = a[mx.array(p.rows, dtype=mx.int32)]
-                    if name != "window" and p.first:
-                        a = a[:, :, p.first:]
-                if name != "window" and top > a.shape[2]:
-                    a = mx.pad(a, [(0, 0), (0, 0), (top - a.shape[2], 0)] + [(0, 0)] * (a.ndim - 3))
+                    cut = cut_w if name == "window" else cut_q
+                    if cut:
+                        a = a[:, :, cut:]
+                if want > a.shape[2]:
+                    a = mx.pad(a, [(0, 0), (0, 0), (want - a.shape[2], 0)] + [(0, 0)] * (a.ndim - 3))
                 pieces.append(a)
             out[name] = mx.concatenate(pieces, axis=0) if len(pieces) > 1 else pieces[0]
         fields.append(out)
@@ -213,13 +270,20 @@ class LeftPadded(_BaseCache):
 
 class SharedBatchVeloxKVCache(LeftPadded):
     """A left-padded batch of sequences in one B-row VeloxKVCache behind mlx-lm's BatchKVCache protocol (see the
-    module). `inner.offset` is the batch's position count (mlx-lm's `_idx`)."""
+    module). `inner.offset` is the batch's position count (mlx-lm's `_idx`).
+
+    With an exact window (R > 0) a right-padded prefill (prepare(right_padding=...) .. finalize) runs through a
+    per-sequence BatchVeloxKVCache (`_seq`): in one left-padded stream the flush of a row's last tokens would not
+    wait for its right padding (they would be encoded where its own cache keeps them exact), and finalize could
+    not roll tokens across the window's edge without encoding them. finalize restacks the sequences' caches into
+    one B-row cache again; decode steps always run on the B-row cache."""
 
     def __init__(self, inner, left_padding: list[int], batch: int):
         self.inner = inner
         self._lp = [int(x) for x in left_padding]
         self._b = int(batch)
         self._right = None        # right padding to roll into the left padding at finalize
+        self._seq = None          # the per-sequence cache of a windowed right-padded prefill (see the class)
         self._offset = self._starts = None
 
     # ---- protocol: merge / filter / extend / extract / prepare / finalize ---------------------------
@@ -237,13 +301,29 @@ class SharedBatchVeloxKVCache(LeftPadded):
 
     @property
     def _idx(self) -> int:
-        return self.inner.offset
+        return self._seq._idx if self._seq is not None else self.inner.offset
+
+    @property
+    def offset(self) -> mx.array:
+        return self._seq.offset if self._seq is not None else LeftPadded.offset.fget(self)
+
+    @property
+    def left_padding(self) -> mx.array:
+        return self._seq.left_padding if self._seq is not None else LeftPadded.left_padding.fget(self)
+
+    def _windowed(self) -> bool:
+        return bool(self.inner.key_params.window or self.inner.value_params.window)
 
     def _changed(self) -> None:
         self._offset = self._starts = None
 
     def filter(self, batch_indices) -> None:
         keep = batch_indices.tolist() if isinstance(batch_indices, mx.array) else [int(i) for i in batch_indices]
+        if self._seq is not None:
+            self._seq.filter(keep)
+            self._b = len(keep)
+            self._changed()
+            return
         lp = [self._lp[i] for i in keep]
         shift = min(lp) if lp and self._right is None else 0     # as BatchKVCache: drop padding every row has
         if self.inner.empty():
@@ -260,9 +340,10 @@ class SharedBatchVeloxKVCache(LeftPadded):
     def extend(self, other: "SharedBatchVeloxKVCache") -> None:
         if not isinstance(other, SharedBatchVeloxKVCache):
             raise ValueError(f"other: expected a SharedBatchVeloxKVCache, got {type(other).__name__}")
-        if not eligible([self.inner, other.inner]):
+        from veloxquant.accelerated.cache.batch import _same_config
+        if type(other.inner) is not type(self.inner) or not _same_config(self.inner, other.inner):
             raise ValueError("other: its caches have other parameters than this batch's")
-        if self._right is not None or other._right is not None:
+        if any(c._right is not None or c._seq is not None for c in (self, other)):
             raise ValueError("other: cannot extend between prepare and finalize")
         top = max(self._idx, other._idx)
         pads = (top - self._idx, top - other._idx)
@@ -274,20 +355,39 @@ class SharedBatchVeloxKVCache(LeftPadded):
 
     def extract(self, idx: int):
         """Sequence idx as its own single-sequence cache (its rows' bytes, the padding left out)."""
+        if self._seq is not None:
+            return self._seq.extract(idx)
         if self.inner.empty():
             return _empty_like(self.inner)
         return _restack([_part(self.inner, 0, [idx], self._lp[idx])], self.inner)
 
     def prepare(self, *, left_padding=None, lengths=None, right_padding=None) -> None:
+        if self._seq is not None:
+            raise ValueError("right_padding: a right-padded prefill is under way (finalize first)")
+        right = right_padding is not None and max(right_padding) > 0
+        if right and self._windowed():
+            from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+            seq = BatchVeloxKVCache([self.extract(i) for i in range(self._b)], self._lp, self._idx)
+            seq.prepare(left_padding=left_padding, lengths=lengths, right_padding=right_padding)   # (checks them)
+            self._seq, self.inner = seq, _empty_like(self.inner)
+            self._changed()
+            return
         if left_padding is not None:
             if not self.inner.empty():
                 raise ValueError("left_padding: can only be added to an empty batch cache")
             self._lp = [x + int(p) for x, p in zip(self._lp, left_padding)]
-        if right_padding is not None and max(right_padding) > 0:
+        if right:
             self._right = [int(x) for x in right_padding]
         self._changed()
 
     def finalize(self) -> None:
+        if self._seq is not None:
+            seq, self._seq = self._seq, None
+            seq.finalize()
+            self._lp = list(seq._lp)
+            self.inner = _restack([_part(c, p) for c, p in zip(seq.caches, self._lp)], self.inner)
+            self._changed()
+            return
         if self._right is not None and max(self._right) > 0 and not self.inner.empty():
             self.inner = _rolled(self.inner, self._right)
             self._lp = [x + r for x, r in zip(self._lp, self._right)]
@@ -298,6 +398,8 @@ class SharedBatchVeloxKVCache(LeftPadded):
     def update_and_fetch(self, keys: mx.array, values: mx.array):
         if keys.ndim != 4 or keys.shape[0] != self._b:
             raise ValueError(f"keys: expected (B = {self._b}, H, t, d), got {keys.shape}")
+        if self._seq is not None:
+            return self._seq.update_and_fetch(keys, values)
         self._offset = None         # (also if the inner cache rolls back a bad chunk and raises)
         out = self.inner.update_and_fetch(keys, values)
         self._offset = None
@@ -324,6 +426,8 @@ class SharedBatchVeloxKVCache(LeftPadded):
         return self.inner.group_size
 
     def make_mask(self, N: int, return_array: bool = False, window_size=None, **kwargs):
+        if self._seq is not None:
+            return self._seq.make_mask(N, return_array, window_size, **kwargs)
         # the left padding as the rows' starts array, made once per layout (left_padding makes a new array per call)
         mask = create_causal_mask(N, offset=self._idx, left_padding=self.starts, window_size=window_size)
         if window_size is None:
@@ -335,30 +439,37 @@ class SharedBatchVeloxKVCache(LeftPadded):
         return self._idx
 
     def empty(self) -> bool:
-        return self.inner.empty()
+        return self._seq.empty() if self._seq is not None else self.inner.empty()
 
     def check(self) -> None:
         self._offset = None         # a rollback changes the position count
-        self.inner.check()
+        for c in self._seq.caches if self._seq is not None else (self.inner,):
+            c.check()
 
     @property
     def nbytes(self) -> int:
-        return self.inner.nbytes
+        return self._seq.nbytes if self._seq is not None else self.inner.nbytes
 
     @property
     def nbytes_parts(self) -> dict:
-        return self.inner.nbytes_parts
+        return self._seq.nbytes_parts if self._seq is not None else self.inner.nbytes_parts
 
     def is_trimmable(self) -> bool:
         return True
 
     def trim(self, n: int) -> int:
+        if self._seq is not None:
+            raise ValueError("n: cannot trim between prepare and finalize")
         n = self.inner.trim(min(self._idx, n))
         self._changed()
         return n
 
     @property
     def state(self):
+        """(inner state, meta JSON); during a windowed right-padded prefill (mlx-lm evaluates `state` after each
+        prefill chunk) the per-sequence cache's, which the setter restacks."""
+        if self._seq is not None:
+            return self._seq.state
         meta = {"left_padding": self._lp, "batch": self._b, "class": type(self.inner).__name__}
         return self.inner.state, json.dumps(meta)
 
@@ -366,6 +477,13 @@ class SharedBatchVeloxKVCache(LeftPadded):
     def state(self, v):
         inner_state, meta = v
         meta = json.loads(meta)
+        if "classes" in meta:       # a per-sequence prefill's state (see the getter)
+            from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+            seq = BatchVeloxKVCache.__new__(BatchVeloxKVCache)
+            seq.state = v
+            inner = _restack([_part(c, p) for c, p in zip(seq.caches, seq._lp)], seq.caches[0])
+            self.__init__(inner, seq._lp, len(seq.caches))
+            return
         self.__init__(cache_class(meta["class"]).from_state(inner_state), meta["left_padding"], meta["batch"])
 
     def __repr__(self) -> str:
