@@ -179,13 +179,24 @@ def test_every_decode_step_takes_the_fast_path(cuda, paths, kw):
     _assert_fast(cuda, paths, caches, len(caches) * STEPS)
 
 
-_BATCH_OFF = ("SharedBatchVeloxKVCache takes per-token methods without a window only (batch_shared.eligible): a "
-              "KIVI key group or a window flush falls at a different position in each left-padded row, so merge "
-              "makes a BatchVeloxKVCache (a cache, and launches, per sequence)")
+_BATCH_KIVI = ("KIVI still merges into a BatchVeloxKVCache (a cache, and launches, per sequence; batch_shared.eligible): "
+               "a sequence's window holds R .. R + G - 1 tokens by its length mod G and its key groups start at its own "
+               "first token, so in one left-padded stream the rows' windows start at different positions, which the "
+               "partial cannot take (its row starts mask encoded tokens only: kernels.attention.supports): kernel body "
+               "work (a start per row for the window, and a flush per row inside the append). Beside that, ")
 
 
-@pytest.mark.parametrize("kw", [pytest.param(kw, id=i, marks=(m or ()) if m is None else _off(_BATCH_OFF))
-                                for i, kw, m in CONFIGS])
+def _batch_mark(name, mark):
+    """A configuration's mark for the merged batch: the B-row cache itself holds every per-token method, windows
+    included (batch_shared); what keeps its step off the DecodeStep is the single-sequence kernel-body reason."""
+    if mark is None:
+        return ()
+    reason = mark.kwargs["reason"]
+    return _off(_BATCH_KIVI + reason if "kivi" in name else "merge makes one B-row cache; its step is off the "
+                "DecodeStep for the single-sequence cache's reason: " + reason)
+
+
+@pytest.mark.parametrize("kw", [pytest.param(kw, id=i, marks=_batch_mark(i, m)) for i, kw, m in CONFIGS])
 def test_a_merged_batch_takes_one_fast_step_per_layer(cuda, paths, kw):
     """mlx-lm's BatchGenerator merges per-sequence prompt caches (VeloxKVCache.merge): every configuration must
     become one B-row cache whose decode step is one DecodeStep launch pair per layer for the whole batch."""
@@ -205,6 +216,28 @@ def test_a_merged_batch_takes_one_fast_step_per_layer(cuda, paths, kw):
     for i in range(STEPS):
         model(q + 1 + i, cache=merged)
     _assert_fast(cuda, paths, [c.inner for c in merged], len(merged) * STEPS)
+
+
+@pytest.mark.parametrize("kw", [pytest.param(kw, id=i) for i, kw, _ in CONFIGS if "kivi" not in i and "w32" in i])
+def test_a_merged_windowed_batch_attends_through_the_kernels(cuda, paths, kw):
+    """An exact window: merge makes one B-row cache whose rows' left padding lies below the encoded tokens (every row
+    past R), so each decode step attends through the kernels with the rows' starts (not the ops path, no decode)."""
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    model = tiny_llama(64, layers=2)
+    rows = []
+    for n in (PROMPT, PROMPT - 37):
+        caches = make_prompt_cache(model, **kw)
+        model(mx.array(np.arange(n) % 500)[None], cache=caches)
+        rows.append(caches)
+    merged = [layer[0].merge(list(layer)) for layer in zip(*rows)]
+    assert {type(c) for c in merged} == {SharedBatchVeloxKVCache}
+    q = mx.array([[1], [1]])
+    _reset(cuda, paths)
+    for i in range(STEPS):
+        model(q + i, cache=merged)
+    assert paths["path"] == ["kernels"] * (len(merged) * STEPS), sorted(set(paths["path"]))
+    assert not paths["decoded"], f"the cache was decoded {paths['decoded']} times in decode steps"
+    assert all(c.inner._k._window.shape[2] == kw["window"] for c in merged)
 
 
 def test_a_sliding_window_cache_takes_the_fast_path(cuda, paths):

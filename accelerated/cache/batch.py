@@ -7,8 +7,9 @@ the left; `filter` / `extend` drop and add sequences, `extract` gives one sequen
 `make_mask` hides the left padding, and `offset` is a per-sequence array (RoPE positions).
 
 `VeloxKVCache.merge` makes a `SharedBatchVeloxKVCache` (batch_shared.py: the batch in one B-row cache, one
-attention launch per layer) where every sequence's tokens encode independently of their position and there is no
-exact window; this module's `BatchVeloxKVCache` takes the others (kivi, windows) and `batch_shared.SHARED = False`.
+attention launch per layer) where every sequence's tokens encode independently of their position (exact windows
+included); this module's `BatchVeloxKVCache` takes the others (kivi, sliding-window caches, exact-trim copies with a
+window) and `batch_shared.SHARED = False`, and runs a windowed B-row cache's right-padded prefill.
 
 `BatchVeloxKVCache` follows that protocol, but keeps one single-sequence `VeloxKVCache` per sequence and stores
 only each sequence's real tokens: the padding is virtual. So merge and extract move records without decoding

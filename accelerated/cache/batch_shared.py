@@ -2,13 +2,18 @@
 whole batch (accelerated/cache/batch.py attends per sequence: B launches and ~5B operations per layer).
 
 For the methods whose tokens encode independently of their position and of each other (turboquant,
-turboquant_rvq, turboquant_prod, rabitq, mlx_affine) with no exact window: then a sequence's record is the same
-bytes wherever its tokens sit, so the batch keeps every sequence's tokens in one `VeloxKVCache` of B rows, sequence
-i's at positions [lp_i, idx) behind lp_i tokens of padding, as BatchKVCache keeps its fp16 tensors. The padding
+turboquant_rvq, turboquant_prod, rabitq, mlx_affine): then a sequence's record is the same bytes wherever its tokens
+sit, so the batch keeps every sequence's tokens in one `VeloxKVCache` of B rows, sequence i's at positions [lp_i, idx)
+behind lp_i tokens of padding, as BatchKVCache keeps its fp16 tensors. With an exact window R the stream's window is
+its newest min(idx, R) positions and every row's own window is its newest min(T_i, R) tokens: the same split, since a
+row's tokens end at idx, so each row holds exactly what its own cache holds (the flush of a decode step encodes the
+same position in every row; in rows still shorter than R it is padding). Not KIVI: a KIVI window holds R .. R + G - 1
+tokens by the sequence's length mod G, so the rows' windows would start at different positions. The padding
 rows hold what the model computed for the padding tokens (a prompt's left padding, a right-padded prefill's tail
 once `finalize` rolled it to the left) or zeros (rows added by merge, extend); attention never reads them: the
 decode step's launch takes each row's start (ops.attention.RowStarts, the partial kernel's `rstart`: each row's
-splits cover its own tokens), and other paths the mask. merge, extend, filter, extract and finalize move records
+splits cover its own tokens; with a window, once every row's start lies in the encoded tokens: kernels.attention
+.supports), and other paths the mask. merge, extend, filter, extract and finalize move records
 without decoding them (through the records' state arrays), so `extract(i)` gives back the bytes sequence i's own
 cache would hold.
 
