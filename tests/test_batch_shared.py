@@ -339,16 +339,17 @@ class _Tok:
         return " ".join(map(str, tokens))
 
 
-@pytest.mark.parametrize("method", ["turboquant", "turboquant_prod", "mlx_affine"])
-def test_batch_generate_gives_the_single_sequence_tokens(method):
+@pytest.mark.parametrize("method, window", [("turboquant", 0), ("turboquant_prod", 0), ("mlx_affine", 0),
+                                            ("turboquant", WINDOW)])
+def test_batch_generate_gives_the_single_sequence_tokens(method, window):
     """mlx_lm.batch_generate through our caches handed in as prompt caches (one B-row cache per layer): each
     sequence's greedy tokens equal its single-sequence run's, log-probabilities within LOGPROB_ATOL; the caches
-    handed in stay as they were."""
+    handed in stay as they were. With a window, prompts shorter and longer than it."""
     model = tiny_llama(64, seed=0)
     lengths = [5, 40, 23, 1]
     prompts = [mx.random.randint(0, VOCAB, (n,), key=mx.random.key(n)).tolist() for n in lengths]
     n_tokens = 6
-    mk = lambda: vc.make_prompt_cache(model, method=method, **SETTINGS[method])     # noqa: E731
+    mk = lambda: vc.make_prompt_cache(model, method=method, **{**SETTINGS[method], "window": window})  # noqa: E731
 
     def single(p, c):
         out = list(generate_step(mx.array(p), model, max_tokens=n_tokens, prompt_cache=c))
