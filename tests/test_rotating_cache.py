@@ -194,3 +194,40 @@ def test_gemma3_save_load_round_trip(tmp_path):
     y = SEQ[40:41]
     assert [t for t, _ in generate_step(y, model, max_tokens=6, prompt_cache=loaded)] == \
         [t for t, _ in generate_step(y, model, max_tokens=6, prompt_cache=b)]
+
+
+@pytest.mark.parametrize("kw", [dict(method="turboquant", bits=4, window=0),
+                                dict(method="kivi", bits=4, group_size=16, window=2)], ids=["turboquant", "kivi"])
+def test_a_batch_of_sliding_window_caches_gives_each_sequence_its_own_logits(kw):
+    """mlx-lm's batching (merge, decode steps, a right-padded chunk, finalize) over sliding-window caches whose
+    histories passed max_size: each sequence attends over the tokens its own cache holds with the mask its own cache
+    gives (a band over a multi-token chunk; kivi's extra group tokens hidden in a decode step), so its logits are
+    its single cache's, bit for bit (the batch attends per sequence)."""
+    from veloxquant.tools.quality import VOCAB, tiny_llama
+    model = tiny_llama(64, seed=3, layers=2)
+    hist = [30, 9, 21]
+    singles = []
+    for n in hist:
+        c = [vc.VeloxRotatingKVCache(MAX, layer=i, seed=2, **kw) for i in range(2)]
+        model(mx.random.randint(0, VOCAB, (1, n), key=mx.random.key(n)), cache=c)
+        singles.append(c)
+    batch = [layer[0].merge(list(layer)) for layer in zip(*singles)]
+
+    def same(out, tokens, lengths):
+        for i, c in enumerate(singles):
+            ref = model(tokens[i:i + 1, :lengths[i]], cache=c)
+            np.testing.assert_array_equal(np.array(out[i, :lengths[i]]), np.array(ref[0]), err_msg=f"sequence {i}")
+
+    for s in range(3):
+        tok = mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(100 + s))
+        same(model(tok, cache=batch), tok, [1, 1, 1])
+    lengths = [3, 6, 1]
+    chunk = mx.random.randint(0, VOCAB, (3, 6), key=mx.random.key(9))
+    for c in batch:
+        c.prepare(lengths=lengths, right_padding=[6 - n for n in lengths])
+    out = model(chunk, cache=batch)
+    for c in batch:
+        c.finalize()
+    same(out, chunk, lengths)
+    tok = mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(200))
+    same(model(tok, cache=batch), tok, [1, 1, 1])
