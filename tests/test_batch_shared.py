@@ -163,6 +163,52 @@ def test_a_windowed_batch_is_one_cache_with_each_sequences_bytes(method):
     assert batch.left_padding.tolist() == [batch.size() - c.offset for c in singles]
 
 
+MAX_SIZE = 16      # a sliding window the sequences of a test pass
+
+
+def rotating(method, **kw):
+    return vc.VeloxRotatingKVCache(MAX_SIZE, method=method, seed=2, layer=1, **{**SETTINGS[method], **kw})
+
+
+@pytest.mark.parametrize("method", list(SETTINGS))
+def test_a_sliding_window_batch_is_one_cache_with_each_sequences_bytes(method):
+    """Sliding-window caches (VeloxRotatingKVCache) holding different token counts (a prefill past max_size holds
+    all its tokens until the next update evicts): merge makes one B-row cache, and through decode steps (each
+    evicting), filter, extend and a right-padded prefill each row holds its single cache's tokens: offset, held
+    tokens, record bytes, nbytes."""
+    def same(batch, singles, when):
+        _same_rows(batch, singles, when)
+        assert [batch.extract(i)._held() for i in range(len(singles))] == [c._held() for c in singles], when
+
+    singles = filled_with(lambda: rotating(method), [37, 0, 5, 20])
+    batch = type(singles[0]).merge(singles)
+    assert isinstance(batch, SharedBatchVeloxKVCache) and isinstance(batch.inner, vc.VeloxRotatingKVCache)
+    same(batch, singles, "merge")
+    for s in range(MAX_SIZE + 2):          # the short rows reach max_size too
+        _step_rows(batch, singles, *kv(1, 300 + s, b=4))
+        same(batch, singles, f"decode step {s}")
+    batch.filter([0, 2, 3])
+    singles = [singles[i] for i in (0, 2, 3)]
+    same(batch, singles, "filter")
+    joining = filled_with(lambda: rotating(method), [3, 50], seed=20)
+    batch.extend(type(joining[0]).merge(joining))
+    singles += joining
+    same(batch, singles, "extend")
+    lengths = [4, 1, 9, 0, 6]
+    k, v = kv(9, 500, b=5)
+    batch.prepare(lengths=lengths, right_padding=[9 - n for n in lengths])
+    batch.update_and_fetch(k, v)
+    batch.finalize()
+    assert isinstance(batch.inner, vc.VeloxRotatingKVCache)
+    for i, n in enumerate(lengths):
+        if n:
+            singles[i].update_and_fetch(k[i:i + 1, :, :n], v[i:i + 1, :, :n])
+    same(batch, singles, "right-padded prefill")
+    for s in range(3):
+        _step_rows(batch, singles, *kv(1, 600 + s, b=5))
+        same(batch, singles, f"decode after the prefill {s}")
+
+
 def test_protocol_matches_mlx_lm_batch_kv_cache_and_the_per_sequence_cache():
     """The same protocol calls on ours (dequantize mode), mlx-lm's BatchKVCache (offsets, padding, size, mask) and
     the per-sequence BatchVeloxKVCache over the same caches (the fetched values at every position a real query

@@ -54,22 +54,24 @@ _OFFSETS_KEPT = 4
 
 def eligible(caches) -> bool:
     """Whether `caches` (single-sequence caches of one layer) can share one B-row cache: VeloxKVCaches of one class
-    and configuration (not a sliding-window cache), per-token methods in both roles, an exact window R only without
-    exact-trim copies (a per-sequence tail), and every cache's window where a left-padded layout puts it (`_layout`:
-    not after a trim that left one cache's window short of the others')."""
+    and configuration (sliding-window caches: one max_size, R = 0), per-token methods in both roles, an exact window
+    R only without exact-trim copies (a per-sequence tail), and every cache's window where a left-padded layout puts
+    it (`_layout`: not after a trim that left one cache's window short of the others')."""
     from veloxquant.accelerated.cache.base import VeloxKVCache
     from veloxquant.accelerated.cache.batch import _same_config
     from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
     if not SHARED or not caches:
         return False
     c0 = caches[0]
-    if not isinstance(c0, VeloxKVCache) or isinstance(c0, VeloxRotatingKVCache):
+    if not isinstance(c0, VeloxKVCache):
         return False
     if any(type(c) is not type(c0) or not _same_config(c, c0) for c in caches):
         return False
     roles = (c0.key_params, c0.value_params)
     if any(p.method in _POSITIONAL or (p.window and p.kept_capacity()) for p in roles):
         return False
+    if isinstance(c0, VeloxRotatingKVCache):     # one max_size; no exact window (its eviction would split it)
+        return all(c.max_size == c0.max_size for c in caches) and not any(p.window for p in roles)
     if not any(p.window for p in roles):
         return True
     for c in caches:
@@ -179,7 +181,7 @@ class _Part(typing.NamedTuple):
 
     @property
     def tokens(self) -> int:
-        return self.pad + (self.meta["offset"] - self.first if self.k is not None else 0)
+        return self.pad + (self.meta["k"]["tokens"] - self.first if self.k is not None else 0)
 
 
 def _part(cache, pad: int = 0, rows=None, first: int = 0, nrows: int = 1) -> _Part:
@@ -189,9 +191,10 @@ def _part(cache, pad: int = 0, rows=None, first: int = 0, nrows: int = 1) -> _Pa
     return _Part(k, v, meta, k["window"].shape[0] if k is not None else nrows, rows, first, pad)
 
 
-def _restack(parts: list, like):
+def _restack(parts: list, like, offset: int | None = None):
     """One cache of type(like) holding the parts' rows one after another (every part the same token count after
-    its padding); an empty cache of like's configuration if none has a token. With an exact window (R > 0) the
+    its padding); an empty cache of like's configuration if none has a token. `offset`: the tokens seen, where a
+    sliding-window cache holds fewer (default: the tokens held). With an exact window (R > 0) the
     stream is its encoded prefix then its window: each part's encoded tokens are padded on the left to the common
     prefix and its window tokens to the common window (`_layout`), so a sequence's tokens keep the split its own
     cache has (no token encoded or decoded here)."""
@@ -240,7 +243,8 @@ def _restack(parts: list, like):
             out[name] = mx.concatenate(pieces, axis=0) if len(pieces) > 1 else pieces[0]
         fields.append(out)
     meta = dict(ref.meta)
-    meta.update(offset=top, k={**meta["k"], "tokens": top}, v={**meta["v"], "tokens": top}, evicted=0)
+    seen = top if offset is None else offset
+    meta.update(offset=seen, k={**meta["k"], "tokens": top}, v={**meta["v"], "tokens": top}, evicted=seen - top)
     meta["class"] = type(like).__name__
     return type(like).from_state((fields[0], fields[1], json.dumps(meta)))
 
@@ -252,6 +256,21 @@ def _empty_like(cache):
         meta.pop(key, None)
     meta["offset"] = 0
     return type(cache).from_state((None, None, json.dumps(meta)))
+
+
+def _stack(caches: list, lp: list, idx: int, like):
+    """(inner, rows held) of a B-row cache over single-sequence caches at left padding `lp` of `idx` positions. A
+    sliding-window cache's stream holds the newest tokens only: every sequence's held tokens end at the stream's
+    end (rows held: each sequence's count, which differ until the next update evicts them to one length), else the
+    stream's positions are the batch's (rows held: None, each row holds its idx - lp tokens)."""
+    from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
+    if isinstance(like, VeloxRotatingKVCache):
+        for c in caches:
+            c._flush_step()          # a chunk a decode step left pending is among the held tokens
+        held = [c._held() for c in caches]
+        top = max(held)
+        return _restack([_part(c, top - h) for c, h in zip(caches, held)], like, offset=idx), held
+    return _restack([_part(c, p) for c, p in zip(caches, lp)], like), None
 
 
 class LeftPadded(_BaseCache):
@@ -281,14 +300,23 @@ class SharedBatchVeloxKVCache(LeftPadded):
     per-sequence BatchVeloxKVCache (`_seq`): in one left-padded stream the flush of a row's last tokens would not
     wait for its right padding (they would be encoded where its own cache keeps them exact), and finalize could
     not roll tokens across the window's edge without encoding them. finalize restacks the sequences' caches into
-    one B-row cache again; decode steps always run on the B-row cache."""
+    one B-row cache again; decode steps always run on the B-row cache.
 
-    def __init__(self, inner, left_padding: list[int], batch: int):
+    A sliding-window inner cache (VeloxRotatingKVCache, per-token methods, R = 0) holds the newest tokens only:
+    every row's held tokens end at its stream's end, the stream evicts them for all rows at once (so each row holds
+    what its own cache holds: min(T_i, max_size - 1) old tokens before an update), `make_mask` gives each row's
+    start in the held tokens, and its right-padded prefill runs per sequence as a window's does (in one stream the
+    eviction would drop a row's tokens before its right padding)."""
+
+    def __init__(self, inner, left_padding: list[int], batch: int, held: list | None = None):
         self.inner = inner
         self._lp = [int(x) for x in left_padding]
         self._b = int(batch)
         self._right = None        # right padding to roll into the left padding at finalize
         self._seq = None          # the per-sequence cache of a windowed right-padded prefill (see the class)
+        # sliding window: each row's held tokens where they differ (after merge, extend, finalize; None after an
+        # update, which evicts them all to one length: min(T_i, tokens held) each)
+        self._held = None if held is None else [int(h) for h in held]
         self._offset = self._starts = None
 
     # ---- protocol: merge / filter / extend / extract / prepare / finalize ---------------------------
@@ -301,8 +329,8 @@ class SharedBatchVeloxKVCache(LeftPadded):
         lengths = [c.offset for c in caches]
         top = max(lengths)
         lp = [top - n for n in lengths]
-        inner = _restack([_part(c, p) for c, p in zip(caches, lp)], caches[0])
-        return cls(inner, lp, len(caches))
+        inner, held = _stack(caches, lp, top, caches[0])
+        return cls(inner, lp, len(caches), held)
 
     @property
     def _idx(self) -> int:
@@ -316,8 +344,26 @@ class SharedBatchVeloxKVCache(LeftPadded):
     def left_padding(self) -> mx.array:
         return self._seq.left_padding if self._seq is not None else LeftPadded.left_padding.fget(self)
 
-    def _windowed(self) -> bool:
-        return bool(self.inner.key_params.window or self.inner.value_params.window)
+    def _per_sequence_prefill(self) -> bool:
+        """Whether a right-padded prefill runs per sequence (see the class): an exact window, a sliding window."""
+        from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
+        return bool(self.inner.key_params.window or self.inner.value_params.window
+                    or isinstance(self.inner, VeloxRotatingKVCache))
+
+    def _rotating(self) -> bool:
+        from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
+        return isinstance(self.inner, VeloxRotatingKVCache)
+
+    def _stream_tokens(self) -> int:
+        self.inner._flush_step()
+        return 0 if self.inner._k is None else self.inner._k.tokens
+
+    def _rows_held(self) -> list[int]:
+        """Each row's tokens in the stream (its newest, ending at the stream's end)."""
+        if self._held is not None:
+            return list(self._held)
+        top = self._stream_tokens()
+        return [min(self._idx - x, top) for x in self._lp]
 
     def _changed(self) -> None:
         self._offset = self._starts = None
@@ -334,6 +380,13 @@ class SharedBatchVeloxKVCache(LeftPadded):
         if self.inner.empty():
             self.inner = _empty_like(self.inner)
             shift = 0
+            self._held = None
+        elif self._rotating():
+            held = self._rows_held()
+            held = [held[i] for i in keep]
+            first = self._stream_tokens() - max(held)      # stream tokens no kept row holds
+            self.inner = _restack([_part(self.inner, 0, keep, first)], self.inner, offset=self._idx - shift)
+            self._held = held
         else:
             self.inner = _restack([_part(self.inner, 0, keep, shift)], self.inner)
         self._lp = [x - shift for x in lp]
@@ -351,10 +404,18 @@ class SharedBatchVeloxKVCache(LeftPadded):
         if any(c._right is not None or c._seq is not None for c in (self, other)):
             raise ValueError("other: cannot extend between prepare and finalize")
         top = max(self._idx, other._idx)
-        pads = (top - self._idx, top - other._idx)
+        shifts = (top - self._idx, top - other._idx)
+        held = None
+        if self._rotating():       # stream tokens: both batches' held tokens end at the stream's end
+            ends = (self._stream_tokens(), other._stream_tokens())
+            pads = (max(ends) - ends[0], max(ends) - ends[1])
+            held = self._rows_held() + other._rows_held()
+        else:
+            pads = shifts
         parts = [_part(c.inner, pad, nrows=c._b) for c, pad in zip((self, other), pads)]
-        self.inner = _restack(parts, self.inner)
-        self._lp = [x + pads[0] for x in self._lp] + [x + pads[1] for x in other._lp]
+        self.inner = _restack(parts, self.inner, offset=top)
+        self._held = held
+        self._lp = [x + shifts[0] for x in self._lp] + [x + shifts[1] for x in other._lp]
         self._b += other._b
         self._changed()
 
@@ -364,13 +425,14 @@ class SharedBatchVeloxKVCache(LeftPadded):
             return self._seq.extract(idx)
         if self.inner.empty():
             return _empty_like(self.inner)
-        return _restack([_part(self.inner, 0, [idx], self._lp[idx])], self.inner)
+        first = self._stream_tokens() - self._rows_held()[idx]       # (the row's left padding, but for a sliding window)
+        return _restack([_part(self.inner, 0, [idx], first)], self.inner, offset=self._idx - self._lp[idx])
 
     def prepare(self, *, left_padding=None, lengths=None, right_padding=None) -> None:
         if self._seq is not None:
             raise ValueError("right_padding: a right-padded prefill is under way (finalize first)")
         right = right_padding is not None and max(right_padding) > 0
-        if right and self._windowed():
+        if right and self._per_sequence_prefill():
             from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
             seq = BatchVeloxKVCache([self.extract(i) for i in range(self._b)], self._lp, self._idx)
             seq.prepare(left_padding=left_padding, lengths=lengths, right_padding=right_padding)   # (checks them)
@@ -390,7 +452,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
             seq, self._seq = self._seq, None
             seq.finalize()
             self._lp = list(seq._lp)
-            self.inner = _restack([_part(c, p) for c, p in zip(seq.caches, self._lp)], self.inner)
+            self.inner, self._held = _stack(seq.caches, self._lp, seq._idx, self.inner)
             self._changed()
             return
         if self._right is not None and max(self._right) > 0 and not self.inner.empty():
@@ -406,6 +468,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
         if self._seq is not None:
             return self._seq.update_and_fetch(keys, values)
         self._offset = None         # (also if the inner cache rolls back a bad chunk and raises)
+        self._held = None           # a sliding window's eviction: every row holds min(T_i, tokens held)
         out = self.inner.update_and_fetch(keys, values)
         self._offset = None
         return out
@@ -433,10 +496,27 @@ class SharedBatchVeloxKVCache(LeftPadded):
     def make_mask(self, N: int, return_array: bool = False, window_size=None, **kwargs):
         if self._seq is not None:
             return self._seq.make_mask(N, return_array, window_size, **kwargs)
+        if self._rotating():
+            return self._rotating_mask(N, return_array, window_size)
         # the left padding as the rows' starts array, made once per layout (left_padding makes a new array per call)
         mask = create_causal_mask(N, offset=self._idx, left_padding=self.starts, window_size=window_size)
         if window_size is None:
             remember_mask(_MASKS, mask, (mask, RowStarts(self.starts, N > 1, mask, tuple(self._lp))), _MASKS_KEPT)
+        return mask
+
+    def _rotating_mask(self, N: int, return_array: bool, window_size):
+        """A sliding-window inner cache's VeloxRotatingKVCache.make_mask, per row: the next update attends over the
+        tokens held after its eviction (each row's newest min(T_i, held) of them) and the N new ones; a row holding
+        fewer starts later. Remembered as the rows' starts where no query's band reaches below them."""
+        old = self.inner._held_after_eviction()
+        window_size = window_size or self.inner.max_size
+        host = tuple(max(old - h, 0) for h in self._rows_held())
+        if N == 1 and not any(host) and old + 1 <= window_size and not return_array:
+            return None       # as the single cache's: every row attends over all it holds
+        starts = mx.array(host, dtype=mx.int32)
+        mask = create_causal_mask(N, offset=old, left_padding=starts, window_size=window_size)
+        if old + N <= window_size:
+            remember_mask(_MASKS, mask, (mask, RowStarts(starts, N > 1, mask, host)), _MASKS_KEPT)
         return mask
 
     # ---- sizes, checks, trim, state -----------------------------------------------------------------
@@ -475,7 +555,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
         prefill chunk) the per-sequence cache's, which the setter restacks."""
         if self._seq is not None:
             return self._seq.state
-        meta = {"left_padding": self._lp, "batch": self._b, "class": type(self.inner).__name__}
+        meta = {"left_padding": self._lp, "batch": self._b, "class": type(self.inner).__name__, "held": self._held}
         return self.inner.state, json.dumps(meta)
 
     @state.setter
@@ -486,10 +566,11 @@ class SharedBatchVeloxKVCache(LeftPadded):
             from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
             seq = BatchVeloxKVCache.__new__(BatchVeloxKVCache)
             seq.state = v
-            inner = _restack([_part(c, p) for c, p in zip(seq.caches, seq._lp)], seq.caches[0])
-            self.__init__(inner, seq._lp, len(seq.caches))
+            inner, held = _stack(seq.caches, seq._lp, seq._idx, seq.caches[0])
+            self.__init__(inner, seq._lp, len(seq.caches), held)
             return
-        self.__init__(cache_class(meta["class"]).from_state(inner_state), meta["left_padding"], meta["batch"])
+        self.__init__(cache_class(meta["class"]).from_state(inner_state), meta["left_padding"], meta["batch"],
+                      meta.get("held"))
 
     def __repr__(self) -> str:
         return f"SharedBatchVeloxKVCache(B={self._b}, idx={self._idx}, left_padding={self._lp}, inner={self.inner!r})"
