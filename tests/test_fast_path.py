@@ -179,11 +179,12 @@ def test_every_decode_step_takes_the_fast_path(cuda, paths, kw):
     _assert_fast(cuda, paths, caches, len(caches) * STEPS)
 
 
-_BATCH_KIVI = ("KIVI still merges into a BatchVeloxKVCache (a cache, and launches, per sequence; batch_shared.eligible): "
-               "a sequence's window holds R .. R + G - 1 tokens by its length mod G and its key groups start at its own "
-               "first token, so in one left-padded stream the rows' windows start at different positions, which the "
-               "partial cannot take (its row starts mask encoded tokens only: kernels.attention.supports): kernel body "
-               "work (a start per row for the window, and a flush per row inside the append). Beside that, ")
+_BATCH_KIVI = ("KIVI still merges into a BatchVeloxKVCache (a cache, and launches, per sequence; "
+               "batch_shared.eligible): a sequence's window holds R .. R + G - 1 tokens by its length mod G and its "
+               "key groups start at its own first token, so in one left-padded stream the rows' windows start at "
+               "different positions, which the partial cannot take (its row starts mask encoded tokens only: "
+               "kernels.attention.supports): kernel body work (a start per row for the window, and a flush per row "
+               "inside the append). Beside that, ")
 
 
 def _batch_mark(name, mark):

@@ -237,3 +237,31 @@ def test_a_batch_of_sliding_window_caches_gives_each_sequence_its_own_logits(kw)
     same(out, chunk, lengths)
     tok = mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(200))
     same(model(tok, cache=batch), tok, [1, 1, 1])
+
+
+def test_a_left_padded_prompt_batch_of_sliding_window_caches_gives_each_sequence_its_own_logits():
+    """Prompts longer than max_size left-padded into one chunk (prepare(left_padding=...) on an empty merged batch),
+    then decode steps: each sequence's logits are its single cache's (the padded chunk runs per sequence: its band
+    and the padding rows' starts are no row-start mask), and the batch is one B-row cache afterwards."""
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    from veloxquant.tools.quality import VOCAB, tiny_llama
+    model = tiny_llama(64, seed=3, layers=2)
+
+    def make():
+        return [vc.VeloxRotatingKVCache(MAX, method="turboquant", bits=4, layer=i, seed=2) for i in range(2)]
+    singles = [make() for _ in range(3)]
+    batch = [layer[0].merge(list(layer)) for layer in zip(*singles)]
+    lengths, n = [20, 6, 13], 20
+    toks = mx.random.randint(0, VOCAB, (3, n), key=mx.random.key(5))
+    for c in batch:
+        c.prepare(left_padding=[n - t for t in lengths])
+    outs = [(model(toks, cache=batch), toks, [n - t for t in lengths])]
+    assert all(type(c) is SharedBatchVeloxKVCache and c._seq is None for c in batch)
+    for s in range(MAX + 2):
+        t = mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(50 + s))
+        outs.append((model(t, cache=batch), t, [0, 0, 0]))
+    for out, t, lp in outs:
+        for i, c in enumerate(singles):
+            ref = model(t[i:i + 1, lp[i]:], cache=c)
+            np.testing.assert_allclose(np.array(out[i, lp[i]:]), np.array(ref[0]), rtol=2.0 ** -9, atol=2.0 ** -12,
+                                       err_msg=f"sequence {i}")

@@ -363,7 +363,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
         if self._held is not None:
             return list(self._held)
         top = self._stream_tokens()
-        return [min(self._idx - x, top) for x in self._lp]
+        return [max(min(self._idx - x, top), 0) for x in self._lp]    # (0: left padding still to come)
 
     def _changed(self) -> None:
         self._offset = self._starts = None
@@ -384,7 +384,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
         elif self._rotating():
             held = self._rows_held()
             held = [held[i] for i in keep]
-            first = self._stream_tokens() - max(held)      # stream tokens no kept row holds
+            first = self._stream_tokens() - max(held, default=0)      # stream tokens no kept row holds
             self.inner = _restack([_part(self.inner, 0, keep, first)], self.inner, offset=self._idx - shift)
             self._held = held
         else:
@@ -425,14 +425,16 @@ class SharedBatchVeloxKVCache(LeftPadded):
             return self._seq.extract(idx)
         if self.inner.empty():
             return _empty_like(self.inner)
-        first = self._stream_tokens() - self._rows_held()[idx]       # (the row's left padding, but for a sliding window)
+        first = self._stream_tokens() - self._rows_held()[idx]     # its left padding (sliding window: held tokens)
         return _restack([_part(self.inner, 0, [idx], first)], self.inner, offset=self._idx - self._lp[idx])
 
     def prepare(self, *, left_padding=None, lengths=None, right_padding=None) -> None:
         if self._seq is not None:
             raise ValueError("right_padding: a right-padded prefill is under way (finalize first)")
         right = right_padding is not None and max(right_padding) > 0
-        if right and self._per_sequence_prefill():
+        # (a sliding window's left-padded chunk too: its band and the padding rows' starts are no RowStarts, and an
+        # array mask leaves the padding queries nothing to attend: NaN in the next layer's keys)
+        if self._per_sequence_prefill() and (right or (left_padding is not None and self._rotating())):
             from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
             seq = BatchVeloxKVCache([self.extract(i) for i in range(self._b)], self._lp, self._idx)
             seq.prepare(left_padding=left_padding, lengths=lengths, right_padding=right_padding)   # (checks them)
@@ -449,11 +451,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
 
     def finalize(self) -> None:
         if self._seq is not None:
-            seq, self._seq = self._seq, None
-            seq.finalize()
-            self._lp = list(seq._lp)
-            self.inner, self._held = _stack(seq.caches, self._lp, seq._idx, self.inner)
-            self._changed()
+            self._end_per_sequence()
             return
         if self._right is not None and max(self._right) > 0 and not self.inner.empty():
             self.inner = _rolled(self.inner, self._right)
@@ -461,12 +459,25 @@ class SharedBatchVeloxKVCache(LeftPadded):
         self._right = None
         self._changed()
 
+    def _end_per_sequence(self) -> None:
+        """The per-sequence prefill's caches back into one B-row cache (finalize; the chunk that ends a left-padded
+        prefill)."""
+        seq, self._seq = self._seq, None
+        seq.finalize()
+        self._lp = list(seq._lp)
+        self.inner, self._held = _stack(seq.caches, self._lp, seq._idx, self.inner)
+        self._changed()
+
     # ---- protocol: the model's calls ----------------------------------------------------------------
     def update_and_fetch(self, keys: mx.array, values: mx.array):
         if keys.ndim != 4 or keys.shape[0] != self._b:
             raise ValueError(f"keys: expected (B = {self._b}, H, t, d), got {keys.shape}")
         if self._seq is not None:
-            return self._seq.update_and_fetch(keys, values)
+            seq = self._seq
+            out = seq.update_and_fetch(keys, values)
+            if seq._skip is None and seq._right is None and seq._remaining is None:    # a left padding consumed
+                self._end_per_sequence()
+            return out
         self._offset = None         # (also if the inner cache rolls back a bad chunk and raises)
         self._held = None           # a sliding window's eviction: every row holds min(T_i, tokens held)
         out = self.inner.update_and_fetch(keys, values)
@@ -507,10 +518,11 @@ class SharedBatchVeloxKVCache(LeftPadded):
     def _rotating_mask(self, N: int, return_array: bool, window_size):
         """A sliding-window inner cache's VeloxRotatingKVCache.make_mask, per row: the next update attends over the
         tokens held after its eviction (each row's newest min(T_i, held) of them) and the N new ones; a row holding
-        fewer starts later. Remembered as the rows' starts where no query's band reaches below them."""
+        fewer starts later, and a row whose left padding the chunk still holds (a left-padded prefill) after it.
+        Remembered as the rows' starts where no query's band reaches below them."""
         old = self.inner._held_after_eviction()
         window_size = window_size or self.inner.max_size
-        host = tuple(max(old - h, 0) for h in self._rows_held())
+        host = tuple(old - min(h, old) + min(max(lp - self._idx, 0), N) for h, lp in zip(self._rows_held(), self._lp))
         if N == 1 and not any(host) and old + 1 <= window_size and not return_array:
             return None       # as the single cache's: every row attends over all it holds
         starts = mx.array(host, dtype=mx.int32)
@@ -546,6 +558,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
         if self._seq is not None:
             raise ValueError("n: cannot trim between prepare and finalize")
         n = self.inner.trim(min(self._idx, n))
+        self._held = None           # (a sliding window trims only before it evicted: each row holds its T_i)
         self._changed()
         return n
 
