@@ -447,6 +447,20 @@ def test_shared_batch_saves_and_loads(tmp_path):
     saves_and_loads(batch, SharedBatchVeloxKVCache, str(tmp_path / "batch.safetensors"), [21, 4], meta=False)
 
 
+def test_windowed_and_sliding_window_batches_save_and_load(tmp_path):
+    """A windowed batch and a sliding-window batch (rows holding different token counts right after merge) through
+    save_prompt_cache / load_prompt_cache: each sequence's bytes, offsets and padding."""
+    win = vc.TurboQuantKVCache.merge(filled("turboquant", [20, 3], window=WINDOW))
+    win.update_and_fetch(*kv(1, 400, b=2))
+    saves_and_loads(win, SharedBatchVeloxKVCache, str(tmp_path / "window.safetensors"), [21, 4], meta=False)
+    singles = filled_with(lambda: rotating("turboquant"), [40, 30])
+    singles[0].update_and_fetch(*kv(1, 401))             # evicts: holds max_size of its 41 tokens, the other all 30
+    rot = vc.VeloxRotatingKVCache.merge(singles)
+    assert rot._held == [MAX_SIZE, 30]
+    saves_and_loads(rot, SharedBatchVeloxKVCache, str(tmp_path / "rotating.safetensors"), [41, 30], meta=False)
+    assert [rot.extract(i)._held() for i in range(2)] == [c._held() for c in singles]
+
+
 def test_the_layers_of_a_step_share_one_offsets_array():
     """The model reads `offset` in every layer (RoPE); the layers of a batch move in step, so one array per step and
     layout serves them all (not one host-made array per layer)."""
