@@ -207,12 +207,12 @@ def _warm_then_use(compiler, misses, config=CONFIG, **usage):
     return compiler.calls[warm_calls:], misses
 
 
-@pytest.mark.slow
 _WINDOW_LATE = ("with window 32 the usage compiles vq_commit_8w4c and vq_decode_turboquant_float32 after the warm-up: "
                 "the warm-up's exercise misses a path the usage takes (the same two where windowed batches merge into "
                 "a cache per sequence, so not the B-row batch's)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [CONFIG, pytest.param({**CONFIG, "window": 32}, marks=pytest.mark.xfail(
     strict=True, reason=_WINDOW_LATE))], ids=["window-0", "window-32"])
 def test_no_compile_after_warmup(gpu_stand_in, config):
