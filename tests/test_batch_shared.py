@@ -74,8 +74,15 @@ def filled(method, lengths, seed=0, **kw):
 
 def test_merge_picks_the_shared_cache_where_the_methods_allow():
     assert isinstance(vc.TurboQuantKVCache.merge(filled("turboquant", [3, 0])), SharedBatchVeloxKVCache)
-    # a window, KIVI's position-dependent groups, the knob off: a cache per sequence
-    assert isinstance(vc.TurboQuantKVCache.merge(filled("turboquant", [3, 1], window=2)), BatchVeloxKVCache)
+    # an exact window: one B-row cache too (each sequence's newest min(T, R) tokens exact, its older ones encoded)
+    assert isinstance(vc.TurboQuantKVCache.merge(filled("turboquant", [3, 1], window=2)), SharedBatchVeloxKVCache)
+    # ... but not with exact-trim copies (a per-sequence tail), nor where a trim left one window short of the other's
+    assert isinstance(vc.TurboQuantKVCache.merge(filled("turboquant", [3, 1], window=2, exact_trim=2)),
+                      BatchVeloxKVCache)
+    trimmed = filled("turboquant", [9, 9], window=4)
+    trimmed[0].trim(2)
+    assert isinstance(vc.TurboQuantKVCache.merge(trimmed), BatchVeloxKVCache)
+    # KIVI's position-dependent groups, the knob off: a cache per sequence
     assert isinstance(vc.KIVIKVCache.merge([vc.KIVIKVCache(bits=2, group_size=16, window=0)] * 2), BatchVeloxKVCache)
     mixed = [cache("turboquant"), cache("turboquant", bits=3)]
     assert isinstance(vc.TurboQuantKVCache.merge([mixed[0], cache("turboquant")]), SharedBatchVeloxKVCache)
@@ -101,6 +108,105 @@ def test_merge_extract_and_batched_appends_keep_each_sequences_bytes(method):
     appends_like_singles(batch, singles, before, record_bytes)
     assert batch.left_padding.tolist() == [batch.size() - c.offset for c in singles]
     assert batch.nbytes >= sum(c.nbytes for c in singles)      # the padding rows are stored too
+
+
+WINDOW = 8      # small enough that short sequences cross it within a test's decode steps
+
+
+def _step_rows(batch, singles, k, v) -> None:
+    """One batched chunk (every row real) into the batch, each row's slice into its single cache."""
+    batch.update_and_fetch(k, v)
+    for i, c in enumerate(singles):
+        c.update_and_fetch(k[i:i + 1], v[i:i + 1])
+
+
+def _same_rows(batch, singles, when: str) -> None:
+    """Each row of the batch, extracted, is its single cache: offset, record bytes, nbytes (and its split)."""
+    assert batch.offset.tolist() == [c.offset for c in singles], when
+    rows = [batch.extract(i) for i in range(len(singles))]
+    assert [record_bytes(r) for r in rows] == [record_bytes(c) for c in singles], when
+    assert [(r.nbytes, r.nbytes_parts) for r in rows] == [(c.nbytes, c.nbytes_parts) for c in singles], when
+
+
+@pytest.mark.parametrize("method", list(SETTINGS))
+def test_a_windowed_batch_is_one_cache_with_each_sequences_bytes(method):
+    """An exact window R > 0 (the newest R tokens of each sequence kept exact): merge makes one B-row cache, and
+    through decode steps (short sequences crossing R among them), filter, extend (BatchGenerator's finished and
+    joining sequences) and a right-padded prefill each row's record bytes and nbytes stay its single cache's."""
+    singles = filled(method, [37, 0, 5, 20], window=WINDOW)
+    batch = type(singles[0]).merge(singles)
+    assert isinstance(batch, SharedBatchVeloxKVCache) and batch.inner.key_params.window == WINDOW
+    _same_rows(batch, singles, "merge")
+    for s in range(WINDOW + 4):       # rows of 0 and 5 tokens flush their oldest window tokens from here on
+        _step_rows(batch, singles, *kv(1, 300 + s, b=4))
+        _same_rows(batch, singles, f"decode step {s}")
+    batch.filter([0, 2, 3])            # sequence 1 finished
+    singles = [singles[i] for i in (0, 2, 3)]
+    _same_rows(batch, singles, "filter")
+    joining = filled(method, [3, 50], seed=20, window=WINDOW)
+    batch.extend(type(joining[0]).merge(joining))
+    singles += joining
+    _same_rows(batch, singles, "extend")
+    lengths = [4, 1, 9, 0, 6]             # a right-padded prefill chunk (BatchGenerator's prompt step)
+    k, v = kv(9, 500, b=5)
+    batch.prepare(lengths=lengths, right_padding=[9 - n for n in lengths])
+    batch.update_and_fetch(k, v)
+    batch.finalize()
+    assert isinstance(batch.inner, type(singles[0]))        # one B-row cache again
+    for i, n in enumerate(lengths):
+        if n:
+            singles[i].update_and_fetch(k[i:i + 1, :, :n], v[i:i + 1, :, :n])
+    _same_rows(batch, singles, "right-padded prefill")
+    for s in range(3):
+        _step_rows(batch, singles, *kv(1, 600 + s, b=5))
+    _same_rows(batch, singles, "decode after the prefill")
+    assert batch.left_padding.tolist() == [batch.size() - c.offset for c in singles]
+
+
+MAX_SIZE = 16      # a sliding window the sequences of a test pass
+
+
+def rotating(method, **kw):
+    return vc.VeloxRotatingKVCache(MAX_SIZE, method=method, seed=2, layer=1, **{**SETTINGS[method], **kw})
+
+
+@pytest.mark.parametrize("method", list(SETTINGS))
+def test_a_sliding_window_batch_is_one_cache_with_each_sequences_bytes(method):
+    """Sliding-window caches (VeloxRotatingKVCache) holding different token counts (a prefill past max_size holds
+    all its tokens until the next update evicts): merge makes one B-row cache, and through decode steps (each
+    evicting), filter, extend and a right-padded prefill each row holds its single cache's tokens: offset, held
+    tokens, record bytes, nbytes."""
+    def same(batch, singles, when):
+        _same_rows(batch, singles, when)
+        assert [batch.extract(i)._held() for i in range(len(singles))] == [c._held() for c in singles], when
+
+    singles = filled_with(lambda: rotating(method), [37, 0, 5, 20])
+    batch = type(singles[0]).merge(singles)
+    assert isinstance(batch, SharedBatchVeloxKVCache) and isinstance(batch.inner, vc.VeloxRotatingKVCache)
+    same(batch, singles, "merge")
+    for s in range(MAX_SIZE + 2):          # the short rows reach max_size too
+        _step_rows(batch, singles, *kv(1, 300 + s, b=4))
+        same(batch, singles, f"decode step {s}")
+    batch.filter([0, 2, 3])
+    singles = [singles[i] for i in (0, 2, 3)]
+    same(batch, singles, "filter")
+    joining = filled_with(lambda: rotating(method), [3, 50], seed=20)
+    batch.extend(type(joining[0]).merge(joining))
+    singles += joining
+    same(batch, singles, "extend")
+    lengths = [4, 1, 9, 0, 6]
+    k, v = kv(9, 500, b=5)
+    batch.prepare(lengths=lengths, right_padding=[9 - n for n in lengths])
+    batch.update_and_fetch(k, v)
+    batch.finalize()
+    assert isinstance(batch.inner, vc.VeloxRotatingKVCache)
+    for i, n in enumerate(lengths):
+        if n:
+            singles[i].update_and_fetch(k[i:i + 1, :, :n], v[i:i + 1, :, :n])
+    same(batch, singles, "right-padded prefill")
+    for s in range(3):
+        _step_rows(batch, singles, *kv(1, 600 + s, b=5))
+        same(batch, singles, f"decode after the prefill {s}")
 
 
 def test_protocol_matches_mlx_lm_batch_kv_cache_and_the_per_sequence_cache():
@@ -279,16 +385,17 @@ class _Tok:
         return " ".join(map(str, tokens))
 
 
-@pytest.mark.parametrize("method", ["turboquant", "turboquant_prod", "mlx_affine"])
-def test_batch_generate_gives_the_single_sequence_tokens(method):
+@pytest.mark.parametrize("method, window", [("turboquant", 0), ("turboquant_prod", 0), ("mlx_affine", 0),
+                                            ("turboquant", WINDOW)])
+def test_batch_generate_gives_the_single_sequence_tokens(method, window):
     """mlx_lm.batch_generate through our caches handed in as prompt caches (one B-row cache per layer): each
     sequence's greedy tokens equal its single-sequence run's, log-probabilities within LOGPROB_ATOL; the caches
-    handed in stay as they were."""
+    handed in stay as they were. With a window, prompts shorter and longer than it."""
     model = tiny_llama(64, seed=0)
     lengths = [5, 40, 23, 1]
     prompts = [mx.random.randint(0, VOCAB, (n,), key=mx.random.key(n)).tolist() for n in lengths]
     n_tokens = 6
-    mk = lambda: vc.make_prompt_cache(model, method=method, **SETTINGS[method])     # noqa: E731
+    mk = lambda: vc.make_prompt_cache(model, method=method, **{**SETTINGS[method], "window": window})  # noqa: E731
 
     def single(p, c):
         out = list(generate_step(mx.array(p), model, max_tokens=n_tokens, prompt_cache=c))
@@ -338,6 +445,20 @@ def test_shared_batch_saves_and_loads(tmp_path):
     batch = vc.RaBitQKVCache.merge(filled("rabitq", [20, 3]))
     batch.update_and_fetch(*kv(1, 400, b=2))
     saves_and_loads(batch, SharedBatchVeloxKVCache, str(tmp_path / "batch.safetensors"), [21, 4], meta=False)
+
+
+def test_windowed_and_sliding_window_batches_save_and_load(tmp_path):
+    """A windowed batch and a sliding-window batch (rows holding different token counts right after merge) through
+    save_prompt_cache / load_prompt_cache: each sequence's bytes, offsets and padding."""
+    win = vc.TurboQuantKVCache.merge(filled("turboquant", [20, 3], window=WINDOW))
+    win.update_and_fetch(*kv(1, 400, b=2))
+    saves_and_loads(win, SharedBatchVeloxKVCache, str(tmp_path / "window.safetensors"), [21, 4], meta=False)
+    singles = filled_with(lambda: rotating("turboquant"), [40, 30])
+    singles[0].update_and_fetch(*kv(1, 401))             # evicts: holds max_size of its 41 tokens, the other all 30
+    rot = vc.VeloxRotatingKVCache.merge(singles)
+    assert rot._held == [MAX_SIZE, 30]
+    saves_and_loads(rot, SharedBatchVeloxKVCache, str(tmp_path / "rotating.safetensors"), [41, 30], meta=False)
+    assert [rot.extract(i)._held() for i in range(2)] == [c._held() for c in singles]
 
 
 def test_the_layers_of_a_step_share_one_offsets_array():

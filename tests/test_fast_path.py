@@ -179,13 +179,25 @@ def test_every_decode_step_takes_the_fast_path(cuda, paths, kw):
     _assert_fast(cuda, paths, caches, len(caches) * STEPS)
 
 
-_BATCH_OFF = ("SharedBatchVeloxKVCache takes per-token methods without a window only (batch_shared.eligible): a "
-              "KIVI key group or a window flush falls at a different position in each left-padded row, so merge "
-              "makes a BatchVeloxKVCache (a cache, and launches, per sequence)")
+_BATCH_KIVI = ("KIVI still merges into a BatchVeloxKVCache (a cache, and launches, per sequence; "
+               "batch_shared.eligible): a sequence's window holds R .. R + G - 1 tokens by its length mod G and its "
+               "key groups start at its own first token, so in one left-padded stream the rows' windows start at "
+               "different positions, which the partial cannot take (its row starts mask encoded tokens only: "
+               "kernels.attention.supports): kernel body work (a start per row for the window, and a flush per row "
+               "inside the append). Beside that, ")
 
 
-@pytest.mark.parametrize("kw", [pytest.param(kw, id=i, marks=(m or ()) if m is None else _off(_BATCH_OFF))
-                                for i, kw, m in CONFIGS])
+def _batch_mark(name, mark):
+    """A configuration's mark for the merged batch: the B-row cache itself holds every per-token method, windows
+    included (batch_shared); what keeps its step off the DecodeStep is the single-sequence kernel-body reason."""
+    if mark is None:
+        return ()
+    reason = mark.kwargs["reason"]
+    return _off(_BATCH_KIVI + reason if "kivi" in name else "merge makes one B-row cache; its step is off the "
+                "DecodeStep for the single-sequence cache's reason: " + reason)
+
+
+@pytest.mark.parametrize("kw", [pytest.param(kw, id=i, marks=_batch_mark(i, m)) for i, kw, m in CONFIGS])
 def test_a_merged_batch_takes_one_fast_step_per_layer(cuda, paths, kw):
     """mlx-lm's BatchGenerator merges per-sequence prompt caches (VeloxKVCache.merge): every configuration must
     become one B-row cache whose decode step is one DecodeStep launch pair per layer for the whole batch."""
@@ -205,6 +217,36 @@ def test_a_merged_batch_takes_one_fast_step_per_layer(cuda, paths, kw):
     for i in range(STEPS):
         model(q + 1 + i, cache=merged)
     _assert_fast(cuda, paths, [c.inner for c in merged], len(merged) * STEPS)
+
+
+def _attended_through_the_kernels(paths, layer_steps):
+    """Every layer step attended through the kernels: the DecodeStep's launch or the general path's kernels (never
+    the ops path), and nothing decoded the cache."""
+    fast = paths["attend"].count(True)
+    assert fast + len(paths["path"]) == layer_steps and set(paths["path"]) <= {"kernels"}, \
+        f"{fast} DecodeStep launches, general path {sorted(set(paths['path']))} x {len(paths['path'])}"
+    assert not paths["decoded"], f"the cache was decoded {paths['decoded']} times in decode steps"
+
+
+@pytest.mark.parametrize("kw", [pytest.param(kw, id=i) for i, kw, _ in CONFIGS if "kivi" not in i and "w32" in i])
+def test_a_merged_windowed_batch_attends_through_the_kernels(cuda, paths, kw):
+    """An exact window: merge makes one B-row cache whose rows' left padding lies below the encoded tokens (every row
+    past R), so each decode step attends through the kernels with the rows' starts (not the ops path, no decode)."""
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    model = tiny_llama(64, layers=2)
+    rows = []
+    for n in (PROMPT, PROMPT - 37):
+        caches = make_prompt_cache(model, **kw)
+        model(mx.array(np.arange(n) % 500)[None], cache=caches)
+        rows.append(caches)
+    merged = [layer[0].merge(list(layer)) for layer in zip(*rows)]
+    assert {type(c) for c in merged} == {SharedBatchVeloxKVCache}
+    q = mx.array([[1], [1]])
+    _reset(cuda, paths)
+    for i in range(STEPS):
+        model(q + i, cache=merged)
+    _attended_through_the_kernels(paths, len(merged) * STEPS)
+    assert all(c.inner._k._window.shape[2] == kw["window"] for c in merged)
 
 
 def test_a_sliding_window_cache_takes_the_fast_path(cuda, paths):
@@ -239,6 +281,52 @@ def test_mixed_methods_attend_through_the_kernels_without_decoding_the_cache(cud
     assert {role for role, _ in fronts} == {"k"} and len(fronts) == len(caches) * STEPS, fronts[:4]
     most = max(n for _, n in fronts)
     assert vp.window <= most <= vp.window + vp.group_size - 1, f"keys' tokens decoded per step: up to {most}"
+
+
+_ROTATING_BATCH = ("merge makes one B-row VeloxRotatingKVCache (batch_shared) and its step takes the DecodeStep's "
+                   "append, but DecodeStep.attend takes the rows a sliding window evicted (lo) as a row start for one "
+                   "row only (decode_step.py: queries.shape[0] != 1 returns None, so the general path attends): B rows "
+                   "need each row's start plus lo as the launch's rstart (a host-side change in decode_step.py)")
+
+
+def _merged_sliding_window_batch(short: bool):
+    from veloxquant.accelerated.cache import VeloxRotatingKVCache
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    model = tiny_llama(64, layers=2)
+    rows = []
+    for n in (PROMPT, 40 if short else PROMPT - 37):
+        caches = [VeloxRotatingKVCache(96, method="turboquant", bits=4, layer=i) for i in range(2)]
+        model(mx.array(np.arange(n) % 500)[None], cache=caches)
+        rows.append(caches)
+    merged = [layer[0].merge(list(layer)) for layer in zip(*rows)]
+    assert {type(c) for c in merged} == {SharedBatchVeloxKVCache}
+    return model, merged
+
+
+@pytest.mark.parametrize("short", [False, True], ids=["rows-past-max-size", "a-row-shorter"])
+def test_a_merged_sliding_window_batch_attends_through_the_kernels(cuda, paths, short):
+    """Sliding-window caches merged by mlx-lm's BatchGenerator: one B-row VeloxRotatingKVCache whose decode steps
+    attend through the kernels (a row shorter than max_size: its start in the held tokens as the rows' starts), not
+    the ops path, and never decode the cache."""
+    model, merged = _merged_sliding_window_batch(short)
+    q = mx.array([[1], [1]])
+    _reset(cuda, paths)
+    for i in range(STEPS):
+        model(q + i, cache=merged)
+    _attended_through_the_kernels(paths, len(merged) * STEPS)
+
+
+@pytest.mark.xfail(strict=True, reason=_ROTATING_BATCH)
+@pytest.mark.parametrize("short", [False, True], ids=["rows-past-max-size", "a-row-shorter"])
+def test_a_merged_sliding_window_batch_takes_one_fast_step_per_layer(cuda, paths, short):
+    """... and each of them is one DecodeStep launch pair per layer for the whole batch."""
+    model, merged = _merged_sliding_window_batch(short)
+    q = mx.array([[1], [1]])
+    model(q, cache=merged)          # the first step makes the DecodeStep
+    _reset(cuda, paths)
+    for i in range(STEPS):
+        model(q + 1 + i, cache=merged)
+    _assert_fast(cuda, paths, [c.inner for c in merged], len(merged) * STEPS)
 
 
 def test_a_sliding_window_kivi_cache_attends_through_the_kernels(cuda, paths):

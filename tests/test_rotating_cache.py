@@ -194,3 +194,74 @@ def test_gemma3_save_load_round_trip(tmp_path):
     y = SEQ[40:41]
     assert [t for t, _ in generate_step(y, model, max_tokens=6, prompt_cache=loaded)] == \
         [t for t, _ in generate_step(y, model, max_tokens=6, prompt_cache=b)]
+
+
+@pytest.mark.parametrize("kw", [dict(method="turboquant", bits=4, window=0),
+                                dict(method="kivi", bits=4, group_size=16, window=2)], ids=["turboquant", "kivi"])
+def test_a_batch_of_sliding_window_caches_gives_each_sequence_its_own_logits(kw):
+    """mlx-lm's batching (merge, decode steps, a right-padded chunk, finalize) over sliding-window caches whose
+    histories passed max_size: each sequence attends over the tokens its own cache holds with the mask its own cache
+    gives (a band over a multi-token chunk; kivi's extra group tokens hidden in a decode step), so its logits are
+    its single cache's: bit for bit where the batch attends per sequence (kivi: a cache per sequence), within the
+    B-row cache's tolerance (its rows' splits differ on a GPU) for turboquant (batch_shared: one B-row cache)."""
+    from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    from veloxquant.tools.quality import VOCAB, tiny_llama
+    model = tiny_llama(64, seed=3, layers=2)
+    hist = [30, 9, 21]
+    singles = []
+    for n in hist:
+        c = [vc.VeloxRotatingKVCache(MAX, layer=i, seed=2, **kw) for i in range(2)]
+        model(mx.random.randint(0, VOCAB, (1, n), key=mx.random.key(n)), cache=c)
+        singles.append(c)
+    batch = [layer[0].merge(list(layer)) for layer in zip(*singles)]
+    shared = kw["method"] != "kivi"
+    assert {type(c) for c in batch} == {SharedBatchVeloxKVCache if shared else BatchVeloxKVCache}
+    tol = dict(rtol=2.0 ** -9, atol=2.0 ** -12) if shared else dict(rtol=0, atol=0)   # test_batch_shared's LOGIT_*
+
+    def same(out, tokens, lengths):
+        for i, c in enumerate(singles):
+            ref = model(tokens[i:i + 1, :lengths[i]], cache=c)
+            np.testing.assert_allclose(np.array(out[i, :lengths[i]]), np.array(ref[0]), err_msg=f"sequence {i}", **tol)
+
+    for s in range(3):
+        tok = mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(100 + s))
+        same(model(tok, cache=batch), tok, [1, 1, 1])
+    lengths = [3, 6, 1]
+    chunk = mx.random.randint(0, VOCAB, (3, 6), key=mx.random.key(9))
+    for c in batch:
+        c.prepare(lengths=lengths, right_padding=[6 - n for n in lengths])
+    out = model(chunk, cache=batch)
+    for c in batch:
+        c.finalize()
+    same(out, chunk, lengths)
+    tok = mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(200))
+    same(model(tok, cache=batch), tok, [1, 1, 1])
+
+
+def test_a_left_padded_prompt_batch_of_sliding_window_caches_gives_each_sequence_its_own_logits():
+    """Prompts longer than max_size left-padded into one chunk (prepare(left_padding=...) on an empty merged batch),
+    then decode steps: each sequence's logits are its single cache's (the padded chunk runs per sequence: its band
+    and the padding rows' starts are no row-start mask), and the batch is one B-row cache afterwards."""
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    from veloxquant.tools.quality import VOCAB, tiny_llama
+    model = tiny_llama(64, seed=3, layers=2)
+
+    def make():
+        return [vc.VeloxRotatingKVCache(MAX, method="turboquant", bits=4, layer=i, seed=2) for i in range(2)]
+    singles = [make() for _ in range(3)]
+    batch = [layer[0].merge(list(layer)) for layer in zip(*singles)]
+    lengths, n = [20, 6, 13], 20
+    toks = mx.random.randint(0, VOCAB, (3, n), key=mx.random.key(5))
+    for c in batch:
+        c.prepare(left_padding=[n - t for t in lengths])
+    outs = [(model(toks, cache=batch), toks, [n - t for t in lengths])]
+    assert all(type(c) is SharedBatchVeloxKVCache and c._seq is None for c in batch)
+    for s in range(MAX + 2):
+        t = mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(50 + s))
+        outs.append((model(t, cache=batch), t, [0, 0, 0]))
+    for out, t, lp in outs:
+        for i, c in enumerate(singles):
+            ref = model(t[i:i + 1, lp[i]:], cache=c)
+            np.testing.assert_allclose(np.array(out[i, lp[i]:]), np.array(ref[0]), rtol=2.0 ** -9, atol=2.0 ** -12,
+                                       err_msg=f"sequence {i}")

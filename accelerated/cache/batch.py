@@ -7,8 +7,9 @@ the left; `filter` / `extend` drop and add sequences, `extract` gives one sequen
 `make_mask` hides the left padding, and `offset` is a per-sequence array (RoPE positions).
 
 `VeloxKVCache.merge` makes a `SharedBatchVeloxKVCache` (batch_shared.py: the batch in one B-row cache, one
-attention launch per layer) where every sequence's tokens encode independently of their position and there is no
-exact window; this module's `BatchVeloxKVCache` takes the others (kivi, windows) and `batch_shared.SHARED = False`.
+attention launch per layer) where every sequence's tokens encode independently of their position (exact windows
+included); this module's `BatchVeloxKVCache` takes the others (kivi, sliding-window caches, exact-trim copies with a
+window) and `batch_shared.SHARED = False`, and runs a windowed B-row cache's right-padded prefill.
 
 `BatchVeloxKVCache` follows that protocol, but keeps one single-sequence `VeloxKVCache` per sequence and stores
 only each sequence's real tokens: the padding is virtual. So merge and extract move records without decoding
@@ -44,6 +45,7 @@ from mlx_lm.models.base import create_causal_mask
 from veloxquant.accelerated.attention import PackedKV, attend
 from veloxquant.accelerated.cache.batch_shared import LeftPadded, cache_class, remember_mask
 from veloxquant.accelerated.cache import size as cache_size
+from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
 
 # Where every sequence takes the whole chunk (a decode step; a prefill chunk without padding), the batch's keys,
 # values and queries are cut into per-sequence rows by one mx.split each (one Split operation with B outputs, for
@@ -70,11 +72,13 @@ _OWN_MASKS_KEPT = 8
 @dataclasses.dataclass(frozen=True)
 class BatchPackedKV:
     """One role of a batch in packed mode: per sequence its PackedKV (None if the chunk had no real token of
-    it) and where the chunk's real rows are (start, count); `idx` positions, `lp` left padding."""
+    it) and where the chunk's real rows are (start, count); `idx` positions, `lp` left padding; `own`: per
+    sequence, (the mask its own cache's make_mask gave for the chunk,) for a sliding-window cache, else None."""
     seqs: tuple
     rows: tuple
     idx: int
     lp: tuple
+    own: tuple = ()
 
     @property
     def shape(self):
@@ -220,12 +224,16 @@ class BatchVeloxKVCache(LeftPadded):
         n = keys.shape[2]
         rows = self._chunk_rows(n)
         ks, vs = _rows_of(keys, rows), _rows_of(values, rows)
+        # a sliding-window cache holds its newest tokens only, which the batch's mask (over every position) cannot
+        # place: such a sequence attends with the mask its own cache gives, made before its update evicts
+        own = tuple((c.make_mask(r),) if r and isinstance(c, VeloxRotatingKVCache) else None
+                    for c, (_, r) in zip(self.caches, rows))
         fetched = [c.update_and_fetch(k, v) if k is not None else None for c, k, v in zip(self.caches, ks, vs)]
         self._idx += n
         self._offset = None
         if self.attention == "packed":
             return tuple(BatchPackedKV(tuple(f if f is None else f[j] for f in fetched), tuple(rows),
-                                       self._idx, tuple(self._lp)) for j in (0, 1))
+                                       self._idx, tuple(self._lp), own) for j in (0, 1))
         return tuple(self._padded([None if f is None else f[j] for f in fetched], ref)
                      for j, ref in ((0, keys), (1, values)))
 
@@ -319,7 +327,9 @@ def attend_batch(queries: mx.array, keys: BatchPackedKV, values: BatchPackedKV, 
         if k is None:
             out.append(mx.zeros((1, hq, n, d), dtype=queries.dtype))
             continue
-        if mask is None:
+        if keys.own and keys.own[i] is not None:
+            m = keys.own[i][0]
+        elif mask is None:
             m = None
         elif own:
             m = "causal" if r > 1 else None     # what the sequence's own cache's make_mask gives

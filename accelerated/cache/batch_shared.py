@@ -2,13 +2,18 @@
 whole batch (accelerated/cache/batch.py attends per sequence: B launches and ~5B operations per layer).
 
 For the methods whose tokens encode independently of their position and of each other (turboquant,
-turboquant_rvq, turboquant_prod, rabitq, mlx_affine) with no exact window: then a sequence's record is the same
-bytes wherever its tokens sit, so the batch keeps every sequence's tokens in one `VeloxKVCache` of B rows, sequence
-i's at positions [lp_i, idx) behind lp_i tokens of padding, as BatchKVCache keeps its fp16 tensors. The padding
+turboquant_rvq, turboquant_prod, rabitq, mlx_affine): then a sequence's record is the same bytes wherever its tokens
+sit, so the batch keeps every sequence's tokens in one `VeloxKVCache` of B rows, sequence i's at positions [lp_i, idx)
+behind lp_i tokens of padding, as BatchKVCache keeps its fp16 tensors. With an exact window R the stream's window is
+its newest min(idx, R) positions and every row's own window is its newest min(T_i, R) tokens: the same split, since a
+row's tokens end at idx, so each row holds exactly what its own cache holds (the flush of a decode step encodes the
+same position in every row; in rows still shorter than R it is padding). Not KIVI: a KIVI window holds R .. R + G - 1
+tokens by the sequence's length mod G, so the rows' windows would start at different positions. The padding
 rows hold what the model computed for the padding tokens (a prompt's left padding, a right-padded prefill's tail
 once `finalize` rolled it to the left) or zeros (rows added by merge, extend); attention never reads them: the
 decode step's launch takes each row's start (ops.attention.RowStarts, the partial kernel's `rstart`: each row's
-splits cover its own tokens), and other paths the mask. merge, extend, filter, extract and finalize move records
+splits cover its own tokens; with a window, once every row's start lies in the encoded tokens: kernels.attention
+.supports), and other paths the mask. merge, extend, filter, extract and finalize move records
 without decoding them (through the records' state arrays), so `extract(i)` gives back the bytes sequence i's own
 cache would hold.
 
@@ -49,18 +54,60 @@ _OFFSETS_KEPT = 4
 
 def eligible(caches) -> bool:
     """Whether `caches` (single-sequence caches of one layer) can share one B-row cache: VeloxKVCaches of one class
-    and configuration (not a sliding-window cache), per-token methods in both roles, no exact window."""
+    and configuration (sliding-window caches: one max_size, R = 0), per-token methods in both roles, an exact window
+    R only without exact-trim copies (a per-sequence tail), and every cache's window where a left-padded layout puts
+    it (`_layout`: not after a trim that left one cache's window short of the others')."""
     from veloxquant.accelerated.cache.base import VeloxKVCache
     from veloxquant.accelerated.cache.batch import _same_config
     from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
     if not SHARED or not caches:
         return False
     c0 = caches[0]
-    if not isinstance(c0, VeloxKVCache) or isinstance(c0, VeloxRotatingKVCache):
+    if not isinstance(c0, VeloxKVCache):
         return False
     if any(type(c) is not type(c0) or not _same_config(c, c0) for c in caches):
         return False
-    return all(p.method not in _POSITIONAL and not p.window for p in (c0.key_params, c0.value_params))
+    roles = (c0.key_params, c0.value_params)
+    if any(p.method in _POSITIONAL or (p.window and p.kept_capacity()) for p in roles):
+        return False
+    if isinstance(c0, VeloxRotatingKVCache):     # one max_size; no exact window (its eviction would split it)
+        return all(c.max_size == c0.max_size for c in caches) and not any(p.window for p in roles)
+    if not any(p.window for p in roles):
+        return True
+    for c in caches:
+        c._flush_step()              # a chunk a decode step left pending is among the stream's tokens
+    top = max(c.offset for c in caches)
+    try:
+        for role in ("_k", "_v"):
+            _layout([(top - c.offset, *_split(getattr(c, role))) for c in caches])
+    except ValueError:
+        return False
+    return True
+
+
+def _split(stream) -> tuple[int, int]:
+    """(encoded tokens, window tokens) of a stream (0, 0 before the first append)."""
+    if stream is None:
+        return 0, 0
+    w = stream._window.shape[2]
+    return stream.tokens - w, w
+
+
+def _layout(parts) -> int:
+    """The encoded token count Q of one left-padded stream holding parts given as (padding, encoded, window) token
+    counts, each part's encoded tokens ending at Q and its window following them (a stream's tokens are its encoded
+    prefix, then its window): every part with encoded tokens must end them at the same position, and every other
+    part's tokens must start at or after it. A fresh sequence's stream holds its newest min(T, R) tokens exactly, so
+    any sequences of one configuration fit; a trim can leave one window short of R (ValueError)."""
+    bounds = {pad + q for pad, q, _ in parts if q}
+    if len(bounds) > 1:
+        raise ValueError(f"parts: the encoded tokens end at different positions {sorted(bounds)} (a window trimmed "
+                         "short in some of them): they do not fit one left-padded stream")
+    q_end = min(pad for pad, q, _ in parts if not q) if not bounds else bounds.pop()
+    if any(pad < q_end for pad, q, _ in parts if not q):
+        raise ValueError("parts: a sequence's exact window reaches below the others' encoded tokens: they do not fit "
+                         "one left-padded stream")
+    return q_end
 
 
 def remember(kept: collections.OrderedDict, key, value, most: int):
@@ -134,7 +181,7 @@ class _Part(typing.NamedTuple):
 
     @property
     def tokens(self) -> int:
-        return self.pad + (self.meta["offset"] - self.first if self.k is not None else 0)
+        return self.pad + (self.meta["k"]["tokens"] - self.first if self.k is not None else 0)
 
 
 def _part(cache, pad: int = 0, rows=None, first: int = 0, nrows: int = 1) -> _Part:
@@ -144,9 +191,13 @@ def _part(cache, pad: int = 0, rows=None, first: int = 0, nrows: int = 1) -> _Pa
     return _Part(k, v, meta, k["window"].shape[0] if k is not None else nrows, rows, first, pad)
 
 
-def _restack(parts: list, like):
+def _restack(parts: list, like, offset: int | None = None):
     """One cache of type(like) holding the parts' rows one after another (every part the same token count after
-    its padding); an empty cache of like's configuration if none has a token."""
+    its padding); an empty cache of like's configuration if none has a token. `offset`: the tokens seen, where a
+    sliding-window cache holds fewer (default: the tokens held). With an exact window (R > 0) the
+    stream is its encoded prefix then its window: each part's encoded tokens are padded on the left to the common
+    prefix and its window tokens to the common window (`_layout`), so a sequence's tokens keep the split its own
+    cache has (no token encoded or decoded here)."""
     tops = {p.tokens for p in parts}
     if len(tops) != 1:
         raise ValueError(f"parts: token counts after padding differ: {sorted(tops)}")
@@ -158,10 +209,23 @@ def _restack(parts: list, like):
         raise ValueError("parts: a record with kept tokens (an exact window or exact-trim tail) cannot be restacked")
     fields = []
     for role in ("k", "v"):
+        # per part: the tokens it drops at the front (`first`) come off its encoded prefix, then off its window
+        cuts = []
+        for p in parts:
+            f = getattr(p, role)
+            if f is None:
+                cuts.append((0, 0, 0, 0))
+                continue
+            w = f["window"].shape[2]
+            q = p.meta[role]["tokens"] - w
+            cut_q, cut_w = min(p.first, q), max(p.first - q, 0)
+            cuts.append((cut_q, cut_w, q - cut_q, w - cut_w))
+        q_top = _layout([(p.tokens - q - w, q, w) for p, (_, _, q, w) in zip(parts, cuts)])
         out = {}
         for name, a_ref in getattr(ref, role).items():
             pieces = []
-            for p in parts:
+            want = top - q_top if name == "window" else q_top
+            for p, (cut_q, cut_w, _, _) in zip(parts, cuts):
                 f = getattr(p, role)
                 nb = len(p.rows) if p.rows is not None else p.nrows
                 if f is None:
@@ -170,15 +234,17 @@ def _restack(parts: list, like):
                     a = f[name]
                     if p.rows is not None and list(p.rows) != list(range(a.shape[0])):
                         a = a[mx.array(p.rows, dtype=mx.int32)]
-                    if name != "window" and p.first:
-                        a = a[:, :, p.first:]
-                if name != "window" and top > a.shape[2]:
-                    a = mx.pad(a, [(0, 0), (0, 0), (top - a.shape[2], 0)] + [(0, 0)] * (a.ndim - 3))
+                    cut = cut_w if name == "window" else cut_q
+                    if cut:
+                        a = a[:, :, cut:]
+                if want > a.shape[2]:
+                    a = mx.pad(a, [(0, 0), (0, 0), (want - a.shape[2], 0)] + [(0, 0)] * (a.ndim - 3))
                 pieces.append(a)
             out[name] = mx.concatenate(pieces, axis=0) if len(pieces) > 1 else pieces[0]
         fields.append(out)
     meta = dict(ref.meta)
-    meta.update(offset=top, k={**meta["k"], "tokens": top}, v={**meta["v"], "tokens": top}, evicted=0)
+    seen = top if offset is None else offset
+    meta.update(offset=seen, k={**meta["k"], "tokens": top}, v={**meta["v"], "tokens": top}, evicted=seen - top)
     meta["class"] = type(like).__name__
     return type(like).from_state((fields[0], fields[1], json.dumps(meta)))
 
@@ -190,6 +256,21 @@ def _empty_like(cache):
         meta.pop(key, None)
     meta["offset"] = 0
     return type(cache).from_state((None, None, json.dumps(meta)))
+
+
+def _stack(caches: list, lp: list, idx: int, like):
+    """(inner, rows held) of a B-row cache over single-sequence caches at left padding `lp` of `idx` positions. A
+    sliding-window cache's stream holds the newest tokens only: every sequence's held tokens end at the stream's
+    end (rows held: each sequence's count, which differ until the next update evicts them to one length), else the
+    stream's positions are the batch's (rows held: None, each row holds its idx - lp tokens)."""
+    from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
+    if isinstance(like, VeloxRotatingKVCache):
+        for c in caches:
+            c._flush_step()          # a chunk a decode step left pending is among the held tokens
+        held = [c._held() for c in caches]
+        top = max(held)
+        return _restack([_part(c, top - h) for c, h in zip(caches, held)], like, offset=idx), held
+    return _restack([_part(c, p) for c, p in zip(caches, lp)], like), None
 
 
 class LeftPadded(_BaseCache):
@@ -213,13 +294,29 @@ class LeftPadded(_BaseCache):
 
 class SharedBatchVeloxKVCache(LeftPadded):
     """A left-padded batch of sequences in one B-row VeloxKVCache behind mlx-lm's BatchKVCache protocol (see the
-    module). `inner.offset` is the batch's position count (mlx-lm's `_idx`)."""
+    module). `inner.offset` is the batch's position count (mlx-lm's `_idx`).
 
-    def __init__(self, inner, left_padding: list[int], batch: int):
+    With an exact window (R > 0) a right-padded prefill (prepare(right_padding=...) .. finalize) runs through a
+    per-sequence BatchVeloxKVCache (`_seq`): in one left-padded stream the flush of a row's last tokens would not
+    wait for its right padding (they would be encoded where its own cache keeps them exact), and finalize could
+    not roll tokens across the window's edge without encoding them. finalize restacks the sequences' caches into
+    one B-row cache again; decode steps always run on the B-row cache.
+
+    A sliding-window inner cache (VeloxRotatingKVCache, per-token methods, R = 0) holds the newest tokens only:
+    every row's held tokens end at its stream's end, the stream evicts them for all rows at once (so each row holds
+    what its own cache holds: min(T_i, max_size - 1) old tokens before an update), `make_mask` gives each row's
+    start in the held tokens, and its right-padded prefill runs per sequence as a window's does (in one stream the
+    eviction would drop a row's tokens before its right padding)."""
+
+    def __init__(self, inner, left_padding: list[int], batch: int, held: list | None = None):
         self.inner = inner
         self._lp = [int(x) for x in left_padding]
         self._b = int(batch)
         self._right = None        # right padding to roll into the left padding at finalize
+        self._seq = None          # the per-sequence cache of a windowed right-padded prefill (see the class)
+        # sliding window: each row's held tokens where they differ (after merge, extend, finalize; None after an
+        # update, which evicts them all to one length: min(T_i, tokens held) each)
+        self._held = None if held is None else [int(h) for h in held]
         self._offset = self._starts = None
 
     # ---- protocol: merge / filter / extend / extract / prepare / finalize ---------------------------
@@ -232,23 +329,64 @@ class SharedBatchVeloxKVCache(LeftPadded):
         lengths = [c.offset for c in caches]
         top = max(lengths)
         lp = [top - n for n in lengths]
-        inner = _restack([_part(c, p) for c, p in zip(caches, lp)], caches[0])
-        return cls(inner, lp, len(caches))
+        inner, held = _stack(caches, lp, top, caches[0])
+        return cls(inner, lp, len(caches), held)
 
     @property
     def _idx(self) -> int:
-        return self.inner.offset
+        return self._seq._idx if self._seq is not None else self.inner.offset
+
+    @property
+    def offset(self) -> mx.array:
+        return self._seq.offset if self._seq is not None else LeftPadded.offset.fget(self)
+
+    @property
+    def left_padding(self) -> mx.array:
+        return self._seq.left_padding if self._seq is not None else LeftPadded.left_padding.fget(self)
+
+    def _per_sequence_prefill(self) -> bool:
+        """Whether a right-padded prefill runs per sequence (see the class): an exact window, a sliding window."""
+        from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
+        return bool(self.inner.key_params.window or self.inner.value_params.window
+                    or isinstance(self.inner, VeloxRotatingKVCache))
+
+    def _rotating(self) -> bool:
+        from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
+        return isinstance(self.inner, VeloxRotatingKVCache)
+
+    def _stream_tokens(self) -> int:
+        self.inner._flush_step()
+        return 0 if self.inner._k is None else self.inner._k.tokens
+
+    def _rows_held(self) -> list[int]:
+        """Each row's tokens in the stream (its newest, ending at the stream's end)."""
+        if self._held is not None:
+            return list(self._held)
+        top = self._stream_tokens()
+        return [max(min(self._idx - x, top), 0) for x in self._lp]    # (0: left padding still to come)
 
     def _changed(self) -> None:
         self._offset = self._starts = None
 
     def filter(self, batch_indices) -> None:
         keep = batch_indices.tolist() if isinstance(batch_indices, mx.array) else [int(i) for i in batch_indices]
+        if self._seq is not None:
+            self._seq.filter(keep)
+            self._b = len(keep)
+            self._changed()
+            return
         lp = [self._lp[i] for i in keep]
         shift = min(lp) if lp and self._right is None else 0     # as BatchKVCache: drop padding every row has
         if self.inner.empty():
             self.inner = _empty_like(self.inner)
             shift = 0
+            self._held = None
+        elif self._rotating():
+            held = self._rows_held()
+            held = [held[i] for i in keep]
+            first = self._stream_tokens() - max(held, default=0)      # stream tokens no kept row holds
+            self.inner = _restack([_part(self.inner, 0, keep, first)], self.inner, offset=self._idx - shift)
+            self._held = held
         else:
             self.inner = _restack([_part(self.inner, 0, keep, shift)], self.inner)
         self._lp = [x - shift for x in lp]
@@ -260,45 +398,88 @@ class SharedBatchVeloxKVCache(LeftPadded):
     def extend(self, other: "SharedBatchVeloxKVCache") -> None:
         if not isinstance(other, SharedBatchVeloxKVCache):
             raise ValueError(f"other: expected a SharedBatchVeloxKVCache, got {type(other).__name__}")
-        if not eligible([self.inner, other.inner]):
+        from veloxquant.accelerated.cache.batch import _same_config
+        if type(other.inner) is not type(self.inner) or not _same_config(self.inner, other.inner):
             raise ValueError("other: its caches have other parameters than this batch's")
-        if self._right is not None or other._right is not None:
+        if any(c._right is not None or c._seq is not None for c in (self, other)):
             raise ValueError("other: cannot extend between prepare and finalize")
         top = max(self._idx, other._idx)
-        pads = (top - self._idx, top - other._idx)
+        shifts = (top - self._idx, top - other._idx)
+        held = None
+        if self._rotating():       # stream tokens: both batches' held tokens end at the stream's end
+            ends = (self._stream_tokens(), other._stream_tokens())
+            pads = (max(ends) - ends[0], max(ends) - ends[1])
+            held = self._rows_held() + other._rows_held()
+        else:
+            pads = shifts
         parts = [_part(c.inner, pad, nrows=c._b) for c, pad in zip((self, other), pads)]
-        self.inner = _restack(parts, self.inner)
-        self._lp = [x + pads[0] for x in self._lp] + [x + pads[1] for x in other._lp]
+        self.inner = _restack(parts, self.inner, offset=top)
+        self._held = held
+        self._lp = [x + shifts[0] for x in self._lp] + [x + shifts[1] for x in other._lp]
         self._b += other._b
         self._changed()
 
     def extract(self, idx: int):
         """Sequence idx as its own single-sequence cache (its rows' bytes, the padding left out)."""
+        if self._seq is not None:
+            return self._seq.extract(idx)
         if self.inner.empty():
             return _empty_like(self.inner)
-        return _restack([_part(self.inner, 0, [idx], self._lp[idx])], self.inner)
+        first = self._stream_tokens() - self._rows_held()[idx]     # its left padding (sliding window: held tokens)
+        return _restack([_part(self.inner, 0, [idx], first)], self.inner, offset=self._idx - self._lp[idx])
 
     def prepare(self, *, left_padding=None, lengths=None, right_padding=None) -> None:
+        if self._seq is not None:
+            raise ValueError("right_padding: a right-padded prefill is under way (finalize first)")
+        right = right_padding is not None and max(right_padding) > 0
+        # (a sliding window's left-padded chunk too: its band and the padding rows' starts are no RowStarts, and an
+        # array mask leaves the padding queries nothing to attend: NaN in the next layer's keys)
+        if self._per_sequence_prefill() and (right or (left_padding is not None and self._rotating())):
+            from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+            seq = BatchVeloxKVCache([self.extract(i) for i in range(self._b)], self._lp, self._idx)
+            seq.prepare(left_padding=left_padding, lengths=lengths, right_padding=right_padding)   # (checks them)
+            self._seq, self.inner = seq, _empty_like(self.inner)
+            self._changed()
+            return
         if left_padding is not None:
             if not self.inner.empty():
                 raise ValueError("left_padding: can only be added to an empty batch cache")
             self._lp = [x + int(p) for x, p in zip(self._lp, left_padding)]
-        if right_padding is not None and max(right_padding) > 0:
+        if right:
             self._right = [int(x) for x in right_padding]
         self._changed()
 
     def finalize(self) -> None:
+        if self._seq is not None:
+            self._end_per_sequence()
+            return
         if self._right is not None and max(self._right) > 0 and not self.inner.empty():
             self.inner = _rolled(self.inner, self._right)
             self._lp = [x + r for x, r in zip(self._lp, self._right)]
         self._right = None
         self._changed()
 
+    def _end_per_sequence(self) -> None:
+        """The per-sequence prefill's caches back into one B-row cache (finalize; the chunk that ends a left-padded
+        prefill)."""
+        seq, self._seq = self._seq, None
+        seq.finalize()
+        self._lp = list(seq._lp)
+        self.inner, self._held = _stack(seq.caches, self._lp, seq._idx, self.inner)
+        self._changed()
+
     # ---- protocol: the model's calls ----------------------------------------------------------------
     def update_and_fetch(self, keys: mx.array, values: mx.array):
         if keys.ndim != 4 or keys.shape[0] != self._b:
             raise ValueError(f"keys: expected (B = {self._b}, H, t, d), got {keys.shape}")
+        if self._seq is not None:
+            seq = self._seq
+            out = seq.update_and_fetch(keys, values)
+            if seq._skip is None and seq._right is None and seq._remaining is None:    # a left padding consumed
+                self._end_per_sequence()
+            return out
         self._offset = None         # (also if the inner cache rolls back a bad chunk and raises)
+        self._held = None           # a sliding window's eviction: every row holds min(T_i, tokens held)
         out = self.inner.update_and_fetch(keys, values)
         self._offset = None
         return out
@@ -324,10 +505,30 @@ class SharedBatchVeloxKVCache(LeftPadded):
         return self.inner.group_size
 
     def make_mask(self, N: int, return_array: bool = False, window_size=None, **kwargs):
+        if self._seq is not None:
+            return self._seq.make_mask(N, return_array, window_size, **kwargs)
+        if self._rotating():
+            return self._rotating_mask(N, return_array, window_size)
         # the left padding as the rows' starts array, made once per layout (left_padding makes a new array per call)
         mask = create_causal_mask(N, offset=self._idx, left_padding=self.starts, window_size=window_size)
         if window_size is None:
             remember_mask(_MASKS, mask, (mask, RowStarts(self.starts, N > 1, mask, tuple(self._lp))), _MASKS_KEPT)
+        return mask
+
+    def _rotating_mask(self, N: int, return_array: bool, window_size):
+        """A sliding-window inner cache's VeloxRotatingKVCache.make_mask, per row: the next update attends over the
+        tokens held after its eviction (each row's newest min(T_i, held) of them) and the N new ones; a row holding
+        fewer starts later, and a row whose left padding the chunk still holds (a left-padded prefill) after it.
+        Remembered as the rows' starts where no query's band reaches below them."""
+        old = self.inner._held_after_eviction()
+        window_size = window_size or self.inner.max_size
+        host = tuple(old - min(h, old) + min(max(lp - self._idx, 0), N) for h, lp in zip(self._rows_held(), self._lp))
+        if N == 1 and not any(host) and old + 1 <= window_size and not return_array:
+            return None       # as the single cache's: every row attends over all it holds
+        starts = mx.array(host, dtype=mx.int32)
+        mask = create_causal_mask(N, offset=old, left_padding=starts, window_size=window_size)
+        if old + N <= window_size:
+            remember_mask(_MASKS, mask, (mask, RowStarts(starts, N > 1, mask, host)), _MASKS_KEPT)
         return mask
 
     # ---- sizes, checks, trim, state -----------------------------------------------------------------
@@ -335,38 +536,54 @@ class SharedBatchVeloxKVCache(LeftPadded):
         return self._idx
 
     def empty(self) -> bool:
-        return self.inner.empty()
+        return self._seq.empty() if self._seq is not None else self.inner.empty()
 
     def check(self) -> None:
         self._offset = None         # a rollback changes the position count
-        self.inner.check()
+        for c in self._seq.caches if self._seq is not None else (self.inner,):
+            c.check()
 
     @property
     def nbytes(self) -> int:
-        return self.inner.nbytes
+        return self._seq.nbytes if self._seq is not None else self.inner.nbytes
 
     @property
     def nbytes_parts(self) -> dict:
-        return self.inner.nbytes_parts
+        return self._seq.nbytes_parts if self._seq is not None else self.inner.nbytes_parts
 
     def is_trimmable(self) -> bool:
         return True
 
     def trim(self, n: int) -> int:
+        if self._seq is not None:
+            raise ValueError("n: cannot trim between prepare and finalize")
         n = self.inner.trim(min(self._idx, n))
+        self._held = None           # (a sliding window trims only before it evicted: each row holds its T_i)
         self._changed()
         return n
 
     @property
     def state(self):
-        meta = {"left_padding": self._lp, "batch": self._b, "class": type(self.inner).__name__}
+        """(inner state, meta JSON); during a windowed right-padded prefill (mlx-lm evaluates `state` after each
+        prefill chunk) the per-sequence cache's, which the setter restacks."""
+        if self._seq is not None:
+            return self._seq.state
+        meta = {"left_padding": self._lp, "batch": self._b, "class": type(self.inner).__name__, "held": self._held}
         return self.inner.state, json.dumps(meta)
 
     @state.setter
     def state(self, v):
         inner_state, meta = v
         meta = json.loads(meta)
-        self.__init__(cache_class(meta["class"]).from_state(inner_state), meta["left_padding"], meta["batch"])
+        if "classes" in meta:       # a per-sequence prefill's state (see the getter)
+            from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+            seq = BatchVeloxKVCache.__new__(BatchVeloxKVCache)
+            seq.state = v
+            inner, held = _stack(seq.caches, seq._lp, seq._idx, seq.caches[0])
+            self.__init__(inner, seq._lp, len(seq.caches), held)
+            return
+        self.__init__(cache_class(meta["class"]).from_state(inner_state), meta["left_padding"], meta["batch"],
+                      meta.get("held"))
 
     def __repr__(self) -> str:
         return f"SharedBatchVeloxKVCache(B={self._b}, idx={self._idx}, left_padding={self._lp}, inner={self.inner!r})"
