@@ -18,7 +18,7 @@ def test_generate(benchmark, bench, request, arm):
     from mlx_lm.generate import generate_step
 
     import veloxquant.accelerated.cache as vc
-    from veloxquant.tools import bench_decode as bd
+    from veloxquant.tools.bench import decode as bd
     sz = bench.sizes["generate"]
     model, args = bd._model(sz["layers"], harness.SHAPES[sz["shape"]])
     prompts = [mx.random.randint(0, args.vocab_size, (sz["context"],), key=mx.random.key(i))
