@@ -34,11 +34,11 @@ import sys
 import time
 
 from veloxquant.tools.bench import gpu_clock
+from veloxquant.tools.bench.harness import B, D, HKV, HQ, PIPE
+from veloxquant.tools.bench.decode_report import _plots, plot, plot_batch, render  # noqa: F401 (callers' names)
 from veloxquant.tools._env import utc_now_iso, versions
 
-B, HQ, HKV, D = 1, 32, 8, 128            # Llama-3-8B attention shape
 POOL = 10
-PIPE = 4            # steps per pipelined sample (layer suite)
 OURS = {   # arm name -> make_prompt_cache-style settings (about 4 bits per coordinate where the method allows)
     "turboquant b4": dict(method="turboquant", bits=4),
     "turboquant_rvq 2+2": dict(method="turboquant_rvq", bits=2, bits2=2),
@@ -246,155 +246,190 @@ def layer_suite(contexts, layers: int, steps: int, arms: list[str], log, pipe: i
     of different lengths (merged as mlx-lm's BatchGenerator merges them) attended with its left-padding mask."""
     import mlx.core as mx
 
-    import veloxquant.accelerated.attention as attention
-    from veloxquant.accelerated.cache import decode_step
     rows = []
     for t in contexts:
         log(f"context {t}: prefilling {len(arms)} arms x {layers} layers")
-        state = {}
-        for name in arms:
-            t0 = time.perf_counter()
-            try:
-                if batch > 1:
-                    with _knobs(name):          # (SHARED decides at merge which batch cache it is)
-                        caches = _make_batch(name, layers, t, batch, log)
-                else:
-                    caches = _make(name, layers)
-                    _prefill(caches, t, log)
-                state[name] = caches
-                log(f"  {name}: {_nbytes(caches) / layers / 1e6:.1f} MB per layer, {time.perf_counter() - t0:.1f} s")
-            except Exception as e:            # e.g. a backend without a kernel for this shape
-                rows.append({"context": t, "arm": name, "error": f"{type(e).__name__}: {e}"})
-                log(f"  {name}: prefill failed: {type(e).__name__}: {e}")
+        state = _prefill_arms(arms, layers, t, batch, log, rows)
         pool = [(mx.random.normal((batch, HQ, 1, D), key=mx.random.key(100 + i)).astype(mx.float16),
                  mx.random.normal((batch, HKV, 1, D), key=mx.random.key(200 + i)).astype(mx.float16),
                  mx.random.normal((batch, HKV, 1, D), key=mx.random.key(300 + i)).astype(mx.float16))
                 for i in range(POOL)]
         mx.eval(pool)
-        times = {n: [] for n in state}
-        piped = {n: [] for n in state}
-        steady = {n: [] for n in state}
-        gpu = {n: [] for n in state}
-        gpu_ok, gpu_why = gpu_clock.available()
-        gpu_base = gpu_clock.overhead_s(list(pool[0])) if gpu_ok else 0.0
-        built = {n: [] for n in state}
-        paths = {n: {} for n in state}
-        errors = {}
-        real_path = attention.path
-        real_step = decode_step.DecodeStep.attend
-        for it in range(steps + 3):
-            order = list(state)
-            order = order[it % len(order):] + order[: it % len(order)]
-            for name in order:
-                if name in errors:
-                    continue
-                q, k, v = pool[(it + len(times[name])) % POOL]
-                seen = paths[name]
-
-                def spy(*a, _seen=seen, **kw):
-                    p = real_path(*a, **kw)
-                    _seen[p] = _seen.get(p, 0) + 1
-                    return p
-                def spy_step(self, *a, _seen=seen, **kw):     # the decode step's launch (no path() call)
-                    out = real_step(self, *a, **kw)
-                    if out is not None:
-                        _seen["kernels"] = _seen.get("kernels", 0) + 1
-                    return out
-                attention.path = spy
-                decode_step.DecodeStep.attend = spy_step
-                try:
-                    with _knobs(name):
-                        t0 = time.perf_counter()
-                        y = _step(state[name], q, k, v)
-                        tb = time.perf_counter() - t0          # the host's build of the graph (Python, MLX calls)
-                        mx.eval(y)
-                        dt = time.perf_counter() - t0
-                        # as generate_step runs it: step n + 1 built while step n is evaluated (its query is
-                        # step n's output, as the next token depends on the last), PIPE steps per sample
-                        mx.synchronize()
-                        more = [pool[(it + j) % POOL][1:] for j in range(1, pipe)]
-                        t0 = time.perf_counter()
-                        done = _pipelined(state[name], q, k, v, more)
-                        dtp = (done[-1] - t0) / pipe
-                        dts = statistics.median(b - a for a, b in zip(done, done[1:])) if pipe >= 3 else None
-                        # the GPU's own time for the step: its launches all queued behind a hold (gpu_clock)
-                        dtg = None
-                        if gpu_ok:
-                            th = gpu_clock.hold()
-                            y = _step(state[name], *gpu_clock.gate([q, k, v], th))
-                            te = gpu_clock.stamp(y)
-                            mx.eval(th, te, y)
-                            dtg = gpu_clock.span_s(th, te) - gpu_base
-                except Exception as e:
-                    errors[name] = f"{type(e).__name__}: {e}"
-                    log(f"  {name}: step failed: {errors[name]}")
-                    continue
-                finally:
-                    attention.path = real_path
-                    decode_step.DecodeStep.attend = real_step
-                if it >= 3:
-                    times[name].append(dt)
-                    built[name].append(tb)
-                    piped[name].append(dtp)
-                    if dts is not None:
-                        steady[name].append(dts)
-                    if dtg is not None:
-                        gpu[name].append(dtg)
+        samples, paths, errors, gpu_base, gpu_why = _time_steps(state, pool, steps, pipe, log)
         for name in state:
             if name in errors:
                 rows.append({"context": t, "arm": name, "error": errors[name]})
                 continue
-            # memory of one more step: resident cache + the step's transient peak
-            caches = state[name]
-            q, k, v = pool[0]
-            mx.synchronize()
-            before = mx.get_active_memory()
-            mx.reset_peak_memory()
-            with _knobs(name):
-                mx.eval(_step(caches, q, k, v))
-            transient = mx.get_peak_memory() - before
-            # ... and of PIPE steps pipelined as generate_step runs them: a cache whose update cannot reuse a buffer
-            # the step in flight still holds copies it here (mlx-lm's KVCache: slice_update without donation)
-            mx.synchronize()
-            before = mx.get_active_memory()
-            mx.reset_peak_memory()
-            with _knobs(name):
-                _pipelined(caches, q, k, v, [pool[j % POOL][1:] for j in range(1, pipe)])
-            transient_piped = mx.get_peak_memory() - before
-            ts = sorted(times[name])
-            med = statistics.median(ts)
-            rows.append({"context": t, "arm": name, "layers": layers, "steps": len(ts), "batch": batch,
-                         "step_s": med, "layer_s": med / layers,
-                         "pipelined_layer_s": statistics.median(piped[name]) / layers, "pipe": pipe,
-                         **({"pipelined_steady_layer_s": statistics.median(steady[name]) / layers}
-                            if steady[name] else {}),
-                         "build_layer_s": statistics.median(built[name]) / layers,
-                         "kv_gated": True,
-                         **({"gpu_layer_s": statistics.median(gpu[name]) / layers, "gpu_overhead_s": gpu_base}
-                            if gpu[name] else
-                            {"gpu_clock": gpu_why}),
-                         "layer_s_iqr": (ts[3 * len(ts) // 4] - ts[len(ts) // 4]) / layers,
-                         "bytes_per_layer": _nbytes(caches) / layers,
-                         "transient_peak_bytes": int(transient),
-                         "pipelined_transient_peak_bytes": int(transient_piped), "paths": paths[name]})
-        base = next((r for r in rows if r["context"] == t and r["arm"] == "fp16 KVCache" and "layer_s" in r), None)
-        for r in rows:
-            if r["context"] == t and "layer_s" in r and base:
-                r["vs_fp16"] = r["layer_s"] / base["layer_s"]
-                r["pipelined_vs_fp16"] = r["pipelined_layer_s"] / base["pipelined_layer_s"]
-                if "gpu_layer_s" in r and "gpu_layer_s" in base:
-                    r["gpu_vs_fp16"] = r["gpu_layer_s"] / base["gpu_layer_s"]
-                if "pipelined_steady_layer_s" in r and "pipelined_steady_layer_s" in base:
-                    r["pipelined_steady_vs_fp16"] = r["pipelined_steady_layer_s"] / base["pipelined_steady_layer_s"]
-                log(f"  {r['arm']:<26} {r['layer_s'] * 1e6:8.1f} us/layer  x{r['vs_fp16']:.2f} of fp16  "
-                    f"pipelined {r['pipelined_layer_s'] * 1e6:8.1f} us/layer x{r['pipelined_vs_fp16']:.2f}  "
-                    f"steady {r.get('pipelined_steady_layer_s', float('nan')) * 1e6:8.1f} "
-                    f"x{r.get('pipelined_steady_vs_fp16', float('nan')):.2f}  "
-                    f"gpu {r.get('gpu_layer_s', float('nan')) * 1e6:7.1f} x{r.get('gpu_vs_fp16', float('nan')):.2f}  "
-                    f"{r['bytes_per_layer'] / 1e6:7.1f} MB/layer  paths {r['paths']}")
+            rows.append(_layer_row(t, name, state[name], samples[name], paths[name], pool, layers, batch, pipe,
+                                   gpu_base, gpu_why))
+        _vs_fp16(rows, t, log)
         del state
         mx.clear_cache()
     return rows
+
+
+def _prefill_arms(arms, layers: int, t: int, batch: int, log, rows: list) -> dict:
+    """arm -> its caches prefilled to `t` tokens; an arm that fails gets an error row in `rows` instead."""
+    state = {}
+    for name in arms:
+        t0 = time.perf_counter()
+        try:
+            if batch > 1:
+                with _knobs(name):          # (SHARED decides at merge which batch cache it is)
+                    caches = _make_batch(name, layers, t, batch, log)
+            else:
+                caches = _make(name, layers)
+                _prefill(caches, t, log)
+            state[name] = caches
+            log(f"  {name}: {_nbytes(caches) / layers / 1e6:.1f} MB per layer, {time.perf_counter() - t0:.1f} s")
+        except Exception as e:            # e.g. a backend without a kernel for this shape
+            rows.append({"context": t, "arm": name, "error": f"{type(e).__name__}: {e}"})
+            log(f"  {name}: prefill failed: {type(e).__name__}: {e}")
+    return state
+
+
+@contextlib.contextmanager
+def _count_paths(seen: dict):
+    """Count, into `seen`, the attention paths the step takes (attention.path) and the decode step's launches."""
+    import veloxquant.accelerated.attention as attention
+    from veloxquant.accelerated.cache import decode_step
+    real_path = attention.path
+    real_step = decode_step.DecodeStep.attend
+
+    def spy(*a, **kw):
+        p = real_path(*a, **kw)
+        seen[p] = seen.get(p, 0) + 1
+        return p
+
+    def spy_step(self, *a, **kw):     # the decode step's launch (no path() call)
+        out = real_step(self, *a, **kw)
+        if out is not None:
+            seen["kernels"] = seen.get("kernels", 0) + 1
+        return out
+    attention.path = spy
+    decode_step.DecodeStep.attend = spy_step
+    try:
+        yield
+    finally:
+        attention.path = real_path
+        decode_step.DecodeStep.attend = real_step
+
+
+def _time_steps(state: dict, pool: list, steps: int, pipe: int, log):
+    """Time every arm's step, arms interleaved (3 warm-up rounds): per arm its samples (lists of `time`,
+    `build`, `piped`, `steady`, `gpu` seconds), the attention paths counted, and the arms whose step failed."""
+    samples = {n: {"time": [], "build": [], "piped": [], "steady": [], "gpu": []} for n in state}
+    paths = {n: {} for n in state}
+    errors = {}
+    gpu_ok, gpu_why = gpu_clock.available()
+    gpu_base = gpu_clock.overhead_s(list(pool[0])) if gpu_ok else 0.0
+    for it in range(steps + 3):
+        order = list(state)
+        order = order[it % len(order):] + order[: it % len(order)]
+        for name in order:
+            if name in errors:
+                continue
+            q, k, v = pool[(it + len(samples[name]["time"])) % POOL]
+            try:
+                with _count_paths(paths[name]), _knobs(name):
+                    got = _time_one(state[name], q, k, v, pool, it, pipe, gpu_base if gpu_ok else None)
+            except Exception as e:
+                errors[name] = f"{type(e).__name__}: {e}"
+                log(f"  {name}: step failed: {errors[name]}")
+                continue
+            if it >= 3:
+                for key, x in zip(("time", "build", "piped", "steady", "gpu"), got):
+                    if x is not None:
+                        samples[name][key].append(x)
+    return samples, paths, errors, gpu_base, gpu_why
+
+
+def _time_one(caches, q, k, v, pool, it: int, pipe: int, gpu_base):
+    """One step of one arm: (step, host build, pipelined per step, pipelined steady, GPU) seconds; the last two
+    None where they cannot be measured (fewer than 3 pipelined steps; no GPU clock, gpu_base None)."""
+    import mlx.core as mx
+    t0 = time.perf_counter()
+    y = _step(caches, q, k, v)
+    tb = time.perf_counter() - t0          # the host's build of the graph (Python, MLX calls)
+    mx.eval(y)
+    dt = time.perf_counter() - t0
+    # as generate_step runs it: step n + 1 built while step n is evaluated (its query is
+    # step n's output, as the next token depends on the last), PIPE steps per sample
+    mx.synchronize()
+    more = [pool[(it + j) % POOL][1:] for j in range(1, pipe)]
+    t0 = time.perf_counter()
+    done = _pipelined(caches, q, k, v, more)
+    dtp = (done[-1] - t0) / pipe
+    dts = statistics.median(b - a for a, b in zip(done, done[1:])) if pipe >= 3 else None
+    # the GPU's own time for the step: its launches all queued behind a hold (gpu_clock)
+    dtg = None
+    if gpu_base is not None:
+        th = gpu_clock.hold()
+        y = _step(caches, *gpu_clock.gate([q, k, v], th))
+        te = gpu_clock.stamp(y)
+        mx.eval(th, te, y)
+        dtg = gpu_clock.span_s(th, te) - gpu_base
+    return dt, tb, dtp, dts, dtg
+
+
+def _step_memory(name: str, caches, pool, pipe: int) -> tuple[int, int]:
+    """Transient peak bytes of one more step, and of `pipe` steps pipelined as generate_step runs them."""
+    import mlx.core as mx
+    q, k, v = pool[0]
+    mx.synchronize()
+    before = mx.get_active_memory()
+    mx.reset_peak_memory()
+    with _knobs(name):
+        mx.eval(_step(caches, q, k, v))
+    transient = mx.get_peak_memory() - before
+    # ... pipelined: a cache whose update cannot reuse a buffer the step in flight still holds copies it here
+    # (mlx-lm's KVCache: slice_update without donation)
+    mx.synchronize()
+    before = mx.get_active_memory()
+    mx.reset_peak_memory()
+    with _knobs(name):
+        _pipelined(caches, q, k, v, [pool[j % POOL][1:] for j in range(1, pipe)])
+    return int(transient), int(mx.get_peak_memory() - before)
+
+
+def _layer_row(t, name, caches, s: dict, paths: dict, pool, layers: int, batch: int, pipe: int, gpu_base,
+               gpu_why) -> dict:
+    """One arm's row at one context: medians per layer, spread, bytes, memory (resident + the step's peak)."""
+    transient, transient_piped = _step_memory(name, caches, pool, pipe)
+    ts = sorted(s["time"])
+    med = statistics.median(ts)
+    return {"context": t, "arm": name, "layers": layers, "steps": len(ts), "batch": batch,
+            "step_s": med, "layer_s": med / layers,
+            "pipelined_layer_s": statistics.median(s["piped"]) / layers, "pipe": pipe,
+            **({"pipelined_steady_layer_s": statistics.median(s["steady"]) / layers} if s["steady"] else {}),
+            "build_layer_s": statistics.median(s["build"]) / layers,
+            "kv_gated": True,
+            **({"gpu_layer_s": statistics.median(s["gpu"]) / layers, "gpu_overhead_s": gpu_base}
+               if s["gpu"] else
+               {"gpu_clock": gpu_why}),
+            "layer_s_iqr": (ts[3 * len(ts) // 4] - ts[len(ts) // 4]) / layers,
+            "bytes_per_layer": _nbytes(caches) / layers,
+            "transient_peak_bytes": transient,
+            "pipelined_transient_peak_bytes": transient_piped, "paths": paths}
+
+
+def _vs_fp16(rows: list[dict], t: int, log) -> None:
+    """Each row at context `t` against the fp16 KVCache row of the same context (ratios added to the rows)."""
+    base = next((r for r in rows if r["context"] == t and r["arm"] == "fp16 KVCache" and "layer_s" in r), None)
+    for r in rows:
+        if r["context"] == t and "layer_s" in r and base:
+            r["vs_fp16"] = r["layer_s"] / base["layer_s"]
+            r["pipelined_vs_fp16"] = r["pipelined_layer_s"] / base["pipelined_layer_s"]
+            if "gpu_layer_s" in r and "gpu_layer_s" in base:
+                r["gpu_vs_fp16"] = r["gpu_layer_s"] / base["gpu_layer_s"]
+            if "pipelined_steady_layer_s" in r and "pipelined_steady_layer_s" in base:
+                r["pipelined_steady_vs_fp16"] = r["pipelined_steady_layer_s"] / base["pipelined_steady_layer_s"]
+            log(f"  {r['arm']:<26} {r['layer_s'] * 1e6:8.1f} us/layer  x{r['vs_fp16']:.2f} of fp16  "
+                f"pipelined {r['pipelined_layer_s'] * 1e6:8.1f} us/layer x{r['pipelined_vs_fp16']:.2f}  "
+                f"steady {r.get('pipelined_steady_layer_s', float('nan')) * 1e6:8.1f} "
+                f"x{r.get('pipelined_steady_vs_fp16', float('nan')):.2f}  "
+                f"gpu {r.get('gpu_layer_s', float('nan')) * 1e6:7.1f} x{r.get('gpu_vs_fp16', float('nan')):.2f}  "
+                f"{r['bytes_per_layer'] / 1e6:7.1f} MB/layer  paths {r['paths']}")
 
 
 LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=HQ, num_key_value_heads=HKV,
@@ -567,200 +602,6 @@ def _round_medians(rows: list[dict], where: tuple, field: str, medians: tuple = 
         if base and field in r:
             r["vs_fp16"] = r[field] / base[field]
     return out
-
-
-# ---- report ----------------------------------------------------------------------------------------------------
-def _ctx(r: dict) -> str:
-    """A layer row's context, with its batch (`4096 × 8`: 8 sequences of up to 4096 tokens) where it has one."""
-    return f"{r['context']} × {r['batch']}" if r.get("batch", 1) > 1 else f"{r['context']}"
-
-
-def _us(s: float) -> str:
-    return f"{s * 1e6:.1f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms"
-
-
-def render(res: dict, name: str) -> list[str]:
-    dev = res["device"]
-    v = res["versions"]
-    lines = [f"## Decode step: {dev['name']} ({dev['type']}), {res['date']}", "",
-             f"- Versions: mlx {v.get('mlx')}, mlx-lm {v.get('mlx-lm')}, spec {v.get('spec')}, git {v.get('git')}",
-             f"- Command: `{res['command']}`",
-             f"- Raw data: `{name}`; attention shape B={B}, {HQ} query heads, {HKV} KV heads, d={D}, float16",
-             f"- Copy ceiling measured in the same run: {res['copy_bytes_per_s'] / 1e9:.1f} GB/s "
-             "(float16 copy, read + write)", ""]
-    layer = [r for r in res["layer"] if "layer_s" in r or "error" in r]
-    if layer:
-        lines += [f"Per-layer decode step (append one token + attention; {layer[0].get('layers', '?')} layers per "
-                  "evaluation, median of interleaved steps). `bytes/layer` is the cache as stored, which the step "
-                  "reads; `of copy BW` is that over the step time against the copy ceiling; memory is the "
-                  "resident cache of the layer plus the step's transient peak (all layers), and in parentheses the "
-                  "transient peak of steps pipelined (a cache that copies its buffers then shows it). `pipelined` is "
-                  "the same "
-                  f"step as generate_step runs it ({layer[0].get('pipe', PIPE)} steps in a row, each built while "
-                  "the previous one is evaluated and fed its output as the query), per layer, and in parentheses "
-                  "its steady state (the median spacing of the steps' completions after the first: what a long "
-                  "generation pays, without the first build and the last evaluation alone; runs before 2026-12-01 "
-                  "evening have none); `GPU` is the GPU's own time for the step "
-                  "(tools/bench/gpu_clock.py: its launches queued behind a spin, timed by the GPU's clock; CUDA only), so "
-                  "`pipelined` above `GPU` means the host limits it; `host build` is the Python "
-                  "building the step's graph, part of `time / layer`; old runs have no such columns.", "",
-                  "| context | arm | time / layer | × fp16 | IQR | pipelined / layer | × fp16 | GPU / layer | × fp16 | "
-                  "host build | bytes / layer | of copy BW | resident + transient | path |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in layer:
-            if "error" in r:
-                lines.append(f"| {_ctx(r)} | {r['arm']} | failed: {r['error'][:80]} | | | | | | | | | | | |")
-                continue
-            frac = r["bytes_per_layer"] / r["layer_s"] / res["copy_bytes_per_s"]
-            mem = r["bytes_per_layer"] * r["layers"] + r["transient_peak_bytes"]
-            piped_mem = (f" (+{r['pipelined_transient_peak_bytes'] / 1e6:.0f} MB pipelined)"
-                         if "pipelined_transient_peak_bytes" in r else "")
-            paths = ", ".join(f"{k} {n}" for k, n in sorted(r["paths"].items())) or "mlx-lm"
-            steady = (f" (steady {_us(r['pipelined_steady_layer_s'])}, "
-                      f"{r.get('pipelined_steady_vs_fp16', float('nan')):.2f}×)" if "pipelined_steady_layer_s" in r else "")
-            pipe = (f"{_us(r['pipelined_layer_s'])}{steady} | {r.get('pipelined_vs_fp16', float('nan')):.2f}"
-                    if "pipelined_layer_s" in r else "— | —")
-            gpu = (f"{_us(r['gpu_layer_s'])} | {r.get('gpu_vs_fp16', float('nan')):.2f}"
-                   if "gpu_layer_s" in r else "— | —")
-            lines.append(f"| {_ctx(r)} | {r['arm']} | {_us(r['layer_s'])} | {r.get('vs_fp16', float('nan')):.2f} | "
-                         f"{_us(r['layer_s_iqr'])} | {pipe} | {gpu} | {_us(r['build_layer_s']) if 'build_layer_s' in r else '—'} | "
-                         f"{r['bytes_per_layer'] / 1e6:.1f} MB | {frac:.0%} | "
-                         f"{mem / 1e6:.0f} MB{piped_mem} | {paths} |")
-        lines += ["", "Where the time goes (launch, kernel and host costs measured on the H200): "
-                  "[decode-step-analysis.md](decode-step-analysis.md).", ""]
-    e2e = res.get("e2e") or []
-    if e2e:
-        lines += ["End-to-end generation (mlx_lm.generate.generate_step, random Llama-3-8B-shaped model with "
-                  f"{e2e[0].get('layers', '?')} layers, greedy): tokens/s of the generated tokens after the first. "
-                  "`first token` is the time to the first token (the prompt's prefill; the first context of a "
-                  "run also pays the kernels' JIT compilation). With several rounds (arms in turn), the medians "
-                  "and each round's tokens/s.", "",
-                  "| context | arm | tokens/s | × fp16 | first token | rounds (tokens/s) |", "|---|---|---|---|---|---|"]
-        for r in e2e:
-            if "error" in r:
-                lines.append(f"| {r['context']} | {r['arm']} | failed: {r['error'][:80]} | | | |")
-            else:
-                each = " / ".join(f"{x:.0f}" for x in r.get("rounds_tokens_per_s", [r["tokens_per_s"]]))
-                each += "".join(f" / failed: {e[:60]}" for e in r.get("failed_rounds", []))
-                lines.append(f"| {r['context']} | {r['arm']} | {r['tokens_per_s']:.1f} | "
-                             f"{r.get('vs_fp16', float('nan')):.2f} | {r['prefill_s']:.2f} s | {each} |")
-        lines.append("")
-    batch = res.get("batch") or []
-    if batch:
-        shape = f" (config {json.dumps(res['model_shape'])})" if res.get("model_shape") else ""
-        lines += ["Batched generation (mlx_lm.batch_generate, the server's batching; random llama with "
-                  f"{batch[0].get('layers', '?')} layers{shape}, greedy, {batch[0].get('tokens_per_sequence', '?')} tokens "
-                  "per sequence, prompts of the context length and 17, 34, ... fewer): the batch's generation "
-                  "tokens/s (medians of the rounds after a warm-up round), prompt tokens/s and peak memory; `paths`: "
-                  "attention calls through the decode step's launch or the general path.", "",
-                  "| context | batch | arm | generation tokens/s | × fp16 | prompt tokens/s | peak memory | rounds | paths |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        failed = {(r["context"], r["batch"]): True for r in batch if r["arm"] == "fp16 KVCache" and "error" in r}
-        for r in batch:
-            if "error" in r:
-                lines.append(f"| {r['context']} | {r['batch']} | {r['arm']} | failed: {r['error'][:80]} | | | | | |")
-                continue
-            each = " / ".join(f"{x:.0f}" for x in r.get("rounds_generation_tokens_per_s", []))
-            paths = ", ".join(f"{k} {v}" for k, v in r.get("paths", {}).items()) or "mlx-lm"
-            vs = f"{r['vs_fp16']:.2f}" if "vs_fp16" in r else "fp16 failed" if failed.get((r["context"], r["batch"])) \
-                else ""
-            lines.append(f"| {r['context']} | {r['batch']} | {r['arm']} | {r['generation_tokens_per_s']:.1f} | "
-                         f"{vs} | {r['prompt_tokens_per_s']:.0f} | "
-                         f"{r['peak_memory_bytes'] / 1e9:.2f} GB | {each} | {paths} |")
-        lines.append("")
-    return lines
-
-
-def _pyplot():
-    """matplotlib.pyplot on the Agg backend, or None where matplotlib is not installed (the plots are optional)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    return plt
-
-
-def plot(res: dict, path: pathlib.Path) -> pathlib.Path | None:
-    """Per-layer decode-step time against context, one line per arm (log-log): the step evaluated alone and,
-    where the run has them, pipelined as generate_step runs it and the GPU's own time (more panels); None
-    without matplotlib."""
-    plt = _pyplot()
-    if plt is None:
-        return None
-    rows = [r for r in res["layer"] if "layer_s" in r]
-    if not rows:
-        return None
-    panels = [("layer_s", "step evaluated alone")]
-    if all("pipelined_layer_s" in r for r in rows):
-        panels.append(("pipelined_layer_s", "pipelined (as generate_step)"))
-    if all("gpu_layer_s" in r for r in rows):
-        panels.append(("gpu_layer_s", "the GPU's own time (gpu_clock)"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 4.5), squeeze=False, sharey=True)
-    for ax, (key, what) in zip(axes[0], panels):
-        for arm in dict.fromkeys(r["arm"] for r in rows):
-            pts = sorted((r["context"], r[key] * 1e6) for r in rows if r["arm"] == arm)
-            style = dict(color="black", linestyle="--", linewidth=2) if arm.startswith("fp16") else {}
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=arm, **style)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("context (tokens)")
-        ax.set_ylabel("decode step per layer (µs)")
-        ax.set_title(f"{what}, {res['device']['name']} ({res['date'][:10]})")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def plot_batch(res: dict, path: pathlib.Path) -> pathlib.Path | None:
-    """Batched generation: the batch's generation tokens/s against the batch size, one panel per context, one line
-    per arm (an arm that failed, e.g. out of memory, is marked where it failed); None without matplotlib or rows."""
-    plt = _pyplot()
-    if plt is None:
-        return None
-    rows = res.get("batch") or []
-    contexts = sorted({r["context"] for r in rows})
-    if not contexts:
-        return None
-    fig, axes = plt.subplots(1, len(contexts), figsize=(6.5 * len(contexts), 4.5), squeeze=False)
-    for ax, t in zip(axes[0], contexts):
-        here = [r for r in rows if r["context"] == t]
-        for arm in dict.fromkeys(r["arm"] for r in here):
-            style = dict(color="black", linestyle="--", linewidth=2) if arm.startswith("fp16") else {}
-            ok = sorted((r["batch"], r["generation_tokens_per_s"]) for r in here
-                        if r["arm"] == arm and "generation_tokens_per_s" in r)
-            line, = ax.plot([p[0] for p in ok], [p[1] for p in ok], marker="o", label=arm, **style)
-            for r in here:
-                if r["arm"] == arm and "error" in r:
-                    ax.plot([r["batch"]], [0], marker="x", markersize=12, color=line.get_color())
-                    ax.annotate(f"{arm}: failed\n({r['error'][:28]}...)", (r["batch"], 0), fontsize=7,
-                                xytext=(-90, 12), textcoords="offset points")
-        ax.set_xlabel("sequences in the batch")
-        ax.set_ylabel("generation tokens/s (whole batch)")
-        ax.set_title(f"batch_generate, context {t}, {res['device']['name']} ({res['date'][:10]})")
-        ax.set_xticks(sorted({r["batch"] for r in here}))
-        ax.set_ylim(bottom=0)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def _plots(res: dict, path: pathlib.Path | None, log) -> None:
-    """--plot: the layer suite's plot at `path` and the batch suite's at `path` with -batch before the suffix."""
-    if path is None:
-        return
-    made = [plot(res, path) if res.get("layer") else None,
-            plot_batch(res, path.with_name(path.stem + "-batch" + path.suffix)) if res.get("batch") else None]
-    for m in made:
-        if m is not None:
-            log(f"wrote {m}")
 
 
 def run(args) -> int:

@@ -1,5 +1,5 @@
-"""Shared pieces of the benchmark tools (a leaf: imports no other tools module, so bench, bench_kernels,
-bench_sweep, bench_decode and plots all stand on it without importing each other in a circle)."""
+"""The benchmark tools' shared harness (a leaf: imports no other tools module, so bench, kernels, sweep, decode,
+decode_report and plots all stand on it without importing each other in a circle)."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,8 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 POOL = 10                  # distinct inputs per group (policy: >= 10)
+B, HQ, HKV, D = 1, 32, 8, 128   # the decode benchmarks' attention shape (Llama-3-8B)
+PIPE = 4                   # decode steps per pipelined sample (generate_step builds step n + 1 while n runs)
 
 
 def interleaved(arms: dict, warmup: int, iters: int, pool: int = POOL) -> dict[str, list[float]]:
