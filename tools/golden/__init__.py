@@ -1,31 +1,34 @@
 """`veloxquant golden regen|check`: golden vectors, produced only from the numpy reference.
 
-Layout of golden/ (spec/README.md "Versioning"; the manifest records the spec version):
+Layout of golden/ (spec/README.md "Versioning"; the manifest records the spec version), and the module of
+this package that writes each file. A new spec version adds files and never changes an earlier file's bytes.
 
-- `manifest.toml`: spec_version, generator_version, per file its sha256, and one `[[case]]` table per
-  method case (id, kind, method, params, dtype, shape, flags, comment, file; stream ops; expected error).
-- `cases/<method>.toml`: hand-picked edge cases, arrays as hex bit patterns (readable, exact).
-- `cases/{prng,rotation,packing,codebooks}.toml`: component vectors of the shared building blocks.
-- `bulk/<method>.npz`: random cases, exact bits (bf16 as uint16 bit patterns; stored uncompressed, with a
-  fixed zip timestamp, so the bytes are a function of the content alone).
-- Added by spec 1.1 (case tables in tools/golden/rules.py; the 1.0 files above keep their bytes):
-  `bulk/<method>-headdims.npz` (the head dims d = m·2^k), `cases/<method>-rules.toml` (one case per rule
-  the 1.0 cases did not pin), `cases/headdims.toml` (component vectors at the new head dims).
-- `bulk/<method>-wide.npz` (tools/golden/wide.py): B = 4 and H = 8 or 9 (every earlier file keeps its bytes).
+- `manifest.toml`: spec/generator version, each file's sha256, one `[[case]]` per method case (write);
+- `cases/<method>.toml` (edge cases, hex bit patterns), `bulk/<method>.npz` (the random grid, windows and
+  streams): cases (spec/methods/*.md, streaming.md);
+- `cases/{prng,rotation,packing,codebooks}.toml`: component vectors of the shared building blocks: generate
+  (rotation.md, packing.md, codebooks.md);
+- `cases/<method>-rules.toml`: one case per rule the method tables do not pin: rules (rules.toml), and the
+  exact trims: exact_trim (streaming.md);
+- `bulk/<method>-headdims.npz`, `cases/headdims.toml`: the head dims d = m·2^k: head_dims (formats.toml);
+- `bulk/<method>-wide.npz`: B = 4 and H = 8 or 9: wide;
+- `cases/<method>-rules12.toml`, `cases/cast.toml`: trims past the window, rejected chunks, parameter and
+  decode errors; the casts: stream_rules (streaming.md, number-model.md);
+- `bulk/attention.npz`: attention outputs and their budgets: attention (attention.md).
 
+npz files are stored uncompressed with a fixed zip timestamp, so their bytes are a function of the content.
 Case kinds: `encode` (one-shot encode + decode), `stream` (appends/trims/rejected appends/save-load on
 reference.stream.Stream, then decode of the final record), `error` (encode must raise the named exception
 mentioning the argument).
 
-The case list is code (tools/golden/cases.py, golden_spec11.py); inputs come from a private counter-based RNG with
-exact integer arithmetic (not numpy's Generator, whose streams may change between numpy versions), so
-`check` can rebuild every input and every expected value in memory and compare bit for bit.
+The case list is code; inputs come from a private counter-based RNG with exact integer arithmetic (inputs.py;
+not numpy's Generator, whose streams may change between numpy versions), so `check` can rebuild every input
+and every expected value in memory and compare bit for bit.
 Adding a method: add its name to `spec.METHODS` (bits/group sizes come from spec/formats.toml).
 
 Modules by job: conformance/golden_format.py (codec, readers, manifest entries, replay; shared with the
-suite), golden_inputs (input RNG), golden_cases / golden_spec11 (case tables), golden_gen (expected values
-from the reference), golden_write (TOML/npz writers, manifest), golden_compare (check); this module: the CLI
-and `regen`, and the names the tests use.
+suite), inputs (input RNG), the case tables above, generate (expected values from the reference), write
+(TOML/npz writers, manifest), compare (check); this module: the CLI and `regen`, and the names the tests use.
 """
 from __future__ import annotations
 

@@ -6,9 +6,10 @@ import numpy as np
 
 from veloxquant.conformance.golden_format import GoldenCase, hexarr as _hexarr, hx as _hx, replay
 
-from veloxquant.tools.golden import attention as golden_attention, exact_trim as golden_exact_trim, rules as golden_spec11, stream_rules as golden_spec12, wide as golden_wide
-from veloxquant.tools.golden.cases import (_reference_reload, V1_HEAD_DIMS, CaseDef, GenerationError, _edge_cases, _random_cases,
-                           _window_and_stream_cases, available_methods, verify_tie)
+from veloxquant.tools.golden import attention, exact_trim, head_dims, rules, stream_rules, wide
+from veloxquant.tools.golden.cases import (V1_HEAD_DIMS, CaseDef, GenerationError, _edge_cases, _random_cases,
+                                           _reference_reload, _window_and_stream_cases, available_methods,
+                                           verify_tie)
 from veloxquant.tools.golden.inputs import InputRng
 from veloxquant.tools.golden.write import render
 
@@ -54,11 +55,11 @@ def case_defs(methods=None) -> list[CaseDef]:
     for m in methods or available_methods():
         out += _edge_cases(m) + _random_cases(m) + _window_and_stream_cases(m)
     for m in methods or available_methods():
-        out += golden_spec11.case_defs(m) + golden_exact_trim.case_defs(m)
+        out += rules.case_defs(m) + head_dims.case_defs(m) + exact_trim.case_defs(m)
     for m in methods or available_methods():
-        out += golden_wide.case_defs(m)        # issue 11: B >= 4, H >= 8, in their own files
+        out += wide.case_defs(m)               # B >= 4, H >= 8, in their own files
     for m in methods or available_methods():
-        out += golden_spec12.case_defs(m)      # spec 1.2: cases/<method>-rules12.toml
+        out += stream_rules.case_defs(m)       # cases/<method>-rules12.toml
     ids = [c.id for c in out]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
@@ -80,9 +81,9 @@ def generate_cases(methods=None) -> list[GoldenCase]:
     defs = case_defs(methods)
     _check_ties(defs)
     cases = [_run_reference(cd) for cd in defs]
-    golden_spec11.check_cases(cases)   # each 1.1 case really exercises its rule (else GenerationError)
-    golden_exact_trim.check_cases(cases)
-    golden_spec12.check_cases(cases)
+    rules.check_cases(cases)           # each rule case really exercises its rule (else GenerationError)
+    exact_trim.check_cases(cases)
+    stream_rules.check_cases(cases)
     return cases
 
 
@@ -157,13 +158,13 @@ def component_vectors() -> dict[str, dict]:
                                     "kind": "residual", "bits": b, "bits2": b2, "d": d,
                                     "centroids": _hexarr(c, "float32"), "boundaries": _hexarr(bb, "float32")})
     return {"prng": prng, "rotation": rot, "packing": pack, "codebooks": cb,
-            "headdims": golden_spec11.component_vectors(), "cast": golden_spec12.cast_vectors()}
+            "headdims": head_dims.component_vectors(), "cast": stream_rules.cast_vectors()}
 
 
 def build(methods=None) -> tuple[list[GoldenCase], dict, dict[str, bytes]]:
     cases = generate_cases(methods)
     comps = component_vectors()
-    attention = golden_attention.generate(methods or available_methods())   # spec 1.2, bulk/attention.npz
-    return cases, comps, render(cases, comps, attention)
+    attention_cases = attention.generate(methods or available_methods())   # spec 1.2, bulk/attention.npz
+    return cases, comps, render(cases, comps, attention_cases)
 
 

@@ -1,4 +1,4 @@
-"""Golden case tables added by spec 1.2 (issue 30): one case per rule that no earlier case pinned.
+"""Golden case tables added by spec 1.2: one case per rule that no earlier case pinned.
 
 `cases/<method>-rules12.toml`, the format of the 1.1 rule files; every earlier file keeps its bytes. Each
 case carries a flag naming what it pins and a comment with the spec chapter and section:

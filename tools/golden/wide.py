@@ -1,4 +1,4 @@
-"""Golden cases with many batch rows and heads (issue 11: B >= 4, H >= 8), in their own files
+"""Golden cases with many batch rows and heads (B >= 4, H >= 8), in their own files
 (`bulk/<method>-wide.npz`) so that every earlier file keeps its bytes: per method one encode case
 (B = 4, H = 8) and one chunked stream with a window and a trim (B = 4, H = 9)."""
 from __future__ import annotations
