@@ -375,8 +375,15 @@ def recommend(rows: list[dict], role: str, head_dim: int, context: int) -> tuple
 
 
 def render_markdown(result: dict, json_path, figure: str | None) -> str:
-    v, s = result["versions"], result["settings"]
-    rows = result["results"]
+    """docs/quality-trained.md from a run's JSON: the model, the method, the recommendation, a table per block."""
+    lines = _model_section(result, json_path) + _method_section(result, figure)
+    for blk in result["settings"]["blocks"]:
+        lines += _block_table(result["results"], blk)
+    return "\n".join(lines) + "\n"
+
+
+def _model_section(result: dict, json_path) -> list[str]:
+    v = result["versions"]
     lines = [
         "# Quality on a trained model: perplexity, passkey retrieval and KL per cache",
         "",
@@ -415,7 +422,12 @@ def render_markdown(result: dict, json_path, figure: str | None) -> str:
                 lines.append(f"| {d} | {which} | {'keys' if role == 'k' else 'values'} | {x['kurtosis_median']:.2f} | "
                              f"{x['kurtosis_p99']:.2f} | {x['kurtosis_max']:.1f} | {x['rms_ratio_max']:.1f} | "
                              f"{x['outlier_channels']} / {x['channels']} |")
-    lines += ["", "## Method", "",
+    return lines
+
+
+def _method_section(result: dict, figure: str | None) -> list[str]:
+    s, rows = result["settings"], result["results"]
+    lines = ["", "## Method", "",
               "Each evaluation sequence is held-out text with a line `PASSKEY = <5 random digits>` at a random "
               "line start (10-80 % deep) and ends in the query `PASSKEY = ` plus the digits. Every cache reads "
               f"it as generate_step would: prefill in chunks of {s['chunk']} bytes, then the answer one byte per "
@@ -448,42 +460,46 @@ def render_markdown(result: dict, json_path, figure: str | None) -> str:
                 lab, why = recommend(rows, role, blk["head_dim"], blk["context"])
                 lines.append(f"- {name} (hd{blk['head_dim']}, context {blk['context']}): **{lab}** — {why}")
     lines.append("")
-    for blk in blocks:
-        d, n = blk["head_dim"], blk["context"]
-        sub = [r for r in rows if r["head_dim"] == d and r["context"] == n]
-        base = next(r for r in sub if r["method"] == "fp16")
-        lines += [f"## head dim {d}, context {n} bytes, {blk['sequences']} sequences", "",
-                  f"fp16 cache: perplexity {base['ppl']:.4f}, retrieval {base['retrieval']:.0%} (answer NLL "
-                  f"{base['answer_nll']:.2f} nats per digit; chance is ln 10 = 2.30).", ""]
-        variants = blk["variants"]
-        head = "| method | bits | bits/coord |" + "".join(
-            f" {vv}: ppl | KL mean | KL p99 | retr | ans NLL |" if vv == "kv" else f" {vv}: ppl | retr |"
-            for vv in variants)
-        lines += [head, "|---|---:|---:|" + "".join("---:|---:|---:|---:|---:|" if vv == "kv" else "---:|---:|"
-                                                   for vv in variants)]
-        for r in sub:
-            if r["method"] in BASELINES:
-                if r["method"] == "fp16":
-                    continue
-                cells = [f"{r['ppl']:.4f} | {r['kl_mean']:.2e} | {r['kl_p99']:.2e} | {r['retrieval']:.0%} | "
-                         f"{r['answer_nll']:.2f}"] + \
-                        ["- | -"] * (len(variants) - 1)
-                lines.append(f"| mlx-lm QuantizedKVCache | {r['bits']} | {r['role_bits_per_coord']:.2f} | "
-                             + " | ".join(cells) + " |")
-        keys = list(dict.fromkeys((r["method"], r["bits"], r["bits2"]) for r in sub if r["method"] not in BASELINES))
-        for m, b, b2 in keys:
-            cells, bpc = [], None
-            for vv in variants:
-                r = next((r for r in sub if (r["method"], r["bits"], r["bits2"], r["variant"]) == (m, b, b2, vv)), None)
-                if r is None:
-                    cells.append("- | - | - | - | -" if vv == "kv" else "- | -")
-                    continue
-                if vv == "kv":
-                    bpc = r["role_bits_per_coord"]
-                    cells.append(f"{r['ppl']:.4f} | {r['kl_mean']:.2e} | {r['kl_p99']:.2e} | {r['retrieval']:.0%} | "
-                                 f"{r['answer_nll']:.2f}")
-                else:
-                    cells.append(f"{r['ppl']:.4f} | {r['retrieval']:.0%}")
-            lines.append(f"| {m} | {b}{'+' + str(b2) if b2 else ''} | {bpc:.2f} | " + " | ".join(cells) + " |")
-        lines.append("")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _block_table(rows: list[dict], blk: dict) -> list[str]:
+    """One block's table (a head dim and context): every cache, each variant's columns side by side."""
+    d, n = blk["head_dim"], blk["context"]
+    sub = [r for r in rows if r["head_dim"] == d and r["context"] == n]
+    base = next(r for r in sub if r["method"] == "fp16")
+    lines = [f"## head dim {d}, context {n} bytes, {blk['sequences']} sequences", "",
+             f"fp16 cache: perplexity {base['ppl']:.4f}, retrieval {base['retrieval']:.0%} (answer NLL "
+             f"{base['answer_nll']:.2f} nats per digit; chance is ln 10 = 2.30).", ""]
+    variants = blk["variants"]
+    head = "| method | bits | bits/coord |" + "".join(
+        f" {vv}: ppl | KL mean | KL p99 | retr | ans NLL |" if vv == "kv" else f" {vv}: ppl | retr |"
+        for vv in variants)
+    lines += [head, "|---|---:|---:|" + "".join("---:|---:|---:|---:|---:|" if vv == "kv" else "---:|---:|"
+                                              for vv in variants)]
+    for r in sub:
+        if r["method"] in BASELINES:
+            if r["method"] == "fp16":
+                continue
+            cells = [f"{r['ppl']:.4f} | {r['kl_mean']:.2e} | {r['kl_p99']:.2e} | {r['retrieval']:.0%} | "
+                     f"{r['answer_nll']:.2f}"] + \
+                    ["- | -"] * (len(variants) - 1)
+            lines.append(f"| mlx-lm QuantizedKVCache | {r['bits']} | {r['role_bits_per_coord']:.2f} | "
+                         + " | ".join(cells) + " |")
+    keys = list(dict.fromkeys((r["method"], r["bits"], r["bits2"]) for r in sub if r["method"] not in BASELINES))
+    for m, b, b2 in keys:
+        cells, bpc = [], None
+        for vv in variants:
+            r = next((r for r in sub if (r["method"], r["bits"], r["bits2"], r["variant"]) == (m, b, b2, vv)), None)
+            if r is None:
+                cells.append("- | - | - | - | -" if vv == "kv" else "- | -")
+                continue
+            if vv == "kv":
+                bpc = r["role_bits_per_coord"]
+                cells.append(f"{r['ppl']:.4f} | {r['kl_mean']:.2e} | {r['kl_p99']:.2e} | {r['retrieval']:.0%} | "
+                             f"{r['answer_nll']:.2f}")
+            else:
+                cells.append(f"{r['ppl']:.4f} | {r['retrieval']:.0%}")
+        lines.append(f"| {m} | {b}{'+' + str(b2) if b2 else ''} | {bpc:.2f} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
