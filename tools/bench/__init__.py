@@ -28,7 +28,7 @@ import numpy as np
 from veloxquant import spec
 
 from veloxquant.tools._env import utc_now_iso, versions
-from veloxquant.tools.bench.harness import POOL, ROOT, device_info, fmt_s as _fmt_s, interleaved
+from veloxquant.tools.bench.harness import POOL, ROOT, device_info, fmt_s as _fmt_s, interleaved, use_device
 
 B, H, D = 1, 8, 128
 FP16 = 2                   # bytes per fp16 element: GB/s is of the fp16-equivalent tensor
@@ -438,15 +438,8 @@ def run(args) -> int:
         print(f"wrote {args.markdown}")
         return 0
 
-    import mlx.core as mx
-
-    if args.device == "gpu":
-        if not mx.is_available(mx.gpu):
-            print("bench: --device gpu, but this MLX build has no GPU", file=sys.stderr)
-            return 2
-        mx.set_default_device(mx.gpu)
-    elif args.device == "cpu":
-        mx.set_default_device(mx.cpu)
+    if not use_device(args.device, "bench"):
+        return 2
     cfg = SETTINGS["quick" if args.quick else "full"]
     log = functools.partial(print, flush=True)
     res = {"command": " ".join(["veloxquant", *map(shlex.quote, sys.argv[1:])])

@@ -620,14 +620,9 @@ def run(args) -> int:
         return 0
     import mlx.core as mx
 
-    from veloxquant.tools.bench.harness import device_info
-    if args.device == "gpu":
-        if not mx.is_available(mx.gpu):
-            print("bench-decode: --device gpu, but this MLX build has no GPU", file=sys.stderr)
-            return 2
-        mx.set_default_device(mx.gpu)
-    elif args.device == "cpu":
-        mx.set_default_device(mx.cpu)
+    from veloxquant.tools.bench.harness import device_info, use_device
+    if not use_device(args.device, "bench-decode"):
+        return 2
     log = lambda *a: print(*a, flush=True)   # noqa: E731
     arms = _arm_names(args.arms)
     res = {"command": " ".join(["veloxquant", "bench-decode", *map(shlex.quote, sys.argv[2:])]),

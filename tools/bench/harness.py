@@ -7,6 +7,7 @@ import pathlib
 import platform
 import re
 import subprocess
+import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -14,6 +15,20 @@ POOL = 10                  # distinct inputs per group (policy: >= 10)
 B, HQ, HKV, D = 1, 32, 8, 128   # the decode benchmarks' attention shape (Llama-3-8B)
 PIPE = 4                   # decode steps per pipelined sample (generate_step builds step n + 1 while n runs)
 
+
+
+def use_device(device: str | None, prog: str) -> bool:
+    """Make `device` ("cpu", "gpu", or None: MLX's default) the default device of this process; False, after one
+    line on stderr naming `prog`, where --device gpu was asked of an MLX build without a GPU."""
+    import mlx.core as mx
+    if device == "gpu":
+        if not mx.is_available(mx.gpu):
+            print(f"{prog}: --device gpu, but this MLX build has no GPU", file=sys.stderr)
+            return False
+        mx.set_default_device(mx.gpu)
+    elif device == "cpu":
+        mx.set_default_device(mx.cpu)
+    return True
 
 def interleaved(arms: dict, warmup: int, iters: int, pool: int = POOL) -> dict[str, list[float]]:
     """Seconds per call of each arm `fn(i)` (i = input index), arms alternating every iteration."""

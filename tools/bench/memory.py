@@ -180,14 +180,9 @@ def run(args) -> int:
         return 2
     import mlx.core as mx
 
-    from veloxquant.tools.bench import device_info
-    if args.device == "gpu":
-        if not mx.is_available(mx.gpu):
-            print("memory: --device gpu, but this MLX build has no GPU", file=sys.stderr)
-            return 2
-        mx.set_default_device(mx.gpu)
-    elif args.device == "cpu":
-        mx.set_default_device(mx.cpu)
+    from veloxquant.tools.bench.harness import device_info, use_device
+    if not use_device(args.device, "memory"):
+        return 2
     log = lambda *a: print(*a, flush=True)   # noqa: E731
     res = {"command": " ".join(["veloxquant", "memory", *map(shlex.quote, sys.argv[2:])]), "date": utc_now_iso(),
            "device": device_info(), "versions": versions(), "shape": args.shape, "shape_args": SHAPES[args.shape],
