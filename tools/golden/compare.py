@@ -47,6 +47,21 @@ def compare(root, cases: list[GoldenCase], files: dict[str, bytes]) -> list[str]
     except (OSError, tomllib.TOMLDecodeError) as e:
         return [f"manifest.toml: cannot read ({e})"]
     fresh_man = tomllib.loads(files["manifest.toml"].decode())
+    problems += _manifest_problems(root, man, fresh_man, files)
+    problems += _case_data_problems(root, cases)
+    problems += _component_problems(root, files)
+    # anything else (formatting, comments): byte comparison, reported only if nothing finer was found
+    if not problems:
+        for f, data in files.items():
+            p = root / f
+            if p.is_file() and p.read_bytes() != data:
+                problems.append(f"{f}: bytes differ from the regenerated file (formatting or order)")
+    return problems
+
+
+def _manifest_problems(root, man: dict, fresh_man: dict, files: dict[str, bytes]) -> list[str]:
+    """Versions, the file list and each file's sha256, case and attention entries of the manifest."""
+    problems: list[str] = []
     for k in ("spec_version", "generator_version"):
         if man.get(k) != fresh_man[k]:
             problems.append(f"manifest.toml {k}: golden {man.get(k)!r} vs regenerated {fresh_man[k]!r}")
@@ -79,7 +94,12 @@ def compare(root, cases: list[GoldenCase], files: dict[str, bytes]) -> list[str]
     for i in sorted(g_att.keys() & f_att.keys()):
         if g_att[i] != f_att[i]:
             problems.append(f"{i}: attention manifest entry differs from the regenerated one")
-    # case data, field by field
+    return problems
+
+
+def _case_data_problems(root, cases: list[GoldenCase]) -> list[str]:
+    """Each case's arrays on disk against the regenerated ones, field by field."""
+    problems: list[str] = []
     disk_arrays: dict[str, dict] = {}
     for c in cases:
         if c.file not in disk_arrays:
@@ -102,7 +122,12 @@ def compare(root, cases: list[GoldenCase], files: dict[str, bytes]) -> list[str]
             msg = diff_arrays(f"{c.id} {k}", got[k], want[k])
             if msg:
                 problems.append(msg)
-    # component vectors
+    return problems
+
+
+def _component_problems(root, files: dict[str, bytes]) -> list[str]:
+    """The component vector files, entry by entry."""
+    problems: list[str] = []
     for name in COMPONENT_FILES:
         rel = f"cases/{name}.toml"
         try:
@@ -113,11 +138,5 @@ def compare(root, cases: list[GoldenCase], files: dict[str, bytes]) -> list[str]
         fr = tomllib.loads(files[rel].decode())
         for section in sorted(set(g) | set(fr)):
             problems += _diff_entries(rel, g.get(section, []), fr.get(section, []))
-    # anything else (formatting, comments): byte comparison, reported only if nothing finer was found
-    if not problems:
-        for f, data in files.items():
-            p = root / f
-            if p.is_file() and p.read_bytes() != data:
-                problems.append(f"{f}: bytes differ from the regenerated file (formatting or order)")
     return problems
 
