@@ -78,6 +78,15 @@ def _case_defs(method: str) -> list[CaseDef]:
         out.append(CaseDef(f"{method}-{tag}", kind, method, params, dtype, x, tuple(flags), comment, file,
                            error=ExpectedError("ValueError", arg), record=record))
 
+    _stream_cases(kivi, base, d, P, stream)
+    _error_cases(method, kivi, base, d, lim, P, error)
+    if affine:
+        out += _affine_cases(method, P, file)
+    return out
+
+
+def _stream_cases(kivi: bool, base: dict, d: int, P, stream) -> None:
+    """Trims past the window, chunks that do not continue the stream, trim and save/load edges."""
     # -- trims with E > 0 reaching past the window; the trim is the last op (streaming.md 'Trim' 2-3)
     if kivi:
         stream("b2-g16-k-d16-f16-trim-state-000", P(window=4, exact_trim=5, role="k"), "float16",
@@ -121,6 +130,10 @@ def _case_defs(method: str) -> list[CaseDef]:
            "pins number-model.md: save/load before any append gives an empty stream; trim(0) and trims of an "
            "empty stream return 0; trim(-n) is rejected naming n, state unchanged; trim 9 of 5 tokens returns 5 "
            "and keeps B, H, d fixed; the stream continues")
+
+
+def _error_cases(method: str, kivi: bool, base: dict, d: int, lim: dict, P, error) -> None:
+    """Parameter errors beyond the boundaries; decode of a faulty record."""
     # -- parameter errors beyond the boundaries (number-model.md 'Which error is reported' 2)
     x = cast_input(InputRng(f"{method}-param12").normalish((1, 1, 1, d)), "float16")   # never read
     bad = [("window-max", P(window=lim["window_max"] + 1), "window", "window_max + 1"),
@@ -158,27 +171,30 @@ def _case_defs(method: str) -> list[CaseDef]:
     error(f"{last}-wide-d{d}-decode-error-002", p0, "bfloat16", xd, "record", ["error", "decode-error"],
           f"pins number-model.md: decode of a record whose field {last!r} is {mt[last].dtype} instead of "
           f"{rec[last].dtype} names record", kind="decode_error", record=mt)
-    # -- mlx_affine: exact rint beyond 2^22, the running max from -inf (methods/mlx_affine.md steps 1, 5)
-    if affine:
-        rng = InputRng("affine-rint-large")
-        ulps = rng.ints(4 * 64, 0, 3).reshape(1, 1, 4, 64).astype(np.float32) * np.float32(2.0 ** -23)
-        w = np.empty((1, 1, 4, 64), np.float32)
-        w[0, 0, 0] = -(1 + 2.0 ** -23)                  # constant: edge / s = 10000001 (odd, above 2^23)
-        w[0, 0, 1:] = np.float32(-0.6) * (1 + ulps[0, 0, 1:])   # near-constant: edge / s in (-2^23, -2^22)
-        w[0, 0, 3, 32:] = 1 + ulps[0, 0, 3, 32:]         # near-constant positive: edge / s ~ -1e7
-        out.append(CaseDef(f"{method}-b4-g32-d64-f32-rint-large-000", "encode", method,
-                           P(bits=4, window=0).resolved(), "float32", w, ("affine-rint-large",),
-                           "pins methods/mlx_affine.md step 5: near-constant groups, s = EPS: a constant group at "
-                           "-(1 + 2^-23) gives edge / s = 10000001, groups near -0.6 give edge / s in (-2^23, -2^22) "
-                           "with halves; (y + 0x1.8p23) - 0x1.8p23 rounds both wrong, exact rint does not", file))
-        for k, (bits, dtype) in enumerate(((4, "float16"), (4, "bfloat16"), (8, "float32"))):
-            v = -np.abs(InputRng(f"affine-neg-{k}").normalish((1, 2, 2, 64))) - 0.25
-            out.append(CaseDef(f"{method}-b{bits}-g32-d64-{'f16 bf16 f32'.split()[k]}-all-negative-{k:03d}",
-                               "encode", method, P(bits=bits, window=0).resolved(), dtype, cast_input(v, dtype),
-                               ("affine-all-negative",),
-                               "pins methods/mlx_affine.md step 1: groups of negative values only; the maximum "
-                               "is the largest element (a running max started at 0, as MLX's GPU backends do, "
-                               "gives M = 0 and another scale and bias)", file))
+
+
+def _affine_cases(method: str, P, file: str) -> list[CaseDef]:
+    """mlx_affine: exact rint beyond 2^22, the running max from -inf (methods/mlx_affine.md steps 1, 5)."""
+    out: list[CaseDef] = []
+    rng = InputRng("affine-rint-large")
+    ulps = rng.ints(4 * 64, 0, 3).reshape(1, 1, 4, 64).astype(np.float32) * np.float32(2.0 ** -23)
+    w = np.empty((1, 1, 4, 64), np.float32)
+    w[0, 0, 0] = -(1 + 2.0 ** -23)                  # constant: edge / s = 10000001 (odd, above 2^23)
+    w[0, 0, 1:] = np.float32(-0.6) * (1 + ulps[0, 0, 1:])   # near-constant: edge / s in (-2^23, -2^22)
+    w[0, 0, 3, 32:] = 1 + ulps[0, 0, 3, 32:]         # near-constant positive: edge / s ~ -1e7
+    out.append(CaseDef(f"{method}-b4-g32-d64-f32-rint-large-000", "encode", method,
+                       P(bits=4, window=0).resolved(), "float32", w, ("affine-rint-large",),
+                       "pins methods/mlx_affine.md step 5: near-constant groups, s = EPS: a constant group at "
+                       "-(1 + 2^-23) gives edge / s = 10000001, groups near -0.6 give edge / s in (-2^23, -2^22) "
+                       "with halves; (y + 0x1.8p23) - 0x1.8p23 rounds both wrong, exact rint does not", file))
+    for k, (bits, dtype) in enumerate(((4, "float16"), (4, "bfloat16"), (8, "float32"))):
+        v = -np.abs(InputRng(f"affine-neg-{k}").normalish((1, 2, 2, 64))) - 0.25
+        out.append(CaseDef(f"{method}-b{bits}-g32-d64-{'f16 bf16 f32'.split()[k]}-all-negative-{k:03d}",
+                           "encode", method, P(bits=bits, window=0).resolved(), dtype, cast_input(v, dtype),
+                           ("affine-all-negative",),
+                           "pins methods/mlx_affine.md step 1: groups of negative values only; the maximum "
+                           "is the largest element (a running max started at 0, as MLX's GPU backends do, "
+                           "gives M = 0 and another scale and bias)", file))
     return out
 
 
