@@ -104,6 +104,22 @@ def rule_cases(method: str) -> list[CaseDef]:
                                if on and f not in flags]
         add(tag, "stream", params, dtype, x, flags, f"{comment} [ops: {desc}]", ops=tuple(ops))
 
+    _stream_rule_cases(method, kivi, b, d0, P, add, stream)
+    _window_rule_cases(method, kivi, b, d0, P, add, stream)
+    _param_rule_cases(method, kivi, affine, b, d0, base, P, add)
+    # -- stage B of H starts from +0 (rotation.md), turboquant_prod only (see STAGE_B_ZERO)
+    if method == "turboquant_prod":
+        sp = dict(STAGE_B_ZERO)
+        add(f"b{sp['bits']}-d20-f32-stage-b-zero-000", "encode", P(window=0, **sp), "float32",
+            np.zeros((1, 2, 2, 20), np.float32), ["zero-vector", "stage-b-zero", "head-dim"],
+            f"pins rotation.md 'Hadamard transform H', stage B: sums start from +0. Zero tokens at d = 20 "
+            f"(seed {sp['seed']}, head {sp['head_offset']}): decoding meets an Hᵀ output whose 20 terms are "
+            "all -0, which is +0 here and -0 for a sum that starts from its first term")
+    return out
+
+
+def _stream_rule_cases(method: str, kivi: bool, b: int, d0: int, P, add, stream) -> None:
+    """Head index, trims, rejected chunks, window flushes, save/load (rotation.md, streaming.md)."""
     # -- 64-bit global head index (rotation.md "Stream keys")
     hp = P(head_offset=U32, seed=0x0123456789ABCDEF, layer=7, window=0, **({"role": "v"} if kivi else {}))
     t = 16 if kivi else 2
@@ -144,6 +160,10 @@ def rule_cases(method: str) -> list[CaseDef]:
     stream(f"b{b}-d{d0}-f16-reject-000", P(window=0 if kivi else 2), "float16", ops, ["reject", "nan", "chunked"],
            "pins streaming.md 'Appending a chunk' 1: a chunk holding a NaN is rejected (ValueError naming x) "
            "in the middle of a stream and leaves the state unchanged; its tokens are not part of the stream", x=x)
+
+
+def _window_rule_cases(method: str, kivi: bool, b: int, d0: int, P, add, stream) -> None:
+    """A window token that fails its rule when flushed; save/load of a state that depends on the history."""
     # -- a window token that fails its rule when it is flushed (streaming.md step 1, consequence)
     if method in NORM_METHODS:
         ops = [("append", 3), ("append", 1), ("append", 1), ("reject", 1), ("trim", 2), ("append", 3)]
@@ -185,6 +205,11 @@ def rule_cases(method: str) -> list[CaseDef]:
                ["save-load", "trim", "window"],
                "pins streaming.md 'Save and load': a state with a window shorter than R (after a trim) survives "
                "save/load exactly (Q and T are not re-derived from R) and continues like the unsaved stream")
+
+
+def _param_rule_cases(method: str, kivi: bool, affine: bool, b: int, d0: int, base: dict, P, add) -> None:
+    """Group sizes, the bits2 default, which error is reported, head dims out of range (methods/, number-model.md)."""
+    info = spec.method_info(method)
     # -- G must divide d (methods/kivi.md, mlx_affine.md)
     if affine:
         for g, d in ((64, 32), (64, 96), (32, 80)):
@@ -247,15 +272,6 @@ def rule_cases(method: str) -> list[CaseDef]:
             ["error", "shape"],
             f"pins number-model.md 'Inputs': head dim {d} is outside 16 <= d <= 1024",
             error=ExpectedError("ValueError", "x"))
-    # -- stage B of H starts from +0 (rotation.md), turboquant_prod only (see STAGE_B_ZERO)
-    if method == "turboquant_prod":
-        sp = dict(STAGE_B_ZERO)
-        add(f"b{sp['bits']}-d20-f32-stage-b-zero-000", "encode", P(window=0, **sp), "float32",
-            np.zeros((1, 2, 2, 20), np.float32), ["zero-vector", "stage-b-zero", "head-dim"],
-            f"pins rotation.md 'Hadamard transform H', stage B: sums start from +0. Zero tokens at d = 20 "
-            f"(seed {sp['seed']}, head {sp['head_offset']}): decoding meets an Hᵀ output whose 20 terms are "
-            "all -0, which is +0 here and -0 for a sum that starts from its first term")
-    return out
 
 
 def case_defs(method: str) -> list[CaseDef]:
