@@ -27,8 +27,9 @@ and every expected value in memory and compare bit for bit.
 Adding a method: add its name to `spec.METHODS` (bits/group sizes come from spec/formats.toml).
 
 Modules by job: conformance/golden_format.py (codec, readers, manifest entries, replay; shared with the
-suite), inputs (input RNG), the case tables above, generate (expected values from the reference), write
-(TOML/npz writers, manifest), compare (check); this module: the CLI and `regen`, and the names the tests use.
+suite), inputs (input RNG), ties (tie inputs), the case tables above, generate (expected values from the
+reference), write (TOML/npz writers, manifest), compare (check); this module: the CLI and `regen`, and the
+names the tests use.
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ import time
 from veloxquant.conformance.golden_format import (COMPONENT_FILES, ROOT, STREAM_OPS, GoldenCase, ReplayMismatch, _root,
                                        iter_cases, iter_vectors, load_manifest, on_disk_files, replay)
 
-from veloxquant.tools.golden.cases import METHOD_ORDER, available_methods, find_tie_inputs, verify_tie
+from veloxquant.tools.golden.cases import METHOD_ORDER, available_methods
+from veloxquant.tools.golden.ties import find_tie_inputs, verify_tie
 from veloxquant.tools.golden.compare import compare
 from veloxquant.tools.golden.generate import _reference_reload, build, generate_cases
 from veloxquant.tools.golden.write import GENERATOR_VERSION

@@ -1,16 +1,16 @@
 """Golden case tables of spec 1.0 (what is generated; expected values come from tools/golden/generate.py):
-the random grid from spec/formats.toml, windows and streams, hand-picked edge cases, tie inputs."""
+the random grid from spec/formats.toml, windows and streams, hand-picked edge cases (tie inputs: ties.py)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
 
 import numpy as np
 
 from veloxquant import spec
 from veloxquant.conformance.golden_format import ExpectedError
 
-from veloxquant.tools.golden.inputs import PROFILES, InputRng, bf16_to_f32, cast_input, random_input, upcast
+from veloxquant.tools.golden.inputs import PROFILES, InputRng, cast_input, random_input
+from veloxquant.tools.golden.ties import TIE_INPUTS, _tie_x
 
 METHOD_ORDER = spec.METHODS   # the order of the manifest's cases
 DT_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -210,71 +210,6 @@ def _window_and_stream_cases(method: str) -> list[CaseDef]:
     return out
 
 
-def _h(*hexes: str) -> list[float]:
-    return [float.fromhex(h) for h in hexes]
-
-
-# Inputs with two non-zero coordinates at d = 16 land u exactly on a codebook value: the RHT of
-# x = (p, q, 0, ..., 0) has |y_j| = |p ± q| × s_16 in every coordinate (all other butterfly steps add
-# zeros), so u_j = fl(fl(|p ± q| × 0.25) × fl(1/n)). The pairs below were found by an exhaustive search
-# over the input dtype's values (`find_tie_inputs`); the generator re-checks each one on the reference's
-# own intermediate u (`reference.turboquant.rotate_to_unit`) and refuses to write a case that misses.
-TIE_INPUTS = {
-    # (table, dtype): (p, q)                    target: u on a boundary of gaussian[b] at d = 16
-    ("gaussian2", "float16"): _h("0x1.268p+0", "-0x1.57cp-6"),
-    ("gaussian4", "float16"): _h("0x1.2e8p+0", "0x1.fep-4"),
-    ("gaussian4", "bfloat16"): _h("0x1.e4p+0", "0x1.98p-3"),
-    ("gaussian2", "float32"): _h("0x1.1f68c6p+0", "-0x1.4f790ep-6"),
-    ("gaussian3", "float32"): _h("0x1.e61950p+0", "-0x1.b66128p-1"),
-    ("gaussian4", "float32"): _h("0x1.c38382p+0", "-0x1.854f64p-1"),
-    # turboquant_rvq: u on a stage-1 centroid (residual e = ±0) / residual on a stage-2 boundary
-    ("centroid1", "float16"): _h("0x1.154p+0", "-0x1.a14p-3"),
-    ("centroid2", "float32"): _h("0x1.2b845cp+0", "-0x1.286a2p-1"),
-    ("residual2.2", "float16"): _h("0x1.514p+0", "0x1.6a4p-3"),
-}
-
-
-def _tie_x(p: float, q: float, dtype: str) -> np.ndarray:
-    """Two tokens per head, two heads: (p, q), (q, p), and both scaled by 2^3 (u is scale invariant)."""
-    x = np.zeros((1, 2, 2, 16), dtype=np.float64)
-    x[0, 0, 0, :2] = (p, q)
-    x[0, 0, 1, :2] = (q, p)
-    x[0, 1, 0, :2] = (8 * p, 8 * q)
-    x[0, 1, 1, 0], x[0, 1, 1, 9] = p, q     # positions 0 and 9: same magnitudes through H
-    return cast_input(x, dtype)
-
-
-def _tie_targets(table: str) -> tuple[np.ndarray, Callable]:
-    """(values u may hit, predicate on u) for a tie table name."""
-    import veloxquant.reference.codebooks as rcb
-    if table.startswith("gaussian"):
-        b = int(table[-1])
-        _c, bd = rcb.gaussian(b, 16)
-        return bd, lambda u: np.isin(u, bd[bd != 0])
-    if table.startswith("centroid"):
-        b = int(table[-1])
-        cd, _b = rcb.gaussian(b, 16)
-        return cd, lambda u: np.isin(u, cd)
-    b, b2 = (int(v) for v in table[len("residual"):].split("."))
-    c1, b1 = rcb.gaussian(b, 16)
-    _c2, bb2 = rcb.residual(b, b2, 16)
-
-    def pred(u):
-        e = u - c1[rcb.quantize(u, b1)]
-        return np.isin(e, bb2[bb2 != 0])
-    return bb2, pred
-
-
-def verify_tie(x: np.ndarray, dtype: str, params: spec.Params, table: str) -> int:
-    """Number of coordinates whose reference-computed u hits the tie target (0 means no tie)."""
-    import veloxquant.reference.turboquant as rtq
-    p = params.resolved()
-    xf = upcast(x, dtype)
-    _n, _r, _y, u, _s = rtq.rotate_to_unit(xf, p)
-    _vals, pred = _tie_targets(table)
-    return int(pred(u).sum())
-
-
 def _edge_cases(method: str) -> list[CaseDef]:
     """Hand-picked cases: readable TOML, d = 16 unless said otherwise."""
     out: list[CaseDef] = []
@@ -311,6 +246,15 @@ def _edge_cases(method: str) -> list[CaseDef]:
             v[0, 0, i] = tv
         return v
 
+    _zero_and_subnormal_cases(b, d0, kivi, P, add, rows)
+    _extreme_cases(b, d0, kivi, affine, norm_method, P, add, rows)
+    _error_cases(method, info, b, d0, T, kivi, P, add, rows)
+    _key_and_tie_cases(method, b, d0, kivi, affine, P, add)
+    return out
+
+
+def _zero_and_subnormal_cases(b, d0, kivi, P, add, rows) -> None:
+    """Zero vectors and negative zero; subnormals of each dtype."""
     # --- zero vectors, negative zero
     z = rows(np.zeros(d0), np.full(d0, -0.0))
     if kivi:   # a whole key group (all channels x 16 tokens) of -0 and one of +0: two heads
@@ -334,6 +278,10 @@ def _edge_cases(method: str) -> list[CaseDef]:
                  dtype="bfloat16")
     add(f"b{b}-d{d0}-bf16-subnormal-002", "encode", P(), "bfloat16", cast_input(subbf, "bfloat16"),
         ["subnormal"], "bfloat16 subnormals and values near the binary32 normal limit")
+
+
+def _extreme_cases(b, d0, kivi, affine, norm_method, P, add, rows) -> None:
+    """float16 extremes (the largest finite values) and what each method's scale does with them."""
     # --- float16 extremes
     mx = rows(np.full(d0, 65504.0), np.where(np.arange(d0) % 2 == 0, 65504.0, -65504.0))
     if kivi:
@@ -383,6 +331,10 @@ def _edge_cases(method: str) -> list[CaseDef]:
         add(f"b{b}-d{d0}-bf16-overflow-in-window-000", "encode", P(window=1), "bfloat16",
             cast_input(ov, "bfloat16")[:, :, :2], ["bf16-overflow", "window"],
             "the overflowing token sits in the window (R=1): not encoded, so not rejected")
+
+
+def _error_cases(method, info, b, d0, T, kivi, P, add, rows) -> None:
+    """NaN / Inf, bad shapes and parameters: each rejected naming its argument."""
     # --- NaN / Inf, bad shapes and parameters
     nan = rows(dtype="float32"); nan[0, 0, T - 1, 1] = np.nan
     add(f"b{b}-d{d0}-f32-nan-error-000", "error", P(), "float32", nan.astype(np.float32),
@@ -418,6 +370,10 @@ def _edge_cases(method: str) -> list[CaseDef]:
         add("b2-g32-v-d16-f16-param-error-000", "error", P(role="v", group_size=32), "float16",
             cast_input(rows(t=2), "float16"), ["error", "params"], "values with G = 32 > d = 16",
             ExpectedError("ValueError", "group_size"))
+
+
+def _key_and_tie_cases(method, b, d0, kivi, affine, P, add) -> None:
+    """Extreme stream-key parameters (uint64 seed, uint32 layer and head offset at their maxima); ties."""
     # --- extreme stream-key parameters (uint64 seed, uint32 layer/head_offset at their maxima)
     if not kivi:
         mxp = P(seed=(1 << 64) - 1, layer=(1 << 32) - 1, head_offset=(1 << 32) - 2, role="v")
@@ -452,38 +408,6 @@ def _edge_cases(method: str) -> list[CaseDef]:
                 add(f"b{tb}-d16-{_short(dt)}-tie-{table}", "encode", params, dt, _tie_x(p, q, dt),
                     ["tie"], f"u lands exactly on a {table} value at d=16 (x = ({p.hex()}, {q.hex()}, 0...)): "
                              "the lower index wins")
-    return out
-
-
-# ----------------------------------------------------------------------------------------------------
-# Offline helper: the search that picked TIE_INPUTS (not run by regen/check)
-
-def find_tie_inputs(table: str, dtype: str, limit: int = 8) -> list[tuple[float, float]]:
-    """Pairs (p, q) of `dtype` values with u of x = (p, q, 0, ...) at d = 16 on the tie target of `table`.
-    Exhaustive over p in [1, 2) and |q| in [2^-6, 2) for float16/bfloat16, sampled for float32."""
-    _vals, pred = _tie_targets(table)
-    if dtype == "float16":
-        allv = np.arange(0, 0x7C00, dtype=np.uint16).view(np.float16).astype(np.float32)
-    elif dtype == "bfloat16":
-        allv = bf16_to_f32(np.arange(0, 0x7F80, dtype=np.uint16))
-    else:
-        rng = InputRng(f"ties-{table}")
-        allv = (rng.ints(1 << 15, 1 << 22, 1 << 25).astype(np.float64) * 2.0 ** -24).astype(np.float32)
-    ps = allv[(allv >= 1) & (allv < 2)]
-    qs = allv[(allv >= 2.0 ** -6) & (allv < 2)]
-    qs = np.concatenate([qs, -qs])
-    s, one = np.float32(0.25), np.float32(1)
-    hits = []
-    for p in ps:
-        n = np.sqrt(p * p + qs * qs)
-        r = one / n
-        for v in (np.abs(p + qs), np.abs(p - qs)):
-            u = (v * s) * r
-            for q in qs[pred(u) | pred(-u)]:
-                hits.append((float(p), float(q)))
-        if len(hits) >= limit:
-            break
-    return hits[:limit]
 
 
 def _reference_reload(stream):

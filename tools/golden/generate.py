@@ -8,8 +8,8 @@ from veloxquant.conformance.golden_format import GoldenCase, hexarr as _hexarr, 
 
 from veloxquant.tools.golden import attention, exact_trim, head_dims, rules, stream_rules, wide
 from veloxquant.tools.golden.cases import (V1_HEAD_DIMS, CaseDef, GenerationError, _edge_cases, _random_cases,
-                                           _reference_reload, _window_and_stream_cases, available_methods,
-                                           verify_tie)
+                                           _reference_reload, _window_and_stream_cases, available_methods)
+from veloxquant.tools.golden.ties import verify_tie
 from veloxquant.tools.golden.inputs import InputRng
 from veloxquant.tools.golden.write import render
 
