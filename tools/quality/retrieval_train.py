@@ -215,9 +215,7 @@ def parse_phases(spec_: str | None, preset: str) -> list[tuple[int, int, int]]:
 # ---- training ---------------------------------------------------------------------------------------------
 def train(args) -> int:
     import mlx.core as mx
-    import mlx.nn as nn
     import mlx.optimizers as optim
-    from mlx.utils import tree_flatten, tree_unflatten
 
     corpus = load_corpus(args.corpus)
     text = corpus["train"]
@@ -226,7 +224,7 @@ def train(args) -> int:
     lr = args.lr or PRESETS[args.preset][2]
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    ckpt, state_path, log_path = out / "checkpoint.safetensors", out / "state.json", out / "log.jsonl"
+    (ckpt, state_path), log_path = _paths(out), out / "log.jsonl"
     mix = {"passkey": args.p_passkey, "kv": args.p_kv, "span": args.p_span}
     model = new_model(args.preset, args.seed)
     warm = max(1, total // 50)
@@ -236,43 +234,17 @@ def train(args) -> int:
     rng = np.random.default_rng(args.seed)
     step = 0
     if args.resume:
-        if not state_path.is_file():
-            print(f"--resume: no checkpoint in {out}", file=sys.stderr)
+        step = _resume(args, phases, model, opt, rng)
+        if isinstance(step, str):
+            print(f"--resume: {step}", file=sys.stderr)
             return 2
-        st = json.loads(state_path.read_text())
-        if st["preset"] != args.preset or st["phases"] != [list(p) for p in phases]:
-            print(f"--resume: the checkpoint was trained with preset {st['preset']} phases {st['phases']}",
-                  file=sys.stderr)
-            return 2
-        flat = mx.load(str(ckpt))
-        model.load_weights([(k[6:], v) for k, v in flat.items() if k.startswith("model.")], strict=True)
-        opt.init(model.trainable_parameters())
-        opt.state = tree_unflatten([(k[4:], v) for k, v in flat.items() if k.startswith("opt.")])
-        step = st["step"]
-        rng.bit_generator.state = st["rng"]
     print(f"{args.preset}: {n_params(model):,} parameters; corpus {corpus['manifest']['sha256'][:12]} "
           f"({text.size:,} training bytes); phases {phases}; step {step}/{total}; device {mx.default_device()}",
           flush=True)
 
-    def loss_fn(m, x, y, w):
-        ce = nn.losses.cross_entropy(m(x).astype(mx.float32), y)
-        return (ce * w).sum() / w.sum(), (ce * (w > 1)).sum() / mx.maximum((w > 1).sum(), 1)
-
-    grad = nn.value_and_grad(model, loss_fn)
     if not args.resume:
         opt.init(model.trainable_parameters())
-
-    def step_fn(x, y, w):
-        (loss, ans), g = grad(model, x, y, w)
-        g, gnorm = optim.clip_grad_norm(g, 1.0)
-        opt.update(model, g)
-        return loss, ans, gnorm
-
-    if args.compile:   # one graph per sequence shape (a handful of phases): fewer launches on the GPU
-        from functools import partial
-
-        state = [model.state, opt.state]
-        step_fn = partial(mx.compile, inputs=state, outputs=state)(step_fn)
+    step_fn = _step_fn(model, opt, args.compile)
     t0 = time.time()
     done_before = step
     bounds = np.cumsum([s for s, _, _ in phases])
@@ -301,12 +273,76 @@ def train(args) -> int:
                 log.flush()
                 print(f"step {step}/{total} L={length} loss {rec['loss']:.3f} answer {rec['answer_loss']:.3f} "
                       f"|g| {rec['grad_norm']:.2f} {rec['seconds']:.0f}s", flush=True)
+    _save(args, model, opt, rng, dict(phases=phases, step=step, total=total, lr=lr, mix=mix,
+                                      corpus=corpus["manifest"]))
+    if step >= total:   # the deliverable: float16 weights and their config next to the checkpoint
+        model.set_dtype(mx.float16)
+        model.save_weights(str(out / "model.safetensors"))
+    print(f"stopped ({stopped}) at step {step}/{total}; wrote {ckpt}, {state_path}, {log_path}"
+          + (f", {out / 'model.safetensors'}" if step >= total else ""), flush=True)
+    return 0
+
+
+def _step_fn(model, opt, compiled: bool):
+    """One optimizer step on (x, y, w): (loss weighted by w, loss on the answer bytes alone, gradient norm)."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+
+    def loss_fn(m, x, y, w):
+        ce = nn.losses.cross_entropy(m(x).astype(mx.float32), y)
+        return (ce * w).sum() / w.sum(), (ce * (w > 1)).sum() / mx.maximum((w > 1).sum(), 1)
+
+    grad = nn.value_and_grad(model, loss_fn)
+
+    def step_fn(x, y, w):
+        (loss, ans), g = grad(model, x, y, w)
+        g, gnorm = optim.clip_grad_norm(g, 1.0)
+        opt.update(model, g)
+        return loss, ans, gnorm
+
+    if compiled:   # one graph per sequence shape (a handful of phases): fewer launches on the GPU
+        from functools import partial
+
+        state = [model.state, opt.state]
+        step_fn = partial(mx.compile, inputs=state, outputs=state)(step_fn)
+    return step_fn
+
+
+def _paths(out: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """A run folder's checkpoint (model and optimizer state) and its state.json."""
+    return out / "checkpoint.safetensors", out / "state.json"
+
+
+def _resume(args, phases, model, opt, rng) -> int | str:
+    """Load the run in args.out_dir into model, opt and rng: the step it stopped at, or why it cannot resume."""
+    import mlx.core as mx
+    from mlx.utils import tree_unflatten
+    ckpt, state_path = _paths(args.out_dir)
+    if not state_path.is_file():
+        return f"no checkpoint in {args.out_dir}"
+    st = json.loads(state_path.read_text())
+    if st["preset"] != args.preset or st["phases"] != [list(p) for p in phases]:
+        return f"the checkpoint was trained with preset {st['preset']} phases {st['phases']}"
+    flat = mx.load(str(ckpt))
+    model.load_weights([(k[6:], v) for k, v in flat.items() if k.startswith("model.")], strict=True)
+    opt.init(model.trainable_parameters())
+    opt.state = tree_unflatten([(k[4:], v) for k, v in flat.items() if k.startswith("opt.")])
+    rng.bit_generator.state = st["rng"]
+    return st["step"]
+
+
+def _save(args, model, opt, rng, run: dict) -> None:
+    """The checkpoint and state.json of the run (phases, step, total, lr, mix, corpus), with the commands so far."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    ckpt, state_path = _paths(args.out_dir)
     flat = dict(("model." + k, v) for k, v in tree_flatten(model.parameters()))
     flat.update(("opt." + k, v) for k, v in tree_flatten(opt.state))
     mx.save_safetensors(str(ckpt), flat)
-    state = {"preset": args.preset, "phases": [list(p) for p in phases], "step": step, "total": total,
-             "seed": args.seed, "lr": lr, "mix": mix, "answer_weight": args.answer_weight,
-             "rng": rng.bit_generator.state, "corpus": corpus["manifest"],
+    state = {"preset": args.preset, "phases": [list(p) for p in run["phases"]], "step": run["step"],
+             "total": run["total"], "seed": args.seed, "lr": run["lr"], "mix": run["mix"],
+             "answer_weight": args.answer_weight, "rng": rng.bit_generator.state, "corpus": run["corpus"],
              "model_args": {k: v for k, v in dataclasses.asdict(model_args(args.preset)).items() if v is not None},
              "parameters": n_params(model)}
     state.setdefault("commands", [])
@@ -314,12 +350,6 @@ def train(args) -> int:
         state["commands"] = json.loads(state_path.read_text()).get("commands", [])
     state["commands"].append(" ".join(["python -m veloxquant.tools.quality.retrieval_train", *sys.argv[1:]]))
     state_path.write_text(json.dumps(state, indent=1) + "\n")
-    if step >= total:   # the deliverable: float16 weights and their config next to the checkpoint
-        model.set_dtype(mx.float16)
-        model.save_weights(str(out / "model.safetensors"))
-    print(f"stopped ({stopped}) at step {step}/{total}; wrote {ckpt}, {state_path}, {log_path}"
-          + (f", {out / 'model.safetensors'}" if step >= total else ""), flush=True)
-    return 0
 
 
 # ---- evaluation -------------------------------------------------------------------------------------------
