@@ -1,5 +1,5 @@
 """pytest options of the benchmarks: the device, the gate against a saved baseline, and what the saved JSON records
-(command, device, versions, sizes, bands) for tools/bench_render.py."""
+(command, device, versions, sizes, bands) for tools/bench/render.py."""
 from __future__ import annotations
 
 import pathlib
@@ -75,7 +75,7 @@ def bench(pytestconfig) -> Bench:
 def pytest_benchmark_update_json(config, benchmarks, output_json):
     """The run's context for the renderer and the gate: the command, device, versions, sizes, bands."""
     from veloxquant.tools._env import versions
-    from veloxquant.tools.bench_common import device_info
+    from veloxquant.tools.bench.harness import device_info
     b = config._veloxquant_bench
     info = device_info()
     info["type"] = b.device

@@ -1,6 +1,6 @@
 """The decode step per layer, as a model runs it: append one token to each layer's cache and attend through
 mlx-lm's base.scaled_dot_product_attention (the hooked dispatch), several layers per evaluation, each layer's output
-the next one's query (tools/bench_decode.py's step). Ours against mlx-lm's fp16 KVCache at the same context, timed in
+the next one's query (tools/bench/decode.py's step). Ours against mlx-lm's fp16 KVCache at the same context, timed in
 the same rounds; gated: ours / fp16 per round (median)."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ pytest.importorskip("mlx_lm")
 def test_decode_step(benchmark, bench, request, arm):
     import mlx.core as mx
 
-    from veloxquant.tools import bench_decode as bd
+    from veloxquant.tools.bench import decode as bd
     harness.skip_unless_measured(bench.device, "decode_step", arm)
     sz = bench.sizes["decode_step"]
     t, layers = sz["context"], sz["layers"]

@@ -18,7 +18,7 @@ def test_generate(benchmark, bench, request, arm):
     from mlx_lm.generate import generate_step
 
     import veloxquant.accelerated.cache as vc
-    from veloxquant.tools import bench_decode as bd
+    from veloxquant.tools.bench import decode as bd
     harness.skip_unless_measured(bench.device, "generate", arm)
     sz = bench.sizes["generate"]
     model, args = bd._model(sz["layers"], harness.SHAPES[sz["shape"]])

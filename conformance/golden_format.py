@@ -1,9 +1,9 @@
 """The golden file format (golden/README.md): bit-pattern codec, case objects, manifest entries, readers,
 the stream-op replay that a stream case means, and the bit-level array diff.
 
-The one module that both the conformance suite and the generator (tools/golden*.py) use; it imports only
+The one module that both the conformance suite and the generator (tools/golden/) use; it imports only
 spec and numpy. Writing the files (TOML emitter, deterministic npz) is the generator's job
-(tools/golden_write.py); generating expected values is tools/golden_gen.py's.
+(tools/golden/write.py); generating expected values is tools/golden/generate.py's.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Golden vectors (golden/, produced by tools/golden.py from the reference; read with golden_format): every case replayed through
+"""Golden vectors (golden/, produced by tools/golden/ from the reference; read with golden_format): every case replayed through
 the implementation, exact. Error cases must raise ValueError naming the argument."""
 from __future__ import annotations
 

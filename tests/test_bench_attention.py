@@ -1,10 +1,10 @@
-"""tools/bench_attention.py without a GPU: its variant parsing (the timing itself needs the kernels)."""
+"""tools/dev/bench_attention.py without a GPU: its variant parsing (the timing itself needs the kernels)."""
 from __future__ import annotations
 
 import pytest
 
 from veloxquant.accelerated.kernels import attention as katt
-from veloxquant.tools import bench_attention as ba
+from veloxquant.tools.dev import bench_attention as ba
 
 
 def test_presets_name_only_existing_constants():

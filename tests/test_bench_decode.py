@@ -1,4 +1,4 @@
-"""tools/bench_decode.py's layer suite on the CPU at a toy size (a benchmark's plumbing, not a timing): every row has
+"""tools/bench/decode.py's layer suite on the CPU at a toy size (a benchmark's plumbing, not a timing): every row has
 the step alone, the pipelined step and the host build (the GPU clock only where there is CUDA), the build is part of
 the step, and the table renders old runs (no pipelined / build fields) and new ones."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from veloxquant.tools import bench_decode as bd
+from veloxquant.tools.bench import decode as bd
 
 pytest.importorskip("mlx_lm")
 
@@ -20,7 +20,7 @@ def test_layer_suite_rows_and_table():
             assert f in r and r[f] > 0, (r["arm"], f, r.get(f))
         assert r["build_layer_s"] < r["layer_s"], (r["arm"], r["build_layer_s"], r["layer_s"])
         assert r["pipelined_transient_peak_bytes"] >= 0, r
-        # the GPU clock (tools/gpu_clock.py) is CUDA's: on the CPU a row says why it has no GPU time
+        # the GPU clock (tools/bench/gpu_clock.py) is CUDA's: on the CPU a row says why it has no GPU time
         assert "gpu_layer_s" not in r and r["gpu_clock"], r
     # what the pipelined peak column is for (docs/decode-step-analysis.md, eighth pass): mlx-lm's KVCache copies its
     # buffers when the step in flight still holds them, so its pipelined transient peak exceeds its whole cache;

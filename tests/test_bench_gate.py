@@ -1,4 +1,4 @@
-"""The benchmark gate's logic (benchmarks/harness.py) and tools/bench_render.py, without timing anything: the
+"""The benchmark gate's logic (benchmarks/harness.py) and tools/bench/render.py, without timing anything: the
 paired ratios under a scripted clock, the band check, and docs/benchmarks.md's section against the saved runs."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from veloxquant.tools import bench_render
+from veloxquant.tools.bench import render as bench_render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BASELINES = sorted((ROOT / "benchmarks" / "baselines").glob("*.json"))

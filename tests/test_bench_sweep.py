@@ -1,4 +1,4 @@
-"""tools/bench_sweep.py's arithmetic and rendering on a hand-made result (numbers invented for the test, not a
+"""tools/bench/sweep.py's arithmetic and rendering on a hand-made result (numbers invented for the test, not a
 measurement), and one real CPU run of its timing loop with trivial arms (structure only)."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 import mlx.core as mx
 import pytest
 
-from veloxquant.tools import bench, bench_sweep
+from veloxquant.tools import bench
+from veloxquant.tools.bench import sweep as bench_sweep
 
 
 def _arm(t: float, moved: int, xbytes: int, **ratios) -> dict:
@@ -39,7 +40,7 @@ def _result() -> dict:
                             "api now rabitq": _arm(2e-4, 0, 2048, **{"fp16 copy": 4.0})}})
     return {"schema": bench_sweep.SCHEMA, "date": "2026-11-30T00:00:00+00:00", "device": "Device(gpu, 0)",
             "device_info": {"device_name": "Test GPU"}, "backend": "CUDA", "versions": {"mlx": "0.32.4", "spec": "1.0.0"},
-            "command": "python3 -m veloxquant.tools.bench_sweep --json x.json", "settings": {"warmup": 3, "iters": 30, "pool": 10,
+            "command": "python3 -m veloxquant.tools.bench.sweep --json x.json", "settings": {"warmup": 3, "iters": 30, "pool": 10,
                                                                              "target_n": 262144},
             "groups": groups, "wall_s": 1.0}
 
@@ -119,8 +120,8 @@ def test_sweep_runs_with_emulated_kernels(monkeypatch):
 
 
 def test_merge_conformance_reports():
-    """tools/conformance.merge_reports: per-method runs (kernel_check runs them in parallel) into one report."""
-    from veloxquant.tools import conformance as tc
+    """tools/cli/conformance.py merge_reports: per-method runs (kernel_check runs them in parallel) into one report."""
+    from veloxquant.tools.cli import conformance as tc
 
     def rep(method, outcome, extra_unmatched):
         tests = [{"id": f"conformance/test_differential.py::test_encode_decode[{method}-b2-float16]",

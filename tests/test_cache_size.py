@@ -17,7 +17,7 @@ import pytest
 
 import veloxquant.accelerated.cache as vc
 from veloxquant import spec
-from veloxquant.tools import kv_flags
+from veloxquant.tools.cli import kv_flags
 
 MODEL = types.SimpleNamespace(layers=[types.SimpleNamespace()])     # one attention layer, attention="dequantize"
 HEADS = 2

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from veloxquant import spec
-from veloxquant.tools import cli, extras
+from veloxquant.tools import cli
+from veloxquant.tools.cli import extras
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(model_type="llama", hidden_size=256, num_hidden_layers=2, intermediate_size=512,
@@ -60,7 +61,7 @@ def _names(reqs) -> set[str]:
 def test_extras_agree_with_pyproject():
     deps = _pyproject()
     for extra, modules in extras.EXTRAS.items():
-        assert extra in deps, f"pyproject.toml has no extra [{extra}] (tools/extras.py names it)"
+        assert extra in deps, f"pyproject.toml has no extra [{extra}] (tools/cli/extras.py names it)"
         wanted = {dist for _, dist in modules}
         # tokenizers comes with mlx-lm (through transformers); every other distribution is listed by name
         listed = _names(deps[extra]) | ({"tokenizers"} if "mlx-lm" in _names(deps[extra]) else set())
@@ -103,7 +104,7 @@ def test_a_missing_extra_is_one_line(tmp_path, blocked, argv, extra):
 
 
 def test_tiny_model_without_mlx_lm_is_one_line(tmp_path):
-    code = _BLOCK + "from veloxquant.tools.tiny_model import main; sys.exit(main(sys.argv[1:]))"
+    code = _BLOCK + "from veloxquant.tools.cli.tiny_model import main; sys.exit(main(sys.argv[1:]))"
     r = subprocess.run([sys.executable, "-c", code, "mlx_lm", str(tmp_path / "m")], capture_output=True, text=True,
                        cwd=tmp_path, env=_env(), timeout=120)
     assert r.returncode == extras.MISSING_EXTRA_EXIT and "veloxquant[lm]" in r.stderr, r.stderr[-2000:]
@@ -161,7 +162,7 @@ def test_a_directory_without_config_is_named(tmp_path, capsys):
 
 @pytest.mark.parametrize("method", spec.METHODS)
 def test_every_method_is_accepted(tmp_path, method):
-    from veloxquant.tools import kv_flags
+    from veloxquant.tools.cli import kv_flags
     import argparse
     p = argparse.ArgumentParser()
     kv_flags.add_arguments(p)
@@ -174,7 +175,7 @@ def test_every_method_is_accepted(tmp_path, method):
 def test_readme_lists_only_accepted_methods():
     text = (ROOT / "README.md").read_text()
     listed = set(re.findall(r"`(\w+)`", text)) & set(spec.METHODS)
-    from veloxquant.tools import kv_flags
+    from veloxquant.tools.cli import kv_flags
     assert listed and listed <= set(kv_flags.CACHE_METHODS), listed - set(kv_flags.CACHE_METHODS)
 
 
@@ -182,7 +183,7 @@ def test_readme_lists_only_accepted_methods():
 def _readme_commands() -> tuple[str, str]:
     """The README's tiny-model line and its generate example (joined over backslash continuations)."""
     text = (ROOT / "README.md").read_text().replace("\\\n", " ")
-    tiny = re.search(r"^python -m veloxquant\.tools\.tiny_model .*$", text, re.M)
+    tiny = re.search(r"^python -m veloxquant\.tools\.cli\.tiny_model .*$", text, re.M)
     gen = re.search(r"^veloxquant generate .*$", text, re.M)
     assert tiny and gen, "README shows the tiny model and a generate example"
     return tiny.group(0), gen.group(0)
@@ -205,7 +206,7 @@ def test_readme_generate_example_runs_as_written(tmp_path):
 def test_mlx_affine_generates(tmp_path):
     pytest.importorskip("mlx_lm")
     pytest.importorskip("tokenizers")
-    from veloxquant.tools.tiny_model import save_tiny_llama
+    from veloxquant.tools.cli.tiny_model import save_tiny_llama
     model = save_tiny_llama(tmp_path / "m", head_dim=64, layers=2, seed=1)
     g = subprocess.run([sys.executable, "-m", "veloxquant.tools.cli", "generate", "--model", str(model),
                         "--kv-method", "mlx_affine", "--kv-bits", "4", "--prompt", "hi", "--max-tokens", "4"],

@@ -1,5 +1,5 @@
 """`veloxquant generate` and `veloxquant serve` (mlx-lm's own commands with our caches) on a tiny random llama
-saved to a temporary directory (tools/tiny_model.py): the generate command as a subprocess, the server as a
+saved to a temporary directory (tools/cli/tiny_model.py): the generate command as a subprocess, the server as a
 subprocess on loopback with real HTTP requests (sequential requests sharing a prefix, so mlx-lm's
 LRUPromptCache hands a stored cache back, and concurrent ones, so its BatchGenerator batches them).
 
@@ -23,7 +23,7 @@ import mlx.core as mx
 import pytest
 
 import veloxquant.accelerated.cache as vc
-from veloxquant.tools.tiny_model import save_tiny_llama
+from veloxquant.tools.cli.tiny_model import save_tiny_llama
 
 pytest.importorskip("tokenizers", reason="the saved model's tokenizer needs the tokenizers package")
 

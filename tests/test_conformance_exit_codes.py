@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from veloxquant.tools import conformance as cli
+from veloxquant.tools.cli import conformance as cli
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 

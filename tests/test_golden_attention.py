@@ -1,4 +1,4 @@
-"""golden/bulk/attention.npz (tools/golden_attention.py): the stored float64 outputs and budgets are
+"""golden/bulk/attention.npz (tools/golden/attention.py): the stored float64 outputs and budgets are
 spec/attention.md's formula and budget as conformance/checks.py computes them (attention_f64,
 attention_budget), so a third party checking against the stored numbers checks what the suite checks."""
 from __future__ import annotations

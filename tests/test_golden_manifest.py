@@ -60,7 +60,7 @@ def test_coverage_methods_bits_dtypes_dims():
 def test_new_head_dims_every_bits_and_dtype():
     """spec 1.1: every method, every bits setting and every dtype at one of d = 80, 96, 192 (mlx_affine:
     96, 160, 192), and every dtype at each of them at the default bits."""
-    from veloxquant.tools import golden_spec11 as g11
+    from veloxquant.tools.golden import head_dims as g11
     ok = [c for c in CASES if c["kind"] not in ("error", "decode_error") and "head-dim" in c["flags"]]
     for m in golden.available_methods():
         info = spec.method_info(m)

@@ -1,4 +1,4 @@
-"""tools/gpu_timeline.py's bookkeeping on the CPU (its clock needs CUDA): the recorder stamps every launch of the
+"""tools/dev/gpu_timeline.py's bookkeeping on the CPU (its clock needs CUDA): the recorder stamps every launch of the
 kernels it wraps (not the clock's own), in launch order, only while on; spans and layers read the stamps as the
 chain's shares. The stamps' GPU meaning is checked only where it runs (an H200 run)."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import mlx.core as mx
 
-from veloxquant.tools import gpu_clock
-from veloxquant.tools import gpu_timeline as tl
+from veloxquant.tools.bench import gpu_clock
+from veloxquant.tools.dev import gpu_timeline as tl
 
 
 def _fake_factory(made):
@@ -60,7 +60,7 @@ def test_measure_runs_a_step_through_the_recorder(monkeypatch):
     from veloxquant.accelerated import kernels
     from veloxquant.accelerated.kernels import attention as katt
     from veloxquant.accelerated.kernels import backend
-    from veloxquant.tools import gpu_clock
+    from veloxquant.tools.bench import gpu_clock
     ticks = []
 
     def clock(x=None):

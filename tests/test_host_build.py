@@ -1,4 +1,4 @@
-"""tools/host_build.py: the batched decode step's host build with stand-in kernels, both batch caches."""
+"""tools/dev/host_build.py: the batched decode step's host build with stand-in kernels, both batch caches."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 def test_host_build_measures_both_batch_caches(tmp_path):
     out = tmp_path / "hb.json"
-    r = subprocess.run([sys.executable, "-m", "veloxquant.tools.host_build", "--batch-sizes", "1", "3", "--context",
+    r = subprocess.run([sys.executable, "-m", "veloxquant.tools.dev.host_build", "--batch-sizes", "1", "3", "--context",
                         "20", "--layers", "2", "--steps", "4", "--json", str(out)], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]

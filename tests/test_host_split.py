@@ -1,4 +1,4 @@
-"""tools/host_split.py with stand-in kernels (its own process: it replaces the kernel backend): every variant and
+"""tools/dev/host_split.py with stand-in kernels (its own process: it replaces the kernel backend): every variant and
 the timed parts of one layer's step, the launches told apart by kernel."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 def test_host_split_times_the_parts_and_the_saved_launch_variants(tmp_path):
     out = tmp_path / "hs.json"
-    r = subprocess.run([sys.executable, "-m", "veloxquant.tools.host_split", "--stand-ins", "--contexts", "40",
+    r = subprocess.run([sys.executable, "-m", "veloxquant.tools.dev.host_split", "--stand-ins", "--contexts", "40",
                         "--arms", "fp16 KVCache", "turboquant b4", "--layers", "2", "--steps", "4", "--json", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -5,7 +5,7 @@ This checks the part a GPU run cannot isolate: the bodies' arithmetic (op order,
 lanes, the butterfly across lanes and registers, binary-search quantization, the three packing paths, KIVI
 and mlx_affine groups, ties, zero paths, subnormals, strides), the fault flags (NaN/Inf of checked tokens,
 each method's rule, one slot per threadgroup) and the grid-stride row loop. The GPU-specific parts
-(intrinsics, launch) are checked on a GPU by tests/test_kernels_gpu.py and tools/kernel_check.py.
+(intrinsics, launch) are checked on a GPU by tests/test_kernels_gpu.py and tools/dev/kernel_check.py.
 """
 from __future__ import annotations
 

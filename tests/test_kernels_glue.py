@@ -183,7 +183,7 @@ def test_launch_fits_the_register_file_at_every_head_dim():
 def test_launch_fits_ptxas_registers(d):
     """The same with the registers ptxas gives the kernels (sm_90): the largest threadgroup launch_shape makes
     for d, times the registers (allocated in units of 8 per thread), fits 64K."""
-    from veloxquant.tools import kernel_resources as kr
+    from veloxquant.tools.dev import kernel_resources as kr
     threads = max(km.launch_shape(rows, d)[1][0] for rows in range(1, 65))
     for r in kr.report(d):
         regs = -(-r["registers"] // 8) * 8

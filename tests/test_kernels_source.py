@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 from veloxquant.accelerated.kernels import source
-from veloxquant.tools import kernel_resources as kr
+from veloxquant.tools.dev import kernel_resources as kr
 
 FLOAT_HELPERS = ("ADD", "SUB", "MUL", "DIV", "SQRT", "NEG", "ABS", "FLIP", "MINF", "MAXF", "PIN", "TO_F32", "TO_TS")
 OTHER_MACROS = ("TID", "TOKEN", "HEAD", "BATCH", "NTOK", "NHEAD", "LANE", "WARP", "NWARPS", "GROUP", "NGROUPS",

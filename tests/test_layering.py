@@ -1,6 +1,7 @@
 """The arrows between layers (DEVELOPERS.md): spec -> reference -> golden; spec -> accelerated; conformance
 compares; tools on top. Checked on the source (every import statement, module level or inside a function):
-accelerated never imports reference, conformance never imports tools, and so on; tools/ has no import cycle."""
+accelerated never imports reference, conformance never imports tools, and so on; tools/ has no import cycle
+and its shipped rooms never import tools/dev/ (left out of the wheel)."""
 from __future__ import annotations
 
 import ast
@@ -20,22 +21,22 @@ FORBIDDEN = {   # layer -> layers it must never import
 NAMESPACE = "veloxquant."   # the installed distribution's namespace (tools/namespace rename), if applied
 
 
-def _absolute(mod: str, node: ast.ImportFrom, path: pathlib.Path) -> str:
+def _absolute(mod: str, node: ast.ImportFrom, path: pathlib.Path, root: pathlib.Path = ROOT) -> str:
     if not node.level:
         return mod
-    pkg = list(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    pkg = list(path.relative_to(root).with_suffix("").parts[:-1])
     base = pkg[:len(pkg) - node.level + 1]
     return ".".join(base + ([mod] if mod else []))
 
 
-def imports(path: pathlib.Path) -> set[str]:
+def imports(path: pathlib.Path, root: pathlib.Path = ROOT) -> set[str]:
     """Absolute module names imported by a file (relative imports resolved; the namespace prefix dropped)."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node.module or "", node, path)
+            base = _absolute(node.module or "", node, path, root)
             names = [base] + [f"{base}.{a.name}" for a in node.names]
         else:
             continue
@@ -66,24 +67,82 @@ def test_checker_sees_a_forbidden_import(tmp_path):
     assert sum(n.split(".")[0] == "reference" for n in found) >= 3, found
 
 
-def test_tools_have_no_import_cycle():
-    mods = {f.stem: f for f in _files("tools") if f.parent == ROOT / "tools"}
-    graph = {m: {n.split(".")[1] for n in imports(f) if n.startswith("tools.") and n.split(".")[1] in mods}
-             for m, f in mods.items()}
+def _module_name(path: pathlib.Path, root: pathlib.Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def tools_graph(root: pathlib.Path = ROOT) -> dict[str, set[str]]:
+    """tools module -> the tools modules it imports. `from pkg import sub` is an arrow to pkg.sub alone: the
+    package's __init__ runs first, but importing a sibling through its package is not depending on the package."""
+    files = {_module_name(f, root): f for f in sorted((root / "tools").rglob("*.py"))}
+    graph = {}
+    for m, f in files.items():
+        names = imports(f, root)
+        graph[m] = {n for n in names if n in files and not any(s.startswith(n + ".") and s in files for s in names)}
+        graph[m].discard(m)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     state: dict[str, int] = {}
 
     def visit(m, stack):
         state[m] = 1
         for n in sorted(graph[m]):
             if state.get(n) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(n):] + [n]))
+                return stack[stack.index(n):] + [n]
             if n not in state:
-                visit(n, stack + [n])
+                found = visit(n, stack + [n])
+                if found:
+                    return found
         state[m] = 2
+        return None
 
     for m in sorted(graph):
         if m not in state:
-            visit(m, [m])
+            found = visit(m, [m])
+            if found:
+                return found
+    return None
+
+
+def test_tools_have_no_import_cycle():
+    graph = tools_graph()
+    assert len(graph) > 40 and "tools.bench.decode" in graph, sorted(graph)   # the rooms are seen, not only tools/*.py
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_shipped_tools_never_import_dev():
+    """tools/dev/ is left out of the wheel, so a shipped room that imported it would fail once installed."""
+    bad = [f"{m} imports {n}" for m, deps in tools_graph().items() if not m.startswith("tools.dev")
+           for n in deps if n.startswith("tools.dev")]
+    assert not bad, "\n".join(bad)
+
+
+def test_wheel_ships_every_tools_room_but_dev():
+    """pyproject.toml's package list names every sub-package of tools/ except dev (a room left out would be
+    missing from the installed command; dev listed would ship the development probes)."""
+    import sys
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    rooms = {"veloxquant." + _module_name(f) for f in (ROOT / "tools").rglob("__init__.py")}
+    assert rooms - {"veloxquant.tools.dev"} <= listed, sorted(rooms - listed - {"veloxquant.tools.dev"})
+    assert "veloxquant.tools.dev" not in listed
+
+
+def test_cycle_checker_sees_a_cycle(tmp_path):
+    """The check itself can fail: a cycle through a sibling imported via its package is found."""
+    (tmp_path / "tools" / "room").mkdir(parents=True)
+    (tmp_path / "tools" / "__init__.py").write_text("")
+    (tmp_path / "tools" / "room" / "__init__.py").write_text("")
+    (tmp_path / "tools" / "room" / "a.py").write_text("from veloxquant.tools.room import b\n")
+    (tmp_path / "tools" / "room" / "b.py").write_text("def f():\n    from . import a\n")
+    assert find_cycle(tools_graph(tmp_path)) == ["tools.room.a", "tools.room.b", "tools.room.a"]
 
 
 # ---- kernel sources live in accelerated/kernels/csrc -------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Memory of the decoded copies a prefill makes (accelerated/ops/attention.py PackedRecord.dequantized) and the
-`veloxquant memory` tool (tools/memory.py) at a tiny size.
+`veloxquant memory` tool (tools/bench/memory.py) at a tiny size.
 
 The decoded copy of a record (prefill attention over more than MAX_PACKED_QUERIES queries, dequantize-mode
 caches) must equal the stream's decode cast to the input dtype, bit for bit, and must not hold a float32 copy
@@ -74,7 +74,7 @@ def test_prefill_decoded_copy_holds_one_block_at_a_time():
 
 
 def test_memory_tool_small(capsys):
-    from veloxquant.tools import memory
+    from veloxquant.tools.bench import memory
     model = memory.build_model("small", 2)
     rows = [memory.measure(model, arm, 300, 128, 2, lambda *a: None)
             for arm in ("fp16 KVCache", "turboquant b4", "kivi b4")]

@@ -1,4 +1,4 @@
-"""`veloxquant distortion` (tools/quality_distortion.py): the numbers of one small configuration are
+"""`veloxquant distortion` (tools/quality/distortion.py): the numbers of one small configuration are
 reproducible and sit where the papers put them; a broken codebook is caught."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("mlx.core")
 
-from veloxquant.tools import quality_distortion as qd  # noqa: E402
-from veloxquant.tools import quality_distortion_doc as doc  # noqa: E402
+from veloxquant.tools.quality import distortion as qd  # noqa: E402
+from veloxquant.tools.quality import distortion_doc as doc  # noqa: E402
 
 GRID = [("turboquant", b, None) for b in (1, 2, 3, 4)] + [("turboquant_prod", 3, None), ("rabitq", 1, None)]
 
@@ -112,7 +112,7 @@ def test_committed_recommendation_flags_build_working_caches():
     import mlx.core as mx
 
     from veloxquant.accelerated.cache import make_prompt_cache
-    from veloxquant.tools import kv_flags
+    from veloxquant.tools.cli import kv_flags
     from veloxquant.tools.quality import tiny_llama
 
     rec = json.loads((qd.ROOT / "docs" / "distortion.json").read_text())["recommendation"]

@@ -1,4 +1,4 @@
-"""tools/quality_retrieval.py: the passkey format is the trainer's, the outlier injection keeps the model's
+"""tools/quality/retrieval.py: the passkey format is the trainer's, the outlier injection keeps the model's
 function, and the table tells a cache that retrieves from one that does not.
 
 The table test needs a model that retrieves on the CPU in seconds: CopyModel is a one-layer attention model
@@ -21,9 +21,9 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 pytest.importorskip("mlx_lm")
 
-from veloxquant.tools import quality_retrieval as qr  # noqa: E402
-from veloxquant.tools import quality_retrieval_doc as qd  # noqa: E402
-from veloxquant.tools import quality_retrieval_train as qrt  # noqa: E402
+from veloxquant.tools.quality import retrieval as qr  # noqa: E402
+from veloxquant.tools.quality import retrieval_doc as qd  # noqa: E402
+from veloxquant.tools.quality import retrieval_train as qrt  # noqa: E402
 
 D, NGRAM, BETA, GAMMA = 128, 8, 40.0, 4.0
 
@@ -255,7 +255,7 @@ def _fake_device(tmp_path, monkeypatch, fake_forward):
     monkeypatch.setattr(qr, "make_caches", lambda m, cfg, seed, native: [qr.label(cfg) + cfg["variant"]])
     monkeypatch.setattr(qr, "key_table", lambda m, seqs: [])
     monkeypatch.setattr(qr, "inject_outliers", lambda m, seed: [])
-    import veloxquant.tools.quality_caches as qc
+    import veloxquant.tools.quality.caches as qc
 
     monkeypatch.setattr(qc, "cache_bits", lambda caches, width, tokens: (16.0, 16.0))
     monkeypatch.setattr(qr, "score", lambda logits, seq, ref: {"nll": np.zeros(2), "hit": True, "answer_nll": 0.0,

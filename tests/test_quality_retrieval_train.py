@@ -1,4 +1,4 @@
-"""tools/quality_retrieval_train.py: the curriculum's sequences hold what their answers need, and a few CPU
+"""tools/quality/retrieval_train.py: the curriculum's sequences hold what their answers need, and a few CPU
 steps of the smoke preset lower the loss, checkpoint and resume."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from veloxquant.tools import quality_retrieval_train as rt
+from veloxquant.tools.quality import retrieval_train as rt
 
 TEXT = np.frombuffer(("def f(x):\n    return x + 1\n\n# a comment line\nclass A:\n    pass\n" * 400).encode(), np.uint8)
 

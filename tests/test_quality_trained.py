@@ -1,10 +1,10 @@
-"""The trained byte-level model (tools/trained_model.py) and `veloxquant quality --model trained`
-(tools/quality_trained.py): corpus identity, committed weights vs their recorded held-out loss, the
+"""The trained byte-level model (tools/quality/trained_model.py) and `veloxquant quality --model trained`
+(tools/quality/trained_eval.py): corpus identity, committed weights vs their recorded held-out loss, the
 measurement pieces (one-role caches, mlx-lm's dequantized QuantizedKVCache, teacher-forced exact match vs
 greedy decoding), and CI's quick sweep (one method, one bit width).
 
 Tests that read the corpus skip, with the reason, on a Python whose standard library differs from the
-one the corpus was listed from (tools/trained/corpus.json).
+one the corpus was listed from (tools/quality/trained/corpus.json).
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 from veloxquant.accelerated.cache import make_prompt_cache
-from veloxquant.tools import quality, quality_trained as qt, trained_model as tm
+from veloxquant.tools import quality
+from veloxquant.tools.quality import trained_eval as qt, trained_model as tm
 
 CORPUS_OK, CORPUS_WHY = tm.corpus_status()
 needs_corpus = pytest.mark.skipif(not CORPUS_OK, reason=f"stdlib corpus differs: {CORPUS_WHY}")

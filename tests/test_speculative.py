@@ -10,7 +10,7 @@ cache accepted (what appending only the accepted tokens stores) with exact_trim 
 which fails without exact trims (exact_trim=0, the caches' default); (2) the issue's example: a turboquant b4
 cache with window 32 and exact_trim 17 generates 17 tokens, trims them, and then holds the record bytes it had
 before and continues with the same tokens; (3) `veloxquant generate --draft-model` asks the caches mlx-lm makes
-for exact_trim = --num-draft-tokens (tools/kv_flags.py); (4) tokens of speculative
+for exact_trim = --num-draft-tokens (tools/cli/kv_flags.py); (4) tokens of speculative
 generation equal plain generate_step's through the same cache where the fp16 caches' do, for turboquant with
 R = 0 (its default). Not claimed for R > 0: a verify step appends 1 + k tokens at once, and the window is
 defined after the append (streaming.md), so the chunk's first queries read up to k of the oldest window
@@ -151,7 +151,7 @@ def test_cli_draft_model_asks_for_exact_trims(models):
     serve.install) have E = k; without --draft-model, E = 0."""
     import argparse
     from veloxquant.accelerated.cache import serve
-    from veloxquant.tools import kv_flags
+    from veloxquant.tools.cli import kv_flags
     p = argparse.ArgumentParser()
     kv_flags.add_arguments(p, model=False)
     for passthrough, e in ((["--draft-model", "D", "--num-draft-tokens", "2"], 2), (["--draft-model", "D"], 3),

@@ -1,4 +1,4 @@
-"""tools/thorough_check.py: the thorough differential cells under a time budget, resumable (the log parser, the
+"""tools/dev/thorough_check.py: the thorough differential cells under a time budget, resumable (the log parser, the
 grouping, and end to end on the numpy reference and on a broken implementation)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from veloxquant.tools import thorough_check as tc
+from veloxquant.tools.dev import thorough_check as tc
 
 LOG = """\
 conformance/test_differential.py::test_encode_decode[kivi-b4-float16] PASSED [ 50%]

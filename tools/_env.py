@@ -1,6 +1,6 @@
 """Run environment recorded in every tool's JSON output (versions, git revision, UTC time).
 
-Shared by tools/bench.py, tools/quality.py and tools/conformance.py so that their reports name the same
+Shared by tools/bench/, tools/quality/ and tools/cli/conformance.py so that their reports name the same
 things the same way. Nothing here raises for a missing piece: absent packages and git give None.
 """
 from __future__ import annotations

@@ -1,0 +1,498 @@
+"""Train a byte-level llama that retrieves in context (issue 32 item 1): the model `veloxquant quality` needs
+to tell the caches apart on passkey / needle retrieval.
+
+The committed 1.2 M-parameter model (tools/quality/trained_model.py) never learned to copy. This trainer differs in
+three ways: a model ~20x larger (default `retrieval-25m`: hidden 512, 8 layers, 4 query / 2 KV heads of
+head_dim 128, rope_theta 500000, ~25 M parameters); more text (every .py file of the Python standard library
+outside site-packages and the test suites, ~11 MB, every 8th file held out); and a retrieval curriculum mixed
+into that text, whose answer bytes weigh more in the loss:
+- passkey: `PASSKEY = 12345` at a random line start, the query `PASSKEY = ` and the digits at the end (the
+  format tools/quality/trained_eval.py evaluates);
+- key-value: several `key_abcdef = 12345` lines spread through the text, one of the keys queried at the end;
+- repeated span: a 32-256 byte span of other text inserted twice, the second copy predictable only by
+  copying (the induction-head signal).
+Sequence lengths grow phase by phase (`--phases`), so short steps teach the tasks and long ones the distances.
+
+The device machine runs a command for at most 10 minutes and has a different Python (so a different stdlib):
+`pack-corpus` writes the corpus once here (a compressed .npz with its manifest and hash), `train` reads it
+with `--corpus`, stops at `--max-minutes`, and writes a checkpoint (weights, optimizer state, step, data RNG
+state) that the next call continues with `--resume`; the log (JSON lines) grows across calls.
+
+    python -m veloxquant.tools.quality.retrieval_train pack-corpus --out .device/retrieval-corpus.npz
+    python -m veloxquant.tools.quality.retrieval_train train --corpus .device/retrieval-corpus.npz \\
+        --out-dir $OUT/run --max-minutes 8 [--resume]          # repeat until the phases are done
+    python -m veloxquant.tools.quality.retrieval_train eval --corpus ... --run $OUT/run --contexts 1024 4096
+    python -m veloxquant.tools.quality.retrieval_train export --run $OUT/run --out $OUT/model   # <= 15 MiB files
+    python -m veloxquant.tools.quality.retrieval_train train --preset smoke --max-steps 30   # CPU, seconds
+
+`eval` is passkey exact match with the full-precision forward pass (no cache): the precondition for the
+cache comparison, which `veloxquant quality` then runs on the saved float16 weights.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+PASSKEY_PREFIX = b"PASSKEY = "          # the format of tools/quality/trained_model.py and tools/quality/trained_eval.py
+DIGITS = 5
+LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)
+
+PRESETS = {
+    # name: (model, phases [(steps, batch, length)], lr)
+    "retrieval-25m": (dict(hidden_size=512, num_hidden_layers=8, intermediate_size=1536, num_attention_heads=4,
+                           num_key_value_heads=2, head_dim=128, rope_theta=500000.0),
+                      [(4000, 32, 512), (3000, 16, 2048), (1500, 4, 8192), (500, 2, 16384), (200, 1, 32768)], 1e-3),
+    "smoke": (dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=2,
+                   num_key_value_heads=1, head_dim=32, rope_theta=10000.0),
+              [(40, 8, 128)], 3e-3),
+}
+
+
+# ---- corpus ---------------------------------------------------------------------------------------------
+def stdlib_files(base: pathlib.Path | None = None) -> list[pathlib.Path]:
+    import sysconfig
+
+    base = base or pathlib.Path(sysconfig.get_paths()["stdlib"])
+    skip = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
+    return sorted((p for p in base.rglob("*.py") if not skip & set(p.relative_to(base).parts)),
+                  key=lambda p: str(p.relative_to(base)))
+
+
+def build_corpus(heldout_every: int = 8) -> dict:
+    """{"train": uint8, "heldout": uint8, "manifest": {...}} from this Python's stdlib."""
+    import sysconfig
+
+    base = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    parts = {"train": [], "heldout": []}
+    names = []
+    for i, p in enumerate(stdlib_files(base)):
+        split = "heldout" if i % heldout_every == heldout_every - 1 else "train"
+        data = p.read_bytes()
+        parts[split].append(data)
+        names.append([str(p.relative_to(base)), split, hashlib.sha256(data).hexdigest()[:16]])
+    out = {s: np.frombuffer(b"\n\n".join(v), np.uint8) for s, v in parts.items()}
+    h = hashlib.sha256(json.dumps(names).encode()).hexdigest()
+    out["manifest"] = {"python": sys.version.split()[0], "files": len(names), "sha256": h,
+                       "bytes": {s: int(out[s].size) for s in ("train", "heldout")}, "heldout_every": heldout_every}
+    return out
+
+
+def load_corpus(path: pathlib.Path | None) -> dict:
+    if path is None:
+        return build_corpus()
+    if not path.is_file():
+        raise FileNotFoundError(f"--corpus: {path} does not exist (write it with pack-corpus)")
+    z = np.load(path)
+    return {"train": z["train"], "heldout": z["heldout"], "manifest": json.loads(str(z["manifest"]))}
+
+
+# ---- sequences ----------------------------------------------------------------------------------------------
+def _line_start(seq: np.ndarray, pos: int, hi: int) -> int:
+    """The first line start at or after pos (bounded by hi), else pos."""
+    nl = np.flatnonzero(seq[pos:hi] == 10)
+    return pos + int(nl[0]) + 1 if nl.size else pos
+
+
+def _digits(rng) -> bytes:
+    return bytes(rng.integers(48, 58, DIGITS, dtype=np.uint8))
+
+
+def _insert(body: np.ndarray, at: int, piece: bytes) -> np.ndarray:
+    return np.concatenate([body[:at], np.frombuffer(piece, np.uint8), body[at:]])
+
+
+def _repeated(text: np.ndarray, span: np.ndarray, length: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Text with `span` inserted twice; the mask marks the second copy after its first byte."""
+    n = span.size
+    mask = np.zeros(length, bool)
+    body_len = length - 2 * n
+    s = int(rng.integers(0, text.size - body_len))
+    body = text[s : s + body_len]
+    a = int(rng.integers(0, max(1, body_len // 2)))
+    b = int(rng.integers(a, body_len + 1))
+    seq = np.concatenate([body[:a], span, body[a:b], span, body[b:]])
+    mask[a + n + (b - a) + 1 : a + n + (b - a) + n] = True
+    return seq[:length], mask
+
+
+def make_sequence(text: np.ndarray, length: int, rng, mix: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(`length` bytes, answer mask): plain text or one task, chosen with the probabilities in `mix`
+    (keys passkey, kv, span, copy; the rest is plain text). The mask marks the bytes only retrieval predicts."""
+    r = rng.random()
+    task = "text"
+    for name in ("passkey", "kv", "span", "copy"):
+        p = mix.get(name, 0.0)
+        if r < p:
+            task = name
+            break
+        r -= p
+    mask = np.zeros(length, bool)
+    if task == "text":
+        s = int(rng.integers(0, text.size - length))
+        return text[s : s + length].copy(), mask
+    if task in ("span", "copy"):
+        n = int(rng.integers(32, 257)) if task == "span" else int(rng.integers(8, 65))
+        n = min(n, max(8, length // 4))
+        if task == "span":
+            src = int(rng.integers(0, text.size - n))
+            span = text[src : src + n]
+        else:      # random letters: only copying predicts them (the text model cannot)
+            span = rng.choice(LETTERS, n)
+        return _repeated(text, span, length, rng)
+    # passkey / key-value: needles in the body, a query line at the end
+    if task == "passkey":
+        needles = [(PASSKEY_PREFIX, _digits(rng))]
+        q = 0
+    else:
+        k = int(rng.integers(2, 9))
+        needles = [(b"key_" + bytes(rng.choice(LETTERS, 6)) + b" = ", _digits(rng)) for _ in range(k)]
+        q = int(rng.integers(0, k))
+    prefix, answer = needles[q]
+    tail = prefix + answer
+    need = sum(len(a) + len(b) + 1 for a, b in needles) + len(tail)
+    body_len = length - need
+    s = int(rng.integers(0, text.size - body_len - 1))
+    body = text[s : s + body_len]
+    # the query starts a line: end the body at its last newline if there is one near the end
+    cut = np.flatnonzero(body[-200:] == 10)
+    if cut.size:
+        body = body[: body_len - 200 + int(cut[-1]) + 1] if body_len > 200 else body
+    spots = sorted(int(rng.uniform(0.05, 0.9) * body.size) for _ in needles)
+    seq = body
+    for (pre, ans), at in sorted(zip(needles, spots), key=lambda t: -t[1]):   # from the end: offsets hold
+        at = _line_start(seq, at, min(seq.size, at + 200))
+        seq = _insert(seq, at, pre + ans + b"\n")
+    if seq.size and seq[-1] != 10:
+        seq = np.concatenate([seq, np.frombuffer(b"\n", np.uint8)])
+    seq = np.concatenate([seq, np.frombuffer(tail, np.uint8)])
+    if seq.size < length:      # pad at the front with text so the query stays last
+        pad = text[s - (length - seq.size) : s] if s >= length - seq.size else np.full(length - seq.size, 10, np.uint8)
+        seq = np.concatenate([pad, seq])
+    seq = seq[-length:]
+    mask[length - DIGITS :] = True
+    return seq, mask
+
+
+def batch(text, n: int, length: int, rng, mix: dict) -> tuple[np.ndarray, np.ndarray]:
+    seqs, masks = zip(*(make_sequence(text, length + 1, rng, mix) for _ in range(n)))
+    return np.stack(seqs).astype(np.int32), np.stack(masks)
+
+
+# ---- model ------------------------------------------------------------------------------------------------
+def model_args(preset: str):
+    from mlx_lm.models import llama
+
+    cfg = PRESETS[preset][0]
+    return llama.ModelArgs(model_type="llama", vocab_size=256, rms_norm_eps=1e-5, tie_word_embeddings=True, **cfg)
+
+
+def new_model(preset: str, seed: int):
+    import mlx.core as mx
+    from mlx_lm.models import llama
+
+    mx.random.seed(seed)
+    m = llama.Model(model_args(preset))
+    mx.eval(m.parameters())
+    return m
+
+
+def n_params(model) -> int:
+    from mlx.utils import tree_flatten
+
+    return int(sum(v.size for _, v in tree_flatten(model.parameters())))
+
+
+def parse_phases(spec_: str | None, preset: str) -> list[tuple[int, int, int]]:
+    if not spec_:
+        return [tuple(p) for p in PRESETS[preset][1]]
+    out = []
+    for part in spec_.split(","):
+        try:
+            s, b, l = (int(v) for v in part.split("x"))
+        except ValueError:
+            raise ValueError(f"--phases: expected STEPSxBATCHxLENGTH[,...], got {part!r}") from None
+        out.append((s, b, l))
+    return out
+
+
+# ---- training ---------------------------------------------------------------------------------------------
+def train(args) -> int:
+    import mlx.core as mx
+    import mlx.optimizers as optim
+
+    corpus = load_corpus(args.corpus)
+    text = corpus["train"]
+    phases = parse_phases(args.phases, args.preset)
+    total = sum(s for s, _, _ in phases)
+    lr = args.lr or PRESETS[args.preset][2]
+    out = args.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    (ckpt, state_path), log_path = _paths(out), out / "log.jsonl"
+    mix = {"passkey": args.p_passkey, "kv": args.p_kv, "span": args.p_span, "copy": args.p_copy}
+    model = new_model(args.preset, args.seed)
+    warm = max(1, total // 50)
+    sched = optim.join_schedules([optim.linear_schedule(lr / 50, lr, warm),
+                                  optim.cosine_decay(lr, max(1, total - warm), lr / 20)], [warm])
+    opt = optim.AdamW(learning_rate=sched, weight_decay=0.05)
+    rng = np.random.default_rng(args.seed)
+    step = 0
+    if args.resume:
+        step = _resume(args, phases, model, opt, rng)
+        if isinstance(step, str):
+            print(f"--resume: {step}", file=sys.stderr)
+            return 2
+    print(f"{args.preset}: {n_params(model):,} parameters; corpus {corpus['manifest']['sha256'][:12]} "
+          f"({text.size:,} training bytes); phases {phases}; step {step}/{total}; device {mx.default_device()}",
+          flush=True)
+
+    if not args.resume:
+        opt.init(model.trainable_parameters())
+    step_fn = _step_fn(model, opt, args.compile)
+    t0 = time.time()
+    done_before = step
+    bounds = np.cumsum([s for s, _, _ in phases])
+    stopped = "done"
+    with log_path.open("a") as log:
+        while step < total:
+            if args.max_steps is not None and step - done_before >= args.max_steps:
+                stopped = "max-steps"
+                break
+            if (time.time() - t0) / 60 > args.max_minutes:
+                stopped = "max-minutes"
+                break
+            ph = int(np.searchsorted(bounds, step, side="right"))
+            _, bsz, length = phases[ph]
+            seqs, masks = batch(text, bsz, length, rng, mix)
+            x = mx.array(seqs)
+            w = mx.array(np.where(masks[:, 1:], args.answer_weight, 1.0).astype(np.float32))
+            loss, ans, gnorm = step_fn(x[:, :-1], x[:, 1:], w)
+            mx.eval(loss, ans, model.parameters(), opt.state)
+            step += 1
+            if step % args.log_every == 0 or step == total or step - done_before == 1:
+                rec = {"step": step, "phase": ph, "length": length, "loss": round(float(loss), 4),
+                       "answer_loss": round(float(ans), 4), "grad_norm": round(float(gnorm), 3),
+                       "lr": float(sched(step)), "seconds": round(time.time() - t0, 1)}
+                log.write(json.dumps(rec) + "\n")
+                log.flush()
+                print(f"step {step}/{total} L={length} loss {rec['loss']:.3f} answer {rec['answer_loss']:.3f} "
+                      f"|g| {rec['grad_norm']:.2f} {rec['seconds']:.0f}s", flush=True)
+    _save(args, model, opt, rng, dict(phases=phases, step=step, total=total, lr=lr, mix=mix,
+                                      corpus=corpus["manifest"]))
+    if step >= total:   # the deliverable: float16 weights and their config next to the checkpoint
+        model.set_dtype(mx.float16)
+        model.save_weights(str(out / "model.safetensors"))
+    print(f"stopped ({stopped}) at step {step}/{total}; wrote {ckpt}, {state_path}, {log_path}"
+          + (f", {out / 'model.safetensors'}" if step >= total else ""), flush=True)
+    return 0
+
+
+def _step_fn(model, opt, compiled: bool):
+    """One optimizer step on (x, y, w): (loss weighted by w, loss on the answer bytes alone, gradient norm)."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+
+    def loss_fn(m, x, y, w):
+        ce = nn.losses.cross_entropy(m(x).astype(mx.float32), y)
+        return (ce * w).sum() / w.sum(), (ce * (w > 1)).sum() / mx.maximum((w > 1).sum(), 1)
+
+    grad = nn.value_and_grad(model, loss_fn)
+
+    def step_fn(x, y, w):
+        (loss, ans), g = grad(model, x, y, w)
+        g, gnorm = optim.clip_grad_norm(g, 1.0)
+        opt.update(model, g)
+        return loss, ans, gnorm
+
+    if compiled:   # one graph per sequence shape (a handful of phases): fewer launches on the GPU
+        from functools import partial
+
+        state = [model.state, opt.state]
+        step_fn = partial(mx.compile, inputs=state, outputs=state)(step_fn)
+    return step_fn
+
+
+def _paths(out: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """A run folder's checkpoint (model and optimizer state) and its state.json."""
+    return out / "checkpoint.safetensors", out / "state.json"
+
+
+def _resume(args, phases, model, opt, rng) -> int | str:
+    """Load the run in args.out_dir into model, opt and rng: the step it stopped at, or why it cannot resume."""
+    import mlx.core as mx
+    from mlx.utils import tree_unflatten
+    ckpt, state_path = _paths(args.out_dir)
+    if not state_path.is_file():
+        return f"no checkpoint in {args.out_dir}"
+    st = json.loads(state_path.read_text())
+    if st["preset"] != args.preset or st["phases"] != [list(p) for p in phases]:
+        return f"the checkpoint was trained with preset {st['preset']} phases {st['phases']}"
+    flat = mx.load(str(ckpt))
+    model.load_weights([(k[6:], v) for k, v in flat.items() if k.startswith("model.")], strict=True)
+    opt.init(model.trainable_parameters())
+    opt.state = tree_unflatten([(k[4:], v) for k, v in flat.items() if k.startswith("opt.")])
+    rng.bit_generator.state = st["rng"]
+    return st["step"]
+
+
+def _save(args, model, opt, rng, run: dict) -> None:
+    """The checkpoint and state.json of the run (phases, step, total, lr, mix, corpus), with the commands so far."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    ckpt, state_path = _paths(args.out_dir)
+    flat = dict(("model." + k, v) for k, v in tree_flatten(model.parameters()))
+    flat.update(("opt." + k, v) for k, v in tree_flatten(opt.state))
+    mx.save_safetensors(str(ckpt), flat)
+    state = {"preset": args.preset, "phases": [list(p) for p in run["phases"]], "step": run["step"],
+             "total": run["total"], "seed": args.seed, "lr": run["lr"], "mix": run["mix"],
+             "answer_weight": args.answer_weight, "rng": rng.bit_generator.state, "corpus": run["corpus"],
+             "model_args": {k: v for k, v in dataclasses.asdict(model_args(args.preset)).items() if v is not None},
+             "parameters": n_params(model)}
+    state.setdefault("commands", [])
+    if args.resume:
+        state["commands"] = json.loads(state_path.read_text()).get("commands", [])
+    state["commands"].append(" ".join(["python -m veloxquant.tools.quality.retrieval_train", *sys.argv[1:]]))
+    state_path.write_text(json.dumps(state, indent=1) + "\n")
+
+
+# ---- evaluation -------------------------------------------------------------------------------------------
+def passkey_eval(model, text: np.ndarray, context: int, count: int, seed: int) -> dict:
+    """Exact match of the 5 passkey digits (teacher-forced argmax = greedy) and their mean NLL."""
+    import mlx.core as mx
+
+    rng = np.random.default_rng(seed)
+    hits, nll = 0, []
+    for _ in range(count):
+        seq, _ = make_sequence(text, context, rng, {"passkey": 1.0})
+        logits = model(mx.array(seq[None, :-1].astype(np.int32)))[0, -DIGITS:].astype(mx.float32)
+        lp = np.array(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+        tgt = seq[-DIGITS:]
+        hits += int((lp.argmax(-1) == tgt).all())
+        nll.append(float(-lp[np.arange(DIGITS), tgt].mean()))
+    return {"context": context, "sequences": count, "exact_match": hits / count, "answer_nll": float(np.mean(nll))}
+
+
+SHARD_BYTES = 15 * 2**20     # the device tool returns files of at most 16 MiB
+
+
+def load_run(run: pathlib.Path):
+    """The model of a run folder: exported float16 shards (model-*.safetensors with config.json), else the
+    final model.safetensors, else the checkpoint's weights."""
+    import mlx.core as mx
+
+    cfg = run / "config.json"
+    st = json.loads((cfg if cfg.is_file() else run / "state.json").read_text())
+    model = new_model(st["preset"], 0)
+    shards = sorted(run.glob("model-*.safetensors"))
+    if shards:
+        weights = [kv for f in shards for kv in mx.load(str(f)).items()]
+    elif (run / "model.safetensors").is_file():
+        weights = list(mx.load(str(run / "model.safetensors")).items())
+    else:
+        flat = mx.load(str(run / "checkpoint.safetensors"))
+        weights = [(k[6:], v) for k, v in flat.items() if k.startswith("model.")]
+    model.load_weights(weights, strict=True)
+    return model, st
+
+
+def export(args) -> int:
+    """float16 weights in shards of at most SHARD_BYTES, plus config.json (recipe, step, corpus, commands)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    model, st = load_run(args.run)
+    flat = [(k, v.astype(mx.float16)) for k, v in tree_flatten(model.parameters())]
+    args.out.mkdir(parents=True, exist_ok=True)
+    shards, cur, size = [], {}, 0
+    for k, v in flat:
+        if cur and size + v.nbytes > SHARD_BYTES:
+            shards.append(cur)
+            cur, size = {}, 0
+        cur[k] = v
+        size += v.nbytes
+    shards.append(cur)
+    for i, sh in enumerate(shards):
+        mx.save_safetensors(str(args.out / f"model-{i + 1:02d}.safetensors"), sh)
+    cfg = {k: st[k] for k in ("preset", "phases", "step", "total", "seed", "lr", "mix", "answer_weight", "corpus",
+                              "model_args", "parameters", "commands") if k in st}
+    cfg["dtype"] = "float16"
+    (args.out / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    print(f"wrote {len(shards)} shard(s) and config.json to {args.out} (step {st['step']}/{st['total']})")
+    return 0
+
+
+def evaluate(args) -> int:
+    model, st = load_run(args.run)
+    corpus = load_corpus(args.corpus)
+    res = [passkey_eval(model, corpus["heldout"], c, args.sequences, args.seed) for c in args.contexts]
+    for r in res:
+        print(f"context {r['context']}: passkey exact match {r['exact_match']:.0%} (answer NLL "
+              f"{r['answer_nll']:.2f}; chance ln 10 = 2.30)", flush=True)
+    (args.run / "eval.json").write_text(json.dumps({"step": st["step"], "results": res}, indent=1) + "\n")
+    return 0
+
+
+def pack_corpus(args) -> int:
+    c = build_corpus()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(args.out, train=c["train"], heldout=c["heldout"], manifest=json.dumps(c["manifest"]))
+    print(f"wrote {args.out}: {c['manifest']['files']} files, {c['manifest']['bytes']}, corpus "
+          f"{c['manifest']['sha256'][:12]} (Python {c['manifest']['python']})")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m veloxquant.tools.quality.retrieval_train",
+                                 description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pack-corpus", help="write this Python's stdlib corpus to one .npz")
+    p.add_argument("--out", type=pathlib.Path, required=True)
+    p = sub.add_parser("train", help="train (or --resume) until the phases end or --max-minutes")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="retrieval-25m")
+    p.add_argument("--phases", default=None, help="STEPSxBATCHxLENGTH,... (default: the preset's)")
+    p.add_argument("--corpus", type=pathlib.Path, default=None, help="pack-corpus output (default: this stdlib)")
+    p.add_argument("--out-dir", type=pathlib.Path, required=True)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--p-passkey", type=float, default=0.2)
+    p.add_argument("--p-kv", type=float, default=0.2)
+    p.add_argument("--p-span", type=float, default=0.2)
+    p.add_argument("--p-copy", type=float, default=0.0,
+                   help="share of sequences with a random-letter span repeated (only copying predicts it)")
+    p.add_argument("--answer-weight", type=float, default=4.0, help="loss weight of answer bytes")
+    p.add_argument("--max-minutes", type=float, default=8.0)
+    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in this call")
+    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                   help="mx.compile the training step (default on; --no-compile to debug)")
+    p = sub.add_parser("export", help="float16 weights of a run in shards of <= 15 MiB, with config.json")
+    p.add_argument("--run", type=pathlib.Path, required=True)
+    p.add_argument("--out", type=pathlib.Path, required=True)
+    p = sub.add_parser("eval", help="passkey exact match of a run (no cache)")
+    p.add_argument("--run", type=pathlib.Path, required=True)
+    p.add_argument("--corpus", type=pathlib.Path, default=None)
+    p.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096])
+    p.add_argument("--sequences", type=int, default=20)
+    p.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args(argv)
+    if args.cmd == "train":
+        mix = args.p_passkey + args.p_kv + args.p_span + args.p_copy
+        if not 0 <= mix <= 1:
+            ap.error(f"--p-passkey + --p-kv + --p-span + --p-copy: must be within [0, 1], got {mix}")
+        try:
+            parse_phases(args.phases, args.preset)
+        except ValueError as e:
+            ap.error(str(e))
+    return {"pack-corpus": pack_corpus, "train": train, "eval": evaluate, "export": export}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
