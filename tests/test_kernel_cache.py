@@ -208,7 +208,14 @@ def _warm_then_use(compiler, misses, **usage):
 
 
 @pytest.mark.slow
-def test_no_compile_after_warmup(gpu_stand_in):
+@pytest.mark.parametrize("config", [CONFIG, pytest.param({**CONFIG, "window": 32}, marks=pytest.mark.xfail(
+    strict=True, reason="the warm-up leaves a windowed configuration's general-path store (vq_commit, 8 writes and 4 "
+                        "checks: a buffer growing) and the float32 decode to compile later; the windowed step's own "
+                        "kernels (vq_append_*_w, the APPEND partial with a window) are warm"))], ids=["w0", "w32"])
+def test_no_compile_after_warmup(gpu_stand_in, config, monkeypatch):
+    """Also with an exact window: its steps move the window in place (kernels/append.py WINDOWED), whose window
+    length and buffer offsets must not be compiled in either."""
+    monkeypatch.setitem(globals(), "CONFIG", config)
     compiler, misses = gpu_stand_in
     late, missed = _warm_then_use(compiler, misses)
     assert late == [], f"compiled after warm-up: {late}"
