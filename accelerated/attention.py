@@ -51,13 +51,15 @@ class StepKV(PackedKV):
     """A PackedKV of one in-place decode step (accelerated/cache/decode_step.py): its record is made on first
     use from what the step captured (the fused attention launch does not read it; the other paths do). `token`:
     the step's append token, or its pending append (decode_step._Pending) when the attention launch is to store the
-    chunk; reading `flags` or `record` first launches such an append on its own."""
+    chunk; reading `flags` or `record` first launches such an append on its own. `window`: the step's exact window
+    (a view of the stream's window buffer: stream.InPlace.windows), None: the stream's own (R = 0)."""
 
-    def __init__(self, stream, bufs: dict, encoded: int, token, step, lo: int = 0):
+    def __init__(self, stream, bufs: dict, encoded: int, token, step, lo: int = 0, window: mx.array | None = None):
         object.__setattr__(self, "token_or_pending", token)
         object.__setattr__(self, "step", step)
         object.__setattr__(self, "encoded", encoded)      # the step's state: what its attention launch reads
         object.__setattr__(self, "lo", lo)                # its first valid row (a sliding-window cache's evictions)
+        object.__setattr__(self, "window", window)
         object.__setattr__(self, "_lazy", (stream, bufs, encoded))
 
     @property
@@ -72,7 +74,8 @@ class StepKV(PackedKV):
         lo = self.lo
         if rows and lo:
             bufs = {n: b[:, :, lo:] for n, b in bufs.items()}
-        return PackedRecord(s.params, Views(bufs, {n: q for n in bufs}), s._window, q, s._method.decode_tokens, token)
+        w = s._window if self.window is None else self.window
+        return PackedRecord(s.params, Views(bufs, {n: q for n in bufs}), w, q, s._method.decode_tokens, token)
 
     @property
     def record(self) -> PackedRecord:

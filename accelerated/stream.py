@@ -26,7 +26,8 @@ from veloxquant.accelerated.ops.attention import PackedRecord, Views
 def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, after: mx.array | None,
                     plan: "InPlace | None" = None):
     """A keys/values chunk stored by one launch of accelerated.kernels.append (encode + in-place store +
-    deferred checks), where it applies: both streams on the kernels, R = 0 and per-token records, their
+    deferred checks), where it applies: both streams on the kernels, per-token records (an exact window full, in
+    its buffer: Stream._window_buffer), their
     (B, H, d) and dtype already set by an earlier append, room in the buffers. Returns (token, plan): the
     launch's token (both streams now end with the chunk) and the InPlace to pass to the next call, or
     (None, None) with nothing changed (the caller takes the general path).
@@ -37,7 +38,9 @@ def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, 
         plan = InPlace.check(k, v, keys, values)
         if plan is None:
             return None, None
-    token = fused.append(k.params, keys, plan.kbufs, v.params, values, plan.vbufs, plan.base(), after)
+    w = plan.windows()
+    token = fused.append(k.params, keys, plan.kbufs, v.params, values, plan.vbufs, plan.base(), after,
+                         **({"windows": w} if w else {}))
     plan.stored(token)
     return token, plan
 
@@ -48,7 +51,8 @@ class InPlace:
     its version: commit, trim, restore, evict, compact), the chunk has the same shape and dtype, and the
     buffers have room. Saves the per-step checks' Python (a few us per layer on the host)."""
 
-    __slots__ = ("k", "v", "kver", "vver", "kshape", "vshape", "kdt", "vdt", "t", "room", "kbufs", "vbufs", "rows")
+    __slots__ = ("k", "v", "kver", "vver", "kshape", "vshape", "kdt", "vdt", "t", "room", "kbufs", "vbufs", "rows",
+                 "win", "next")
 
     @classmethod
     def check(cls, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> "InPlace | None":
@@ -56,10 +60,13 @@ class InPlace:
         t = keys.shape[2]
         room = None
         lo = next(iter(k._rows.values())).lo
+        win = k.params.window > 0
         for s, x in ((k, keys), (v, values)):
             b, h, _, d = x.shape
             if (s._bhd != (b, h, d) or not hasattr(s._method, "encode_launch") or not fused.applies(s.params)
-                    or s._window is None or s._window.shape[2] or s._window.dtype != x.dtype or s._q != k._q):
+                    or s._window is None or s._window.shape[2] != s.params.window or (s.params.window > 0) != win
+                    or t > s.params.window > 0        # a window moves by the chunk: its tokens leave it, none of it
+                    or s._window.dtype != x.dtype or s._q != k._q):
                 return None
             for r in s._rows.values():
                 # r.lo: rows evicted by a sliding-window cache (the same in every per-token field of both
@@ -68,12 +75,17 @@ class InPlace:
                         or not fused.fits(b, h, r.buf.shape[2]):
                     return None
                 room = r.buf.shape[2] - r.n if room is None else min(room, r.buf.shape[2] - r.n)
+        if win:         # both windows full (checked above) into buffers with room: the launch moves them in place
+            for s in (k, v):
+                s._window_buffer(t)
+                room = min(room, s._wbuf.shape[2] - s._ws - s.params.window)
         p = cls()
         p.k, p.v, p.kver, p.vver = k, v, k._version, v._version
         p.kshape, p.vshape, p.kdt, p.vdt, p.t, p.room = keys.shape, values.shape, keys.dtype, values.dtype, t, room
         p.kbufs = {n: r.buf for n, r in k._rows.items()}
         p.vbufs = {n: r.buf for n, r in v._rows.items()}
         p.rows = [*k._rows.values(), *v._rows.values()]
+        p.win, p.next = win, None
         return p
 
     def __deepcopy__(self, memo):
@@ -85,8 +97,23 @@ class InPlace:
 
     def evicted(self) -> None:
         """Both streams evicted their oldest tokens (Stream.evict, rows skipped in place: buffers and row ends
-        unchanged) since the versions this plan holds for: it holds for the new versions too."""
-        self.kver, self.vver = self.k._version, self.v._version
+        unchanged) since the versions this plan holds for: it holds for the new versions too (not where an
+        eviction reached a window: it is no longer the buffer's view)."""
+        if not self.win or all(s._window is s._wview for s in (self.k, self.v)):
+            self.kver, self.vver = self.k._version, self.v._version
+
+    def windows(self) -> tuple:
+        """The next launch's window views (kernels/append.py WINDOWED): (kf, kw, vf, vw), each stream's t tokens
+        leaving its window and its window after the chunk (rows of Stream._wbuf); () without windows. `stored`
+        makes them the streams' state."""
+        if not self.win:
+            return ()
+        t, out = self.t, []
+        for s in (self.k, self.v):
+            ws, r = s._ws, s.params.window
+            out += [s._wbuf[:, :, ws:ws + t], s._wbuf[:, :, ws + t:ws + t + r]]
+        self.next = tuple(out)
+        return self.next
 
     def stored(self, token: mx.array) -> None:
         """Both streams now end with the chunk the launch of `token` stored (t rows more); the plan follows."""
@@ -97,6 +124,11 @@ class InPlace:
             s._q += t
             s._version += 1
             s._token = token
+        if self.win:
+            nxt = self.next if self.next is not None else self.windows()
+            self.next = None
+            for s, w in ((k, nxt[1]), (v, nxt[3])):
+                s._moved(w, t)
         self.kver, self.vver, self.room = k._version, v._version, self.room - t
 
     def holds(self, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> bool:
@@ -198,6 +230,12 @@ class Stream:
         self._version = 0                    # bumped by every state change (see commit)
         self._epoch = 0                      # bumped by every trim (marks taken before it cannot be restored)
         self._token: mx.array | None = None  # the pending in-place store of the newest rows (see commit)
+        # the full window in place (kernels/append.py WINDOWED, _window_buffer): a buffer, the window's first row
+        # in it, and the views of it that the state holds while it is there
+        self._wbuf: mx.array | None = None
+        self._ws = 0
+        self._wview: mx.array | None = None
+        self._kview: mx.array | None = None
 
     # -- sizes -------------------------------------------------------------------------------------
     @property
@@ -244,6 +282,8 @@ class Stream:
         b, h, _, d = x.shape
         if self._bhd is not None and (b, h, d) != self._bhd:
             raise ValueError(f"x: shape {tuple(x.shape)} does not continue (B, H, d) = {self._bhd}")
+        if self._wbuf is not None and self._token is not None:
+            self.sync()     # the window is rows an in-place launch wrote (_window_buffer): no MLX op orders after it
         win = x if self._window is None or self._window.shape[2] == 0 else mx.concatenate([self._window, x], axis=2)
         f = self._flush_count(win.shape[2])
         if not f and numerics.deferring():
@@ -290,6 +330,34 @@ class Stream:
         else:
             kept = mx.concatenate([self._kept, win[:, :, :f]], axis=2)
             self._kept = kept[:, :, max(kept.shape[2] - self._cap, 0):]
+
+    def _window_buffer(self, t: int) -> None:
+        """The full window as rows ws..ws+R-1 of a buffer with room for t more rows and the kept tokens just
+        before them (the window's earlier tokens), for in-place appends (kernels/append.py WINDOWED): a launch
+        encodes rows ws..ws+t-1 and writes the chunk at rows ws+R.., and the state after it is views of the
+        buffer (_moved). Rows are only written past the newest window row, so a view taken before (a mark's
+        window and kept tokens, a copy's) keeps its values; the buffer is made anew (a copy of those rows, the
+        same values) when the window is not its view any more or the room ran out."""
+        win, r = self._window, self._window.shape[2]
+        if (self._wbuf is not None and win is self._wview and self._kept is self._kview
+                and self._ws + r + t <= self._wbuf.shape[2]):
+            return
+        kept = self._kept if self._kept is not None else win[:, :, :0]
+        n = kept.shape[2] + r
+        cap = -(-(n + t) // _Rows.step) * _Rows.step + _Rows.step
+        buf = mx.zeros((*win.shape[:2], cap, win.shape[3]), dtype=win.dtype)
+        buf[:, :, :n] = mx.concatenate([kept, win], axis=2) if kept.shape[2] else win
+        self._wbuf, self._ws = buf, kept.shape[2]
+        self._window = self._wview = buf[:, :, self._ws:self._ws + r]
+        self._kview = None if self._kept is None else buf[:, :, :self._ws]
+        self._kept = self._kview
+
+    def _moved(self, window: mx.array, t: int) -> None:
+        """An in-place launch moved the window by t rows of its buffer (InPlace.stored): `window` is the new one."""
+        self._ws += t
+        self._window = self._wview = window
+        if self._cap:
+            self._kept = self._kview = self._wbuf[:, :, max(self._ws - self._cap, 0):self._ws]
 
     def stored_by(self, token: mx.array) -> None:
         """The rows of the last `commit(..., writes)` are being stored by the launch that returns `token`."""
@@ -365,6 +433,7 @@ class Stream:
             if r.buf is not None:
                 new._rows[k].extend(r.view())
         new._token = None
+        new._wbuf = new._wview = new._kview = None      # its own buffer at its first in-place append
         memo[id(self)] = new
         return new
 

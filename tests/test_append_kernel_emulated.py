@@ -34,6 +34,9 @@ _C = {"float32": "float", "float16": "_Float16", "bfloat16": "vq_bf16"}
 
 
 ROWS = km.SPECIALIZE_ROWS   # the compile checks build the specialized launch (code constants compiled in)
+# the emulated kernels: every pair with the roles apart and serial, and apart with exact windows (fused.WINDOWED)
+_VARIANTS = [(*pair, apart, False) for apart in (True, False) for pair in PAIRS] + [(*pair, True, True) for pair in PAIRS]
+_WIN_INPUTS = ("kf", "kw", "vf", "vw")
 
 
 def _params(method: str) -> spec.Params:
@@ -51,7 +54,7 @@ def _ctype(name: str, xt: str, tk: str, tv: str) -> str:
     if name == "after":
         return "bool"
     role, rest = name[0], name[1:]
-    return {"x": _C[xt], "const": "uint32_t", "codes1": "uint32_t", "codes2": "uint32_t"}.get(
+    return {"x": _C[xt], "f": _C[xt], "w": _C[xt], "const": "uint32_t", "codes1": "uint32_t", "codes2": "uint32_t"}.get(
         rest, tk if role == "k" else tv)
 
 
@@ -62,25 +65,26 @@ def _source() -> str:
             .replace("@ENC_DISPATCH@", "").replace("@DEC_DISPATCH@", ""))
     text = head + "#define VQ_DEV\n#define VQ_TG\n#define VQ_REF const auto&\n#define VQ_MUT(type, p) const_cast<type*>(p)\n"
     calls = []
-    for i, (mk, mv, xt, apart) in enumerate((*pair, apart) for apart in (True, False) for pair in PAIRS):
+    for i, (mk, mv, xt, apart, win) in enumerate(_VARIANTS):
         tk, tv = _C[_ts(mk, xt)], _C[_ts(mv, xt)]
-        names = fused.inputs(mk, mv)
+        names = fused.inputs(mk, mv, win)
         params, args = [], []
         for j, n in enumerate(names):
             ty = _ctype(n, xt, tk, tv)
             params.append(f"const {ty}* {n}")
             args.append(f"(const {ty}*)p[{j}]")
-            if n in ("kx", "vx", "kcodes1", "vcodes1"):
+            if n in ("kx", "vx", "kcodes1", "vcodes1", *_WIN_INPUTS):
                 params.append(f"Shape {n}_shape")
                 args.append(f"shape_of(sh + {4 * j})")
-            if n in ("kx", "vx"):
+            if n in ("kx", "vx", *_WIN_INPUTS):
                 params.append(f"Strides {n}_strides")
                 args.append(f"strides_of(st + {4 * j})")
         ids = (source.METHOD_IDS[mk], source.METHOD_IDS[mv])
         codes = "".join(f"  constexpr int {n} = {v};\n" for n, v in fused.code_template(_params(mk), _params(mv), ROWS))
         text += (f"static void app_thread_{i}({', '.join(params)}, bool* flags) {{\n"
                  f"  constexpr int KM = {ids[0]};\n  constexpr int VM = {ids[1]};\n  constexpr int D = {D};\n{codes}"
-                 f"  using KTS = {tk};\n  using VTS = {tv};\n" + ke.PRELUDE + fused.body(mk, mv, apart) + "}\n"
+                 f"  using KTS = {tk};\n  using VTS = {tv};\n  using KXT = {_C[xt]};\n  using VXT = {_C[xt]};\n"
+                 + ke.PRELUDE + fused.body(mk, mv, apart, win) + "}\n"
                  + ("#undef GROUP\n#undef NGROUPS\n#define GROUP vq_group\n#define NGROUPS vq_ngroups\n" if apart else ""))
         calls.append(f"  if (pair == {i}) {{ run_grid(groups, warps, [&] {{ app_thread_{i}({', '.join(args)}, "
                      f"(bool*)p[{len(names)}]); }}); return 0; }}")
@@ -97,16 +101,17 @@ def _x(rng, shape, xt):
     return mx.array(rng.standard_normal(shape).astype(np.float32)).astype(getattr(mx, xt))
 
 
-def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2, apart=True):
-    """The emulated launch; buffers (numpy, written in place) by field name; returns the token."""
-    arrays = {"base": np.array([base], np.int32), "after": np.zeros(1, np.bool_)}
+def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2, apart=True, windows=None):
+    """The emulated launch; buffers (numpy, written in place) by field name; returns the token. `windows`: the
+    numpy views kf, kw, vf, vw of a launch with exact windows (fused.WINDOWED)."""
+    arrays = {"base": np.array([base], np.int32), "after": np.zeros(1, np.bool_), **(windows or {})}
     for r, p, x, bufs in (("k", kp, xk, kbufs), ("v", vp, xv, vbufs)):
         arrays[f"{r}x"] = ke._np(x)
         arrays[f"{r}const"] = ke._np(fused.constants(p, x.shape[1], x.shape[2], x.shape[3]))
         for out, field in zip(("codes1", "codes2", "f_s1", "f_s2"), km.FIELDS[p.method]):
             if field:
                 arrays[f"{r}{out}"] = bufs[field]
-    names = fused.inputs(kp.method, vp.method)
+    names = fused.inputs(kp.method, vp.method, windows is not None)
     ins = [arrays[n] for n in names]
     flags = np.zeros((2, groups, 2), np.bool_)
     ptrs = (ctypes.c_void_p * (len(ins) + 1))(*[a.ctypes.data for a in ins + [flags]])
@@ -116,8 +121,7 @@ def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2, apart=True)
         if a.ndim == 4:
             sh[j] = a.shape
             st[j] = [s_ // a.itemsize for s_ in a.strides]
-    pair = next(i for i, (mk, mv, xt) in enumerate(PAIRS) if (mk, mv, xt) == (kp.method, vp.method, ke._dtname(xk.dtype)))
-    pair += 0 if apart else len(PAIRS)
+    pair = _VARIANTS.index((kp.method, vp.method, ke._dtname(xk.dtype), apart, windows is not None))
     rc = lib.vq_append(pair, 2 * groups if apart else groups, warps, ptrs, ke._ptr(sh), ke._ptr(st))   # apart: a half per role
     assert rc == 0, "no instantiation"
     return flags
@@ -176,6 +180,69 @@ def test_append_fault_slots(lib):
     assert [any(h) for h in fused.messages(mx.array(flags))] == [False, False, True, False]
     xk_big = np.array(xk[:, :, 5:]) * np.float32(1e30)
     flags = _run(lib, kp, mx.array(xk_big), kb, vp, xv[:, :, 5:], vb, 5)
+    assert flags[0, :, 1].any() and not flags[0, :, 0].any() and not flags[1].any(), flags.tolist()
+
+
+def _window_case(rng, mk, mv, xt, t0, t, r, ws):
+    """A stream pair with an exact window of r tokens (T = t0 + r + t: t0 encoded, r in the window, t new): records of
+    t0 rows in buffers with room, the window at rows ws..ws+r-1 of a window buffer (garbage around it), the chunk;
+    and what one-shot encode of all T tokens stores (fields, window)."""
+    kp = spec.Params(mk, role="k", window=r, seed=3, layer=2, head_offset=4, **KW[mk]).resolved()
+    vp = spec.Params(mv, role="v", window=r, seed=3, layer=2, head_offset=4, **KW[mv]).resolved()
+    xs = [_x(rng, (2, 3, t0 + r + t, D), xt) for _ in range(2)]
+    case = {}
+    for role, p, x in (("k", kp, xs[0]), ("v", vp, xs[1])):
+        want = ops.method_module(p.method).encode(x, p)
+        bufs, before = _buffers(rng, {n: a for n, a in want.items() if n != "window"}, t0, t0 + t + 3)
+        xn = ke._np(x)
+        wbuf = rng.standard_normal((2, 3, ws + r + t + 5, D)).astype(xn.dtype)
+        wbuf[:, :, ws:ws + r] = xn[:, :, t0:t0 + r]
+        case[role] = dict(p=p, chunk=x[:, :, t0 + r:], bufs=bufs, before=before, want=want, wbuf=wbuf,
+                          wbefore=wbuf.copy(), views={f"{role}f": wbuf[:, :, ws:ws + t], f"{role}w": wbuf[:, :, ws + t:ws + t + r]})
+    return case
+
+
+@pytest.mark.parametrize("mk,mv,xt", PAIRS)
+@pytest.mark.parametrize("t0,t,r,ws", [(5, 1, 3, 2), (9, 2, 32, 0), (4, 3, 3, 7), (6, 1, 1, 0)])
+def test_append_with_windows_moves_them_in_place(lib, mk, mv, xt, t0, t, r, ws):
+    """fused.WINDOWED (chunks of t <= R tokens: stream.InPlace): the window's t oldest tokens are encoded into rows t0.. of the records (one-shot encode's bytes
+    for the whole sequence) and the chunk is copied into the window's next t rows: the window after the step is
+    one-shot encode's window, and no other row of either buffer is written."""
+    rng = np.random.default_rng(t0 * 11 + t * 3 + r)
+    c = _window_case(rng, mk, mv, xt, t0, t, r, ws)
+    k, v = c["k"], c["v"]
+    flags = _run(lib, k["p"], k["chunk"], k["bufs"], v["p"], v["chunk"], v["bufs"], t0,
+                 windows={**k["views"], **v["views"]})
+    assert not flags.any(), f"append {mk}/{mv} with windows: fault flags on good input: {flags.tolist()}"
+    for role in ("k", "v"):
+        e = c[role]
+        for n, buf in e["bufs"].items():
+            w = ke._np(e["want"][n])
+            diff = np.count_nonzero(buf[:, :, :t0 + t] != w)
+            assert diff == 0, f"{mk}/{mv} {role}.{n}: {diff} of {w.size} elements differ from one-shot encode"
+            assert np.array_equal(buf[:, :, t0 + t:], e["before"][n][:, :, t0 + t:]), f"{role}.{n}: rows past the chunk"
+        win = e["wbuf"][:, :, ws + t:ws + t + r]
+        assert np.array_equal(win, ke._np(e["want"]["window"])), f"{mk}/{mv} {role}: the window after the step"
+        outside = np.ones(e["wbuf"].shape[2], bool)
+        outside[ws + r:ws + r + t] = False
+        assert np.array_equal(e["wbuf"][:, :, outside], e["wbefore"][:, :, outside]), \
+            f"{mk}/{mv} {role}: window buffer rows other than the chunk's were written"
+
+
+def test_append_with_windows_fault_slots(lib):
+    """With windows: NaN in the values' chunk sets [values][*][NaN/Inf] only (the chunk is what is checked), and a
+    norm overflowing binary32 in the keys' oldest window token (the one encoded) sets [keys][*][rule] only."""
+    rng = np.random.default_rng(2)
+    c = _window_case(rng, "turboquant_prod", "rabitq", "float32", 5, 1, 3, 1)
+    k, v = c["k"], c["v"]
+    bad = np.array(v["chunk"])
+    bad[0, 2, 0, 7] = np.nan
+    flags = _run(lib, k["p"], k["chunk"], k["bufs"], v["p"], mx.array(bad), v["bufs"], 5,
+                 windows={**k["views"], **v["views"]})
+    assert flags[1, :, 0].any() and not flags[0].any() and not flags[1, :, 1].any(), flags.tolist()
+    k["views"]["kf"][:] *= np.float32(1e30)
+    flags = _run(lib, k["p"], k["chunk"], k["bufs"], v["p"], v["chunk"], v["bufs"], 5,
+                 windows={**k["views"], **v["views"]})
     assert flags[0, :, 1].any() and not flags[0, :, 0].any() and not flags[1].any(), flags.tolist()
 
 

@@ -183,11 +183,15 @@ static inline float vq_round_to(float, float x) { return x; }
 static inline float vq_round_to(_Float16, float x) { return (float)(_Float16)x; }
 static inline float vq_round_to(vq_bf16, float x) { return (float)vq_bf16(x); }
 @HELPERS@
+// blocks of a launch run one after the other, in x order or (vq_reverse) against it: a GPU gives no order, so a block
+// that reads what another block of the launch writes shows in one of the two
+static int vq_reverse = 0;
+extern "C" void vq_set_reverse(int r) { vq_reverse = r; }
 template <typename F>
 static void vq_run(int nt, int gx, int gy, int gz, F f) {
   vq_nx = gx; vq_ny = gy; vq_nz = gz;
   for (int z = 0; z < gz; ++z) for (int y = 0; y < gy; ++y) for (int x = 0; x < gx; ++x) {
-    vq_bx = x; vq_by = y; vq_bz = z;
+    vq_bx = vq_reverse ? gx - 1 - x : x; vq_by = y; vq_bz = z;
     std::barrier<> bar(nt);
     vq_bar = &bar;
     std::vector<std::barrier<>*> wb;
@@ -254,7 +258,7 @@ def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
     starts = len(plan.key) > 7 and plan.key[7]
     p_ins, c_ins = plan.partial_names, src.inputs("combine", append=append)
     types = {**in_types, "o_acc": "float", "o_ml": "float", "f_c": "float", "tok": "bool"}
-    pbody = ((src.append_block(*plan.key[:2]) if append else "")
+    pbody = ((src.append_block(*plan.key[:3]) if append else "")
              + src.aliases("partial", *plan.key[:4], append=append, starts=starts)
              + (src.PARTIAL_TC_BODY if plan.key[4] else src.PARTIAL_BODY))
     cbody = src.aliases("combine") + (src.COMBINE_SUMMARY if append else "") + src.COMBINE_BODY
@@ -334,18 +338,25 @@ def _marshal(arrays: list[np.ndarray]):
 
 
 def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale: float, mask=None,
-            append: tuple | None = None, poison_below: list | None = None) -> np.ndarray:
+            append: tuple | None = None, poison_below: list | None = None, reverse: bool = False) -> np.ndarray:
     """The partial and combine launches on the CPU. `append` = (new keys, new values, keys' params, values' params,
     poisoned): the decode step's append inside the partial launch (APPEND) for the last t tokens of the records,
     whose rows in the buffers are set to all ones first when `poisoned` (so the kernel must write them); returns
-    (output, {field input name: its rows as the kernel left them}, the token, the combine's summary of it) then."""
+    (output, {field input name: its rows as the kernel left them}, the token, the combine's summary of it) then.
+    With exact windows (R > 0, the records' windows: the state after the step) the append moves them
+    (kernels/append.py WINDOWED): kf / vf, the t tokens leaving each window (`append`'s sixth item, (kf, vf)), sit
+    just before the window in one buffer, whose last t rows are all ones (the chunk's, to be written); the rows then
+    also hold "kw" / "vw", the window as the launch left it. `reverse`: the blocks of each launch run in reverse
+    order (the last split first)."""
     extra = ats = None
     if append is not None:
-        kx, vx, kp, vp, poisoned = append
+        kx, vx, kp, vp, poisoned = append[:5]
         d = kx.shape[3]
         extra = {"kx": kx, "kconst": kfused.constants(kp, kx.shape[1], kx.shape[2], d), "vx": vx,
                  "vconst": kfused.constants(vp, vx.shape[1], vx.shape[2], d)}
-        ats = (km_._side_dtype(kp, kx.dtype), km_._side_dtype(vp, vx.dtype))
+        ats = (km_._side_dtype(kp, kx.dtype), km_._side_dtype(vp, vx.dtype), kx.dtype, vx.dtype)
+        if len(append) > 5:
+            extra.update(kf=append[5][0], vf=append[5][1])
     plan = katt.launch_plan(queries, k, v, scale, mask, None if append is None else mx.zeros((1,), mx.bool_), ats,
                             extra)
     ins = [_strided(a, 3 if name in _FIELD_INPUTS else 0) for name, a in zip(plan.partial_names, plan.partial_inputs)]
@@ -359,9 +370,20 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
         for name, a in zip(plan.partial_names, ins):
             if name in _FIELD_INPUTS:
                 a[:, :, q - t: q].view(np.uint8)[...] = 0xFF
+    wins = {}
+    if append is not None and len(append) > 5:     # each window after its leaving tokens in one buffer, its new rows poisoned
+        for r in ("k", "v"):
+            iw, i_f = plan.partial_names.index(f"{r}w"), plan.partial_names.index(f"{r}f")
+            w, f = ins[iw], _strided(extra[f"{r}f"], 0)
+            t = f.shape[2]
+            buf = np.concatenate([f, w, np.zeros(w.shape[:2] + (2,) + w.shape[3:], w.dtype)], axis=2)
+            buf[:, :, t + w.shape[2] - t: t + w.shape[2]].view(np.uint8)[...] = 0xFF
+            ins[i_f], ins[iw] = buf[:, :, :t], buf[:, :, t:t + w.shape[2]]
+            wins[f"{r}w"] = buf[:, :, t:t + w.shape[2]]
     in_types = {n: CTYPES[a.dtype] for n, a in zip(plan.partial_names, plan.partial_inputs)}
     out_type = CTYPES[queries.dtype]
     lib = _compile(_source(plan, in_types, out_type))
+    lib.vq_set_reverse(int(reverse))
     (acc_shape, _), (ml_shape, _) = plan.partial_outputs[:2]
     o_acc = np.full(acc_shape, np.nan, np.float32)
     o_ml = np.full(ml_shape, np.nan, np.float32)
@@ -390,6 +412,7 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
         return res
     q = k.encoded
     rows = {n: a[:, :, :q] for n, a in zip(plan.partial_names, ins) if n in _FIELD_INPUTS}
+    rows.update(wins)
     return res, rows, token, summary
 
 
@@ -544,13 +567,13 @@ def test_tensor_core_loop_on_the_gpu_within_the_attention_budget(case):
     _check_tc_case(case, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)))
 
 
-def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)))):
+def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquant", dict(bits=4))), window=0):
     from conformance.checks import attention_budget, attention_f64
     (b, hkv, rep, lq, t, d), qdt, causal, qs, vs = case
     rng = np.random.default_rng(t + d)
     (km, kkw), (vm, vkw) = methods
-    kp = spec.Params(km, role="k", window=0, seed=3, layer=1, **kkw).resolved()
-    vp = spec.Params(vm, role="v", window=0, seed=3, layer=1, **vkw).resolved()
+    kp = spec.Params(km, role="k", window=window, seed=3, layer=1, **kkw).resolved()
+    vp = spec.Params(vm, role="v", window=window, seed=3, layer=1, **vkw).resolved()
     kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
     vscale = np.logspace(-3, 3, t)[None, None, :, None] if vs == "ramp" else vs
     vx = mx.array((rng.standard_normal((b, hkv, t, d)) * vscale).astype(np.float32))
@@ -573,6 +596,14 @@ def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquan
     bound = TC_SPLIT_FRACTION if qdt == mx.float32 else 1.0
     assert ratio.max() <= bound, (f"tensor-core loop, case {case}: worst error / budget {ratio.max():.3g} > "
                                   f"{bound} at {np.unravel_index(ratio.argmax(), ratio.shape)}")
+
+
+@pytest.mark.parametrize("case,window", [(TC_CASES[0], 32), (TC_CASES[1], 5), (TC_CASES[3], 1)],
+                         ids=["R32", "R5-causal", "R1-bf16"])
+def test_tensor_core_loop_with_a_window_within_the_attention_budget(case, window, tensor_cores):
+    """An exact window beside turboquant b4 records: its split in the tensor-core kernel (csrc/tc_window.h, scalar
+    arithmetic over the exact tokens) within the same bounds as the records' tensor-core loop."""
+    _check_tc_case(case, emulate, window=window)
 
 
 TC_CODE_CASES = [
@@ -666,6 +697,66 @@ def test_append_inside_the_partial_stores_the_append_bytes_and_attends_over_them
         assert np.array_equal(token, want_tok), f"token after a NaN key in head 1: {token.tolist()}"
         # the host reads only the combine's summary: the keys' NaN/Inf check over all groups, nothing else
         assert summary.tolist() == [[[True, False]], [[False, False]]], f"summary of that token: {summary.tolist()}"
+    finally:
+        katt._static.cache_clear()
+
+
+WINDOW_CASES = [
+    # key method/kw, value method/kw, (B, Hkv, rep, L = t new tokens, T, d, R), x dtype, causal, tensor cores
+    (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (1, 2, 4, 1, 70, 128, 32), mx.float16, False, True),
+    (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (1, 1, 2, 2, 50, 64, 3), mx.float32, True, True),
+    (("turboquant_rvq", dict(bits=3, bits2=2)), ("turboquant_prod", dict(bits=3)), (2, 2, 2, 1, 40, 64, 5),
+     mx.bfloat16, False, False),
+    (("rabitq", {}), ("mlx_affine", dict(bits=4, group_size=32)), (1, 2, 2, 3, 30, 64, 3), mx.float16, True, False),
+    (("mlx_affine", dict(bits=4, group_size=32)), ("rabitq", {}), (1, 1, 3, 1, 20, 64, 1), mx.float32, False, False),
+]
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=[f"{c[0][0]}-{c[1][0]}-R{c[2][6]}-tc{int(c[5])}" for c in WINDOW_CASES])
+def test_append_inside_the_partial_moves_exact_windows(case, monkeypatch):
+    """APPEND with exact windows (kernels/append.py WINDOWED): split S - 1 encodes the t tokens leaving each window
+    into their rows of the records (poisoned first: the bytes of accelerated.ops' one-shot encode of all T tokens)
+    and copies the chunk into the window's last t rows (poisoned first), which the window split of the same launch
+    attends (reading them from the chunk); the window after the launch is one-shot encode's, the output within the
+    float64 budget over all T tokens, a NaN in the values' chunk in that head's slot only."""
+    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    monkeypatch.setattr(katt, "_mma_available", lambda: case[5])
+    katt._static.cache_clear()
+    try:
+        (km, kkw), (vm, vkw), (b, hkv, rep, lq, t, d, r), xdt, causal, tc = case
+        rng = np.random.default_rng(t + d + r)
+        kp = spec.Params(km, role="k", window=r, seed=4, layer=1, head_offset=2, **kkw).resolved()
+        vp = spec.Params(vm, role="v", window=r, seed=4, layer=1, head_offset=2, **vkw).resolved()
+        kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
+        vx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
+        q = mx.array(rng.standard_normal((b, hkv * rep, lq, d)).astype(np.float32)).astype(mx.float16)
+        k, v = _packed(kx, kp), _packed(vx, vp)
+        qe = t - r
+        scale = 1.0 / np.sqrt(d)
+        mask = "causal" if causal else None
+        leaving = (kx[:, :, qe - lq:qe], vx[:, :, qe - lq:qe])
+        new = (kx[:, :, t - lq:], vx[:, :, t - lq:], kp, vp, True, leaving)
+        # the window split first: the rows the append writes are still poisoned when it runs
+        got, rows, token, summary = emulate(q, k, v, scale, mask, append=new, reverse=True)
+        assert bool(katt.launch_plan(q, k, v, scale, mask).key[4]) == tc, "tensor-core loop: not as the case expects"
+        assert not token.any() and not summary.any(), (token.tolist(), summary.tolist())
+        for rec, role in ((k, "k"), (v, "v")):
+            for kn, name in katt._field_names(rec.params.method, role):
+                want = _strided(rec.fields[name], 0)
+                assert np.array_equal(rows[kn].view(np.uint8), want.view(np.uint8)), \
+                    f"{rec.params.method} {role} {name}: the appended rows differ from accelerated.ops' encode"
+            assert np.array_equal(rows[f"{role}w"].view(np.uint8), _strided(rec.window, 0).view(np.uint8)), \
+                f"{role}: the window after the launch differs from one-shot encode's"
+        want = f64_attention(np.array(q.astype(mx.float32)), np.array(k.dequantized()), np.array(v.dequantized()),
+                             scale, causal)
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * np.abs(want).max(), err_msg="APPEND window vs f64")
+        bad = np.array(vx.astype(mx.float32))
+        bad[0, hkv - 1, t - 1, 3] = np.nan
+        bad = mx.array(bad).astype(xdt)
+        _, _, token, summary = emulate(q, k, v, scale, mask, append=(new[0], bad[:, :, t - lq:], kp, vp, False, leaving))
+        want_tok = np.zeros_like(token)
+        want_tok[1, hkv - 1, 0] = True
+        assert np.array_equal(token, want_tok), f"token after a NaN value in head {hkv - 1}: {token.tolist()}"
     finally:
         katt._static.cache_clear()
 

@@ -10,7 +10,8 @@ from veloxquant.accelerated.kernels import loader
 
 
 def test_includes_are_spliced_recursively():
-    text = loader.text("append_serial.h", {"VQ_ENCODE_ARRAYS": "encode_arrays_scoped.h"})
+    text = loader.text("append_serial.h", {"VQ_ENCODE_ARRAYS": "encode_arrays_scoped.h",
+                                           "VQ_CHECK_COUNT": "check_count.h", "VQ_CHECK_ROW": "check_row.h"})
     assert "#include" not in text
     assert loader.text("common.h")[:-1] in text and loader.text("encode_shared.h")[:-1] in text
     assert text.count("constexpr int M = VQ_SCOPE(M);") == 2          # the scope, once per role

@@ -107,10 +107,10 @@ def _fused_chunk(msgs: tuple, index: int, token: mx.array, before: tuple) -> _Ch
 
 @functools.lru_cache(maxsize=256)
 def _one_launch(kp: spec.Params, vp: spec.Params) -> bool:
-    """Whether both roles' parameters let an append take kernels/append.py's one launch (no window, not kivi):
-    for the others (kivi, windowed streams) the in-place attempt and its rollback marks are skipped at every step,
+    """Whether both roles' parameters let an append take kernels/append.py's one launch (not kivi; windows in both
+    roles or neither): for the others the in-place attempt and its rollback marks are skipped at every step,
     since they would find it does not apply."""
-    return fused_applies(kp) and fused_applies(vp)
+    return fused_applies(kp) and fused_applies(vp) and (kp.window > 0) == (vp.window > 0)
 
 
 @functools.lru_cache(maxsize=None)

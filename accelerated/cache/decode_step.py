@@ -65,7 +65,7 @@ class DecodeStep:
     """One cache's in-place append (one token or chunk of the remembered shape) plus its attention launch."""
 
     __slots__ = ("cache", "plan", "k", "v", "kernel", "call", "ins", "slot_v", "record", "attn", "clean", "pending",
-                 "append_ts")
+                 "append_ts", "win")
 
     def __init__(self, cache, plan, keys: mx.array, values: mx.array, record):
         # record(index, token, before): the cache's _Chunk of one append, with the fused launch's messages
@@ -77,8 +77,10 @@ class DecodeStep:
         self.kernel, self.call = _resolve(kernel, template, grid=grid, threadgroup=group, output_shapes=oshape,
                                           output_dtypes=[mx.bool_])
         kb = [plan.kbufs[f] for f in fk]
-        # inputs as kernels/append.append passes them: [base, after, keys, kc, *kbufs, values, vc, *vbufs]
-        self.ins = [None, None, None, kc, *kb, None, vc, *[plan.vbufs[f] for f in fv]]
+        # inputs as kernels/append.append passes them: [base, after, keys, kc, *kbufs, values, vc, *vbufs], and with
+        # exact windows (append.WINDOWED) each step's window views [kf, kw, vf, vw] (stream.InPlace.windows)
+        self.win = plan.win
+        self.ins = [None, None, None, kc, *kb, None, vc, *[plan.vbufs[f] for f in fv], *([None] * 4 if plan.win else [])]
         self.slot_v = 4 + len(kb)
         self.attn: dict = {}
         # a token with no hit, as tolist() gives it: the append kernel's, and the combine's summary of the attention
@@ -86,7 +88,8 @@ class DecodeStep:
         self.clean = ([[[False, False]] * (oshape[0][1])] * 2, [[[False, False]]] * 2)
         self.pending: _Pending | None = None
         tm = dict(template)
-        self.append_ts = (tm["KTS"], tm["VTS"])         # the side dtypes of the append inside the attention launch
+        # the side dtypes of the append inside the attention launch (with windows, and the chunks' types)
+        self.append_ts = (tm["KTS"], tm["VTS"], *((tm["KXT"], tm["VXT"]) if plan.win else ()))
 
     @staticmethod
     def applies(plan) -> bool:
@@ -128,6 +131,9 @@ class DecodeStep:
         ins[1] = c._token if c._token is not None else km._dummy(mx.bool_)
         ins[2] = keys
         ins[self.slot_v] = values
+        w = plan.windows()          # (kf, kw, vf, vw): the tokens leaving each window and the window after the step
+        if w:
+            ins[-4:] = w
         q = k._q + keys.shape[2]
         c.offset += keys.shape[2]
         c._appends += 1
@@ -136,7 +142,8 @@ class DecodeStep:
         else:
             (token,) = self.kernel(inputs=ins, **self.call)
             self._stored(token, before, c._appends)
-        return StepKV(k, plan.kbufs, q, token, self, lo), StepKV(v, plan.vbufs, q, token, self, lo)
+        return (StepKV(k, plan.kbufs, q, token, self, lo, w[1] if w else None),
+                StepKV(v, plan.vbufs, q, token, self, lo, w[3] if w else None))
 
     def _stored(self, token: mx.array, before: tuple, index: int) -> None:
         """The chunk of `token`'s launch is in the buffers: the plan, the streams and the cache follow."""
@@ -185,11 +192,15 @@ class DecodeStep:
             return None
         kern, call, ins, slots, comb = a
         ins = list(ins)
-        iq, inn, ifl, ikx, ivx, irs = slots
+        iq, inn, ifl, ikx, ivx, irs, iwin = slots
         ins[iq] = queries
         ins[inn] = km.count(q_enc + lo)
         if starts:
             ins[irs] = mask.starts
+        if self.win:        # this step's windows (kw, vw), and with the append inside the tokens leaving them (kf, vf)
+            ins[iwin[0]], ins[iwin[1]] = keys.window, values.window
+            if append:
+                ins[iwin[2]], ins[iwin[3]] = tok.ins[-4], tok.ins[-2]
         if append:
             ins[ifl] = tok.ins[1]         # ordered after the previous store, as the append launch is
             ins[ikx] = tok.ins[2]
@@ -225,7 +236,8 @@ class DecodeStep:
         if not kattention.supports(queries, kr, vr, mask) or (append and kattention._fused()):
             return False
         # the append's arrays: its constant arrays (fixed), the new keys and values (any array here: set per step)
-        extra = {"kx": queries, "kconst": self.ins[3], "vx": queries, "vconst": self.ins[self.slot_v + 1]}
+        extra = {"kx": queries, "kconst": self.ins[3], "vx": queries, "vconst": self.ins[self.slot_v + 1], "kf": queries,
+                 "vf": queries}
         ins, st = kattention._launch(queries, kr, vr, scale, mask, km._dummy(mx.bool_),
                                      self.append_ts if append else None, extra if append else None)
         if append and st.grid[2] != queries.shape[0]:   # more than one query group per KV head: blocks would race
@@ -240,5 +252,6 @@ class DecodeStep:
                                     **kattention.combine_call(st, queries, summary=append or summ))
             comb = (ckern, ccall, st.consts)
         at = {n: i for i, n in enumerate(names)}
-        slots = (at["q"], at["nenc"], at["flags"], at.get("kx"), at.get("vx"), at.get("rstart"))
+        slots = (at["q"], at["nenc"], at["flags"], at.get("kx"), at.get("vx"), at.get("rstart"),
+                 tuple(at.get(n) for n in ("kw", "vw", "kf", "vf")))
         return kern, call, ins, slots, comb

@@ -7,8 +7,11 @@ two temporary field arrays and a dozen array views per layer and step): the enco
 kernel (csrc/append_apart.h or append_serial.h), each time in its own scope (csrc/encode_scope.h) with its stream's
 inputs behind the body's names, `VQ_OROW` mapping its
 output rows to rows of the buffers (row base + i of head bh) and its fault slots to its own half of the
-token. Applies when both roles store every token of the chunk at once (window R = 0, per-token records:
-not kivi) and the buffers have room for the chunk; the caller uses the general path otherwise.
+token. Applies to per-token records (not kivi) where the buffers have room for the chunk; the caller uses the general
+path otherwise. With an exact window (R > 0, both roles: WINDOWED) the stream keeps its window in a buffer
+(accelerated.stream, Stream._window_buffer) and a chunk of t tokens moves it by t rows: the launch encodes the
+window's t oldest tokens (input kf / vf, the rows just before the new window) into the records and copies the chunk,
+checked, into the new window's last t rows (input kw / vw, the window after this step).
 
 The token, (2 roles, threadgroups, 2) bool: [role][group][0] NaN/Inf in the chunk, [role][group][1] the
 method's rule (source.py's fault slots). As with commit.py, readers of the rows take it as an input (the
@@ -45,31 +48,41 @@ def _fields(method: str) -> tuple[str, ...]:
     return tuple(n for n, f in zip(("codes1", "codes2", "f_s1", "f_s2"), km.FIELDS[method]) if f)
 
 
-def inputs(mk: str, mv: str) -> list[str]:
-    """The arrays one launch passes, in order, for key method mk and value method mv."""
+def inputs(mk: str, mv: str, win: bool = False) -> list[str]:
+    """The arrays one launch passes, in order, for key method mk and value method mv; `win`: both roles with an
+    exact window (then each role's tokens leaving it and the window after the step, last)."""
     return (["base", "after"] + [f"k{n}" for n in ("x", "const", *_fields(mk))]
-            + [f"v{n}" for n in ("x", "const", *_fields(mv))])
+            + [f"v{n}" for n in ("x", "const", *_fields(mv))] + (["kf", "kw", "vf", "vw"] if win else []))
 
 
 def scope(role: str, index: int, *, m: str, codes: tuple, ts: str, x: str, const: str, out: dict, fault: str,
-          cap: str, base: str, shared: str = "") -> str:
+          cap: str, base: str, shared: str = "", window: tuple | None = None) -> str:
     """The parameters of csrc/encode_scope.h for role `role` ("K" | "V"), as #define lines: the encode body for one
     role in its own scope. `m`, `codes` (B1, B2, GS) and `ts` its method id, code constants and side dtype (template
     names or literals), `x` and `const` its inputs, `out` the arrays behind the body's outputs (codes1, codes2, f_s1,
     f_s2), `fault` the bool array whose slots [index][GROUP] it sets, `cap` the rows of the buffers, `base` the first
     row of the chunk (VQ_OROW) and `shared` the prefix of the threadgroup arrays the kernel declares for it
-    (csrc/encode_shared.h). Also the attention partial's (accelerated.kernels.attention_source APPEND)."""
+    (csrc/encode_shared.h); `window` = (chunk, window, type): a scope with an exact window (WINDOWED; `x` is then the
+    window's oldest tokens, which it encodes). Also the attention partial's (accelerated.kernels.attention_source
+    APPEND)."""
     if role not in ("K", "V"):
         raise ValueError(f"role: {role!r} is not 'K' or 'V'")
     b1, b2, gs = codes
     params = {"INDEX": index, "M": m, "B1": b1, "B2": b2, "GS": gs, "TS": ts, "X": x, "X_SHAPE": f"{x}_shape",
               "X_STRIDES": f"{x}_strides", "CONST": const, "CODES1": out["codes1"], "CODES2": out["codes2"],
               "S1": out["f_s1"], "S2": out["f_s2"], "FAULT": fault, "CAP": cap, "BASE": base, "TG": shared}
+    if window is not None:
+        wx, w, xt = window
+        params.update({"WX": wx, "WX_SHAPE": f"{wx}_shape", "WX_STRIDES": f"{wx}_strides", "W": w,
+                       "W_SHAPE": f"{w}_shape", "W_STRIDES": f"{w}_strides", "XT": xt})
     return loader.defines({f"VQ_{role}_{k}": v for k, v in params.items()})
 
 
 # the encode body in a scope points at threadgroup arrays the kernel declares (csrc/encode.h's VQ_ENCODE_ARRAYS)
-SCOPED = {"VQ_ENCODE_ARRAYS": "encode_arrays_scoped.h"}
+SCOPED = {"VQ_ENCODE_ARRAYS": "encode_arrays_scoped.h", **source.CHECKS}
+# ... in a kernel whose roles have an exact window: each scope's chunk is checked and copied into the window, and the
+# tokens it encodes are the window's oldest (scope(..., window=...))
+WINDOWED = {**SCOPED, "VQ_CHECK_COUNT": "check_count_window.h", "VQ_CHECK_ROW": "check_row_window.h"}
 
 
 def scope_constants() -> str:
@@ -79,50 +92,60 @@ def scope_constants() -> str:
     return loader.hadamard() + loader.defines({f"VQ_CONST_{k}": v for k, v in offsets.items()})
 
 
-def _scope(role: str, index: int, method: str) -> str:
-    """The encode scope's parameters for one role: its inputs under the body's names, its rows in the buffers."""
+def _scope(role: str, index: int, method: str, win: bool = False) -> str:
+    """The encode scope's parameters for one role: its inputs under the body's names, its rows in the buffers;
+    `win`: the role's exact window (it encodes kf, the tokens leaving the window, and copies kx into kw)."""
     r = role
     have = _fields(method)
     out = {n: f"{r}{n}" if n in have else f"{r}{'codes1' if n.startswith('codes') else 'f_s1'}"
            for n in ("codes1", "codes2", "f_s1", "f_s2")}
     R = r.upper()
-    return scope(R, index, m=f"{R}M", codes=(f"{R}B1", f"{R}B2", f"{R}GS"), ts=f"{R}TS", x=f"{r}x", const=f"{r}const",
-                 out=out, fault="flags", cap=f"(int){r}codes1_shape[2]", base="base[0]")
+    return scope(R, index, m=f"{R}M", codes=(f"{R}B1", f"{R}B2", f"{R}GS"), ts=f"{R}TS", x=f"{r}f" if win else f"{r}x",
+                 const=f"{r}const", out=out, fault="flags", cap=f"(int){r}codes1_shape[2]", base="base[0]",
+                 window=(f"{r}x", f"{r}w", f"{R}XT") if win else None)
 
 
-def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False) -> str:
+def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False, win: bool = False) -> str:
     """The kernel text after a prelude: both roles in two halves of the grid (csrc/append_apart.h), or with `apart`
     False one after the other in each threadgroup (append_serial.h); `after` only orders this launch after the last
-    store."""
-    return (scope_constants() + _scope("k", 0, mk) + _scope("v", 1, mv)
-            + loader.text("append_apart.h" if apart else "append_serial.h", SCOPED))
+    store; `win`: both roles with an exact window (WINDOWED)."""
+    return (scope_constants() + _scope("k", 0, mk, win) + _scope("v", 1, mv, win)
+            + loader.text("append_apart.h" if apart else "append_serial.h", WINDOWED if win else SCOPED))
 
 
-def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: bool = False) -> tuple[str, str]:
+def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: bool = False,
+             win: bool = False) -> tuple[str, str]:
     header, prelude = source.PRELUDES[be]
     # append_apart.h gives GROUP and NGROUPS the role's meaning; put the prelude's back after it, so that text after it
     # (another kernel in one file, as the compile checks write them) sees the prelude's
     again = loader.text("regroup.h") + loader.backend_file(f"{be}_grid", be) if apart else ""
-    return header, prelude + loader.backend_file(f"{be}_scope", be) + body(mk, mv, apart) + again
+    return header, prelude + loader.backend_file(f"{be}_scope", be) + body(mk, mv, apart, win) + again
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(mk: str, mv: str, apart: bool = False):
+def _kernel(mk: str, mv: str, apart: bool = False, win: bool = False):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, text = assemble(be, mk, mv, apart)
-    name = f"vq_append_{mk}_{mv}" + ("_apart" if apart else "")
+    header, text = assemble(be, mk, mv, apart, win)
+    name = f"vq_append_{mk}_{mv}" + ("_apart" if apart else "") + ("_w" if win else "")
     if be == "cuda":
-        return backend.cuda_kernel(name=name, input_names=inputs(mk, mv), output_names=OUTPUTS, source=text,
+        return backend.cuda_kernel(name=name, input_names=inputs(mk, mv, win), output_names=OUTPUTS, source=text,
                                    header=header, ensure_row_contiguous=False)
-    return mx.fast.metal_kernel(name=name, input_names=inputs(mk, mv), output_names=OUTPUTS, source=text,
+    return mx.fast.metal_kernel(name=name, input_names=inputs(mk, mv, win), output_names=OUTPUTS, source=text,
                                 header=header, ensure_row_contiguous=False, compile_options={"math_mode": "safe"})
 
 
 def applies(p: spec.Params) -> bool:
-    """Whether a role's stream can take this launch: every token of a chunk stored at once, per-token rows."""
-    return p.window == 0 and p.method != "kivi"
+    """Whether a role's stream can take this launch: per-token rows (an exact window moves by the chunk: WINDOWED)."""
+    return p.method != "kivi"
+
+
+def windowed(kp: spec.Params, vp: spec.Params) -> bool:
+    """Whether a launch for these roles moves exact windows (both roles have one: a cache's window is shared)."""
+    if (kp.window > 0) != (vp.window > 0):
+        raise ValueError(f"vp: window {vp.window} and the keys' {kp.window}: one launch moves both windows or neither")
+    return kp.window > 0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -162,10 +185,13 @@ def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int
         grid = (2 * grid[0], *grid[1:])      # a half of the threadgroups per role (body)
     template = [("KM", source.METHOD_IDS[kp.method]), ("VM", source.METHOD_IDS[vp.method]), ("D", d),
                 ("KTS", km._side_dtype(kp, kdt)), ("VTS", km._side_dtype(vp, vdt)), *code_template(kp, vp, b * h * t)]
+    win = windowed(kp, vp)
+    if win:         # the chunk's and the window's element type (the window's copy of the chunk)
+        template += [("KXT", kdt), ("VXT", vdt)]
     fk = tuple(f for f in km.FIELDS[kp.method] if f)
     fv = tuple(f for f in km.FIELDS[vp.method] if f)
     return (grid, group, [(2, groups, 2)], template, constants(kp, h, t, d), constants(vp, h, t, d), fk, fv,
-            _kernel(kp.method, vp.method, apart))
+            _kernel(kp.method, vp.method, apart, win))
 
 
 def code_template(kp: spec.Params, vp: spec.Params, rows: int) -> list:
@@ -176,14 +202,16 @@ def code_template(kp: spec.Params, vp: spec.Params, rows: int) -> list:
 
 
 def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values: mx.array, vbufs: dict,
-           base: int, after: mx.array | None) -> mx.array:
+           base: int, after: mx.array | None, windows: tuple = ()) -> mx.array:
     """Encode keys and values (B, H, t, d) into rows base..base+t-1 of their streams' buffers (in place);
-    returns the token. `kbufs`/`vbufs`: the streams' whole buffers by record field name. The caller has
-    checked shapes, dtypes and room in the buffers."""
+    returns the token. `kbufs`/`vbufs`: the streams' whole buffers by record field name. `windows`: with exact
+    windows (WINDOWED), (kf, kw, vf, vw): the t tokens leaving each window (encoded instead of the chunk) and the
+    window after the step (the chunk is stored into its last t rows). The caller has checked shapes, dtypes and room
+    in the buffers."""
     b, h, t, d = keys.shape
     grid, group, oshape, template, kc, vc, fk, fv, kernel = _static(kp, vp, b, h, t, d, keys.dtype, values.dtype)
     ins = [km.count(base), after if after is not None else km._dummy(mx.bool_), keys, kc,
-           *[kbufs[f] for f in fk], values, vc, *[vbufs[f] for f in fv]]
+           *[kbufs[f] for f in fk], values, vc, *[vbufs[f] for f in fv], *windows]
     (flags,) = kernel(inputs=ins, template=template, grid=grid, threadgroup=group, output_shapes=oshape,
                       output_dtypes=[mx.bool_])
     return flags

@@ -232,8 +232,8 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             tune: tuple | None = None, append_ts: tuple | None = None, starts: bool = False) -> _Static:
     """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it) and per
     the launch constants of `tune()` (so a benchmark arm that changes one gets its own plans). `append_ts`: the
-    keys' and values' side dtypes of a launch with the decode step's append inside (APPEND): one split more (S - 1,
-    the appended tokens), its inputs and the append's token as a third output. `starts`: the launch takes each
+    keys' and values' side dtypes (with a window, and the chunks' dtypes) of a launch with the decode step's append
+    inside (APPEND): one split more (S - 1, the appended tokens), its inputs and the append's token as a third output. `starts`: the launch takes each
     batch row's first attended token (input `rstart`: a RowStarts mask, a left-padded batch)."""
     append = append_ts is not None
     cthreads, tc_prefetch, tc_blocks, tc_waves, tensor_cores, tc_codes = tune or _tune()
@@ -263,7 +263,9 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             ("APPEND", int(append)), ("OT", qdtype)]
     if append:      # the encode body's side dtypes and code constants (compiled in: the staging for 3/5/6/7-bit
                     # packing, 16 KB of threadgroup memory, is dead code for the others)
-        tmpl += [("KTS", append_ts[0]), ("VTS", append_ts[1])] + [
+        # with a window, also the chunk's element types (the append copies it into the window: kernels/append.py
+        # WINDOWED; append_ts = (KTS, VTS, KXT, VXT))
+        tmpl += [("KTS", append_ts[0]), ("VTS", append_ts[1]), *zip(("KXT", "VXT"), append_ts[2:] if has_win else ())] + [
             (f"{r}C{n}", c) for r, p in (("K", kp), ("V", vp)) for n, c in zip(("B1", "B2", "GS"), km.code_constants(p))]
     if tc:      # the tensor-core loop has no U, and its own prefetch depth
         tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", tc_prefetch)]
@@ -375,15 +377,15 @@ def _counts(n: int) -> mx.array:
 
 def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False) -> bool:
     """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
-    4-bit codes, head dim 64 or 128, no window split, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
+    4-bit codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
     `codes` (TC_CODES) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
-    at least one word)."""
+    at least one word). The window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h)."""
     def takes(p: spec.Params, keys: bool) -> bool:
         if p.method == "turboquant" and p.bits == 4:
             return True
         b = _bits(p)[0]
         return codes and p.method in ("turboquant", "rabitq") and b in (1, 2, 4) and (not keys or b * d >= 128)
-    return not has_win and d in (64, 128) and takes(kp, True) and takes(vp, False) and _mma_available()
+    return d in (64, 128) and takes(kp, True) and takes(vp, False) and _mma_available()
 
 
 @functools.lru_cache(maxsize=None)

@@ -86,7 +86,8 @@ def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: boo
         return ["o_acc", "o_ml", "f_c", "q"] + (["tok"] if append else [])
     ku, _ = _role_fields("k", mk, haswin)
     vu, _ = _role_fields("v", mv, haswin)
-    return (["q", "f_c", "nenc"] + ku + vu + (["kx", "kconst", "vx", "vconst"] if append else []) + ["flags"]
+    return (["q", "f_c", "nenc"] + ku + vu + (["kx", "kconst", "vx", "vconst"] if append else [])
+            + (["kf", "vf"] if append and haswin else []) + ["flags"]
             + (["cnt"] if fused else []) + (["rstart"] if starts else []))
 
 
@@ -99,6 +100,8 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
         lines.append(f"#define VQ_STARTS {int(starts)}")
         if not starts:          # (code VQ_STARTS = 0 never runs)
             lines.append("#define rstart nenc")
+        if not append:          # the window's rows this launch appends (code APPEND = 0 never runs)
+            lines += ["#define kx kw", "#define kx_strides kw_strides", "#define vx vw", "#define vx_strides vw_strides"]
     if kind == "partial" and not fused:   # the combine's names, in code that FUSED = 0 never runs
         lines += ["#define cnt nenc", "#define out ((DEVICE OT*)o_acc)"]
     if kind == "partial":
@@ -132,10 +135,12 @@ def encode_macros(be: str) -> tuple[str, str]:
     return source.PRELUDES[be][0], loader.backend_file(f"{be}_encode_ops", be) + loader.backend_file(f"{be}_scope", be)
 
 
-def append_block(mk: int, mv: int) -> str:
+def append_block(mk: int, mv: int, haswin: bool = False) -> str:
     """The APPEND prologue of the partial body for a method pair (csrc/attention_append.h with each role's encode
     scope parameters; placed before the aliases: the encode body's own names f_k, sig, ... are locals there). The
-    code constants are compiled in (template KCB1, ..., VCGS: methods.code_constants)."""
+    code constants are compiled in (template KCB1, ..., VCGS: methods.code_constants). `haswin`: exact windows
+    (kernels/append.py WINDOWED): each role encodes kf, the tokens leaving its window, and copies the chunk kx into
+    the last rows of kw, the window the launch attends (which its window split reads from kx: partial_loop.h)."""
     scopes = []
     for index, (r, m) in enumerate((("k", mk), ("v", mv))):
         alias = _role_fields(r, m, False)[1]
@@ -144,10 +149,11 @@ def append_block(mk: int, mv: int) -> str:
                                                                    ("c1", "c2", *side))}
         R = r.upper()
         scopes.append(kappend.scope(R, index, m=str(m), codes=(f"{R}CB1", f"{R}CB2", f"{R}CGS"), ts=f"{R}TS",
-                                    x=f"{r}x", const=f"{r}const", out=out, fault="token",
+                                    x=f"{r}f" if haswin else f"{r}x", const=f"{r}const", out=out, fault="token",
                                     cap=f"(int){out['codes1']}_shape[2]", base=f"nenc[0] - (int){r}x_shape[2]",
-                                    shared=r))
-    return kappend.scope_constants() + "".join(scopes) + loader.text("attention_append.h", kappend.SCOPED)
+                                    shared=r, window=(f"{r}x", f"{r}w", f"{R}XT") if haswin else None))
+    return kappend.scope_constants() + "".join(scopes) + loader.text("attention_append.h", kappend.WINDOWED if haswin
+                                                                     else kappend.SCOPED)
 
 
 def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False,
@@ -159,12 +165,12 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     header, prelude = PRELUDES[backend]
     if tc and (backend != "cuda" or kind != "partial"):
         raise ValueError("the tensor-core loop is a CUDA partial kernel's")
-    if append and (fused or haswin):
-        raise ValueError("the append runs inside an unfused partial launch without a window")
+    if append and fused:
+        raise ValueError("the append runs inside an unfused partial launch")
     pre = ""
     if append and kind == "partial":
         eh, em = encode_macros(backend)
-        header, pre = header + eh, em + append_block(mk, mv)
+        header, pre = header + eh, em + append_block(mk, mv, haswin)
     body = PARTIAL_TC_BODY if tc else BODIES[kind]
     if kind == "combine" and append:
         body = COMBINE_SUMMARY + body

@@ -71,12 +71,16 @@ REGISTER_FILE = 65536    # 32-bit registers per CUDA block (sm_90)
 MAX_REGISTERS = 255      # per thread, the most ptxas assigns
 
 
+# the encode body's check-only tokens (csrc/encode.h): x's own (a window with a scope's chunk: kernels/append.py WINDOWED)
+CHECKS = {"VQ_CHECK_COUNT": "check_count.h", "VQ_CHECK_ROW": "check_row.h"}
+
+
 def body(kind: str) -> str:
     """The body of kernel `kind` ("encode" | "decode"): csrc/<kind>.h after the Hadamard rows it compiles in."""
     files = {"encode": "encode.h", "decode": "decode.h"}
     if kind not in files:
         raise ValueError(f"kind: {kind!r} is not 'encode' or 'decode'")
-    return loader.hadamard() + loader.text(files[kind], {"VQ_ENCODE_ARRAYS": "encode_arrays.h"})
+    return loader.hadamard() + loader.text(files[kind], {"VQ_ENCODE_ARRAYS": "encode_arrays.h", **CHECKS})
 
 
 BODIES = {kind: body(kind) for kind in ("encode", "decode")}

@@ -1,7 +1,9 @@
 // The encode kernel's body (accelerated/kernels/source.py has the conventions: lanes, macros, template
 // constants M, D, TS), shared by CUDA and Metal after a prelude (<backend>_prelude, <backend>_encode_ops).
 // Needs VQ_H12 .. VQ_H28 (H_m's rows, spec/formats.toml: the loader defines them); VQ_ENCODE_ARRAYS, its threadgroup
-// arrays: encode_arrays.h in the encode kernel, encode_arrays_scoped.h in a scope of a bigger kernel.
+// arrays: encode_arrays.h in the encode kernel, encode_arrays_scoped.h in a scope of a bigger kernel; VQ_CHECK_COUNT and
+// VQ_CHECK_ROW, its check-only tokens: check_count.h and check_row.h (x's tokens from..nt-1), or check_count_window.h
+// and check_row_window.h (a scope's chunk, copied into its exact window: kernels/append.py with a window).
 #include "common.h"
 #define VQ_HM12 VQ_H12
 #define VQ_HM20 VQ_H20
@@ -36,7 +38,7 @@
   const int64_t xs3 = x_strides[3];
   const int from = nq > lo ? nq : lo;           // first check-only token
   const int ne = (M == 4 && keys != 0) ? nq / gs : nq;   // encode rows per (b, h)
-  const int per = ne + (nt - from);
+#include VQ_CHECK_COUNT
   const int rows = nb * nh * per;
   bool bad_x = false;
   bool bad_rule = false;
@@ -48,8 +50,7 @@
     const int orow = VQ_OROW(bh, ne, i);        // row of the outputs (kernels/append.py: of the buffers)
     if (i >= ne) {
       // a token that is only checked (window tokens of a one-shot encode, a chunk's unflushed tokens)
-#define VQ_X_TOKEN from + (i - ne)
-#include "load_x.h"
+#include VQ_CHECK_ROW
 
     } else {
     if (M <= 3) {

@@ -90,10 +90,22 @@
       kfac[u] = 1.0f;
       kfac2[u] = 0.0f;
       if (is_win) {
-        const int64_t base = (int64_t)b * kw_strides[0] + (int64_t)h * kw_strides[1] + (int64_t)tt * kw_strides[2];
-        for (int k = 0; k < NCH; ++k) {
-          for (int j = 0; j < 8; ++j) {
-            kv[k * 8 + j] = static_cast<float>(kw[base + (int64_t)((lp + k * P) * 8 + j) * kw_strides[3]]);
+        // APPEND with a window: this launch's append writes the window's last VQ_TNEW rows (split S - 1, as
+        // attention_append.h runs it), so this split reads those tokens from the chunk kx itself
+        const int vq_nw = tt - (R - VQ_TNEW);
+        if (APPEND && HASWIN && vq_nw >= 0) {
+          const int64_t nbase = (int64_t)b * kx_strides[0] + (int64_t)h * kx_strides[1] + (int64_t)vq_nw * kx_strides[2];
+          for (int k = 0; k < NCH; ++k) {
+            for (int j = 0; j < 8; ++j) {
+              kv[k * 8 + j] = static_cast<float>(kx[nbase + (int64_t)((lp + k * P) * 8 + j) * kx_strides[3]]);
+            }
+          }
+        } else {
+          const int64_t base = (int64_t)b * kw_strides[0] + (int64_t)h * kw_strides[1] + (int64_t)tt * kw_strides[2];
+          for (int k = 0; k < NCH; ++k) {
+            for (int j = 0; j < 8; ++j) {
+              kv[k * 8 + j] = static_cast<float>(kw[base + (int64_t)((lp + k * P) * 8 + j) * kw_strides[3]]);
+            }
           }
         }
       } else if (KPRE) {
@@ -270,10 +282,22 @@
       float vfac = 1.0f;
       float vfac2 = 0.0f;
       if (is_win) {
-        const int64_t base = (int64_t)b * vw_strides[0] + (int64_t)h * vw_strides[1] + (int64_t)tt * vw_strides[2];
-        for (int k = 0; k < NCH; ++k) {
-          for (int j = 0; j < 8; ++j) {
-            vv[k * 8 + j] = static_cast<float>(vw[base + (int64_t)((lp + k * P) * 8 + j) * vw_strides[3]]);
+        // APPEND with a window: this launch's append writes the window's last VQ_TNEW rows (split S - 1, as
+        // attention_append.h runs it), so this split reads those tokens from the chunk vx itself
+        const int vq_nw = tt - (R - VQ_TNEW);
+        if (APPEND && HASWIN && vq_nw >= 0) {
+          const int64_t nbase = (int64_t)b * vx_strides[0] + (int64_t)h * vx_strides[1] + (int64_t)vq_nw * vx_strides[2];
+          for (int k = 0; k < NCH; ++k) {
+            for (int j = 0; j < 8; ++j) {
+              vv[k * 8 + j] = static_cast<float>(vx[nbase + (int64_t)((lp + k * P) * 8 + j) * vx_strides[3]]);
+            }
+          }
+        } else {
+          const int64_t base = (int64_t)b * vw_strides[0] + (int64_t)h * vw_strides[1] + (int64_t)tt * vw_strides[2];
+          for (int k = 0; k < NCH; ++k) {
+            for (int j = 0; j < 8; ++j) {
+              vv[k * 8 + j] = static_cast<float>(vw[base + (int64_t)((lp + k * P) * 8 + j) * vw_strides[3]]);
+            }
           }
         }
       } else if (VPRE) {

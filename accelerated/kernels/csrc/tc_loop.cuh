@@ -31,7 +31,7 @@
   }
   const float ftk = vq_pow2_for(mtk, 11);
   const float ftv = vq_pow2_for(mtv, 11);
-  const int nch = (t1 - t0 + 15) / 16;
+  const int nch = is_win ? 0 : (t1 - t0 + 15) / 16;    // the window split: tc_window.h
   const int64_t kso = (int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1];
   const int64_t vso = (int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1];
   // query fragments (A of the scores: M row g; coordinate tig * D / 4 + 4 ks + j, a0 slots j = 0, 1, a2 j = 2, 3;
@@ -236,6 +236,14 @@
     }
   }
 #undef TC_LOAD
+  SHARED(float, swo, NW * QB * D);
+  SHARED(float, swm, NW * 4);
+  SHARED(float, swl, NW * 4);
+  SHARED(float, sacc, QB * D);
+  SHARED(float, sml, 2 * QB);
+  if (is_win) {
+#include "tc_window.h"
+  } else {
   // -- this warp's state: l over a row's 4 lanes tig; O^T's two parts (columns n, n + 4: lanes tig, tig ^ 2)
   //    summed and scaled back; then the warps merged through threadgroup memory
   l_a += SHFL_XOR(l_a, 1);
@@ -246,11 +254,6 @@
       o[mt][i] = (o[mt][i] + SHFL_XOR(o[mt][i], 2)) * uv;
     }
   }
-  SHARED(float, swo, NW * QB * D);
-  SHARED(float, swm, NW * 4);
-  SHARED(float, swl, NW * 4);
-  SHARED(float, sacc, QB * D);
-  SHARED(float, sml, 2 * QB);
   if (tig == 0 && g < 4) {
     swm[warp * 4 + g] = m_a;
     swl[warp * 4 + g] = l_a;
@@ -272,6 +275,7 @@
         }
       }
     }
+  }
   }
   BARRIER();
   VQ_COLD
