@@ -279,10 +279,6 @@ def test_mixed_methods_attend_through_the_kernels_without_decoding_the_cache(cud
     assert vp.window <= most <= vp.window + vp.group_size - 1, f"keys' tokens decoded per step: up to {most}"
 
 
-_ROTATING_BATCH = ("merge makes one B-row VeloxRotatingKVCache (batch_shared) and its step takes the DecodeStep's "
-                   "append, but DecodeStep.attend takes the rows a sliding window evicted (lo) as a row start for one "
-                   "row only (decode_step.py: queries.shape[0] != 1 returns None, so the general path attends): B rows "
-                   "need each row's start plus lo as the launch's rstart (a host-side change in decode_step.py)")
 
 
 def _merged_sliding_window_batch(short: bool):
@@ -312,7 +308,6 @@ def test_a_merged_sliding_window_batch_attends_through_the_kernels(cuda, paths, 
     _attended_through_the_kernels(paths, len(merged) * STEPS)
 
 
-@pytest.mark.xfail(strict=True, reason=_ROTATING_BATCH)
 @pytest.mark.parametrize("short", [False, True], ids=["rows-past-max-size", "a-row-shorter"])
 def test_a_merged_sliding_window_batch_takes_one_fast_step_per_layer(cuda, paths, short):
     """... and each of them is one DecodeStep launch pair per layer for the whole batch."""

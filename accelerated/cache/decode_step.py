@@ -14,7 +14,7 @@ The bytes and the checks are those of the general path: the same launches with t
 'Deferred rejection'), the same state changes (stream.append_in_place). Anything else (another shape or
 dtype, a stream changed by trim/restore/compaction, no room left in a buffer, a mask, a query block the kernels
 do not take) returns to the general path; a sliding-window cache's eviction only moves the first valid row (lo: the
-append writes at row lo + Q, the attention reads the buffers from row lo as a one-row RowStarts). Where the combine is its own launch (kernels.attention.FUSE_COMBINE
+append writes at row lo + Q, the attention reads the buffers from row lo: RowStarts, each row's start moved past lo). Where the combine is its own launch (kernels.attention.FUSE_COMBINE
 off, Metal), the step makes both launches as kernels.attention.attention does.
 
 With kernels.attention.FUSE_APPEND (on by default; docs/decode-step-analysis.md, ninth and tenth passes) the step's
@@ -171,9 +171,13 @@ class DecodeStep:
             return None
         lo = keys.lo
         if lo:      # a sliding-window cache's evicted rows lie below: the launch reads the whole buffers from row lo
-            if mask is not None or queries.shape[0] != 1:
-                return None
-            mask, starts = RowStarts(km.count(lo)), True
+            if mask is None:        # every row starts at lo (a batch's rows all hold the window: rotating.py)
+                b = queries.shape[0]
+                rows = km.count(lo) if b == 1 else mx.full((b,), lo, dtype=mx.int32)
+                mask = RowStarts(rows)
+            else:                   # each row's start among the held tokens, moved past the evicted rows (no sync)
+                mask = RowStarts(mask.starts + lo, mask.causal)
+            starts = True
         append = tok is self.pending and tok is not None
         # the append launched alone (also a pending one flushed below because the kernels refused it inside): its
         # token, when over 8 bytes (more than two threadgroups), is summarized by the combine too, so that the record
