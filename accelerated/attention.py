@@ -17,10 +17,6 @@ from veloxquant.accelerated import layouts
 from veloxquant.accelerated.ops import attention as ops_attention
 from veloxquant.accelerated.ops.attention import PackedRecord, RowStarts, Views
 
-# Longest query block attended over the packed records directly (decode, speculative decoding's draft
-# verification); longer blocks (prefill) decode the records and call mx.fast.scaled_dot_product_attention.
-MAX_PACKED_QUERIES = 32
-
 
 @dataclasses.dataclass(frozen=True)
 class PackedKV:

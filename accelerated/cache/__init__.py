@@ -24,19 +24,6 @@ from veloxquant.accelerated.cache.turboquant_prod import TurboQuantProdKVCache
 from veloxquant.accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
 from veloxquant.accelerated.cache.warmup import warm_kernels
 
-CACHE_CLASSES = (VeloxKVCache, BatchVeloxKVCache, SharedBatchVeloxKVCache, TurboQuantKVCache, TurboQuantRVQKVCache, TurboQuantProdKVCache,
-                 KIVIKVCache, RaBitQKVCache, VeloxRotatingKVCache)
-
-
-def _register(classes) -> None:
-    for cls in classes:
-        bound = getattr(_mlx_lm_cache, cls.__name__, None)
-        # Same module and name: this package imported again (e.g. importlib.reload); rebind.
-        if bound is not None and bound is not cls and bound.__module__ != cls.__module__:
-            raise ImportError(f"mlx_lm.models.cache already defines {cls.__name__} ({bound.__module__})")
-        setattr(_mlx_lm_cache, cls.__name__, cls)
-
-
 _register(CACHE_CLASSES)
 hook.install()
 

@@ -407,18 +407,6 @@ class VeloxKVCache(_BaseCache):
     def make_mask(self, *args, **kwargs):
         return create_attention_mask(*args, offset=self.offset, **kwargs)
 
-    @classmethod
-    def merge(cls, caches):
-        """mlx-lm's batching entry point (BatchGenerator): one SharedBatchVeloxKVCache (one B-row cache, one
-        launch per layer: accelerated/cache/batch_shared.py) where the methods allow it, else a BatchVeloxKVCache
-        (a cache per sequence: accelerated/cache/batch.py); records moved as they are."""
-        from veloxquant.accelerated.cache import batch_shared
-        from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
-        caches = list(caches)
-        if batch_shared.eligible(caches):
-            return batch_shared.SharedBatchVeloxKVCache.merge(caches)
-        return BatchVeloxKVCache.merge(caches)
-
     # ---- save / load ------------------------------------------------------------------------------
     @property
     def meta_state(self) -> str:

@@ -63,3 +63,29 @@ def uses_hooked_sdpa(attn_module) -> bool:
     mod = sys.modules.get(type(attn_module).__module__)
     return (getattr(mod, "scaled_dot_product_attention", None) is _base.scaled_dot_product_attention
             and getattr(attn_module, "sinks", None) is None)
+
+
+@classmethod
+def merge(cls, caches):
+    """mlx-lm's batching entry point (BatchGenerator): one SharedBatchVeloxKVCache (one B-row cache, one
+    launch per layer: accelerated/cache/batch_shared.py) where the methods allow it, else a BatchVeloxKVCache
+    (a cache per sequence: accelerated/cache/batch.py); records moved as they are."""
+    from veloxquant.accelerated.cache import batch_shared
+    from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+    caches = list(caches)
+    if batch_shared.eligible(caches):
+        return batch_shared.SharedBatchVeloxKVCache.merge(caches)
+    return BatchVeloxKVCache.merge(caches)
+
+
+CACHE_CLASSES = (VeloxKVCache, BatchVeloxKVCache, SharedBatchVeloxKVCache, TurboQuantKVCache, TurboQuantRVQKVCache, TurboQuantProdKVCache,
+                 KIVIKVCache, RaBitQKVCache, VeloxRotatingKVCache)
+
+
+def _register(classes) -> None:
+    for cls in classes:
+        bound = getattr(_mlx_lm_cache, cls.__name__, None)
+        # Same module and name: this package imported again (e.g. importlib.reload); rebind.
+        if bound is not None and bound is not cls and bound.__module__ != cls.__module__:
+            raise ImportError(f"mlx_lm.models.cache already defines {cls.__name__} ({bound.__module__})")
+        setattr(_mlx_lm_cache, cls.__name__, cls)

@@ -21,6 +21,10 @@ from veloxquant import spec
 from veloxquant.accelerated import layouts
 from veloxquant.accelerated.ops import codebooks, numerics, prng, rotation
 
+# Longest query block attended over the packed records directly (decode, speculative decoding's draft
+# verification); longer blocks (prefill) decode the records and call mx.fast.scaled_dot_product_attention.
+MAX_PACKED_QUERIES = 32
+
 BLOCK = 2048          # encoded tokens per block: bounds the per-block temporaries (no full decoded copy)
 
 
