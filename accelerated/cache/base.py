@@ -6,7 +6,7 @@ models and helpers call it:
 - `update_and_fetch(keys, values) -> (keys, values)`: append one chunk (B, H, t, d) to each stream. In
   packed mode (`attention="packed"`, what make_prompt_cache picks for models whose attention goes through
   mlx_lm.models.base.scaled_dot_product_attention) it returns two `accelerated.attention.PackedKV` views
-  of the records, and mlx-lm's attention dispatch (hooked in accelerated/cache/hook.py) attends over the
+  of the records, and mlx-lm's attention dispatch (hooked in accelerated/cache/integration.py) attends over the
   packed records without decoding them. In dequantize mode it returns *all* tokens decoded, cast to the
   chunk's dtype (RNE), for models that compute attention themselves.
 - `offset` (int attribute, read by RoPE), `size()`, `empty()`, `nbytes`, `is_trimmable()`, `trim(n)`; beside
@@ -48,13 +48,13 @@ from veloxquant import spec
 from veloxquant.accelerated.attention import PackedKV
 from veloxquant.accelerated.kernels import backend as kernel_backend
 from veloxquant.accelerated.kernels.commit import commit as store_rows
+from veloxquant.accelerated.kernels.decode_step import DecodeStep
 from veloxquant.accelerated.kernels.faults import flags as fault_flags
 from veloxquant.accelerated.ops import numerics
 from veloxquant.accelerated.kernels.append import applies as fused_applies, messages as fused_messages
 from veloxquant.accelerated.kernels.methods import NONFINITE, RULES
 from veloxquant.accelerated.stream import Stream, append_in_place
 from veloxquant.accelerated.cache import size as cache_size
-from veloxquant.accelerated.cache.decode_step import DecodeStep
 
 STATE_FORMAT = 1                       # version of the `state` layout below
 _DTYPES = (mx.float16, mx.bfloat16, mx.float32)

@@ -13,11 +13,11 @@ without decoding them (through the records' state arrays), so `extract(i)` gives
 cache would hold.
 
 The mask: `make_mask` returns mlx-lm's array (create_causal_mask with the left padding, what BatchKVCache gives)
-and remembers it; the hooked dispatch (hook.py) hands our attention the RowStarts it stands for instead
-(`row_starts`). mlx-lm's BatchKVCache makes the same mask (a batch whose first layer is fp16 gets its mask from
-there): hook.install has its make_mask remember the RowStarts too (`remember_batch_kv_mask`). Any other array mask
-is attended as an array (the ops path: slower; on CUDA in TF32, MLX's default for float32 matmuls). Prefill masks
-are held only until the next mask (`remember_mask`: at 8 x 32k one is 537 MB).
+and remembers it; the hooked dispatch (integration.py) hands our attention the RowStarts it stands for instead
+(masks.row_starts). mlx-lm's BatchKVCache makes the same mask (a batch whose first layer is fp16 gets its mask from
+there): integration.install has its make_mask remember the RowStarts too (masks.remember_batch_kv_mask). Any other
+array mask is attended as an array (the ops path: slower; on CUDA in TF32, MLX's default for float32 matmuls). Prefill masks
+are held only until the next mask (masks.remember_mask: at 8 x 32k one is 537 MB).
 
 Checks (spec/streaming.md, 'Deferred rejection'): the B rows are one cache; a NaN or Inf in any sequence's chunk
 rolls the whole batch back to before that chunk and raises (the per-sequence class rolls back that sequence only).
@@ -26,14 +26,18 @@ outputs can differ from a single-sequence run in the last bits (BatchVeloxKVCach
 """
 from __future__ import annotations
 
-import collections
 import json
 import typing
 
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
-from mlx_lm.models.cache import _BaseCache
 
+from veloxquant.accelerated.cache.base import VeloxKVCache
+from veloxquant.accelerated.cache.batch import _same_config
+from veloxquant.accelerated.cache.classes import cache_class
+from veloxquant.accelerated.cache.left_padded import LeftPadded
+from veloxquant.accelerated.cache.masks import _MASKS, _MASKS_KEPT, remember_mask
+from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
 from veloxquant.accelerated.ops.attention import RowStarts
 
 SHARED = True          # VeloxKVCache.merge makes a SharedBatchVeloxKVCache where `eligible` (else BatchVeloxKVCache)
@@ -44,9 +48,6 @@ _POSITIONAL = ("kivi",)    # methods whose bytes depend on a token's position (K
 def eligible(caches) -> bool:
     """Whether `caches` (single-sequence caches of one layer) can share one B-row cache: VeloxKVCaches of one class
     and configuration (not a sliding-window cache), per-token methods in both roles, no exact window."""
-    from veloxquant.accelerated.cache.base import VeloxKVCache
-    from veloxquant.accelerated.cache.batch import _same_config
-    from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
     if not SHARED or not caches:
         return False
     c0 = caches[0]
@@ -309,4 +310,4 @@ def _rolled(cache, shifts: list[int]):
     return type(cache).from_state((out[0], out[1], json.dumps(meta)))
 
 
-__all__ = ["SharedBatchVeloxKVCache", "eligible", "row_starts", "SHARED"]
+__all__ = ["SharedBatchVeloxKVCache", "eligible", "SHARED"]

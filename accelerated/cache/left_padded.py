@@ -2,8 +2,14 @@
 padding bookkeeping behind mlx-lm's `offset` and `left_padding`."""
 from __future__ import annotations
 
+import mlx.core as mx
+from mlx_lm.models.cache import _BaseCache
+
+from veloxquant.accelerated.cache.masks import offsets
+
+
 class LeftPadded(_BaseCache):
-    """What both batch caches (this module's and batch.py's) derive from `_idx` (the batch's position count) and
+    """What both batch caches (batch.py's and batch_shared.py's) derive from `_idx` (the batch's position count) and
     `_lp` (each row's left padding): mlx-lm's `offset` and `left_padding`. A subclass sets `_offset = None` where
     either changes."""
     _offset: mx.array | None = None

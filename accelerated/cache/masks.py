@@ -3,6 +3,12 @@ one mask and one offsets array for every layer): which RowStarts a mask stands f
 few most recent entries, big prefill masks only until the next one (`remember_mask`)."""
 from __future__ import annotations
 
+import collections
+
+import mlx.core as mx
+
+from veloxquant.accelerated.ops.attention import RowStarts
+
 # masks made by SharedBatchVeloxKVCache.make_mask: id -> (mask, RowStarts); a handful suffice (one forward uses one
 # mask for every layer)
 _MASKS: collections.OrderedDict = collections.OrderedDict()
