@@ -13,8 +13,10 @@ models and helpers call it:
   them `nbytes_parts` and `nbytes_for(tokens)` (what the bytes hold, what a length costs).
 - `make_mask(N, return_array=False, window_size=None)`: exactly KVCache's (mlx_lm's
   `create_attention_mask` with this cache's offset), so `base.create_attention_mask` gets the same masks.
+- `merge(caches)` (BatchGenerator's batching entry point) is given to the class by
+  accelerated/cache/integration.py's `install()`: the batch caches it builds are made over this one.
 - `state` (getter/setter) and the classmethod `from_state(state)`: `load_prompt_cache` rebuilds a cache as
-  `globals()[class_name].from_state(state)` inside mlx_lm.models.cache (see accelerated/cache/__init__.py
+  `globals()[class_name].from_state(state)` inside mlx_lm.models.cache (see accelerated/cache/integration.py
   for why the classes are registered there). mlx-lm 0.32 has no separate meta_state; the `meta_state`
   property here is the JSON metadata string that is also the last element of `state`.
 
