@@ -9,17 +9,13 @@ rejection').
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import mlx.core as mx
 
 from veloxquant.accelerated import layouts
+from veloxquant.accelerated.kernels import attention as kernel_attention
 from veloxquant.accelerated.ops import attention as ops_attention
-from veloxquant.accelerated.ops.attention import PackedRecord, RowStarts, Views
-
-# Longest query block attended over the packed records directly (decode, speculative decoding's draft
-# verification); longer blocks (prefill) decode the records and call mx.fast.scaled_dot_product_attention.
-MAX_PACKED_QUERIES = 32
+from veloxquant.accelerated.ops.attention import MAX_PACKED_QUERIES, PackedRecord, RowStarts, Views
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +23,7 @@ class PackedKV:
     """Keys or values as an mlx-lm cache in packed mode hands them to attention."""
     record: PackedRecord
     flags: mx.array | None = None     # fault flags of the latest chunk (a dependency of the output)
-    step: object = None               # the cache's DecodeStep that made it (accelerated/cache/decode_step.py)
+    step: object = None               # the cache's DecodeStep that made it (accelerated/kernels/decode_step.py)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -48,7 +44,7 @@ class PackedKV:
 
 
 class StepKV(PackedKV):
-    """A PackedKV of one in-place decode step (accelerated/cache/decode_step.py): its record is made on first
+    """A PackedKV of one in-place decode step (accelerated/kernels/decode_step.py): its record is made on first
     use from what the step captured (the fused attention launch does not read it; the other paths do). `token`:
     the step's append token, or its pending append (decode_step._Pending) when the attention launch is to store the
     chunk; reading `flags` or `record` first launches such an append on its own. `window`: the step's exact window
@@ -95,14 +91,6 @@ def _with_flags(out: mx.array, *views: PackedKV) -> mx.array:
     return mx.depends(out, deps) if deps else out
 
 
-@functools.lru_cache(maxsize=None)
-def _kernels():
-    # imported on first use (accelerated.kernels.attention imports this module); cached: an import statement
-    # in the decode step costs microseconds per layer
-    from veloxquant.accelerated.kernels import attention as kernel_attention
-    return kernel_attention
-
-
 def path(queries: mx.array, keys: PackedKV, values: PackedKV, mask=None) -> str:
     """Which implementation `attend` uses: "kernels", "ops" or "decoded"."""
     if queries.shape[2] > MAX_PACKED_QUERIES or (mask is not None and not isinstance(mask, (str, RowStarts))
@@ -112,7 +100,7 @@ def path(queries: mx.array, keys: PackedKV, values: PackedKV, mask=None) -> str:
     if k.encoded != v.encoded:       # what `aligned` makes of them, shapes only (supports reads no field)
         n = common_prefix(k, v)
         k, v = dataclasses.replace(k, encoded=n), dataclasses.replace(v, encoded=n)
-    if _kernels().supports(queries, k, v, mask):
+    if kernel_attention.supports(queries, k, v, mask):
         return "kernels"
     return "ops"
 
@@ -194,7 +182,7 @@ def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, ma
         else:
             out = mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask)
     elif which == "kernels":
-        out = _kernels().attention(queries, *aligned(keys.record, values.record), scale, mask)
+        out = kernel_attention.attention(queries, *aligned(keys.record, values.record), scale, mask)
     else:
         out = ops_attention.attention(queries, keys.record, values.record, scale, mask)
     return _with_flags(out, keys, values)

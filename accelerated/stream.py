@@ -18,7 +18,8 @@ import dataclasses
 import mlx.core as mx
 
 from veloxquant import spec
-from veloxquant.accelerated import layouts, ops
+from veloxquant.accelerated import kernels, layouts, ops
+from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.ops import numerics, record
 from veloxquant.accelerated.ops.attention import PackedRecord, Views
 
@@ -33,7 +34,6 @@ def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, 
     (None, None) with nothing changed (the caller takes the general path).
     The checks an earlier append made (shape, dtype, parameters) hold for a chunk continuing it; the data
     checks are in the token (accelerated.kernels.append.messages)."""
-    from veloxquant.accelerated.kernels import append as fused
     if plan is None or not plan.holds(k, v, keys, values):
         plan = InPlace.check(k, v, keys, values)
         if plan is None:
@@ -56,7 +56,6 @@ class InPlace:
 
     @classmethod
     def check(cls, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> "InPlace | None":
-        from veloxquant.accelerated.kernels import append as fused
         t = keys.shape[2]
         room = None
         lo = next(iter(k._rows.values())).lo
@@ -189,7 +188,6 @@ def _method_module(method: str, use_kernels):
         raise ValueError(f"use_kernels: must be 'auto', True or False, got {use_kernels!r}")
     if use_kernels is False:
         return ops.method_module(method)
-    from veloxquant.accelerated import kernels
     ok, why = kernels.available()
     if not ok:
         if use_kernels is True:

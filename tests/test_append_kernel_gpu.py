@@ -10,7 +10,7 @@ import pytest
 
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import kernels
-from veloxquant.accelerated.cache.decode_step import DecodeStep
+from veloxquant.accelerated.kernels.decode_step import DecodeStep
 from veloxquant.accelerated import attention as vattention
 from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import attention as katt

@@ -18,7 +18,7 @@ from mlx_lm.models import base
 from mlx_lm.models import cache as mlx_cache
 
 import veloxquant.accelerated.cache as vc
-from veloxquant.accelerated.cache import batch_shared
+from veloxquant.accelerated.cache import batch_shared, masks
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
 from veloxquant.accelerated.ops.attention import RowStarts
@@ -44,8 +44,8 @@ LOGPROB_ATOL = 2.0 ** -6
 
 @contextlib.contextmanager
 def masks_attended():
-    """The types of the masks the hooked dispatch hands our attention (accelerated.cache.hook.attend), in order."""
-    import veloxquant.accelerated.cache.hook as hook
+    """The types of the masks the hooked dispatch hands our attention (accelerated.cache.integration.attend), in order."""
+    import veloxquant.accelerated.cache.integration as hook
     seen, real = [], hook.attend
 
     def spy(q, k, v, scale, mask=None, sinks=None):
@@ -480,8 +480,8 @@ def test_remembered_prefill_masks_do_not_pile_up():
     import collections
     kept = collections.OrderedDict()
     small = [mx.zeros((2, 1, 1, 64), dtype=mx.bool_) for _ in range(3)]
-    big = [mx.zeros((1, 1, 2048, 2 * batch_shared.BIG_MASK // 2048), dtype=mx.bool_) for _ in range(2)]
+    big = [mx.zeros((1, 1, 2048, 2 * masks.BIG_MASK // 2048), dtype=mx.bool_) for _ in range(2)]
     for m in (small[0], big[0], small[1], big[1], small[2]):
-        batch_shared.remember_mask(kept, m, (m,), 8)
-        assert sum(v[0].size > batch_shared.BIG_MASK for v in kept.values()) <= 1, list(kept)
+        masks.remember_mask(kept, m, (m,), 8)
+        assert sum(v[0].size > masks.BIG_MASK for v in kept.values()) <= 1, list(kept)
     assert [id(v[0]) for v in kept.values()] == [id(m) for m in small], "small masks are kept, big ones dropped"

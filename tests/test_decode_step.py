@@ -1,4 +1,4 @@
-"""accelerated/cache/decode_step.py: the decode step with its per-shape work made once must launch exactly what
+"""accelerated/kernels/decode_step.py: the decode step with its per-shape work made once must launch exactly what
 the general path launches (same kernels, templates, grids, output shapes, input values, the cache's own
 buffers), keep the same state (offsets, row counts, deferred-check records) and reject a faulty chunk the same
 way (one append later, rolled back). GPU launches are replaced by recorders here (the kernels' bytes are
@@ -15,7 +15,8 @@ from mlx_lm.models import base
 
 from veloxquant.accelerated import attention as vattention
 from veloxquant.accelerated import kernels
-from veloxquant.accelerated.cache import VeloxKVCache, VeloxRotatingKVCache, decode_step
+from veloxquant.accelerated.cache import VeloxKVCache, VeloxRotatingKVCache
+from veloxquant.accelerated.kernels import decode_step
 from veloxquant.accelerated.cache import base as cache_base
 from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import attention as katt

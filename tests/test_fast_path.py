@@ -1,5 +1,5 @@
 """Issue 29's fast path: on a CUDA backend every method and window setting must run each decode step of an mlx-lm
-forward as accelerated/cache/decode_step.py's DecodeStep (the append inside the attention's partial launch, then the
+forward as accelerated/kernels/decode_step.py's DecodeStep (the append inside the attention's partial launch, then the
 combine), never the general path's separate encode / commit launches, never the ops path, and never a decode of
 the cache's records. No GPU here: the backend is a stand-in "CUDA" whose kernels record their launches and return
 zeros (what a kernel computes is tested by the emulator tests; this checks which launches a step makes).
@@ -16,7 +16,8 @@ import pytest
 
 from veloxquant.accelerated import attention as vattention
 from veloxquant.accelerated import kernels
-from veloxquant.accelerated.cache import VeloxKVCache, base as cache_base, decode_step, make_prompt_cache
+from veloxquant.accelerated.cache import VeloxKVCache, base as cache_base, make_prompt_cache
+from veloxquant.accelerated.kernels import decode_step
 from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend, commit

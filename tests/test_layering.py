@@ -1,7 +1,8 @@
 """The arrows between layers (DEVELOPERS.md): spec -> reference -> golden; spec -> accelerated; conformance
 compares; tools on top. Checked on the source (every import statement, module level or inside a function):
-accelerated never imports reference, conformance never imports tools, and so on; tools/ has no import cycle
-and its shipped rooms never import tools/dev/ (left out of the wheel)."""
+accelerated never imports reference, conformance never imports tools, and so on; tools/ and accelerated/ have no
+import cycle, accelerated/'s modules import each other at module level only, and tools/' shipped rooms never import
+tools/dev/ (left out of the wheel)."""
 from __future__ import annotations
 
 import ast
@@ -293,3 +294,124 @@ def test_checkout_links_every_subpackage():
             f"veloxquant/{name} -> {target}: want ../{folder}"
     others = sorted(p.name for p in here.iterdir() if not p.is_symlink() and p.name not in ("__init__.py", "__pycache__"))
     assert not others, f"veloxquant/ holds more than the links and __init__.py: {others}"
+
+
+# ---- accelerated/ has no import cycle, and no function-level import stands in for a module-level one -------------
+def import_edges(path: pathlib.Path, modules, me: str | None = None) -> list[tuple[str, int, bool]]:
+    """(module, line, inside a function) for every import statement of the file of module `me` (by default its
+    name under ROOT) that names a module of `modules` (a set of dotted names without the namespace prefix). `from P import n` names P.n where that is a module, else P;
+    importing P.Q also runs P's __init__, so P is named too unless P is a package of the importing file itself
+    (already running when the file runs)."""
+    me = me or _module_name(path)
+    mine = {".".join(me.split(".")[:i]) for i in range(1, me.count(".") + 1)} | {me}
+    if path.name == "__init__.py":
+        mine.discard(me)     # a package's __init__ importing a submodule is an arrow (not the other way)
+    out = []
+
+    def named(node) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [a.name for a in node.names]
+        base = _absolute(node.module or "", node, path)
+        base = base[len(NAMESPACE):] if base.startswith(NAMESPACE) else base
+        return [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+
+    def walk(node, in_function: bool):
+        for child in ast.iter_child_nodes(node):
+            inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for name in named(child):
+                    name = name[len(NAMESPACE):] if name.startswith(NAMESPACE) else name
+                    parts = name.split(".")
+                    targets = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+                    explicit = targets[-1]
+                    for t in targets:
+                        edge = (t, child.lineno, inside)
+                        if t in modules and t != me and (t == explicit or t not in mine) and edge not in out:
+                            out.append(edge)
+            walk(child, inside)
+
+    walk(ast.parse(path.read_text(), str(path)), False)
+    return out
+
+
+def _accelerated_graph():
+    files = {_module_name(f): f for f in _files("accelerated")}
+    return files, {m: import_edges(f, set(files)) for m, f in files.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `graph` (module -> modules it imports) as a path that ends where it starts, or None."""
+    state: dict[str, int] = {}
+
+    def visit(m, stack):
+        state[m] = 1
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state and (found := visit(n, stack + [n])):
+                return found
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m, [m])):
+            return found
+    return None
+
+
+def all_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per group of modules that import each other (removing one found cycle's last arrow at a time)."""
+    graph = {m: set(ns) for m, ns in graph.items()}
+    found = []
+    while (c := find_cycle(graph)) and len(found) < 50:
+        found.append(c)
+        graph[c[-2]].discard(c[-1])
+    return found
+
+
+def test_accelerated_has_no_import_cycle():
+    """Every import statement of accelerated/, module level or inside a function, is an arrow; no arrow path comes
+    back to where it started (a function-level import does not make a cycle go away, it only hides it)."""
+    _, edges = _accelerated_graph()
+    cycles = all_cycles({m: {t for t, _, _ in es} for m, es in edges.items()})
+    assert not cycles, "import cycles in accelerated/:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+# A function-level import of another accelerated module is allowed only here, with the reason (module -> imported).
+FUNCTION_LEVEL_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def test_no_function_level_import_inside_accelerated():
+    """Modules of accelerated/ import each other at module level, so the import graph shows every arrow where a
+    reader looks for it; imports of outside packages (mlx_lm.generate, numpy) inside functions are not counted."""
+    files, edges = _accelerated_graph()
+    bad = [f"{files[m].relative_to(ROOT)}:{line}: imports {t} inside a function"
+           for m, es in sorted(edges.items()) for t, line, inside in es
+           if inside and (m, t) not in FUNCTION_LEVEL_ALLOWED]
+    assert not bad, "function-level imports of accelerated modules:\n" + "\n".join(bad)
+
+
+def test_cycle_checker_sees_function_level_cycles(tmp_path):
+    """The check itself can fail: a cycle closed by an import inside a function is found, with its path; a package
+    importing its submodule, which imports a sibling through the package, is not a cycle."""
+    files = {"a": "def f():\n    from veloxquant.pkg import b\n",
+             "b": "from veloxquant.pkg.c import X\n",
+             "c": "import veloxquant.pkg.a\n",
+             "__init__": "from veloxquant.pkg import a\n",
+             "d": "from veloxquant.pkg import c\n"}
+    (tmp_path / "pkg").mkdir()
+    for name, text in files.items():
+        (tmp_path / "pkg" / f"{name}.py").write_text(text)
+    mods = {"pkg"} | {f"pkg.{n}" for n in files if n != "__init__"}
+    graph = {}
+    for name in files:
+        me = "pkg" if name == "__init__" else f"pkg.{name}"
+        path = tmp_path / "pkg" / f"{name}.py"
+        edges = import_edges(path, mods, me)
+        graph[me] = {t for t, _, _ in edges}
+        if name == "a":
+            assert edges == [("pkg.b", 2, True)], edges
+    assert graph["pkg.d"] == {"pkg.c"} and graph["pkg"] == {"pkg.a"}, graph
+    assert find_cycle(graph) == ["pkg.a", "pkg.b", "pkg.c", "pkg.a"]
+    graph["pkg.c"] = set()
+    assert find_cycle(graph) is None

@@ -1,20 +1,22 @@
 """mlx-lm compatible KV caches storing VeloxQuant records (spec/streaming.md, spec/methods/).
 
-Import this package before `mlx_lm.models.cache.load_prompt_cache` reads a file holding these caches:
-load_prompt_cache rebuilds each cache as `globals()[class_name].from_state(state)`, i.e. it looks the saved
-class name up in the namespace of the module mlx_lm.models.cache itself (CacheList's state setter does the
-same). Classes defined elsewhere are invisible there, so importing this package registers each class in
-that module under its own name. A name already bound there to a different class is an error (we never
-shadow an mlx-lm class).
+Importing this package makes the one call that connects them to mlx-lm, `integration.install()`: it registers
+the class names where `mlx_lm.models.cache.load_prompt_cache` looks them up (so import this package before
+loading a file holding these caches), gives the caches mlx-lm's batching entry point `merge`, and hooks mlx-lm's
+attention dispatch (accelerated/cache/integration.py says how and why).
+
+Rooms: base.py (the single-sequence cache; kivi.py, rabitq.py, turboquant*.py name its per-method classes;
+rotating.py the sliding-window one; classes.py lists them by name), batch.py and batch_shared.py (the batch caches,
+over left_padded.py), masks.py (a batch's remembered masks), prompt_cache.py (the factory, make_prompt_cache),
+integration.py (mlx-lm), size.py, serve.py, warmup.py.
 """
 from __future__ import annotations
 
-import mlx_lm.models.cache as _mlx_lm_cache
-
-from veloxquant.accelerated.cache import hook
+from veloxquant.accelerated.cache import integration
 from veloxquant.accelerated.cache.base import CacheGroup, VeloxKVCache
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+from veloxquant.accelerated.cache.integration import CACHE_CLASSES
 from veloxquant.accelerated.cache.kivi import KIVIKVCache
 from veloxquant.accelerated.cache.prompt_cache import CLASS_BY_METHOD, make_prompt_cache
 from veloxquant.accelerated.cache.rabitq import RaBitQKVCache
@@ -24,21 +26,7 @@ from veloxquant.accelerated.cache.turboquant_prod import TurboQuantProdKVCache
 from veloxquant.accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
 from veloxquant.accelerated.cache.warmup import warm_kernels
 
-CACHE_CLASSES = (VeloxKVCache, BatchVeloxKVCache, SharedBatchVeloxKVCache, TurboQuantKVCache, TurboQuantRVQKVCache, TurboQuantProdKVCache,
-                 KIVIKVCache, RaBitQKVCache, VeloxRotatingKVCache)
-
-
-def _register(classes) -> None:
-    for cls in classes:
-        bound = getattr(_mlx_lm_cache, cls.__name__, None)
-        # Same module and name: this package imported again (e.g. importlib.reload); rebind.
-        if bound is not None and bound is not cls and bound.__module__ != cls.__module__:
-            raise ImportError(f"mlx_lm.models.cache already defines {cls.__name__} ({bound.__module__})")
-        setattr(_mlx_lm_cache, cls.__name__, cls)
-
-
-_register(CACHE_CLASSES)
-hook.install()
+integration.install()
 
 __all__ = ["CacheGroup", "VeloxKVCache", "BatchVeloxKVCache", "SharedBatchVeloxKVCache", "TurboQuantKVCache", "TurboQuantRVQKVCache", "TurboQuantProdKVCache",
            "KIVIKVCache", "RaBitQKVCache", "VeloxRotatingKVCache", "CLASS_BY_METHOD", "CACHE_CLASSES", "make_prompt_cache", "warm_kernels"]

@@ -6,15 +6,17 @@ models and helpers call it:
 - `update_and_fetch(keys, values) -> (keys, values)`: append one chunk (B, H, t, d) to each stream. In
   packed mode (`attention="packed"`, what make_prompt_cache picks for models whose attention goes through
   mlx_lm.models.base.scaled_dot_product_attention) it returns two `accelerated.attention.PackedKV` views
-  of the records, and mlx-lm's attention dispatch (hooked in accelerated/cache/hook.py) attends over the
+  of the records, and mlx-lm's attention dispatch (hooked in accelerated/cache/integration.py) attends over the
   packed records without decoding them. In dequantize mode it returns *all* tokens decoded, cast to the
   chunk's dtype (RNE), for models that compute attention themselves.
 - `offset` (int attribute, read by RoPE), `size()`, `empty()`, `nbytes`, `is_trimmable()`, `trim(n)`; beside
   them `nbytes_parts` and `nbytes_for(tokens)` (what the bytes hold, what a length costs).
 - `make_mask(N, return_array=False, window_size=None)`: exactly KVCache's (mlx_lm's
   `create_attention_mask` with this cache's offset), so `base.create_attention_mask` gets the same masks.
+- `merge(caches)` (BatchGenerator's batching entry point) is given to the class by
+  accelerated/cache/integration.py's `install()`: the batch caches it builds are made over this one.
 - `state` (getter/setter) and the classmethod `from_state(state)`: `load_prompt_cache` rebuilds a cache as
-  `globals()[class_name].from_state(state)` inside mlx_lm.models.cache (see accelerated/cache/__init__.py
+  `globals()[class_name].from_state(state)` inside mlx_lm.models.cache (see accelerated/cache/integration.py
   for why the classes are registered there). mlx-lm 0.32 has no separate meta_state; the `meta_state`
   property here is the JSON metadata string that is also the last element of `state`.
 
@@ -48,13 +50,13 @@ from veloxquant import spec
 from veloxquant.accelerated.attention import PackedKV
 from veloxquant.accelerated.kernels import backend as kernel_backend
 from veloxquant.accelerated.kernels.commit import commit as store_rows
+from veloxquant.accelerated.kernels.decode_step import DecodeStep
 from veloxquant.accelerated.kernels.faults import flags as fault_flags
 from veloxquant.accelerated.ops import numerics
 from veloxquant.accelerated.kernels.append import applies as fused_applies, messages as fused_messages
 from veloxquant.accelerated.kernels.methods import NONFINITE, RULES
 from veloxquant.accelerated.stream import Stream, append_in_place
 from veloxquant.accelerated.cache import size as cache_size
-from veloxquant.accelerated.cache.decode_step import DecodeStep
 
 STATE_FORMAT = 1                       # version of the `state` layout below
 _DTYPES = (mx.float16, mx.bfloat16, mx.float32)
@@ -406,18 +408,6 @@ class VeloxKVCache(_BaseCache):
 
     def make_mask(self, *args, **kwargs):
         return create_attention_mask(*args, offset=self.offset, **kwargs)
-
-    @classmethod
-    def merge(cls, caches):
-        """mlx-lm's batching entry point (BatchGenerator): one SharedBatchVeloxKVCache (one B-row cache, one
-        launch per layer: accelerated/cache/batch_shared.py) where the methods allow it, else a BatchVeloxKVCache
-        (a cache per sequence: accelerated/cache/batch.py); records moved as they are."""
-        from veloxquant.accelerated.cache import batch_shared
-        from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
-        caches = list(caches)
-        if batch_shared.eligible(caches):
-            return batch_shared.SharedBatchVeloxKVCache.merge(caches)
-        return BatchVeloxKVCache.merge(caches)
 
     # ---- save / load ------------------------------------------------------------------------------
     @property

@@ -22,7 +22,7 @@ Layout (virtual, as BatchKVCache's): the batch has `_idx` positions; sequence i'
 right padding (`finalize` moves them into lp_i). `offset` = `_idx - left_padding`, exactly BatchKVCache's.
 
 Attention: in packed mode `update_and_fetch` returns `BatchPackedKV`s and the hooked dispatch
-(accelerated/cache/hook.py) calls `attend_batch`: per sequence, its real query rows attend over its own packed
+(accelerated/cache/integration.py) calls `attend_batch`: per sequence, its real query rows attend over its own packed
 record with the mask restricted to its real keys (rows of padding queries are zeros: mlx-lm discards them).
 A mask made by `make_mask` of one of these caches is known to be causal + left padding, so each sequence gets
 exactly what its single-sequence cache would get ("causal" or None), which the fused kernels take. In
@@ -43,7 +43,10 @@ import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 
 from veloxquant.accelerated.attention import PackedKV, attend
-from veloxquant.accelerated.cache.batch_shared import LeftPadded, cache_class, remember_mask
+from veloxquant.accelerated.cache.base import VeloxKVCache
+from veloxquant.accelerated.cache.classes import cache_class
+from veloxquant.accelerated.cache.left_padded import LeftPadded
+from veloxquant.accelerated.cache.masks import remember_mask
 from veloxquant.accelerated.cache import size as cache_size
 from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
 
@@ -121,7 +124,6 @@ class BatchVeloxKVCache(LeftPadded):
     # ---- protocol: merge / filter / extend / extract / prepare / finalize ---------------------------
     @classmethod
     def merge(cls, caches) -> "BatchVeloxKVCache":
-        from veloxquant.accelerated.cache.base import VeloxKVCache
         caches = list(caches)
         if not caches:
             raise ValueError("caches: nothing to merge")

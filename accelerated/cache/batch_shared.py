@@ -18,11 +18,11 @@ without decoding them (through the records' state arrays), so `extract(i)` gives
 cache would hold.
 
 The mask: `make_mask` returns mlx-lm's array (create_causal_mask with the left padding, what BatchKVCache gives)
-and remembers it; the hooked dispatch (hook.py) hands our attention the RowStarts it stands for instead
-(`row_starts`). mlx-lm's BatchKVCache makes the same mask (a batch whose first layer is fp16 gets its mask from
-there): hook.install has its make_mask remember the RowStarts too (`remember_batch_kv_mask`). Any other array mask
-is attended as an array (the ops path: slower; on CUDA in TF32, MLX's default for float32 matmuls). Prefill masks
-are held only until the next mask (`remember_mask`: at 8 x 32k one is 537 MB).
+and remembers it; the hooked dispatch (integration.py) hands our attention the RowStarts it stands for instead
+(masks.row_starts). mlx-lm's BatchKVCache makes the same mask (a batch whose first layer is fp16 gets its mask from
+there): integration.install has its make_mask remember the RowStarts too (masks.remember_batch_kv_mask). Any other
+array mask is attended as an array (the ops path: slower; on CUDA in TF32, MLX's default for float32 matmuls). Prefill masks
+are held only until the next mask (masks.remember_mask: at 8 x 32k one is 537 MB).
 
 Checks (spec/streaming.md, 'Deferred rejection'): the B rows are one cache; a NaN or Inf in any sequence's chunk
 rolls the whole batch back to before that chunk and raises (the per-sequence class rolls back that sequence only).
@@ -31,25 +31,23 @@ outputs can differ from a single-sequence run in the last bits (BatchVeloxKVCach
 """
 from __future__ import annotations
 
-import collections
 import json
 import typing
 
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
-from mlx_lm.models.cache import _BaseCache
 
+from veloxquant.accelerated.cache.base import VeloxKVCache
+from veloxquant.accelerated.cache.batch import BatchVeloxKVCache, _same_config
+from veloxquant.accelerated.cache.classes import cache_class
+from veloxquant.accelerated.cache.left_padded import LeftPadded
+from veloxquant.accelerated.cache.masks import _MASKS, _MASKS_KEPT, remember_mask
+from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
 from veloxquant.accelerated.ops.attention import RowStarts
 
 SHARED = True          # VeloxKVCache.merge makes a SharedBatchVeloxKVCache where `eligible` (else BatchVeloxKVCache)
 _POSITIONAL = ("kivi",)    # methods whose bytes depend on a token's position (KIVI's key groups)
 
-# masks made by SharedBatchVeloxKVCache.make_mask: id -> (mask, RowStarts); a handful suffice (one forward uses one
-# mask for every layer)
-_MASKS: collections.OrderedDict = collections.OrderedDict()
-_MASKS_KEPT = 8
-_OFFSETS: collections.OrderedDict = collections.OrderedDict()      # (idx, left padding) -> offsets array
-_OFFSETS_KEPT = 4
 
 
 def eligible(caches) -> bool:
@@ -57,9 +55,6 @@ def eligible(caches) -> bool:
     and configuration (sliding-window caches: one max_size, R = 0), per-token methods in both roles, an exact window
     R only without exact-trim copies (a per-sequence tail), and every cache's window where a left-padded layout puts
     it (`_layout`: not after a trim that left one cache's window short of the others')."""
-    from veloxquant.accelerated.cache.base import VeloxKVCache
-    from veloxquant.accelerated.cache.batch import _same_config
-    from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
     if not SHARED or not caches:
         return False
     c0 = caches[0]
@@ -108,64 +103,6 @@ def _layout(parts) -> int:
         raise ValueError("parts: a sequence's exact window reaches below the others' encoded tokens: they do not fit "
                          "one left-padded stream")
     return q_end
-
-
-def remember(kept: collections.OrderedDict, key, value, most: int):
-    """kept[key] = value, dropping the oldest entries beyond `most` (the masks and offsets arrays of recent steps)."""
-    kept[key] = value
-    while len(kept) > most:
-        kept.popitem(last=False)
-    return value
-
-
-BIG_MASK = 1 << 22     # elements: a mask past this (a prefill chunk's (B, 1, L, T): 537 MB at 8 x 2048 x 32k) is kept
-                       # only until the next mask is remembered, not among the last `most`
-
-
-def remember_mask(kept: collections.OrderedDict, mask: mx.array, value, most: int):
-    """remember(kept, id(mask), value, most) for a mask made by a batch cache (value[0] is the mask), first dropping
-    the big masks remembered before: holding a handful of prefill masks alive would cost GBs at long contexts."""
-    for key in [k for k, v in kept.items() if v[0].size > BIG_MASK]:
-        del kept[key]
-    return remember(kept, id(mask), value, most)
-
-
-def remember_batch_kv_mask(cache, mask, n: int, window_size=None) -> None:
-    """A mask mlx-lm's BatchKVCache.make_mask made (an fp16 layer of a batch whose other layers are ours: the model
-    makes the mask from its first layer's cache): it is create_causal_mask with the batch's left padding, the same
-    mask our B-row cache makes, so it is remembered as the RowStarts it stands for and our layers attend with the
-    decode step's launch instead of an array mask (hook.install wraps BatchKVCache.make_mask). Not for sliding
-    windows (window_size) or anything but an array."""
-    if window_size is None and type(mask) is mx.array:
-        starts = cache.left_padding
-        if starts.dtype != mx.int32:
-            starts = starts.astype(mx.int32)
-        remember_mask(_MASKS, mask, (mask, RowStarts(starts, n > 1, mask)), _MASKS_KEPT)
-
-
-def cache_class(name: str):
-    """The cache class a saved batch names (accelerated.cache.CACHE_CLASSES)."""
-    import veloxquant.accelerated.cache as vq
-    return {cls.__name__: cls for cls in vq.CACHE_CLASSES}[name]
-
-
-def offsets(idx: int, left_padding) -> mx.array:
-    """(B,) int32 positions idx - left_padding[b], one array per (idx, padding): the layers of a batch move in step
-    and the model reads the offsets in every layer (RoPE), so they share it instead of a host-made array each."""
-    key = (idx, tuple(left_padding))
-    a = _OFFSETS.get(key)
-    if a is None:
-        a = remember(_OFFSETS, key, mx.array([idx - x for x in left_padding], dtype=mx.int32), _OFFSETS_KEPT)
-    return a
-
-
-def row_starts(mask):
-    """The RowStarts a mask made by SharedBatchVeloxKVCache.make_mask stands for, else the mask itself."""
-    if type(mask) is mx.array:
-        entry = _MASKS.get(id(mask))
-        if entry is not None and entry[0] is mask:
-            return entry[1]
-    return mask
 
 
 class _Part(typing.NamedTuple):
@@ -263,7 +200,6 @@ def _stack(caches: list, lp: list, idx: int, like):
     sliding-window cache's stream holds the newest tokens only: every sequence's held tokens end at the stream's
     end (rows held: each sequence's count, which differ until the next update evicts them to one length), else the
     stream's positions are the batch's (rows held: None, each row holds its idx - lp tokens)."""
-    from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
     if isinstance(like, VeloxRotatingKVCache):
         for c in caches:
             c._flush_step()          # a chunk a decode step left pending is among the held tokens
@@ -271,25 +207,6 @@ def _stack(caches: list, lp: list, idx: int, like):
         top = max(held)
         return _restack([_part(c, top - h) for c, h in zip(caches, held)], like, offset=idx), held
     return _restack([_part(c, p) for c, p in zip(caches, lp)], like), None
-
-
-class LeftPadded(_BaseCache):
-    """What both batch caches (this module's and batch.py's) derive from `_idx` (the batch's position count) and
-    `_lp` (each row's left padding): mlx-lm's `offset` and `left_padding`. A subclass sets `_offset = None` where
-    either changes."""
-    _offset: mx.array | None = None
-
-    @property
-    def offset(self) -> mx.array:
-        """(B,) int32 positions (RoPE's offsets): one array per step and layout, shared by the layers (the model
-        reads it in every layer; the layers of a batch move in step)."""
-        if self._offset is None:
-            self._offset = offsets(self._idx, self._lp)
-        return self._offset
-
-    @property
-    def left_padding(self) -> mx.array:
-        return mx.array(self._lp, dtype=mx.int32)
 
 
 class SharedBatchVeloxKVCache(LeftPadded):
@@ -346,12 +263,10 @@ class SharedBatchVeloxKVCache(LeftPadded):
 
     def _per_sequence_prefill(self) -> bool:
         """Whether a right-padded prefill runs per sequence (see the class): an exact window, a sliding window."""
-        from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
         return bool(self.inner.key_params.window or self.inner.value_params.window
                     or isinstance(self.inner, VeloxRotatingKVCache))
 
     def _rotating(self) -> bool:
-        from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
         return isinstance(self.inner, VeloxRotatingKVCache)
 
     def _stream_tokens(self) -> int:
@@ -398,7 +313,6 @@ class SharedBatchVeloxKVCache(LeftPadded):
     def extend(self, other: "SharedBatchVeloxKVCache") -> None:
         if not isinstance(other, SharedBatchVeloxKVCache):
             raise ValueError(f"other: expected a SharedBatchVeloxKVCache, got {type(other).__name__}")
-        from veloxquant.accelerated.cache.batch import _same_config
         if type(other.inner) is not type(self.inner) or not _same_config(self.inner, other.inner):
             raise ValueError("other: its caches have other parameters than this batch's")
         if any(c._right is not None or c._seq is not None for c in (self, other)):
@@ -435,7 +349,6 @@ class SharedBatchVeloxKVCache(LeftPadded):
         # (a sliding window's left-padded chunk too: its band and the padding rows' starts are no RowStarts, and an
         # array mask leaves the padding queries nothing to attend: NaN in the next layer's keys)
         if self._per_sequence_prefill() and (right or (left_padding is not None and self._rotating())):
-            from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
             seq = BatchVeloxKVCache([self.extract(i) for i in range(self._b)], self._lp, self._idx)
             seq.prepare(left_padding=left_padding, lengths=lengths, right_padding=right_padding)   # (checks them)
             self._seq, self.inner = seq, _empty_like(self.inner)
@@ -576,7 +489,6 @@ class SharedBatchVeloxKVCache(LeftPadded):
         inner_state, meta = v
         meta = json.loads(meta)
         if "classes" in meta:       # a per-sequence prefill's state (see the getter)
-            from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
             seq = BatchVeloxKVCache.__new__(BatchVeloxKVCache)
             seq.state = v
             inner, held = _stack(seq.caches, seq._lp, seq._idx, seq.caches[0])
@@ -609,4 +521,4 @@ def _rolled(cache, shifts: list[int]):
     return type(cache).from_state((out[0], out[1], json.dumps(meta)))
 
 
-__all__ = ["SharedBatchVeloxKVCache", "eligible", "row_starts", "SHARED"]
+__all__ = ["SharedBatchVeloxKVCache", "eligible", "SHARED"]

@@ -6,7 +6,7 @@ from mlx_lm.models.cache import KVCache, RotatingKVCache
 
 from veloxquant import spec
 
-from veloxquant.accelerated.cache import hook
+from veloxquant.accelerated.cache import integration
 from veloxquant.accelerated.cache.base import DEFAULT_EXACT_TRIM, CacheGroup, VeloxKVCache
 from veloxquant.accelerated.cache.kivi import KIVIKVCache
 from veloxquant.accelerated.cache.rabitq import RaBitQKVCache
@@ -93,7 +93,7 @@ def make_prompt_cache(model, method: str = "turboquant", bits: int | None = None
         mode = attention
         if mode == "auto":
             attn = getattr(model.layers[layer], "self_attn", None)
-            mode = "packed" if attn is not None and hook.uses_hooked_sdpa(attn) else "dequantize"
+            mode = "packed" if attn is not None and integration.uses_hooked_sdpa(attn) else "dequantize"
         kw = dict(method=km, key_method=km, value_method=vm, key_bits=key_bits, value_bits=value_bits,
                   bits2=bits2, group_size=group_size, window=window, seed=seed, layer=layer,
                   head_offset=0 if offset is None else offset, attention=mode, checks=checks,

@@ -31,7 +31,9 @@ import json
 import mlx.core as mx
 from mlx_lm.models.cache import create_causal_mask
 
+from veloxquant.accelerated.cache import masks
 from veloxquant.accelerated.cache.base import VeloxKVCache, _to_json
+from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.ops.attention import RowStarts
 
 # Evicted rows are freed (one copy of the held rows, after settling the deferred checks: a host sync)
@@ -114,12 +116,10 @@ class VeloxRotatingKVCache(VeloxKVCache):
             if self.attention == "packed" and self._k is not None:
                 # what it hides is the oldest old + 1 - window_size held tokens: remembered as that row start, the
                 # hooked attention takes the kernels (which take no array mask) instead of the ops path
-                from veloxquant.accelerated.cache import batch_shared
-                from veloxquant.accelerated.kernels import methods as km
                 b, start = self._k._bhd[0], old + 1 - window_size
                 starts = km.count(start) if b == 1 else mx.array([start] * b, dtype=mx.int32)
                 rows = RowStarts(starts, False, mask, (start,) * b)
-                batch_shared.remember_mask(batch_shared._MASKS, mask, (mask, rows), batch_shared._MASKS_KEPT)
+                masks.remember_mask(masks._MASKS, mask, (mask, rows), masks._MASKS_KEPT)
             return mask
         return None
 

@@ -21,7 +21,9 @@ import time
 
 import mlx.core as mx
 
-from veloxquant.accelerated.kernels import kernel_cache
+from veloxquant.accelerated.cache.prompt_cache import make_prompt_cache
+from veloxquant.accelerated.kernels import attention as katt
+from veloxquant.accelerated.kernels import backend, kernel_cache
 
 PROMPTS = (1, 2, 3, 5, 9, 17, 33, 65, 2051)      # chunk lengths of every query-row class, a full prefill chunk
 DRAFTS = (1, 2, 3, 4, 5, 7, 8)                    # speculative verify chunks of 2..9 tokens
@@ -65,8 +67,6 @@ def small_model(geom: Geometry, config: dict | None = None):
 def exercise(model, cache_kwargs: dict, batch: bool = True, speculative: bool = True) -> None:
     """Runs the configuration through mlx-lm's generation paths (see the module docstring)."""
     from mlx_lm.generate import BatchGenerator, generate_step, speculative_generate_step
-
-    from veloxquant.accelerated.cache.prompt_cache import make_prompt_cache
 
     def prompt(n, seed=0):
         return mx.array([(7 * i + seed) % 200 + 1 for i in range(n)], dtype=mx.uint32)
@@ -132,8 +132,6 @@ def _explicit(cache_kwargs: dict) -> dict:
     """The arguments that differ from make_prompt_cache's defaults (one key for one configuration, however
     it is spelled)."""
     import inspect
-
-    from veloxquant.accelerated.cache.prompt_cache import make_prompt_cache
     defaults = {n: p.default for n, p in inspect.signature(make_prompt_cache).parameters.items()}
     return {k: tuple(v) if isinstance(v, list) else v for k, v in cache_kwargs.items()
             if v is not None and not (k in defaults and defaults[k] == (tuple(v) if isinstance(v, list) else v))}
@@ -181,7 +179,6 @@ def warm_kernels(model, batch: bool = True, speculative: bool = True, progress=N
     """The one call for Python users: make sure every kernel variant `make_prompt_cache(model, **cache_kwargs)`
     can launch is compiled on this machine (CUDA; elsewhere nothing to do). `model`: an mlx-lm model (its
     `args`) or its config dict. Fast once warm (a manifest read)."""
-    from veloxquant.accelerated.kernels import backend
     # (an mlx nn.Module is a dict itself: look for its args first)
     config = model if not hasattr(model, "args") else {k: v for k, v in vars(model.args).items()
                                                        if isinstance(v, (int, float, str, bool, type(None)))}
@@ -195,7 +192,6 @@ def warm_kernels(model, batch: bool = True, speculative: bool = True, progress=N
 def warm(geom: Geometry, cache_kwargs: dict, config: dict | None = None, progress=None, workers: int | None = None,
          batch: bool = True, speculative: bool = True) -> Report:
     """Collects and compiles every variant of the configuration; progress(done, total) while compiling."""
-    from veloxquant.accelerated.kernels import attention as katt
     t0 = time.perf_counter()
     cache = kernel_cache.CACHE
     if katt.backend.backend() == "cuda":

@@ -19,6 +19,7 @@ import mlx.core as mx
 
 from veloxquant import spec
 from veloxquant.accelerated import ops
+from veloxquant.accelerated.kernels import methods
 from veloxquant.accelerated.kernels.backend import available
 from veloxquant.accelerated.kernels.source import METHOD_IDS
 from veloxquant.accelerated.ops import record
@@ -30,7 +31,6 @@ def method_module(method: str):
     """The kernel method object (same interface as an accelerated.ops method module, plus `encode_chunk` and
     `encode_launch`) of `method`. ValueError naming `method` if unknown."""
     ops.method_module(method)   # the same ValueError as accelerated.ops for an unknown method
-    from veloxquant.accelerated.kernels import methods
     return methods.method(method)
 
 

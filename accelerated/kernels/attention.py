@@ -5,7 +5,7 @@ On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values withou
 tensor-core loop (accelerated/kernels/attention_tc.py; `_tensor_cores` says when).
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
-at most accelerated.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
+at most accelerated.ops.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
 records with the same encoded prefix); `attention(...)` runs them. `launch_plan(...)` is the pure
 description of the launches (inputs, templates, grids), shared with the CPU emulation test.
 """
@@ -23,7 +23,7 @@ from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.kernels import backend, loader
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.ops import codebooks, prng
-from veloxquant.accelerated.ops.attention import PackedRecord, RowStarts, Views
+from veloxquant.accelerated.ops.attention import MAX_PACKED_QUERIES, PackedRecord, RowStarts, Views
 
 NT = 128                      # threads per partial threadgroup (4 warps)
 TOKENS_PER_SPLIT = 256        # encoded tokens per split before the split count is capped (contexts <= 8k)
@@ -36,7 +36,7 @@ FUSE_COMBINE = False          # CUDA: the combine inside the partial launch (its
                               # 143.7 at 128k; ncu at 4k: fused partial 59 us against 36 + 8 us for the two kernels);
                               # docs/decode-step-analysis.md, "Seventh pass"
 FUSE_APPEND = True            # CUDA (fuse_append): a cache's decode step launches its append inside the partial
-                              # launch (APPEND, attention_source.append_block; accelerated/cache/decode_step.py): one
+                              # launch (APPEND, attention_source.append_block; accelerated/kernels/decode_step.py): one
                               # custom-kernel call fewer per layer. First measured slower (a3e4d7c: GPU time 45.1
                               # against 25.2 us per layer at 4k): a host read of the launch's token stalled the next
                               # step's GPU work by 70-250 us (attention_source.COMBINE_SUMMARY). With the combine's
@@ -86,18 +86,12 @@ def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask) -> bool:
     b, hq, l, d = queries.shape
     kb, kh = k.window.shape[:2]
     starts = isinstance(mask, RowStarts)
-    return (l <= _max_queries() and (mask is None or (isinstance(mask, str) and mask == "causal") or starts)
+    return (l <= MAX_PACKED_QUERIES and (mask is None or (isinstance(mask, str) and mask == "causal") or starts)
             and (not starts or tuple(mask.starts.shape) == (b,))
             # row starts mask encoded tokens only: with a window, only where they are known not to reach it
             and (not starts or k.window.shape[2] == 0 or (mask.host is not None and max(mask.host) <= k.encoded))
             and _pow2(d) and 16 <= d <= 1024 and k.encoded > 0 and k.encoded == v.encoded
             and (kb, kh) == v.window.shape[:2] and hq % kh == 0 and b == kb)
-
-
-@functools.lru_cache(maxsize=None)
-def _max_queries() -> int:
-    from veloxquant.accelerated.attention import MAX_PACKED_QUERIES     # (that module imports this one)
-    return MAX_PACKED_QUERIES
 
 
 @functools.lru_cache(maxsize=None)
@@ -302,7 +296,7 @@ def split_counts(q_enc: int) -> tuple[int, int]:
 def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask, flags, append_ts=None,
             extra: dict | None = None) -> tuple:
     """(the partial launch's inputs, _static's part) of one call; `append_ts` and `extra` (the arrays kx, kconst,
-    vx, vconst): the decode step's append inside (accelerated/cache/decode_step.py)."""
+    vx, vconst): the decode step's append inside (accelerated/kernels/decode_step.py)."""
     b, hq, l, d = queries.shape
     q_enc = k.encoded
     kw, vw = k.window, v.window

@@ -18,8 +18,12 @@ import functools
 import mlx.core as mx
 
 from veloxquant import spec
-from veloxquant.accelerated import layouts
+from veloxquant.accelerated import layouts, ops
 from veloxquant.accelerated.ops import codebooks, numerics, prng, rotation
+
+# Longest query block attended over the packed records directly (decode, speculative decoding's draft
+# verification); longer blocks (prefill) decode the records and call mx.fast.scaled_dot_product_attention.
+MAX_PACKED_QUERIES = 32
 
 BLOCK = 2048          # encoded tokens per block: bounds the per-block temporaries (no full decoded copy)
 
@@ -29,7 +33,7 @@ class RowStarts:
     """A mask for a left-padded batch (mlx-lm's BatchKVCache layout): batch row b attends to the tokens at
     positions >= starts[b] (its left padding is below), and with `causal` each query row also only to the
     tokens at or before its own position (the L queries are the last L positions). `starts`: (B,) int32;
-    `made`: the array mask this one stands for, if the model made one (batch_shared.row_starts); `host`: the
+    `made`: the array mask this one stands for, if the model made one (cache/masks.row_starts); `host`: the
     same starts as Python ints where the cache knows them (a prefill's attention uses them to slice each row
     instead of an array mask; a decode step never reads them)."""
     starts: mx.array
@@ -349,7 +353,6 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
 
     decode_k / decode_v: a method module's decode_tokens for the non-rotated methods (exact decode of one
     block; default: accelerated.ops's). Returns (B, Hq, L, d) in the queries' dtype."""
-    from veloxquant.accelerated import ops
     b, hq, l, d = queries.shape
     _, hkv, t, dk = k.shape
     if dk != d or v.shape[3] != d or v.shape[:3] != k.shape[:3] or hq % hkv:

@@ -295,7 +295,7 @@ def _prefill_arms(arms, layers: int, t: int, batch: int, log, rows: list) -> dic
 def _count_paths(seen: dict):
     """Count, into `seen`, the attention paths the step takes (attention.path) and the decode step's launches."""
     import veloxquant.accelerated.attention as attention
-    from veloxquant.accelerated.cache import decode_step
+    from veloxquant.accelerated.kernels import decode_step
     real_path = attention.path
     real_step = decode_step.DecodeStep.attend
 
@@ -522,12 +522,12 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
 
     import veloxquant.accelerated.cache as vc
     from veloxquant.accelerated.cache import batch as vc_batch
-    from veloxquant.accelerated.cache import hook as vc_hook
+    from veloxquant.accelerated.cache import integration as vc_hook
     model, args = _model(n_layers, shape)
     rows = []
     arms = [a for a in arms if not a.startswith("mlx q")]
     # the attention calls: BatchVeloxKVCache's per sequence (attend_batch calls batch.attend), SharedBatchVeloxKVCache's
-    # once per layer for the batch (the hooked dispatch calls hook.attend)
+    # once per layer for the batch (the hooked dispatch calls integration.attend)
     real_attend = {m: m.attend for m in (vc_batch, vc_hook)}
     for t in contexts:
         for b in batch_sizes:

@@ -71,7 +71,7 @@ class _Probe:
         import mlx_lm.models.cache as lm_cache
 
         from veloxquant.accelerated.cache import base as cbase
-        from veloxquant.accelerated.cache import decode_step as ds
+        from veloxquant.accelerated.kernels import decode_step as ds
         from veloxquant.tools.bench import gpu_clock
         resolve = ds._resolve
 
