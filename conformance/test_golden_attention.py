@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import checks, golden_format as golden
+from . import attention_checks, golden_format as golden
 from .conftest import selected_methods
 
 
@@ -38,4 +38,4 @@ def test_golden_attention(impl, methods_ok, tally, att_case, record_property):
     record_property("bits", c.k_params.bits)
     record_property("dtype", c.dtype)
     tally.case()
-    checks.check_golden_attention(impl, c)
+    attention_checks.check_golden_attention(impl, c)
