@@ -110,14 +110,21 @@ def check_attention(impl, ref, q, k_record, v_record, k_params, v_params, dtype,
                               v_params.method in ROTATED_METHODS,
                               group_zero_magnitude(k_record, k_params, k.shape[2], dtype),
                               group_zero_magnitude(v_record, v_params, v.shape[2], dtype))
-    err = np.abs(got - exp64)
+    return _within_budget(got, exp64, budget, what, q.shape[1] // h, "")
+
+
+def _within_budget(got, want, budget, what: str, rep: int, source: str) -> float:
+    """The worst error / budget ratio of `got` (same shape as `want`); raises Mismatch when an output is not
+    finite or over its budget, naming how many and the worst one with its KV head (`rep` query heads per KV
+    head). `source` prefixes the expectation's name in the message ("" or "golden ")."""
+    err = np.abs(got - want)
     ratio = err / budget
-    if not np.all(np.isfinite(got)) or np.any(ratio > 1):
+    if not np.all(np.isfinite(got)) or np.any(~(ratio <= 1)):
         i = tuple(int(j) for j in np.unravel_index(int(np.nanargmax(np.where(np.isfinite(ratio), ratio, np.inf))),
                                                     ratio.shape))
-        raise Mismatch(f"{what}: {int((~(ratio <= 1)).sum())} outputs exceed the budget; worst at (b, query "
-                       f"head, query, coord) {i} (KV head {i[1] // (q.shape[1] // h)}): got {got[i]!r}, "
-                       f"float64 {exp64[i]!r}, error {err[i]:.3e} > budget {budget[i]:.3e}")
+        raise Mismatch(f"{what}: {int((~(ratio <= 1)).sum())} of {ratio.size} outputs exceed the {source}budget; "
+                       f"worst at (b, query head, query, coord) {i} (KV head {i[1] // rep}): got {got[i]!r}, "
+                       f"{source}float64 {want[i]!r}, error {err[i]:.3e} > budget {budget[i]:.3e}")
     return float(ratio.max())
 
 
@@ -167,12 +174,4 @@ def check_golden_attention(impl, case) -> float:
                      scale=case.scale, mask=case.mask, kv_heads=h, gqa=f"query head i reads KV head i // {rep}")
     if got.shape != case.out.shape:
         raise Mismatch(f"{what}: shape {got.shape} != {case.out.shape}")
-    err = np.abs(got - case.out)
-    ratio = err / case.budget
-    if not np.all(np.isfinite(got)) or np.any(~(ratio <= 1)):
-        i = tuple(int(j) for j in np.unravel_index(int(np.nanargmax(np.where(np.isfinite(ratio), ratio, np.inf))),
-                                                    ratio.shape))
-        raise Mismatch(f"{what}: {int((~(ratio <= 1)).sum())} of {ratio.size} outputs exceed the golden budget; "
-                       f"worst at (b, query head, query, coord) {i} (KV head {i[1] // rep}): got {got[i]!r}, "
-                       f"golden float64 {case.out[i]!r}, error {err[i]:.3e} > budget {case.budget[i]:.3e}")
-    return float(ratio.max())
+    return _within_budget(got, case.out, case.budget, what, rep, "golden ")
