@@ -48,7 +48,7 @@ class StepKV(PackedKV):
     use from what the step captured (the fused attention launch does not read it; the other paths do). `token`:
     the step's append token, or its pending append (decode_step._Pending) when the attention launch is to store the
     chunk; reading `flags` or `record` first launches such an append on its own. `window`: the step's exact window
-    (a view of the stream's window buffer: stream.InPlace.windows), None: the stream's own (R = 0)."""
+    (a view of the stream's window buffer: in_place.InPlace.windows), None: the stream's own (R = 0)."""
 
     def __init__(self, stream, bufs: dict, encoded: int, token, step, lo: int = 0, window: mx.array | None = None):
         object.__setattr__(self, "token_or_pending", token)

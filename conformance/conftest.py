@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, settings
 
 from veloxquant.spec import METHODS
 
-from . import adapters
+from . import adapters, golden_format as golden
 
 if __name__ != "veloxquant.conformance.conftest":   # one copy of the suite's modules, not two
     raise ImportError(f"the conformance suite was imported as {__name__!r}; it must be veloxquant.conformance "
@@ -102,6 +102,27 @@ def _load_impl(name: str, device: str | None):
 
 def selected_methods(config) -> tuple[str, ...]:
     return config._vq_methods
+
+
+def parametrize_golden(metafunc, argname: str, read, what: str, missing_id: str) -> None:
+    """Parametrize `argname` with the cases `read()` yields for the selected methods. An unreadable golden/
+    (missing, or a damaged manifest) or no case for the selected methods becomes one case `missing_id` holding
+    the reason as a string, which the test fails on: never a skip, so a missing golden/ cannot read as a green
+    run."""
+    if argname not in metafunc.fixturenames:
+        return
+    try:
+        cases = list(read())
+    except (OSError, ValueError, KeyError) as e:
+        reason = f"{what} not readable at {golden.ROOT}: {type(e).__name__}: {e}"
+        metafunc.parametrize(argname, [pytest.param(reason)], ids=[missing_id])
+        return
+    methods = set(selected_methods(metafunc.config))
+    cases = [c for c in cases if c.method in methods]
+    if not cases:
+        metafunc.parametrize(argname, [pytest.param(f"no {what} for the selected methods")], ids=[missing_id])
+        return
+    metafunc.parametrize(argname, cases, ids=[c.id for c in cases])
 
 
 def device_kind(config) -> str:

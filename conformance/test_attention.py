@@ -1,6 +1,6 @@
 """Tolerance tier (spec/README.md "Tiers", spec/attention.md): softmax attention over the cache against a
-float64 evaluation of the same formula on the same decoded K, V. Budgets: checks.ATTN_SAFETY,
-checks.ROTATED_DOMAIN terms and checks.attention_budget (named terms with their reasons).
+float64 evaluation of the same formula on the same decoded K, V. Budgets: attention_checks.ATTN_SAFETY,
+attention_checks.ROTATED_DOMAIN terms and attention_checks.attention_budget (named terms with their reasons).
 
 Drawn: head dims, lengths up to 700 (several blocks / splits of an online softmax), GQA layouts (KV heads
 1-4, 1-4 query heads each), query blocks of 1-8 rows with and without the causal mask, windows, query
@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 
 from veloxquant import spec
 
-from . import checks, data
+from . import attention_checks, data
 from .conftest import selected_methods
 
 
@@ -47,12 +47,12 @@ def test_attention(impl, ref, methods_ok, tally, method, dtype, data_, record_pr
     q = (rng.standard_normal((1, h * rep, tq, d)) * data_.draw(st.sampled_from([0.5, 1.0, 4.0]))).astype(np.float32)
     scale = float(np.float32(1.0 / np.sqrt(d)))
     tally.case()
-    checks.check_attention(impl, ref, q, ref.encode(k, kp, dtype), ref.encode(v, vp, dtype), kp, vp, dtype,
-                           scale, mask)
+    attention_checks.check_attention(impl, ref, q, ref.encode(k, kp, dtype), ref.encode(v, vp, dtype), kp, vp,
+                                     dtype, scale, mask)
 
 
 @pytest.mark.parametrize("rep", [2, 3])
 def test_attention_gqa_head_mapping(impl, ref, methods_ok, rep):
-    """Second, independent check of the GQA mapping (checks.check_attention_head_mapping)."""
+    """Second, independent check of the GQA mapping (attention_checks.check_attention_head_mapping)."""
     methods_ok("turboquant")
-    checks.check_attention_head_mapping(impl, ref, "turboquant", rep)
+    attention_checks.check_attention_head_mapping(impl, ref, "turboquant", rep)

@@ -5,27 +5,11 @@ from __future__ import annotations
 import pytest
 
 from . import checks, golden_format as golden
-from .conftest import selected_methods
-
-
-def _cases(config):
-    try:
-        cases = list(golden.iter_cases())
-    except (OSError, ValueError, KeyError) as e:   # no golden/, or a damaged manifest
-        return None, f"golden vectors not readable at {golden.ROOT}: {type(e).__name__}: {e}"
-    methods = set(selected_methods(config))
-    return [c for c in cases if c.method in methods], None
+from .conftest import parametrize_golden
 
 
 def pytest_generate_tests(metafunc):
-    if "case" not in metafunc.fixturenames:
-        return
-    cases, reason = _cases(metafunc.config)
-    if not cases:   # a failure, never a skip: a missing golden/ must not read as a green run
-        metafunc.parametrize("case", [pytest.param(reason or "no golden case for the selected methods")],
-                             ids=["golden-missing"])
-        return
-    metafunc.parametrize("case", cases, ids=[c.id for c in cases])
+    parametrize_golden(metafunc, "case", golden.iter_cases, "golden cases", "golden-missing")
 
 
 def test_golden(impl, methods_ok, tally, case, record_property):

@@ -5,28 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from . import checks, golden_format as golden
-from .conftest import selected_methods
-
-
-def _cases(config):
-    try:
-        cases = list(golden.iter_attention_cases())
-    except (OSError, ValueError, KeyError) as e:
-        return None, f"golden attention cases not readable at {golden.ROOT}: {type(e).__name__}: {e}"
-    methods = set(selected_methods(config))
-    return [c for c in cases if c.method in methods], None
+from . import attention_checks, golden_format as golden
+from .conftest import parametrize_golden
 
 
 def pytest_generate_tests(metafunc):
-    if "att_case" not in metafunc.fixturenames:
-        return
-    cases, reason = _cases(metafunc.config)
-    if not cases:   # a failure, never a skip
-        metafunc.parametrize("att_case", [pytest.param(reason or "no golden attention case for the selected "
-                                                       "methods")], ids=["golden-attention-missing"])
-        return
-    metafunc.parametrize("att_case", cases, ids=[c.id for c in cases])
+    parametrize_golden(metafunc, "att_case", golden.iter_attention_cases, "golden attention cases",
+                       "golden-attention-missing")
 
 
 def test_golden_attention(impl, methods_ok, tally, att_case, record_property):
@@ -38,4 +23,4 @@ def test_golden_attention(impl, methods_ok, tally, att_case, record_property):
     record_property("bits", c.k_params.bits)
     record_property("dtype", c.dtype)
     tally.case()
-    checks.check_golden_attention(impl, c)
+    attention_checks.check_golden_attention(impl, c)

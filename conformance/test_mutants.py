@@ -8,7 +8,7 @@ import pytest
 
 from veloxquant import spec
 
-from . import checks, data, mutants
+from . import attention_checks, checks, data, mutants
 from .adapters.reference import ReferenceImpl
 from .assertions import Mismatch
 
@@ -279,7 +279,8 @@ def test_kivi_trim_originals_caught_by_the_put_back_check():
 
 @pytest.mark.parametrize("rep", [2, 3])
 def test_attention_heads_tiled_caught(reference_impl, rep):
-    msg = _must_fail(lambda impl: checks.check_attention_head_mapping(impl, reference_impl, "turboquant", rep),
+    msg = _must_fail(lambda impl: attention_checks.check_attention_head_mapping(impl, reference_impl, "turboquant",
+                                                                                rep),
                      mutants.AttentionHeadsTiled(), ReferenceImpl())
     assert "should read KV head" in msg
 
@@ -368,15 +369,15 @@ def test_golden_attention_catches(mutant_cls, select):
     assert cases
     control, mutant = ReferenceImpl(), mutant_cls()
     for c in cases:
-        checks.check_golden_attention(control, c)
+        attention_checks.check_golden_attention(control, c)
         with pytest.raises(Mismatch):
-            checks.check_golden_attention(mutant, c)
+            attention_checks.check_golden_attention(mutant, c)
 
 
 def test_merge_no_rescale_passes_the_earlier_attention_checks():
     """Before the long golden case no attention check saw a record longer than one 2048-token block: the
-    mutant passes checks.check_attention at T = 700 (conformance/test_attention.py's longest draw) and the
-    golden cases shorter than 2048 tokens."""
+    mutant passes attention_checks.check_attention at T = 700 (conformance/test_attention.py's longest draw) and
+    the golden cases shorter than 2048 tokens."""
     from . import golden_format as golden
     ref, mutant = ReferenceImpl(), m12.AttentionMergeNoRescale()
     rng = np.random.default_rng(5)
@@ -384,11 +385,11 @@ def test_merge_no_rescale_passes_the_earlier_attention_checks():
     k = _x((1, 2, 700, 64), "float16", seed=1)
     v = _x((1, 2, 700, 64), "float16", seed=2)
     q = (rng.standard_normal((1, 4, 2, 64)) * 4).astype(np.float32)
-    checks.check_attention(mutant, ref, q, ref.encode(k, p, "float16"), ref.encode(v, p, "float16"), p, p,
-                           "float16", 0.125, "causal")
+    attention_checks.check_attention(mutant, ref, q, ref.encode(k, p, "float16"), ref.encode(v, p, "float16"), p,
+                                     p, "float16", 0.125, "causal")
     for c in golden.iter_attention_cases():
         if "attention-long" not in c.flags:
-            checks.check_golden_attention(mutant, c)
+            attention_checks.check_golden_attention(mutant, c)
 
 
 @pytest.mark.parametrize("mutant_cls,dtype", [(m12.CastTruncates, "bfloat16"), (m12.CastSaturates, "float16")])

@@ -205,7 +205,7 @@ def _window_case(rng, mk, mv, xt, t0, t, r, ws):
 @pytest.mark.parametrize("mk,mv,xt", PAIRS)
 @pytest.mark.parametrize("t0,t,r,ws", [(5, 1, 3, 2), (9, 2, 32, 0), (4, 3, 3, 7), (6, 1, 1, 0)])
 def test_append_with_windows_moves_them_in_place(lib, mk, mv, xt, t0, t, r, ws):
-    """fused.WINDOWED (chunks of t <= R tokens: stream.InPlace): the window's t oldest tokens are encoded into rows t0.. of the records (one-shot encode's bytes
+    """fused.WINDOWED (chunks of t <= R tokens: in_place.InPlace): the window's t oldest tokens are encoded into rows t0.. of the records (one-shot encode's bytes
     for the whole sequence) and the chunk is copied into the window's next t rows: the window after the step is
     one-shot encode's window, and no other row of either buffer is written."""
     rng = np.random.default_rng(t0 * 11 + t * 3 + r)

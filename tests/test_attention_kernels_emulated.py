@@ -449,8 +449,13 @@ def test_kernel_bodies_match_ops_attention_and_float64(case, fused, monkeypatch)
     k, v = _packed(kx, kp), _packed(vx, vp)
     scale = 1.0 / np.sqrt(d)
     mask = "causal" if causal else None
-    got = emulate(q, k, v, scale, mask)
-    ops_out = np.array(oatt.attention(q, k, v, scale, mask).astype(mx.float32))
+    _check_body(emulate(q, k, v, scale, mask), q, k, v, scale, causal, qdt)
+
+
+def _check_body(got, q, k, v, scale, causal, qdt):
+    """An emulated kernel body's output `got` against float64 over the records' own decode and against the ops
+    path over the records k, v as stored."""
+    ops_out = np.array(oatt.attention(q, k, v, scale, "causal" if causal else None).astype(mx.float32))
     want = f64_attention(np.array(q.astype(mx.float32)), np.array(k.dequantized()), np.array(v.dequantized()),
                          scale, causal)
     # output dtype rounding (bf16: 2^-8 relative) dominates; float32 attention error is far below it
@@ -568,7 +573,7 @@ def test_tensor_core_loop_on_the_gpu_within_the_attention_budget(case):
 
 
 def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquant", dict(bits=4))), window=0):
-    from conformance.checks import attention_budget, attention_f64
+    from conformance.attention_checks import attention_budget, attention_f64
     (b, hkv, rep, lq, t, d), qdt, causal, qs, vs = case
     rng = np.random.default_rng(t + d)
     (km, kkw), (vm, vkw) = methods
@@ -843,13 +848,7 @@ def test_records_with_different_encoded_prefixes_through_the_kernels(case, monke
     assert ka.encoded == va.encoded == n > 0 and ka.window.shape[2] == va.window.shape[2] == t - n
     scale = 1.0 / np.sqrt(d)
     mask = "causal" if causal else None
-    got = emulate(q, ka, va, scale, mask)
-    ops_out = np.array(oatt.attention(q, k, v, scale, mask).astype(mx.float32))
-    want = f64_attention(np.array(q.astype(mx.float32)), np.array(k.dequantized()), np.array(v.dequantized()),
-                         scale, causal)
-    tol = {mx.float32: 2e-5, mx.float16: 2e-3, mx.bfloat16: 1.6e-2}[qdt] * np.abs(want).max()
-    np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg="kernel body vs float64")
-    np.testing.assert_allclose(got, ops_out, rtol=0, atol=2 * tol, err_msg="kernel body vs ops path")
+    _check_body(emulate(q, ka, va, scale, mask), q, k, v, scale, causal, qdt)
 
 
 @pytest.mark.parametrize("start", [0, 21], ids=["start0", "start21"])

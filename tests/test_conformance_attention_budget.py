@@ -1,4 +1,4 @@
-"""conformance/checks.py's attention budget for kivi and mlx_affine decoded inside a fused kernel
+"""conformance/attention_checks.py's attention budget for kivi and mlx_affine decoded inside a fused kernel
 (GROUP_DECODE): c*S + Z as one fused multiply-add (one rounding instead of two) stays inside the budget, also
 where a decoded value is exactly 0 (the case the H200 kernels failed on before the term), and an error a
 few times larger does not."""
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from veloxquant import spec
-from veloxquant.conformance import checks
+from veloxquant.conformance import attention_checks
 from veloxquant.conformance.adapters.reference import ReferenceImpl
 
 
@@ -41,17 +41,18 @@ def test_group_decode_term(zero_value):
         assert np.any((dec == 0) & (fused != 0)), "want a coordinate decoded to 0 exactly, moved by the FMA"
     q = rng.standard_normal((1, 1, 2, 32)).astype(np.float32)
     k = dec                                   # keys irrelevant for T = 1 (one token, weight 1)
-    exp64, pw, k64, v64 = checks.attention_f64(q, k, dec, 0.17)
+    exp64, pw, k64, v64 = attention_checks.attention_f64(q, k, dec, 0.17)
     got = np.broadcast_to(fused.astype(np.float64), exp64.shape)      # T = 1: the output is the value row
-    vz = checks.group_zero_magnitude(rec, p, 1, "float32")
-    budget = checks.attention_budget(q, k64, v64, pw, 0.17, vz=vz)
+    vz = attention_checks.group_zero_magnitude(rec, p, 1, "float32")
+    budget = attention_checks.attention_budget(q, k64, v64, pw, 0.17, vz=vz)
     assert np.all(np.abs(got - exp64) <= budget), "a contracted decode must fit the budget"
     worst = np.abs(got - exp64).max()
     assert worst > 0
     if zero_value:
-        old = checks.attention_budget(q, k64, v64, pw, 0.17)
+        old = attention_checks.attention_budget(q, k64, v64, pw, 0.17)
         assert np.any(np.abs(got - exp64) > old), "without GROUP_DECODE this case exceeded the budget"
-    wrong = exp64 + 2 * checks.ATTN_SAFETY * checks.U32 * vz        # (1, 1, 1, d) broadcast over the queries
+    # (1, 1, 1, d) broadcast over the queries
+    wrong = exp64 + 2 * attention_checks.ATTN_SAFETY * attention_checks.U32 * vz
     assert np.any(np.abs(wrong - exp64) > budget), "an error 2 * ATTN_SAFETY times the term must not fit"
 
 
@@ -77,5 +78,5 @@ def test_no_group_decode_term_where_c_times_s_is_exact(method, dtype):
     s = np.repeat(s.astype(np.float64), g, axis=-1)
     prod = c * s                                   # float64: exact for these operands
     assert np.array_equal(prod.astype(np.float32).astype(np.float64), prod), "c*S must be exact in binary32"
-    assert checks.group_zero_magnitude(rec, p, 64, dtype) is None
-    assert checks.group_zero_magnitude(rec, p, 64, "float32") is None if method == "kivi" else True
+    assert attention_checks.group_zero_magnitude(rec, p, 64, dtype) is None
+    assert attention_checks.group_zero_magnitude(rec, p, 64, "float32") is None if method == "kivi" else True

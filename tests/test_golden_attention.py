@@ -1,12 +1,12 @@
 """golden/bulk/attention.npz (tools/golden/attention.py): the stored float64 outputs and budgets are
-spec/attention.md's formula and budget as conformance/checks.py computes them (attention_f64,
+spec/attention.md's formula and budget as conformance/attention_checks.py computes them (attention_f64,
 attention_budget), so a third party checking against the stored numbers checks what the suite checks."""
 from __future__ import annotations
 
 import numpy as np
 
 from veloxquant import reference
-from veloxquant.conformance import checks, golden_format as golden
+from veloxquant.conformance import attention_checks, golden_format as golden
 
 
 def test_stored_outputs_and_budgets_are_the_suites():
@@ -16,13 +16,13 @@ def test_stored_outputs_and_budgets_are_the_suites():
     for c in cases:
         k = reference.decode(c.k_record, c.k_params, c.dtype)
         v = reference.decode(c.v_record, c.v_params, c.dtype)
-        out, p, k64, v64 = checks.attention_f64(c.q, k, v, c.scale, c.mask)
+        out, p, k64, v64 = attention_checks.attention_f64(c.q, k, v, c.scale, c.mask)
         assert np.allclose(c.out, out, rtol=1e-12, atol=1e-300), c.id
-        budget = checks.attention_budget(
-            c.q, k64, v64, p, c.scale, c.k_params.method in checks.ROTATED_METHODS,
-            c.v_params.method in checks.ROTATED_METHODS,
-            checks.group_zero_magnitude(c.k_record, c.k_params, k.shape[2], c.dtype),
-            checks.group_zero_magnitude(c.v_record, c.v_params, v.shape[2], c.dtype))
+        budget = attention_checks.attention_budget(
+            c.q, k64, v64, p, c.scale, c.k_params.method in attention_checks.ROTATED_METHODS,
+            c.v_params.method in attention_checks.ROTATED_METHODS,
+            attention_checks.group_zero_magnitude(c.k_record, c.k_params, k.shape[2], c.dtype),
+            attention_checks.group_zero_magnitude(c.v_record, c.v_params, v.shape[2], c.dtype))
         assert np.allclose(c.budget, budget, rtol=1e-9, atol=0), c.id
 
 

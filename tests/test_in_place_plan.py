@@ -1,4 +1,4 @@
-"""accelerated.stream.InPlace: the decode step's remembered append checks. A remembered plan must be used only
+"""accelerated.in_place.InPlace: the decode step's remembered append checks. A remembered plan must be used only
 while it still describes the streams (same stream objects at the versions it left, same chunk shape and
 dtype, room in the buffers); any other change of a stream (restore after a rejected chunk, trim, a general
 append that grows the buffers) must make the next append check again and pass the streams' current buffers
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from veloxquant import spec
-from veloxquant.accelerated import stream as st
+from veloxquant.accelerated import in_place as ip, stream as st
 from veloxquant.accelerated.kernels import append as fused
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
@@ -61,10 +61,10 @@ def _same_bufs(got: dict, s: st.Stream) -> bool:
 
 def test_plan_is_reused_between_decode_steps(launches):
     k, v = _pair()
-    tok, plan = st.append_in_place(k, v, _x(1, 3), _x(1, 4), None)
+    tok, plan = ip.append_in_place(k, v, _x(1, 3), _x(1, 4), None)
     assert tok is not None and plan is not None
     for i in range(5):
-        tok, again = st.append_in_place(k, v, _x(1, 5 + i), _x(1, 6 + i), tok, plan)
+        tok, again = ip.append_in_place(k, v, _x(1, 5 + i), _x(1, 6 + i), tok, plan)
         assert again is plan, f"step {i}: append_in_place rebuilt a plan that still holds"
     assert [c["base"] for c in launches] == [3, 4, 5, 6, 7, 8], [c["base"] for c in launches]
     assert k.tokens == v.tokens == 9 and all(_same_bufs(c["kbufs"], k) for c in launches)
@@ -72,12 +72,12 @@ def test_plan_is_reused_between_decode_steps(launches):
 
 def test_restore_makes_it_check_again(launches):
     k, v = _pair()
-    tok, plan = st.append_in_place(k, v, _x(1, 3), _x(1, 4), None)
+    tok, plan = ip.append_in_place(k, v, _x(1, 3), _x(1, 4), None)
     mk, mv = k.mark(), v.mark()
-    tok, plan = st.append_in_place(k, v, _x(1, 5), _x(1, 6), tok, plan)
+    tok, plan = ip.append_in_place(k, v, _x(1, 5), _x(1, 6), tok, plan)
     k.restore(mk)          # a rejected chunk rolled back (cache/base.py)
     v.restore(mv)
-    tok, plan2 = st.append_in_place(k, v, _x(1, 7), _x(1, 8), tok, plan)
+    tok, plan2 = ip.append_in_place(k, v, _x(1, 7), _x(1, 8), tok, plan)
     assert plan2 is not plan, "a plan taken before a restore was reused"
     assert [c["base"] for c in launches] == [3, 4, 4], [c["base"] for c in launches]
 
@@ -85,27 +85,27 @@ def test_restore_makes_it_check_again(launches):
 def test_no_room_or_new_buffers(launches):
     k, v = _pair()
     room = min(r.buf.shape[2] - r.n for s in (k, v) for r in s._rows.values())
-    tok, plan = st.append_in_place(k, v, _x(1, 3), _x(1, 4), None)
+    tok, plan = ip.append_in_place(k, v, _x(1, 3), _x(1, 4), None)
     for i in range(room - 1):
-        tok, plan = st.append_in_place(k, v, _x(1, 9), _x(1, 9), tok, plan)
+        tok, plan = ip.append_in_place(k, v, _x(1, 9), _x(1, 9), tok, plan)
     assert plan is not None and plan.room == 0
-    assert st.append_in_place(k, v, _x(1, 5), _x(1, 6), tok, plan) == (None, None), "wrote past the buffers"
+    assert ip.append_in_place(k, v, _x(1, 5), _x(1, 6), tok, plan) == (None, None), "wrote past the buffers"
     k.sync()
     k.append(_x(1, 7))             # the general path grows the buffers (new arrays)
     v.append(_x(1, 8))
-    tok, plan2 = st.append_in_place(k, v, _x(1, 9), _x(1, 9), tok, plan)
+    tok, plan2 = ip.append_in_place(k, v, _x(1, 9), _x(1, 9), tok, plan)
     assert plan2 is not plan and _same_bufs(launches[-1]["kbufs"], k) and _same_bufs(launches[-1]["vbufs"], v)
 
 
 def test_other_chunk_shape_or_streams(launches):
     k, v = _pair()
-    tok, plan = st.append_in_place(k, v, _x(1, 3), _x(1, 4), None)
-    tok, plan2 = st.append_in_place(k, v, _x(2, 5), _x(2, 6), tok, plan)
+    tok, plan = ip.append_in_place(k, v, _x(1, 3), _x(1, 4), None)
+    tok, plan2 = ip.append_in_place(k, v, _x(2, 5), _x(2, 6), tok, plan)
     assert plan2 is not plan and launches[-1]["base"] == 4
     k2, v2 = _pair()
-    tok, plan3 = st.append_in_place(k2, v2, _x(2, 5), _x(2, 6), None, plan2)
+    tok, plan3 = ip.append_in_place(k2, v2, _x(2, 5), _x(2, 6), None, plan2)
     assert plan3 is not plan2 and _same_bufs(launches[-1]["kbufs"], k2)
 
 
 def test_copy_has_no_plan():
-    assert copy.deepcopy(st.InPlace()) is None
+    assert copy.deepcopy(ip.InPlace()) is None

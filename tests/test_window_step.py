@@ -1,4 +1,4 @@
-"""Exact windows on the in-place decode step (kernels/append.py WINDOWED, stream.InPlace.windows,
+"""Exact windows on the in-place decode step (kernels/append.py WINDOWED, in_place.InPlace.windows,
 Stream._window_buffer): the stream state that many in-place steps leave (records, window, kept tokens) must be
 one-shot encode's of the same tokens (spec/streaming.md), through the buffers' room running out, a trim, a rejected
 chunk and a copied cache. No GPU here: the append kernel is stood in by what its body does (its bytes against

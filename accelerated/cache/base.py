@@ -55,7 +55,8 @@ from veloxquant.accelerated.kernels.faults import flags as fault_flags
 from veloxquant.accelerated.ops import numerics
 from veloxquant.accelerated.kernels.append import applies as fused_applies, messages as fused_messages
 from veloxquant.accelerated.kernels.methods import NONFINITE, RULES
-from veloxquant.accelerated.stream import Stream, append_in_place
+from veloxquant.accelerated.in_place import append_in_place
+from veloxquant.accelerated.stream import Stream
 from veloxquant.accelerated.cache import size as cache_size
 
 STATE_FORMAT = 1                       # version of the `state` layout below
@@ -203,7 +204,7 @@ class VeloxKVCache(_BaseCache):
         self._chunks: collections.deque = collections.deque(maxlen=_KEPT_CHUNKS)
         self._appends = 0
         self._token: mx.array | None = None     # the last in-place store's token (kernels/commit.py)
-        self._in_place = None                   # the decode step's remembered checks (stream.InPlace)
+        self._in_place = None                   # the decode step's remembered checks (in_place.InPlace)
         self._fast = None                       # ... and its launches (decode_step.DecodeStep)
         self._group: CacheGroup | None = None
 

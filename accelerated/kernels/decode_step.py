@@ -4,14 +4,14 @@ Measured on the H200's host (2026-12-01, 8 layers, turboquant b4): building one 
 Python against fp16 KVCache + SDPA's ~26 µs, while the GPU evaluation of both was about the same (87 vs 90 µs
 per layer at 4k context); in generation the build is not hidden (MLX encodes on the same thread). The general
 path re-derives, at every step, what an in-place append and its attention launch are: ~75 Python calls per
-layer. `DecodeStep` is made once per `stream.InPlace` plan (both streams' buffers, shapes and dtypes fixed)
+layer. `DecodeStep` is made once per `in_place.InPlace` plan (both streams' buffers, shapes and dtypes fixed)
 and does per step only what changes: the new token's arrays, the row counts, the chunk record of the deferred
 checks, and the attention launch's query, encoded count and token (its per-shape part cached per split
 count).
 
 The bytes and the checks are those of the general path: the same launches with the same inputs
 (accelerated.kernels.append, accelerated.kernels.attention), the same `_Chunk` records (spec/streaming.md,
-'Deferred rejection'), the same state changes (stream.append_in_place). Anything else (another shape or
+'Deferred rejection'), the same state changes (in_place.append_in_place). Anything else (another shape or
 dtype, a stream changed by trim/restore/compaction, no room left in a buffer, a mask, a query block the kernels
 do not take) returns to the general path; a sliding-window cache's eviction only moves the first valid row (lo: the
 append writes at row lo + Q, the attention reads the buffers from row lo: RowStarts, each row's start moved past lo). Where the combine is its own launch (kernels.attention.FUSE_COMBINE
@@ -78,7 +78,7 @@ class DecodeStep:
                                           output_dtypes=[mx.bool_])
         kb = [plan.kbufs[f] for f in fk]
         # inputs as kernels/append.append passes them: [base, after, keys, kc, *kbufs, values, vc, *vbufs], and with
-        # exact windows (append.WINDOWED) each step's window views [kf, kw, vf, vw] (stream.InPlace.windows)
+        # exact windows (append.WINDOWED) each step's window views [kf, kw, vf, vw] (in_place.InPlace.windows)
         self.win = plan.win
         self.ins = [None, None, None, kc, *kb, None, vc, *[plan.vbufs[f] for f in fv], *([None] * 4 if plan.win else [])]
         self.slot_v = 4 + len(kb)
@@ -107,7 +107,7 @@ class DecodeStep:
                 and type(values) is mx.array and self.plan.holds(self.k, self.v, keys, values))
 
     def step(self, keys: mx.array, values: mx.array):
-        """stream.append_in_place + VeloxKVCache's bookkeeping for it, for a chunk `holds` accepted. With
+        """in_place.append_in_place + VeloxKVCache's bookkeeping for it, for a chunk `holds` accepted. With
         kernels.attention.FUSE_APPEND the append is left to the attention launch (`attend`); anything else that
         needs the chunk first (the cache's other methods, another path's read of the records) launches it alone
         (`flush`)."""
