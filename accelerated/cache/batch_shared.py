@@ -34,9 +34,9 @@ import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import _BaseCache
 
+from veloxquant.accelerated import tuning
 from veloxquant.accelerated.ops.attention import RowStarts
 
-SHARED = True          # VeloxKVCache.merge makes a SharedBatchVeloxKVCache where `eligible` (else BatchVeloxKVCache)
 _POSITIONAL = ("kivi",)    # methods whose bytes depend on a token's position (KIVI's key groups)
 
 # masks made by SharedBatchVeloxKVCache.make_mask: id -> (mask, RowStarts); a handful suffice (one forward uses one
@@ -53,7 +53,7 @@ def eligible(caches) -> bool:
     from veloxquant.accelerated.cache.base import VeloxKVCache
     from veloxquant.accelerated.cache.batch import _same_config
     from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
-    if not SHARED or not caches:
+    if not tuning.current().shared or not caches:
         return False
     c0 = caches[0]
     if not isinstance(c0, VeloxKVCache) or isinstance(c0, VeloxRotatingKVCache):
@@ -392,4 +392,4 @@ def _rolled(cache, shifts: list[int]):
     return type(cache).from_state((out[0], out[1], json.dumps(meta)))
 
 
-__all__ = ["SharedBatchVeloxKVCache", "eligible", "row_starts", "SHARED"]
+__all__ = ["SharedBatchVeloxKVCache", "eligible", "row_starts"]

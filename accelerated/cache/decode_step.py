@@ -232,7 +232,7 @@ class DecodeStep:
             return False
         names = st.names
         kern, call = _resolve(kattention._kernel("partial", *st.key), st.template, grid=st.grid,
-                              threadgroup=(kattention.NT, 1, 1), output_shapes=st.out_shapes,
+                              threadgroup=(st.threads, 1, 1), output_shapes=st.out_shapes,
                               output_dtypes=st.out_dtypes)
         comb = None
         if not st.key[3]:     # always so with the append inside (_fused() refused it above)
