@@ -62,6 +62,11 @@ class Tuning:
             raise ValueError(f"prefetch: must be 0 or 1, got {self.prefetch}")
         if self.specialize_rows < 0:
             raise ValueError(f"specialize_rows: must be at least 0, got {self.specialize_rows}")
+        # launch plans are cached with the tuning in their key: hash it once, not at every lookup
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self))))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def replace(self, **knobs) -> "Tuning":
         """A copy with `knobs` changed (names and types checked)."""
@@ -119,4 +124,5 @@ def parse(knobs: typing.Mapping[str, object]) -> dict:
             value = bool(value)
         _check(name, value)
         out[name] = value
+    DEFAULT.replace(**out)          # the ranges, checked now rather than when a benchmark arm starts
     return out

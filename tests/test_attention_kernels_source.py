@@ -218,10 +218,10 @@ def test_cold_loops_knob_reaches_the_cuda_header(monkeypatch, tune):
     cold = '#define VQ_COLD _Pragma("unroll 1")'
     for on in (False, True):
         tune(cold_loops=on)
-        katt._kernel.cache_clear()
+        katt._compiled.cache_clear()
         katt._kernel("partial", 0, 0, False, True, True)
         assert (cold in seen[-1]) is on, f"cold_loops={on}: header {'lacks' if on else 'has'} the VQ_COLD pragma"
-    katt._kernel.cache_clear()
+    katt._compiled.cache_clear()
     assert "#ifndef VQ_COLD\n#define VQ_COLD\n#endif" in src.HELPERS
     body = src.PARTIAL_TC_BODY
     assert body.count("VQ_COLD\n") >= 10, body.count("VQ_COLD\n")

@@ -364,7 +364,7 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
     step = block or tuning.current().attention_block
     q_enc = min(k.encoded, v.encoded)      # tokens encoded in both records
     if kp.method == "kivi" and kp.role == "k":
-        step = max(kp.group_size, block // kp.group_size * kp.group_size)
+        step = max(kp.group_size, step // kp.group_size * kp.group_size)
         q_enc = q_enc // kp.group_size * kp.group_size
     enc, win = _Online(), _Online()
     if q_enc:
