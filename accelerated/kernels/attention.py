@@ -392,7 +392,9 @@ def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, 
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "_a" if append else "")
     if be == "cuda":
         # a name of its own for a text the defaults do not make (the defaults' names stay as they were)
-        name += ("_cold" if cold_loops else "") + (f"_n{nt}" if tc and nt != tuning.DEFAULT.partial_threads else "")
+        d = tuning.DEFAULT
+        name += ("_cold" if cold_loops else "") + (f"_n{nt}" if tc and nt != d.partial_threads else "") + \
+            (f"_b{min_blocks}" if tc and not tc_blocks and min_blocks != d.tc_min_blocks else "")
         if cold_loops:
             header = '#define VQ_COLD _Pragma("unroll 1")\n' + header
         if tc:
