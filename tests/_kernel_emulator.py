@@ -22,6 +22,7 @@ import numpy as np
 from veloxquant import spec
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.kernels import source
+from veloxquant.accelerated import tuning
 
 PRELUDE = """
 #define TID vq_tid
@@ -373,7 +374,7 @@ def fake_kernel(lib: ctypes.CDLL, kind: str):
         t = dict(template)
         m, d, ts = t["M"], t["D"], t["TS"]
         groups, warps = grid[0] // threadgroup[0], threadgroup[0] // 32
-        assert grid[0] % threadgroup[0] == 0 and threadgroup[0] % 32 == 0 and 1 <= warps <= source.MAX_WARPS
+        assert grid[0] % threadgroup[0] == 0 and threadgroup[0] % 32 == 0 and 1 <= warps <= tuning.current().max_warps
         assert warps * 2 * d <= source.SMEM_CODES
         outs = [np.zeros(s, _MX_NP[dt]) for s, dt in zip(output_shapes, output_dtypes)]
         ins = [_to_np(a) for a in inputs]
@@ -394,16 +395,15 @@ def fake_kernel(lib: ctypes.CDLL, kind: str):
     return call
 
 
-def install(monkeypatch, lib: ctypes.CDLL, max_warps: int = 4, big_warps: int = 2) -> None:
+def install(monkeypatch, tune, lib: ctypes.CDLL, max_warps: int = 4, big_warps: int = 2) -> None:
     """Make accelerated.kernels believe a GPU backend is there and run every launch in the emulator (small
-    threadgroups: the emulator spawns one thread per lane)."""
+    threadgroups: the emulator spawns one thread per lane). `tune`: the conftest fixture of that name."""
     from veloxquant.accelerated import kernels
     from veloxquant.accelerated.kernels import backend
     monkeypatch.setattr(backend, "available", lambda: (True, "CPU emulator"))
     monkeypatch.setattr(kernels, "available", lambda: (True, "CPU emulator"))
     monkeypatch.setattr(backend, "kernel", lambda kind, method, dtype_name: fake_kernel(lib, kind))
-    monkeypatch.setattr(source, "MAX_WARPS", max_warps)
-    monkeypatch.setattr(km, "BIG_WARPS", big_warps)
+    tune(max_warps=max_warps, big_warps=big_warps)
 
 
 def make():
@@ -417,7 +417,7 @@ def make():
     backend.available = lambda: (True, "CPU emulator")
     kernels.available = lambda: (True, "CPU emulator")
     backend.kernel = lambda kind, method, dtype_name: fake_kernel(lib, kind)
-    source.MAX_WARPS = 4
-    km.BIG_WARPS = 2
+    # small threadgroups for the rest of this (the adapter's) process, as install's
+    tuning.override(max_warps=4, big_warps=2).__enter__()
     _sys.modules.setdefault("_kernel_emulator", _sys.modules[__name__])
     return MlxKernelsImpl()

@@ -100,3 +100,15 @@ def pytest_terminal_summary(terminalreporter, config):
     n = getattr(config, "_vq_quick_deselected", 0)
     if n:
         terminalreporter.write_line(f"quick profile: {n} slow tests not run (pytest --full runs them)")
+
+
+@pytest.fixture
+def tune():
+    """`tune(**knobs)`: accelerated.tuning knobs changed until the end of the test (like monkeypatch.setattr, through
+    tuning.override: names and types checked). Every change of one test goes through this one fixture, so they
+    are undone in reverse order, after the fixtures that use it."""
+    import contextlib
+
+    from veloxquant.accelerated import tuning
+    with contextlib.ExitStack() as stack:
+        yield lambda **knobs: stack.enter_context(tuning.override(**knobs))

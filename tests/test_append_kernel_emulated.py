@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from veloxquant import spec
-from veloxquant.accelerated import ops
+from veloxquant.accelerated import ops, tuning
 from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.kernels import source
@@ -33,7 +33,7 @@ KW = {"turboquant": dict(bits=3), "turboquant_rvq": dict(bits=2, bits2=3), "turb
 _C = {"float32": "float", "float16": "_Float16", "bfloat16": "vq_bf16"}
 
 
-ROWS = km.SPECIALIZE_ROWS   # the compile checks build the specialized launch (code constants compiled in)
+ROWS = tuning.DEFAULT.specialize_rows   # the compile checks build the specialized launch (code constants compiled in)
 # the emulated kernels: every pair with the roles apart and serial, and apart with exact windows (fused.WINDOWED)
 _VARIANTS = [(*pair, apart, False) for apart in (True, False) for pair in PAIRS] + [(*pair, True, True) for pair in PAIRS]
 _WIN_INPUTS = ("kf", "kw", "vf", "vw")
@@ -270,7 +270,7 @@ def metal_append_source(mk: str, mv: str, xt: str, apart: bool = False) -> str:
 
 
 def test_metal_append_compiles_against_shim(tmp_path):
-    """Every pair, in both role layouts (ROLES_APART off and on)."""
+    """Every pair, in both role layouts (roles_apart off and on)."""
     import test_kernels_source as tks
     text = source.METAL_HEADER + "".join(metal_append_source(mk, mv, xt, apart)
                                          + "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n"
@@ -282,7 +282,7 @@ def test_metal_append_compiles_against_shim(tmp_path):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 def test_cuda_append_compiles(tmp_path):
     """Each pair's kernel as mx.fast.cuda_kernel wraps it (tests/test_attention_kernels_source._kernel), sm_90, in both
-    role layouts (ROLES_APART off and on)."""
+    role layouts (roles_apart off and on)."""
     import test_attention_kernels_source as tas
     cu = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
     body, header = "", ""

@@ -13,8 +13,6 @@ from veloxquant.accelerated import kernels
 from veloxquant.accelerated.kernels.decode_step import DecodeStep
 from veloxquant.accelerated import attention as vattention
 from veloxquant.accelerated.kernels import append as fused
-from veloxquant.accelerated.kernels import attention as katt
-from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.stream import Stream
 
 GPU, WHY = kernels.available()
@@ -34,14 +32,14 @@ def _bytes(a: mx.array) -> np.ndarray:
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float16-specialized", "float16-apart", "float16-serial",
                                    "float16-attend", "bfloat16-attend"])
 @pytest.mark.parametrize("mk,mv,kw", PAIRS, ids=[f"{a}-{b}" for a, b, _ in PAIRS])
-def test_one_launch_appends_store_the_ops_bytes(mk, mv, kw, dtype, monkeypatch):
+def test_one_launch_appends_store_the_ops_bytes(mk, mv, kw, dtype, monkeypatch, tune):
     fused._static_for.cache_clear()                 # launch plans hold their template
     if dtype.endswith("-specialized"):          # every launch with its code constants compiled in
-        monkeypatch.setattr(km, "SPECIALIZE_ROWS", 0)
-    if dtype.endswith(("-apart", "-serial")):   # the keys' and values' encodes side by side or in a row (ROLES_APART)
-        monkeypatch.setattr(fused, "ROLES_APART", dtype.endswith("-apart"))
+        tune(specialize_rows=0)
+    if dtype.endswith(("-apart", "-serial")):   # the keys' and values' encodes side by side or in a row (tuning's roles_apart)
+        tune(roles_apart=dtype.endswith("-apart"))
     attend = dtype.endswith("-attend")          # attention after every append: the append inside its partial launch
-    monkeypatch.setattr(katt, "FUSE_APPEND", attend)
+    tune(fuse_append=attend)
     dtype = dtype.split("-")[0]
     calls = []
     real, real_step = fused.append, DecodeStep.step    # the one-launch path: first append of a plan, then the step
@@ -69,7 +67,7 @@ def test_one_launch_appends_store_the_ops_bytes(mk, mv, kw, dtype, monkeypatch):
         t += n
     assert len(calls) >= len(CHUNKS) - 3, f"one-launch path taken {len(calls)} of {len(CHUNKS)} appends"
     if attend:      # single-token steps store their chunk inside the attention launch (the causal chunks do not)
-        assert len(alone) <= 4, f"{len(alone)} appends launched on their own with FUSE_APPEND"
+        assert len(alone) <= 4, f"{len(alone)} appends launched on their own with fuse_append"
     cache.check()
     for role, got, want in (("keys", cache._k.record(), ref_k.record()), ("values", cache._v.record(), ref_v.record())):
         for name in want:

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from veloxquant import spec
+from veloxquant.accelerated import tuning
 from veloxquant.accelerated.kernels import append as kfused
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import methods as km_
@@ -391,9 +392,10 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
     token = np.ones(plan.partial_outputs[2][0], np.bool_) if append is not None else None
     ptrs, sh, st = _marshal(ins)
     gx, gy, gz = plan.partial_grid
+    nt = dict(plan.partial_template)["NT"]
     lib.run_partial(ptrs, sh.ctypes.data_as(ctypes.c_void_p), st.ctypes.data_as(ctypes.c_void_p),
                     o_acc.ctypes.data_as(ctypes.c_void_p), o_ml.ctypes.data_as(ctypes.c_void_p),
-                    (out if token is None else token).ctypes.data_as(ctypes.c_void_p), katt.NT, gx // katt.NT, gy, gz)
+                    (out if token is None else token).ctypes.data_as(ctypes.c_void_p), nt, gx // nt, gy, gz)
     if plan.fused:     # the counters are back at zero for the next launch
         assert not ins[plan.partial_names.index("cnt")].any(), "fused partial: a counter left non-zero"
     else:
@@ -434,11 +436,11 @@ CASES = [
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "combine-launch"])
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0][0]}-{c[1][0]}-d{c[2][5]}" for c in CASES])
-def test_kernel_bodies_match_ops_attention_and_float64(case, fused, monkeypatch):
+def test_kernel_bodies_match_ops_attention_and_float64(case, fused, monkeypatch, tune):
     """fused: the combine inside the partial launch; combine-launch: its own launch (CUDA's and Metal's). Splits of
     8 tokens, so that the combine merges more splits (5-38) than it has thread groups over them (CG = 4-32)."""
-    monkeypatch.setattr(katt, "FUSE_COMBINE", fused)
-    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    tune(fuse_combine=fused)
+    tune(tokens_per_split=8)
     (km, kkw), (vm, vkw), (b, hkv, rep, lq, t, d, win), qdt, causal = case
     rng = np.random.default_rng(sum(map(ord, km + vm)) + d)
     kp = spec.Params(km, role="k", window=win, seed=9, layer=2, head_offset=1, **kkw).resolved()
@@ -503,13 +505,13 @@ ROW_START_RUNS = [(c, False) for c in ROW_START_CASES] + [(ROW_START_CASES[0], T
 @pytest.mark.parametrize("case, fused", ROW_START_RUNS, ids=[f"{c[0][0]}-{c[1][0]}-starts{c[3]}-"
                                                              f"{'fused' if f else 'combine-launch'}"
                                                              for c, f in ROW_START_RUNS])
-def test_row_starts_attend_each_batch_row_from_its_start(case, fused, monkeypatch):
+def test_row_starts_attend_each_batch_row_from_its_start(case, fused, monkeypatch, tune):
     """A RowStarts mask (a left-padded batch, accelerated/cache/batch_shared.py): batch row b attends to its tokens
     from starts[b] on only. The kernel bodies (scalar loop; splits of 8 tokens, so that starts fall inside, at the
     edge of and past whole splits) against float64 over each row's own tokens, with the rows below the starts as
     stored (an attended one would change the output) and with all their bits set, and the ops path likewise."""
-    monkeypatch.setattr(katt, "FUSE_COMBINE", fused)
-    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    tune(fuse_combine=fused)
+    tune(tokens_per_split=8)
     for poison in (None, case[3]):
         got, want, tol, args = _row_start_case(case, lambda q, k, v, scale, mask: emulate(
             q, k, v, scale, mask, poison_below=poison))
@@ -521,9 +523,9 @@ def test_row_starts_attend_each_batch_row_from_its_start(case, fused, monkeypatc
     np.testing.assert_allclose(ops_out, want, rtol=0, atol=tol, err_msg=f"ops path with row starts {case[3]}")
 
 
-def test_row_starts_in_the_tensor_core_loop(tensor_cores, monkeypatch):
+def test_row_starts_in_the_tensor_core_loop(tensor_cores, monkeypatch, tune):
     """The tensor-core loop (turboquant b4, d = 128) with row starts inside a 16-token chunk and past a split."""
-    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 32)
+    tune(tokens_per_split=32)
     monkeypatch.setattr(katt, "_sm_count", lambda: 4)
     case = (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (2, 4, 1, 300, 128), [0, 7, 250],
             mx.float32, False)
@@ -623,26 +625,26 @@ TC_CODE_CASES = [
 
 @pytest.mark.parametrize("case", TC_CODE_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}-{c[1][0]}{c[1][1].get('bits', '')}"
                                                      f"-d{c[2][0][5]}" for c in TC_CODE_CASES])
-def test_tensor_core_loop_for_other_codes_within_the_attention_budget(case, tensor_cores, monkeypatch):
-    """kernels.attention.TC_CODES: rabitq (1-bit signs times (n s_d) / ip) and 1- or 2-bit turboquant codes in the
+def test_tensor_core_loop_for_other_codes_within_the_attention_budget(case, tensor_cores, monkeypatch, tune):
+    """tuning's tc_codes: rabitq (1-bit signs times (n s_d) / ip) and 1- or 2-bit turboquant codes in the
     tensor-core loop (code words split per lane by the code width; a lane group's value codes within one word at
     d = 64 / 128), emulated, within the same bounds as turboquant b4's; off, these take the scalar loop."""
-    monkeypatch.setattr(katt, "TC_CODES", False)
+    tune(tc_codes=False)
     (km, kkw), (vm, vkw), c = case
     (b, hkv, rep, lq, t, d) = c[0]
     kp = spec.Params(km, role="k", window=0, seed=3, layer=1, **kkw).resolved()
     vp = spec.Params(vm, role="v", window=0, seed=3, layer=1, **vkw).resolved()
-    assert not katt._tensor_cores(kp, vp, d, False, katt.TC_CODES), "TC_CODES off: the scalar loop"
-    monkeypatch.setattr(katt, "TC_CODES", True)
+    assert not katt._tensor_cores(kp, vp, d, False, tuning.current().tc_codes), "tc_codes off: the scalar loop"
+    tune(tc_codes=True)
     _check_tc_case(c, emulate, ((km, kkw), (vm, vkw)))
 
 
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
 @pytest.mark.parametrize("case", TC_CODE_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}-{c[1][0]}{c[1][1].get('bits', '')}"
                                                      f"-d{c[2][0][5]}" for c in TC_CODE_CASES])
-def test_tensor_core_loop_for_other_codes_on_the_gpu(case, monkeypatch):
-    """The TC_CODES cases through the compiled kernel (the hardware's mma accumulation)."""
-    monkeypatch.setattr(katt, "TC_CODES", True)
+def test_tensor_core_loop_for_other_codes_on_the_gpu(case, monkeypatch, tune):
+    """The tc_codes cases through the compiled kernel (the hardware's mma accumulation)."""
+    tune(tc_codes=True)
     (km, kkw), (vm, vkw), c = case
     _check_tc_case(c, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)),
                    ((km, kkw), (vm, vkw)))
@@ -658,12 +660,12 @@ APPEND_CASES = [
 
 
 @pytest.mark.parametrize("case", APPEND_CASES, ids=[f"{c[0][0]}-{c[1][0]}-tc{int(c[4])}" for c in APPEND_CASES])
-def test_append_inside_the_partial_stores_the_append_bytes_and_attends_over_them(case, monkeypatch):
+def test_append_inside_the_partial_stores_the_append_bytes_and_attends_over_them(case, monkeypatch, tune):
     """APPEND (attention_source.append_block): split S - 1 encodes the last t tokens' keys and values into their rows
     of the buffers (poisoned with all ones first): the bytes of accelerated.ops' encode, bit for bit, every token
     checked (a clean token); the attention over all T tokens within the float64 budget; a NaN in one KV head's new
     key shows in that head's token slot only, and nothing is written past the encoded rows."""
-    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    tune(tokens_per_split=8)
     monkeypatch.setattr(katt, "_mma_available", lambda: case[4])
     katt._static.cache_clear()
     try:
@@ -718,13 +720,13 @@ WINDOW_CASES = [
 
 
 @pytest.mark.parametrize("case", WINDOW_CASES, ids=[f"{c[0][0]}-{c[1][0]}-R{c[2][6]}-tc{int(c[5])}" for c in WINDOW_CASES])
-def test_append_inside_the_partial_moves_exact_windows(case, monkeypatch):
+def test_append_inside_the_partial_moves_exact_windows(case, monkeypatch, tune):
     """APPEND with exact windows (kernels/append.py WINDOWED): split S - 1 encodes the t tokens leaving each window
     into their rows of the records (poisoned first: the bytes of accelerated.ops' one-shot encode of all T tokens)
     and copies the chunk into the window's last t rows (poisoned first), which the window split of the same launch
     attends (reading them from the chunk); the window after the launch is one-shot encode's, the output within the
     float64 budget over all T tokens, a NaN in the values' chunk in that head's slot only."""
-    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    tune(tokens_per_split=8)
     monkeypatch.setattr(katt, "_mma_available", lambda: case[5])
     katt._static.cache_clear()
     try:
@@ -767,13 +769,13 @@ def test_append_inside_the_partial_moves_exact_windows(case, monkeypatch):
 
 
 @pytest.mark.parametrize("tc", [True, False], ids=["tensor-cores", "scalar"])
-def test_append_inside_with_row_starts(tc, monkeypatch):
+def test_append_inside_with_row_starts(tc, monkeypatch, tune):
     """The B-row batch's decode step on CUDA (accelerated/cache/batch_shared.py): APPEND and row starts in one
     launch. Split S - 1 stores every row's new token (the bytes of accelerated.ops' encode), splits 0 .. S - 2 cover
     each row's tokens from its start; the output per row against float64 over that row's own tokens, with the rows
     below the starts as stored and with all their bits set (the scalar loop gives a poisoned token no weight, so
     only the first run would show one attended there)."""
-    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    tune(tokens_per_split=8)
     monkeypatch.setattr(katt, "_mma_available", lambda: tc)
     monkeypatch.setattr(katt, "_sm_count", lambda: 4)
     katt._static.cache_clear()
@@ -827,13 +829,13 @@ UNEVEN_CASES = [
 
 
 @pytest.mark.parametrize("case", UNEVEN_CASES, ids=[f"{c[0][0]}{c[0][2]}-{c[1][0]}{c[1][2]}" for c in UNEVEN_CASES])
-def test_records_with_different_encoded_prefixes_through_the_kernels(case, monkeypatch):
+def test_records_with_different_encoded_prefixes_through_the_kernels(case, monkeypatch, tune):
     """Keys and values of different methods or windows (keys turboquant 3-bit + values KIVI 2-bit, the recommended
     quality configuration) have encoded prefixes of different lengths; accelerated.attention.aligned hands the
     kernels both at the common prefix, the rest of the longer one decoded in front of its window. Within the
     tolerance tier of float64 over the records' own decode, and of the ops path over the records as stored."""
     from veloxquant.accelerated import attention as vatt
-    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    tune(tokens_per_split=8)
     (km, kkw, kwin), (vm, vkw, vwin), (b, hkv, rep, lq, t, d), qdt, causal = case
     rng = np.random.default_rng(t + d + len(km + vm))
     kp = spec.Params(km, role="k", window=kwin, seed=2, layer=1, **kkw).resolved()
@@ -852,11 +854,11 @@ def test_records_with_different_encoded_prefixes_through_the_kernels(case, monke
 
 
 @pytest.mark.parametrize("start", [0, 21], ids=["start0", "start21"])
-def test_row_starts_over_records_with_a_window(start, monkeypatch):
+def test_row_starts_over_records_with_a_window(start, monkeypatch, tune):
     """A sliding-window KIVI cache holds up to G - 1 tokens older than its mask's window (rotating.py); its
     make_mask's array is remembered as a row start and the kernels skip those encoded tokens (supports: only where
     the start is known to stay below the window). Against float64 over the tokens from the start."""
-    monkeypatch.setattr(katt, "TOKENS_PER_SPLIT", 8)
+    tune(tokens_per_split=8)
     b, hkv, rep, t, d = 1, 2, 2, 120, 64
     rng = np.random.default_rng(5 + start)
     kp = spec.Params("kivi", role="k", window=16, seed=4, layer=3, bits=2, group_size=16).resolved()

@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from veloxquant.accelerated import tuning
 from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.kernels import commit
 
@@ -114,9 +115,8 @@ def test_cuda_sources_compile(tmp_path):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
     """The tensor-core partial kernel (attention_tc.py) as attention.py launches it: turboquant 4-bit keys and values,
-    no window, fused combine, launch bounds of TC_MIN_BLOCKS threadgroups; for sm_80 (mma.m16n8k16's first
+    no window, fused combine, launch bounds of tc_min_blocks threadgroups; for sm_80 (mma.m16n8k16's first
     architecture) and sm_90. Spills in its loop would undo what it is for."""
-    from veloxquant.accelerated.kernels import attention as katt
     header, partial = src.assemble("partial", "cuda", 0, 0, False, True, True)
     body, names = "", []
     for d, qb, dt, causal in [(128, 4, "__half", 0), (128, 1, "__nv_bfloat16", 1), (64, 2, "float", 1)]:
@@ -126,10 +126,10 @@ def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
         names.append(name)
         body += _kernel(name, partial, src.inputs("partial", 0, 0, False, True), src.FUSED_OUTPUTS, types,
                         [("MK", 0), ("MV", 0), ("KB1", 4), ("KB2", 1), ("VB1", 4), ("VB2", 1), ("D", d), ("QB", qb),
-                         ("NT", katt.NT), ("P", min(32, d // 8)), ("KG", 1), ("VG", 1), ("CAUSAL", causal),
-                         ("HASWIN", 0), ("PF", katt.TC_PREFETCH), ("FUSED", 1), ("APPEND", 0), ("OT", dt)])
+                         ("NT", tuning.DEFAULT.partial_threads), ("P", min(32, d // 8)), ("KG", 1), ("VG", 1), ("CAUSAL", causal),
+                         ("HASWIN", 0), ("PF", tuning.DEFAULT.tc_prefetch), ("FUSED", 1), ("APPEND", 0), ("OT", dt)])
         body += _UNDEF
-    # TC_CODES: rabitq and 1- / 2-bit turboquant codes (combine launched, as a decode step runs it)
+    # tc_codes: rabitq and 1- / 2-bit turboquant codes (combine launched, as a decode step runs it)
     for mk, mv, kb, vb, d in [(2, 2, 1, 1, 128), (0, 2, 2, 1, 128), (0, 0, 4, 2, 64), (2, 0, 1, 1, 128)]:
         _, partial = src.assemble("partial", "cuda", mk, mv, False, False, True)
         dt = "__half"
@@ -139,8 +139,8 @@ def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
         names.append(name)
         body += _kernel(name, partial, src.inputs("partial", mk, mv, False, False), src.PARTIAL_OUTPUTS, types,
                         [("MK", mk), ("MV", mv), ("KB1", kb), ("KB2", 1), ("VB1", vb), ("VB2", 1), ("D", d), ("QB", 4),
-                         ("NT", katt.NT), ("P", min(32, d // 8)), ("KG", 1), ("VG", 1), ("CAUSAL", 0),
-                         ("HASWIN", 0), ("PF", katt.TC_PREFETCH), ("FUSED", 0), ("APPEND", 0), ("OT", dt)])
+                         ("NT", tuning.DEFAULT.partial_threads), ("P", min(32, d // 8)), ("KG", 1), ("VG", 1), ("CAUSAL", 0),
+                         ("HASWIN", 0), ("PF", tuning.DEFAULT.tc_prefetch), ("FUSED", 0), ("APPEND", 0), ("OT", dt)])
         body += _UNDEF
     for arch, spills in _local_memory(header, body, tmp_path / "attention_tc", r"partial_tc_\d+_\d+").items():
         assert set(spills) == set(names), (arch, spills)
@@ -149,7 +149,7 @@ def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
 
 def _local_memory(header: str, body: str, stem, entry: str, bounds: bool = True) -> dict:
     """{arch: {kernel: local memory in bytes (stack frame + spill stores)}} of kernels compiled for sm_80 and sm_90,
-    with `bounds` as the tensor-core partial is (launch bounds of TC_MIN_BLOCKS threadgroups of NT threads), else as
+    with `bounds` as the tensor-core partial is (launch bounds of tc_min_blocks threadgroups of partial_threads threads), else as
     the scalar partial is (none); `entry`: a regex of the kernels' names. A stack frame is local memory too: a
     register array indexed at run time (rabitq's value words through vsh, 2026-12-01: 60 local loads per chunk),
     a loop over one left rolled (turboquant_prod's values loop) or the IEEE division's slow-path call."""
@@ -157,7 +157,7 @@ def _local_memory(header: str, body: str, stem, entry: str, bounds: bool = True)
     text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
             "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
             "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header
-            + (katt._bounds(katt.NT, katt.TC_MIN_BLOCKS) if bounds else "")
+            + (katt._bounds(tuning.DEFAULT.partial_threads, tuning.DEFAULT.tc_min_blocks) if bounds else "")
             + "namespace mlx::core::cu {\n" + body + "}\n")
     cu = stem.with_suffix(".cu")
     cu.write_text(text)
@@ -177,7 +177,6 @@ def test_cuda_partial_with_the_append_inside_compiles(tmp_path):
     """The partial kernel with the decode step's append inside (APPEND, attention_source.append_block) as a decode
     step launches it: the tensor-core loop (turboquant b4, sm_80 and sm_90, no spills: the encode body must not
     cost the loop registers) and the scalar loop for the other per-token pairs, float16 and bfloat16 inputs."""
-    from veloxquant.accelerated.kernels import attention as katt
     # (the last two with row starts: a left-padded batch's decode step, accelerated/cache/batch_shared.py)
     variants = [(0, 0, 4, 1, 4, 1, True, "__half", False), (0, 0, 4, 1, 4, 1, True, "__nv_bfloat16", False),
                 (1, 3, 3, 2, 2, 1, False, "__half", False), (2, 5, 1, 1, 4, 1, False, "__nv_bfloat16", False),
@@ -194,8 +193,8 @@ def test_cuda_partial_with_the_append_inside_compiles(tmp_path):
         name = f"partial_append_{i}"
         names.append((name, tc))
         tmpl = [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2), ("VB1", vb1), ("VB2", vb2), ("D", 128), ("QB", 4),
-                ("NT", katt.NT), ("P", 16), ("KG", 1 if mk != 5 else 64), ("VG", 1 if mv != 5 else 64), ("CAUSAL", 0),
-                ("HASWIN", 0)] + ([] if tc else [("U", 4)]) + [("PF", katt.TC_PREFETCH if tc else 1), ("FUSED", 0),
+                ("NT", tuning.DEFAULT.partial_threads), ("P", 16), ("KG", 1 if mk != 5 else 64), ("VG", 1 if mv != 5 else 64), ("CAUSAL", 0),
+                ("HASWIN", 0)] + ([] if tc else [("U", 4)]) + [("PF", tuning.DEFAULT.tc_prefetch if tc else 1), ("FUSED", 0),
                                                                ("APPEND", 1), ("OT", dt), ("KTS", dt), ("VTS", dt)]
         tmpl += [(f"{r}C{n}", c) for r, m, b1, b2 in (("K", mk, kb1, kb2), ("V", mv, vb1, vb2))
                  for n, c in zip(("B1", "B2", "GS"), (b1, b2, 64 if m == 5 else 1))]
@@ -207,8 +206,8 @@ def test_cuda_partial_with_the_append_inside_compiles(tmp_path):
         assert not any(spills[n] for n, tc in names if tc), (arch, spills)
 
 
-def test_cold_loops_knob_reaches_the_cuda_header(monkeypatch):
-    """attention.COLD_LOOPS: the CUDA launch's header defines VQ_COLD as `#pragma unroll 1` (and only then); the
+def test_cold_loops_knob_reaches_the_cuda_header(monkeypatch, tune):
+    """tuning's cold_loops: the CUDA launch's header defines VQ_COLD as `#pragma unroll 1` (and only then); the
     bodies mark their once-per-threadgroup loops with it, and the shared helpers default it to nothing."""
     from veloxquant.accelerated.kernels import attention as katt
     from veloxquant.accelerated.kernels import backend
@@ -218,11 +217,11 @@ def test_cold_loops_knob_reaches_the_cuda_header(monkeypatch):
     monkeypatch.setattr(backend, "cuda_kernel", lambda **kw: seen.append(kw["header"]) or object())
     cold = '#define VQ_COLD _Pragma("unroll 1")'
     for on in (False, True):
-        monkeypatch.setattr(katt, "COLD_LOOPS", on)
-        katt._kernel.cache_clear()
+        tune(cold_loops=on)
+        katt._compiled.cache_clear()
         katt._kernel("partial", 0, 0, False, True, True)
-        assert (cold in seen[-1]) is on, f"COLD_LOOPS={on}: header {'lacks' if on else 'has'} the VQ_COLD pragma"
-    katt._kernel.cache_clear()
+        assert (cold in seen[-1]) is on, f"cold_loops={on}: header {'lacks' if on else 'has'} the VQ_COLD pragma"
+    katt._compiled.cache_clear()
     assert "#ifndef VQ_COLD\n#define VQ_COLD\n#endif" in src.HELPERS
     body = src.PARTIAL_TC_BODY
     assert body.count("VQ_COLD\n") >= 10, body.count("VQ_COLD\n")
@@ -240,15 +239,15 @@ def test_cold_loops_make_the_tensor_core_partial_smaller(tmp_path):
                  vgz=dt, kw=dt, vw=dt, flags="uint32_t", nenc="int32_t", cnt="int32_t", out=dt)
     body = _kernel("partial_tc", partial, src.inputs("partial", 0, 0, False, True), src.FUSED_OUTPUTS, types,
                    [("MK", 0), ("MV", 0), ("KB1", 4), ("KB2", 1), ("VB1", 4), ("VB2", 1), ("D", 128), ("QB", 4),
-                    ("NT", katt.NT), ("P", 16), ("KG", 1), ("VG", 1), ("CAUSAL", 0), ("HASWIN", 0),
-                    ("PF", katt.TC_PREFETCH), ("FUSED", 1), ("APPEND", 0), ("OT", dt)]) + _UNDEF
+                    ("NT", tuning.DEFAULT.partial_threads), ("P", 16), ("KG", 1), ("VG", 1), ("CAUSAL", 0), ("HASWIN", 0),
+                    ("PF", tuning.DEFAULT.tc_prefetch), ("FUSED", 1), ("APPEND", 0), ("OT", dt)]) + _UNDEF
     sizes = {}
     for cold in (False, True):
         text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
                 "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
                 "using Strides = cuda::std::array<int64_t, 10>;\n}\n"
                 + ('#define VQ_COLD _Pragma("unroll 1")\n' if cold else "") + header
-                + katt._bounds(katt.NT, katt.TC_MIN_BLOCKS) + "namespace mlx::core::cu {\n" + body + "}\n")
+                + katt._bounds(tuning.DEFAULT.partial_threads, tuning.DEFAULT.tc_min_blocks) + "namespace mlx::core::cu {\n" + body + "}\n")
         cu, cubin = tmp_path / f"tc_{cold}.cu", tmp_path / f"tc_{cold}.cubin"
         cu.write_text(text)
         r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o", str(cubin)],
@@ -403,14 +402,13 @@ def test_cuda_scalar_partial_of_turboquant_prod_b4_keeps_to_registers(tmp_path):
     """The scalar partial for turboquant_prod b4 keys and values (3 + 1 bits, d = 128, 4 query rows, U = 4 as
     attention.py launches it), sm_80 and sm_90: no local memory. Its values loop over the U token slots was left rolled by
     nvcc (a long body), which put tu[u] and w[u][r] in an 80-byte stack frame (VQ_UNROLL; shown to fail without)."""
-    from veloxquant.accelerated.kernels import attention as katt
     header, partial = src.assemble("partial", "cuda", 3, 3, False, False)
     dt = "__half"
     types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", ks0="float", ks1="float",
                  vs0="float", vs1="float", flags="bool", nenc="int32_t", out=dt)
     body = _kernel("partial_prod_b4", partial, src.inputs("partial", 3, 3, False, False), src.PARTIAL_OUTPUTS, types,
                    [("MK", 3), ("MV", 3), ("KB1", 3), ("KB2", 1), ("VB1", 3), ("VB2", 1), ("D", 128), ("QB", 4),
-                    ("NT", katt.NT), ("P", 16), ("KG", 1), ("VG", 1), ("CAUSAL", 0), ("HASWIN", 0), ("U", 4),
-                    ("PF", katt.PREFETCH), ("FUSED", 0), ("APPEND", 0), ("OT", dt)]) + "#undef cnt\n#undef out\n"
+                    ("NT", tuning.DEFAULT.partial_threads), ("P", 16), ("KG", 1), ("VG", 1), ("CAUSAL", 0), ("HASWIN", 0), ("U", 4),
+                    ("PF", tuning.DEFAULT.prefetch), ("FUSED", 0), ("APPEND", 0), ("OT", dt)]) + "#undef cnt\n#undef out\n"
     for arch, local in _local_memory(header, body, tmp_path / "prod", r"partial_prod_b4", bounds=False).items():
         assert local == {"partial_prod_b4": 0}, (arch, local)

@@ -30,11 +30,10 @@ SETTINGS = {
 
 
 @pytest.fixture(autouse=True)
-def per_sequence(monkeypatch):
+def per_sequence(monkeypatch, tune):
     """These tests are BatchVeloxKVCache's (a cache per sequence); tests/test_batch_shared.py covers the B-row
     SharedBatchVeloxKVCache that merge makes for per-token methods without a window."""
-    from veloxquant.accelerated.cache import batch_shared
-    monkeypatch.setattr(batch_shared, "SHARED", False)
+    tune(shared=False)
 
 
 def cache(method, **kw):
@@ -262,14 +261,14 @@ def test_batch_cache_saves_and_loads(tmp_path):
     saves_and_loads(batch, BatchVeloxKVCache, str(tmp_path / "batch.safetensors"), [21, 4])
 
 
-def test_whole_chunks_are_cut_by_one_split_per_role_with_the_same_bytes(monkeypatch):
+def test_whole_chunks_are_cut_by_one_split_per_role_with_the_same_bytes(monkeypatch, tune):
     """A decode step of a batch (every sequence takes the whole chunk) cuts keys, values and queries with one
-    mx.split each (batch.SPLIT_ROWS); the stored bytes and the attention outputs equal the per-sequence slices'."""
+    mx.split each (tuning's split_rows); the stored bytes and the attention outputs equal the per-sequence slices'."""
     import veloxquant.accelerated.cache.batch as vb
     from mlx_lm.models import base
 
     def run(split: bool):
-        monkeypatch.setattr(vb, "SPLIT_ROWS", split)
+        tune(split_rows=split)
         calls = []
         real = vb.mx.split
         monkeypatch.setattr(vb.mx, "split", lambda *a, **kw: calls.append(a[1]) or real(*a, **kw))

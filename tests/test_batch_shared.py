@@ -18,6 +18,7 @@ from mlx_lm.models import base
 from mlx_lm.models import cache as mlx_cache
 
 import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated import tuning
 from veloxquant.accelerated.cache import batch_shared, masks
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
@@ -88,11 +89,8 @@ def test_merge_picks_the_shared_cache_where_the_methods_allow():
     assert isinstance(vc.TurboQuantKVCache.merge([mixed[0], cache("turboquant")]), SharedBatchVeloxKVCache)
     with pytest.raises(ValueError, match="caches: item 1"):
         vc.TurboQuantKVCache.merge(mixed)          # BatchVeloxKVCache's message: other parameters
-    batch_shared.SHARED = False
-    try:
+    with tuning.override(shared=False):
         assert isinstance(vc.TurboQuantKVCache.merge(filled("turboquant", [3, 0])), BatchVeloxKVCache)
-    finally:
-        batch_shared.SHARED = True
 
 
 @pytest.mark.parametrize("method", list(SETTINGS))

@@ -73,13 +73,12 @@ def test_layer_suite_with_a_batch(monkeypatch):
 
 
 def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch):
-    from veloxquant.accelerated.kernels import attention as katt
-    from veloxquant.accelerated.kernels import methods as km
+    from veloxquant.accelerated import tuning
     seen = []
     real = bd._step
 
     def spy(caches, q, k, v):
-        seen.append((type(caches[0]).__name__, katt.FUSE_COMBINE, km.DEVICE_COUNTS))
+        seen.append((type(caches[0]).__name__, tuning.current().fuse_combine, tuning.current().device_counts))
         return real(caches, q, k, v)
     monkeypatch.setattr(bd, "_step", spy)
     arm = "turboquant b4 [FUSE_COMBINE=1, DEVICE_COUNTS=0]"
@@ -88,7 +87,7 @@ def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch):
     assert [r["arm"] for r in rows] == ["fp16 KVCache", arm], rows
     assert {s for s in seen if s[0] == "KVCache"} == {("KVCache", False, True)}, seen
     assert {s for s in seen if s[0] != "KVCache"} == {("VeloxKVCache", True, False)}, seen
-    assert katt.FUSE_COMBINE is False and km.DEVICE_COUNTS is True
+    assert tuning.current() == tuning.DEFAULT
 
 
 @pytest.mark.parametrize("name", ["turboquant b4 [NOPE=1]", "turboquant b4 [FUSE_COMBINE=x]", "fp16 KVCache [FUSE_COMBINE=0]",

@@ -106,11 +106,11 @@ def test_group_per_eval_calls_distinct_inputs():
 
 
 @pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not installed: no CPU emulation")
-def test_sweep_runs_with_emulated_kernels(monkeypatch):
+def test_sweep_runs_with_emulated_kernels(monkeypatch, tune):
     """The whole measuring path (pools, records, every case's kernel arms, the decode-step group) on tiny
     shapes, with the CPU emulator standing in for the GPU kernels: catches errors before a GPU session."""
     import _kernel_emulator as ke
-    ke.install(monkeypatch, ke.build())
+    ke.install(monkeypatch, tune, ke.build())
     monkeypatch.setattr(bench_sweep, "POOL", 2)
     groups = bench_sweep.sweep_groups([256], 0, 1, log=lambda *a, **k: None)
     assert [g["op"] for g in groups] == ["encode", "decode"]

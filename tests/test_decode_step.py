@@ -14,7 +14,7 @@ import pytest
 from mlx_lm.models import base
 
 from veloxquant.accelerated import attention as vattention
-from veloxquant.accelerated import kernels
+from veloxquant.accelerated import kernels, tuning
 from veloxquant.accelerated.cache import VeloxKVCache, VeloxRotatingKVCache
 from veloxquant.accelerated.kernels import decode_step
 from veloxquant.accelerated.cache import base as cache_base
@@ -56,7 +56,7 @@ class _Recorder:
 
 
 @pytest.fixture
-def gpu(monkeypatch):
+def gpu(monkeypatch, tune):
     log = []
     monkeypatch.setattr(backend, "_gpu_backend", lambda: ("cuda", "recorded launches"))
     monkeypatch.setattr(backend, "available", lambda: (True, "recorded launches"))
@@ -66,7 +66,7 @@ def gpu(monkeypatch):
     monkeypatch.setattr(backend, "kernel", lambda kind, method, dtype_name: _Recorder(
         log, f"vq_{kind}", ["x"]))
     monkeypatch.setattr(katt, "_sm_count", lambda: 132)
-    monkeypatch.setattr(katt, "FUSE_APPEND", False)     # the tests of the fused append turn it on
+    tune(fuse_append=False)     # the tests of the fused append turn it on
     # cached kernel objects (and launch parts holding them) made with the recorders: not kept. Every cache of
     # the modules that make launches, not a list of them: a recorder left in commit._kernel once made the next
     # GPU test's buffer growth store zeros (tests/test_append_kernel_gpu.py, turboquant pair, 2026-12-01)
@@ -150,8 +150,8 @@ def _run(monkeypatch, gpu, general: bool, tensor_cores: bool, steps=6, nan_at=No
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused-combine", "combine-launch"])
 @pytest.mark.parametrize("tensor_cores", [False, True])
-def test_same_launches_and_state_as_the_general_path(monkeypatch, gpu, tensor_cores, fused):
-    monkeypatch.setattr(katt, "FUSE_COMBINE", fused)
+def test_same_launches_and_state_as_the_general_path(monkeypatch, tune, gpu, tensor_cores, fused):
+    tune(fuse_combine=fused)
     calls = []
     real = decode_step.DecodeStep.step
 
@@ -208,12 +208,12 @@ def test_step_kv_record_is_the_state_of_its_step(monkeypatch, gpu):
 @pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
 @pytest.mark.parametrize("method, kw", [("turboquant", dict(bits=4)), ("rabitq", {}),
                                         ("turboquant_prod", dict(bits=4)), ("mlx_affine", dict(bits=4, group_size=64))])
-def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, method, kw, fuse_append):
+def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, tune, method, kw, fuse_append):
     """Same kernels, same inputs: the attention outputs and the stored bytes are identical to the general
     path's, step by step (on the GPU: the launches as compiled). With the append inside the partial launch
-    (FUSE_APPEND) the stored bytes are identical and the outputs agree within the attention tolerance (one split
+    (fuse_append) the stored bytes are identical and the outputs agree within the attention tolerance (one split
     more: another summation order)."""
-    monkeypatch.setattr(katt, "FUSE_APPEND", fuse_append)
+    tune(fuse_append=fuse_append)
 
     def run(general):
         with monkeypatch.context() as m:
@@ -237,15 +237,14 @@ def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, metho
 
 
 @pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
-def test_a_sliding_window_cache_stays_on_the_step_when_it_evicts(monkeypatch, gpu, fuse_append):
+def test_a_sliding_window_cache_stays_on_the_step_when_it_evicts(monkeypatch, tune, gpu, fuse_append):
     """VeloxRotatingKVCache evicts before it appends once full: the rows are only skipped (lo), so the step goes on,
     appending at buffer row lo + Q (the general path's bytes: the same append launch, the same state) and attending
     over the whole buffers from row lo (a RowStarts of lo). A compaction (new buffers) takes the general path once,
     then the step comes back."""
-    from veloxquant.accelerated.cache import rotating
     monkeypatch.setattr(katt, "_mma_available", lambda: False)
-    monkeypatch.setattr(katt, "FUSE_APPEND", fuse_append)
-    monkeypatch.setattr(rotating, "_COMPACT_ROWS", 4)
+    tune(fuse_append=fuse_append)
+    tune(compact_rows=4)
     ran = []
     real = decode_step.DecodeStep.step
     monkeypatch.setattr(decode_step.DecodeStep, "step", lambda self, k, v: ran.append(len(ran)) or real(self, k, v))
@@ -328,12 +327,12 @@ def test_a_copied_cache_appends_into_its_own_buffers(monkeypatch, gpu):
 
 
 @pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
-def test_an_older_steps_keys_attend_over_that_steps_state(monkeypatch, gpu, fuse_append):
+def test_an_older_steps_keys_attend_over_that_steps_state(monkeypatch, tune, gpu, fuse_append):
     """Keys/values kept from an earlier step and attended after a later append read what that step stored (its
     encoded count and token), as the general path's record does. With the append inside the partial launch the
     older step's append was launched alone by the later update (its StepKV holds the resolved _Pending)."""
     monkeypatch.setattr(katt, "_mma_available", lambda: False)
-    monkeypatch.setattr(katt, "FUSE_APPEND", fuse_append)
+    tune(fuse_append=fuse_append)
 
     def run(general):
         with monkeypatch.context() as m:
@@ -352,13 +351,13 @@ def test_an_older_steps_keys_attend_over_that_steps_state(monkeypatch, gpu, fuse
     assert fast[0]["ids"][names.index("flags")] == id(k.flags), "the launch waits on another append's token"
 
 
-def test_specialize_rows_reaches_the_steps_append_per_cache(monkeypatch, gpu):
-    """methods.SPECIALIZE_ROWS (a benchmark arm's knob) decides each cache's append template when its step is
+def test_specialize_rows_reaches_the_steps_append_per_cache(monkeypatch, tune, gpu):
+    """tuning's specialize_rows (a benchmark arm's knob) decides each cache's append template when its step is
     made, even in one process with the launch plans of the other setting cached (they are keyed by it)."""
     monkeypatch.setattr(katt, "_mma_available", lambda: False)
-    templates, default = {}, km.SPECIALIZE_ROWS
+    templates, default = {}, tuning.current().specialize_rows
     for rows in (default, 0):
-        monkeypatch.setattr(km, "SPECIALIZE_ROWS", rows)
+        tune(specialize_rows=rows)
         c = VeloxKVCache(method="turboquant", bits=4, layer=0, seed=3)
         c.update_and_fetch(_x(7, t=5), _x(8, t=5))
         gpu.clear()
@@ -368,7 +367,7 @@ def test_specialize_rows_reaches_the_steps_append_per_cache(monkeypatch, gpu):
     generic, special = templates[default], templates[0]
     assert len(generic) == len(special) == 3, templates
     assert all(t["KB1"] == 0 for t in generic), f"a 16-row append compiled its code widths in: {generic}"
-    assert all(t["KB1"] == 4 for t in special), f"SPECIALIZE_ROWS=0 did not reach the step's append: {special}"
+    assert all(t["KB1"] == 4 for t in special), f"specialize_rows=0 did not reach the step's append: {special}"
 
 
 def _by_name(launches, prefix):
@@ -376,11 +375,11 @@ def _by_name(launches, prefix):
 
 
 @pytest.mark.parametrize("tensor_cores", [False, True])
-def test_fused_append_is_the_general_paths_append_inside_the_partial_launch(monkeypatch, gpu, tensor_cores):
-    """kernels.attention.FUSE_APPEND: each step makes two launches (the partial with APPEND, the combine) where the
+def test_fused_append_is_the_general_paths_append_inside_the_partial_launch(monkeypatch, tune, gpu, tensor_cores):
+    """tuning's fuse_append: each step makes two launches (the partial with APPEND, the combine) where the
     general path makes three, with the append's inputs (new keys and values, constant arrays, the encoded count
     after the chunk) and the same state after every step (offset, rows, deferred-check records)."""
-    monkeypatch.setattr(katt, "FUSE_APPEND", True)
+    tune(fuse_append=True)
     settles, real = [], VeloxKVCache._settle
     monkeypatch.setattr(VeloxKVCache, "_settle", lambda self, keep: settles.append(keep) or real(self, keep))
     fast, _, cf = _run(monkeypatch, gpu, general=False, tensor_cores=tensor_cores)
@@ -413,8 +412,8 @@ def test_fused_append_is_the_general_paths_append_inside_the_partial_launch(monk
     assert [(r.n, r.lo) for r in cf._k._rows.values()] == [(r.n, r.lo) for r in cr._k._rows.values()]
 
 
-def test_fused_append_rejects_a_nan_chunk_like_the_general_path(monkeypatch, gpu):
-    monkeypatch.setattr(katt, "FUSE_APPEND", True)
+def test_fused_append_rejects_a_nan_chunk_like_the_general_path(monkeypatch, tune, gpu):
+    tune(fuse_append=True)
     _, err_fast, cf = _run(monkeypatch, gpu, general=False, tensor_cores=True, nan_at=3)
     _, err_ref, cr = _run(monkeypatch, gpu, general=True, tensor_cores=True, nan_at=3)
     assert err_fast is not None and err_fast == err_ref, (err_fast, err_ref)
@@ -424,10 +423,10 @@ def test_fused_append_rejects_a_nan_chunk_like_the_general_path(monkeypatch, gpu
 
 
 @pytest.mark.parametrize("reader", ["check", "update", "record", "flags", "copy", "trim", "state", "nbytes"])
-def test_a_pending_append_is_stored_before_anything_reads_the_cache(monkeypatch, gpu, reader):
-    """Between update_and_fetch and the attention the chunk waits for the partial launch (FUSE_APPEND); every other
+def test_a_pending_append_is_stored_before_anything_reads_the_cache(monkeypatch, tune, gpu, reader):
+    """Between update_and_fetch and the attention the chunk waits for the partial launch (fuse_append); every other
     reader launches the append on its own first and sees the state the general path leaves."""
-    monkeypatch.setattr(katt, "FUSE_APPEND", True)
+    tune(fuse_append=True)
     monkeypatch.setattr(katt, "_mma_available", lambda: False)
 
     def run(general):
@@ -453,11 +452,11 @@ def test_a_pending_append_is_stored_before_anything_reads_the_cache(monkeypatch,
     assert got[:4] == want[:4], f"{reader}: (offset, key rows, value rows, chunks) {got[:4]} != general path {want[:4]}"
 
 
-def test_metal_launches_the_append_alone(monkeypatch, gpu):
-    """FUSE_APPEND applies on CUDA only (kernels.attention.fuse_append: measured and run on the H200, never on an
+def test_metal_launches_the_append_alone(monkeypatch, tune, gpu):
+    """fuse_append applies on CUDA only (kernels.attention.fuse_append: measured and run on the H200, never on an
     Apple GPU): with Metal's kernels (recorded) each step launches the append kernel, then the partial (no APPEND)
     and the combine, as the general path does."""
-    monkeypatch.setattr(katt, "FUSE_APPEND", True)
+    tune(fuse_append=True)
     monkeypatch.setattr(backend, "_gpu_backend", lambda: ("metal", "recorded launches"))
     monkeypatch.setattr(mx.fast, "metal_kernel", lambda name, input_names, output_names, source, header="",
                         ensure_row_contiguous=True, **kw: _Recorder(gpu, name, input_names))
@@ -496,14 +495,14 @@ def _run_heads(monkeypatch, gpu, general: bool, h: int, steps=6, nan_at=None, hq
 
 
 @pytest.mark.parametrize("fuse_append, hq", [(False, 24), (True, 192)], ids=["append-launch", "append-refused"])
-def test_a_token_over_8_bytes_is_read_through_the_combines_summary(monkeypatch, gpu, fuse_append, hq):
+def test_a_token_over_8_bytes_is_read_through_the_combines_summary(monkeypatch, tune, gpu, fuse_append, hq):
     """The append launched alone for 24 KV heads: 24 rows in three threadgroups, a token of (2, 3, 2) = 12 bytes,
     which MLX's CUDA allocator keeps in device memory (a host read of it stalls the GPU later:
-    attention_source.COMBINE_SUMMARY). Launched alone with FUSE_APPEND off, or with it on where the partial refuses
+    attention_source.COMBINE_SUMMARY). Launched alone with fuse_append off, or with it on where the partial refuses
     the append inside (8 query heads per KV head: two query groups on the tensor-core loop), then flushed. The combine
     launch takes the token and writes its summary; the step's record holds the summary, not the token; a NaN chunk is
     rejected and rolled back as on the general path."""
-    monkeypatch.setattr(katt, "FUSE_APPEND", fuse_append)
+    tune(fuse_append=fuse_append)
     fast, _, _ = _run_heads(monkeypatch, gpu, general=False, h=24, hq=hq)
     summarized = 0
     for i, (launches, shape) in enumerate(fast):
@@ -524,12 +523,12 @@ def test_a_token_over_8_bytes_is_read_through_the_combines_summary(monkeypatch, 
 
 @pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
 @pytest.mark.parametrize("fuse_append, hq", [(False, 24), (True, 192)], ids=["append-launch", "append-refused"])
-def test_gpu_token_over_8_bytes_read_through_the_summary(monkeypatch, fuse_append, hq):
-    """On the GPU (the launches as compiled): 24 KV heads, the append launched alone (FUSE_APPEND off, or refused
+def test_gpu_token_over_8_bytes_read_through_the_summary(monkeypatch, tune, fuse_append, hq):
+    """On the GPU (the launches as compiled): 24 KV heads, the append launched alone (fuse_append off, or refused
     inside the partial with 8 query heads per KV head), its token (2, 3, 2) summarized by the combine. Outputs and
     stored bytes identical to the general path's, the records hold the 4-byte summary, and a NaN key in head 17 is
     rejected and rolled back as on the general path."""
-    monkeypatch.setattr(katt, "FUSE_APPEND", fuse_append)
+    tune(fuse_append=fuse_append)
     h = 24
 
     def run(general, nan_at=None):
@@ -569,7 +568,7 @@ def test_gpu_token_over_8_bytes_read_through_the_summary(monkeypatch, fuse_appen
     assert ef is not None and ef == eg, (ef, eg)
 
 
-def test_a_left_padded_batch_takes_one_decode_step_launch_per_layer(monkeypatch, gpu):
+def test_a_left_padded_batch_takes_one_decode_step_launch_per_layer(monkeypatch, tune, gpu):
     """SharedBatchVeloxKVCache (accelerated/cache/batch_shared.py): a batch of 3 sequences of different lengths
     takes the decode step's launch: per step one partial (the append inside) and one combine for the whole batch,
     the partial given each row's start (rstart: the left padding) through the model's mask, with the launch the
@@ -577,7 +576,7 @@ def test_a_left_padded_batch_takes_one_decode_step_launch_per_layer(monkeypatch,
     from veloxquant.accelerated.cache import SharedBatchVeloxKVCache
     from veloxquant.accelerated.ops.attention import RowStarts
     monkeypatch.setattr(katt, "_mma_available", lambda: False)
-    monkeypatch.setattr(katt, "FUSE_APPEND", True)
+    tune(fuse_append=True)
     singles = []
     for i, t in enumerate((9, 4, 6)):
         c = VeloxKVCache(method="turboquant", bits=4, window=0, layer=0, seed=3)

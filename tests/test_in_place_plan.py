@@ -27,9 +27,9 @@ def lib():
 
 
 @pytest.fixture
-def launches(lib, monkeypatch):
+def launches(lib, monkeypatch, tune):
     import _kernel_emulator as ke
-    ke.install(monkeypatch, lib)
+    ke.install(monkeypatch, tune, lib)
     calls = []
 
     def record(kp, keys, kbufs, vp, values, vbufs, base, after):

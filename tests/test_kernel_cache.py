@@ -68,10 +68,10 @@ def gpu_stand_in(monkeypatch, tmp_path):
     # attention over decoded tokens (a prefill chunk's path) is MLX's own SDPA, no kernel of ours: skipped here, so
     # that contexts of 64k tokens cost seconds on a CPU
     monkeypatch.setattr(mx.fast, "scaled_dot_product_attention", lambda q, k, v, **kw: q)
-    for f in (katt._kernel, katt._static):
+    for f in (katt._compiled, katt._static):
         f.cache_clear()
     yield compiler, misses
-    for f in (katt._kernel, katt._static):
+    for f in (katt._compiled, katt._static):
         getattr(f, "cache_clear", lambda: None)()
     backend.kernel_dir.cache_clear()
 

@@ -29,8 +29,8 @@ def cuda(monkeypatch):
 
 
 @pytest.mark.parametrize("device_counts", [True, False])
-def test_count_holds_n_and_is_made_once(monkeypatch, fresh, cuda, device_counts):
-    monkeypatch.setattr(km, "DEVICE_COUNTS", device_counts)
+def test_count_holds_n_and_is_made_once(monkeypatch, tune, fresh, cuda, device_counts):
+    tune(device_counts=device_counts)
     made = [km.count(n) for n in VALUES]             # crosses the range's growth (65536, 131072, 262144)
     for n, a in zip(VALUES, made):
         assert a.shape == (1,) and a.dtype == mx.int32, f"count({n}): shape {a.shape}, dtype {a.dtype}"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from veloxquant import spec
-from veloxquant.accelerated import kernels, ops
+from veloxquant.accelerated import kernels, ops, tuning
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.kernels import source
 from veloxquant.accelerated.ops import numerics, record
@@ -32,9 +32,9 @@ def lib():
 
 
 @pytest.fixture
-def emu(lib, monkeypatch):
+def emu(lib, monkeypatch, tune):
     import _kernel_emulator as ke
-    ke.install(monkeypatch, lib)
+    ke.install(monkeypatch, tune, lib)
     return lib
 
 
@@ -162,7 +162,7 @@ def test_stream_through_kernels(emu, method, kw):
 def test_launch_shape():
     assert km.launch_shape(8, 128)[2] == 1 and km.launch_shape(8, 128)[1] == (256, 1, 1)   # decode step: 1 group
     grid, tg, groups = km.launch_shape(1 << 20, 128)
-    assert tg == (km.BIG_WARPS * 32, 1, 1) and groups == km.BLOCK_CAP and grid[0] == groups * tg[0]
+    assert tg == (tuning.current().big_warps * 32, 1, 1) and groups == tuning.current().block_cap and grid[0] == groups * tg[0]
     assert km.launch_shape(100, 1024)[1][0] // 32 * 2 * 1024 <= 8192                    # code staging fits
     with pytest.raises(NotImplementedError):
         km.launch_shape(0, 128)

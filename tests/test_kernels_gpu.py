@@ -90,11 +90,11 @@ def test_bits_and_dtypes(method, kw, dtype):
 
 
 @pytest.fixture
-def specialized(monkeypatch):
-    """Every launch specialized (SPECIALIZE_ROWS = 0); the per-shape launch caches emptied before and after
+def specialized(monkeypatch, tune):
+    """Every launch specialized (specialize_rows=0); the per-shape launch caches emptied before and after
     (they hold the template a launch was first planned with)."""
     from veloxquant.accelerated.kernels import append as fused
-    monkeypatch.setattr(km, "SPECIALIZE_ROWS", 0)
+    tune(specialize_rows=0)
     for f in (km._encode_static, fused._static_for):
         f.cache_clear()
     yield monkeypatch
@@ -104,7 +104,7 @@ def specialized(monkeypatch):
 
 @pytest.mark.parametrize("method,kw", METHOD_BITS, ids=[f"{m}-{'-'.join(map(str, k.values()))}" for m, k in METHOD_BITS])
 def test_specialized_launches(method, kw, specialized):
-    """Launches of methods.SPECIALIZE_ROWS rows and more compile their code widths, group size and KIVI role in;
+    """Launches of tuning's specialize_rows rows and more compile their code widths, group size and KIVI role in;
     the small launches of the other tests (and of the conformance suite) read them from meta. Here every
     launch is specialized: the same bits as accelerated.ops for every configuration, at d = 128 and 80."""
     t = 2 * kw.get("group_size", 0) + 5 if method == "kivi" else 5

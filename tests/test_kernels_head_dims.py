@@ -58,14 +58,14 @@ def lib():
 
 
 @pytest.fixture
-def launches(lib, monkeypatch):
+def launches(lib, monkeypatch, tune):
     """The emulator stands in for the GPU; returns the list of (kind, method, D) of every kernel launch."""
-    return _install(monkeypatch, lib)
+    return _install(monkeypatch, tune, lib)
 
 
-def _install(monkeypatch, lib) -> list:
+def _install(monkeypatch, tune, lib) -> list:
     import _kernel_emulator as ke
-    ke.install(monkeypatch, lib)
+    ke.install(monkeypatch, tune, lib)
     ran = []
     fake = backend.kernel
 
@@ -231,11 +231,11 @@ def _mutants() -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.parametrize("mutant", ["stage-B-transposed", "stage-B-before-A", "block-fold-reversed"])
-def test_checks_catch_broken_bodies(monkeypatch, mutant):
+def test_checks_catch_broken_bodies(monkeypatch, tune, mutant):
     """_check fails for every rotation method on each broken body (d = 80: m = 20, whose H_20 is not
     symmetric, so a transposed stage B differs)."""
     import _kernel_emulator as ke
-    ran = _install(monkeypatch, ke.build(dims=(80,), bodies=_mutants()[mutant]))
+    ran = _install(monkeypatch, tune, ke.build(dims=(80,), bodies=_mutants()[mutant]))
     caught = []
     for method, kw in CASES[:4]:
         try:

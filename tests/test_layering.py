@@ -415,3 +415,101 @@ def test_cycle_checker_sees_function_level_cycles(tmp_path):
     assert find_cycle(graph) == ["pkg.a", "pkg.b", "pkg.c", "pkg.a"]
     graph["pkg.c"] = set()
     assert find_cycle(graph) is None
+
+
+# ---- tuning knobs: one frozen object (accelerated/tuning.py), no module globals ----------------------------------
+TUNING = ROOT / "accelerated" / "tuning.py"
+
+
+def tuning_knobs() -> set[str]:
+    """The field names of accelerated.tuning.Tuning, read from the source (no import)."""
+    tree = ast.parse(TUNING.read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Tuning"]
+    return {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+def _knob(name: str, knobs: set[str]) -> bool:
+    """A name that spells a knob as a constant would: FUSE_APPEND, _COMPACT_ROWS, fuse_append."""
+    return name.lstrip("_").lower() in knobs
+
+
+def _module_statements(body):
+    """Statements run at import time (into if / try / with blocks, not into functions or classes)."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            for part in ("body", "orelse", "finalbody"):
+                yield from _module_statements(getattr(node, part, []))
+            for h in getattr(node, "handlers", []):
+                yield from _module_statements(h.body)
+
+
+def tuning_globals(path: pathlib.Path, knobs: set[str]) -> list[str]:
+    """Module-level names of a file that spell a tuning knob (a knob kept as a mutable module global)."""
+    bad = []
+    for node in _module_statements(ast.parse(path.read_text(), str(path)).body):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for t in targets:
+            for n in ast.walk(t):
+                if isinstance(n, ast.Name) and _knob(n.id, knobs):
+                    bad.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{node.lineno}: {n.id}")
+    return bad
+
+
+def knob_patches(path: pathlib.Path, knobs: set[str]) -> list[str]:
+    """Places that set a knob on a module instead of through tuning.override: setattr / monkeypatch.setattr with a
+    knob's name (or a computed name: the old string -> module tables), `module.KNOB = ...` assignments."""
+    bad = []
+    where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name != "setattr" or not node.args:
+                continue
+            a = node.args
+            if len(a) >= 2 and not isinstance(a[1], ast.Constant):
+                bad.append(f"{where}:{node.lineno}: setattr with a computed name")
+            for c in a[:2]:
+                if isinstance(c, ast.Constant) and isinstance(c.value, str) and _knob(c.value.rsplit(".")[-1], knobs):
+                    bad.append(f"{where}:{node.lineno}: setattr of {c.value}")
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                if isinstance(t, ast.Attribute) and t.attr != t.attr.lower() and _knob(t.attr, knobs):
+                    bad.append(f"{where}:{node.lineno}: assignment to .{t.attr}")
+    return bad
+
+
+def test_no_tuning_knob_outside_the_tuning_object():
+    """Every tuning knob is a field of accelerated.tuning.Tuning, read through tuning.current() when a launch is
+    planned: no module global of accelerated/ spells one, and tests/ and tools/ change knobs only through
+    tuning.override (or the tests' `tune` fixture), never by setting module attributes."""
+    knobs = tuning_knobs()
+    assert len(knobs) >= 13, knobs
+    bad = [b for f in _files("accelerated") if f != TUNING for b in tuning_globals(f, knobs)]
+    assert not bad, "tuning knobs as module globals (make them fields of accelerated/tuning.py's Tuning):\n" + \
+        "\n".join(bad)
+    files = [p for d in ("tests", "tools") for p in sorted((ROOT / d).rglob("*.py"))]
+    bad = [b for f in files for b in knob_patches(f, knobs)]
+    assert not bad, "knobs set on modules (use accelerated.tuning.override):\n" + "\n".join(bad)
+
+
+def test_tuning_checkers_see_a_reintroduced_knob(tmp_path):
+    """The checks themselves can fail: a knob as a module global (plain, private, annotated, inside an if) and the
+    ways tests and tools used to flip one are seen; a local variable, a lowercase attribute and other constants
+    are not."""
+    knobs = tuning_knobs()
+    f = tmp_path / "probe.py"
+    f.write_text("FUSE_APPEND = True\n_COMPACT_ROWS: int = 256\nif True:\n    TC_CODES = False\n"
+                 "NT = 128\nTABLE = 256\n\ndef f():\n    SHARED = 1\n    return SHARED\n")
+    assert [b.split(": ")[-1] for b in tuning_globals(f, knobs)] == ["FUSE_APPEND", "_COMPACT_ROWS", "TC_CODES"]
+    g = tmp_path / "probe_test.py"
+    g.write_text("def test(monkeypatch, m, k):\n"
+                 "    monkeypatch.setattr(katt, 'FUSE_APPEND', False)\n"
+                 "    monkeypatch.setattr('veloxquant.accelerated.cache.batch.SPLIT_ROWS', False)\n"
+                 "    setattr(m, k, 1)\n"
+                 "    batch_shared.SHARED = False\n"
+                 "    monkeypatch.setattr(katt, '_sm_count', lambda: 4)\n"
+                 "    self.shared = True\n")
+    assert sorted(int(b.split(":")[1]) for b in knob_patches(g, knobs)) == [2, 3, 4, 5], knob_patches(g, knobs)

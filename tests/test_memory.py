@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import veloxquant.accelerated.cache as vc
-import veloxquant.accelerated.ops.attention as ops_attention
+from veloxquant.accelerated import tuning
 from veloxquant.accelerated.stream import Stream
 from veloxquant import spec
 
@@ -29,8 +29,8 @@ SETTINGS = {
 
 @pytest.mark.parametrize("role", ["k", "v"])
 @pytest.mark.parametrize("method", list(SETTINGS))
-def test_blocked_decoded_copy_equals_stream_decode(method, role, monkeypatch):
-    monkeypatch.setattr(ops_attention, "BLOCK", 64)          # several blocks (and a partial one) at a small T
+def test_blocked_decoded_copy_equals_stream_decode(method, role, monkeypatch, tune):
+    tune(attention_block=64)          # several blocks (and a partial one) at a small T
     s = Stream(spec.Params(method, role=role, seed=3, **SETTINGS[method]))
     x = mx.random.normal((1, 2, 64 * 3 + 45, 64), key=mx.random.key(1)).astype(mx.float16)
     s.append(x)
@@ -60,7 +60,7 @@ def test_prefill_decoded_copy_holds_one_block_at_a_time():
     0.31: one block's temporaries, ~2.5 float32 blocks); the lazy build keeps every block's temporaries
     (measured 1.75 float32 copies)."""
     c = vc.TurboQuantKVCache(4, window=0)
-    t = 8 * ops_attention.BLOCK
+    t = 8 * tuning.current().attention_block
     k = mx.random.normal((1, 1, t, 64), key=mx.random.key(2)).astype(mx.float16)
     c.update_and_fetch(k, k)
     rec = c._k.packed()

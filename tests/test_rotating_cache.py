@@ -16,7 +16,6 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models import cache as mlx_cache
 
 import veloxquant.accelerated.cache as vc
-import veloxquant.accelerated.cache.rotating as rotating
 from veloxquant.accelerated import ops
 from veloxquant.tools.quality import teacher_forced_logits
 
@@ -88,10 +87,10 @@ def test_kivi_evicts_whole_groups():
             assert mask is None
 
 
-def test_eviction_is_restorable_and_compaction_frees_rows(monkeypatch):
+def test_eviction_is_restorable_and_compaction_frees_rows(monkeypatch, tune):
     """Deferred checks roll back across an eviction (to the state before the chunk, less the token its
     eviction dropped, which no later query can attend to); compaction copies only the held rows."""
-    monkeypatch.setattr(rotating, "_COMPACT_ROWS", 8)
+    tune(compact_rows=8)
     c = vc.VeloxRotatingKVCache(MAX, method="turboquant", bits=4, window=3, seed=2)
     ref = mlx_cache.RotatingKVCache(MAX)
     for _ in feed([c, ref], [40] + [1] * 30):

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from veloxquant.accelerated import kernels, ops
-from veloxquant.accelerated.cache import VeloxKVCache, decode_step
+from veloxquant.accelerated.cache import VeloxKVCache
+from veloxquant.accelerated.kernels import decode_step
 from veloxquant.accelerated.kernels import append as fused
-from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend, commit
 from veloxquant.accelerated.kernels import methods as km
 
@@ -82,13 +82,13 @@ class _Commit:
 
 
 @pytest.fixture
-def stand_in(monkeypatch):
+def stand_in(monkeypatch, tune):
     """A "CUDA" backend whose windowed append is _Append; the encode kernel unavailable (ops' encode instead)."""
     ns = types.SimpleNamespace(made=[], params=None)     # the test sets params: (key, value) of its cache
     monkeypatch.setattr(backend, "_gpu_backend", lambda: ("cuda", "stand-in"))
     monkeypatch.setattr(backend, "available", lambda: (True, "stand-in"))
     monkeypatch.setattr(kernels, "available", lambda: (True, "stand-in"))
-    monkeypatch.setattr(katt, "FUSE_APPEND", False)        # the append launched on its own: no attention needed
+    tune(fuse_append=False)        # the append launched on its own: no attention needed
 
     def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True):
         if name.startswith("vq_commit"):      # the general path's store (a buffer growing)

@@ -9,7 +9,7 @@ the left; `filter` / `extend` drop and add sequences, `extract` gives one sequen
 `VeloxKVCache.merge` makes a `SharedBatchVeloxKVCache` (batch_shared.py: the batch in one B-row cache, one
 attention launch per layer) where every sequence's tokens encode independently of their position (exact windows
 included); this module's `BatchVeloxKVCache` takes the others (kivi, sliding-window caches, exact-trim copies with a
-window) and `batch_shared.SHARED = False`, and runs a windowed B-row cache's right-padded prefill.
+window) and tuning's `shared=False`, and runs a windowed B-row cache's right-padded prefill.
 
 `BatchVeloxKVCache` follows that protocol, but keeps one single-sequence `VeloxKVCache` per sequence and stores
 only each sequence's real tokens: the padding is virtual. So merge and extract move records without decoding
@@ -42,6 +42,7 @@ import json
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 
+from veloxquant.accelerated import tuning
 from veloxquant.accelerated.attention import PackedKV, attend
 from veloxquant.accelerated.cache.base import VeloxKVCache
 from veloxquant.accelerated.cache.classes import cache_class
@@ -53,15 +54,14 @@ from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
 # Where every sequence takes the whole chunk (a decode step; a prefill chunk without padding), the batch's keys,
 # values and queries are cut into per-sequence rows by one mx.split each (one Split operation with B outputs, for
 # B <= 10: mlx/ops.cpp) instead of B slices each: at B = 8, 3 operations per layer instead of 24, each of which
-# costs the host a few microseconds to build and encode on a GPU (docs/decode-step-analysis.md, eleventh pass).
-SPLIT_ROWS = True
+# costs the host a few microseconds to build and encode on a GPU (accelerated.tuning's split_rows).
 _SPLIT_MAX = 10           # mx.split makes one operation below 10 sections, slices above
 
 
 def _rows_of(x: mx.array, rows) -> list:
     """Each sequence's rows of x (B, H, n, d) for a chunk's (start, count) per sequence; None for a count of 0."""
     b, n = x.shape[0], x.shape[2]
-    if SPLIT_ROWS and 1 < b <= _SPLIT_MAX and all(ar == (0, n) for ar in rows):
+    if tuning.current().split_rows and 1 < b <= _SPLIT_MAX and all(ar == (0, n) for ar in rows):
         return mx.split(x, b, axis=0)
     return [x[i:i + 1, :, a:a + r] if r else None for i, (a, r) in enumerate(rows)]
 

@@ -37,6 +37,7 @@ import typing
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 
+from veloxquant.accelerated import tuning
 from veloxquant.accelerated.cache.base import VeloxKVCache
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache, _same_config
 from veloxquant.accelerated.cache.classes import cache_class
@@ -45,7 +46,6 @@ from veloxquant.accelerated.cache.masks import _MASKS, _MASKS_KEPT, remember_mas
 from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
 from veloxquant.accelerated.ops.attention import RowStarts
 
-SHARED = True          # VeloxKVCache.merge makes a SharedBatchVeloxKVCache where `eligible` (else BatchVeloxKVCache)
 _POSITIONAL = ("kivi",)    # methods whose bytes depend on a token's position (KIVI's key groups)
 
 
@@ -55,7 +55,7 @@ def eligible(caches) -> bool:
     and configuration (sliding-window caches: one max_size, R = 0), per-token methods in both roles, an exact window
     R only without exact-trim copies (a per-sequence tail), and every cache's window where a left-padded layout puts
     it (`_layout`: not after a trim that left one cache's window short of the others')."""
-    if not SHARED or not caches:
+    if not tuning.current().shared or not caches:
         return False
     c0 = caches[0]
     if not isinstance(c0, VeloxKVCache):
@@ -521,4 +521,4 @@ def _rolled(cache, shifts: list[int]):
     return type(cache).from_state((out[0], out[1], json.dumps(meta)))
 
 
-__all__ = ["SharedBatchVeloxKVCache", "eligible", "SHARED"]
+__all__ = ["SharedBatchVeloxKVCache", "eligible"]

@@ -31,14 +31,14 @@ import json
 import mlx.core as mx
 from mlx_lm.models.cache import create_causal_mask
 
+from veloxquant.accelerated import tuning
 from veloxquant.accelerated.cache import masks
 from veloxquant.accelerated.cache.base import VeloxKVCache, _to_json
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.ops.attention import RowStarts
 
-# Evicted rows are freed (one copy of the held rows, after settling the deferred checks: a host sync)
-# once they outnumber both this and the held tokens, so a decode step copies nothing on average.
-_COMPACT_ROWS = 256
+# Evicted rows are freed (one copy of the held rows, after settling the deferred checks: a host sync) once they
+# outnumber both tuning's compact_rows and the held tokens, so a decode step copies nothing on average.
 
 
 class VeloxRotatingKVCache(VeloxKVCache):
@@ -79,7 +79,7 @@ class VeloxRotatingKVCache(VeloxKVCache):
             self._v.evict(drop)
             if held:                    # rows are only skipped: the in-place append (and decode step) go on
                 plan.evicted()
-        if self._k is not None and self._k.dead_rows() > max(_COMPACT_ROWS, self._k.tokens):
+        if self._k is not None and self._k.dead_rows() > max(tuning.current().compact_rows, self._k.tokens):
             self._settle(keep=0)
             self._chunks.clear()      # marks taken before a compaction cannot be restored
             self._k.compact()

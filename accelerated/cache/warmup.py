@@ -92,7 +92,7 @@ def exercise(model, cache_kwargs: dict, batch: bool = True, speculative: bool = 
             # before it, so the batch grows 1 -> MAX_BATCH and then shrinks one sequence at a time (the filter's
             # gathers are MLX's own JIT kernels, compiled here too)
             # (every other prompt long enough that its prefill chunk takes the encode kernels' variant with the
-            # code constants compiled in, methods.SPECIALIZE_ROWS)
+            # code constants compiled in, tuning's specialize_rows)
             for i in range(MAX_BATCH):
                 n = 3 + 5 * i if i % 2 == 0 else 600 + 37 * i
                 gen.insert([[int(t) for t in prompt(n, i).tolist()]], max_tokens=[MAX_BATCH + 2 + i],

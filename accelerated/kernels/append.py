@@ -26,16 +26,11 @@ import mlx.core as mx
 import numpy as np
 
 from veloxquant import spec
+from veloxquant.accelerated import tuning
 from veloxquant.accelerated.kernels import backend, loader, source
 from veloxquant.accelerated.kernels import methods as km
 
 OUTPUTS = ["flags"]
-ROLES_APART = True      # True: the keys' and values' encodes in two halves of the grid, side by side (body). Measured
-                        # on the H200 together with the 512-thread combine: the decode step's GPU time -2.5 to -3 us
-                        # per layer (docs/benchmarks.md, eighth pass); bit for bit the bytes of accelerated.ops on the
-                        # H200 (tests/test_append_kernel_gpu.py "apart" and "serial" cases, 10 passed, 2026-12-01
-                        # 14:26 UTC) and on the CPU (tests/test_append_kernel_emulated.py). False: one role after the
-                        # other in every threadgroup
 _MAX_ROWS = 2 ** 31 - 1
 # A role's constants in one uint32 array (MLX's CUDA launch costs about 1 us per input, measured on the H200):
 # sigma's words, tau's words (H * ceil(D / 32) each), then the tables C1, B1, C2, B2 (TABLE entries reserved
@@ -172,14 +167,16 @@ def constants(p: spec.Params, h: int, t: int, d: int) -> mx.array:
 
 def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt) -> tuple:
     """Everything of a launch but the step's arrays, per parameters and shape (a decode step builds none)."""
-    return _static_for(kp, vp, b, h, t, d, kdt, vdt, km.SPECIALIZE_ROWS, ROLES_APART)
+    tune = tuning.current()
+    return _static_for(kp, vp, b, h, t, d, kdt, vdt, tune.specialize_rows, tune.roles_apart, tune)
 
 
 @functools.lru_cache(maxsize=1024)
 def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, specialize_rows: int,
-                apart: bool = False):
-    # keyed by methods.SPECIALIZE_ROWS and ROLES_APART too: a run that changes one (a benchmark's arm knob) gets
-    # its own plans
+                apart: bool = False, tune: tuning.Tuning | None = None):
+    # keyed by the tuning too (specialize_rows, roles_apart: True, the keys' and values' encodes in two halves of
+    # the grid side by side; False, one role after the other in every threadgroup): a run that changes a knob (a
+    # benchmark's arm) gets its own plans
     grid, group, groups = km.launch_shape(b * h * t, d)
     if apart:
         grid = (2 * grid[0], *grid[1:])      # a half of the threadgroups per role (body)
@@ -196,7 +193,7 @@ def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int
 
 def code_template(kp: spec.Params, vp: spec.Params, rows: int) -> list:
     """Each role's code widths and group size as template constants (KB1, KB2, KGS, VB1, ...; methods.code_template:
-    0 = read meta, below methods.SPECIALIZE_ROWS rows)."""
+    0 = read meta, below tuning's specialize_rows rows)."""
     return [(f"{r}{n}", v) for r, p in (("K", kp), ("V", vp))
             for n, v in zip(("B1", "B2", "GS"), km.code_template(p, rows))]
 

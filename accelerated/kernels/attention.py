@@ -1,6 +1,6 @@
 """Fused decode attention over packed records (spec/attention.md): the `partial` and `combine` kernels of
 accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode); the
-combine is a second launch (on CUDA it can run inside the partial launch, FUSE_COMBINE: off, measured slower).
+combine is a second launch (on CUDA it can run inside the partial launch: tuning's fuse_combine, off by default).
 On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values without a window take the partial's
 tensor-core loop (accelerated/kernels/attention_tc.py; `_tensor_cores` says when).
 
@@ -18,51 +18,13 @@ import typing
 import mlx.core as mx
 
 from veloxquant import spec
-from veloxquant.accelerated import layouts
+from veloxquant.accelerated import layouts, tuning
 from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.kernels import backend, loader
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.ops import codebooks, prng
 from veloxquant.accelerated.ops.attention import MAX_PACKED_QUERIES, PackedRecord, RowStarts, Views
 
-NT = 128                      # threads per partial threadgroup (4 warps)
-TOKENS_PER_SPLIT = 256        # encoded tokens per split before the split count is capped (contexts <= 8k)
-LONG_SPLIT = 1024             # ... and beyond 8k encoded tokens: fewer, longer splits were 10-15 % faster on the
-                              # H200 at 32k and 128k (partial + combine, sweep of 2026-11-30 in docs/benchmarks.md)
-PREFETCH = 1                  # 1: the partial kernel loads the next iteration's words while scoring this one
-FUSE_COMBINE = False          # CUDA: the combine inside the partial launch (its last block per group merges the
-                              # splits). Off: measured slower than a second launch on the H200 (2026-12-01, 0b8304c,
-                              # turboquant b4 decode step per layer, pipelined: 94.8 -> 71.0 us at 32k, 170.1 ->
-                              # 143.7 at 128k; ncu at 4k: fused partial 59 us against 36 + 8 us for the two kernels);
-                              # docs/decode-step-analysis.md, "Seventh pass"
-FUSE_APPEND = True            # CUDA (fuse_append): a cache's decode step launches its append inside the partial
-                              # launch (APPEND, attention_source.append_block; accelerated/kernels/decode_step.py): one
-                              # custom-kernel call fewer per layer. First measured slower (a3e4d7c: GPU time 45.1
-                              # against 25.2 us per layer at 4k): a host read of the launch's token stalled the next
-                              # step's GPU work by 70-250 us (attention_source.COMBINE_SUMMARY). With the combine's
-                              # summary read instead (H200, 2026-12-01, 91e5f32, docs/bench/h200-decode-17.json), GPU
-                              # time per layer turboquant b4 22.3 / 43.1 / 117.2 us at 4k / 32k / 128k against 25.6 /
-                              # 46.8 / 118.8 with the append launched alone, rabitq 29.0 / 89.6 / 294.2 against 31.3 /
-                              # 88.0 / 280.2; pipelined within 5 % either way: docs/decode-step-analysis.md, tenth pass
-MAX_THREADGROUPS = 2048       # partial threadgroups per launch: enough to fill the GPU, bounded partials
-COMBINE_THREADS = 512         # threads of the combine launch per query row (at least D): the splits spread over
-                              # them (attention_source.COMBINE_BODY). Together with the append's roles side by
-                              # side (append.ROLES_APART): the decode step's GPU time 27.9 -> 25.4 us per layer at
-                              # 4k, 49.3 -> 46.1 at 32k (H200, 2026-12-01, docs/bench/h200-decode-11.json)
-TC_PREFETCH = 2               # the tensor-core loop loads the next 2 chunks while it scores one
-TC_MIN_BLOCKS = 2             # ... compiled for 2 threadgroups per multiprocessor (registers <= 255)
-TC_WAVES = 1                  # ... and split so that its threadgroups fill the GPU this many times: a
-                              # threadgroup's setup and merge are latency it cannot hide, so fewer, longer splits
-TENSOR_CORES = True           # CUDA sm_80+: the partial's tensor-core loop where it applies (attention_tc.py)
-TC_CODES = True               # ... also for rabitq and for 1- and 2-bit turboquant codes (either role). Measured on the
-                              # H200 (2026-12-01, 67cfdb4, docs/bench/h200-decode-14.json): rabitq GPU time per layer
-                              # 31.5 / 87.2 / 275.6 us at 4k / 32k / 128k against 34.3 / 91.2 / 315.3 with the scalar
-                              # loop; the compiled kernel within the attention budget there (11 GPU cases)
-COLD_LOOPS = False            # CUDA: the loops a threadgroup runs once not unrolled (VQ_COLD): the tensor-core
-                              # partial is 112 KB of sm_90 code, 76 KB with the combine's and set-up's loops rolled
-                              # up; no difference on the H200 (2026-12-01, tools/bench_attention.py --preset
-                              # cold-loops: within 2 % at 4k-128k; ncu: 2.9 % of stall samples wait on an
-                              # instruction), so it stays off
 LOG2E = 1.4426950408889634
 
 
@@ -218,42 +180,44 @@ class _Static(typing.NamedTuple):
     out_dtypes: list
     counts: mx.array | None   # the fused launch's per-group counters
     combine_threads: int      # threads of a combine threadgroup
+    threads: int              # threads of a partial threadgroup
 
 
 @functools.lru_cache(maxsize=1024)
 def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, hkv: int, q_enc_splits: int,
             has_win: bool, causal: bool, qdtype, scale: float, fused: bool, q_fine: int = 1,
-            tune: tuple | None = None, append_ts: tuple | None = None, starts: bool = False) -> _Static:
+            tune: tuning.Tuning | None = None, append_ts: tuple | None = None, starts: bool = False) -> _Static:
     """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it) and per
-    the launch constants of `tune()` (so a benchmark arm that changes one gets its own plans). `append_ts`: the
+    tuning `tune` (default: tuning.current(); a benchmark arm that changes a knob gets its own plans). `append_ts`: the
     keys' and values' side dtypes (with a window, and the chunks' dtypes) of a launch with the decode step's append
     inside (APPEND): one split more (S - 1, the appended tokens), its inputs and the append's token as a third output. `starts`: the launch takes each
     batch row's first attended token (input `rstart`: a RowStarts mask, a left-padded batch)."""
     append = append_ts is not None
-    cthreads, tc_prefetch, tc_blocks, tc_waves, tensor_cores, tc_codes = tune or _tune()
-    cthreads = max(d, cthreads)
+    tune = tune or tuning.current()
+    tc_blocks, nt = tune.tc_min_blocks, tune.partial_threads
+    cthreads = max(d, tune.combine_threads)
     nq = (hq // hkv) * l
     p_lanes = min(32, d // 8)
     nc = d // (8 * p_lanes)
     parts = 2 if layouts.of(kp).sketch or layouts.of(vp).sketch else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
-    tc = tensor_cores and _tensor_cores(kp, vp, d, has_win, tc_codes)
+    tc = tune.tensor_cores and _tensor_cores(kp, vp, d, has_win, tune.tc_codes)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
-    if tc:      # q_fine: splits of TOKENS_PER_SPLIT tokens, fewer where one wave of threadgroups is full
-        splits = max(1, min(q_fine, tc_waves * tc_blocks * _sm_count() // max(1, hkv * b * nqg) - 1 - int(append)))
+    if tc:      # q_fine: splits of tokens_per_split tokens, fewer where one wave of threadgroups is full
+        splits = max(1, min(q_fine, tune.tc_waves * tc_blocks * _sm_count() // max(1, hkv * b * nqg) - 1 - int(append)))
     else:
-        splits = max(1, min(q_enc_splits, MAX_THREADGROUPS // max(1, hkv * b * nqg)))
+        splits = max(1, min(q_enc_splits, tune.max_threadgroups // max(1, hkv * b * nqg)))
     kb1, kb2 = _bits(kp)
     vb1, vb2 = _bits(vp)
     mk, mv = layouts.of(kp).kernel_id, layouts.of(vp).kernel_id
     if (not layouts.of(kp).affine and max(kb1, kb2) > 5) or (not layouts.of(vp).affine and max(vb1, vb2) > 5):
         raise ValueError("the partial kernel's code tables hold at most 32 entries (one per lane)")
     tmpl = [("MK", mk), ("MV", mv), ("KB1", kb1), ("KB2", kb2),
-            ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", NT), ("P", p_lanes),
+            ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", nt), ("P", p_lanes),
             ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
-            ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", PREFETCH), ("FUSED", int(fused)),
+            ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", tune.prefetch), ("FUSED", int(fused)),
             ("APPEND", int(append)), ("OT", qdtype)]
     if append:      # the encode body's side dtypes and code constants (compiled in: the staging for 3/5/6/7-bit
                     # packing, 16 KB of threadgroup memory, is dead code for the others)
@@ -262,7 +226,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
         tmpl += [("KTS", append_ts[0]), ("VTS", append_ts[1]), *zip(("KXT", "VXT"), append_ts[2:] if has_win else ())] + [
             (f"{r}C{n}", c) for r, p in (("K", kp), ("V", vp)) for n, c in zip(("B1", "B2", "GS"), km.code_constants(p))]
     if tc:      # the tensor-core loop has no U, and its own prefetch depth
-        tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", tc_prefetch)]
+        tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", tune.tc_prefetch)]
     vparts = 2 if layouts.of(vp).sketch else 1
     if fused and append:
         raise ValueError("the append runs inside an unfused partial launch")
@@ -274,23 +238,18 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
         outs.append(((b, hq, l, d), qdtype))
     if append:
         outs.append(((2, b * hkv, 2), mx.bool_))
-    grid = (NT * (splits + 1), hkv, b * nqg)
+    grid = (nt * (splits + 1), hkv, b * nqg)
     return _Static(_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused, append, starts),
                    tmpl, grid, outs, [("MV", mv), ("D", d), ("CNT", cthreads), ("OT", qdtype)], (cthreads * nq, hkv, b),
                    splits, qb, (mk, mv, has_win, fused, tc, tc_blocks if tc else 0, append, starts), [s for s, _ in outs],
-                   [t for _, t in outs], _counts(grid[1] * grid[2]) if fused else None, cthreads)
-
-
-def _tune() -> tuple:
-    """The module's launch constants a plan is made from besides the shapes: (COMBINE_THREADS, TC_PREFETCH,
-    TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES, TC_CODES)."""
-    return COMBINE_THREADS, TC_PREFETCH, TC_MIN_BLOCKS, TC_WAVES, TENSOR_CORES, TC_CODES
+                   [t for _, t in outs], _counts(grid[1] * grid[2]) if fused else None, cthreads, nt)
 
 
 def split_counts(q_enc: int) -> tuple[int, int]:
-    """(splits of the scalar loop's split size, splits of TOKENS_PER_SPLIT) for q_enc encoded tokens: what a
-    launch's per-shape part depends on besides the shapes."""
-    return -(-q_enc // (TOKENS_PER_SPLIT if q_enc <= 8192 else LONG_SPLIT)), -(-q_enc // TOKENS_PER_SPLIT)
+    """(splits of the scalar loop's split size, splits of tuning's tokens_per_split) for q_enc encoded tokens: what
+    a launch's per-shape part depends on besides the shapes."""
+    t = tuning.current()
+    return -(-q_enc // (t.tokens_per_split if q_enc <= 8192 else t.long_split)), -(-q_enc // t.tokens_per_split)
 
 
 def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask, flags, append_ts=None,
@@ -304,7 +263,7 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
     starts = isinstance(mask, RowStarts)
     causal = mask.causal if starts else (isinstance(mask, str) and mask == "causal")
     st = _static(k.params, v.params, b, hq, l, d, kw.shape[1], q_enc_splits, kw.shape[2] > 0, causal,
-                 queries.dtype, float(scale), _fused() and append_ts is None, q_fine, _tune(), append_ts, starts)
+                 queries.dtype, float(scale), _fused() and append_ts is None, q_fine, tuning.current(), append_ts, starts)
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
         flags = k.token if k.token is not None else _dummy(1, mx.bool_)
         if v.token is not None and v.token is not k.token:
@@ -327,7 +286,7 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
     """softmax(scale q K^T [+ causal]) V over two packed records, on the GPU; (B, Hq, L, d) in the
     queries' dtype."""
     ins, st = _launch(queries, k, v, scale, mask, flags)
-    outs = _kernel("partial", *st.key)(inputs=ins, template=st.template, grid=st.grid, threadgroup=(NT, 1, 1),
+    outs = _kernel("partial", *st.key)(inputs=ins, template=st.template, grid=st.grid, threadgroup=(st.threads, 1, 1),
                                        output_shapes=st.out_shapes, output_dtypes=st.out_dtypes)
     if st.key[3]:
         return outs[2]
@@ -347,16 +306,16 @@ def combine_call(st: _Static, queries: mx.array, summary: bool = False) -> dict:
 
 
 def fuse_append() -> bool:
-    """A decode step's append inside the partial launch (FUSE_APPEND): CUDA only. Measured and run there (the H200);
+    """A decode step's append inside the partial launch (tuning's fuse_append): CUDA only. Measured and run there;
     Metal keeps the append kernel's own launch until the APPEND partial has run on an Apple GPU."""
-    return FUSE_APPEND and backend.backend() == "cuda"
+    return tuning.current().fuse_append and backend.backend() == "cuda"
 
 
 def _fused() -> bool:
     """The combine inside the partial launch: CUDA (and the CPU emulation of its body). Metal keeps its own
     combine launch: the last-block count relies on device-wide visibility between threadgroups of one
     launch, which we could not test on an Apple GPU."""
-    return FUSE_COMBINE and backend.backend() != "metal"
+    return tuning.current().fuse_combine and backend.backend() != "metal"
 
 
 @functools.lru_cache(maxsize=64)
@@ -372,7 +331,7 @@ def _counts(n: int) -> mx.array:
 def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False) -> bool:
     """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
     4-bit codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
-    `codes` (TC_CODES) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
+    `codes` (tuning's tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
     at least one word). The window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h)."""
     def takes(p: spec.Params, keys: bool) -> bool:
         if p.method == "turboquant" and p.bits == 4:
@@ -407,12 +366,20 @@ def _sm_count() -> int:
         return 132
 
 
-@functools.lru_cache(maxsize=None)
 def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False, tc: bool = False,
             tc_blocks: int = 0, append: bool = False, starts: bool = False):
     """The compiled kernel `kind`; the partial for a method pair, window presence, fused combine, tensor-core loop,
     (that loop) the threadgroups per multiprocessor its registers are bounded for (launch bounds), the decode
-    step's append inside (APPEND) and row starts (a left-padded batch)."""
+    step's append inside (APPEND) and row starts (a left-padded batch). The tuning knobs that change its text
+    (cold_loops; partial_threads and tc_min_blocks in the launch bounds) are part of the compiled kernel's key."""
+    t = tuning.current()
+    return _compiled(kind, mk, mv, haswin, fused, tc, tc_blocks, append, starts, t.cold_loops,
+                     t.partial_threads if tc else 0, (tc_blocks or t.tc_min_blocks) if tc else 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, tc_blocks: int, append: bool,
+              starts: bool, cold_loops: bool, nt: int, min_blocks: int):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
@@ -423,10 +390,14 @@ def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
     tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'a' if append else ''}{'r' if starts else ''}"
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "_a" if append else "")
     if be == "cuda":
-        if COLD_LOOPS:
+        # a name of its own for a text the defaults do not make (the defaults' names stay as they were)
+        d = tuning.DEFAULT
+        name += ("_cold" if cold_loops else "") + (f"_n{nt}" if tc and nt != d.partial_threads else "") + \
+            (f"_b{min_blocks}" if tc and not tc_blocks and min_blocks != d.tc_min_blocks else "")
+        if cold_loops:
             header = '#define VQ_COLD _Pragma("unroll 1")\n' + header
         if tc:
-            header += _bounds(NT, tc_blocks or TC_MIN_BLOCKS)
+            header += _bounds(nt, min_blocks)
         return backend.cuda_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,
                                    ensure_row_contiguous=False)
     return mx.fast.metal_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,

@@ -19,9 +19,9 @@ Two kernels, flash-decoding style:
 - `combine`: merges a query row's S encoded partials, applies the values' inverse rotation once, adds the
   window partial and writes the output row in the queries' dtype: its own launch (COMBINE_BODY, a threadgroup
   of CNT threads per query row, the splits spread over them), or on CUDA inside the partial launch (FUSED,
-  accelerated.kernels.attention.FUSE_COMBINE: the last block of each query group to finish does it, found with
+  accelerated.tuning's fuse_combine: the last block of each query group to finish does it, found with
   an atomic count, with COMBINE_ROWS or the tensor-core kernel's COMBINE_ROWS_STRIDED; off by default, measured
-  slower on the H200).
+  slower).
 
 Method ids (template MK / MV): accelerated/layouts.py KERNEL_IDS (0 turboquant, 1 turboquant_rvq, 2 rabitq,
 3 turboquant_prod, 4 kivi, 5 mlx_affine). Keys of kivi (role k) are grouped per channel over KG tokens, values
@@ -115,7 +115,7 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
 # ---- the texts: csrc/ ----------------------------------------------------------------------------------------
 HELPERS = loader.text("attention_helpers.h")
 MAX_SPLITS = 2048          # splits (S + 1 with the window) a combine launch takes: accelerated.kernels.attention
-                           # caps them (MAX_THREADGROUPS; the tensor-core loop's one wave is far fewer)
+                           # caps them (tuning's max_threadgroups; the tensor-core loop's one wave is far fewer)
 # the partial's body with its scalar loop and fused combine (csrc/partial.h), or the tensor-core loop's (CUDA)
 PARTIAL_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "partial_loop.h", "VQ_COMBINE_ROWS": "combine_rows.h"})
 PARTIAL_TC_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",

@@ -26,9 +26,9 @@ shuffle from the lane that holds its table entry (the entry's hi and lo parts pa
 repeat lanes 0-15, so the shifted word needs no mask: a shuffle reads the low 5 bits of its lane operand), and
 two entries' parts are paired for a float16x2 operand with one byte permute.
 
-Launch shape (attention.py): 2 threadgroups of 4 warps per multiprocessor (launch bounds), the next TC_PREFETCH
-chunks' loads in flight in registers, and as many splits as fill the GPU once (docs/decode-step-analysis.md,
-"Fifth pass").
+Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
+bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once
+(docs/decode-step-analysis.md, "Fifth pass").
 """
 from __future__ import annotations
 

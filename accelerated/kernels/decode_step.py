@@ -14,10 +14,10 @@ The bytes and the checks are those of the general path: the same launches with t
 'Deferred rejection'), the same state changes (in_place.append_in_place). Anything else (another shape or
 dtype, a stream changed by trim/restore/compaction, no room left in a buffer, a mask, a query block the kernels
 do not take) returns to the general path; a sliding-window cache's eviction only moves the first valid row (lo: the
-append writes at row lo + Q, the attention reads the buffers from row lo: RowStarts, each row's start moved past lo). Where the combine is its own launch (kernels.attention.FUSE_COMBINE
+append writes at row lo + Q, the attention reads the buffers from row lo: RowStarts, each row's start moved past lo). Where the combine is its own launch (tuning's fuse_combine
 off, Metal), the step makes both launches as kernels.attention.attention does.
 
-With kernels.attention.FUSE_APPEND (on by default; docs/decode-step-analysis.md, ninth and tenth passes) the step's
+With tuning's fuse_append (on by default; docs/decode-step-analysis.md, ninth and tenth passes) the step's
 append runs inside the attention's partial launch (attention_source.append_block, the same encode body and bytes):
 update_and_fetch leaves the chunk pending (the offset and the returned StepKVs already count it), `attend` stores it,
 and anything else that reads the cache first (its methods, a StepKV's record or flags, the next update) launches the
@@ -46,7 +46,7 @@ def _resolve(kernel, template, **call):
 
 
 class _Pending:
-    """An append a decode step left for its attention launch (kernels.attention.FUSE_APPEND): the append launch's
+    """An append a decode step left for its attention launch (tuning's fuse_append): the append launch's
     inputs, the rollback marks before it and its chunk index; `token` once a launch stored it."""
 
     __slots__ = ("step", "ins", "before", "index", "token")
@@ -108,7 +108,7 @@ class DecodeStep:
 
     def step(self, keys: mx.array, values: mx.array):
         """in_place.append_in_place + VeloxKVCache's bookkeeping for it, for a chunk `holds` accepted. With
-        kernels.attention.FUSE_APPEND the append is left to the attention launch (`attend`); anything else that
+        tuning's fuse_append the append is left to the attention launch (`attend`); anything else that
         needs the chunk first (the cache's other methods, another path's read of the records) launches it alone
         (`flush`)."""
         if self.pending is not None:
@@ -248,7 +248,7 @@ class DecodeStep:
             return False
         names = st.names
         kern, call = _resolve(kattention._kernel("partial", *st.key), st.template, grid=st.grid,
-                              threadgroup=(kattention.NT, 1, 1), output_shapes=st.out_shapes,
+                              threadgroup=(st.threads, 1, 1), output_shapes=st.out_shapes,
                               output_dtypes=st.out_dtypes)
         comb = None
         if not st.key[3]:     # always so with the append inside (_fused() refused it above)

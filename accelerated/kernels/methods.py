@@ -19,7 +19,7 @@ import mlx.core as mx
 import numpy as np
 
 from veloxquant import spec
-from veloxquant.accelerated import layouts, ops
+from veloxquant.accelerated import layouts, ops, tuning
 from veloxquant.accelerated.kernels import backend, source
 from veloxquant.accelerated.ops import codebooks, numerics, packing, prng, record
 
@@ -28,12 +28,9 @@ FIELDS = {m: layouts.layout(m).kernel_fields() for m in spec.METHODS}
 # The rule each method applies to the tokens it encodes (its accelerated.ops module's RULE, word for word).
 RULES = {m: ops.method_module(m).RULE for m in spec.METHODS}
 NONFINITE = numerics.NONFINITE
-BIG_WARPS = 8            # warps per threadgroup for large launches (256 threads)
-BLOCK_CAP = 4096         # threadgroups at most; warps loop over further rows (grid-stride)
-# Launches of at least this many rows compile their code widths, group size and KIVI role in (one kernel per
-# configuration, compiled by NVRTC on first use); smaller ones read them from meta (one kernel per method,
-# head dim and dtype). Measured on the H200 (turboquant b4, 1M rows): 529 -> 358 instructions per row.
-SPECIALIZE_ROWS = 4096
+# Launch shape (tuning's big_warps, block_cap, max_warps) and code specialization (specialize_rows: launches of at
+# least that many rows compile their code widths, group size and KIVI role in, one kernel per configuration;
+# smaller ones read them from meta, one kernel per method, head dim and dtype) come from accelerated.tuning.
 GENERIC = (0, 0, 0, -1)  # code constants meaning "read meta" (csrc/common.h)
 _MAX_ROWS = 2**31 - 1    # rows are counted in int32 in the kernels
 _EPS = float.fromhex("0x1.ad7f2ap-24")
@@ -64,19 +61,17 @@ def _meta(bits1: int, bits2: int, group: int, keys: int, q: int = 0, lo: int = 0
     return m
 
 
-# CUDA: counts are views into an arange in device memory instead of arrays the host writes. MLX's CUDA allocator
-# puts every array the host creates, and every buffer of at most 8 bytes, in managed memory (the scalar pool
-# shares a few pages): a count written by the host each decode step is a page the GPU must fault back. Nsight
-# Compute on the H200 (2026-12-01, attention partial at 4k) put half of the kernel's warp stall samples on the
-# load of its count. A view makes no host write and no launch (a slice shares its buffer).
-DEVICE_COUNTS = True
+# CUDA (tuning's device_counts): counts are views into an arange in device memory instead of arrays the host
+# writes. MLX's CUDA allocator puts every array the host creates, and every buffer of at most 8 bytes, in managed
+# memory (the scalar pool shares a few pages): a count written by the host each decode step is a page the GPU must
+# fault back. A view makes no host write and no launch (a slice shares its buffer).
 _RANGE: list = []            # [the arange the views point into]
 
 
 def count(n: int) -> mx.array:
     """A token or row count as a one-element int32 input (append's first row, attention's encoded count),
     made once per value: a decode step's layers, and the next step's other kernel, reuse it."""
-    return _count(n, DEVICE_COUNTS)
+    return _count(n, tuning.current().device_counts)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -165,16 +160,17 @@ def _side_dtype(p: spec.Params, dtype) -> mx.Dtype:
 def launch_shape(rows: int, d: int) -> tuple[tuple, tuple, int]:
     """(grid in threads, threadgroup, threadgroups) for `rows` rows of head dim d (any d = m * 2^k of the
     spec): one warp per row; a single threadgroup when the rows fit in one (a decode step: one fault slot,
-    nothing to reduce), of at most source.MAX_WARPS warps (the register file of a block, at any register
+    nothing to reduce), of at most tuning's max_warps warps (the register file of a block, at any register
     count)."""
     if rows <= 0 or rows > _MAX_ROWS:
         raise NotImplementedError(f"no kernel launch for {rows} rows")
-    most = max(1, min(source.MAX_WARPS, source.SMEM_CODES // (2 * d)))
+    tune = tuning.current()
+    most = max(1, min(tune.max_warps, source.SMEM_CODES // (2 * d)))
     if rows <= most:
         warps, groups = rows, 1
     else:
-        warps = min(BIG_WARPS, most)
-        groups = min(-(-rows // warps), BLOCK_CAP)
+        warps = min(tune.big_warps, most)
+        groups = min(-(-rows // warps), tune.block_cap)
     return (groups * warps * 32, 1, 1), (warps * 32, 1, 1), groups
 
 
@@ -193,11 +189,11 @@ def code_constants(p: spec.Params) -> tuple[int, int, int, int]:
 
 def code_template(p: spec.Params, rows: int) -> tuple[int, int, int, int]:
     """The code constants a launch of `rows` rows compiles in: code_constants(p) for a large launch (a
-    prefill, a sweep), GENERIC (read from meta at run time) below SPECIALIZE_ROWS, so that small launches
+    prefill, a sweep), GENERIC (read from meta at run time) below tuning's specialize_rows, so that small launches
     of many configurations (the conformance suite draws bits, groups and head dims per example) share one
     compiled kernel per method, head dim and dtype. The same body either way; tests/test_kernels_gpu.py
     checks the two give the same bits."""
-    return code_constants(p) if rows >= SPECIALIZE_ROWS else GENERIC
+    return code_constants(p) if rows >= tuning.current().specialize_rows else GENERIC
 
 
 def _template(method: str, p: spec.Params, d: int, ts: mx.Dtype, rows: int) -> list:
@@ -209,11 +205,12 @@ def _template(method: str, p: spec.Params, d: int, ts: mx.Dtype, rows: int) -> l
 
 @functools.lru_cache(maxsize=4096)
 def _encode_static(name: str, p: spec.Params, b: int, h: int, t: int, d: int, q: int, lo: int, xdt, dtype,
-                   specialize_rows: int) -> tuple:
+                   tune: tuning.Tuning) -> tuple:
     """Everything of an encode launch but x, per method, parameters, shape and counts (a decode step's
     launches, one per layer and role, build none of it): rows, the fields of q = 0 tokens (empty arrays, shared:
     nothing writes them), the constant inputs, template, grid, threadgroup, output shapes and dtypes, groups.
-    Keyed by SPECIALIZE_ROWS too (`specialize_rows`): a run that changes it gets its own plans."""
+    Keyed by the tuning too (`tune`, the launch shape and specialize_rows): a run that changes it gets its own
+    plans."""
     lay = layouts.layout(name)
     keys = int(lay.groups_tokens(p.role))
     g = p.group_size or 1
@@ -262,7 +259,7 @@ class KernelMethod:
         b, h, t, d = x.shape
         lo = t if check_from is None else check_from
         st = _encode_static(self.NAME, p, b, h, t, d, q, lo, x.dtype, x.dtype if dtype is None else dtype,
-                            SPECIALIZE_ROWS)
+                            tuning.current())
         rows, zeros, consts, template, grid, group, out_shapes, out_dtypes, groups = st
         if rows == 0:
             return dict(zeros), None

@@ -61,12 +61,11 @@ K_SD, K_AD, K_TWO23, K_MAGIC, K_EPS, K_LEVELS, K_FMAX = range(7)
 N_CONSTS = 8
 N_META = 8
 SMEM_CODES = 8192        # bytes of per-warp code staging in a threadgroup: warps * 2 * D <= this
-# Warps of one threadgroup at most. A CUDA block gets at most 64K registers and ptxas gives these kernels up to
-# 255 per thread (decode at d = 80: 200; at d = 1024: 255), so 8 warps (256 threads, 255 x 256 <= 65536) always
-# launch; 32 warps did not at d = 80 / 96 ("too many resources requested for launch" on the H200, and where
-# MLX did not report it the output was never written). Metal lowers a pipeline's thread limit with its
-# register use too.
-MAX_WARPS = 8
+# Warps of one threadgroup at most (accelerated.tuning's max_warps, 8): a CUDA block gets at most 64K registers
+# and ptxas gives these kernels up to 255 per thread (decode at d = 80: 200; at d = 1024: 255), so 8 warps
+# (256 threads, 255 x 256 <= 65536) always launch; 32 warps did not at d = 80 / 96 ("too many resources requested
+# for launch", and where MLX did not report it the output was never written). Metal lowers a pipeline's thread
+# limit with its register use too.
 REGISTER_FILE = 65536    # 32-bit registers per CUDA block (sm_90)
 MAX_REGISTERS = 255      # per thread, the most ptxas assigns
 

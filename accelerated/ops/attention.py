@@ -1,7 +1,7 @@
 """Softmax attention over packed records, in MLX ops (tolerance tier, spec/attention.md).
 
-No dequantized copy of the cache is made: the encoded prefix is read in blocks of `BLOCK` tokens (only one
-block's values exist at a time) and merged with an online softmax in float32; the exact window is one more
+No dequantized copy of the cache is made: the encoded prefix is read in blocks of tuning's `attention_block`
+tokens (one block's values exist at a time) and merged with an online softmax in float32; the exact window is one more
 block. For the rotation family the keys are never rotated back: the query is rotated once (RHT is
 orthogonal, so <q, RHT_inverse(y)> = <RHT(q), y>) and the weighted values are summed in the rotated
 domain, then rotated back once per query row (spec/attention.md, 'Rotated domain').
@@ -18,14 +18,12 @@ import functools
 import mlx.core as mx
 
 from veloxquant import spec
-from veloxquant.accelerated import layouts, ops
+from veloxquant.accelerated import layouts, ops, tuning
 from veloxquant.accelerated.ops import codebooks, numerics, prng, rotation
 
 # Longest query block attended over the packed records directly (decode, speculative decoding's draft
 # verification); longer blocks (prefill) decode the records and call mx.fast.scaled_dot_product_attention.
 MAX_PACKED_QUERIES = 32
-
-BLOCK = 2048          # encoded tokens per block: bounds the per-block temporaries (no full decoded copy)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -105,9 +103,9 @@ class PackedRecord:
         b, h, r, d = self.window.shape
         if not self.encoded:
             return self.window.astype(dtype)
-        step = BLOCK
+        step = tuning.current().attention_block
         if layouts.of(self.params).groups_tokens(self.params.role):
-            step = max(self.params.group_size, BLOCK // self.params.group_size * self.params.group_size)
+            step = max(self.params.group_size, step // self.params.group_size * self.params.group_size)
         out = mx.zeros((b, h, self.encoded + r, d), dtype=dtype)
         for t0 in range(0, self.encoded, step):
             t1 = min(self.encoded, t0 + step)
@@ -348,11 +346,12 @@ def _tail(r: PackedRecord, t0: int, decode) -> mx.array:
 
 
 def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
-              decode_k=None, decode_v=None, block: int = BLOCK) -> mx.array:
+              decode_k=None, decode_v=None, block: int | None = None) -> mx.array:
     """softmax(scale * q K^T + mask) V over two packed records; queries (B, Hq, L, d), Hq = rep * H.
 
     decode_k / decode_v: a method module's decode_tokens for the non-rotated methods (exact decode of one
-    block; default: accelerated.ops's). Returns (B, Hq, L, d) in the queries' dtype."""
+    block; default: accelerated.ops's). `block`: encoded tokens per block (default: tuning's attention_block).
+    Returns (B, Hq, L, d) in the queries' dtype."""
     b, hq, l, d = queries.shape
     _, hkv, t, dk = k.shape
     if dk != d or v.shape[3] != d or v.shape[:3] != k.shape[:3] or hq % hkv:
@@ -365,10 +364,10 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
     decode_v = decode_v or v.decode_tokens or ops.method_module(vp.method).decode_tokens
     q32 = (queries.astype(mx.float32) * scale).reshape(b, hkv, rep * l, d)
     keep = _mask_rows(mask, b, hkv, rep, l, t)
-    step = block
+    step = block or tuning.current().attention_block
     q_enc = min(k.encoded, v.encoded)      # tokens encoded in both records
     if layouts.of(kp).groups_tokens(kp.role):
-        step = max(kp.group_size, block // kp.group_size * kp.group_size)
+        step = max(kp.group_size, step // kp.group_size * kp.group_size)
         q_enc = q_enc // kp.group_size * kp.group_size
     enc, win = _Online(), _Online()
     if q_enc:

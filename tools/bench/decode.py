@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import json
 import pathlib
 import shlex
@@ -82,49 +81,33 @@ def add_arguments(p) -> None:
 
 
 # ---- arms ----------------------------------------------------------------------------------------------------
-# An arm of ours may carry launch knobs for an A/B in one run: "turboquant b4 [FUSE_COMBINE=0, DEVICE_COUNTS=0]"
-# sets those module constants while that arm's steps are built (they are read when a step's launches are made).
-KNOBS = {"FUSE_COMBINE": "veloxquant.accelerated.kernels.attention",
-         "TENSOR_CORES": "veloxquant.accelerated.kernels.attention",
-         "DEVICE_COUNTS": "veloxquant.accelerated.kernels.methods",
-         "SPECIALIZE_ROWS": "veloxquant.accelerated.kernels.methods",
-         "COMBINE_THREADS": "veloxquant.accelerated.kernels.attention",
-         "TC_PREFETCH": "veloxquant.accelerated.kernels.attention",
-         "TC_MIN_BLOCKS": "veloxquant.accelerated.kernels.attention",
-         "TC_WAVES": "veloxquant.accelerated.kernels.attention",
-         "ROLES_APART": "veloxquant.accelerated.kernels.append",
-         "FUSE_APPEND": "veloxquant.accelerated.kernels.attention",
-         "TC_CODES": "veloxquant.accelerated.kernels.attention",
-         "SPLIT_ROWS": "veloxquant.accelerated.cache.batch",
-         "SHARED": "veloxquant.accelerated.cache.batch_shared"}
+# An arm of ours may carry tuning knobs for an A/B in one run: "turboquant b4 [FUSE_COMBINE=0, DEVICE_COUNTS=0]"
+# runs that arm's steps under accelerated.tuning.override(fuse_combine=False, device_counts=False) (knob names in
+# either case; they are read when a step's launches are planned).
 
 
 def _split(name: str) -> tuple[str, dict]:
-    """(the arm's base name, {knob: int value}) of an arm name."""
+    """(the arm's base name, {knob: value}) of an arm name; unknown knobs and bad values are an error."""
     if not name.endswith("]") or " [" not in name:
         return name, {}
+    from veloxquant.accelerated import tuning
     base, _, rest = name[:-1].partition(" [")
-    knobs = {}
+    raw = {}
     for item in filter(None, (x.strip() for x in rest.split(","))):
         k, _, v = item.partition("=")
-        if k not in KNOBS or not v.strip().lstrip("-").isdigit():
-            raise ValueError(f"arm {name!r}: knobs are KNOB=int with KNOB out of {sorted(KNOBS)}, got {item!r}")
-        knobs[k] = int(v)
-    return base, knobs
+        raw[k.strip()] = v
+    try:
+        return base, tuning.parse(raw)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"arm {name!r}: {e}") from None
 
 
 @contextlib.contextmanager
 def _knobs(name: str):
-    """Sets an arm's knobs for the duration of a block, then puts the previous values back."""
-    set_ = [(importlib.import_module(KNOBS[k]), k, v) for k, v in _split(name)[1].items()]
-    old = [(m, k, getattr(m, k)) for m, k, _ in set_]
-    for m, k, v in set_:
-        setattr(m, k, type(getattr(m, k))(v))
-    try:
+    """An arm's knobs in effect for the duration of a block (accelerated.tuning.override)."""
+    from veloxquant.accelerated import tuning
+    with tuning.override(**_split(name)[1]):
         yield
-    finally:
-        for m, k, v in old:
-            setattr(m, k, v)
 
 
 def _arm_names(selected) -> list[str]:

@@ -57,38 +57,37 @@ def measure(batch_sizes, context: int, layers: int, steps: int, heads=(32, 8), d
     from mlx_lm.models import base
 
     import veloxquant.accelerated.cache as vc
-    from veloxquant.accelerated.cache import batch_shared
+    from veloxquant.accelerated import tuning
     hq, hkv = heads
     rows = []
     for b in batch_sizes:
         seen: dict = {}
         for shared in (True, False, True, False):
-            batch_shared.SHARED = shared
-            caches = []
-            for layer in range(layers):
-                singles = []
-                for i in range(b):
-                    c = vc.TurboQuantKVCache(bits=4, window=0, layer=layer, seed=1)
-                    t = max(1, context - 17 * i)
-                    c.update_and_fetch(mx.zeros((1, hkv, t, d), mx.float16), mx.zeros((1, hkv, t, d), mx.float16))
-                    singles.append(c)
-                caches.append(singles[0].merge(singles))
-            q = mx.zeros((b, hq, 1, d), mx.float16)
-            kv = mx.zeros((b, hkv, 1, d), mx.float16)
-            ts = []
-            for _ in range(steps):
-                t0 = time.perf_counter()
-                mask = caches[0].make_mask(1)
-                outs = []
-                for c in caches:
-                    k, v = c.update_and_fetch(kv, kv)
-                    outs.append(base.scaled_dot_product_attention(q, k, v, cache=c, scale=d ** -0.5, mask=mask))
-                ts.append(time.perf_counter() - t0)
-                mx.eval(outs)
+            with tuning.override(shared=shared):     # which batch cache merge makes
+                caches = []
+                for layer in range(layers):
+                    singles = []
+                    for i in range(b):
+                        c = vc.TurboQuantKVCache(bits=4, window=0, layer=layer, seed=1)
+                        t = max(1, context - 17 * i)
+                        c.update_and_fetch(mx.zeros((1, hkv, t, d), mx.float16), mx.zeros((1, hkv, t, d), mx.float16))
+                        singles.append(c)
+                    caches.append(singles[0].merge(singles))
+                q = mx.zeros((b, hq, 1, d), mx.float16)
+                kv = mx.zeros((b, hkv, 1, d), mx.float16)
+                ts = []
+                for _ in range(steps):
+                    t0 = time.perf_counter()
+                    mask = caches[0].make_mask(1)
+                    outs = []
+                    for c in caches:
+                        k, v = c.update_and_fetch(kv, kv)
+                        outs.append(base.scaled_dot_product_attention(q, k, v, cache=c, scale=d ** -0.5, mask=mask))
+                    ts.append(time.perf_counter() - t0)
+                    mx.eval(outs)
             name = type(caches[0]).__name__
             seen.setdefault(name, []).append(statistics.median(ts[steps // 4:]) / layers)
             log(f"B={b} {name:<26} host build {seen[name][-1] * 1e6:7.1f} us per layer")
-        batch_shared.SHARED = True
         for name, vals in seen.items():
             rows.append({"batch": b, "cache": name, "host_build_layer_s": statistics.median(vals), "rounds": vals})
     return rows
