@@ -208,7 +208,8 @@ def test_step_kv_record_is_the_state_of_its_step(monkeypatch, gpu):
 @pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
 @pytest.mark.parametrize("method, kw", [("turboquant", dict(bits=4)), ("rabitq", {}),
                                         ("turboquant_prod", dict(bits=4)), ("mlx_affine", dict(bits=4, group_size=64))])
-def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, tune, method, kw, fuse_append):
+@pytest.mark.parametrize("window", [0, 32], ids=["w0", "w32"])
+def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, tune, method, kw, fuse_append, window):
     """Same kernels, same inputs: the attention outputs and the stored bytes are identical to the general
     path's, step by step (on the GPU: the launches as compiled). With the append inside the partial launch
     (fuse_append) the stored bytes are identical and the outputs agree within the attention tolerance (one split
@@ -219,7 +220,7 @@ def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, tune,
         with monkeypatch.context() as m:
             if general:
                 _general(m)
-            c = VeloxKVCache(method=method, layer=1, seed=5, **kw)
+            c = VeloxKVCache(method=method, layer=1, seed=5, window=window, **kw)
             c.update_and_fetch(_x(7, t=300), _x(8, t=300))
             outs = [np.array(_layer(c, i)) for i in range(5)]
             used = c._fast is not None
