@@ -16,6 +16,7 @@ import pytest
 
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend, kernel_cache
+from veloxquant.accelerated.kernels import commit as kcommit
 
 pytest.importorskip("mlx_lm")
 
@@ -68,10 +69,10 @@ def gpu_stand_in(monkeypatch, tmp_path):
     # attention over decoded tokens (a prefill chunk's path) is MLX's own SDPA, no kernel of ours: skipped here, so
     # that contexts of 64k tokens cost seconds on a CPU
     monkeypatch.setattr(mx.fast, "scaled_dot_product_attention", lambda q, k, v, **kw: q)
-    for f in (katt._compiled, katt._static):
+    for f in (katt._compiled, katt._static, kcommit._kernel):
         f.cache_clear()
     yield compiler, misses
-    for f in (katt._compiled, katt._static):
+    for f in (katt._compiled, katt._static, kcommit._kernel):
         getattr(f, "cache_clear", lambda: None)()
     backend.kernel_dir.cache_clear()
 
@@ -207,20 +208,34 @@ def _warm_then_use(compiler, misses, config=CONFIG, **usage):
     return compiler.calls[warm_calls:], misses
 
 
-_WINDOW_LATE = ("with window 32 the usage compiles vq_commit_8w4c and vq_decode_turboquant_float32 after the warm-up: "
-                "the warm-up's exercise misses a path the usage takes (the same two where windowed batches merge into "
-                "a cache per sequence, so not the B-row batch's)")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("config", [CONFIG, pytest.param({**CONFIG, "window": 32}, marks=pytest.mark.xfail(
-    strict=True, reason=_WINDOW_LATE))], ids=["window-0", "window-32"])
+@pytest.mark.parametrize("config", [CONFIG, {**CONFIG, "window": 32}, {"method": "kivi", "bits": 2, "window": 128},
+                                    {"key_method": "turboquant", "key_bits": 3, "value_method": "kivi",
+                                     "value_bits": 2}],
+                         ids=["window-0", "window-32", "kivi-window-128", "keys-turboquant3-values-kivi2"])
 def test_no_compile_after_warmup(gpu_stand_in, config):
-    """(window 32: its batches are one B-row cache too, whose steps attend with the rows' starts and the window.)"""
+    """(window 32: its batches are one B-row cache too, whose steps attend with the rows' starts and the window; it
+    and kivi's default window 128 store chunks on the general path, whose buffers grow with rows in them; kivi's
+    keys' per-group fields grow on their own schedule; the mixed pair has a window on the values only.)"""
     compiler, misses = gpu_stand_in
     late, missed = _warm_then_use(compiler, misses, config)
     assert late == [], f"compiled after warm-up: {late}"
     assert missed == [], f"launched without a module on disk (MLX compiles mid-request): {missed[:3]}"
+
+
+def test_recorded_commit_covers_both_previous_tokens(gpu_stand_in):
+    """A commit recorded after one kind of token (a decode step's bool) leaves the variant after the other kind (a
+    commit's uint32) warm too: which one a growing buffer's chunk follows depends on where in a turn it falls."""
+    compiler, misses = gpu_stand_in
+    writes = [(mx.zeros((1, 2, 4, 8), mx.uint32), mx.ones((1, 2, 4, 8), mx.uint32))]
+    with kernel_cache.CACHE.recording() as rec:
+        kcommit.commit(writes, [], after=mx.zeros((2, 1), mx.bool_))
+    kernel_cache.CACHE.ensure_all(rec.values())
+    warm = len(compiler.calls)
+    assert warm == 2, compiler.calls
+    kcommit.commit(writes, [], after=mx.zeros((1, 1), mx.uint32))
+    kcommit.commit(writes, [], after=mx.zeros((2, 1), mx.bool_))
+    assert compiler.calls[warm:] == [] and misses == []
 
 
 @pytest.mark.slow

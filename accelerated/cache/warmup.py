@@ -4,7 +4,8 @@ A variant is one text plus its compiled-in constants (method pair, bits, head di
 threadgroup, causal mask, window, row starts, the append inside the launch, ...); split counts, contexts and
 batch sizes are launch arguments, not constants. `warm` runs the configuration through the paths mlx-lm runs
 (generate_step with prompts whose chunks cover every query-row class, each followed by a second turn on the
-same cache, speculative decoding's verify chunks,
+same cache, the longest by a turn of full chunks onto its encoded rows and every class again; speculative
+decoding's verify chunks,
 a continuous batch growing 1 -> 8 sequences and shrinking again) on a small model of the same attention
 geometry, inside kernel_cache.CACHE.recording(): nothing is launched, the variants are collected; then the
 missing ones are compiled, several at once, into the per-user store. A manifest per configuration lets a later
@@ -76,8 +77,19 @@ def exercise(model, cache_kwargs: dict, batch: bool = True, speculative: bool = 
         # a second turn on the same cache too (chat, the server's prompt reuse): a prefill into a non-empty cache
         # (and, after the shortest first turn, a long one: its buffers grow with rows in them, so the in-place
         # commit copies the old rows too, one write more per field)
-        for p in (prompt(n), prompt(n % 7 + 2 if n > 1 else PROMPTS[-1], 1)):
-            for _ in generate_step(p, model, prompt_cache=cache, max_tokens=2):
+        turns = [n, n % 7 + 2 if n > 1 else PROMPTS[-1]]
+        if n == PROMPTS[-1]:
+            # a third turn of full prefill chunks onto a full chunk's encoded rows: with an exact window (R > 0,
+            # the general path's store) only these grow a buffer holding encoded rows, and only these decode a
+            # whole block of encoded tokens for a prefill's attention (PackedRecord.dequantized), whose rows reach
+            # methods.SPECIALIZE_ROWS where the first chunk's R fewer tokens did not; long enough that the
+            # buffers of per-group fields (kivi's keys) grow with rows in them too, in the same store
+            turns.append(max(2 * n, _group_growth(cache)))
+            # and every query-row class again onto encoded rows: after short first turns a window of R tokens
+            # (kivi's default 128) may hold every token, so those chunks attended no encoded rows
+            turns += [t for t in PROMPTS[:-1] if t > 1]
+        for i, t in enumerate(turns):
+            for _ in generate_step(prompt(t, i), model, prompt_cache=cache, max_tokens=2):
                 pass
     if speculative:
         for k in DRAFTS:
@@ -102,6 +114,16 @@ def exercise(model, cache_kwargs: dict, batch: bool = True, speculative: bool = 
                 pass
         finally:
             gen.close()
+
+
+def _group_growth(caches) -> int:
+    """Tokens of a turn that make a buffer of per-group fields (a method grouping tokens, kivi's keys) grow while
+    it holds rows, on a cache that already holds a long turn's: its rows grow by one per G tokens, its buffer in
+    steps of _Rows.step rows."""
+    from veloxquant.accelerated import layouts, stream
+    gs = [p.group_size for c in caches for p in (getattr(c, "key_params", None), getattr(c, "value_params", None))
+          if p is not None and p.group_size and layouts.of(p).groups_tokens(p.role)]
+    return stream._Rows.step * max(gs) + PROMPTS[-1] if gs else 0
 
 
 def _mlx_gathers() -> None:

@@ -21,11 +21,12 @@ import functools
 
 import mlx.core as mx
 
-from veloxquant.accelerated.kernels import backend, loader
+from veloxquant.accelerated.kernels import backend, kernel_cache, loader
 
 NT = 256
 MAX_BLOCKS = 64          # block columns per write / check (large prefill chunks)
 _TESTS = ("nonfinite", "flag")     # the checks' kinds (csrc/commit_check.h)
+_AFTER_DTYPES = (mx.uint32, mx.bool_)   # the tokens a commit can follow (this module's, decode_step's / append's)
 MAX_NDIM = 6             # dimensions of a write or check array (csrc/commit_offset.h)
 
 PRELUDES = {be: loader.backend_file(f"commit_{be}", be) for be in ("cuda", "metal")}
@@ -99,7 +100,15 @@ def commit(writes: list, checks: list, after: mx.array | None = None, columns: i
     csig = tuple((kind, a.ndim) for kind, a, _ in checks)
     inputs = ([after] if after is not None else []) + [x for d, s in writes for x in (d, s)] + \
         [a for _, a, _ in checks]
-    (out,) = _kernel(wsig, csig, after is not None)(
-        inputs=inputs, grid=(NT * ncol, len(writes) + len(checks), 1), threadgroup=(NT, 1, 1),
-        output_shapes=[(max(1, len(checks)), ncol)], output_dtypes=[mx.uint32])
+    launch = functools.partial(_kernel(wsig, csig, after is not None), grid=(NT * ncol, len(writes) + len(checks), 1),
+                               threadgroup=(NT, 1, 1), output_shapes=[(max(1, len(checks)), ncol)],
+                               output_dtypes=[mx.uint32])
+    if after is not None and kernel_cache.CACHE.recorder is not None and backend.backend() == "cuda":
+        # the warm-up: the previous token's dtype is compiled in, and it is a commit's (uint32) or a decode step's
+        # or fused append's (bool) depending on what ran before, which the exercise cannot pin for every write
+        # list (a buffer that grows at the first chunk of a turn or in the middle of one): record both
+        for dt in _AFTER_DTYPES:
+            if dt != after.dtype:
+                launch(inputs=[mx.zeros(after.shape, dtype=dt)] + inputs[1:])
+    (out,) = launch(inputs=inputs)
     return out
