@@ -22,6 +22,7 @@ import time
 
 import mlx.core as mx
 
+from veloxquant.accelerated import layouts, stream
 from veloxquant.accelerated.cache.prompt_cache import make_prompt_cache
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend, kernel_cache
@@ -120,7 +121,6 @@ def _group_growth(caches) -> int:
     """Tokens of a turn that make a buffer of per-group fields (a method grouping tokens, kivi's keys) grow while
     it holds rows, on a cache that already holds a long turn's: its rows grow by one per G tokens, its buffer in
     steps of _Rows.step rows."""
-    from veloxquant.accelerated import layouts, stream
     gs = [p.group_size for c in caches for p in (getattr(c, "key_params", None), getattr(c, "value_params", None))
           if p is not None and p.group_size and layouts.of(p).groups_tokens(p.role)]
     return stream._Rows.step * max(gs) + PROMPTS[-1] if gs else 0
