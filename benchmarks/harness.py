@@ -15,6 +15,8 @@ import pathlib
 import statistics
 import time
 
+from veloxquant.tools.bench import arms as bench_arms
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 POOL = 10                    # distinct inputs per benchmark, rotating (project policy: >= 10)
 
@@ -35,29 +37,12 @@ SIZES = {
         "ops": dict(tokens=32768, rounds=20, warmup=3, reference_every=20),
     },
 }
-# The random llamas: `cpu` small enough for a 2-core machine, `llama3-8b` Llama-3-8B's layer shape (vocab cut to
-# 4096: the embedding and head are not what is measured).
-SHAPES = {
-    "cpu": dict(hidden_size=1024, intermediate_size=2048, num_attention_heads=8, num_key_value_heads=8, head_dim=128,
-                vocab_size=1024),
-    "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
-                      head_dim=128, vocab_size=4096),
-}
-# Our arms (make_prompt_cache / VeloxKVCache settings), about 4 bits per coordinate; names as in bench-decode.
-ARMS = {
-    "turboquant b4": dict(method="turboquant", bits=4),
-    "kivi b4 (window 128)": dict(method="kivi", bits=4, group_size=32),
-}
-# Arms measured with --device gpu only (every method and window on the fast path, issue 29's table): a CPU run skips
-# them, so the quick gate stays quick.
-GPU_ARMS = {
-    "turboquant_rvq 2+2": dict(method="turboquant_rvq", bits=2, bits2=2),
-    "turboquant_prod b4": dict(method="turboquant_prod", bits=4),
-    "rabitq": dict(method="rabitq", bits=1),
-    "turboquant b4 (window 32)": dict(method="turboquant", bits=4, window=32),
-    "keys turboquant b3 + values kivi b2": dict(key_method="turboquant", key_bits=3, value_method="kivi",
-                                                value_bits=2),
-}
+# Our arms, from the one table (tools/bench/arms.py OURS, bench-decode's arms): a CPU run measures the quick ones (so
+# the quick gate stays quick); --device gpu also every method and window on the fast path (issue 29's table), all of
+# the table but NOT_GATED.
+NOT_GATED = ("mlx_affine b4",)     # measured by bench-decode only
+ARMS = {n: bench_arms.OURS[n] for n in bench_arms.QUICK}
+GPU_ARMS = {n: s for n, s in bench_arms.OURS.items() if n not in ARMS and n not in NOT_GATED}
 ALL_ARMS = {**ARMS, **GPU_ARMS}
 # which arms each suite measures on the GPU (the CPU measures ARMS)
 GPU_SUITE_ARMS = {"decode_step": list(ALL_ARMS), "generate": [*ARMS, "turboquant b4 (window 32)",

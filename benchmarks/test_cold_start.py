@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import harness
+from veloxquant.tools.bench import arms as bench_arms
 
 pytest.importorskip("mlx_lm")
 CHILD = harness.ROOT / "benchmarks" / "cold_start_child.py"
@@ -24,10 +25,11 @@ def test_cold_start(benchmark, bench, request, arm):
         pytest.skip(f"{bench.device} sizes: cold start of {sz['arms']} only (each round is two fresh processes)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(harness.ROOT), os.environ.get("PYTHONPATH")])))
     phases = {"ours": [], "fp16": []}
+    shape = json.dumps(bench_arms.SHAPES[sz["shape"]])
 
     def run(settings, key):
         def go(_i):
-            out = subprocess.run([sys.executable, str(CHILD), json.dumps(settings), bench.device, sz["shape"],
+            out = subprocess.run([sys.executable, str(CHILD), json.dumps(settings), bench.device, shape,
                                   str(sz["layers"]), str(sz["context"]), str(sz["tokens"])],
                                  capture_output=True, text=True, env=env, timeout=600)
             if out.returncode:

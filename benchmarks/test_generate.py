@@ -18,10 +18,10 @@ def test_generate(benchmark, bench, request, arm):
     from mlx_lm.generate import generate_step
 
     import veloxquant.accelerated.cache as vc
-    from veloxquant.tools.bench import decode as bd
+    from veloxquant.tools.bench import arms as bench_arms
     harness.skip_unless_measured(bench.device, "generate", arm)
     sz = bench.sizes["generate"]
-    model, args = bd._model(sz["layers"], harness.SHAPES[sz["shape"]])
+    model, args = bench_arms.model(sz["layers"], bench_arms.SHAPES[sz["shape"]])
     prompts = [mx.random.randint(0, args.vocab_size, (sz["context"],), key=mx.random.key(i))
                for i in range(harness.POOL)]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
+from veloxquant.tools.bench import arms as bench_arms
 from veloxquant.tools.bench import decode as bd
 
 pytest.importorskip("mlx_lm")
@@ -53,12 +54,12 @@ def test_layer_suite_with_a_batch(monkeypatch):
     BatchKVCache; ours: the B-row cache, or one cache per sequence with SHARED=0), each step attended with the
     batch's mask; the rows say their batch, the table shows it."""
     seen = []
-    real = bd._step
+    real = bench_arms.step
 
     def spy(caches, q, k, v):
         seen.append((type(caches[0]).__name__, q.shape[0]))
         return real(caches, q, k, v)
-    monkeypatch.setattr(bd, "_step", spy)
+    monkeypatch.setattr(bench_arms, "step", spy)
     with mx.stream(mx.cpu):
         rows = bd.layer_suite([40], layers=2, steps=1, arms=["fp16 KVCache", "turboquant b4", "turboquant b4 [SHARED=0]"],
                               log=lambda *a: None, batch=3)
@@ -75,12 +76,12 @@ def test_layer_suite_with_a_batch(monkeypatch):
 def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch):
     from veloxquant.accelerated import tuning
     seen = []
-    real = bd._step
+    real = bench_arms.step
 
     def spy(caches, q, k, v):
         seen.append((type(caches[0]).__name__, tuning.current().fuse_combine, tuning.current().device_counts))
         return real(caches, q, k, v)
-    monkeypatch.setattr(bd, "_step", spy)
+    monkeypatch.setattr(bench_arms, "step", spy)
     arm = "turboquant b4 [FUSE_COMBINE=1, DEVICE_COUNTS=0]"
     with mx.stream(mx.cpu):
         rows = bd.layer_suite([32], layers=1, steps=1, arms=["fp16 KVCache", arm], log=lambda *a: None)
@@ -94,7 +95,7 @@ def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch):
                                   "nope [FUSE_COMBINE=0]"])
 def test_bad_arm_names_are_errors(name):
     with pytest.raises(ValueError, match="arm"):
-        bd._arm_names([name])
+        bench_arms.arm_names([name])
 
 
 def test_launch_knobs_reach_cached_plans(monkeypatch):
@@ -114,7 +115,7 @@ def test_launch_knobs_reach_cached_plans(monkeypatch):
     plans = {}
     for arm in ("turboquant b4", "turboquant b4 [COMBINE_THREADS=128, TC_MIN_BLOCKS=3, TC_PREFETCH=1]",
                 "turboquant b4 [TENSOR_CORES=0]"):
-        with bd._knobs(arm):
+        with bench_arms.knobs(arm):
             plans[arm] = katt.launch_plan(q, k, k, 0.1)
     a, b, c = plans.values()
     assert (a.combine_threads, a.key[4:6], dict(a.partial_template)["PF"]) == (512, (True, 2), 2), a
@@ -125,7 +126,7 @@ def test_launch_knobs_reach_cached_plans(monkeypatch):
     kapp._static_for.cache_clear()
     try:
         for arm in ("turboquant b4 [ROLES_APART=1]", "turboquant b4 [ROLES_APART=0]"):
-            with bd._knobs(arm):
+            with bench_arms.knobs(arm):
                 grids[arm] = kapp._static(p, p, 1, 8, 1, 128, mx.float16, mx.float16)[0]
     finally:
         kapp._static_for.cache_clear()

@@ -58,6 +58,7 @@ from veloxquant.accelerated.kernels.methods import NONFINITE, RULES
 from veloxquant.accelerated.in_place import append_in_place
 from veloxquant.accelerated.stream import Stream
 from veloxquant.accelerated.cache import size as cache_size
+from veloxquant.accelerated.cache.roles import role_params
 
 STATE_FORMAT = 1                       # version of the `state` layout below
 _DTYPES = (mx.float16, mx.bfloat16, mx.float32)
@@ -123,29 +124,6 @@ def _fused_check_messages(key_method: str, value_method: str) -> tuple:
             f"values: {RULES[value_method]}")
 
 
-def _role_params(role: str, method, bits, bits2, group_size, window, seed, layer, head_offset,
-                 exact_trim=0) -> spec.Params:
-    """Params for one role, resolved now so a bad setting fails at construction, named per role."""
-    prefix = "key_" if role == "k" else "value_"
-    if method is None:
-        raise ValueError(f"{prefix}method: a method is required (one of {', '.join(spec.METHODS)})")
-    info = spec.method_info(method) if method in spec.METHODS else None
-    if info is None:
-        raise ValueError(f"{prefix}method: unknown method {method!r}; expected one of {', '.join(spec.METHODS)}")
-    p = spec.Params(method, bits=bits,
-                    bits2=bits2 if "bits2" in info else None,
-                    group_size=group_size if "group_sizes" in info else None,
-                    window=window, seed=seed, layer=layer, head_offset=head_offset, role=role,
-                    exact_trim=exact_trim)
-    try:
-        return p.resolved()
-    except ValueError as e:
-        msg = str(e)
-        if msg.startswith(("bits", "bits2", "group_size")):
-            msg = prefix + msg  # key_bits / value_bits: the caller's own argument names
-        raise ValueError(msg) from None
-
-
 def _to_json(obj):
     """Metadata to JSON; numpy/mx scalars become Python numbers (seeds reach 2**64 - 1, so no mx ints)."""
     def default(o):
@@ -189,10 +167,10 @@ class VeloxKVCache(_BaseCache):
         method = method or self.method
         common = dict(bits2=bits2, group_size=group_size, window=window, seed=seed, layer=layer,
                       head_offset=head_offset, exact_trim=exact_trim)
-        self.key_params = _role_params("k", key_method or method, bits if key_bits is None else key_bits,
-                                       **common)
-        self.value_params = _role_params("v", value_method or method,
-                                         bits if value_bits is None else value_bits, **common)
+        self.key_params = role_params("k", key_method or method, bits if key_bits is None else key_bits,
+                                      **common)
+        self.value_params = role_params("v", value_method or method,
+                                        bits if value_bits is None else value_bits, **common)
         self.attention = attention
         self.checks = checks
         self._init_runtime()

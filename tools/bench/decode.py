@@ -32,23 +32,13 @@ import statistics
 import sys
 import time
 
+from veloxquant.tools.bench import arms as bench_arms
 from veloxquant.tools.bench import gpu_clock
-from veloxquant.tools.bench.harness import B, D, HKV, HQ, PIPE
-from veloxquant.tools.bench.decode_report import _plots, plot, plot_batch, render  # noqa: F401 (callers' names)
+from veloxquant.tools.bench.harness import D, HKV, HQ, PIPE
+from veloxquant.tools.bench.decode_report import _e2e_medians, _plots, _round_medians, plot, plot_batch, render  # noqa: F401,E501
 from veloxquant.tools._env import utc_now_iso, versions
 
 POOL = 10
-OURS = {   # arm name -> make_prompt_cache-style settings (about 4 bits per coordinate where the method allows)
-    "turboquant b4": dict(method="turboquant", bits=4),
-    "turboquant_rvq 2+2": dict(method="turboquant_rvq", bits=2, bits2=2),
-    "turboquant_prod b4": dict(method="turboquant_prod", bits=4),
-    "kivi b4 (window 128)": dict(method="kivi", bits=4, group_size=32),
-    "rabitq": dict(method="rabitq", bits=1),
-    "mlx_affine b4": dict(method="mlx_affine", bits=4, group_size=64),
-    "turboquant b4 (window 32)": dict(method="turboquant", bits=4, window=32),
-    "keys turboquant b3 + values kivi b2": dict(method=None, key_method="turboquant", key_bits=3, value_method="kivi",
-                                                value_bits=2),
-}
 
 
 def add_arguments(p) -> None:
@@ -80,108 +70,16 @@ def add_arguments(p) -> None:
                         "the first file's)")
 
 
-# ---- arms ----------------------------------------------------------------------------------------------------
-# An arm of ours may carry tuning knobs for an A/B in one run: "turboquant b4 [FUSE_COMBINE=0, DEVICE_COUNTS=0]"
-# runs that arm's steps under accelerated.tuning.override(fuse_combine=False, device_counts=False) (knob names in
-# either case; they are read when a step's launches are planned).
-
-
-def _split(name: str) -> tuple[str, dict]:
-    """(the arm's base name, {knob: value}) of an arm name; unknown knobs and bad values are an error."""
-    if not name.endswith("]") or " [" not in name:
-        return name, {}
-    from veloxquant.accelerated import tuning
-    base, _, rest = name[:-1].partition(" [")
-    raw = {}
-    for item in filter(None, (x.strip() for x in rest.split(","))):
-        k, _, v = item.partition("=")
-        raw[k.strip()] = v
-    try:
-        return base, tuning.parse(raw)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"arm {name!r}: {e}") from None
-
-
-@contextlib.contextmanager
-def _knobs(name: str):
-    """An arm's knobs in effect for the duration of a block (accelerated.tuning.override)."""
-    from veloxquant.accelerated import tuning
-    with tuning.override(**_split(name)[1]):
-        yield
-
-
-def _arm_names(selected) -> list[str]:
-    names = ["fp16 KVCache", "mlx q4 QuantizedKVCache", "mlx q8 QuantizedKVCache", *OURS]
-    if selected is None:
-        return names
-    for n in selected:
-        base, knobs = _split(n)
-        if base not in names or (knobs and base not in OURS):
-            raise ValueError(f"unknown arm {n!r}: arms are {names}, knobs only on ours")
-    return list(selected)
-
-
-def _make(name: str, layers: int):
-    name = _split(name)[0]
-    import mlx_lm.models.cache as lm
-
-    import veloxquant.accelerated.cache as vc
-    if name == "fp16 KVCache":
-        return [lm.KVCache() for _ in range(layers)]
-    if name.startswith("mlx q"):
-        bits = int(name[5])
-        return [lm.QuantizedKVCache(group_size=64, bits=bits) for _ in range(layers)]
-    kw = dict(OURS[name])
-    method = kw.pop("method")
-    caches = [vc.VeloxKVCache(method=method, layer=i, seed=1, **kw) for i in range(layers)]
-    vc.CacheGroup(caches)
-    return caches
-
-
 def _make_batch(name: str, layers: int, t: int, batch: int, log) -> list:
     """Per layer, a batch of `batch` sequences of t, t - 17, t - 34, ... tokens (so the batch pads), each prefilled
     on its own and merged as mlx-lm's BatchGenerator merges prompt caches (fp16: BatchKVCache; ours: VeloxKVCache
     .merge, one B-row cache where the method allows)."""
     seqs = []
     for j in range(batch):
-        one = _make(name, layers)
-        _prefill(one, max(1, t - 17 * j), log, seed=1000 * j)
+        one = bench_arms.make(name, layers)
+        bench_arms.prefill(one, max(1, t - 17 * j), log, seed=1000 * j)
         seqs.append(one)
     return [layer[0].merge(list(layer)) for layer in zip(*seqs)]
-
-
-def _prefill(caches, t: int, log, seed: int = 0) -> None:
-    import mlx.core as mx
-    chunk = 4096
-    done = 0
-    while done < t:
-        n = min(chunk, t - done)
-        for i, c in enumerate(caches):
-            k = mx.random.normal((B, HKV, n, D), key=mx.random.key(seed + done + i)).astype(mx.float16)
-            v = mx.random.normal((B, HKV, n, D), key=mx.random.key(seed + done + i + 7919)).astype(mx.float16)
-            c.update_and_fetch(k, v)
-        mx.eval([c.state for c in caches])
-        done += n
-    for c in caches:
-        if hasattr(c, "check"):
-            c.check()
-
-
-def _step(caches, q, k, v):
-    """One decode step through every layer: append a token, attend, feed the output on as the next query. Each
-    layer's new key and value wait for the previous layer's output (gpu_clock.gate: one copy kernel per layer,
-    the same in every arm), as a model's projections do; without it the GPU runs every layer's append at once,
-    ahead of the attention chain."""
-    from mlx_lm.models import base
-    x = q
-    # a batch's mask, made once per step as a model makes it (before the layers' updates): the left padding
-    mask = caches[0].make_mask(1) if q.shape[0] > 1 else None
-    for i, c in enumerate(caches):
-        if i:
-            k, v = gpu_clock.gate([k, v], x)
-        kk, vv = c.update_and_fetch(k, v)
-        x = base.scaled_dot_product_attention(x, kk, vv, cache=c, scale=D ** -0.5, mask=mask)
-    return x
 
 
 def _pipelined(caches, q, k, v, more) -> list[float]:
@@ -191,10 +89,10 @@ def _pipelined(caches, q, k, v, more) -> list[float]:
     first build alone, no last evaluation alone)."""
     import mlx.core as mx
     done = []
-    y = _step(caches, q, k, v)
+    y = bench_arms.step(caches, q, k, v)
     mx.async_eval(y)
     for kv in more:
-        y2 = _step(caches, y, *kv)
+        y2 = bench_arms.step(caches, y, *kv)
         mx.async_eval(y2)
         mx.eval(y)
         done.append(time.perf_counter())
@@ -202,10 +100,6 @@ def _pipelined(caches, q, k, v, more) -> list[float]:
     mx.eval(y)
     done.append(time.perf_counter())
     return done
-
-
-def _nbytes(caches) -> int:
-    return int(sum(c.nbytes for c in caches))
 
 
 def copy_bandwidth(log) -> float:
@@ -261,13 +155,14 @@ def _prefill_arms(arms, layers: int, t: int, batch: int, log, rows: list) -> dic
         t0 = time.perf_counter()
         try:
             if batch > 1:
-                with _knobs(name):          # (SHARED decides at merge which batch cache it is)
+                with bench_arms.knobs(name):          # (SHARED decides at merge which batch cache it is)
                     caches = _make_batch(name, layers, t, batch, log)
             else:
-                caches = _make(name, layers)
-                _prefill(caches, t, log)
+                caches = bench_arms.make(name, layers)
+                bench_arms.prefill(caches, t, log)
             state[name] = caches
-            log(f"  {name}: {_nbytes(caches) / layers / 1e6:.1f} MB per layer, {time.perf_counter() - t0:.1f} s")
+            log(f"  {name}: {bench_arms.nbytes(caches) / layers / 1e6:.1f} MB per layer, "
+                f"{time.perf_counter() - t0:.1f} s")
         except Exception as e:            # e.g. a backend without a kernel for this shape
             rows.append({"context": t, "arm": name, "error": f"{type(e).__name__}: {e}"})
             log(f"  {name}: prefill failed: {type(e).__name__}: {e}")
@@ -317,7 +212,7 @@ def _time_steps(state: dict, pool: list, steps: int, pipe: int, log):
                 continue
             q, k, v = pool[(it + len(samples[name]["time"])) % POOL]
             try:
-                with _count_paths(paths[name]), _knobs(name):
+                with _count_paths(paths[name]), bench_arms.knobs(name):
                     got = _time_one(state[name], q, k, v, pool, it, pipe, gpu_base if gpu_ok else None)
             except Exception as e:
                 errors[name] = f"{type(e).__name__}: {e}"
@@ -335,7 +230,7 @@ def _time_one(caches, q, k, v, pool, it: int, pipe: int, gpu_base):
     None where they cannot be measured (fewer than 3 pipelined steps; no GPU clock, gpu_base None)."""
     import mlx.core as mx
     t0 = time.perf_counter()
-    y = _step(caches, q, k, v)
+    y = bench_arms.step(caches, q, k, v)
     tb = time.perf_counter() - t0          # the host's build of the graph (Python, MLX calls)
     mx.eval(y)
     dt = time.perf_counter() - t0
@@ -351,7 +246,7 @@ def _time_one(caches, q, k, v, pool, it: int, pipe: int, gpu_base):
     dtg = None
     if gpu_base is not None:
         th = gpu_clock.hold()
-        y = _step(caches, *gpu_clock.gate([q, k, v], th))
+        y = bench_arms.step(caches, *gpu_clock.gate([q, k, v], th))
         te = gpu_clock.stamp(y)
         mx.eval(th, te, y)
         dtg = gpu_clock.span_s(th, te) - gpu_base
@@ -365,15 +260,15 @@ def _step_memory(name: str, caches, pool, pipe: int) -> tuple[int, int]:
     mx.synchronize()
     before = mx.get_active_memory()
     mx.reset_peak_memory()
-    with _knobs(name):
-        mx.eval(_step(caches, q, k, v))
+    with bench_arms.knobs(name):
+        mx.eval(bench_arms.step(caches, q, k, v))
     transient = mx.get_peak_memory() - before
     # ... pipelined: a cache whose update cannot reuse a buffer the step in flight still holds copies it here
     # (mlx-lm's KVCache: slice_update without donation)
     mx.synchronize()
     before = mx.get_active_memory()
     mx.reset_peak_memory()
-    with _knobs(name):
+    with bench_arms.knobs(name):
         _pipelined(caches, q, k, v, [pool[j % POOL][1:] for j in range(1, pipe)])
     return int(transient), int(mx.get_peak_memory() - before)
 
@@ -394,7 +289,7 @@ def _layer_row(t, name, caches, s: dict, paths: dict, pool, layers: int, batch: 
                if s["gpu"] else
                {"gpu_clock": gpu_why}),
             "layer_s_iqr": (ts[3 * len(ts) // 4] - ts[len(ts) // 4]) / layers,
-            "bytes_per_layer": _nbytes(caches) / layers,
+            "bytes_per_layer": bench_arms.nbytes(caches) / layers,
             "transient_peak_bytes": transient,
             "pipelined_transient_peak_bytes": transient_piped, "paths": paths}
 
@@ -418,35 +313,18 @@ def _vs_fp16(rows: list[dict], t: int, log) -> None:
                 f"{r['bytes_per_layer'] / 1e6:7.1f} MB/layer  paths {r['paths']}")
 
 
-LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=HQ, num_key_value_heads=HKV,
-                 head_dim=D, vocab_size=128256)
-
-
-def _model(n_layers: int, shape: dict | None = None):
-    """A random float16 llama of `n_layers` layers, shaped like Llama-3-8B unless `shape` says otherwise."""
-    import mlx.core as mx
-    from mlx_lm.models import llama
-    mx.random.seed(0)
-    args = llama.ModelArgs(model_type="llama", num_hidden_layers=n_layers, rms_norm_eps=1e-5, rope_theta=500000.0,
-                           tie_word_embeddings=False, **(shape or LLAMA3_8B))
-    model = llama.Model(args)
-    model.set_dtype(mx.float16)
-    mx.eval(model.parameters())
-    return model, args
-
-
 def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log, rounds: int = 1) -> list[dict]:
     import mlx.core as mx
     from mlx_lm.generate import generate_step
 
     import veloxquant.accelerated.cache as vc
-    model, args = _model(n_layers)
+    model, args = bench_arms.model(n_layers)
     rows = []
 
     def caches_for(name):
         if name == "fp16 KVCache":
             return None
-        return vc.make_prompt_cache(model, seed=1, **dict(OURS[_split(name)[0]]))
+        return vc.make_prompt_cache(model, seed=1, **bench_arms.settings(name))
 
     # warm-up: the first step of each arm compiles its kernels (NVRTC, seconds); not part of any timing. The prompt
     # spans a whole prefill chunk (generate_step's 2048 tokens) and a partial one: chunks of 2048 tokens take the
@@ -456,7 +334,7 @@ def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log, roun
     for name in arms:
         if not name.startswith("mlx q"):
             try:
-                with _knobs(name):
+                with bench_arms.knobs(name):
                     for _ in generate_step(warm, model, max_tokens=4, prompt_cache=caches_for(name)):
                         pass
             except Exception as e:            # reported by the timed run below
@@ -471,7 +349,7 @@ def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log, roun
             t0 = time.perf_counter()
             stamps = []
             try:
-                with _knobs(name):
+                with bench_arms.knobs(name):
                     for _tok, _lp in generate_step(prompt, model, max_tokens=n_tokens, prompt_cache=caches):
                         stamps.append(time.perf_counter())
             except Exception as e:
@@ -506,7 +384,7 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
     import veloxquant.accelerated.cache as vc
     from veloxquant.accelerated.cache import batch as vc_batch
     from veloxquant.accelerated.cache import integration as vc_hook
-    model, args = _model(n_layers, shape)
+    model, args = bench_arms.model(n_layers, shape)
     rows = []
     arms = [a for a in arms if not a.startswith("mlx q")]
     # the attention calls: BatchVeloxKVCache's per sequence (attend_batch calls batch.attend), SharedBatchVeloxKVCache's
@@ -518,7 +396,7 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
                        for i in range(b)]
             for rnd, name in [(r, n) for r in range(rounds + 1) for n in arms]:   # round 0: warm-up (JIT), not kept
                 given = None if name == "fp16 KVCache" else [
-                    vc.make_prompt_cache(model, seed=1, **dict(OURS[_split(name)[0]])) for _ in range(b)]
+                    vc.make_prompt_cache(model, seed=1, **bench_arms.settings(name)) for _ in range(b)]
                 seen = {}
 
                 def spy(*a, _seen=seen, _real=real_attend[vc_batch], **kw):   # which attention ran: the decode
@@ -531,7 +409,7 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
                 vc_batch.attend = spy
                 vc_hook.attend = functools.partial(spy, _real=real_attend[vc_hook])
                 try:
-                    with _knobs(name):
+                    with bench_arms.knobs(name):
                         r = batch_generate(model, _Tokens(), prompts, max_tokens=n_tokens, prompt_caches=given)
                 except Exception as e:
                     rows.append({"context": t, "batch": b, "arm": name, "round": rnd,
@@ -558,38 +436,6 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
                           ("peak_memory_bytes",))
 
 
-def _e2e_medians(rows: list[dict]) -> list[dict]:
-    """One row per (context, arm): the median tokens/s (and prefill) of its rounds, `rounds_tokens_per_s` all of
-    them; an arm whose every round failed keeps its first error. vs_fp16 from the medians."""
-    return _round_medians(rows, ("context",), "tokens_per_s", ("prefill_s",))
-
-
-def _round_medians(rows: list[dict], where: tuple, field: str, medians: tuple = (), maxima: tuple = ()) -> list[dict]:
-    """One row per (`where` fields, arm), in first-seen order: the median of `field` over its rounds (all of them in
-    `rounds_<field>`), the medians of `medians` and the largest of `maxima`; a round that failed is said
-    (`failed_rounds`), an arm whose every round failed keeps its first error; vs_fp16 of `field` against the fp16
-    arm with the same `where` fields."""
-    out = []
-    for key in dict.fromkeys(tuple(r[f] for f in where) + (r["arm"],) for r in rows):
-        mine = [r for r in rows if tuple(r[f] for f in where) + (r["arm"],) == key]
-        ok = [r for r in mine if field in r]
-        if not ok:
-            out.append(mine[0])
-            continue
-        vals = [r[field] for r in ok]
-        out.append({**ok[0], field: statistics.median(vals), f"rounds_{field}": vals,
-                    **{m: statistics.median(r[m] for r in ok) for m in medians},
-                    **{m: max(r[m] for r in ok) for m in maxima}})
-        if len(ok) < len(mine):       # a round that failed is said, not dropped silently
-            out[-1]["failed_rounds"] = [r["error"] for r in mine if "error" in r]
-    for r in out:
-        base = next((x for x in out if all(x[f] == r[f] for f in where) and x["arm"] == "fp16 KVCache"
-                     and field in x), None)
-        if base and field in r:
-            r["vs_fp16"] = r[field] / base[field]
-    return out
-
-
 def run(args) -> int:
     if args.from_json:
         if not args.markdown:
@@ -610,7 +456,7 @@ def run(args) -> int:
     if not use_device(args.device, "bench-decode"):
         return 2
     log = lambda *a: print(*a, flush=True)   # noqa: E731
-    arms = _arm_names(args.arms)
+    arms = bench_arms.arm_names(args.arms)
     res = {"command": " ".join(["veloxquant", "bench-decode", *map(shlex.quote, sys.argv[2:])]),
            "date": utc_now_iso(), "device": device_info(), "versions": versions(),
            "layer": [], "e2e": [], "batch": []}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import statistics
 
 from veloxquant.tools.bench.harness import B, D, HKV, HQ, PIPE
 
@@ -214,3 +215,35 @@ def _plots(res: dict, path: pathlib.Path | None, log) -> None:
     for m in made:
         if m is not None:
             log(f"wrote {m}")
+
+
+def _e2e_medians(rows: list[dict]) -> list[dict]:
+    """One row per (context, arm): the median tokens/s (and prefill) of its rounds, `rounds_tokens_per_s` all of
+    them; an arm whose every round failed keeps its first error. vs_fp16 from the medians."""
+    return _round_medians(rows, ("context",), "tokens_per_s", ("prefill_s",))
+
+
+def _round_medians(rows: list[dict], where: tuple, field: str, medians: tuple = (), maxima: tuple = ()) -> list[dict]:
+    """One row per (`where` fields, arm), in first-seen order: the median of `field` over its rounds (all of them in
+    `rounds_<field>`), the medians of `medians` and the largest of `maxima`; a round that failed is said
+    (`failed_rounds`), an arm whose every round failed keeps its first error; vs_fp16 of `field` against the fp16
+    arm with the same `where` fields."""
+    out = []
+    for key in dict.fromkeys(tuple(r[f] for f in where) + (r["arm"],) for r in rows):
+        mine = [r for r in rows if tuple(r[f] for f in where) + (r["arm"],) == key]
+        ok = [r for r in mine if field in r]
+        if not ok:
+            out.append(mine[0])
+            continue
+        vals = [r[field] for r in ok]
+        out.append({**ok[0], field: statistics.median(vals), f"rounds_{field}": vals,
+                    **{m: statistics.median(r[m] for r in ok) for m in medians},
+                    **{m: max(r[m] for r in ok) for m in maxima}})
+        if len(ok) < len(mine):       # a round that failed is said, not dropped silently
+            out[-1]["failed_rounds"] = [r["error"] for r in mine if "error" in r]
+    for r in out:
+        base = next((x for x in out if all(x[f] == r[f] for f in where) and x["arm"] == "fp16 KVCache"
+                     and field in x), None)
+        if base and field in r:
+            r["vs_fp16"] = r[field] / base[field]
+    return out

@@ -83,7 +83,7 @@ def layers(rows: list[tuple[str, float, float]]) -> list[list[tuple[str, float]]
 
 def measure(arms: list[str], context: int, n_layers: int, steps: int, log=print) -> dict:
     """Per arm, per layer and kernel: the median over `steps` steps of that launch's share of the chain (µs)."""
-    from veloxquant.tools.bench import decode as bd
+    from veloxquant.tools.bench import arms as bd
     rec = Recorder()
     mx.fast.cuda_kernel = rec.wrap(mx.fast.cuda_kernel)
     result = {}
@@ -92,17 +92,17 @@ def measure(arms: list[str], context: int, n_layers: int, steps: int, log=print)
             for i in range(10)]
     mx.eval(pool)
     for arm in arms:
-        with bd._knobs(arm):
-            caches = bd._make(arm, n_layers)
-            bd._prefill(caches, context, log)
+        with bd.knobs(arm):
+            caches = bd.make(arm, n_layers)
+            bd.prefill(caches, context, log)
             for i in range(4):                       # plans made, kernels compiled
-                mx.eval(bd._step(caches, *pool[i % 10]))
+                mx.eval(bd.step(caches, *pool[i % 10]))
             per_step = []
             for i in range(steps):
                 th = gpu_clock.hold()
                 q, k, v = gpu_clock.gate(list(pool[i % 10]), th)
                 rec.marks, rec.on = [], True
-                y = bd._step(caches, q, k, v)
+                y = bd.step(caches, q, k, v)
                 rec.on = False
                 te = gpu_clock.stamp(y)
                 mx.eval(th, te, y, *[m for _, m in rec.marks])

@@ -91,9 +91,9 @@ class _Probe:
 
 def _step_fn(gated: bool):
     """bench-decode's step (its gate kernel between layers) on a GPU; without the gate under stand-ins."""
-    from veloxquant.tools.bench import decode as bd
+    from veloxquant.tools.bench import arms as bd
     if gated:
-        return bd._step
+        return bd.step
 
     def step(caches, q, k, v):
         from mlx_lm.models import base
@@ -109,15 +109,15 @@ def measure(arms, contexts, layers: int, steps: int, probe: _Probe, gated: bool 
     """One row per (context, arm, variant) and one wrapped row per (context, arm): medians per layer."""
     import mlx.core as mx
 
-    from veloxquant.tools.bench import decode as bd
+    from veloxquant.tools.bench import arms as bd
     step = _step_fn(gated)
     rows = []
     for t in contexts:
         for arm in arms:
             variants = ["as is"] if arm.startswith("fp16") else list(VARIANTS)
             for variant in variants + ["parts timed"]:
-                caches = bd._make(arm, layers)
-                bd._prefill(caches, t, lambda *a: None)
+                caches = bd.make(arm, layers)
+                bd.prefill(caches, t, lambda *a: None)
                 pool = [tuple(mx.random.normal(s, key=mx.random.key(3 * i + j)).astype(mx.float16)
                               for j, s in enumerate(_SHAPES)) for i in range(10)]
                 mx.eval(pool)

@@ -1,0 +1,151 @@
+"""The benchmark arms, one table for every benchmark (`veloxquant bench-decode` and the pytest-benchmark gate in
+benchmarks/): the arms' names and cache settings, the random llamas' shapes, and how an arm's caches are made,
+prefilled and stepped.
+
+An arm of ours may carry tuning knobs for an A/B in one run: "turboquant b4 [FUSE_COMBINE=0, DEVICE_COUNTS=0]"
+runs that arm's steps under accelerated.tuning.override(fuse_combine=False, device_counts=False) (knob names in
+either case; they are read when a step's launches are planned).
+"""
+from __future__ import annotations
+
+import contextlib
+
+from veloxquant.accelerated import tuning
+from veloxquant.tools.bench import gpu_clock
+from veloxquant.tools.bench.harness import B, D, HKV, HQ
+
+# mlx-lm's own caches, the baselines every arm of ours is read against
+BASELINES = ("fp16 KVCache", "mlx q4 QuantizedKVCache", "mlx q8 QuantizedKVCache")
+OURS = {   # arm name -> make_prompt_cache-style settings (about 4 bits per coordinate where the method allows)
+    "turboquant b4": dict(method="turboquant", bits=4),
+    "turboquant_rvq 2+2": dict(method="turboquant_rvq", bits=2, bits2=2),
+    "turboquant_prod b4": dict(method="turboquant_prod", bits=4),
+    "kivi b4 (window 128)": dict(method="kivi", bits=4, group_size=32),
+    "rabitq": dict(method="rabitq", bits=1),
+    "mlx_affine b4": dict(method="mlx_affine", bits=4, group_size=64),
+    "turboquant b4 (window 32)": dict(method="turboquant", bits=4, window=32),
+    "keys turboquant b3 + values kivi b2": dict(method=None, key_method="turboquant", key_bits=3, value_method="kivi",
+                                                value_bits=2),
+}
+# The arms a quick CPU run measures (a 2-core CI machine); the others run with --device gpu.
+QUICK = ("turboquant b4", "kivi b4 (window 128)")
+
+# The random llamas' layer shapes: Llama-3-8B's (bench-decode's e2e and batch suites), the same with the vocabulary
+# cut to 4096 (the embedding and head are not what is measured), and one small enough for a 2-core machine.
+LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=HQ, num_key_value_heads=HKV,
+                 head_dim=D, vocab_size=128256)
+SHAPES = {
+    "cpu": dict(hidden_size=1024, intermediate_size=2048, num_attention_heads=8, num_key_value_heads=8, head_dim=128,
+                vocab_size=1024),
+    "llama3-8b": dict(LLAMA3_8B, vocab_size=4096),
+}
+
+
+def split(name: str) -> tuple[str, dict]:
+    """(the arm's base name, {knob: value}) of an arm name; unknown knobs and bad values are an error."""
+    if not name.endswith("]") or " [" not in name:
+        return name, {}
+    base, _, rest = name[:-1].partition(" [")
+    raw = {}
+    for item in filter(None, (x.strip() for x in rest.split(","))):
+        k, _, v = item.partition("=")
+        raw[k.strip()] = v
+    try:
+        return base, tuning.parse(raw)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"arm {name!r}: {e}") from None
+
+
+@contextlib.contextmanager
+def knobs(name: str):
+    """An arm's knobs in effect for the duration of a block (accelerated.tuning.override)."""
+    with tuning.override(**split(name)[1]):
+        yield
+
+
+def settings(name: str) -> dict:
+    """make_prompt_cache's settings of one of our arms (knobs, if any, stripped from the name)."""
+    return dict(OURS[split(name)[0]])
+
+
+def arm_names(selected) -> list[str]:
+    """Every arm (baselines first) where `selected` is None, else `selected` checked: known names, knobs only on
+    ours."""
+    names = [*BASELINES, *OURS]
+    if selected is None:
+        return names
+    for n in selected:
+        base, kn = split(n)
+        if base not in names or (kn and base not in OURS):
+            raise ValueError(f"unknown arm {n!r}: arms are {names}, knobs only on ours")
+    return list(selected)
+
+
+def make(name: str, layers: int):
+    """`layers` empty caches of arm `name` (ours in one CacheGroup, as make_prompt_cache groups them)."""
+    name = split(name)[0]
+    import mlx_lm.models.cache as lm
+
+    import veloxquant.accelerated.cache as vc
+    if name == "fp16 KVCache":
+        return [lm.KVCache() for _ in range(layers)]
+    if name.startswith("mlx q"):
+        bits = int(name[5])
+        return [lm.QuantizedKVCache(group_size=64, bits=bits) for _ in range(layers)]
+    kw = dict(OURS[name])
+    method = kw.pop("method")
+    caches = [vc.VeloxKVCache(method=method, layer=i, seed=1, **kw) for i in range(layers)]
+    vc.CacheGroup(caches)
+    return caches
+
+
+def prefill(caches, t: int, log, seed: int = 0) -> None:
+    """Each cache filled with `t` random float16 tokens (B, HKV, t, D), in chunks of 4096, then checked."""
+    import mlx.core as mx
+    chunk = 4096
+    done = 0
+    while done < t:
+        n = min(chunk, t - done)
+        for i, c in enumerate(caches):
+            k = mx.random.normal((B, HKV, n, D), key=mx.random.key(seed + done + i)).astype(mx.float16)
+            v = mx.random.normal((B, HKV, n, D), key=mx.random.key(seed + done + i + 7919)).astype(mx.float16)
+            c.update_and_fetch(k, v)
+        mx.eval([c.state for c in caches])
+        done += n
+    for c in caches:
+        if hasattr(c, "check"):
+            c.check()
+
+
+def step(caches, q, k, v):
+    """One decode step through every layer: append a token, attend, feed the output on as the next query. Each
+    layer's new key and value wait for the previous layer's output (gpu_clock.gate: one copy kernel per layer,
+    the same in every arm), as a model's projections do; without it the GPU runs every layer's append at once,
+    ahead of the attention chain."""
+    from mlx_lm.models import base
+    x = q
+    # a batch's mask, made once per step as a model makes it (before the layers' updates): the left padding
+    mask = caches[0].make_mask(1) if q.shape[0] > 1 else None
+    for i, c in enumerate(caches):
+        if i:
+            k, v = gpu_clock.gate([k, v], x)
+        kk, vv = c.update_and_fetch(k, v)
+        x = base.scaled_dot_product_attention(x, kk, vv, cache=c, scale=D ** -0.5, mask=mask)
+    return x
+
+
+def nbytes(caches) -> int:
+    return int(sum(c.nbytes for c in caches))
+
+
+def model(n_layers: int, shape: dict | None = None):
+    """A random float16 llama of `n_layers` layers, shaped like Llama-3-8B unless `shape` says otherwise."""
+    import mlx.core as mx
+    from mlx_lm.models import llama
+    mx.random.seed(0)
+    args = llama.ModelArgs(model_type="llama", num_hidden_layers=n_layers, rms_norm_eps=1e-5, rope_theta=500000.0,
+                           tie_word_embeddings=False, **(shape or LLAMA3_8B))
+    m = llama.Model(args)
+    m.set_dtype(mx.float16)
+    mx.eval(m.parameters())
+    return m, args
