@@ -75,7 +75,9 @@ class StepKV(PackedKV):
         if rows and lo:
             bufs = {n: b[:, :, lo:] for n, b in bufs.items()}
         w = s._window if self.window is None else self.window
-        return PackedRecord(s.params, Views(bufs, {n: q for n in bufs}), w, q, s._method.decode_tokens, token)
+        # rows per field: q, or for KIVI keys' scale and zero q / G (Stream._field_rows)
+        return PackedRecord(s.params, Views(bufs, {n: s._field_rows(n, q) for n in bufs}), w, q,
+                            s._method.decode_tokens, token)
 
     @property
     def record(self) -> PackedRecord:

@@ -104,10 +104,18 @@ def _off(reason: str):
     return pytest.mark.xfail(strict=True, reason=reason)
 
 
-_KIVI = ("KIVI is off kernels.append (append.applies: method != kivi; the encode scope compiles KR = 0): its keys "
-         "flush per-channel groups of G tokens, so a step's token goes to the window and every G-th step encodes a "
-         "group. No DecodeStep; the general path makes a commit launch per step (kernel body work: a group flush "
-         "inside the append)")
+_KIVI_W0 = ("KIVI with window 0 is off kernels.append (append.applies: R > 0): its window holds 0 .. G - 1 tokens, so "
+            "the step that completes a group encodes its own token with the window's G - 1, and no window is left to "
+            "copy it into; the append reads the leaving tokens from the window buffer only (kf), and the partial's "
+            "window split would attend the copied token a second time (kernel body work: the flush's last token "
+            "read from the chunk, and a window of kw's rows minus that one). No DecodeStep; the general path makes "
+            "a commit launch per step")
+_MIXED = ("keys turboquant 3-bit (R = 0: one record per token) and values KIVI 2-bit (R = 128, groups of 32): one "
+          "launch moves both roles' windows or neither (stream.InPlace, cache.base._one_launch: the keys have none), "
+          "and the roles' encoded prefixes differ, which the partial takes as one count (nenc) for both: "
+          "accelerated.attention.aligned decodes the keys' extra tokens (at most R + G - 1) per step (kernel body "
+          "work: a count per role, the keys' tokens past the values' prefix attended from their records beside "
+          "the values' window)")
 
 CONFIGS = [
     # id, make_prompt_cache arguments, mark
@@ -116,17 +124,16 @@ CONFIGS = [
     ("turboquant_prod-w0", dict(method="turboquant_prod", window=0), None),
     ("rabitq-w0", dict(method="rabitq", window=0), None),
     ("mlx_affine-w0", dict(method="mlx_affine", window=0), None),
-    ("kivi-w0", dict(method="kivi", window=0), _off(_KIVI)),
+    ("kivi-w0", dict(method="kivi", window=0), _off(_KIVI_W0)),
     ("turboquant-w32", dict(method="turboquant", window=32), None),
     ("turboquant_rvq-w32", dict(method="turboquant_rvq", window=32), None),
     ("turboquant_prod-w32", dict(method="turboquant_prod", window=32), None),
     ("rabitq-w32", dict(method="rabitq", window=32), None),
     ("mlx_affine-w32", dict(method="mlx_affine", window=32), None),
-    ("kivi-w32", dict(method="kivi", window=32), _off(_KIVI)),
-    ("kivi-default-window", dict(method="kivi"), _off(_KIVI)),
+    ("kivi-w32", dict(method="kivi", window=32), None),
+    ("kivi-default-window", dict(method="kivi"), None),
     ("keys-turboquant3-values-kivi2", dict(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2),
-     _off(_KIVI + "; and the roles' encoded prefixes differ (keys R = 0, values R = 128 in groups): "
-          "accelerated.attention.aligned decodes the keys' extra tokens (at most R + G - 1) per step")),
+     _off(_MIXED)),
     ("keys-turboquant4-values-rabitq", dict(key_method="turboquant", key_bits=4, value_method="rabitq"), None),
 ]
 
@@ -180,17 +187,18 @@ _BATCH_KIVI = ("KIVI still merges into a BatchVeloxKVCache (a cache, and launche
                "key groups start at its own first token, so in one left-padded stream the rows' windows start at "
                "different positions, which the partial cannot take (its row starts mask encoded tokens only: "
                "kernels.attention.supports): kernel body work (a start per row for the window, and a flush per row "
-               "inside the append). Beside that, ")
+               "inside the append)")
 
 
 def _batch_mark(name, mark):
     """A configuration's mark for the merged batch: the B-row cache itself holds every per-token method, windows
     included (batch_shared); what keeps its step off the DecodeStep is the single-sequence kernel-body reason."""
+    if "kivi" in name:
+        return _off(_BATCH_KIVI + ("" if mark is None else ". Beside that, " + mark.kwargs["reason"]))
     if mark is None:
         return ()
-    reason = mark.kwargs["reason"]
-    return _off(_BATCH_KIVI + reason if "kivi" in name else "merge makes one B-row cache; its step is off the "
-                "DecodeStep for the single-sequence cache's reason: " + reason)
+    return _off("merge makes one B-row cache; its step is off the DecodeStep for the single-sequence cache's "
+                "reason: " + mark.kwargs["reason"])
 
 
 @pytest.mark.parametrize("kw", [pytest.param(kw, id=i, marks=_batch_mark(i, m)) for i, kw, m in CONFIGS])

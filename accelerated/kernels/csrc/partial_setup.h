@@ -33,9 +33,9 @@
   int t0 = 0;
   int t1 = R;
   if (!is_win) {
-    // APPEND: split S - 1 takes the VQ_TNEW tokens it encoded (append_block), splits 0 .. S - 2 the ones before
+    // APPEND: split S - 1 takes the VQ_TENC tokens it encoded (append_block), splits 0 .. S - 2 the ones before
     // row starts (a left-padded batch): batch row b attends to its tokens from rstart[b] on, split evenly
-    const int QO = Q - VQ_TNEW;
+    const int QO = Q - VQ_TENC;
     const int SO = APPEND ? S - 1 : S;
     const int lo0 = VQ_STARTS ? vq_min((int)rstart[b], QO) : 0;
     const int chunk = (QO - lo0 + SO - 1) / SO;
