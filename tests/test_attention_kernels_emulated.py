@@ -750,7 +750,11 @@ def test_append_inside_the_partial_moves_kivi_windows(case, monkeypatch):
         nq = g if flush else 0
         leaving = (kx[:, :, qe - g:qe], vx[:, :, qe - g:qe]) if flush else (kx[:, :, t - 1:], vx[:, :, t - 1:])
         new = (kx[:, :, t - 1:], vx[:, :, t - 1:], kp, vp, True, leaving, nq)
+        # blocks in both orders: the window split before the append's (it must read the new token from the chunk),
+        # and the record splits before it (they must not read the group it encodes: split S - 1 attends it)
         got, rows, token, summary = emulate(q, k, v, scale, mask, append=new, reverse=True)
+        forward = emulate(q, k, v, scale, mask, append=new)[0]
+        assert np.array_equal(forward, got), "the output depends on the order of the launch's blocks"
         assert not token.any() and not summary.any(), (token.tolist(), summary.tolist())
         for rec, role in ((k, "k"), (v, "v")):
             for kn, name in katt._field_names(rec.params.method, role):

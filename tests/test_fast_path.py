@@ -340,3 +340,49 @@ def test_a_sliding_window_kivi_cache_attends_through_the_kernels(cuda, paths):
     _decode(model, caches)
     assert paths["path"] == ["kernels"] * (len(caches) * STEPS), sorted(set(paths["path"]))
     assert caches[0]._k._q > 0
+
+
+@pytest.mark.parametrize("window", [32, 128])
+def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypatch, window):
+    """KIVI's fast step alternates two plans: the partial launch with the append inside gets, per step, the
+    constants whose meta Q says how many tokens it encodes (0, or G where the window before the step held
+    R + G - 1), the encoded count after the step and the window after it (R .. R + G - 1 rows): the host's
+    bookkeeping, no sync, must match the window's length."""
+    launches = []
+    real = backend.cuda_kernel
+
+    def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True):
+        k = real(name, input_names, output_names, source, header, ensure_row_contiguous)
+        if not name.startswith("vq_attention_partial"):
+            return k
+
+        class _Seen:
+            def specialized(self, template=None):
+                return self
+
+            def __call__(self, *, inputs, **kw):
+                launches.append(dict(zip(input_names, inputs)))
+                return k(inputs=inputs, **kw)
+        return _Seen()
+    monkeypatch.setattr(backend, "cuda_kernel", cuda_kernel)
+    model = tiny_llama(64, layers=1)
+    caches = make_prompt_cache(model, method="kivi", window=window)
+    model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
+    _decode(model, caches, 1)
+    s = caches[0]._k
+    p = s.params
+    g, w, q = p.group_size, s._window.shape[2], s._q
+    launches.clear()
+    _decode(model, caches, 2 * g + 3)
+    assert len(launches) == 2 * g + 3 and all("kconst" in a for a in launches), "a partial launch per step"
+    sw = s._bhd[1] * ((s._bhd[2] + 31) // 32)
+    flushes = 0
+    for a in launches:
+        nq = {r: int(np.array(a[f"{r}const"])[2 * sw + 4 * fused.TABLE + 8 + 5]) for r in "kv"}
+        want = g if w + 1 == p.window + g else 0
+        assert nq == {"k": want, "v": want}, f"window {w} before the step: the launch encodes {nq}, not {want}"
+        q, w = q + want, w + 1 - want
+        flushes += want > 0
+        assert int(np.array(a["nenc"]).reshape(-1)[0]) == q, "the encoded count after the step"
+        assert a["kw"].shape[2] == a["vw"].shape[2] == w, "the window after the step"
+    assert flushes == 2 and s._q == q and s._window.shape[2] == w
