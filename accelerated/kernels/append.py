@@ -7,11 +7,13 @@ two temporary field arrays and a dozen array views per layer and step): the enco
 kernel (csrc/append_apart.h or append_serial.h), each time in its own scope (csrc/encode_scope.h) with its stream's
 inputs behind the body's names, `VQ_OROW` mapping its
 output rows to rows of the buffers (row base + i of head bh) and its fault slots to its own half of the
-token. Applies to per-token records (not kivi) where the buffers have room for the chunk; the caller uses the general
-path otherwise. With an exact window (R > 0, both roles: WINDOWED) the stream keeps its window in a buffer
+token. Applies to per-token records, and to KIVI with an exact window (applies), where the buffers have room for the
+chunk; the caller uses the general path otherwise. With an exact window (R > 0, both roles: WINDOWED) the stream keeps its window in a buffer
 (accelerated.stream, Stream._window_buffer) and a chunk of t tokens moves it by t rows: the launch encodes the
 window's t oldest tokens (input kf / vf, the rows just before the new window) into the records and copies the chunk,
-checked, into the new window's last t rows (input kw / vw, the window after this step).
+checked, into the new window's last t rows (input kw / vw, the window after this step). KIVI's window moves by a
+group: a step's launch encodes none of its tokens, or, once it holds R + G, its oldest G (keys: a row of per-channel
+scale and zero, G rows of codes; values: G rows), which the constants' meta Q says (constants(..., nq)).
 
 The token, (2 roles, threadgroups, 2) bool: [role][group][0] NaN/Inf in the chunk, [role][group][1] the
 method's rule (source.py's fault slots). As with commit.py, readers of the rows take it as an input (the
