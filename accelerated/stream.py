@@ -40,7 +40,8 @@ def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, 
             return None, None
     w = plan.windows()
     token = fused.append(k.params, keys, plan.kbufs, v.params, values, plan.vbufs, plan.base(), after,
-                         **({"windows": w} if w else {}), **({"flushed": plan.flushing} if plan.group else {}))
+                         **({"windows": w} if w else {}),
+                         **({"flushed": plan.flushing, "own": plan.own()} if plan.group else {}))
     plan.stored(token)
     return token, plan
 
@@ -54,10 +55,12 @@ class InPlace:
     KIVI with an exact window (`group` = G; both roles KIVI with the same R and G): the windows hold R .. R + G - 1
     tokens, so a step (t <= min(R, G) tokens) encodes none of them, or, where the windows reach R + G, their oldest
     G (`flush`): the host knows which from the window's length, no sync. Its keys' scale and zero fields have a row
-    per G tokens (`per`)."""
+    per G tokens (`per`). With R = 0 (t = 1) the flush's last token is the chunk's own (`own`): the launch reads it
+    from the chunk and writes it into its window buffer row, which is then its whole window (`windows`); the window
+    after it is empty (`held`)."""
 
     __slots__ = ("k", "v", "kver", "vver", "kshape", "vshape", "kdt", "vdt", "t", "room", "kbufs", "vbufs", "rows",
-                 "win", "next", "group", "per", "wroom", "flushing")
+                 "win", "next", "group", "per", "wroom", "flushing", "held")
 
     @classmethod
     def check(cls, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> "InPlace | None":
@@ -65,12 +68,12 @@ class InPlace:
         t = keys.shape[2]
         room = None
         lo = next(iter(k._rows.values())).lo
-        win = k.params.window > 0
         kp, vp = k.params, v.params
         kivi = "kivi" in (kp.method, vp.method)
+        win = k.params.window > 0 or kivi
         group = kp.group_size if kivi else 0
         if kivi and (kp.method != vp.method or kp.group_size != vp.group_size or kp.window != vp.window
-                     or lo or t > min(kp.window, group) or k._window is None or v._window is None
+                     or lo or t > (min(kp.window, group) or 1) or k._window is None or v._window is None
                      or k._window.shape[2] != v._window.shape[2]):
             return None
         per = []
@@ -80,7 +83,7 @@ class InPlace:
             full = s._window is not None and (r_ <= s._window.shape[2] < r_ + group if kivi
                                               else s._window.shape[2] == r_)
             if (s._bhd != (b, h, d) or not hasattr(s._method, "encode_launch") or not fused.applies(s.params)
-                    or not full or (s.params.window > 0) != win
+                    or not full or (s.params.window > 0 or kivi) != win
                     or t > s.params.window > 0        # a window moves by the chunk: its tokens leave it, none of it
                     or s._window.dtype != x.dtype or s._q != k._q):
                 return None
@@ -108,7 +111,7 @@ class InPlace:
         p.kbufs = {n: r.buf for n, r in k._rows.items()}
         p.vbufs = {n: r.buf for n, r in v._rows.items()}
         p.rows = [*k._rows.values(), *v._rows.values()]
-        p.win, p.next, p.group, p.per, p.wroom, p.flushing = win, None, group, per, wroom, None
+        p.win, p.next, p.group, p.per, p.wroom, p.flushing, p.held = win, None, group, per, wroom, None, None
         if p.room < p.flush() or p.wroom < (t if win else 0):
             return None
         return p
@@ -119,6 +122,10 @@ class InPlace:
             return self.t
         w = self.k._window.shape[2] + self.t
         return self.group if w >= self.k.params.window + self.group else 0
+
+    def own(self) -> int:
+        """The chunk's tokens among those the next launch encodes (KIVI with R = 0 at a flush: 1)."""
+        return max(self.flush() - self.k._window.shape[2], 0) if self.group else 0
 
     def __deepcopy__(self, memo):
         return None       # a copied cache has copied buffers: its first append checks again
@@ -140,12 +147,14 @@ class InPlace:
         makes them the streams' state."""
         if not self.win:
             return ()
-        t, f, out = self.t, self.flush(), []
+        t, f, own, out, held = self.t, self.flush(), self.own(), [], []
         for s in (self.k, self.v):
             ws, r = s._ws, s._window.shape[2]
-            # (KIVI with nothing leaving: kf is any rows, never read)
-            out += [s._wbuf[:, :, ws:ws + (f or t)], s._wbuf[:, :, ws + f:ws + r + t]]
-        self.next, self.flushing = tuple(out), f
+            # (KIVI with nothing leaving: kf is any rows, never read; with R = 0 at a flush kf's last row and kw are
+            # the chunk's row, and the window after the step is empty)
+            out += [s._wbuf[:, :, ws:ws + (f or t)], s._wbuf[:, :, ws + f - own:ws + r + t]]
+            held.append(s._wbuf[:, :, ws + f:ws + r + t] if own else out[-1])
+        self.next, self.flushing, self.held = tuple(out), f, tuple(held)
         return self.next
 
     def stored(self, token: mx.array) -> None:
@@ -161,8 +170,8 @@ class InPlace:
             s._version += 1
             s._token = token
         if self.win:
-            nxt, self.next = self.next, None
-            for s, w in ((k, nxt[1]), (v, nxt[3])):
+            held, self.next, self.held = self.held, None, None
+            for s, w in zip((k, v), held):
                 s._moved(w, f)
             self.wroom -= t
         self.kver, self.vver, self.room = k._version, v._version, self.room - f

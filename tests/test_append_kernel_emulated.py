@@ -104,14 +104,14 @@ def _x(rng, shape, xt):
     return mx.array(rng.standard_normal(shape).astype(np.float32)).astype(getattr(mx, xt))
 
 
-def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2, apart=True, windows=None, nq=None):
+def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2, apart=True, windows=None, nq=None, own=0):
     """The emulated launch; buffers (numpy, written in place) by field name; returns the token. `windows`: the
     numpy views kf, kw, vf, vw of a launch with exact windows (fused.WINDOWED); `nq`: the tokens it encodes where
-    not the chunk's count (KIVI: 0 or G)."""
+    not the chunk's count (KIVI: 0 or G), `own` the chunk's among them (KIVI with R = 0)."""
     arrays = {"base": np.array([base], np.int32), "after": np.zeros(1, np.bool_), **(windows or {})}
     for r, p, x, bufs in (("k", kp, xk, kbufs), ("v", vp, xv, vbufs)):
         arrays[f"{r}x"] = ke._np(x)
-        arrays[f"{r}const"] = ke._np(fused.constants(p, x.shape[1], x.shape[2], x.shape[3], nq))
+        arrays[f"{r}const"] = ke._np(fused.constants(p, x.shape[1], x.shape[2], x.shape[3], nq, own))
         for out, field in zip(("codes1", "codes2", "f_s1", "f_s2"), km.FIELDS[p.method]):
             if field:
                 arrays[f"{r}{out}"] = bufs[field]
@@ -238,18 +238,22 @@ G, R = KW["kivi"]["group_size"], 5
 
 @pytest.mark.parametrize("mk,mv,xt", KIVI_PAIRS)
 @pytest.mark.parametrize("apart", [True, False], ids=["apart", "serial"])
-@pytest.mark.parametrize("t0,w,ws", [(16, R + G - 1, 2), (0, R + G - 1, 0), (16, 7, 3), (32, R, 0), (32, R + G - 2, 1)])
-def test_kivi_append_flushes_a_group_or_only_copies(lib, mk, mv, xt, apart, t0, w, ws):
+@pytest.mark.parametrize("r,t0,w,ws", [(R, 16, R + G - 1, 2), (R, 0, R + G - 1, 0), (R, 16, 7, 3), (R, 32, R, 0),
+                                       (R, 32, R + G - 2, 1), (0, 16, G - 1, 2), (0, 32, 0, 1), (0, 0, 5, 0)])
+def test_kivi_append_flushes_a_group_or_only_copies(lib, mk, mv, xt, apart, r, t0, w, ws):
     """KIVI with an exact window of R (its window holds R .. R + G - 1 tokens): a decode step's token is copied into
     the window, and where the window reaches R + G the launch also encodes its oldest G tokens (keys: one row of
     per-channel scale and zero and G rows of codes; values: G per-token rows) at records row t0 (group row t0 / G),
     from kf (nq = G); otherwise it encodes nothing (nq = 0). The records and the window after the step are one-shot
-    encode's of all t0 + w + 1 tokens, bit for bit, and no other row of any buffer is written."""
-    rng = np.random.default_rng(t0 * 7 + w + ws)
-    flush = w + 1 == R + G
+    encode's of all t0 + w + 1 tokens, bit for bit, and no other row of any buffer is written. With R = 0 the flush's
+    last token is the chunk's own (own = 1): kf's last row is the chunk's row of the window buffer, not yet written,
+    so the launch reads it from the chunk; kw is that row (the window after the step is empty)."""
+    rng = np.random.default_rng(t0 * 7 + w + ws + r)
+    flush = w + 1 == r + G
     nq = G if flush else 0
-    kp = spec.Params(mk, role="k", window=R, seed=3, layer=2, head_offset=4, **KW[mk]).resolved()
-    vp = spec.Params(mv, role="v", window=R, seed=3, layer=2, head_offset=4, **KW[mv]).resolved()
+    own = max(nq - w, 0)
+    kp = spec.Params(mk, role="k", window=r, seed=3, layer=2, head_offset=4, **KW[mk]).resolved()
+    vp = spec.Params(mv, role="v", window=r, seed=3, layer=2, head_offset=4, **KW[mv]).resolved()
     total = t0 + w + 1
     case, views = {}, {}
     for role, p in (("k", kp), ("v", vp)):
@@ -272,11 +276,12 @@ def test_kivi_append_flushes_a_group_or_only_copies(lib, mk, mv, xt, apart, t0, 
         wbuf = rng.standard_normal((2, 3, ws + w + 1 + 4, D)).astype(xn.dtype)
         wbuf[:, :, ws:ws + w] = xn[:, :, t0:t0 + w]
         views[f"{role}f"] = wbuf[:, :, ws:ws + G] if flush else wbuf[:, :, ws:ws + 1]
-        views[f"{role}w"] = wbuf[:, :, ws + nq:ws + w + 1]
+        views[f"{role}w"] = wbuf[:, :, ws + nq - own:ws + w + 1]
         case[role] = dict(p=p, chunk=x[:, :, total - 1:], bufs=bufs, before=before, want=want, wbuf=wbuf,
                           wbefore=wbuf.copy(), grouped=grouped)
     k, v = case["k"], case["v"]
-    flags = _run(lib, kp, k["chunk"], k["bufs"], vp, v["chunk"], v["bufs"], t0, apart=apart, windows=views, nq=nq)
+    flags = _run(lib, kp, k["chunk"], k["bufs"], vp, v["chunk"], v["bufs"], t0, apart=apart, windows=views, nq=nq,
+                 own=own)
     assert not flags.any(), f"kivi append: fault flags on good input: {flags.tolist()}"
     for role in ("k", "v"):
         e = case[role]
@@ -290,6 +295,7 @@ def test_kivi_append_flushes_a_group_or_only_copies(lib, mk, mv, xt, apart, t0, 
             assert np.array_equal(buf[:, :, end:], e["before"][n][:, :, end:]), f"{role}.{n}: rows past the records"
         win = e["wbuf"][:, :, ws + nq:ws + w + 1]
         assert np.array_equal(win, ke._np(e["want"]["window"])), f"{role}: the window after the step"
+        assert np.array_equal(e["wbuf"][:, :, ws + w], ke._np(e["chunk"])[:, :, 0]), f"{role}: the chunk's row"
         outside = np.ones(e["wbuf"].shape[2], bool)
         outside[ws + w] = False
         assert np.array_equal(e["wbuf"][:, :, outside], e["wbefore"][:, :, outside]), \

@@ -97,7 +97,8 @@ def test_rejected_chunk_rolls_back():
 
 
 @pytest.mark.parametrize("attend", [False, True], ids=["append", "attend"])
-@pytest.mark.parametrize("window,dtype", [(32, "float16"), (128, "bfloat16"), (5, "float16")])
+@pytest.mark.parametrize("window,dtype", [(32, "float16"), (128, "bfloat16"), (5, "float16"), (0, "float16"),
+                                          (0, "bfloat16")])
 def test_kivi_window_steps_store_the_ops_bytes(window, dtype, attend, monkeypatch):
     """KIVI with an exact window on the one-launch path (copy-only steps, a group flush every G-th step): records,
     window and kept tokens hold accelerated.ops's bytes after every flush and at the end; with `attend` the append

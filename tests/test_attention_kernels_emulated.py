@@ -353,9 +353,10 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
     if append is not None:
         kx, vx, kp, vp, poisoned = append[:5]
         nq = append[6] if len(append) > 6 else None
+        own = append[7] if len(append) > 7 else 0
         d = kx.shape[3]
-        extra = {"kx": kx, "kconst": kfused.constants(kp, kx.shape[1], kx.shape[2], d, nq), "vx": vx,
-                 "vconst": kfused.constants(vp, vx.shape[1], vx.shape[2], d, nq)}
+        extra = {"kx": kx, "kconst": kfused.constants(kp, kx.shape[1], kx.shape[2], d, nq, own), "vx": vx,
+                 "vconst": kfused.constants(vp, vx.shape[1], vx.shape[2], d, nq, own)}
         ats = (km_._side_dtype(kp, kx.dtype), km_._side_dtype(vp, vx.dtype), kx.dtype, vx.dtype)
         if len(append) > 5:
             extra.update(kf=append[5][0], vf=append[5][1])
@@ -379,9 +380,11 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
             iw, i_f = plan.partial_names.index(f"{r}w"), plan.partial_names.index(f"{r}f")
             w, f = ins[iw], _strided(extra[f"{r}f"], 0)
             t, new = f.shape[2], append[0].shape[2]
-            buf = np.concatenate([f, w, np.zeros(w.shape[:2] + (2,) + w.shape[3:], w.dtype)], axis=2)
+            # (own: kf's last rows are the window's first, the chunk's rows: one buffer row each, as in the stream)
+            buf = np.concatenate([f[:, :, :t - own], w, np.zeros(w.shape[:2] + (2,) + w.shape[3:], w.dtype)], axis=2)
+            t -= own
             buf[:, :, t + w.shape[2] - new: t + w.shape[2]].view(np.uint8)[...] = 0xFF
-            ins[i_f], ins[iw] = buf[:, :, :t], buf[:, :, t:t + w.shape[2]]
+            ins[i_f], ins[iw] = buf[:, :, :t + own], buf[:, :, t:t + w.shape[2]]
             wins[f"{r}w"] = buf[:, :, t:t + w.shape[2]]
     in_types = {n: CTYPES[a.dtype] for n, a in zip(plan.partial_names, plan.partial_inputs)}
     out_type = CTYPES[queries.dtype]
@@ -720,6 +723,8 @@ KIVI_CASES = [
     ((1, 2, 2, 5 + 16 + 16, 64), 5, 16, mx.float16, False, True),
     ((2, 1, 3, 5 + 16 + 7, 64), 5, 16, mx.float16, True, False),
     ((1, 2, 2, 32 + 5 + 1, 128), 5, 16, mx.bfloat16, False, False),
+    ((1, 2, 2, 32, 64), 0, 16, mx.float16, False, True),       # R = 0: the flush encodes the chunk's own token
+    ((2, 1, 2, 16 + 7, 64), 0, 16, mx.bfloat16, True, False),
     ((1, 1, 4, 32 + 3 + 16, 64), 3, 16, mx.float32, False, True),
 ]
 
@@ -742,14 +747,18 @@ def test_append_inside_the_partial_moves_kivi_windows(case, monkeypatch):
         kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
         vx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
         q = mx.array(rng.standard_normal((b, hkv * rep, 1, d)).astype(np.float32)).astype(mx.float16)
-        k, v = _packed(kx, kp), _packed(vx, vp)
+        k, v = ref_k, ref_v = _packed(kx, kp), _packed(vx, vp)
         qe = k.encoded
         assert (k.window.shape[2] == r) == flush and qe % g == 0 and qe > 0, "the case's state after the step"
         scale = 1.0 / np.sqrt(d)
         mask = "causal" if causal else None
         nq = g if flush else 0
+        own = int(flush and r == 0)
+        if own:     # the launch's window is the chunk's row it writes (stream.InPlace.windows); the record's is empty
+            k, v = (oatt.PackedRecord(p, rec.fields, x[:, :, t - 1:], qe, rec.decode_tokens)
+                    for p, rec, x in ((kp, k, kx), (vp, v, vx)))
         leaving = (kx[:, :, qe - g:qe], vx[:, :, qe - g:qe]) if flush else (kx[:, :, t - 1:], vx[:, :, t - 1:])
-        new = (kx[:, :, t - 1:], vx[:, :, t - 1:], kp, vp, True, leaving, nq)
+        new = (kx[:, :, t - 1:], vx[:, :, t - 1:], kp, vp, True, leaving, nq, own)
         # blocks in both orders: the window split before the append's (it must read the new token from the chunk),
         # and the record splits before it (they must not read the group it encodes: split S - 1 attends it)
         got, rows, token, summary = emulate(q, k, v, scale, mask, append=new, reverse=True)
@@ -763,9 +772,9 @@ def test_append_inside_the_partial_moves_kivi_windows(case, monkeypatch):
                 assert np.array_equal(got_rows.view(np.uint8), want.view(np.uint8)), \
                     f"kivi {role} {name}: the records after the launch differ from one-shot encode (flush {flush})"
             assert np.array_equal(rows[f"{role}w"].view(np.uint8), _strided(rec.window, 0).view(np.uint8)), \
-                f"{role}: the window after the launch differs from one-shot encode's"
-        want = f64_attention(np.array(q.astype(mx.float32)), np.array(k.dequantized()), np.array(v.dequantized()),
-                             scale, causal)
+                f"{role}: the window after the launch differs from one-shot encode's (own: the chunk's row)"
+        want = f64_attention(np.array(q.astype(mx.float32)), np.array(ref_k.dequantized()),
+                             np.array(ref_v.dequantized()), scale, causal)
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * np.abs(want).max(), err_msg="KIVI window vs f64")
     finally:
         katt._static.cache_clear()

@@ -104,12 +104,6 @@ def _off(reason: str):
     return pytest.mark.xfail(strict=True, reason=reason)
 
 
-_KIVI_W0 = ("KIVI with window 0 is off kernels.append (append.applies: R > 0): its window holds 0 .. G - 1 tokens, so "
-            "the step that completes a group encodes its own token with the window's G - 1, and no window is left to "
-            "copy it into; the append reads the leaving tokens from the window buffer only (kf), and the partial's "
-            "window split would attend the copied token a second time (kernel body work: the flush's last token "
-            "read from the chunk, and a window of kw's rows minus that one). No DecodeStep; the general path makes "
-            "a commit launch per step")
 _MIXED = ("keys turboquant 3-bit (R = 0: one record per token) and values KIVI 2-bit (R = 128, groups of 32): one "
           "launch moves both roles' windows or neither (stream.InPlace, cache.base._one_launch: the keys have none), "
           "and the roles' encoded prefixes differ, which the partial takes as one count (nenc) for both: "
@@ -124,7 +118,7 @@ CONFIGS = [
     ("turboquant_prod-w0", dict(method="turboquant_prod", window=0), None),
     ("rabitq-w0", dict(method="rabitq", window=0), None),
     ("mlx_affine-w0", dict(method="mlx_affine", window=0), None),
-    ("kivi-w0", dict(method="kivi", window=0), _off(_KIVI_W0)),
+    ("kivi-w0", dict(method="kivi", window=0), None),
     ("turboquant-w32", dict(method="turboquant", window=32), None),
     ("turboquant_rvq-w32", dict(method="turboquant_rvq", window=32), None),
     ("turboquant_prod-w32", dict(method="turboquant_prod", window=32), None),
@@ -342,12 +336,13 @@ def test_a_sliding_window_kivi_cache_attends_through_the_kernels(cuda, paths):
     assert caches[0]._k._q > 0
 
 
-@pytest.mark.parametrize("window", [32, 128])
+@pytest.mark.parametrize("window", [0, 32, 128])
 def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypatch, window):
     """KIVI's fast step alternates two plans: the partial launch with the append inside gets, per step, the
     constants whose meta Q says how many tokens it encodes (0, or G where the window before the step held
     R + G - 1), the encoded count after the step and the window after it (R .. R + G - 1 rows): the host's
-    bookkeeping, no sync, must match the window's length."""
+    bookkeeping, no sync, must match the window's length. With R = 0 a flush's last token is the step's own (meta
+    own = 1) and the launch's window is its row alone (the record's window is then empty)."""
     launches = []
     real = backend.cuda_kernel
 
@@ -378,11 +373,14 @@ def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypat
     sw = s._bhd[1] * ((s._bhd[2] + 31) // 32)
     flushes = 0
     for a in launches:
-        nq = {r: int(np.array(a[f"{r}const"])[2 * sw + 4 * fused.TABLE + 8 + 5]) for r in "kv"}
+        meta = {r: np.array(a[f"{r}const"])[2 * sw + 4 * fused.TABLE + 8:] for r in "kv"}
+        nq = {r: (int(m[5]), int(m[7])) for r, m in meta.items()}
         want = g if w + 1 == p.window + g else 0
-        assert nq == {"k": want, "v": want}, f"window {w} before the step: the launch encodes {nq}, not {want}"
+        own = int(bool(want) and p.window == 0)
+        assert nq == {"k": (want, own), "v": (want, own)}, \
+            f"window {w} before the step: the launch encodes (Q, own) {nq}, not {(want, own)}"
         q, w = q + want, w + 1 - want
         flushes += want > 0
         assert int(np.array(a["nenc"]).reshape(-1)[0]) == q, "the encoded count after the step"
-        assert a["kw"].shape[2] == a["vw"].shape[2] == w, "the window after the step"
+        assert a["kw"].shape[2] == a["vw"].shape[2] == w + own, "the launch's window (after the step)"
     assert flushes == 2 and s._q == q and s._window.shape[2] == w

@@ -51,12 +51,15 @@ class _Append:
             t = chunk.shape[2]
             # the tokens it encodes: meta's Q in its constants (fused.constants; KIVI: 0 or a group of G, else t)
             sw = chunk.shape[1] * ((D + 31) // 32)
-            nq = int(np.array(a[f"{r}const"])[2 * sw + 4 * fused.TABLE + 8 + 5])
+            meta = np.array(a[f"{r}const"])[2 * sw + 4 * fused.TABLE + 8:]
+            nq, own = int(meta[5]), int(meta[7])      # own: the chunk's tokens among them (KIVI with R = 0)
             assert nq == t or p.method == "kivi" and nq in (0, p.group_size), (nq, t)
             if not nq:
                 _np_view(win)[:, :, win.shape[2] - t:] = np.array(chunk)
                 tok[i, 0, 0] = not np.isfinite(np.array(chunk.astype(mx.float32))).all()
                 continue
+            if own:     # kf's last rows are the chunk's rows of the window buffer, not written yet: from the chunk
+                leaving = mx.concatenate([leaving[:, :, :nq - own], chunk[:, :, t - own:]], axis=2)
             fields = ops.method_module(p.method).encode_tokens(leaving[:, :, :nq].astype(mx.float32), p, leaving.dtype)
             for out, field in zip(("codes1", "codes2", "f_s1", "f_s2"), km.FIELDS[p.method]):
                 if field:
@@ -144,13 +147,14 @@ def _expect(c, ks, vs, kept_n=None):
         assert np.array_equal(kept, np.array(x[:, :, max(q - n, 0):q])), f"{role}: kept tokens {kept.shape} after {q}"
 
 
-def _cache(method, **kw):
-    c = VeloxKVCache(method=method, layer=0, seed=3, window=R, exact_trim=E, **kw)
+def _cache(method, window=R, **kw):
+    c = VeloxKVCache(method=method, layer=0, seed=3, window=window, exact_trim=E, **kw)
     return c
 
 
 @pytest.mark.parametrize("method,kw", [("turboquant", dict(bits=4)), ("mlx_affine", dict(bits=4, group_size=32)),
-                                       ("turboquant_prod", dict(bits=3)), ("kivi", dict(bits=2, group_size=16))])
+                                       ("turboquant_prod", dict(bits=3)), ("kivi", dict(bits=2, group_size=16)),
+                                       ("kivi", dict(bits=2, group_size=16, window=0))])
 def test_in_place_steps_keep_one_shot_state(stand_in, monkeypatch, method, kw):
     c = _cache(method, **kw)
     stand_in.params = (c.key_params, c.value_params)
@@ -176,7 +180,7 @@ def test_in_place_steps_keep_one_shot_state(stand_in, monkeypatch, method, kw):
     ks[-2], vs[-2] = ks[-2][:, :, :0], vs[-2][:, :, :0]
     # per-token: 2 kept tokens refill the window; KIVI (window R .. R + G - 1): none while it stays at R or more,
     # else a whole group (all C = G of them)
-    _expect(c, ks, vs, kept_n=E - 2 if method != "kivi" else 0 if w - 2 < R else None)
+    _expect(c, ks, vs, kept_n=E - 2 if method != "kivi" else 0 if w - 2 < c.key_params.window else None)
     for i in range(5):
         ks.append(_tokens(5000 + i, 1))
         vs.append(_tokens(6000 + i, 1))
@@ -198,7 +202,8 @@ def test_in_place_steps_keep_one_shot_state(stand_in, monkeypatch, method, kw):
     _expect(c, ks, vs)
 
 
-@pytest.mark.parametrize("method,kw,n", [("turboquant", dict(bits=4), 9), ("kivi", dict(bits=2, group_size=16), 18)])
+@pytest.mark.parametrize("method,kw,n", [("turboquant", dict(bits=4), 9), ("kivi", dict(bits=2, group_size=16), 18),
+                                         ("kivi", dict(bits=2, group_size=16, window=0), 14)])
 def test_a_nan_chunk_is_rolled_back_to_the_window_before_it(stand_in, monkeypatch, method, kw, n):
     """(KIVI: the steps before the NaN chunk cross a group flush.)"""
     c = _cache(method, **kw)

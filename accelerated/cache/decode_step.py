@@ -76,8 +76,11 @@ class DecodeStep:
                                                                               values.dtype)
         # each step's constant arrays by the tokens it encodes: t; with KIVI's window two plans, copy-only steps (0)
         # and every G-th step a flush (G), which the host knows from the window's length (stream.InPlace.flush)
+        # (with R = 0 the flush's last token is the chunk's own: stream.InPlace.own)
+        own = t if kp.window == 0 else 0
         self.consts = {t: (kc, vc)} if not plan.group else {
-            n: fused._static(kp, vp, b, h, t, d, keys.dtype, values.dtype, n)[4:6] for n in (0, plan.group)}
+            n: fused._static(kp, vp, b, h, t, d, keys.dtype, values.dtype, n, own if n else 0)[4:6]
+            for n in (0, plan.group)}
         self.kernel, self.call = _resolve(kernel, template, grid=grid, threadgroup=group, output_shapes=oshape,
                                           output_dtypes=[mx.bool_])
         kb = [plan.kbufs[f] for f in fk]
@@ -137,6 +140,7 @@ class DecodeStep:
         ins[2] = keys
         ins[self.slot_v] = values
         w = plan.windows()          # (kf, kw, vf, vw): the tokens leaving each window and the window after the step
+        held = plan.held if w else (None, None)      # the windows after the step (not the launch's: KIVI R = 0)
         if w:
             ins[-4:] = w
         f = plan.flushing if w else keys.shape[2]        # tokens this step encodes
@@ -149,8 +153,8 @@ class DecodeStep:
         else:
             (token,) = self.kernel(inputs=ins, **self.call)
             self._stored(token, before, c._appends)
-        return (StepKV(k, plan.kbufs, q, token, self, lo, w[1] if w else None),
-                StepKV(v, plan.vbufs, q, token, self, lo, w[3] if w else None))
+        return (StepKV(k, plan.kbufs, q, token, self, lo, w[1] if w else None, held[0]),
+                StepKV(v, plan.vbufs, q, token, self, lo, w[3] if w else None, held[1]))
 
     def _stored(self, token: mx.array, before: tuple, index: int) -> None:
         """The chunk of `token`'s launch is in the buffers: the plan, the streams and the cache follow."""

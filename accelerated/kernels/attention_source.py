@@ -100,8 +100,10 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
         # the tokens this launch encodes (split S - 1 attends them): the chunk's, or with KIVI's window the keys'
         # meta Q (append.constants: 0, or a group of G leaving the window)
         kivi = append and haswin and source.METHOD_IDS["kivi"] in (mk, mv)
-        lines.append("#define VQ_TENC " + ("((int)kconst[2 * (int)kx_shape[1] * ((D + 31) / 32) + VQ_CONST_META + 5])"
-                                           if kivi else "VQ_TNEW"))
+        meta = "((int)kconst[2 * (int)kx_shape[1] * ((D + 31) / 32) + VQ_CONST_META + {}])"
+        lines.append("#define VQ_TENC " + (meta.format(5) if kivi else "VQ_TNEW"))
+        # ... and the window's rows that are the chunk's own tokens it encodes (KIVI with window 0 at a flush)
+        lines.append("#define VQ_WOWN " + (meta.format(7) if kivi else "0"))
         lines.append(f"#define VQ_STARTS {int(starts)}")
         if not starts:          # (code VQ_STARTS = 0 never runs)
             lines.append("#define rstart nenc")

@@ -50,4 +50,5 @@
   }
 #undef VQ_TROW
 #undef VQ_GROW
+#undef VQ_X_OWN
 #undef VQ_ROLE

@@ -27,7 +27,9 @@
   const int rep = hq / hkv;
   const int nq = rep * L;
   const int Q = nenc[0];                          // encoded tokens (the code buffers may hold more rows)
-  const int R = HASWIN ? (int)kw_shape[2] : 0;   // no window: kw is a stand-in
+  // no window: kw is a stand-in; VQ_WOWN: kw's first rows that are the chunk's own tokens encoded by this launch
+  // (KIVI with window 0 at a flush: kw is the chunk's row the append writes, and the window after it is empty)
+  const int R = HASWIN ? (int)kw_shape[2] - VQ_WOWN : 0;
   const int T = Q + R;
   const bool is_win = (s == S);
   int t0 = 0;
