@@ -6,9 +6,11 @@
       if (act) {
 #ifdef VQ_X_OWN
         // (a windowed scope: its encoded tokens nq - vq_own .. nq - 1 are the chunk's own, read from it: check_count_window.h)
-        if ((int)(VQ_X_TOKEN) >= nq - vq_own) {
-          f_x[e] = TO_F32(wx[(int64_t)b * wx_strides[0] + (int64_t)h * wx_strides[1]
-                             + (int64_t)((int)(VQ_X_TOKEN) - (nq - vq_own)) * wx_strides[2] + (int64_t)(lane + LW * e) * wx_strides[3]]);
+        const int vq_xt = (int)(VQ_X_TOKEN) - (nq - vq_own);   // >= 0: the chunk's token vq_xt
+        const int64_t vq_xo = (int64_t)b * wx_strides[0] + (int64_t)h * wx_strides[1] + (int64_t)vq_xt * wx_strides[2]
+                              + (int64_t)(lane + LW * e) * wx_strides[3];
+        if (vq_xt >= 0) {
+          f_x[e] = TO_F32(wx[vq_xo]);
         } else {
           f_x[e] = TO_F32(x[xrow + (int64_t)(VQ_X_TOKEN) * xs2 + (int64_t)(lane + LW * e) * xs3]);
         }
