@@ -48,14 +48,17 @@ class StepKV(PackedKV):
     use from what the step captured (the fused attention launch does not read it; the other paths do). `token`:
     the step's append token, or its pending append (decode_step._Pending) when the attention launch is to store the
     chunk; reading `flags` or `record` first launches such an append on its own. `window`: the step's exact window
-    (a view of the stream's window buffer: in_place.InPlace.windows), None: the stream's own (R = 0)."""
+    (a view of the stream's window buffer: in_place.InPlace.windows), None: the stream's own (R = 0); `held`: the
+    window the step's record holds where it is not the launch's (KIVI with R = 0 at a flush: empty)."""
 
-    def __init__(self, stream, bufs: dict, encoded: int, token, step, lo: int = 0, window: mx.array | None = None):
+    def __init__(self, stream, bufs: dict, encoded: int, token, step, lo: int = 0, window: mx.array | None = None,
+                 held: mx.array | None = None):
         object.__setattr__(self, "token_or_pending", token)
         object.__setattr__(self, "step", step)
         object.__setattr__(self, "encoded", encoded)      # the step's state: what its attention launch reads
         object.__setattr__(self, "lo", lo)                # its first valid row (a sliding-window cache's evictions)
         object.__setattr__(self, "window", window)
+        object.__setattr__(self, "held", window if held is None else held)   # the window the record holds
         object.__setattr__(self, "_lazy", (stream, bufs, encoded))
 
     @property
@@ -70,8 +73,11 @@ class StepKV(PackedKV):
         lo = self.lo
         if rows and lo:
             bufs = {n: b[:, :, lo:] for n, b in bufs.items()}
-        w = s._window if self.window is None else self.window
-        return PackedRecord(s.params, Views(bufs, {n: q for n in bufs}), w, q, s._method.decode_tokens, token)
+        # the launch's window (with KIVI's R = 0 at a flush the chunk's row it writes), or the record's (`rows`)
+        w = s._window if self.window is None else self.held if rows else self.window
+        # rows per field: q, or for KIVI keys' scale and zero q / G (Stream._field_rows)
+        return PackedRecord(s.params, Views(bufs, {n: s._field_rows(n, q) for n in bufs}), w, q,
+                            s._method.decode_tokens, token)
 
     @property
     def record(self) -> PackedRecord:

@@ -29,13 +29,16 @@ PAIRS = [("turboquant", "turboquant", "float16"), ("turboquant_rvq", "turboquant
          ("rabitq", "mlx_affine", "float16"), ("turboquant_prod", "rabitq", "float32"),
          ("mlx_affine", "turboquant_rvq", "float32")]
 KW = {"turboquant": dict(bits=3), "turboquant_rvq": dict(bits=2, bits2=3), "turboquant_prod": dict(bits=4),
-      "rabitq": dict(), "mlx_affine": dict(bits=4, group_size=32)}
+      "rabitq": dict(), "mlx_affine": dict(bits=4, group_size=32), "kivi": dict(bits=2, group_size=16)}
 _C = {"float32": "float", "float16": "_Float16", "bfloat16": "vq_bf16"}
 
 
 ROWS = tuning.DEFAULT.specialize_rows   # the compile checks build the specialized launch (code constants compiled in)
 # the emulated kernels: every pair with the roles apart and serial, and apart with exact windows (fused.WINDOWED)
 _VARIANTS = [(*pair, apart, False) for apart in (True, False) for pair in PAIRS] + [(*pair, True, True) for pair in PAIRS]
+# KIVI with an exact window (fused.applies): the group flush inside the windowed launch, both role layouts
+KIVI_PAIRS = [("kivi", "kivi", "float16"), ("kivi", "kivi", "bfloat16")]
+_VARIANTS += [(*pair, apart, True) for apart in (True, False) for pair in KIVI_PAIRS]
 _WIN_INPUTS = ("kf", "kw", "vf", "vw")
 
 
@@ -45,7 +48,7 @@ def _params(method: str) -> spec.Params:
 
 
 def _ts(method: str, xt: str) -> str:
-    return xt if method == "mlx_affine" else "float32"
+    return xt if method == "mlx_affine" else "float16" if method == "kivi" else "float32"
 
 
 def _ctype(name: str, xt: str, tk: str, tv: str) -> str:
@@ -73,7 +76,7 @@ def _source() -> str:
             ty = _ctype(n, xt, tk, tv)
             params.append(f"const {ty}* {n}")
             args.append(f"(const {ty}*)p[{j}]")
-            if n in ("kx", "vx", "kcodes1", "vcodes1", *_WIN_INPUTS):
+            if n in ("kx", "vx", "kcodes1", "vcodes1", "kf_s1", "vf_s1", *_WIN_INPUTS):
                 params.append(f"Shape {n}_shape")
                 args.append(f"shape_of(sh + {4 * j})")
             if n in ("kx", "vx", *_WIN_INPUTS):
@@ -101,13 +104,14 @@ def _x(rng, shape, xt):
     return mx.array(rng.standard_normal(shape).astype(np.float32)).astype(getattr(mx, xt))
 
 
-def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2, apart=True, windows=None):
+def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2, apart=True, windows=None, nq=None, own=0):
     """The emulated launch; buffers (numpy, written in place) by field name; returns the token. `windows`: the
-    numpy views kf, kw, vf, vw of a launch with exact windows (fused.WINDOWED)."""
+    numpy views kf, kw, vf, vw of a launch with exact windows (fused.WINDOWED); `nq`: the tokens it encodes where
+    not the chunk's count (KIVI: 0 or G), `own` the chunk's among them (KIVI with R = 0)."""
     arrays = {"base": np.array([base], np.int32), "after": np.zeros(1, np.bool_), **(windows or {})}
     for r, p, x, bufs in (("k", kp, xk, kbufs), ("v", vp, xv, vbufs)):
         arrays[f"{r}x"] = ke._np(x)
-        arrays[f"{r}const"] = ke._np(fused.constants(p, x.shape[1], x.shape[2], x.shape[3]))
+        arrays[f"{r}const"] = ke._np(fused.constants(p, x.shape[1], x.shape[2], x.shape[3], nq, own))
         for out, field in zip(("codes1", "codes2", "f_s1", "f_s2"), km.FIELDS[p.method]):
             if field:
                 arrays[f"{r}{out}"] = bufs[field]
@@ -227,6 +231,99 @@ def test_append_with_windows_moves_them_in_place(lib, mk, mv, xt, t0, t, r, ws):
         outside[ws + r:ws + r + t] = False
         assert np.array_equal(e["wbuf"][:, :, outside], e["wbefore"][:, :, outside]), \
             f"{mk}/{mv} {role}: window buffer rows other than the chunk's were written"
+
+
+G, R = KW["kivi"]["group_size"], 5
+
+
+@pytest.mark.parametrize("mk,mv,xt", KIVI_PAIRS)
+@pytest.mark.parametrize("apart", [True, False], ids=["apart", "serial"])
+@pytest.mark.parametrize("r,t0,w,ws", [(R, 16, R + G - 1, 2), (R, 0, R + G - 1, 0), (R, 16, 7, 3), (R, 32, R, 0),
+                                       (R, 32, R + G - 2, 1), (0, 16, G - 1, 2), (0, 32, 0, 1), (0, 0, 5, 0)])
+def test_kivi_append_flushes_a_group_or_only_copies(lib, mk, mv, xt, apart, r, t0, w, ws):
+    """KIVI with an exact window of R (its window holds R .. R + G - 1 tokens): a decode step's token is copied into
+    the window, and where the window reaches R + G the launch also encodes its oldest G tokens (keys: one row of
+    per-channel scale and zero and G rows of codes; values: G per-token rows) at records row t0 (group row t0 / G),
+    from kf (nq = G); otherwise it encodes nothing (nq = 0). The records and the window after the step are one-shot
+    encode's of all t0 + w + 1 tokens, bit for bit, and no other row of any buffer is written. With R = 0 the flush's
+    last token is the chunk's own (own = 1): kf's last row is the chunk's row of the window buffer, not yet written,
+    so the launch reads it from the chunk; kw is that row (the window after the step is empty)."""
+    rng = np.random.default_rng(t0 * 7 + w + ws + r)
+    flush = w + 1 == r + G
+    nq = G if flush else 0
+    own = max(nq - w, 0)
+    kp = spec.Params(mk, role="k", window=r, seed=3, layer=2, head_offset=4, **KW[mk]).resolved()
+    vp = spec.Params(mv, role="v", window=r, seed=3, layer=2, head_offset=4, **KW[mv]).resolved()
+    total = t0 + w + 1
+    case, views = {}, {}
+    for role, p in (("k", kp), ("v", vp)):
+        x = _x(rng, (2, 3, total, D), xt)
+        want = ops.method_module(p.method).encode(x, p)
+        assert want["window"].shape[2] == w + 1 - nq, "the case's window after the step"
+        grouped = {n for n in want if n != "window" and role == "k" and n != "codes"}
+        bufs, before = {}, {}
+        for n, a in want.items():
+            if n == "window":
+                continue
+            wnp = ke._np(a)
+            per = G if n in grouped else 1
+            done, cap = t0 // per, (t0 + G) // per + 2
+            buf = rng.integers(0, 2 ** 10, (*wnp.shape[:2], cap, *wnp.shape[3:])).astype(wnp.dtype)
+            if done:
+                buf[:, :, :done] = wnp[:, :, :done]
+            bufs[n], before[n] = buf, buf.copy()
+        xn = ke._np(x)
+        wbuf = rng.standard_normal((2, 3, ws + w + 1 + 4, D)).astype(xn.dtype)
+        wbuf[:, :, ws:ws + w] = xn[:, :, t0:t0 + w]
+        views[f"{role}f"] = wbuf[:, :, ws:ws + G] if flush else wbuf[:, :, ws:ws + 1]
+        views[f"{role}w"] = wbuf[:, :, ws + nq - own:ws + w + 1]
+        case[role] = dict(p=p, chunk=x[:, :, total - 1:], bufs=bufs, before=before, want=want, wbuf=wbuf,
+                          wbefore=wbuf.copy(), grouped=grouped)
+    k, v = case["k"], case["v"]
+    flags = _run(lib, kp, k["chunk"], k["bufs"], vp, v["chunk"], v["bufs"], t0, apart=apart, windows=views, nq=nq,
+                 own=own)
+    assert not flags.any(), f"kivi append: fault flags on good input: {flags.tolist()}"
+    for role in ("k", "v"):
+        e = case[role]
+        for n, buf in e["bufs"].items():
+            per = G if n in e["grouped"] else 1
+            end = (t0 + nq) // per
+            w_ = ke._np(e["want"][n])
+            assert w_.shape[2] == end, (n, w_.shape)
+            diff = np.count_nonzero(buf[:, :, :end] != w_)
+            assert diff == 0, f"{role}.{n}: {diff} of {w_.size} elements differ from one-shot encode (flush {flush})"
+            assert np.array_equal(buf[:, :, end:], e["before"][n][:, :, end:]), f"{role}.{n}: rows past the records"
+        win = e["wbuf"][:, :, ws + nq:ws + w + 1]
+        assert np.array_equal(win, ke._np(e["want"]["window"])), f"{role}: the window after the step"
+        assert np.array_equal(e["wbuf"][:, :, ws + w], ke._np(e["chunk"])[:, :, 0]), f"{role}: the chunk's row"
+        outside = np.ones(e["wbuf"].shape[2], bool)
+        outside[ws + w] = False
+        assert np.array_equal(e["wbuf"][:, :, outside], e["wbefore"][:, :, outside]), \
+            f"{role}: window buffer rows other than the chunk's were written"
+
+
+def test_kivi_append_fault_slots(lib):
+    """KIVI flush: a value chunk's NaN sets [values][*][NaN/Inf] only; keys leaving the window whose group's scale
+    overflows float16 set [keys][*][rule] only (the rule is checked on the tokens encoded; bfloat16 input)."""
+    rng = np.random.default_rng(5)
+    kp = spec.Params("kivi", role="k", window=R, **KW["kivi"]).resolved()
+    vp = spec.Params("kivi", role="v", window=R, **KW["kivi"]).resolved()
+    views, bufs = {}, {}
+    for role, p in (("k", kp), ("v", vp)):
+        wbuf = ke._np(_x(rng, (1, 2, R + G + 2, D), "bfloat16"))
+        views[f"{role}f"], views[f"{role}w"] = wbuf[:, :, :G], wbuf[:, :, G:G + R]
+        bufs[role] = {n: np.zeros((1, 2, 4 if role == "k" and n != "codes" else 40, *a.shape[3:]), a.dtype)
+                      for n, a in ((n, ke._np(a)) for n, a in ops.method_module("kivi").encode(
+                          mx.zeros((1, 2, G + R, D)), p).items()) if n != "window"}
+    chunk = _x(rng, (1, 2, 1, D), "bfloat16")
+    bad = np.array(chunk.astype(mx.float32))
+    bad[0, 1, 0, 3] = np.nan
+    flags = _run(lib, kp, chunk, bufs["k"], vp, mx.array(bad).astype(mx.bfloat16), bufs["v"], 0, windows=views, nq=G)
+    assert flags[1, :, 0].any() and not flags[0].any() and not flags[1, :, 1].any(), flags.tolist()
+    big = ke._np(mx.array([-1e6, 1e6]).astype(mx.bfloat16))      # a scale of 2e6 / 3: past float16's range
+    views["kf"][:, :, 0, 0], views["kf"][:, :, 1, 0] = big[0], big[1]
+    flags = _run(lib, kp, chunk, bufs["k"], vp, chunk, bufs["v"], 0, windows=views, nq=G)
+    assert flags[0, :, 1].any() and not flags[0, :, 0].any() and not flags[1].any(), flags.tolist()
 
 
 def test_append_with_windows_fault_slots(lib):

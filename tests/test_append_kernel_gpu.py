@@ -92,3 +92,42 @@ def test_rejected_chunk_rolls_back():
     assert cache.offset == 4
     after = cache._k.record()
     assert all(np.array_equal(before[n], _bytes(after[n])) for n in before)
+
+
+@pytest.mark.parametrize("attend", [False, True], ids=["append", "attend"])
+@pytest.mark.parametrize("window,dtype", [(32, "float16"), (128, "bfloat16"), (5, "float16"), (0, "float16"),
+                                          (0, "bfloat16")])
+def test_kivi_window_steps_store_the_ops_bytes(window, dtype, attend, monkeypatch, tune):
+    """KIVI with an exact window on the one-launch path (copy-only steps, a group flush every G-th step): records,
+    window and kept tokens hold accelerated.ops's bytes after every flush and at the end; with `attend` the append
+    runs inside the attention's partial launch, whose output stays finite."""
+    fused._static_for.cache_clear()
+    tune(fuse_append=attend)
+    steps = []
+    real_step = DecodeStep.step
+    monkeypatch.setattr(DecodeStep, "step", lambda *a, **k: steps.append(1) or real_step(*a, **k))
+    cache = vc.VeloxKVCache(method="kivi", bits=2, window=window, exact_trim=8, seed=5, layer=3)
+    ref_k = Stream(cache.key_params, use_kernels=False)
+    ref_v = Stream(cache.value_params, use_kernels=False)
+    rng = np.random.default_rng(window)
+    g = cache.key_params.group_size
+    for i, n in enumerate([window + 40] + [1] * 300):
+        k = mx.array(rng.standard_normal((1, 4, n, 64)).astype(np.float32)).astype(getattr(mx, dtype))
+        v = mx.array(rng.standard_normal((1, 4, n, 64)).astype(np.float32)).astype(getattr(mx, dtype))
+        kk, vv = cache.update_and_fetch(k, v)
+        if attend:
+            out = vattention.attend(mx.ones((1, 8, n, 64), dtype=k.dtype), kk, vv, 0.125, "causal" if n > 1 else None)
+            mx.eval(out)
+            assert bool(mx.all(mx.isfinite(out)).item()), "attention output not finite"
+        ref_k.append(k)
+        ref_v.append(v)
+        if i % g == 0 or i > 295:
+            cache.check()
+            for role, s, ref in (("keys", cache._k, ref_k), ("values", cache._v, ref_v)):
+                got, want = s.record(), ref.record()
+                for name in want:
+                    a, b = _bytes(got[name]), _bytes(want[name])
+                    assert a.shape == b.shape and np.array_equal(a, b), \
+                        f"kivi R={window} {dtype} step {i} {role}.{name}: differs from accelerated.ops"
+                assert np.array_equal(_bytes(s._kept), _bytes(ref._kept)), f"step {i} {role}: kept tokens"
+    assert len(steps) >= 290, f"DecodeStep took {len(steps)} of 300 steps"

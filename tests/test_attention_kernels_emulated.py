@@ -347,14 +347,17 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
     With exact windows (R > 0, the records' windows: the state after the step) the append moves them
     (kernels/append.py WINDOWED): kf / vf, the t tokens leaving each window (`append`'s sixth item, (kf, vf)), sit
     just before the window in one buffer, whose last t rows are all ones (the chunk's, to be written); the rows then
-    also hold "kw" / "vw", the window as the launch left it. `reverse`: the blocks of each launch run in reverse
-    order (the last split first)."""
+    also hold "kw" / "vw", the window as the launch left it. `append`'s seventh item: the tokens the launch encodes
+    where not the chunk's t (KIVI's window: 0, or a group of G; kf / vf hold them). `reverse`: the blocks of each
+    launch run in reverse order (the last split first)."""
     extra = ats = None
     if append is not None:
         kx, vx, kp, vp, poisoned = append[:5]
+        nq = append[6] if len(append) > 6 else None
+        own = append[7] if len(append) > 7 else 0
         d = kx.shape[3]
-        extra = {"kx": kx, "kconst": kfused.constants(kp, kx.shape[1], kx.shape[2], d), "vx": vx,
-                 "vconst": kfused.constants(vp, vx.shape[1], vx.shape[2], d)}
+        extra = {"kx": kx, "kconst": kfused.constants(kp, kx.shape[1], kx.shape[2], d, nq, own), "vx": vx,
+                 "vconst": kfused.constants(vp, vx.shape[1], vx.shape[2], d, nq, own)}
         ats = (km_._side_dtype(kp, kx.dtype), km_._side_dtype(vp, vx.dtype), kx.dtype, vx.dtype)
         if len(append) > 5:
             extra.update(kf=append[5][0], vf=append[5][1])
@@ -367,19 +370,22 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
                 for bi, s0 in enumerate(poison_below):
                     a[bi, :, :s0].view(np.uint8)[...] = 0xFF
     if append is not None and poisoned:
-        t, q = append[0].shape[2], k.encoded
+        t, q = append[0].shape[2] if nq is None else nq, k.encoded
         for name, a in zip(plan.partial_names, ins):
-            if name in _FIELD_INPUTS:
-                a[:, :, q - t: q].view(np.uint8)[...] = 0xFF
+            if name in _FIELD_INPUTS:       # the encoded rows (a group field: KIVI keys' scale, zero, q / G rows)
+                n = a.shape[2] - 3
+                a[:, :, n - n * t // q: n].view(np.uint8)[...] = 0xFF
     wins = {}
     if append is not None and len(append) > 5:     # each window after its leaving tokens in one buffer, its new rows poisoned
         for r in ("k", "v"):
             iw, i_f = plan.partial_names.index(f"{r}w"), plan.partial_names.index(f"{r}f")
             w, f = ins[iw], _strided(extra[f"{r}f"], 0)
-            t = f.shape[2]
-            buf = np.concatenate([f, w, np.zeros(w.shape[:2] + (2,) + w.shape[3:], w.dtype)], axis=2)
-            buf[:, :, t + w.shape[2] - t: t + w.shape[2]].view(np.uint8)[...] = 0xFF
-            ins[i_f], ins[iw] = buf[:, :, :t], buf[:, :, t:t + w.shape[2]]
+            t, new = f.shape[2], append[0].shape[2]
+            # (own: kf's last rows are the window's first, the chunk's rows: one buffer row each, as in the stream)
+            buf = np.concatenate([f[:, :, :t - own], w, np.zeros(w.shape[:2] + (2,) + w.shape[3:], w.dtype)], axis=2)
+            t -= own
+            buf[:, :, t + w.shape[2] - new: t + w.shape[2]].view(np.uint8)[...] = 0xFF
+            ins[i_f], ins[iw] = buf[:, :, :t + own], buf[:, :, t:t + w.shape[2]]
             wins[f"{r}w"] = buf[:, :, t:t + w.shape[2]]
     in_types = {n: CTYPES[a.dtype] for n, a in zip(plan.partial_names, plan.partial_inputs)}
     out_type = CTYPES[queries.dtype]
@@ -717,6 +723,68 @@ WINDOW_CASES = [
     (("rabitq", {}), ("mlx_affine", dict(bits=4, group_size=32)), (1, 2, 2, 3, 30, 64, 3), mx.float16, True, False),
     (("mlx_affine", dict(bits=4, group_size=32)), ("rabitq", {}), (1, 1, 3, 1, 20, 64, 1), mx.float32, False, False),
 ]
+
+
+KIVI_CASES = [
+    # (B, Hkv, rep, T, d), R, G, x dtype, causal, whether the step flushes a group
+    ((1, 2, 2, 5 + 16 + 16, 64), 5, 16, mx.float16, False, True),
+    ((2, 1, 3, 5 + 16 + 7, 64), 5, 16, mx.float16, True, False),
+    ((1, 2, 2, 32 + 5 + 1, 128), 5, 16, mx.bfloat16, False, False),
+    ((1, 2, 2, 32, 64), 0, 16, mx.float16, False, True),       # R = 0: the flush encodes the chunk's own token
+    ((2, 1, 2, 16 + 7, 64), 0, 16, mx.bfloat16, True, False),
+    ((1, 1, 4, 32 + 3 + 16, 64), 3, 16, mx.float32, False, True),
+]
+
+
+@pytest.mark.parametrize("case", KIVI_CASES, ids=[f"T{c[0][3]}-R{c[1]}-G{c[2]}-flush{int(c[5])}" for c in KIVI_CASES])
+def test_append_inside_the_partial_moves_kivi_windows(case, monkeypatch, tune):
+    """KIVI with an exact window (its window holds R .. R + G - 1 tokens): the decode step's launch copies the token
+    into the window (poisoned first), which the window split attends from the chunk; at a flush (the window reached
+    R + G) split S - 1 also encodes the G tokens leaving it (kf / vf) into their rows of the records (poisoned first:
+    keys' codes rows and their one scale / zero row, values' rows) and attends them. Records and window after the
+    launch are one-shot encode's of all T tokens, bit for bit; the output within the float64 budget."""
+    tune(tokens_per_split=8)
+    monkeypatch.setattr(katt, "_mma_available", lambda: False)
+    katt._static.cache_clear()
+    try:
+        (b, hkv, rep, t, d), r, g, xdt, causal, flush = case
+        rng = np.random.default_rng(t + d + r + g)
+        kp = spec.Params("kivi", role="k", window=r, seed=4, layer=1, bits=2, group_size=g).resolved()
+        vp = spec.Params("kivi", role="v", window=r, seed=4, layer=1, bits=2, group_size=g).resolved()
+        kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
+        vx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
+        q = mx.array(rng.standard_normal((b, hkv * rep, 1, d)).astype(np.float32)).astype(mx.float16)
+        k, v = ref_k, ref_v = _packed(kx, kp), _packed(vx, vp)
+        qe = k.encoded
+        assert (k.window.shape[2] == r) == flush and qe % g == 0 and qe > 0, "the case's state after the step"
+        scale = 1.0 / np.sqrt(d)
+        mask = "causal" if causal else None
+        nq = g if flush else 0
+        own = int(flush and r == 0)
+        if own:     # the launch's window is the chunk's row it writes (stream.InPlace.windows); the record's is empty
+            k, v = (oatt.PackedRecord(p, rec.fields, x[:, :, t - 1:], qe, rec.decode_tokens)
+                    for p, rec, x in ((kp, k, kx), (vp, v, vx)))
+        leaving = (kx[:, :, qe - g:qe], vx[:, :, qe - g:qe]) if flush else (kx[:, :, t - 1:], vx[:, :, t - 1:])
+        new = (kx[:, :, t - 1:], vx[:, :, t - 1:], kp, vp, True, leaving, nq, own)
+        # blocks in both orders: the window split before the append's (it must read the new token from the chunk),
+        # and the record splits before it (they must not read the group it encodes: split S - 1 attends it)
+        got, rows, token, summary = emulate(q, k, v, scale, mask, append=new, reverse=True)
+        forward = emulate(q, k, v, scale, mask, append=new)[0]
+        assert np.array_equal(forward, got), "the output depends on the order of the launch's blocks"
+        assert not token.any() and not summary.any(), (token.tolist(), summary.tolist())
+        for rec, role in ((k, "k"), (v, "v")):
+            for kn, name in katt._field_names(rec.params.method, role):
+                want = _strided(rec.fields[name], 0)
+                got_rows = rows[kn][:, :, :want.shape[2]]
+                assert np.array_equal(got_rows.view(np.uint8), want.view(np.uint8)), \
+                    f"kivi {role} {name}: the records after the launch differ from one-shot encode (flush {flush})"
+            assert np.array_equal(rows[f"{role}w"].view(np.uint8), _strided(rec.window, 0).view(np.uint8)), \
+                f"{role}: the window after the launch differs from one-shot encode's (own: the chunk's row)"
+        want = f64_attention(np.array(q.astype(mx.float32)), np.array(ref_k.dequantized()),
+                             np.array(ref_v.dequantized()), scale, causal)
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * np.abs(want).max(), err_msg="KIVI window vs f64")
+    finally:
+        katt._static.cache_clear()
 
 
 @pytest.mark.parametrize("case", WINDOW_CASES, ids=[f"{c[0][0]}-{c[1][0]}-R{c[2][6]}-tc{int(c[5])}" for c in WINDOW_CASES])

@@ -105,10 +105,12 @@ def _off(reason: str):
     return pytest.mark.xfail(strict=True, reason=reason)
 
 
-_KIVI = ("KIVI is off kernels.append (append.applies: method != kivi; the encode scope compiles KR = 0): its keys "
-         "flush per-channel groups of G tokens, so a step's token goes to the window and every G-th step encodes a "
-         "group. No DecodeStep; the general path makes a commit launch per step (kernel body work: a group flush "
-         "inside the append)")
+_MIXED = ("keys turboquant 3-bit (R = 0: one record per token) and values KIVI 2-bit (R = 128, groups of 32): one "
+          "launch moves both roles' windows or neither (in_place.InPlace, cache.base._one_launch: the keys have none), "
+          "and the roles' encoded prefixes differ, which the partial takes as one count (nenc) for both: "
+          "accelerated.attention.aligned decodes the keys' extra tokens (at most R + G - 1) per step (kernel body "
+          "work: a count per role, the keys' tokens past the values' prefix attended from their records beside "
+          "the values' window)")
 
 CONFIGS = [
     # id, make_prompt_cache arguments, mark
@@ -117,17 +119,16 @@ CONFIGS = [
     ("turboquant_prod-w0", dict(method="turboquant_prod", window=0), None),
     ("rabitq-w0", dict(method="rabitq", window=0), None),
     ("mlx_affine-w0", dict(method="mlx_affine", window=0), None),
-    ("kivi-w0", dict(method="kivi", window=0), _off(_KIVI)),
+    ("kivi-w0", dict(method="kivi", window=0), None),
     ("turboquant-w32", dict(method="turboquant", window=32), None),
     ("turboquant_rvq-w32", dict(method="turboquant_rvq", window=32), None),
     ("turboquant_prod-w32", dict(method="turboquant_prod", window=32), None),
     ("rabitq-w32", dict(method="rabitq", window=32), None),
     ("mlx_affine-w32", dict(method="mlx_affine", window=32), None),
-    ("kivi-w32", dict(method="kivi", window=32), _off(_KIVI)),
-    ("kivi-default-window", dict(method="kivi"), _off(_KIVI)),
+    ("kivi-w32", dict(method="kivi", window=32), None),
+    ("kivi-default-window", dict(method="kivi"), None),
     ("keys-turboquant3-values-kivi2", dict(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2),
-     _off(_KIVI + "; and the roles' encoded prefixes differ (keys R = 0, values R = 128 in groups): "
-          "accelerated.attention.aligned decodes the keys' extra tokens (at most R + G - 1) per step")),
+     _off(_MIXED)),
     ("keys-turboquant4-values-rabitq", dict(key_method="turboquant", key_bits=4, value_method="rabitq"), None),
 ]
 
@@ -181,17 +182,18 @@ _BATCH_KIVI = ("KIVI still merges into a BatchVeloxKVCache (a cache, and launche
                "key groups start at its own first token, so in one left-padded stream the rows' windows start at "
                "different positions, which the partial cannot take (its row starts mask encoded tokens only: "
                "kernels.attention.supports): kernel body work (a start per row for the window, and a flush per row "
-               "inside the append). Beside that, ")
+               "inside the append)")
 
 
 def _batch_mark(name, mark):
     """A configuration's mark for the merged batch: the B-row cache itself holds every per-token method, windows
     included (batch_shared); what keeps its step off the DecodeStep is the single-sequence kernel-body reason."""
+    if "kivi" in name:
+        return _off(_BATCH_KIVI + ("" if mark is None else ". Beside that, " + mark.kwargs["reason"]))
     if mark is None:
         return ()
-    reason = mark.kwargs["reason"]
-    return _off(_BATCH_KIVI + reason if "kivi" in name else "merge makes one B-row cache; its step is off the "
-                "DecodeStep for the single-sequence cache's reason: " + reason)
+    return _off("merge makes one B-row cache; its step is off the DecodeStep for the single-sequence cache's "
+                "reason: " + mark.kwargs["reason"])
 
 
 @pytest.mark.parametrize("kw", [pytest.param(kw, id=i, marks=_batch_mark(i, m)) for i, kw, m in CONFIGS])
@@ -333,3 +335,53 @@ def test_a_sliding_window_kivi_cache_attends_through_the_kernels(cuda, paths):
     _decode(model, caches)
     assert paths["path"] == ["kernels"] * (len(caches) * STEPS), sorted(set(paths["path"]))
     assert caches[0]._k._q > 0
+
+
+@pytest.mark.parametrize("window", [0, 32, 128])
+def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypatch, window):
+    """KIVI's fast step alternates two plans: the partial launch with the append inside gets, per step, the
+    constants whose meta Q says how many tokens it encodes (0, or G where the window before the step held
+    R + G - 1), the encoded count after the step and the window after it (R .. R + G - 1 rows): the host's
+    bookkeeping, no sync, must match the window's length. With R = 0 a flush's last token is the step's own (meta
+    own = 1) and the launch's window is its row alone (the record's window is then empty)."""
+    launches = []
+    real = backend.cuda_kernel
+
+    def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True):
+        k = real(name, input_names, output_names, source, header, ensure_row_contiguous)
+        if not name.startswith("vq_attention_partial"):
+            return k
+
+        class _Seen:
+            def specialized(self, template=None):
+                return self
+
+            def __call__(self, *, inputs, **kw):
+                launches.append(dict(zip(input_names, inputs)))
+                return k(inputs=inputs, **kw)
+        return _Seen()
+    monkeypatch.setattr(backend, "cuda_kernel", cuda_kernel)
+    model = tiny_llama(64, layers=1)
+    caches = make_prompt_cache(model, method="kivi", window=window)
+    model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
+    _decode(model, caches, 1)
+    s = caches[0]._k
+    p = s.params
+    g, w, q = p.group_size, s._window.shape[2], s._q
+    launches.clear()
+    _decode(model, caches, 2 * g + 3)
+    assert len(launches) == 2 * g + 3 and all("kconst" in a for a in launches), "a partial launch per step"
+    sw = s._bhd[1] * ((s._bhd[2] + 31) // 32)
+    flushes = 0
+    for a in launches:
+        meta = {r: np.array(a[f"{r}const"])[2 * sw + 4 * fused.TABLE + 8:] for r in "kv"}
+        nq = {r: (int(m[5]), int(m[7])) for r, m in meta.items()}
+        want = g if w + 1 == p.window + g else 0
+        own = int(bool(want) and p.window == 0)
+        assert nq == {"k": (want, own), "v": (want, own)}, \
+            f"window {w} before the step: the launch encodes (Q, own) {nq}, not {(want, own)}"
+        q, w = q + want, w + 1 - want
+        flushes += want > 0
+        assert int(np.array(a["nenc"]).reshape(-1)[0]) == q, "the encoded count after the step"
+        assert a["kw"].shape[2] == a["vw"].shape[2] == w + own, "the launch's window (after the step)"
+    assert flushes == 2 and s._q == q and s._window.shape[2] == w

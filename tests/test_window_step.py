@@ -49,10 +49,23 @@ class _Append:
         for i, (r, p) in enumerate(zip("kv", self.params)):
             leaving, chunk, win = a[f"{r}f"], a[f"{r}x"], a[f"{r}w"]
             t = chunk.shape[2]
-            fields = ops.method_module(p.method).encode_tokens(leaving.astype(mx.float32), p, leaving.dtype)
+            # the tokens it encodes: meta's Q in its constants (fused.constants; KIVI: 0 or a group of G, else t)
+            sw = chunk.shape[1] * ((D + 31) // 32)
+            meta = np.array(a[f"{r}const"])[2 * sw + 4 * fused.TABLE + 8:]
+            nq, own = int(meta[5]), int(meta[7])      # own: the chunk's tokens among them (KIVI with R = 0)
+            assert nq == t or p.method == "kivi" and nq in (0, p.group_size), (nq, t)
+            if not nq:
+                _np_view(win)[:, :, win.shape[2] - t:] = np.array(chunk)
+                tok[i, 0, 0] = not np.isfinite(np.array(chunk.astype(mx.float32))).all()
+                continue
+            if own:     # kf's last rows are the chunk's rows of the window buffer, not written yet: from the chunk
+                leaving = mx.concatenate([leaving[:, :, :nq - own], chunk[:, :, t - own:]], axis=2)
+            fields = ops.method_module(p.method).encode_tokens(leaving[:, :, :nq].astype(mx.float32), p, leaving.dtype)
             for out, field in zip(("codes1", "codes2", "f_s1", "f_s2"), km.FIELDS[p.method]):
                 if field:
-                    _np_view(a[f"{r}{out}"])[:, :, base:base + t] = np.array(fields[field])
+                    rows = fields[field].shape[2]          # nq, or KIVI keys' scale and zero: nq / G
+                    lo = base * rows // nq
+                    _np_view(a[f"{r}{out}"])[:, :, lo:lo + rows] = np.array(fields[field])
             _np_view(win)[:, :, win.shape[2] - t:] = np.array(chunk)
             tok[i, 0, 0] = not np.isfinite(np.array(chunk.astype(mx.float32))).all()
         return [mx.array(tok)]
@@ -117,9 +130,10 @@ def _tokens(seed, t, nan=False):
     return a
 
 
-def _expect(c, ks, vs, kept_n=E):
+def _expect(c, ks, vs, kept_n=None):
     """The cache's streams against one-shot encode of the tokens ks / vs, and the kept tokens: the last `kept_n`
-    encoded ones, exact (fewer than E after a trim, which puts kept tokens back into the window)."""
+    encoded ones, exact (default C: E, KIVI's E in whole groups; fewer after a trim, which puts kept tokens back
+    into the window)."""
     for s, xs, role in ((c._k, ks, "keys"), (c._v, vs, "values")):
         x = mx.array(np.concatenate(xs, axis=2))
         want = ops.encode(x, s.params)
@@ -127,18 +141,20 @@ def _expect(c, ks, vs, kept_n=E):
         for n, w in want.items():
             assert got[n].shape == w.shape and np.array_equal(np.array(got[n]), np.array(w)), \
                 f"{role} {n} after {x.shape[2]} tokens differs from one-shot encode"
-        q = x.shape[2] - R
+        q = x.shape[2] - want["window"].shape[2]
         kept = np.array(s._kept) if s._kept is not None else np.zeros((B, H, 0, D), np.float16)
-        assert np.array_equal(kept, np.array(x[:, :, max(q - kept_n, 0):q])), f"{role}: kept tokens {kept.shape} after {q}"
+        n = s.params.kept_capacity() if kept_n is None else kept_n
+        assert np.array_equal(kept, np.array(x[:, :, max(q - n, 0):q])), f"{role}: kept tokens {kept.shape} after {q}"
 
 
-def _cache(method, **kw):
-    c = VeloxKVCache(method=method, layer=0, seed=3, window=R, exact_trim=E, **kw)
+def _cache(method, window=R, **kw):
+    c = VeloxKVCache(method=method, layer=0, seed=3, window=window, exact_trim=E, **kw)
     return c
 
 
 @pytest.mark.parametrize("method,kw", [("turboquant", dict(bits=4)), ("mlx_affine", dict(bits=4, group_size=32)),
-                                       ("turboquant_prod", dict(bits=3))])
+                                       ("turboquant_prod", dict(bits=3)), ("kivi", dict(bits=2, group_size=16)),
+                                       ("kivi", dict(bits=2, group_size=16, window=0))])
 def test_in_place_steps_keep_one_shot_state(stand_in, monkeypatch, method, kw):
     c = _cache(method, **kw)
     stand_in.params = (c.key_params, c.value_params)
@@ -158,10 +174,13 @@ def test_in_place_steps_keep_one_shot_state(stand_in, monkeypatch, method, kw):
     assert steps >= 500, f"DecodeStep held for {steps} of 520 steps"
     _expect(c, ks, vs)
     # a trim (the window refilled from the kept tokens), then in-place steps again
+    w = c._k._window.shape[2]
     c.trim(2)
     ks[-1], vs[-1] = ks[-1][:, :, :0], vs[-1][:, :, :0]
     ks[-2], vs[-2] = ks[-2][:, :, :0], vs[-2][:, :, :0]
-    _expect(c, ks, vs, kept_n=E - 2)
+    # per-token: 2 kept tokens refill the window; KIVI (window R .. R + G - 1): none while it stays at R or more,
+    # else a whole group (all C = G of them)
+    _expect(c, ks, vs, kept_n=E - 2 if method != "kivi" else 0 if w - 2 < c.key_params.window else None)
     for i in range(5):
         ks.append(_tokens(5000 + i, 1))
         vs.append(_tokens(6000 + i, 1))
@@ -183,10 +202,13 @@ def test_in_place_steps_keep_one_shot_state(stand_in, monkeypatch, method, kw):
     _expect(c, ks, vs)
 
 
-def test_a_nan_chunk_is_rolled_back_to_the_window_before_it(stand_in, monkeypatch):
-    c = _cache("turboquant", bits=4)
+@pytest.mark.parametrize("method,kw,n", [("turboquant", dict(bits=4), 9), ("kivi", dict(bits=2, group_size=16), 18),
+                                         ("kivi", dict(bits=2, group_size=16, window=0), 14)])
+def test_a_nan_chunk_is_rolled_back_to_the_window_before_it(stand_in, monkeypatch, method, kw, n):
+    """(KIVI: the steps before the NaN chunk cross a group flush.)"""
+    c = _cache(method, **kw)
     stand_in.params = (c.key_params, c.value_params)
-    ks, vs = [_tokens(1, 9)], [_tokens(2, 9)]
+    ks, vs = [_tokens(1, n)], [_tokens(2, n)]
     with monkeypatch.context() as m:
         m.setattr(backend, "available", lambda: (False, "prefill on ops"))
         c.update_and_fetch(mx.array(ks[0]), mx.array(vs[0]))

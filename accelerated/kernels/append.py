@@ -7,11 +7,14 @@ two temporary field arrays and a dozen array views per layer and step): the enco
 kernel (csrc/append_apart.h or append_serial.h), each time in its own scope (csrc/encode_scope.h) with its stream's
 inputs behind the body's names, `VQ_OROW` mapping its
 output rows to rows of the buffers (row base + i of head bh) and its fault slots to its own half of the
-token. Applies to per-token records (not kivi) where the buffers have room for the chunk; the caller uses the general
-path otherwise. With an exact window (R > 0, both roles: WINDOWED) the stream keeps its window in a buffer
+token. Applies to per-token records, and to KIVI (applies), where the buffers have room for the
+chunk; the caller uses the general path otherwise. With an exact window (R > 0, both roles: WINDOWED) the stream keeps its window in a buffer
 (accelerated.stream, Stream._window_buffer) and a chunk of t tokens moves it by t rows: the launch encodes the
 window's t oldest tokens (input kf / vf, the rows just before the new window) into the records and copies the chunk,
-checked, into the new window's last t rows (input kw / vw, the window after this step).
+checked, into the new window's last t rows (input kw / vw, the window after this step). KIVI's window moves by a
+group: a step's launch encodes none of its tokens, or, once it holds R + G, its oldest G (keys: a row of per-channel
+scale and zero, G rows of codes; values: G rows), which the constants' meta Q says (constants(..., nq)); with R = 0
+(a window of up to G - 1 tokens) the group's last token is the chunk's own, read from the chunk (meta[7], `own`).
 
 The token, (2 roles, threadgroups, 2) bool: [role][group][0] NaN/Inf in the chunk, [role][group][1] the
 method's rule (source.py's fault slots). As with commit.py, readers of the rows take it as an input (the
@@ -26,7 +29,7 @@ import mlx.core as mx
 import numpy as np
 
 from veloxquant import spec
-from veloxquant.accelerated import tuning
+from veloxquant.accelerated import layouts, tuning
 from veloxquant.accelerated.kernels import backend, loader, source
 from veloxquant.accelerated.kernels import methods as km
 
@@ -51,21 +54,23 @@ def inputs(mk: str, mv: str, win: bool = False) -> list[str]:
 
 
 def scope(role: str, index: int, *, m: str, codes: tuple, ts: str, x: str, const: str, out: dict, fault: str,
-          cap: str, base: str, shared: str = "", window: tuple | None = None) -> str:
+          cap: str, base: str, shared: str = "", window: tuple | None = None, gcap: str | None = None) -> str:
     """The parameters of csrc/encode_scope.h for role `role` ("K" | "V"), as #define lines: the encode body for one
     role in its own scope. `m`, `codes` (B1, B2, GS) and `ts` its method id, code constants and side dtype (template
     names or literals), `x` and `const` its inputs, `out` the arrays behind the body's outputs (codes1, codes2, f_s1,
     f_s2), `fault` the bool array whose slots [index][GROUP] it sets, `cap` the rows of the buffers, `base` the first
     row of the chunk (VQ_OROW) and `shared` the prefix of the threadgroup arrays the kernel declares for it
     (csrc/encode_shared.h); `window` = (chunk, window, type): a scope with an exact window (WINDOWED; `x` is then the
-    window's oldest tokens, which it encodes). Also the attention partial's (accelerated.kernels.attention_source
+    window's oldest tokens, which it encodes); `gcap` the rows of the group fields (KIVI keys' scale and zero: one row
+    per group of G tokens; default `cap`). Also the attention partial's (accelerated.kernels.attention_source
     APPEND)."""
     if role not in ("K", "V"):
         raise ValueError(f"role: {role!r} is not 'K' or 'V'")
     b1, b2, gs = codes
     params = {"INDEX": index, "M": m, "B1": b1, "B2": b2, "GS": gs, "TS": ts, "X": x, "X_SHAPE": f"{x}_shape",
               "X_STRIDES": f"{x}_strides", "CONST": const, "CODES1": out["codes1"], "CODES2": out["codes2"],
-              "S1": out["f_s1"], "S2": out["f_s2"], "FAULT": fault, "CAP": cap, "BASE": base, "TG": shared}
+              "S1": out["f_s1"], "S2": out["f_s2"], "FAULT": fault, "CAP": cap, "GCAP": gcap or cap, "BASE": base,
+              "TG": shared}
     if window is not None:
         wx, w, xt = window
         params.update({"WX": wx, "WX_SHAPE": f"{wx}_shape", "WX_STRIDES": f"{wx}_strides", "W": w,
@@ -97,7 +102,8 @@ def _scope(role: str, index: int, method: str, win: bool = False) -> str:
     R = r.upper()
     return scope(R, index, m=f"{R}M", codes=(f"{R}B1", f"{R}B2", f"{R}GS"), ts=f"{R}TS", x=f"{r}f" if win else f"{r}x",
                  const=f"{r}const", out=out, fault="flags", cap=f"(int){r}codes1_shape[2]", base="base[0]",
-                 window=(f"{r}x", f"{r}w", f"{R}XT") if win else None)
+                 window=(f"{r}x", f"{r}w", f"{R}XT") if win else None,
+                 gcap=f"(int){r}f_s1_shape[2]" if method == "kivi" and role == "k" else None)
 
 
 def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False, win: bool = False) -> str:
@@ -132,21 +138,27 @@ def _kernel(mk: str, mv: str, apart: bool = False, win: bool = False):
 
 
 def applies(p: spec.Params) -> bool:
-    """Whether a role's stream can take this launch: per-token rows (an exact window moves by the chunk: WINDOWED)."""
-    return p.method != "kivi"
+    """Whether a role's stream can take this launch: per-token rows (an exact window moves by the chunk: WINDOWED),
+    or KIVI: its window holds R .. R + G - 1 tokens, so a launch copies the chunk into the window and encodes no
+    token, or a group of G, the window's oldest (flushed: in_place.InPlace); with R = 0 a group's last token is the
+    chunk's own (`own`: read from the chunk)."""
+    return True
 
 
 def windowed(kp: spec.Params, vp: spec.Params) -> bool:
-    """Whether a launch for these roles moves exact windows (both roles have one: a cache's window is shared)."""
+    """Whether a launch for these roles moves exact windows (both roles have one: a cache's window is shared; KIVI
+    has one with R = 0 too: up to G - 1 tokens)."""
     if (kp.window > 0) != (vp.window > 0):
         raise ValueError(f"vp: window {vp.window} and the keys' {kp.window}: one launch moves both windows or neither")
-    return kp.window > 0
+    return kp.window > 0 or kp.method == vp.method == "kivi"
 
 
 @functools.lru_cache(maxsize=4096)
-def constants(p: spec.Params, h: int, t: int, d: int) -> mx.array:
+def constants(p: spec.Params, h: int, t: int, d: int, nq: int | None = None, own: int = 0) -> mx.array:
     """One role's constant array (see TABLE): source.py's sig, tau, f_c1, f_b1, f_c2, f_b2, f_k and meta for a
-    chunk of t tokens, all encoded (cached per parameters and shape)."""
+    chunk of t tokens, all encoded, or with `nq` the nq tokens a windowed launch encodes (KIVI: 0 or a group of G;
+    meta's Q), the last `own` of them the chunk's own (KIVI with R = 0 at a flush; meta[7]); cached per parameters
+    and shape."""
     bits1, bits2 = km._code_bits(p)
     sig, tau = km._signs(p, h, d)
     sw = h * ((d + 31) // 32)
@@ -155,25 +167,32 @@ def constants(p: spec.Params, h: int, t: int, d: int) -> mx.array:
         a = np.array(a, np.uint32).reshape(-1)
         if a.size == sw:
             c[i * sw:(i + 1) * sw] = a
-    levels = (1 << p.bits) - 1 if p.method == "mlx_affine" else 0
+    levels = layouts.of(p).levels(p)
     for i, tab in enumerate((*km._tables(p, d), km._consts(d, levels))):
         t32 = np.array(tab, np.float32).reshape(-1)
         c[2 * sw + i * TABLE: 2 * sw + i * TABLE + t32.size] = t32.view(np.uint32)
-    c[2 * sw + 4 * TABLE + 8:] = np.array(km._meta(bits1, bits2, p.group_size or 1, 0, t, t), np.int32).view(np.uint32)
+    nq = t if nq is None else nq
+    keys = int(p.method == "kivi" and p.role == "k")       # (the scopes compile it in: encode_scope.h KR)
+    meta = np.array(km._meta(bits1, bits2, p.group_size or 1, keys, nq, nq), np.int32)
+    meta[7] = own
+    c[2 * sw + 4 * TABLE + 8:] = meta.view(np.uint32)
     out = mx.array(c)
     mx.eval(out)
     return out
 
 
-def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt) -> tuple:
-    """Everything of a launch but the step's arrays, per parameters and shape (a decode step builds none)."""
+def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, nq: int | None = None,
+            own: int = 0) -> tuple:
+    """Everything of a launch but the step's arrays, per parameters and shape (a decode step builds none); `nq`: the
+    tokens a windowed launch encodes where they are not t (KIVI: 0, or G at a flush), `own` the chunk's among them
+    (constants)."""
     tune = tuning.current()
-    return _static_for(kp, vp, b, h, t, d, kdt, vdt, tune.specialize_rows, tune.roles_apart, tune)
+    return _static_for(kp, vp, b, h, t, d, kdt, vdt, tune.specialize_rows, tune.roles_apart, nq, own, tune=tune)
 
 
 @functools.lru_cache(maxsize=1024)
 def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, specialize_rows: int,
-                apart: bool = False, tune: tuning.Tuning | None = None):
+                apart: bool = False, nq: int | None = None, own: int = 0, tune: tuning.Tuning | None = None):
     # keyed by the tuning too (specialize_rows, roles_apart: True, the keys' and values' encodes in two halves of
     # the grid side by side; False, one role after the other in every threadgroup): a run that changes a knob (a
     # benchmark's arm) gets its own plans
@@ -187,7 +206,7 @@ def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int
         template += [("KXT", kdt), ("VXT", vdt)]
     fk = tuple(f for f in km.FIELDS[kp.method] if f)
     fv = tuple(f for f in km.FIELDS[vp.method] if f)
-    return (grid, group, [(2, groups, 2)], template, constants(kp, h, t, d), constants(vp, h, t, d), fk, fv,
+    return (grid, group, [(2, groups, 2)], template, constants(kp, h, t, d, nq, own), constants(vp, h, t, d, nq, own), fk, fv,
             _kernel(kp.method, vp.method, apart, win))
 
 
@@ -199,14 +218,18 @@ def code_template(kp: spec.Params, vp: spec.Params, rows: int) -> list:
 
 
 def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values: mx.array, vbufs: dict,
-           base: int, after: mx.array | None, windows: tuple = ()) -> mx.array:
+           base: int, after: mx.array | None, windows: tuple = (), flushed: int | None = None,
+           own: int = 0) -> mx.array:
     """Encode keys and values (B, H, t, d) into rows base..base+t-1 of their streams' buffers (in place);
     returns the token. `kbufs`/`vbufs`: the streams' whole buffers by record field name. `windows`: with exact
     windows (WINDOWED), (kf, kw, vf, vw): the t tokens leaving each window (encoded instead of the chunk) and the
-    window after the step (the chunk is stored into its last t rows). The caller has checked shapes, dtypes and room
-    in the buffers."""
+    window after the step (the chunk is stored into its last t rows); `flushed`: how many tokens leave each window
+    where that is not t (KIVI: 0, or G; kf / vf then hold that many, or any rows when 0), `own` the chunk's tokens
+    among them (KIVI with R = 0 at a flush: kf's last rows are the chunk's, read from it; kw / vw are then the chunk's
+    rows, no window after). The caller has checked shapes, dtypes and room in the buffers."""
     b, h, t, d = keys.shape
-    grid, group, oshape, template, kc, vc, fk, fv, kernel = _static(kp, vp, b, h, t, d, keys.dtype, values.dtype)
+    grid, group, oshape, template, kc, vc, fk, fv, kernel = _static(kp, vp, b, h, t, d, keys.dtype, values.dtype,
+                                                                    flushed, own)
     ins = [km.count(base), after if after is not None else km._dummy(mx.bool_), keys, kc,
            *[kbufs[f] for f in fk], values, vc, *[vbufs[f] for f in fv], *windows]
     (flags,) = kernel(inputs=ins, template=template, grid=grid, threadgroup=group, output_shapes=oshape,

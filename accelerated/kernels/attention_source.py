@@ -97,6 +97,13 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
     lines = [f"#define {n} {e}" for n, e in _CONSTS[kind].items()]
     if kind == "partial":       # the tokens this launch appends (APPEND), the last of the nenc encoded ones
         lines.append(f"#define VQ_TNEW {'((int)kx_shape[2])' if append else '0'}")
+        # the tokens this launch encodes (split S - 1 attends them): the chunk's, or with KIVI's window the keys'
+        # meta Q (append.constants: 0, or a group of G leaving the window)
+        kivi = append and haswin and source.METHOD_IDS["kivi"] in (mk, mv)
+        meta = "((int)kconst[2 * (int)kx_shape[1] * ((D + 31) / 32) + VQ_CONST_META + {}])"
+        lines.append("#define VQ_TENC " + (meta.format(5) if kivi else "VQ_TNEW"))
+        # ... and the window's rows that are the chunk's own tokens it encodes (KIVI with window 0 at a flush)
+        lines.append("#define VQ_WOWN " + (meta.format(7) if kivi else "0"))
         lines.append(f"#define VQ_STARTS {int(starts)}")
         if not starts:          # (code VQ_STARTS = 0 never runs)
             lines.append("#define rstart nenc")
@@ -148,10 +155,14 @@ def append_block(mk: int, mv: int, haswin: bool = False) -> str:
         out = {o: alias.get(f"{r}{n}", f"{r}{n}") for o, n in zip(("codes1", "codes2", "f_s1", "f_s2"),
                                                                    ("c1", "c2", *side))}
         R = r.upper()
+        kivi = m == source.METHOD_IDS["kivi"]
+        # KIVI (windowed): the launch encodes meta's Q tokens (0, or a group leaving the window), not the chunk's t
+        base = "nenc[0] - meta[5]" if kivi else f"nenc[0] - (int){r}x_shape[2]"
         scopes.append(kappend.scope(R, index, m=str(m), codes=(f"{R}CB1", f"{R}CB2", f"{R}CGS"), ts=f"{R}TS",
                                     x=f"{r}f" if haswin else f"{r}x", const=f"{r}const", out=out, fault="token",
-                                    cap=f"(int){out['codes1']}_shape[2]", base=f"nenc[0] - (int){r}x_shape[2]",
-                                    shared=r, window=(f"{r}x", f"{r}w", f"{R}XT") if haswin else None))
+                                    cap=f"(int){out['codes1']}_shape[2]", base=base,
+                                    shared=r, window=(f"{r}x", f"{r}w", f"{R}XT") if haswin else None,
+                                    gcap=f"(int){out['f_s1']}_shape[2]" if kivi and r == "k" else None))
     return kappend.scope_constants() + "".join(scopes) + loader.text("attention_append.h", kappend.WINDOWED if haswin
                                                                      else kappend.SCOPED)
 

@@ -65,7 +65,7 @@ class DecodeStep:
     """One cache's in-place append (one token or chunk of the remembered shape) plus its attention launch."""
 
     __slots__ = ("cache", "plan", "k", "v", "kernel", "call", "ins", "slot_v", "record", "attn", "clean", "pending",
-                 "append_ts", "win")
+                 "append_ts", "win", "consts")
 
     def __init__(self, cache, plan, keys: mx.array, values: mx.array, record):
         # record(index, token, before): the cache's _Chunk of one append, with the fused launch's messages
@@ -74,6 +74,13 @@ class DecodeStep:
         kp, vp = self.k.params, self.v.params
         grid, group, oshape, template, kc, vc, fk, fv, kernel = fused._static(kp, vp, b, h, t, d, keys.dtype,
                                                                               values.dtype)
+        # each step's constant arrays by the tokens it encodes: t; with KIVI's window two plans, copy-only steps (0)
+        # and every G-th step a flush (G), which the host knows from the window's length (in_place.InPlace.flush)
+        # (with R = 0 the flush's last token is the chunk's own: in_place.InPlace.own)
+        own = t if kp.window == 0 else 0
+        self.consts = {t: (kc, vc)} if not plan.group else {
+            n: fused._static(kp, vp, b, h, t, d, keys.dtype, values.dtype, n, own if n else 0)[4:6]
+            for n in (0, plan.group)}
         self.kernel, self.call = _resolve(kernel, template, grid=grid, threadgroup=group, output_shapes=oshape,
                                           output_dtypes=[mx.bool_])
         kb = [plan.kbufs[f] for f in fk]
@@ -93,10 +100,11 @@ class DecodeStep:
 
     @staticmethod
     def applies(plan) -> bool:
-        """Every field of both streams holds one row per encoded token from the same first row lo (what StepKV's
-        record assumes: 0, or the rows a sliding-window cache evicted), and both streams have the same count."""
-        lo = plan.rows[0].lo
-        return plan.k._q == plan.v._q and all(r.lo == lo and r.n - lo == plan.k._q for r in plan.rows)
+        """Every field of both streams holds one row per encoded token (KIVI keys' scale and zero: per G tokens)
+        from the same first row lo (what StepKV's record assumes: 0, or the rows a sliding-window cache evicted), and
+        both streams have the same count."""
+        lo, q = plan.rows[0].lo, plan.k._q
+        return q == plan.v._q and all(r.lo == lo and r.n - lo == q // g for r, g in zip(plan.rows, plan.per))
 
     def __deepcopy__(self, memo):
         return None       # a copied cache has its own buffers: its next append makes its own
@@ -132,9 +140,12 @@ class DecodeStep:
         ins[2] = keys
         ins[self.slot_v] = values
         w = plan.windows()          # (kf, kw, vf, vw): the tokens leaving each window and the window after the step
+        held = plan.held if w else (None, None)      # the windows after the step (not the launch's: KIVI R = 0)
         if w:
             ins[-4:] = w
-        q = k._q + keys.shape[2]
+        f = plan.flushing if w else keys.shape[2]        # tokens this step encodes
+        ins[3], ins[self.slot_v + 1] = self.consts[f]
+        q = k._q + f
         c.offset += keys.shape[2]
         c._appends += 1
         if kattention.fuse_append():
@@ -142,8 +153,8 @@ class DecodeStep:
         else:
             (token,) = self.kernel(inputs=ins, **self.call)
             self._stored(token, before, c._appends)
-        return (StepKV(k, plan.kbufs, q, token, self, lo, w[1] if w else None),
-                StepKV(v, plan.vbufs, q, token, self, lo, w[3] if w else None))
+        return (StepKV(k, plan.kbufs, q, token, self, lo, w[1] if w else None, held[0]),
+                StepKV(v, plan.vbufs, q, token, self, lo, w[3] if w else None, held[1]))
 
     def _stored(self, token: mx.array, before: tuple, index: int) -> None:
         """The chunk of `token`'s launch is in the buffers: the plan, the streams and the cache follow."""
@@ -196,7 +207,7 @@ class DecodeStep:
             return None
         kern, call, ins, slots, comb = a
         ins = list(ins)
-        iq, inn, ifl, ikx, ivx, irs, iwin = slots
+        iq, inn, ifl, ikx, ivx, irs, iwin, ikc, ivc = slots
         ins[iq] = queries
         ins[inn] = km.count(q_enc + lo)
         if starts:
@@ -209,6 +220,7 @@ class DecodeStep:
             ins[ifl] = tok.ins[1]         # ordered after the previous store, as the append launch is
             ins[ikx] = tok.ins[2]
             ins[ivx] = tok.ins[self.slot_v]
+            ins[ikc], ins[ivc] = tok.ins[3], tok.ins[self.slot_v + 1]   # the step's plan (KIVI: flush or not)
         else:
             ins[ifl] = keys.flags
         outs = kern(inputs=ins, **call)
@@ -257,5 +269,5 @@ class DecodeStep:
             comb = (ckern, ccall, st.consts)
         at = {n: i for i, n in enumerate(names)}
         slots = (at["q"], at["nenc"], at["flags"], at.get("kx"), at.get("vx"), at.get("rstart"),
-                 tuple(at.get(n) for n in ("kw", "vw", "kf", "vf")))
+                 tuple(at.get(n) for n in ("kw", "vw", "kf", "vf")), at.get("kconst"), at.get("vconst"))
         return kern, call, ins, slots, comb

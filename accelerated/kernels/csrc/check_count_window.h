@@ -8,3 +8,7 @@
   auto wdst = VQ_MUT(VQ_SCOPE(XT), VQ_SCOPE(W));
   VQ_REF w_strides = VQ_SCOPE(W_STRIDES);
   const int vq_wrow = (int)VQ_SCOPE(W_SHAPE)[2] - (int)VQ_SCOPE(WX_SHAPE)[2];   // the window's row of chunk token 0
+// KIVI with window 0: a flush encodes the window's G - 1 tokens and the chunk's own token (meta[7] of them, the last):
+// load_x.h reads those from the chunk (the window buffer's row of it is the one this scope writes)
+  const int vq_own = meta[7];
+#define VQ_X_OWN

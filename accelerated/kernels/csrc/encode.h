@@ -9,6 +9,14 @@
 #define VQ_HM20 VQ_H20
 #define VQ_HM28 VQ_H28
 #include "hadamard.h"
+// KIVI keys' output rows: their scale / zero rows (a group of gs tokens each) and their codes rows (one per token);
+// an encode scope maps them into the streams' buffers (encode_scope.h)
+#ifndef VQ_GROW
+#define VQ_GROW(bh, ne, i) VQ_OROW(bh, ne, i)
+#endif
+#ifndef VQ_TROW
+#define VQ_TROW(bh, nq, t) ((bh) * (nq) + (t))
+#endif
 
 #include VQ_ENCODE_ARRAYS
   if (M <= 3 && M != 2 && warp == 0) {
@@ -47,7 +55,9 @@
 #include "rows.h"
 
     const int64_t xrow = (int64_t)b * xs0 + (int64_t)h * xs1;
-    const int orow = VQ_OROW(bh, ne, i);        // row of the outputs (kernels/append.py: of the buffers)
+    // row of the outputs (kernels/append.py: of the buffers); KIVI keys' rows i are groups, their scale and zero
+    // rows (VQ_GROW), their codes one row per token (VQ_TROW)
+    const int orow = (M == 4 && keys != 0) ? VQ_GROW(bh, ne, i) : VQ_OROW(bh, ne, i);
     if (i >= ne) {
       // a token that is only checked (window tokens of a one-shot encode, a chunk's unflushed tokens)
 #include VQ_CHECK_ROW
@@ -222,7 +232,7 @@
 #define VQ_PACK_CODES c1
 #define VQ_PACK_BITS bits
 #define VQ_PACK_OUT codes1
-#define VQ_PACK_ROW (bh * nq + i * gs + tt)
+#define VQ_PACK_ROW VQ_TROW(bh, nq, i * gs + tt)
 #define VQ_PACK_REGION 0
 #include "pack.h"
 

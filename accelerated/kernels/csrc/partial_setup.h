@@ -27,15 +27,17 @@
   const int rep = hq / hkv;
   const int nq = rep * L;
   const int Q = nenc[0];                          // encoded tokens (the code buffers may hold more rows)
-  const int R = HASWIN ? (int)kw_shape[2] : 0;   // no window: kw is a stand-in
+  // no window: kw is a stand-in; VQ_WOWN: kw's first rows that are the chunk's own tokens encoded by this launch
+  // (KIVI with window 0 at a flush: kw is the chunk's row the append writes, and the window after it is empty)
+  const int R = HASWIN ? (int)kw_shape[2] - VQ_WOWN : 0;
   const int T = Q + R;
   const bool is_win = (s == S);
   int t0 = 0;
   int t1 = R;
   if (!is_win) {
-    // APPEND: split S - 1 takes the VQ_TNEW tokens it encoded (append_block), splits 0 .. S - 2 the ones before
+    // APPEND: split S - 1 takes the VQ_TENC tokens it encoded (append_block), splits 0 .. S - 2 the ones before
     // row starts (a left-padded batch): batch row b attends to its tokens from rstart[b] on, split evenly
-    const int QO = Q - VQ_TNEW;
+    const int QO = Q - VQ_TENC;
     const int SO = APPEND ? S - 1 : S;
     const int lo0 = VQ_STARTS ? vq_min((int)rstart[b], QO) : 0;
     const int chunk = (QO - lo0 + SO - 1) / SO;
