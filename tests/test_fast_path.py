@@ -196,6 +196,17 @@ def _batch_mark(name, mark):
                 "reason: " + mark.kwargs["reason"])
 
 
+def _assert_batch_steps_fast(model, merged, cuda, paths):
+    """Two-row decode steps on a merged batch (the first makes the DecodeStep): each one DecodeStep launch pair
+    per layer for the whole batch."""
+    q = mx.array([[1], [1]])
+    model(q, cache=merged)
+    _reset(cuda, paths)
+    for i in range(STEPS):
+        model(q + 1 + i, cache=merged)
+    _assert_fast(cuda, paths, [c.inner for c in merged], len(merged) * STEPS)
+
+
 @pytest.mark.parametrize("kw", [pytest.param(kw, id=i, marks=_batch_mark(i, m)) for i, kw, m in CONFIGS])
 def test_a_merged_batch_takes_one_fast_step_per_layer(cuda, paths, kw):
     """mlx-lm's BatchGenerator merges per-sequence prompt caches (VeloxKVCache.merge): every configuration must
@@ -210,12 +221,7 @@ def test_a_merged_batch_takes_one_fast_step_per_layer(cuda, paths, kw):
     merged = [layer[0].merge(list(layer)) for layer in zip(*rows)]
     kinds = sorted({type(c).__name__ for c in merged})
     assert kinds == [SharedBatchVeloxKVCache.__name__], f"merge made {kinds}"
-    q = mx.array([[1], [1]])
-    model(q, cache=merged)          # the first step makes the DecodeStep
-    _reset(cuda, paths)
-    for i in range(STEPS):
-        model(q + 1 + i, cache=merged)
-    _assert_fast(cuda, paths, [c.inner for c in merged], len(merged) * STEPS)
+    _assert_batch_steps_fast(model, merged, cuda, paths)
 
 
 def _attended_through_the_kernels(paths, layer_steps):
@@ -315,12 +321,7 @@ def test_a_merged_sliding_window_batch_attends_through_the_kernels(cuda, paths, 
 def test_a_merged_sliding_window_batch_takes_one_fast_step_per_layer(cuda, paths, short):
     """... and each of them is one DecodeStep launch pair per layer for the whole batch."""
     model, merged = _merged_sliding_window_batch(short)
-    q = mx.array([[1], [1]])
-    model(q, cache=merged)          # the first step makes the DecodeStep
-    _reset(cuda, paths)
-    for i in range(STEPS):
-        model(q + 1 + i, cache=merged)
-    _assert_fast(cuda, paths, [c.inner for c in merged], len(merged) * STEPS)
+    _assert_batch_steps_fast(model, merged, cuda, paths)
 
 
 def test_a_sliding_window_kivi_cache_attends_through_the_kernels(cuda, paths):

@@ -60,7 +60,7 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-contexts", nargs="+", type=int, default=[4096, 32768])
     p.add_argument("--model-shape", type=json.loads, default=None, metavar="JSON",
                    help="the batch suite's llama config instead of Llama-3-8B's: every field of "
-                        "bench_decode.LLAMA3_8B (hidden_size, intermediate_size, num_attention_heads, "
+                        "tools/bench/arms.py LLAMA3_8B (hidden_size, intermediate_size, num_attention_heads, "
                         "num_key_value_heads, head_dim, vocab_size)")
     p.add_argument("--json", type=pathlib.Path, default=None)
     p.add_argument("--from-json", type=pathlib.Path, nargs="+", default=None, metavar="JSON")

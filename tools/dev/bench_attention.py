@@ -75,7 +75,8 @@ def main(argv=None) -> int:
     from veloxquant.accelerated.kernels import attention as katt
     from veloxquant.accelerated.kernels import backend
     from veloxquant.tools.bench.harness import device_info
-    from veloxquant.tools.bench.decode import B, D, HKV, HQ, _make, _prefill
+    from veloxquant.tools.bench.arms import make as _make, prefill as _prefill
+    from veloxquant.tools.bench.harness import B, D, HKV, HQ
     if backend.backend() is None:
         print(f"bench_attention: {backend.available()[1]}", file=sys.stderr)
         return 2

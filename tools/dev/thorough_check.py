@@ -39,9 +39,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]     # the folder holding conf
 _CELL = re.compile(r"test_encode_decode\[([A-Za-z0-9_.-]+)\]")
 _RESULT = re.compile(r"test_encode_decode\[([A-Za-z0-9_.-]+)\] (PASSED|FAILED|ERROR|SKIPPED)")
 _FINAL = ("passed", "failed", "skipped")
-_STATS_HEAD = re.compile(r"^conformance/test_differential\.py::test_encode_decode\[([A-Za-z0-9_.-]+)\]:\s*$")
-_STATS_RUN = re.compile(r"- (\d+) passing, (\d+) failing, and (\d+) invalid")
-_DURATION = re.compile(r"^([\d.]+)s call\s+conformance/test_differential\.py::test_encode_decode\[([A-Za-z0-9_.-]+)\]")
+_STATS_HEAD = re.compile(r"^(?:veloxquant/)?conformance/test_differential\.py::test_encode_decode\[([A-Za-z0-9_.-]+)\]:\s*$")
+_STATS_RUN = re.compile(r"- (\d+) passing(?: examples)?, (\d+) failing(?: examples)?,? (?:and )?(\d+) invalid")
+_DURATION = re.compile(r"^([\d.]+)s call\s+(?:veloxquant/)?conformance/test_differential\.py::test_encode_decode\[([A-Za-z0-9_.-]+)\]")
 _COLLECTED = re.compile(r"test_encode_decode\[([A-Za-z0-9_.-]+)\]\s*$")
 
 
