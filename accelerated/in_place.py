@@ -29,9 +29,12 @@ def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, 
         if plan is None:
             return None, None
     w = plan.windows()
+    f, own = plan.flushes(), plan.owns()
     token = fused.append(k.params, keys, plan.kbufs, v.params, values, plan.vbufs, plan.base(), after,
                          **({"windows": w} if w else {}),
-                         **({"flushed": plan.flushing, "own": plan.own()} if plan.group else {}))
+                         **({"flushed": f if plan.mixed else f[0], "own": own if plan.mixed else own[0]}
+                            if plan.group else {}),
+                         **({"vbase": plan.base(1)} if plan.mixed else {}))
     plan.stored(token)
     return token, plan
 
@@ -42,108 +45,137 @@ class InPlace:
     its version: commit, trim, restore, evict, compact), the chunk has the same shape and dtype, and the
     buffers have room. Saves the per-step checks' Python (a few us per layer on the host).
 
-    KIVI with an exact window (`group` = G; both roles KIVI with the same R and G): the windows hold R .. R + G - 1
-    tokens, so a step (t <= min(R, G) tokens) encodes none of them, or, where the windows reach R + G, their oldest
-    G (`flush`): the host knows which from the window's length, no sync. Its keys' scale and zero fields have a row
-    per G tokens (`per`). With R = 0 (t = 1) the flush's last token is the chunk's own (`own`): the launch reads it
-    from the chunk and writes it into its window buffer row, which is then its whole window (`windows`); the window
-    after it is empty (`held`)."""
+    Each role on its own (`wins`, `groups`: its window, its KIVI group size G or 0): a role with an exact window
+    (R > 0, or KIVI) moves it in its buffer. KIVI's windows hold R .. R + G - 1 tokens, so a step (t <= min(R, G)
+    tokens) encodes none of them, or, where the window reaches R + G, its oldest G (`flushes`): the host knows which
+    from the window's length, no sync. Its keys' scale and zero fields have a row per G tokens (`per`). With R = 0
+    (t = 1) the flush's last token is the chunk's own (`owns`): the launch reads it from the chunk and writes it into
+    its window buffer row, which is then its whole window (`windows`); the window after it is empty (`held`).
+    Where the roles differ (`mixed`: kernels/append.py mixed, e.g. keys turboquant with R = 0 and values KIVI with
+    R = 128), their encoded counts differ and each role's first row is its own (`base`)."""
 
-    __slots__ = ("k", "v", "kver", "vver", "kshape", "vshape", "kdt", "vdt", "t", "room", "kbufs", "vbufs", "rows",
-                 "win", "next", "group", "per", "wroom", "flushing", "held")
+    __slots__ = ("k", "v", "kver", "vver", "kshape", "vshape", "kdt", "vdt", "t", "rooms", "kbufs", "vbufs", "rows",
+                 "win", "wins", "next", "group", "groups", "per", "wroom", "flushing", "held", "mixed", "nrows")
 
     @classmethod
     def check(cls, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> "InPlace | None":
         t = keys.shape[2]
-        room = None
         lo = next(iter(k._rows.values())).lo
         kp, vp = k.params, v.params
-        kivi = "kivi" in (kp.method, vp.method)
-        win = k.params.window > 0 or kivi
-        group = kp.group_size if kivi else 0
-        if kivi and (kp.method != vp.method or kp.group_size != vp.group_size or kp.window != vp.window
-                     or lo or t > (min(kp.window, group) or 1) or k._window is None or v._window is None
-                     or k._window.shape[2] != v._window.shape[2]):
+        wins = (fused.role_window(kp), fused.role_window(vp))
+        groups = tuple(p.group_size if p.method == "kivi" else 0 for p in (kp, vp))
+        mixed = fused.mixed(kp, vp)
+        if lo and any(groups):
             return None
-        per = []
-        for s, x in ((k, keys), (v, values)):
+        per, room = [], []
+        for s, x, win, group in ((k, keys, wins[0], groups[0]), (v, values, wins[1], groups[1])):
             b, h, _, d = x.shape
             r_ = s.params.window
-            full = s._window is not None and (r_ <= s._window.shape[2] < r_ + group if kivi
-                                              else s._window.shape[2] == r_)
-            if (s._bhd != (b, h, d) or not hasattr(s._method, "encode_launch") or not fused.applies(s.params)
-                    or not full or (s.params.window > 0 or kivi) != win
-                    or t > s.params.window > 0        # a window moves by the chunk: its tokens leave it, none of it
-                    or s._window.dtype != x.dtype or s._q != k._q):
+            w = s._window
+            if w is None or (group and t > (min(r_, group) or 1)):
                 return None
+            full = (r_ <= w.shape[2] < r_ + group) if group else w.shape[2] == r_
+            if (s._bhd != (b, h, d) or not hasattr(s._method, "encode_launch") or not fused.applies(s.params)
+                    or not full or t > r_ > 0        # a window moves by the chunk: its tokens leave it, none of it
+                    or w.dtype != x.dtype or (s._q != k._q and not mixed)):
+                return None
+            left = None
             for n, r in s._rows.items():
                 # r.lo: rows evicted by a sliding-window cache (the same in every per-token field of both
                 # streams); the kernel writes at row lo + Q of the buffer (base). KIVI keys' scale and zero: a row
                 # per G tokens (room counted in tokens)
-                g = group if kivi and s._field_rows(n, group) == 1 else 1
-                if r.buf is None or r.lo != lo or r.n - lo != s._field_rows(n, k._q) \
+                g = group if group and s._field_rows(n, group) == 1 else 1
+                if r.buf is None or r.lo != lo or r.n - lo != s._field_rows(n, s._q) \
                         or not fused.fits(b, h, r.buf.shape[2]):
                     return None
                 per.append(g)
-                left = (r.buf.shape[2] - r.n) * g
-                room = left if room is None else min(room, left)
-        wroom = 0
-        if win:         # both windows full (checked above) into buffers with room: the launch moves them in place
-            wroom = None
-            for s in (k, v):
+                room_n = (r.buf.shape[2] - r.n) * g
+                left = room_n if left is None else min(left, room_n)
+            room.append(left)
+        wroom = []
+        for s, win in zip((k, v), wins):    # a full window into a buffer with room: the launch moves it in place
+            if win:
                 s._window_buffer(t)
-                left = s._wbuf.shape[2] - s._ws - s._window.shape[2]
-                wroom = left if wroom is None else min(wroom, left)
+                wroom.append(s._wbuf.shape[2] - s._ws - s._window.shape[2])
+            else:
+                wroom.append(None)
         p = cls()
         p.k, p.v, p.kver, p.vver = k, v, k._version, v._version
-        p.kshape, p.vshape, p.kdt, p.vdt, p.t, p.room = keys.shape, values.shape, keys.dtype, values.dtype, t, room
+        p.kshape, p.vshape, p.kdt, p.vdt, p.t = keys.shape, values.shape, keys.dtype, values.dtype, t
         p.kbufs = {n: r.buf for n, r in k._rows.items()}
         p.vbufs = {n: r.buf for n, r in v._rows.items()}
         p.rows = [*k._rows.values(), *v._rows.values()]
-        p.win, p.next, p.group, p.per, p.wroom, p.flushing, p.held = win, None, group, per, wroom, None, None
-        if p.room < p.flush() or p.wroom < (t if win else 0):
+        p.nrows = len(k._rows)
+        p.wins, p.groups, p.mixed = wins, groups, mixed
+        p.win, p.group = any(wins), max(groups)
+        p.per, p.rooms, p.wroom = per, room, wroom
+        p.next, p.flushing, p.held = None, None, None
+        if not p._fits():
             return None
         return p
 
-    def flush(self) -> int:
-        """Tokens the next chunk encodes (leaving the windows): t, or with KIVI (`group`) 0 or G."""
-        if not self.group:
+    @property
+    def room(self) -> int:
+        """Tokens the buffers still take (the fuller role's)."""
+        return min(self.rooms)
+
+    def _fits(self) -> bool:
+        return all(r >= f for r, f in zip(self.rooms, self.flushes())) and \
+            all(w is None or w >= self.t for w in self.wroom)
+
+    def _flush(self, i: int) -> int:
+        s, g = (self.k, self.v)[i], self.groups[i]
+        if not g:
             return self.t
-        w = self.k._window.shape[2] + self.t
-        return self.group if w >= self.k.params.window + self.group else 0
+        return g if s._window.shape[2] + self.t >= s.params.window + g else 0
+
+    def flushes(self) -> tuple:
+        """Tokens the next chunk encodes per role (leaving its window): t, or with KIVI 0 or G."""
+        return self._flush(0), self._flush(1)
+
+    def flush(self) -> int:
+        """Tokens the next chunk encodes where both roles encode the same (not `mixed`)."""
+        return self._flush(0)
+
+    def owns(self) -> tuple:
+        """The chunk's tokens among those the next launch encodes per role (KIVI with R = 0 at a flush: 1)."""
+        return tuple(max(self._flush(i) - s._window.shape[2], 0) if self.groups[i] else 0
+                     for i, s in enumerate((self.k, self.v)))
 
     def own(self) -> int:
-        """The chunk's tokens among those the next launch encodes (KIVI with R = 0 at a flush: 1)."""
-        return max(self.flush() - self.k._window.shape[2], 0) if self.group else 0
+        return self.owns()[0]
 
     def __deepcopy__(self, memo):
         return None       # a copied cache has copied buffers: its first append checks again
 
-    def base(self) -> int:
-        """The buffer row of the next token: Q past the rows a sliding-window cache evicted (lo)."""
-        return self.rows[0].n
+    def base(self, role: int = 0) -> int:
+        """The buffer row of the role's next encoded token: Q past the rows a sliding-window cache evicted (lo)."""
+        return self.rows[0].lo + (self.k, self.v)[role]._q
 
     def evicted(self) -> None:
         """Both streams evicted their oldest tokens (Stream.evict, rows skipped in place: buffers and row ends
         unchanged) since the versions this plan holds for: it holds for the new versions too (not where an
         eviction reached a window: it is no longer the buffer's view)."""
-        if not self.win or all(s._window is s._wview for s in (self.k, self.v)):
+        if not self.win or all(s._window is s._wview for s, w in zip((self.k, self.v), self.wins) if w):
             self.kver, self.vver = self.k._version, self.v._version
 
     def windows(self) -> tuple:
         """The next launch's window views (kernels/append.py WINDOWED): (kf, kw, vf, vw), each stream's t tokens
-        leaving its window and its window after the chunk (rows of Stream._wbuf); () without windows. `stored`
-        makes them the streams' state."""
+        leaving its window and its window after the chunk (rows of Stream._wbuf); () without windows; where one role
+        has none (`mixed`), the other's pair only (kernels/append.py MIXED). `stored` makes them the streams' state."""
         if not self.win:
             return ()
-        t, f, own, out, held = self.t, self.flush(), self.own(), [], []
-        for s in (self.k, self.v):
+        t, fs, owns, out, held = self.t, self.flushes(), self.owns(), [], []
+        for s, win, f, own in zip((self.k, self.v), self.wins, fs, owns):
+            if not win:
+                held.append(None)
+                continue
             ws, r = s._ws, s._window.shape[2]
             # (KIVI with nothing leaving: kf is any rows, never read; with R = 0 at a flush kf's last row and kw are
             # the chunk's row, and the window after the step is empty)
             out += [s._wbuf[:, :, ws:ws + (f or t)], s._wbuf[:, :, ws + f - own:ws + r + t]]
             held.append(s._wbuf[:, :, ws + f:ws + r + t] if own else out[-1])
-        self.next, self.flushing, self.held = tuple(out), f, tuple(held)
+        self.next, self.flushing, self.held = tuple(out), fs, tuple(held)
         return self.next
 
     def stored(self, token: mx.array) -> None:
@@ -151,22 +183,23 @@ class InPlace:
         k, v, t = self.k, self.v, self.t
         if self.win and self.next is None:
             self.windows()
-        f = self.flushing if self.win else t
-        for r, g in zip(self.rows, self.per):
-            r.n += f // g
-        for s in (k, v):
+        fs = self.flushing if self.win else (t, t)
+        for i, (r, g) in enumerate(zip(self.rows, self.per)):
+            r.n += fs[0 if i < self.nrows else 1] // g
+        for s, f in zip((k, v), fs):
             s._q += f
             s._version += 1
             s._token = token
         if self.win:
             held, self.next, self.held = self.held, None, None
-            for s, w in zip((k, v), held):
-                s._moved(w, f)
-            self.wroom -= t
-        self.kver, self.vver, self.room = k._version, v._version, self.room - f
+            for i, (s, w) in enumerate(zip((k, v), held)):
+                if w is not None:
+                    s._moved(w, fs[i])
+                    self.wroom[i] -= t
+        self.kver, self.vver = k._version, v._version
+        self.rooms = [r - f for r, f in zip(self.rooms, fs)]
 
     def holds(self, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> bool:
         return (k is self.k and v is self.v and k._version == self.kver and v._version == self.vver
-                and self.room >= self.flush() and self.wroom >= (self.t if self.win else 0)
-                and keys.shape == self.kshape and values.shape == self.vshape
+                and self._fits() and keys.shape == self.kshape and values.shape == self.vshape
                 and keys.dtype == self.kdt and values.dtype == self.vdt)

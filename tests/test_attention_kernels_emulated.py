@@ -339,7 +339,8 @@ def _marshal(arrays: list[np.ndarray]):
 
 
 def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale: float, mask=None,
-            append: tuple | None = None, poison_below: list | None = None, reverse: bool = False) -> np.ndarray:
+            append: tuple | None = None, poison_below: list | None = None, reverse: bool = False,
+            mixed: bool = False) -> np.ndarray:
     """The partial and combine launches on the CPU. `append` = (new keys, new values, keys' params, values' params,
     poisoned): the decode step's append inside the partial launch (APPEND) for the last t tokens of the records,
     whose rows in the buffers are set to all ones first when `poisoned` (so the kernel must write them); returns
@@ -349,20 +350,24 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
     just before the window in one buffer, whose last t rows are all ones (the chunk's, to be written); the rows then
     also hold "kw" / "vw", the window as the launch left it. `append`'s seventh item: the tokens the launch encodes
     where not the chunk's t (KIVI's window: 0, or a group of G; kf / vf hold them). `reverse`: the blocks of each
-    launch run in reverse order (the last split first)."""
+    launch run in reverse order (the last split first). `mixed`: the MIXED partial (roles whose encoded counts
+    differ: attention_source.MIXED_WINDOWS); `append`'s seventh and eighth items are then (keys', values'), its
+    sixth (kf or None, vf or None): a role without a window has none."""
     extra = ats = None
     if append is not None:
         kx, vx, kp, vp, poisoned = append[:5]
         nq = append[6] if len(append) > 6 else None
         own = append[7] if len(append) > 7 else 0
+        (knq, vnq), (kown, vown) = (nq if isinstance(nq, tuple) else (nq, nq)), (own if isinstance(own, tuple)
+                                                                                  else (own, own))
         d = kx.shape[3]
-        extra = {"kx": kx, "kconst": kfused.constants(kp, kx.shape[1], kx.shape[2], d, nq, own), "vx": vx,
-                 "vconst": kfused.constants(vp, vx.shape[1], vx.shape[2], d, nq, own)}
+        extra = {"kx": kx, "kconst": kfused.constants(kp, kx.shape[1], kx.shape[2], d, knq, kown), "vx": vx,
+                 "vconst": kfused.constants(vp, vx.shape[1], vx.shape[2], d, vnq, vown)}
         ats = (km_._side_dtype(kp, kx.dtype), km_._side_dtype(vp, vx.dtype), kx.dtype, vx.dtype)
         if len(append) > 5:
-            extra.update(kf=append[5][0], vf=append[5][1])
+            extra.update({f"{r}f": f for r, f in zip("kv", append[5]) if f is not None})
     plan = katt.launch_plan(queries, k, v, scale, mask, None if append is None else mx.zeros((1,), mx.bool_), ats,
-                            extra)
+                            extra, mixed)
     ins = [_strided(a, 3 if name in _FIELD_INPUTS else 0) for name, a in zip(plan.partial_names, plan.partial_inputs)]
     if poison_below is not None:       # rows a RowStarts mask hides: all bits set (NaN norms), never to be read
         for name, a in zip(plan.partial_names, ins):
@@ -370,14 +375,17 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
                 for bi, s0 in enumerate(poison_below):
                     a[bi, :, :s0].view(np.uint8)[...] = 0xFF
     if append is not None and poisoned:
-        t, q = append[0].shape[2] if nq is None else nq, k.encoded
         for name, a in zip(plan.partial_names, ins):
             if name in _FIELD_INPUTS:       # the encoded rows (a group field: KIVI keys' scale, zero, q / G rows)
+                t = append[0].shape[2] if (knq if name[0] == "k" else vnq) is None else (knq if name[0] == "k" else vnq)
+                q = (k if name[0] == "k" else v).encoded
                 n = a.shape[2] - 3
                 a[:, :, n - n * t // q: n].view(np.uint8)[...] = 0xFF
     wins = {}
     if append is not None and len(append) > 5:     # each window after its leaving tokens in one buffer, its new rows poisoned
-        for r in ("k", "v"):
+        for r, own in (("k", kown), ("v", vown)):
+            if f"{r}f" not in plan.partial_names:     # (MIXED: a role without a window)
+                continue
             iw, i_f = plan.partial_names.index(f"{r}w"), plan.partial_names.index(f"{r}f")
             w, f = ins[iw], _strided(extra[f"{r}f"], 0)
             t, new = f.shape[2], append[0].shape[2]
@@ -418,8 +426,8 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
         res = out.astype(np.float32)
     if append is None:
         return res
-    q = k.encoded
-    rows = {n: a[:, :, :q] for n, a in zip(plan.partial_names, ins) if n in _FIELD_INPUTS}
+    rows = {n: a[:, :, :(k if n[0] == "k" else v).encoded] for n, a in zip(plan.partial_names, ins)
+            if n in _FIELD_INPUTS}
     rows.update(wins)
     return res, rows, token, summary
 
@@ -783,6 +791,82 @@ def test_append_inside_the_partial_moves_kivi_windows(case, monkeypatch, tune):
         want = f64_attention(np.array(q.astype(mx.float32)), np.array(ref_k.dequantized()),
                              np.array(ref_v.dequantized()), scale, causal)
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * np.abs(want).max(), err_msg="KIVI window vs f64")
+    finally:
+        katt._static.cache_clear()
+
+
+MIXED_CASES = [
+    # keys (method, kw, R), values (method, kw, R), (B, Hkv, rep, T, d), x dtype, causal: T after the step
+    (("turboquant", dict(bits=3), 0), ("kivi", dict(bits=2, group_size=32), 128), (1, 2, 2, 128 + 64, 64),
+     mx.float16, False),                                     # the values flush a group (window back at R)
+    (("turboquant", dict(bits=3), 0), ("kivi", dict(bits=2, group_size=32), 128), (1, 2, 2, 128 + 64 + 7, 64),
+     mx.float16, False),
+    (("turboquant", dict(bits=3), 0), ("kivi", dict(bits=2, group_size=32), 32), (2, 1, 3, 32 + 64, 64),
+     mx.bfloat16, True),
+    (("turboquant", dict(bits=3), 0), ("kivi", dict(bits=2, group_size=32), 32), (1, 2, 2, 32 + 64 + 9, 128),
+     mx.float16, False),
+    (("turboquant", dict(bits=4), 32), ("rabitq", {}, 0), (1, 2, 2, 70, 64), mx.float16, False),   # values ahead
+]
+
+
+@pytest.mark.parametrize("case", MIXED_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}R{c[0][2]}-{c[1][0]}R{c[1][2]}"
+                                                   f"-T{c[2][3]}" for c in MIXED_CASES])
+def test_mixed_roles_through_one_partial(case, monkeypatch, tune):
+    """MIXED (attention_source.MIXED_WINDOWS): keys and values of different methods or windows in one layer have
+    encoded counts of their own (keys turboquant 3-bit with R = 0 and values KIVI 2-bit with R = 128 or 32, the
+    recommended quality configuration; keys with a window of 32 beside rabitq values with none). The partial takes
+    nenc as the common prefix and reads each role's own past it: split S - 1 attends one role's records beside the
+    other's window (no decode of the cache, no concatenation), the window split both windows from their own rows.
+    Without the append and with it (split S - 1 encodes each role's own rows: the keys' token, the values' group at
+    a flush or none, bit for bit accelerated.ops' one-shot encode, blocks in both orders), within the float64
+    budget over all T tokens."""
+    tune(tokens_per_split=16)
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)    # (MIXED never takes the tensor-core loop)
+    katt._static.cache_clear()
+    try:
+        (km, kkw, kr), (vm, vkw, vr), (b, hkv, rep, t, d), xdt, causal = case
+        rng = np.random.default_rng(t + d + kr + vr)
+        kp = spec.Params(km, role="k", window=kr, seed=4, layer=1, head_offset=1, **kkw).resolved()
+        vp = spec.Params(vm, role="v", window=vr, seed=4, layer=1, head_offset=1, **vkw).resolved()
+        kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
+        vx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
+        q = mx.array(rng.standard_normal((b, hkv * rep, 1, d)).astype(np.float32)).astype(mx.float16)
+        k, v = _packed(kx, kp), _packed(vx, vp)
+        assert k.encoded != v.encoded and min(k.encoded, v.encoded) > 0, "the case must have uneven prefixes"
+        scale = 1.0 / np.sqrt(d)
+        mask = "causal" if causal else None
+        want = f64_attention(np.array(q.astype(mx.float32)), np.array(k.dequantized()), np.array(v.dequantized()),
+                             scale, causal)
+        tol = 2e-3 * np.abs(want).max()
+        plan = katt.launch_plan(q, k, v, scale, mask, mixed=True)
+        assert plan.key[2] in src.MIXED_WINDOWS and not plan.key[4], f"not the MIXED scalar partial: {plan.key}"
+        got = emulate(q, k, v, scale, mask, mixed=True)
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg="MIXED partial vs float64")
+        # the append inside: each role's tokens leaving its window (none without one), the tokens it encodes
+        leaving, nq = [], []
+        for x, p, rec in ((kx, kp, k), (vx, vp, v)):
+            qe = rec.encoded
+            if p.method == "kivi":
+                flush = rec.window.shape[2] == p.window
+                nq.append(p.group_size if flush else 0)
+                leaving.append(x[:, :, qe - p.group_size:qe] if flush else x[:, :, t - 1:])
+            else:
+                nq.append(1)
+                leaving.append(x[:, :, qe - 1:qe] if p.window else None)
+        new = (kx[:, :, t - 1:], vx[:, :, t - 1:], kp, vp, True, tuple(leaving), tuple(nq), (0, 0))
+        got, rows, token, summary = emulate(q, k, v, scale, mask, append=new, reverse=True, mixed=True)
+        forward = emulate(q, k, v, scale, mask, append=new, mixed=True)[0]
+        assert np.array_equal(forward, got), "the output depends on the order of the launch's blocks"
+        assert not token.any() and not summary.any(), (token.tolist(), summary.tolist())
+        for rec, role, x in ((k, "k", leaving[0]), (v, "v", leaving[1])):
+            for kn, name in katt._field_names(rec.params.method, role):
+                want_rows = _strided(rec.fields[name], 0)
+                assert np.array_equal(rows[kn][:, :, :want_rows.shape[2]].view(np.uint8), want_rows.view(np.uint8)), \
+                    f"{rec.params.method} {role} {name}: the rows after the launch differ from one-shot encode"
+            if x is not None:
+                assert np.array_equal(rows[f"{role}w"].view(np.uint8), _strided(rec.window, 0).view(np.uint8)), \
+                    f"{role}: the window after the launch differs from one-shot encode's"
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg="MIXED partial with the append vs float64")
     finally:
         katt._static.cache_clear()
 

@@ -128,7 +128,7 @@ CONFIGS = [
     ("kivi-w32", dict(method="kivi", window=32), None),
     ("kivi-default-window", dict(method="kivi"), None),
     ("keys-turboquant3-values-kivi2", dict(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2),
-     _off(_MIXED)),
+     None),
     ("keys-turboquant4-values-rabitq", dict(key_method="turboquant", key_bits=4, value_method="rabitq"), None),
 ]
 

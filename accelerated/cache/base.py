@@ -111,11 +111,11 @@ def _fused_chunk(msgs: tuple, index: int, token: mx.array, before: tuple) -> _Ch
 
 @functools.lru_cache(maxsize=256)
 def _one_launch(kp: spec.Params, vp: spec.Params) -> bool:
-    """Whether both roles' parameters let an append take kernels/append.py's one launch (windows in both roles or
-    neither; KIVI in both or neither: its window moves by groups, in_place.InPlace): for the others the in-place
-    attempt and its rollback marks are skipped at every step, since they would find it does not apply."""
-    return (fused_applies(kp) and fused_applies(vp) and (kp.window > 0) == (vp.window > 0)
-            and (kp.method == "kivi") == (vp.method == "kivi"))
+    """Whether both roles' parameters let an append take kernels/append.py's one launch (each role's window moved
+    on its own, in_place.InPlace; different methods or windows in one layer too: kernels/append.py MIXED): for the
+    others the in-place attempt and its rollback marks are skipped at every step, since they would find it does not
+    apply."""
+    return fused_applies(kp) and fused_applies(vp)
 
 
 @functools.lru_cache(maxsize=None)

@@ -46,15 +46,26 @@ def _fields(method: str) -> tuple[str, ...]:
     return tuple(n for n, f in zip(("codes1", "codes2", "f_s1", "f_s2"), km.FIELDS[method]) if f)
 
 
-def inputs(mk: str, mv: str, win: bool = False) -> list[str]:
+def _roles(win) -> tuple[bool, bool]:
+    """(keys windowed, values windowed) of a launch's `win`: a bool for both roles, or a pair (MIXED: one role
+    with a window, the other without)."""
+    return (bool(win[0]), bool(win[1])) if isinstance(win, tuple) else (bool(win), bool(win))
+
+
+def inputs(mk: str, mv: str, win=False) -> list[str]:
     """The arrays one launch passes, in order, for key method mk and value method mv; `win`: both roles with an
-    exact window (then each role's tokens leaving it and the window after the step, last)."""
+    exact window (then each role's tokens leaving it and the window after the step, last), or (keys', values')
+    where one role has a window and the other none (then only that role's pair, and the values' first row `vbase`
+    last: the roles' encoded counts differ)."""
+    kw, vw = _roles(win)
     return (["base", "after"] + [f"k{n}" for n in ("x", "const", *_fields(mk))]
-            + [f"v{n}" for n in ("x", "const", *_fields(mv))] + (["kf", "kw", "vf", "vw"] if win else []))
+            + [f"v{n}" for n in ("x", "const", *_fields(mv))] + (["kf", "kw"] if kw else [])
+            + (["vf", "vw"] if vw else []) + (["vbase"] if kw != vw else []))
 
 
 def scope(role: str, index: int, *, m: str, codes: tuple, ts: str, x: str, const: str, out: dict, fault: str,
-          cap: str, base: str, shared: str = "", window: tuple | None = None, gcap: str | None = None) -> str:
+          cap: str, base: str, shared: str = "", window: tuple | None = None, gcap: str | None = None,
+          role_window: bool | None = None) -> str:
     """The parameters of csrc/encode_scope.h for role `role` ("K" | "V"), as #define lines: the encode body for one
     role in its own scope. `m`, `codes` (B1, B2, GS) and `ts` its method id, code constants and side dtype (template
     names or literals), `x` and `const` its inputs, `out` the arrays behind the body's outputs (codes1, codes2, f_s1,
@@ -62,8 +73,9 @@ def scope(role: str, index: int, *, m: str, codes: tuple, ts: str, x: str, const
     row of the chunk (VQ_OROW) and `shared` the prefix of the threadgroup arrays the kernel declares for it
     (csrc/encode_shared.h); `window` = (chunk, window, type): a scope with an exact window (WINDOWED; `x` is then the
     window's oldest tokens, which it encodes); `gcap` the rows of the group fields (KIVI keys' scale and zero: one row
-    per group of G tokens; default `cap`). Also the attention partial's (accelerated.kernels.attention_source
-    APPEND)."""
+    per group of G tokens; default `cap`); `role_window`: in a kernel whose roles differ in having a window (MIXED), this
+    scope's (its WIN: which check files apply, csrc/check_count_role.h). Also the attention partial's
+    (accelerated.kernels.attention_source APPEND)."""
     if role not in ("K", "V"):
         raise ValueError(f"role: {role!r} is not 'K' or 'V'")
     b1, b2, gs = codes
@@ -75,6 +87,8 @@ def scope(role: str, index: int, *, m: str, codes: tuple, ts: str, x: str, const
         wx, w, xt = window
         params.update({"WX": wx, "WX_SHAPE": f"{wx}_shape", "WX_STRIDES": f"{wx}_strides", "W": w,
                        "W_SHAPE": f"{w}_shape", "W_STRIDES": f"{w}_strides", "XT": xt})
+    if role_window is not None:
+        params["WIN"] = int(role_window)
     return loader.defines({f"VQ_{role}_{k}": v for k, v in params.items()})
 
 
@@ -83,6 +97,8 @@ SCOPED = {"VQ_ENCODE_ARRAYS": "encode_arrays_scoped.h", **source.CHECKS}
 # ... in a kernel whose roles have an exact window: each scope's chunk is checked and copied into the window, and the
 # tokens it encodes are the window's oldest (scope(..., window=...))
 WINDOWED = {**SCOPED, "VQ_CHECK_COUNT": "check_count_window.h", "VQ_CHECK_ROW": "check_row_window.h"}
+# ... in a kernel where one role has an exact window and the other none (MIXED): each scope picks by its WIN
+MIXED = {**SCOPED, "VQ_CHECK_COUNT": "check_count_role.h", "VQ_CHECK_ROW": "check_row_role.h"}
 
 
 def scope_constants() -> str:
@@ -92,30 +108,36 @@ def scope_constants() -> str:
     return loader.hadamard() + loader.defines({f"VQ_CONST_{k}": v for k, v in offsets.items()})
 
 
-def _scope(role: str, index: int, method: str, win: bool = False) -> str:
+def _scope(role: str, index: int, method: str, win: bool = False, mixed: bool = False) -> str:
     """The encode scope's parameters for one role: its inputs under the body's names, its rows in the buffers;
-    `win`: the role's exact window (it encodes kf, the tokens leaving the window, and copies kx into kw)."""
+    `win`: the role's exact window (it encodes kf, the tokens leaving the window, and copies kx into kw); `mixed`: the
+    other role differs (MIXED: the values' first row is input vbase, and the scope says whether it has a window)."""
     r = role
     have = _fields(method)
     out = {n: f"{r}{n}" if n in have else f"{r}{'codes1' if n.startswith('codes') else 'f_s1'}"
            for n in ("codes1", "codes2", "f_s1", "f_s2")}
     R = r.upper()
     return scope(R, index, m=f"{R}M", codes=(f"{R}B1", f"{R}B2", f"{R}GS"), ts=f"{R}TS", x=f"{r}f" if win else f"{r}x",
-                 const=f"{r}const", out=out, fault="flags", cap=f"(int){r}codes1_shape[2]", base="base[0]",
+                 const=f"{r}const", out=out, fault="flags", cap=f"(int){r}codes1_shape[2]",
+                 base="vbase[0]" if mixed and role == "v" else "base[0]",
                  window=(f"{r}x", f"{r}w", f"{R}XT") if win else None,
-                 gcap=f"(int){r}f_s1_shape[2]" if method == "kivi" and role == "k" else None)
+                 gcap=f"(int){r}f_s1_shape[2]" if method == "kivi" and role == "k" else None,
+                 role_window=win if mixed else None)
 
 
-def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False, win: bool = False) -> str:
+def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False, win=False) -> str:
     """The kernel text after a prelude: both roles in two halves of the grid (csrc/append_apart.h), or with `apart`
     False one after the other in each threadgroup (append_serial.h); `after` only orders this launch after the last
-    store; `win`: both roles with an exact window (WINDOWED)."""
-    return (scope_constants() + _scope("k", 0, mk, win) + _scope("v", 1, mv, win)
-            + loader.text("append_apart.h" if apart else "append_serial.h", WINDOWED if win else SCOPED))
+    store; `win`: both roles with an exact window (WINDOWED), or (keys', values') with one of them only (MIXED)."""
+    kw, vw = _roles(win)
+    mixed = kw != vw
+    files = MIXED if mixed else WINDOWED if kw else SCOPED
+    return (scope_constants() + _scope("k", 0, mk, kw, mixed) + _scope("v", 1, mv, vw, mixed)
+            + loader.text("append_apart.h" if apart else "append_serial.h", files))
 
 
 def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: bool = False,
-             win: bool = False) -> tuple[str, str]:
+             win=False) -> tuple[str, str]:
     header, prelude = source.PRELUDES[be]
     # append_apart.h gives GROUP and NGROUPS the role's meaning; put the prelude's back after it, so that text after it
     # (another kernel in one file, as the compile checks write them) sees the prelude's
@@ -124,12 +146,14 @@ def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: boo
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(mk: str, mv: str, apart: bool = False, win: bool = False):
+def _kernel(mk: str, mv: str, apart: bool = False, win=False):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
     header, text = assemble(be, mk, mv, apart, win)
-    name = f"vq_append_{mk}_{mv}" + ("_apart" if apart else "") + ("_w" if win else "")
+    kw, vw = _roles(win)
+    name = f"vq_append_{mk}_{mv}" + ("_apart" if apart else "") + ("_w" if kw and vw else "_wk" if kw else "_wv" if vw
+                                                                  else "")
     if be == "cuda":
         return backend.cuda_kernel(name=name, input_names=inputs(mk, mv, win), output_names=OUTPUTS, source=text,
                                    header=header, ensure_row_contiguous=False)
@@ -145,12 +169,25 @@ def applies(p: spec.Params) -> bool:
     return True
 
 
-def windowed(kp: spec.Params, vp: spec.Params) -> bool:
-    """Whether a launch for these roles moves exact windows (both roles have one: a cache's window is shared; KIVI
-    has one with R = 0 too: up to G - 1 tokens)."""
-    if (kp.window > 0) != (vp.window > 0):
-        raise ValueError(f"vp: window {vp.window} and the keys' {kp.window}: one launch moves both windows or neither")
-    return kp.window > 0 or kp.method == vp.method == "kivi"
+def role_window(p: spec.Params) -> bool:
+    """Whether a role's stream keeps an exact window that a launch moves: R > 0, or KIVI (with R = 0 too: up to
+    G - 1 tokens)."""
+    return p.window > 0 or p.method == "kivi"
+
+
+def windowed(kp: spec.Params, vp: spec.Params):
+    """What a launch for these roles moves: True (both roles' exact windows), False (neither), or (keys', values')
+    where one role has a window and the other none (MIXED: different methods or windows in one layer)."""
+    kw, vw = role_window(kp), role_window(vp)
+    return kw if kw == vw else (kw, vw)
+
+
+def mixed(kp: spec.Params, vp: spec.Params) -> bool:
+    """Whether the roles' encoded counts can differ after a step (different windows, or one role KIVI, whose window
+    moves by groups, or KIVI groups of different sizes): the attention partial then takes a count per role
+    (accelerated.kernels.attention_source MIXED)."""
+    kk, vk = kp.method == "kivi", vp.method == "kivi"
+    return kp.window != vp.window or kk != vk or (kk and kp.group_size != vp.group_size)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -181,18 +218,22 @@ def constants(p: spec.Params, h: int, t: int, d: int, nq: int | None = None, own
     return out
 
 
-def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, nq: int | None = None,
-            own: int = 0) -> tuple:
+def _pair(x) -> tuple:
+    """(keys', values') of a per-role argument given for both roles or as a pair."""
+    return x if isinstance(x, tuple) else (x, x)
+
+
+def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, nq=None, own=0) -> tuple:
     """Everything of a launch but the step's arrays, per parameters and shape (a decode step builds none); `nq`: the
     tokens a windowed launch encodes where they are not t (KIVI: 0, or G at a flush), `own` the chunk's among them
-    (constants)."""
+    (constants); each for both roles, or (keys', values') where they differ (MIXED)."""
     tune = tuning.current()
     return _static_for(kp, vp, b, h, t, d, kdt, vdt, tune.specialize_rows, tune.roles_apart, nq, own, tune=tune)
 
 
 @functools.lru_cache(maxsize=1024)
 def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, specialize_rows: int,
-                apart: bool = False, nq: int | None = None, own: int = 0, tune: tuning.Tuning | None = None):
+                apart: bool = False, nq=None, own=0, tune: tuning.Tuning | None = None):
     # keyed by the tuning too (specialize_rows, roles_apart: True, the keys' and values' encodes in two halves of
     # the grid side by side; False, one role after the other in every threadgroup): a run that changes a knob (a
     # benchmark's arm) gets its own plans
@@ -202,12 +243,14 @@ def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int
     template = [("KM", source.METHOD_IDS[kp.method]), ("VM", source.METHOD_IDS[vp.method]), ("D", d),
                 ("KTS", km._side_dtype(kp, kdt)), ("VTS", km._side_dtype(vp, vdt)), *code_template(kp, vp, b * h * t)]
     win = windowed(kp, vp)
-    if win:         # the chunk's and the window's element type (the window's copy of the chunk)
-        template += [("KXT", kdt), ("VXT", vdt)]
+    kw, vw = _roles(win)
+    # the chunk's and the window's element type (the window's copy of the chunk), per windowed role
+    template += [*([("KXT", kdt)] if kw else []), *([("VXT", vdt)] if vw else [])]
     fk = tuple(f for f in km.FIELDS[kp.method] if f)
     fv = tuple(f for f in km.FIELDS[vp.method] if f)
-    return (grid, group, [(2, groups, 2)], template, constants(kp, h, t, d, nq, own), constants(vp, h, t, d, nq, own), fk, fv,
-            _kernel(kp.method, vp.method, apart, win))
+    (knq, vnq), (kown, vown) = _pair(nq), _pair(own)
+    return (grid, group, [(2, groups, 2)], template, constants(kp, h, t, d, knq, kown), constants(vp, h, t, d, vnq, vown),
+            fk, fv, _kernel(kp.method, vp.method, apart, win))
 
 
 def code_template(kp: spec.Params, vp: spec.Params, rows: int) -> list:
@@ -218,20 +261,23 @@ def code_template(kp: spec.Params, vp: spec.Params, rows: int) -> list:
 
 
 def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values: mx.array, vbufs: dict,
-           base: int, after: mx.array | None, windows: tuple = (), flushed: int | None = None,
-           own: int = 0) -> mx.array:
+           base: int, after: mx.array | None, windows: tuple = (), flushed=None, own=0,
+           vbase: int | None = None) -> mx.array:
     """Encode keys and values (B, H, t, d) into rows base..base+t-1 of their streams' buffers (in place);
     returns the token. `kbufs`/`vbufs`: the streams' whole buffers by record field name. `windows`: with exact
     windows (WINDOWED), (kf, kw, vf, vw): the t tokens leaving each window (encoded instead of the chunk) and the
     window after the step (the chunk is stored into its last t rows); `flushed`: how many tokens leave each window
     where that is not t (KIVI: 0, or G; kf / vf then hold that many, or any rows when 0), `own` the chunk's tokens
     among them (KIVI with R = 0 at a flush: kf's last rows are the chunk's, read from it; kw / vw are then the chunk's
-    rows, no window after). The caller has checked shapes, dtypes and room in the buffers."""
+    rows, no window after). Where one role has a window and the other none (MIXED), `windows` holds that role's pair
+    only, `flushed` and `own` are (keys', values') and `vbase` is the values' first row (`base` the keys'). The caller
+    has checked shapes, dtypes and room in the buffers."""
     b, h, t, d = keys.shape
     grid, group, oshape, template, kc, vc, fk, fv, kernel = _static(kp, vp, b, h, t, d, keys.dtype, values.dtype,
                                                                     flushed, own)
     ins = [km.count(base), after if after is not None else km._dummy(mx.bool_), keys, kc,
-           *[kbufs[f] for f in fk], values, vc, *[vbufs[f] for f in fv], *windows]
+           *[kbufs[f] for f in fk], values, vc, *[vbufs[f] for f in fv], *windows,
+           *([km.count(vbase)] if vbase is not None else [])]
     (flags,) = kernel(inputs=ins, template=template, grid=grid, threadgroup=group, output_shapes=oshape,
                       output_dtypes=[mx.bool_])
     return flags

@@ -6,7 +6,7 @@ tensor-core loop (accelerated/kernels/attention_tc.py; `_tensor_cores` says when
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
 at most accelerated.ops.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
-records with the same encoded prefix); `attention(...)` runs them. `launch_plan(...)` is the pure
+records with the same encoded prefix, or roles whose prefixes may differ: the MIXED partial, `mixed=True`); `attention(...)` runs them. `launch_plan(...)` is the pure
 description of the launches (inputs, templates, grids), shared with the CPU emulation test.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask) -> bool:
+def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask, mixed: bool = False) -> bool:
     if not backend.available()[0]:
         return False
     b, hq, l, d = queries.shape
@@ -52,7 +52,8 @@ def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask) -> bool:
             and (not starts or tuple(mask.starts.shape) == (b,))
             # row starts mask encoded tokens only: with a window, only where they are known not to reach it
             and (not starts or k.window.shape[2] == 0 or (mask.host is not None and max(mask.host) <= k.encoded))
-            and _pow2(d) and 16 <= d <= 1024 and k.encoded > 0 and k.encoded == v.encoded
+            and _pow2(d) and 16 <= d <= 1024 and min(k.encoded, v.encoded) > 0
+            and (k.encoded == v.encoded or (mixed and mixed_windows(k.params, v.params) > 0))
             and (kb, kh) == v.window.shape[:2] and hq % kh == 0 and b == kb)
 
 
@@ -201,7 +202,8 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     nc = d // (8 * p_lanes)
     parts = 2 if layouts.of(kp).sketch or layouts.of(vp).sketch else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
-    tc = tune.tensor_cores and _tensor_cores(kp, vp, d, has_win, tune.tc_codes)
+    mixed = int(has_win) in src.MIXED_WINDOWS       # (the scalar loop: split S - 1 reads one role's window beside
+    tc = tune.tensor_cores and not mixed and _tensor_cores(kp, vp, d, has_win, tune.tc_codes)   # the other's records)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
@@ -230,7 +232,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     vparts = 2 if layouts.of(vp).sketch else 1
     if fused and append:
         raise ValueError("the append runs inside an unfused partial launch")
-    splits += int(append)         # split S - 1 = splits - 1: the appended tokens
+    splits += int(append or mixed)     # split S - 1 = splits - 1: the appended tokens (MIXED: and the roles' gap)
     if splits + 1 > src.MAX_SPLITS:
         raise ValueError(f"{splits} splits: the combine takes at most {src.MAX_SPLITS - 1}")
     outs = [((b, hkv, nq, splits + 1, vparts, d), mx.float32), ((b, hkv, nq, splits + 1, 2), mx.float32)]
@@ -252,17 +254,29 @@ def split_counts(q_enc: int) -> tuple[int, int]:
     return -(-q_enc // (t.tokens_per_split if q_enc <= 8192 else t.long_split)), -(-q_enc // t.tokens_per_split)
 
 
+def mixed_windows(kp: spec.Params, vp: spec.Params) -> int:
+    """The HASWIN code of a MIXED partial for these roles (attention_source.MIXED_WINDOWS), 0 where their encoded
+    counts never differ (kernels/append.py mixed)."""
+    from veloxquant.accelerated.kernels import append as kappend
+    if not kappend.mixed(kp, vp):
+        return 0
+    kw, vw = kappend.role_window(kp), kappend.role_window(vp)
+    return 4 if kw and vw else 2 if kw else 3
+
+
 def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask, flags, append_ts=None,
-            extra: dict | None = None) -> tuple:
+            extra: dict | None = None, mixed: bool = False) -> tuple:
     """(the partial launch's inputs, _static's part) of one call; `append_ts` and `extra` (the arrays kx, kconst,
-    vx, vconst): the decode step's append inside (accelerated/kernels/decode_step.py)."""
+    vx, vconst): the decode step's append inside (accelerated/kernels/decode_step.py); `mixed`: the MIXED partial
+    (attention_source.MIXED_WINDOWS) for roles whose encoded counts may differ (nenc: the common prefix)."""
     b, hq, l, d = queries.shape
-    q_enc = k.encoded
+    q_enc = min(k.encoded, v.encoded) if mixed else k.encoded
     kw, vw = k.window, v.window
     q_enc_splits, q_fine = split_counts(q_enc)
     starts = isinstance(mask, RowStarts)
     causal = mask.causal if starts else (isinstance(mask, str) and mask == "causal")
-    st = _static(k.params, v.params, b, hq, l, d, kw.shape[1], q_enc_splits, kw.shape[2] > 0, causal,
+    haswin = mixed_windows(k.params, v.params) if mixed else kw.shape[2] > 0
+    st = _static(k.params, v.params, b, hq, l, d, kw.shape[1], q_enc_splits, haswin, causal,
                  queries.dtype, float(scale), _fused() and append_ts is None, q_fine, tuning.current(), append_ts, starts)
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
         flags = k.token if k.token is not None else _dummy(1, mx.bool_)
@@ -275,8 +289,8 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
 
 
 def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
-                flags: mx.array | None = None, append_ts=None, extra: dict | None = None) -> Plan:
-    ins, st = _launch(queries, k, v, scale, mask, flags, append_ts, extra)
+                flags: mx.array | None = None, append_ts=None, extra: dict | None = None, mixed: bool = False) -> Plan:
+    ins, st = _launch(queries, k, v, scale, mask, flags, append_ts, extra, mixed)
     return Plan(ins, st.template, st.grid, st.outs, st.combine_template, st.combine_grid, st.combine_threads,
                 tuple(queries.shape), st.splits, st.qb, st.names, st.key, st.key[3])
 

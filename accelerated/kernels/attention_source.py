@@ -62,6 +62,19 @@ _CONSTS = {
 }
 
 
+# HASWIN (template and kernel key): 0 no window, 1 both roles' windows with one encoded count; MIXED (the roles'
+# encoded counts differ: kernels/append.py mixed, e.g. keys turboquant with R = 0 and values KIVI with R = 128): 2 the
+# keys have an exact window and the values none, 3 the values have one and the keys none, 4 both (different lengths).
+# A MIXED partial takes both windows (a role without one: a view of no rows) and a split S - 1 of its own
+# (csrc/partial_setup.h): every row its append encodes and one role's records beside the other's window.
+MIXED_WINDOWS = {2: (True, False), 3: (False, True), 4: (True, True)}
+
+
+def role_windows(haswin: int) -> tuple[bool, bool]:
+    """(keys, values) with an exact window the append inside moves, for a HASWIN code."""
+    return MIXED_WINDOWS.get(int(haswin), (bool(haswin), bool(haswin)))
+
+
 def _role_fields(r: str, m: int, haswin: bool) -> tuple[list[str], dict]:
     """(inputs a launch passes for role r with method id m, aliases of the others). A method's side fields are the
     kernel's s0 / s1 (per token) or gs / gz (per group: the affine methods)."""
@@ -86,8 +99,9 @@ def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: boo
         return ["o_acc", "o_ml", "f_c", "q"] + (["tok"] if append else [])
     ku, _ = _role_fields("k", mk, haswin)
     vu, _ = _role_fields("v", mv, haswin)
+    kwin, vwin = role_windows(haswin)
     return (["q", "f_c", "nenc"] + ku + vu + (["kx", "kconst", "vx", "vconst"] if append else [])
-            + (["kf", "vf"] if append and haswin else []) + ["flags"]
+            + (["kf"] if append and kwin else []) + (["vf"] if append and vwin else []) + ["flags"]
             + (["cnt"] if fused else []) + (["rstart"] if starts else []))
 
 
@@ -104,6 +118,13 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
         lines.append("#define VQ_TENC " + (meta.format(5) if kivi else "VQ_TNEW"))
         # ... and the window's rows that are the chunk's own tokens it encodes (KIVI with window 0 at a flush)
         lines.append("#define VQ_WOWN " + (meta.format(7) if kivi else "0"))
+        mixed = int(haswin) in MIXED_WINDOWS
+        lines.append(f"#define VQ_MIXED {int(mixed)}")
+        if mixed:               # each role's own: its meta's Q and own tokens (append.constants; 0 without the append)
+            for r in "kv":
+                role_meta = _role_meta(r)
+                lines.append(f"#define VQ_{r.upper()}TENC " + (role_meta.format(5) if append else "0"))
+                lines.append(f"#define VQ_{r.upper()}WOWN " + (role_meta.format(7) if append else "0"))
         lines.append(f"#define VQ_STARTS {int(starts)}")
         if not starts:          # (code VQ_STARTS = 0 never runs)
             lines.append("#define rstart nenc")
@@ -142,6 +163,18 @@ def encode_macros(be: str) -> tuple[str, str]:
     return source.PRELUDES[be][0], loader.backend_file(f"{be}_encode_ops", be) + loader.backend_file(f"{be}_scope", be)
 
 
+def _role_meta(r: str) -> str:
+    """Role r's meta[{}] in its append constants (kernels/append.py constants: meta after the signs and tables)."""
+    return f"((int){r}const[2 * (int){r}x_shape[1] * ((D + 31) / 32) + VQ_CONST_META + {{}}])"
+
+
+def _role_count(r: str) -> str:
+    """MIXED: role r's encoded tokens after the launch from nenc (the roles' common prefix) and the windows' rows:
+    Q + max(RK, RV) - R_r (csrc/partial_setup.h QK, QV)."""
+    rk, rv = (f"((int){x}w_shape[2] - {_role_meta(x).format(7)})" for x in "kv")
+    return f"(nenc[0] + ({rk} > {rv} ? {rk} : {rv}) - {rk if r == 'k' else rv})"
+
+
 def append_block(mk: int, mv: int, haswin: bool = False) -> str:
     """The APPEND prologue of the partial body for a method pair (csrc/attention_append.h with each role's encode
     scope parameters; placed before the aliases: the encode body's own names f_k, sig, ... are locals there). The
@@ -149,6 +182,8 @@ def append_block(mk: int, mv: int, haswin: bool = False) -> str:
     (kernels/append.py WINDOWED): each role encodes kf, the tokens leaving its window, and copies the chunk kx into
     the last rows of kw, the window the launch attends (which its window split reads from kx: partial_loop.h)."""
     scopes = []
+    mixed = int(haswin) in MIXED_WINDOWS
+    wins = role_windows(haswin)
     for index, (r, m) in enumerate((("k", mk), ("v", mv))):
         alias = _role_fields(r, m, False)[1]
         side = ("gs", "gz") if layouts.by_kernel_id(m).affine else ("s0", "s1")
@@ -158,13 +193,17 @@ def append_block(mk: int, mv: int, haswin: bool = False) -> str:
         kivi = m == source.METHOD_IDS["kivi"]
         # KIVI (windowed): the launch encodes meta's Q tokens (0, or a group leaving the window), not the chunk's t
         base = "nenc[0] - meta[5]" if kivi else f"nenc[0] - (int){r}x_shape[2]"
+        if mixed:      # (MIXED: the role's own count; meta[5] is the tokens it encodes, t or KIVI's 0 / G)
+            base = f"{_role_count(r)} - meta[5]"
+        win = wins[index]
         scopes.append(kappend.scope(R, index, m=str(m), codes=(f"{R}CB1", f"{R}CB2", f"{R}CGS"), ts=f"{R}TS",
-                                    x=f"{r}f" if haswin else f"{r}x", const=f"{r}const", out=out, fault="token",
+                                    x=f"{r}f" if win else f"{r}x", const=f"{r}const", out=out, fault="token",
                                     cap=f"(int){out['codes1']}_shape[2]", base=base,
-                                    shared=r, window=(f"{r}x", f"{r}w", f"{R}XT") if haswin else None,
-                                    gcap=f"(int){out['f_s1']}_shape[2]" if kivi and r == "k" else None))
-    return kappend.scope_constants() + "".join(scopes) + loader.text("attention_append.h", kappend.WINDOWED if haswin
-                                                                     else kappend.SCOPED)
+                                    shared=r, window=(f"{r}x", f"{r}w", f"{R}XT") if win else None,
+                                    gcap=f"(int){out['f_s1']}_shape[2]" if kivi and r == "k" else None,
+                                    role_window=win if mixed else None))
+    files = kappend.MIXED if mixed else kappend.WINDOWED if haswin else kappend.SCOPED
+    return kappend.scope_constants() + "".join(scopes) + loader.text("attention_append.h", files)
 
 
 def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False,

@@ -65,7 +65,7 @@ class DecodeStep:
     """One cache's in-place append (one token or chunk of the remembered shape) plus its attention launch."""
 
     __slots__ = ("cache", "plan", "k", "v", "kernel", "call", "ins", "slot_v", "record", "attn", "clean", "pending",
-                 "append_ts", "win", "consts")
+                 "append_ts", "win", "consts", "mixed", "empty", "fslots")
 
     def __init__(self, cache, plan, keys: mx.array, values: mx.array, record):
         # record(index, token, before): the cache's _Chunk of one append, with the fused launch's messages
@@ -78,17 +78,34 @@ class DecodeStep:
         # and every G-th step a flush (G), which the host knows from the window's length (in_place.InPlace.flush)
         # (with R = 0 the flush's last token is the chunk's own: in_place.InPlace.own)
         own = t if kp.window == 0 else 0
-        self.consts = {t: (kc, vc)} if not plan.group else {
-            n: fused._static(kp, vp, b, h, t, d, keys.dtype, values.dtype, n, own if n else 0)[4:6]
-            for n in (0, plan.group)}
+        self.mixed = plan.mixed
+        if self.mixed:      # each role on its own (in_place.InPlace.flushes): (keys', values') tokens encoded
+            per = [(0, g) if g else (t,) for g in plan.groups]
+            owns = [t if g and p.window == 0 else 0 for g, p in zip(plan.groups, (kp, vp))]
+            self.consts = {(a, c): fused._static(kp, vp, b, h, t, d, keys.dtype, values.dtype, (a, c),
+                                                 (owns[0] if a and plan.groups[0] else 0,
+                                                  owns[1] if c and plan.groups[1] else 0))[4:6]
+                           for a in per[0] for c in per[1]}
+        else:
+            self.consts = {t: (kc, vc)} if not plan.group else {
+                n: fused._static(kp, vp, b, h, t, d, keys.dtype, values.dtype, n, own if n else 0)[4:6]
+                for n in (0, plan.group)}
         self.kernel, self.call = _resolve(kernel, template, grid=grid, threadgroup=group, output_shapes=oshape,
                                           output_dtypes=[mx.bool_])
         kb = [plan.kbufs[f] for f in fk]
         # inputs as kernels/append.append passes them: [base, after, keys, kc, *kbufs, values, vc, *vbufs], and with
         # exact windows (append.WINDOWED) each step's window views [kf, kw, vf, vw] (in_place.InPlace.windows)
+        # (MIXED, append.MIXED: the windowed role's pair only, then the values' first row vbase)
         self.win = plan.win
-        self.ins = [None, None, None, kc, *kb, None, vc, *[plan.vbufs[f] for f in fv], *([None] * 4 if plan.win else [])]
+        tail = 2 * sum(plan.wins) + 1 if self.mixed else 4 if plan.win else 0
+        self.ins = [None, None, None, kc, *kb, None, vc, *[plan.vbufs[f] for f in fv], *([None] * tail)]
         self.slot_v = 4 + len(kb)
+        # the tokens leaving each window in the append's inputs (kf, vf), by role; a role without a window (MIXED):
+        # a view of no rows as its window in the attention launch
+        first = len(self.ins) - tail
+        self.fslots = (first if plan.wins[0] else None,
+                       first + 2 * plan.wins[0] if plan.wins[1] else None) if plan.win else (None, None)
+        self.empty = (keys[:, :, :0], values[:, :, :0])
         self.attn: dict = {}
         # a token with no hit, as tolist() gives it: the append kernel's, and the combine's summary of the attention
         # launch's token (one group) when the append ran inside it
@@ -96,15 +113,17 @@ class DecodeStep:
         self.pending: _Pending | None = None
         tm = dict(template)
         # the side dtypes of the append inside the attention launch (with windows, and the chunks' types)
-        self.append_ts = (tm["KTS"], tm["VTS"], *((tm["KXT"], tm["VXT"]) if plan.win else ()))
+        self.append_ts = (tm["KTS"], tm["VTS"], *((keys.dtype, values.dtype) if self.mixed else
+                                                  (tm["KXT"], tm["VXT"]) if plan.win else ()))
 
     @staticmethod
     def applies(plan) -> bool:
         """Every field of both streams holds one row per encoded token (KIVI keys' scale and zero: per G tokens)
         from the same first row lo (what StepKV's record assumes: 0, or the rows a sliding-window cache evicted), and
-        both streams have the same count."""
-        lo, q = plan.rows[0].lo, plan.k._q
-        return q == plan.v._q and all(r.lo == lo and r.n - lo == q // g for r, g in zip(plan.rows, plan.per))
+        both streams have the same count (MIXED, in_place.InPlace.mixed: each its own)."""
+        lo, q, qv = plan.rows[0].lo, plan.k._q, plan.v._q
+        return (q == qv or plan.mixed) and all(r.lo == lo and r.n - lo == (q if i < plan.nrows else qv) // g
+                                               for i, (r, g) in enumerate(zip(plan.rows, plan.per)))
 
     def __deepcopy__(self, memo):
         return None       # a copied cache has its own buffers: its next append makes its own
@@ -141,11 +160,18 @@ class DecodeStep:
         ins[self.slot_v] = values
         w = plan.windows()          # (kf, kw, vf, vw): the tokens leaving each window and the window after the step
         held = plan.held if w else (None, None)      # the windows after the step (not the launch's: KIVI R = 0)
-        if w:
-            ins[-4:] = w
-        f = plan.flushing if w else keys.shape[2]        # tokens this step encodes
-        ins[3], ins[self.slot_v + 1] = self.consts[f]
-        q = k._q + f
+        t = keys.shape[2]
+        fs = plan.flushing if w else (t, t)          # tokens this step encodes, per role
+        if self.mixed:      # (append.MIXED: the windowed role's views, then the values' first row)
+            ins[len(ins) - len(w) - 1:] = [*w, km.count(v._q + lo)]
+            ins[3], ins[self.slot_v + 1] = self.consts[fs]
+            kw_, vw_ = (w[1] if plan.wins[0] else None), (w[-1] if plan.wins[1] else None)
+        else:
+            if w:
+                ins[-4:] = w
+            ins[3], ins[self.slot_v + 1] = self.consts[fs[0]]
+            kw_, vw_ = (w[1], w[3]) if w else (None, None)
+        qk, qv = k._q + fs[0], v._q + fs[1]
         c.offset += keys.shape[2]
         c._appends += 1
         if kattention.fuse_append():
@@ -153,8 +179,8 @@ class DecodeStep:
         else:
             (token,) = self.kernel(inputs=ins, **self.call)
             self._stored(token, before, c._appends)
-        return (StepKV(k, plan.kbufs, q, token, self, lo, w[1] if w else None, held[0]),
-                StepKV(v, plan.vbufs, q, token, self, lo, w[3] if w else None, held[1]))
+        return (StepKV(k, plan.kbufs, qk, token, self, lo, kw_, held[0]),
+                StepKV(v, plan.vbufs, qv, token, self, lo, vw_, held[1]))
 
     def _stored(self, token: mx.array, before: tuple, index: int) -> None:
         """The chunk of `token`'s launch is in the buffers: the plan, the streams and the cache follow."""
@@ -177,9 +203,11 @@ class DecodeStep:
         q_enc = keys.encoded
         tok = keys.token_or_pending
         starts = type(mask) is RowStarts        # a left-padded batch's rows (accelerated/cache/batch_shared.py)
-        if (mask is not None and not starts) or type(queries) is not mx.array or values.encoded != q_enc \
-                or values.token_or_pending is not tok:
+        if (mask is not None and not starts) or type(queries) is not mx.array \
+                or (values.encoded != q_enc and not self.mixed) or values.token_or_pending is not tok:
             return None
+        if self.mixed:      # the roles' common encoded prefix (the MIXED partial reads each role's own past it)
+            q_enc = min(q_enc, values.encoded)
         lo = keys.lo
         if lo:      # a sliding-window cache's evicted rows lie below: the launch reads the whole buffers from row lo
             if mask is None:        # every row starts at lo (a batch's rows all hold the window: rotating.py)
@@ -213,9 +241,12 @@ class DecodeStep:
         if starts:
             ins[irs] = mask.starts
         if self.win:        # this step's windows (kw, vw), and with the append inside the tokens leaving them (kf, vf)
-            ins[iwin[0]], ins[iwin[1]] = keys.window, values.window
+            ins[iwin[0]] = keys.window if keys.window is not None else self.empty[0]
+            ins[iwin[1]] = values.window if values.window is not None else self.empty[1]
             if append:
-                ins[iwin[2]], ins[iwin[3]] = tok.ins[-4], tok.ins[-2]
+                for i, f in zip(iwin[2:], self.fslots):
+                    if f is not None:
+                        ins[i] = tok.ins[f]
         if append:
             ins[ifl] = tok.ins[1]         # ordered after the previous store, as the append launch is
             ins[ikx] = tok.ins[2]
@@ -249,13 +280,13 @@ class DecodeStep:
         writes the summary of a token); False: not the kernels' call. `mask`: None or a RowStarts (its starts
         are set per call)."""
         kr, vr = keys.plan_record(), values.plan_record()
-        if not kattention.supports(queries, kr, vr, mask) or (append and kattention._fused()):
+        if not kattention.supports(queries, kr, vr, mask, self.mixed) or (append and kattention._fused()):
             return False
         # the append's arrays: its constant arrays (fixed), the new keys and values (any array here: set per step)
         extra = {"kx": queries, "kconst": self.ins[3], "vx": queries, "vconst": self.ins[self.slot_v + 1], "kf": queries,
                  "vf": queries}
         ins, st = kattention._launch(queries, kr, vr, scale, mask, km._dummy(mx.bool_),
-                                     self.append_ts if append else None, extra if append else None)
+                                     self.append_ts if append else None, extra if append else None, self.mixed)
         if append and st.grid[2] != queries.shape[0]:   # more than one query group per KV head: blocks would race
             return False
         names = st.names

@@ -30,7 +30,18 @@
   constexpr int KN = KPRE ? NCH : 1;
   constexpr int VU = VPRE ? U : 1;
   constexpr int VN = VPRE ? NCH : 1;
-#define VQ_LOAD(IT, K1, K2, KS0, KS1, V1, V2, VS0, VS1)   for (int u = 0; u < U; ++u) {     const int t_ = t0 + (IT) * TPB + u * TPI + warp * TPW + slot;     const int64_t tt_ = (t_ < t1) ? t_ : t0;     if (KPRE) {       const DEVICE uint32_t* r1_ = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] + tt_ * kc1_strides[2];       const DEVICE uint32_t* r2_ = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1] + tt_ * kc2_strides[2];       for (int k = 0; k < NCH; ++k) {         K1[u % KU][k % KN] = vq_chunk_word<KB1>(r1_, lp + k * P);         if (MK == 1) { K2[u % KU][k % KN] = vq_chunk_word<KB2>(r2_, lp + k * P); }       }       KS0[u % KU] = ks0[(int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1] + tt_ * ks0_strides[2]];       if (MK == 2) { KS1[u % KU] = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + tt_ * ks1_strides[2]]; }     }     if (VPRE) {       const DEVICE uint32_t* r1_ = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1] + tt_ * vc1_strides[2];       const DEVICE uint32_t* r2_ = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1] + tt_ * vc2_strides[2];       for (int k = 0; k < NCH; ++k) {         V1[u % VU][k % VN] = vq_chunk_word<VB1>(r1_, lp + k * P);         if (MV == 1 || MV == 3) { V2[u % VU][k % VN] = vq_chunk_word<VB2>(r2_, lp + k * P); }       }       VS0[u % VU] = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + tt_ * vs0_strides[2]];       if (MV == 2 || MV == 3) { VS1[u % VU] = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + tt_ * vs1_strides[2]]; }     }   }
+#define VQ_LOAD(IT, K1, K2, KS0, KS1, V1, V2, VS0, VS1)   for (int u = 0; u < U; ++u) {     const int t_ = t0 + (IT) * TPB + u * TPI + warp * TPW + slot;     const int64_t tt_ = (t_ < t1) ? t_ : t0;     const int64_t tk_ = VQ_KROW(tt_);     const int64_t tv_ = VQ_VROW(tt_);     if (KPRE) {       const DEVICE uint32_t* r1_ = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] + tk_ * kc1_strides[2];       const DEVICE uint32_t* r2_ = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1] + tk_ * kc2_strides[2];       for (int k = 0; k < NCH; ++k) {         K1[u % KU][k % KN] = vq_chunk_word<KB1>(r1_, lp + k * P);         if (MK == 1) { K2[u % KU][k % KN] = vq_chunk_word<KB2>(r2_, lp + k * P); }       }       KS0[u % KU] = ks0[(int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1] + tk_ * ks0_strides[2]];       if (MK == 2) { KS1[u % KU] = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + tk_ * ks1_strides[2]]; }     }     if (VPRE) {       const DEVICE uint32_t* r1_ = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1] + tv_ * vc1_strides[2];       const DEVICE uint32_t* r2_ = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1] + tv_ * vc2_strides[2];       for (int k = 0; k < NCH; ++k) {         V1[u % VU][k % VN] = vq_chunk_word<VB1>(r1_, lp + k * P);         if (MV == 1 || MV == 3) { V2[u % VU][k % VN] = vq_chunk_word<VB2>(r2_, lp + k * P); }       }       VS0[u % VU] = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + tv_ * vs0_strides[2]];       if (MV == 2 || MV == 3) { VS1[u % VU] = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + tv_ * vs1_strides[2]]; }     }   }
+#if VQ_MIXED
+  // MIXED: split S - 1's tokens past a role's encoded ones (QK, QV) are that role's window rows, exact, rotated into
+  // its domain as the queries are (signs, H by butterflies across the lanes' chunks, s_d: the combine's inverse
+  // takes the values back); their record rows are clamped to readable ones and never used
+#define VQ_KROW(t) ((t) < QK ? (t) : (QK > 0 ? QK - 1 : 0))
+#define VQ_VROW(t) ((t) < QV ? (t) : (QV > 0 ? QV - 1 : 0))
+#define VQ_ROTATE(A, SIG)   for (int c_ = 0; c_ < NC; ++c_) {     A[c_] = A[c_] * SIG[h * D + (lp + (c_ / 8) * P) * 8 + c_ % 8];   }   for (int hh_ = 1; hh_ < D; hh_ <<= 1) {     if (hh_ < 8) {       for (int c_ = 0; c_ < NC; ++c_) {         if ((c_ & hh_) == 0) {           const float a_ = A[c_];           const float b_ = A[c_ + hh_];           A[c_] = a_ + b_;           A[c_ + hh_] = a_ - b_;         }       }     } else if (hh_ < 8 * P) {       const bool up_ = (lp & (hh_ / 8)) != 0;       for (int c_ = 0; c_ < NC; ++c_) {         const float o_ = SHFL_XOR(A[c_], hh_ / 8);         A[c_] = up_ ? o_ - A[c_] : A[c_] + o_;       }     } else {       const int kh_ = 8 * (hh_ / (8 * P));       for (int c_ = 0; c_ < NC; ++c_) {         if ((c_ & kh_) == 0) {           const float a_ = A[c_];           const float b_ = A[c_ + kh_];           A[c_] = a_ + b_;           A[c_ + kh_] = a_ - b_;         }       }     }   }   for (int c_ = 0; c_ < NC; ++c_) {     A[c_] = A[c_] * f_k[0];   }
+#else
+#define VQ_KROW(t) (t)
+#define VQ_VROW(t) (t)
+#endif
   // this iteration's loads (p*) and, with PF, the next one's (n*)
   uint32_t pk1[KU][KN], pk2[KU][KN], pv1[VU][VN], pv2[VU][VN];
   float pks0[KU], pks1[KU], pvs0[VU], pvs1[VU];
@@ -89,10 +100,106 @@
       float kv2[KPARTS == 2 ? NC : 1];
       kfac[u] = 1.0f;
       kfac2[u] = 0.0f;
-      if (is_win) {
+#if VQ_MIXED
+      const bool kex = is_win || tt >= QK;        // exact: the window split, or split S - 1 past the keys' records
+      const int kwr = is_win ? tt + KWO : tt - QK;    // its row of the keys' window
+#else
+      const bool kex = is_win;
+      const int kwr = tt;
+#endif
+      if (!is_win) {      // (every lane of an encoded split: the code lookups shuffle)
+        if (KPRE) {
+          kfac[u] = pks0[u % KU];
+          if (MK == 2) {
+            const float a1 = pks1[u % KU];
+            kfac[u] = (a1 > 0.0f) ? (kfac[u] * f_k[0]) / a1 : 0.0f;   // g = (n s_d) / ip
+          }
+          for (int k = 0; k < NCH; ++k) {
+            const int ch = lp + k * P;
+            float v8[8];
+            VQ_CHUNK_W(KB1, pk1[u % KU][k % KN], ch, rk1, v8);
+            if (MK == 1) {
+              float w8[8];
+              VQ_CHUNK_W(KB2, pk2[u % KU][k % KN], ch, rk2, w8);
+              for (int j = 0; j < 8; ++j) {
+                v8[j] += w8[j];
+              }
+            }
+            for (int j = 0; j < 8; ++j) {
+              kv[k * 8 + j] = v8[j];
+            }
+          }
+        } else {
+          const int ttk = VQ_KROW(tt);
+          const DEVICE uint32_t* row1 = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1]
+                                        + (int64_t)ttk * kc1_strides[2];
+          const DEVICE uint32_t* row2 = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1]
+                                        + (int64_t)ttk * kc2_strides[2];
+          if (MK <= 3) {
+            kfac[u] = ks0[(int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1] + (int64_t)ttk * ks0_strides[2]];
+          }
+          if (MK == 2 || MK == 3) {
+            const float a1 = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + (int64_t)ttk * ks1_strides[2]];
+            if (MK == 2) {
+              kfac[u] = (a1 > 0.0f) ? (kfac[u] * f_k[0]) / a1 : 0.0f;   // g = (n s_d) / ip
+            } else {
+              kfac2[u] = a1 * f_k[1];                                  // gamma A_d
+            }
+          }
+          for (int k = 0; k < NCH; ++k) {
+            const int ch = lp + k * P;
+            float v8[8];
+            if (MK == 0 || MK == 3) {
+              VQ_CHUNK(KB1, row1, ch, rk1, v8);
+            }
+            if (MK == 1) {
+              float w8[8];
+              VQ_CHUNK(KB1, row1, ch, rk1, v8);
+              VQ_CHUNK(KB2, row2, ch, rk2, w8);
+              for (int j = 0; j < 8; ++j) {
+                v8[j] += w8[j];
+              }
+            }
+            if (MK == 2) {
+              VQ_CHUNK(1, row1, ch, rk1, v8);
+            }
+            if (MK == 3) {
+              float w8[8];
+              VQ_CHUNK(1, row2, ch, rk2, w8);
+              for (int j = 0; j < 8; ++j) {
+                kv2[(k * 8 + j) % (KPARTS == 2 ? NC : 1)] = w8[j];
+              }
+            }
+            if (MK == 4 || MK == 5) {
+              for (int j = 0; j < 8; ++j) {
+                const int c = ch * 8 + j;
+                const int64_t g = (int64_t)b * kgs_strides[0] + (int64_t)h * kgs_strides[1]
+                                  + (int64_t)(MK == 4 ? ttk / KG : ttk) * kgs_strides[2]
+                                  + (int64_t)(MK == 4 ? c : c / KG) * kgs_strides[3];
+                const float x = (float)vq_code<KB1>(row1, c) * static_cast<float>(kgs[g]);
+                v8[j] = (MK == 4) ? x + static_cast<float>(kgz[g])
+                                  : vq_round_to(kgs[0], vq_round_to(kgs[0], x) + static_cast<float>(kgz[g]));
+              }
+            }
+            for (int j = 0; j < 8; ++j) {
+              kv[k * 8 + j] = v8[j];
+            }
+          }
+        }
+      }
+      if (kex) {
+#if VQ_MIXED
+        kfac[u] = 1.0f;
+        kfac2[u] = 0.0f;
+#endif
         // APPEND with a window: this launch's append writes the window's last VQ_TNEW rows (split S - 1, as
         // attention_append.h runs it), so this split reads those tokens from the chunk kx itself
-        const int vq_nw = tt - (R - VQ_TNEW);
+        const int vq_nw = kwr - (RK - VQ_TNEW);
+#if VQ_MIXED
+        for (int c = 0; c < NC; ++c) {
+          kv2[c % (KPARTS == 2 ? NC : 1)] = 0.0f;
+        }
+#endif
         if (APPEND && HASWIN && vq_nw >= 0) {
           const int64_t nbase = (int64_t)b * kx_strides[0] + (int64_t)h * kx_strides[1] + (int64_t)vq_nw * kx_strides[2];
           for (int k = 0; k < NCH; ++k) {
@@ -101,90 +208,26 @@
             }
           }
         } else {
-          const int64_t base = (int64_t)b * kw_strides[0] + (int64_t)h * kw_strides[1] + (int64_t)tt * kw_strides[2];
+          const int64_t base = (int64_t)b * kw_strides[0] + (int64_t)h * kw_strides[1] + (int64_t)kwr * kw_strides[2];
           for (int k = 0; k < NCH; ++k) {
             for (int j = 0; j < 8; ++j) {
               kv[k * 8 + j] = static_cast<float>(kw[base + (int64_t)((lp + k * P) * 8 + j) * kw_strides[3]]);
             }
           }
         }
-      } else if (KPRE) {
-        kfac[u] = pks0[u % KU];
-        if (MK == 2) {
-          const float a1 = pks1[u % KU];
-          kfac[u] = (a1 > 0.0f) ? (kfac[u] * f_k[0]) / a1 : 0.0f;   // g = (n s_d) / ip
+      }
+#if VQ_MIXED
+      if (KROT && s == S - 1) {     // (every lane of the block: the butterflies shuffle)
+        float kr_[NC];
+        for (int c = 0; c < NC; ++c) {
+          kr_[c] = kv[c];
         }
-        for (int k = 0; k < NCH; ++k) {
-          const int ch = lp + k * P;
-          float v8[8];
-          VQ_CHUNK_W(KB1, pk1[u % KU][k % KN], ch, rk1, v8);
-          if (MK == 1) {
-            float w8[8];
-            VQ_CHUNK_W(KB2, pk2[u % KU][k % KN], ch, rk2, w8);
-            for (int j = 0; j < 8; ++j) {
-              v8[j] += w8[j];
-            }
-          }
-          for (int j = 0; j < 8; ++j) {
-            kv[k * 8 + j] = v8[j];
-          }
-        }
-      } else {
-        const DEVICE uint32_t* row1 = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1]
-                                      + (int64_t)tt * kc1_strides[2];
-        const DEVICE uint32_t* row2 = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1]
-                                      + (int64_t)tt * kc2_strides[2];
-        if (MK <= 3) {
-          kfac[u] = ks0[(int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1] + (int64_t)tt * ks0_strides[2]];
-        }
-        if (MK == 2 || MK == 3) {
-          const float a1 = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + (int64_t)tt * ks1_strides[2]];
-          if (MK == 2) {
-            kfac[u] = (a1 > 0.0f) ? (kfac[u] * f_k[0]) / a1 : 0.0f;   // g = (n s_d) / ip
-          } else {
-            kfac2[u] = a1 * f_k[1];                                  // gamma A_d
-          }
-        }
-        for (int k = 0; k < NCH; ++k) {
-          const int ch = lp + k * P;
-          float v8[8];
-          if (MK == 0 || MK == 3) {
-            VQ_CHUNK(KB1, row1, ch, rk1, v8);
-          }
-          if (MK == 1) {
-            float w8[8];
-            VQ_CHUNK(KB1, row1, ch, rk1, v8);
-            VQ_CHUNK(KB2, row2, ch, rk2, w8);
-            for (int j = 0; j < 8; ++j) {
-              v8[j] += w8[j];
-            }
-          }
-          if (MK == 2) {
-            VQ_CHUNK(1, row1, ch, rk1, v8);
-          }
-          if (MK == 3) {
-            float w8[8];
-            VQ_CHUNK(1, row2, ch, rk2, w8);
-            for (int j = 0; j < 8; ++j) {
-              kv2[(k * 8 + j) % (KPARTS == 2 ? NC : 1)] = w8[j];
-            }
-          }
-          if (MK == 4 || MK == 5) {
-            for (int j = 0; j < 8; ++j) {
-              const int c = ch * 8 + j;
-              const int64_t g = (int64_t)b * kgs_strides[0] + (int64_t)h * kgs_strides[1]
-                                + (int64_t)(MK == 4 ? tt / KG : tt) * kgs_strides[2]
-                                + (int64_t)(MK == 4 ? c : c / KG) * kgs_strides[3];
-              const float x = (float)vq_code<KB1>(row1, c) * static_cast<float>(kgs[g]);
-              v8[j] = (MK == 4) ? x + static_cast<float>(kgz[g])
-                                : vq_round_to(kgs[0], vq_round_to(kgs[0], x) + static_cast<float>(kgz[g]));
-            }
-          }
-          for (int j = 0; j < 8; ++j) {
-            kv[k * 8 + j] = v8[j];
-          }
+        VQ_ROTATE(kr_, f_ksig)
+        for (int c = 0; c < NC; ++c) {
+          kv[c] = kex ? kr_[c] : kv[c];
         }
       }
+#endif
       for (int r = 0; r < QB; ++r) {
         float a = 0.0f;
         float a2 = 0.0f;
@@ -246,7 +289,7 @@
       float mb = NEG_INF;
       for (int u = 0; u < U; ++u) {
         // (no causal mask in a decode step: compiled out; rows past nq have zero queries and are never written)
-        const bool use = ok[u] && (!CAUSAL || (is_win ? Q + tu[u] : tu[u]) <= qpos[r]);
+        const bool use = ok[u] && (!CAUSAL || (is_win ? WQ + tu[u] : tu[u]) <= qpos[r]);
         const float x = kfac[u] * part[u][r];
         w[u][r] = use ? x : NEG_INF;
         mb = vq_max(mb, w[u][r]);
@@ -281,10 +324,115 @@
       float vv2[VP2];
       float vfac = 1.0f;
       float vfac2 = 0.0f;
-      if (is_win) {
+#if VQ_MIXED
+      const bool vex = is_win || tt >= QV;        // exact: the window split, or split S - 1 past the values' records
+      const int vwr = is_win ? tt + VWO : tt - QV;
+#else
+      const bool vex = is_win;
+      const int vwr = tt;
+#endif
+      if (!is_win) {      // (every lane of an encoded split: the code lookups shuffle)
+        if (VPRE) {
+          vfac = pvs0[u % VU];
+          if (MV == 2) {
+            const float a1 = pvs1[u % VU];
+            vfac = (a1 > 0.0f) ? (vfac * f_k[0]) / a1 : 0.0f;
+          }
+          if (MV == 3) {
+            vfac2 = vfac * (pvs1[u % VU] * f_k[1]);
+          }
+          for (int k = 0; k < NCH; ++k) {
+            const int ch = lp + k * P;
+            float v8[8];
+            VQ_CHUNK_W(VB1, pv1[u % VU][k % VN], ch, rv1, v8);
+            if (MV == 1) {
+              float w8[8];
+              VQ_CHUNK_W(VB2, pv2[u % VU][k % VN], ch, rv2, w8);
+              for (int j = 0; j < 8; ++j) {
+                v8[j] += w8[j];
+              }
+            }
+            if (MV == 3) {
+              float w8[8];
+              VQ_CHUNK_W(VB2, pv2[u % VU][k % VN], ch, rv2, w8);
+              for (int j = 0; j < 8; ++j) {
+                vv2[(k * 8 + j) % VP2] = w8[j];
+              }
+            }
+            for (int j = 0; j < 8; ++j) {
+              vv[k * 8 + j] = v8[j];
+            }
+          }
+        } else {
+          const int ttv = VQ_VROW(tt);
+          const DEVICE uint32_t* row1 = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
+                                        + (int64_t)ttv * vc1_strides[2];
+          const DEVICE uint32_t* row2 = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1]
+                                        + (int64_t)ttv * vc2_strides[2];
+          if (MV <= 3) {
+            vfac = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + (int64_t)ttv * vs0_strides[2]];
+          }
+          if (MV == 2 || MV == 3) {
+            const float a1 = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + (int64_t)ttv * vs1_strides[2]];
+            if (MV == 2) {
+              vfac = (a1 > 0.0f) ? (vfac * f_k[0]) / a1 : 0.0f;
+            } else {
+              vfac2 = vfac * (a1 * f_k[1]);
+            }
+          }
+          for (int k = 0; k < NCH; ++k) {
+            const int ch = lp + k * P;
+            float v8[8];
+            if (MV == 0 || MV == 3) {
+              VQ_CHUNK(VB1, row1, ch, rv1, v8);
+            }
+            if (MV == 1) {
+              float w8[8];
+              VQ_CHUNK(VB1, row1, ch, rv1, v8);
+              VQ_CHUNK(VB2, row2, ch, rv2, w8);
+              for (int j = 0; j < 8; ++j) {
+                v8[j] += w8[j];
+              }
+            }
+            if (MV == 2) {
+              VQ_CHUNK(1, row1, ch, rv1, v8);
+            }
+            if (MV == 3) {
+              float w8[8];
+              VQ_CHUNK(1, row2, ch, rv2, w8);
+              for (int j = 0; j < 8; ++j) {
+                vv2[(k * 8 + j) % VP2] = w8[j];
+              }
+            }
+            if (MV == 4 || MV == 5) {
+              for (int j = 0; j < 8; ++j) {
+                const int c = ch * 8 + j;
+                const int64_t g = (int64_t)b * vgs_strides[0] + (int64_t)h * vgs_strides[1]
+                                  + (int64_t)ttv * vgs_strides[2] + (int64_t)(c / VG) * vgs_strides[3];
+                const float x = (float)vq_code<VB1>(row1, c) * static_cast<float>(vgs[g]);
+                v8[j] = (MV == 4) ? x + static_cast<float>(vgz[g])
+                                  : vq_round_to(vgs[0], vq_round_to(vgs[0], x) + static_cast<float>(vgz[g]));
+              }
+            }
+            for (int j = 0; j < 8; ++j) {
+              vv[k * 8 + j] = v8[j];
+            }
+          }
+        }
+      }
+      if (vex) {
+#if VQ_MIXED
+        vfac = 1.0f;
+        vfac2 = 0.0f;
+#endif
         // APPEND with a window: this launch's append writes the window's last VQ_TNEW rows (split S - 1, as
         // attention_append.h runs it), so this split reads those tokens from the chunk vx itself
-        const int vq_nw = tt - (R - VQ_TNEW);
+        const int vq_nw = vwr - (RV - VQ_TNEW);
+#if VQ_MIXED
+        for (int c = 0; c < VP2; ++c) {
+          vv2[c] = 0.0f;
+        }
+#endif
         if (APPEND && HASWIN && vq_nw >= 0) {
           const int64_t nbase = (int64_t)b * vx_strides[0] + (int64_t)h * vx_strides[1] + (int64_t)vq_nw * vx_strides[2];
           for (int k = 0; k < NCH; ++k) {
@@ -293,99 +441,26 @@
             }
           }
         } else {
-          const int64_t base = (int64_t)b * vw_strides[0] + (int64_t)h * vw_strides[1] + (int64_t)tt * vw_strides[2];
+          const int64_t base = (int64_t)b * vw_strides[0] + (int64_t)h * vw_strides[1] + (int64_t)vwr * vw_strides[2];
           for (int k = 0; k < NCH; ++k) {
             for (int j = 0; j < 8; ++j) {
               vv[k * 8 + j] = static_cast<float>(vw[base + (int64_t)((lp + k * P) * 8 + j) * vw_strides[3]]);
             }
           }
         }
-      } else if (VPRE) {
-        vfac = pvs0[u % VU];
-        if (MV == 2) {
-          const float a1 = pvs1[u % VU];
-          vfac = (a1 > 0.0f) ? (vfac * f_k[0]) / a1 : 0.0f;
+      }
+#if VQ_MIXED
+      if (VROT && s == S - 1) {     // (every lane of the block: the butterflies shuffle)
+        float vr_[NC];
+        for (int c = 0; c < NC; ++c) {
+          vr_[c] = vv[c];
         }
-        if (MV == 3) {
-          vfac2 = vfac * (pvs1[u % VU] * f_k[1]);
-        }
-        for (int k = 0; k < NCH; ++k) {
-          const int ch = lp + k * P;
-          float v8[8];
-          VQ_CHUNK_W(VB1, pv1[u % VU][k % VN], ch, rv1, v8);
-          if (MV == 1) {
-            float w8[8];
-            VQ_CHUNK_W(VB2, pv2[u % VU][k % VN], ch, rv2, w8);
-            for (int j = 0; j < 8; ++j) {
-              v8[j] += w8[j];
-            }
-          }
-          if (MV == 3) {
-            float w8[8];
-            VQ_CHUNK_W(VB2, pv2[u % VU][k % VN], ch, rv2, w8);
-            for (int j = 0; j < 8; ++j) {
-              vv2[(k * 8 + j) % VP2] = w8[j];
-            }
-          }
-          for (int j = 0; j < 8; ++j) {
-            vv[k * 8 + j] = v8[j];
-          }
-        }
-      } else {
-        const DEVICE uint32_t* row1 = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
-                                      + (int64_t)tt * vc1_strides[2];
-        const DEVICE uint32_t* row2 = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1]
-                                      + (int64_t)tt * vc2_strides[2];
-        if (MV <= 3) {
-          vfac = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + (int64_t)tt * vs0_strides[2]];
-        }
-        if (MV == 2 || MV == 3) {
-          const float a1 = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + (int64_t)tt * vs1_strides[2]];
-          if (MV == 2) {
-            vfac = (a1 > 0.0f) ? (vfac * f_k[0]) / a1 : 0.0f;
-          } else {
-            vfac2 = vfac * (a1 * f_k[1]);
-          }
-        }
-        for (int k = 0; k < NCH; ++k) {
-          const int ch = lp + k * P;
-          float v8[8];
-          if (MV == 0 || MV == 3) {
-            VQ_CHUNK(VB1, row1, ch, rv1, v8);
-          }
-          if (MV == 1) {
-            float w8[8];
-            VQ_CHUNK(VB1, row1, ch, rv1, v8);
-            VQ_CHUNK(VB2, row2, ch, rv2, w8);
-            for (int j = 0; j < 8; ++j) {
-              v8[j] += w8[j];
-            }
-          }
-          if (MV == 2) {
-            VQ_CHUNK(1, row1, ch, rv1, v8);
-          }
-          if (MV == 3) {
-            float w8[8];
-            VQ_CHUNK(1, row2, ch, rv2, w8);
-            for (int j = 0; j < 8; ++j) {
-              vv2[(k * 8 + j) % VP2] = w8[j];
-            }
-          }
-          if (MV == 4 || MV == 5) {
-            for (int j = 0; j < 8; ++j) {
-              const int c = ch * 8 + j;
-              const int64_t g = (int64_t)b * vgs_strides[0] + (int64_t)h * vgs_strides[1]
-                                + (int64_t)tt * vgs_strides[2] + (int64_t)(c / VG) * vgs_strides[3];
-              const float x = (float)vq_code<VB1>(row1, c) * static_cast<float>(vgs[g]);
-              v8[j] = (MV == 4) ? x + static_cast<float>(vgz[g])
-                                : vq_round_to(vgs[0], vq_round_to(vgs[0], x) + static_cast<float>(vgz[g]));
-            }
-          }
-          for (int j = 0; j < 8; ++j) {
-            vv[k * 8 + j] = v8[j];
-          }
+        VQ_ROTATE(vr_, f_vsig)
+        for (int c = 0; c < NC; ++c) {
+          vv[c] = vex ? vr_[c] : vv[c];
         }
       }
+#endif
       for (int r = 0; r < QB; ++r) {
         const float wv = is_win ? w[u][r] : w[u][r] * vfac;
         for (int c = 0; c < NC; ++c) {
