@@ -39,6 +39,14 @@ _VARIANTS = [(*pair, apart, False) for apart in (True, False) for pair in PAIRS]
 # KIVI with an exact window (fused.applies): the group flush inside the windowed launch, both role layouts
 KIVI_PAIRS = [("kivi", "kivi", "float16"), ("kivi", "kivi", "bfloat16")]
 _VARIANTS += [(*pair, apart, True) for apart in (True, False) for pair in KIVI_PAIRS]
+# one role with a window and the other none (fused.MIXED): keys turboquant 3-bit (R = 0) beside KIVI 2-bit values
+# (groups of 32: the recommended quality configuration), keys turboquant 4-bit with a window beside rabitq values
+MIXED_KW = {("turboquant", "kivi"): (dict(bits=3), dict(bits=2, group_size=32)),
+            ("turboquant", "rabitq"): (dict(bits=4), dict())}
+MIXED_VARIANTS = [("turboquant", "kivi", "float16", True, (False, True)),
+                  ("turboquant", "kivi", "bfloat16", False, (False, True)),
+                  ("turboquant", "rabitq", "float16", True, (True, False))]
+_VARIANTS += MIXED_VARIANTS
 _WIN_INPUTS = ("kf", "kw", "vf", "vw")
 
 
@@ -52,7 +60,7 @@ def _ts(method: str, xt: str) -> str:
 
 
 def _ctype(name: str, xt: str, tk: str, tv: str) -> str:
-    if name == "base":
+    if name in ("base", "vbase"):
         return "int32_t"
     if name == "after":
         return "bool"
@@ -83,7 +91,9 @@ def _source() -> str:
                 params.append(f"Strides {n}_strides")
                 args.append(f"strides_of(st + {4 * j})")
         ids = (source.METHOD_IDS[mk], source.METHOD_IDS[mv])
-        codes = "".join(f"  constexpr int {n} = {v};\n" for n, v in fused.code_template(_params(mk), _params(mv), ROWS))
+        pk, pv = ((_params(mk), _params(mv)) if not isinstance(win, tuple) else
+                  (spec.Params(m, window=0, **kw).resolved() for m, kw in zip((mk, mv), MIXED_KW[(mk, mv)])))
+        codes = "".join(f"  constexpr int {n} = {v};\n" for n, v in fused.code_template(pk, pv, ROWS))
         text += (f"static void app_thread_{i}({', '.join(params)}, bool* flags) {{\n"
                  f"  constexpr int KM = {ids[0]};\n  constexpr int VM = {ids[1]};\n  constexpr int D = {D};\n{codes}"
                  f"  using KTS = {tk};\n  using VTS = {tv};\n  using KXT = {_C[xt]};\n  using VXT = {_C[xt]};\n"
@@ -104,18 +114,24 @@ def _x(rng, shape, xt):
     return mx.array(rng.standard_normal(shape).astype(np.float32)).astype(getattr(mx, xt))
 
 
-def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2, apart=True, windows=None, nq=None, own=0):
+def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2, apart=True, windows=None, nq=None, own=0,
+         win=None, vbase=None):
     """The emulated launch; buffers (numpy, written in place) by field name; returns the token. `windows`: the
     numpy views kf, kw, vf, vw of a launch with exact windows (fused.WINDOWED); `nq`: the tokens it encodes where
-    not the chunk's count (KIVI: 0 or G), `own` the chunk's among them (KIVI with R = 0)."""
+    not the chunk's count (KIVI: 0 or G), `own` the chunk's among them (KIVI with R = 0); `win` (keys', values'),
+    `vbase` and `nq` / `own` as pairs: one role with a window, the other none (fused.MIXED)."""
     arrays = {"base": np.array([base], np.int32), "after": np.zeros(1, np.bool_), **(windows or {})}
-    for r, p, x, bufs in (("k", kp, xk, kbufs), ("v", vp, xv, vbufs)):
+    if vbase is not None:
+        arrays["vbase"] = np.array([vbase], np.int32)
+    nqs, owns = (nq if isinstance(nq, tuple) else (nq, nq)), (own if isinstance(own, tuple) else (own, own))
+    for r, p, x, bufs, nq_, own_ in (("k", kp, xk, kbufs, nqs[0], owns[0]), ("v", vp, xv, vbufs, nqs[1], owns[1])):
         arrays[f"{r}x"] = ke._np(x)
-        arrays[f"{r}const"] = ke._np(fused.constants(p, x.shape[1], x.shape[2], x.shape[3], nq, own))
+        arrays[f"{r}const"] = ke._np(fused.constants(p, x.shape[1], x.shape[2], x.shape[3], nq_, own_))
         for out, field in zip(("codes1", "codes2", "f_s1", "f_s2"), km.FIELDS[p.method]):
             if field:
                 arrays[f"{r}{out}"] = bufs[field]
-    names = fused.inputs(kp.method, vp.method, windows is not None)
+    win = (windows is not None) if win is None else win
+    names = fused.inputs(kp.method, vp.method, win)
     ins = [arrays[n] for n in names]
     flags = np.zeros((2, groups, 2), np.bool_)
     ptrs = (ctypes.c_void_p * (len(ins) + 1))(*[a.ctypes.data for a in ins + [flags]])
@@ -125,7 +141,7 @@ def _run(lib, kp, xk, kbufs, vp, xv, vbufs, base, groups=2, warps=2, apart=True,
         if a.ndim == 4:
             sh[j] = a.shape
             st[j] = [s_ // a.itemsize for s_ in a.strides]
-    pair = _VARIANTS.index((kp.method, vp.method, ke._dtname(xk.dtype), apart, windows is not None))
+    pair = _VARIANTS.index((kp.method, vp.method, ke._dtname(xk.dtype), apart, win))
     rc = lib.vq_append(pair, 2 * groups if apart else groups, warps, ptrs, ke._ptr(sh), ke._ptr(st))   # apart: a half per role
     assert rc == 0, "no instantiation"
     return flags
@@ -402,3 +418,78 @@ def test_cuda_append_compiles(tmp_path):
                         str(tmp_path / "append.cubin")], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
     assert " 0 bytes spill stores" in r.stderr and "bytes spill stores" in r.stderr
+
+
+@pytest.mark.parametrize("mk,mv,xt,apart,win", MIXED_VARIANTS, ids=[f"{v[0]}-{v[1]}-{v[2]}-{'apart' if v[3] else 'serial'}"
+                                                                   for v in MIXED_VARIANTS])
+@pytest.mark.parametrize("r,fill", [(128, "flush"), (128, "copy"), (32, "flush"), (32, "copy")])
+def test_mixed_append_moves_one_roles_window(lib, mk, mv, xt, apart, win, r, fill):
+    """fused.MIXED: one launch for keys and values of different methods and windows, each role at its own first row
+    (base, vbase): keys turboquant 3-bit with R = 0 encode the chunk itself while KIVI 2-bit values (R = 128 or 32,
+    groups of 32) copy it into their window and encode their window's oldest group at a flush or nothing; keys with
+    an exact window R encode their window's oldest token beside rabitq values without one. Records and windows after
+    the step are one-shot encode's of the whole sequence, bit for bit; no other row of any buffer is written."""
+    rng = np.random.default_rng(r + len(fill) + len(mk + mv + xt) + apart)
+    kkw, vkw = MIXED_KW[(mk, mv)]
+    windowed = [w for w in win]
+    kp = spec.Params(mk, role="k", window=r if win[0] else 0, seed=3, layer=2, head_offset=4, **kkw).resolved()
+    vp = spec.Params(mv, role="v", window=r if win[1] else 0, seed=3, layer=2, head_offset=4, **vkw).resolved()
+    g = vkw.get("group_size", 0) if mv == "kivi" else 0
+    # the values' window before the step: R + G - 1 (the step flushes a group) or R + 5 (it only copies)
+    w = (r + g - 1 if fill == "flush" else r + 5) if g else r
+    total = 2 * 32 + w + 1                     # the sequence after the step (two groups before the window)
+    case, views, nqs, bases = {}, {}, [], []
+    for role, p, has_w in (("k", kp, windowed[0]), ("v", vp, windowed[1])):
+        x = _x(rng, (1, 2, total, D), xt)
+        want = ops.method_module(p.method).encode(x, p)
+        gr = p.group_size if p.method == "kivi" else 0
+        flush = bool(gr) and fill == "flush"
+        nq = (gr if flush else 0) if gr else 1
+        wlen = (w if gr else r) if has_w else 0       # the window before the step
+        t0 = total - 1 - wlen                         # the encoded tokens before it
+        assert want["window"].shape[2] == wlen + 1 - nq, "the case's window after the step"
+        grouped = {n for n in want if n != "window" and gr and role == "k" and n != "codes"}
+        bufs, before = {}, {}
+        for n, a in want.items():
+            if n == "window":
+                continue
+            wnp = ke._np(a)
+            per = gr if n in grouped else 1
+            done, cap = t0 // per, (t0 + max(gr, 1)) // per + 2
+            buf = rng.integers(0, 2 ** 10, (*wnp.shape[:2], cap, *wnp.shape[3:])).astype(wnp.dtype)
+            buf[:, :, :done] = wnp[:, :, :done]
+            bufs[n], before[n] = buf, buf.copy()
+        xn = ke._np(x)
+        ws = 3
+        wbuf = rng.standard_normal((1, 2, ws + wlen + 1 + 4, D)).astype(xn.dtype)
+        if has_w:
+            wbuf[:, :, ws:ws + wlen] = xn[:, :, t0:t0 + wlen]
+            views[f"{role}f"] = wbuf[:, :, ws:ws + max(nq, 1)]
+            views[f"{role}w"] = wbuf[:, :, ws + nq:ws + wlen + 1]
+        case[role] = dict(chunk=x[:, :, total - 1:], bufs=bufs, before=before, want=want, wbuf=wbuf, ws=ws,
+                          wbefore=wbuf.copy(), grouped=grouped, t0=t0, nq=nq, wlen=wlen, has_w=has_w, per=gr)
+        nqs.append(nq)
+        bases.append(t0)
+    k, v = case["k"], case["v"]
+    flags = _run(lib, kp, k["chunk"], k["bufs"], vp, v["chunk"], v["bufs"], bases[0], apart=apart, windows=views,
+                 nq=tuple(nqs), own=(0, 0), win=win, vbase=bases[1])
+    assert not flags.any(), f"mixed append: fault flags on good input: {flags.tolist()}"
+    for role in ("k", "v"):
+        e = case[role]
+        for n, buf in e["bufs"].items():
+            per = e["per"] if n in e["grouped"] else 1
+            end = (e["t0"] + e["nq"]) // per
+            w_ = ke._np(e["want"][n])
+            assert w_.shape[2] == end, (role, n, w_.shape, end)
+            diff = np.count_nonzero(buf[:, :, :end] != w_)
+            assert diff == 0, f"{role}.{n}: {diff} of {w_.size} elements differ from one-shot encode ({fill})"
+            assert np.array_equal(buf[:, :, end:], e["before"][n][:, :, end:]), f"{role}.{n}: rows past the records"
+        ws = e["ws"]
+        if e["has_w"]:
+            win_after = e["wbuf"][:, :, ws + e["nq"]:ws + e["wlen"] + 1]
+            assert np.array_equal(win_after, ke._np(e["want"]["window"])), f"{role}: the window after the step"
+        outside = np.ones(e["wbuf"].shape[2], bool)
+        if e["has_w"]:
+            outside[ws + e["wlen"]] = False
+        assert np.array_equal(e["wbuf"][:, :, outside], e["wbefore"][:, :, outside]), \
+            f"{role}: window buffer rows other than the chunk's were written"
