@@ -5,6 +5,8 @@ way (one append later, rolled back). GPU launches are replaced by recorders here
 tested elsewhere); the fake append kernel reports NaN in a chunk in its token as the real one does."""
 from __future__ import annotations
 
+import dataclasses
+
 import copy
 import gc
 
@@ -235,6 +237,59 @@ def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, tune,
             assert np.array_equal(a, b), f"{method}: step {i} attention output differs from the general path's"
     for a, b in zip(fs, gs):
         assert np.array_equal(a, b), f"{method}: stored state differs from the general path's"
+
+
+MIXED = [   # different key and value methods / windows in one layer (kernels/append.py mixed)
+    ("tq3-kivi2", dict(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2)),   # R = 0 / 128
+    ("tq3-kivi2-w32", dict(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2, window=32)),
+    ("kivi4-tq4", dict(key_method="kivi", key_bits=4, value_method="turboquant", value_bits=4)),   # values ahead
+    # keys turboquant 4-bit with a window of 32 beside rabitq values without one (the cache takes one window for both
+    # roles: the values' parameters are set before its first append; split S - 1 rotates the exact keys)
+    ("tq4w32-rabitq", None),
+]
+
+
+def _mixed_cache(kw):
+    if kw is not None:
+        return VeloxKVCache(layer=1, seed=5, **kw)
+    c = VeloxKVCache(key_method="turboquant", key_bits=4, value_method="rabitq", layer=1, seed=5, window=32)
+    c.value_params = dataclasses.replace(c.value_params, window=0)
+    return c
+
+
+@pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
+@pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
+@pytest.mark.parametrize("name, kw", MIXED, ids=[m[0] for m in MIXED])
+def test_gpu_mixed_decode_step_matches_the_general_path(monkeypatch, tune, name, kw, fuse_append):
+    """Keys and values of different methods or windows (the recommended keys turboquant 3-bit + values KIVI 2-bit)
+    on the GPU: 200 decode steps after a 300-token prefill (several KIVI flushes) through the DecodeStep's MIXED
+    launches (the roles' encoded counts differ) against the general path (accelerated.attention.aligned): every step
+    took the DecodeStep's attention launch, the stored bytes are identical, the outputs within the attention
+    tolerance (other splits: another summation order)."""
+    tune(fuse_append=fuse_append)
+    attended = []
+    real = decode_step.DecodeStep.attend
+    monkeypatch.setattr(decode_step.DecodeStep, "attend",
+                        lambda self, *a, **k: (lambda out: attended.append(out is not None) or out)(real(self, *a, **k)))
+
+    def run(general):
+        with monkeypatch.context() as m:
+            if general:
+                _general(m)
+            c = _mixed_cache(kw)
+            c.update_and_fetch(_x(7, t=300), _x(8, t=300))
+            outs = [np.array(_layer(c, i).astype(mx.float32)) for i in range(200)]
+            return outs, [np.array(a) for rec in c.state[:2] for _, a in sorted(rec.items())], c
+    fo, fs, fc = run(False)
+    fast = list(attended)
+    go, gs, _ = run(True)
+    assert fc._fast is not None and fc._fast.mixed, f"{name}: not a MIXED DecodeStep"
+    assert len(fast) == 200 and all(fast), f"{name}: {fast.count(True)} of 200 steps took the DecodeStep's launch"
+    assert fc._k._q != fc._v._q, f"{name}: the roles' encoded counts should differ"
+    for i, (a, b) in enumerate(zip(fo, go)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=4e-3 * np.abs(b).max(), err_msg=f"{name}: step {i}")
+    for a, b in zip(fs, gs):
+        assert np.array_equal(a, b), f"{name}: stored state differs from the general path's"
 
 
 @pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])

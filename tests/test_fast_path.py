@@ -267,9 +267,10 @@ def test_a_sliding_window_cache_takes_the_fast_path(cuda, paths):
 
 def test_mixed_methods_attend_through_the_kernels_without_decoding_the_cache(cuda, paths, monkeypatch):
     """Keys turboquant 3-bit (R = 0) and values KIVI 2-bit (R = 128, groups of 32): the roles' encoded prefixes
-    differ, which sent every step to the ops path (the whole cache decoded per step: 0.05x fp16 on the H200). Until
-    the layer has a DecodeStep it takes the kernels' general path, decoding only the keys' tokens beyond the values'
-    prefix (accelerated.attention.aligned: at most R + G - 1 per step)."""
+    differ, which sent every step to the ops path (the whole cache decoded per step: 0.05x fp16 on the H200). The
+    first decode step of a layer (no DecodeStep yet) takes the kernels' general path, decoding only the keys' tokens
+    beyond the values' prefix (accelerated.attention.aligned: at most R + G - 1); every later step is the DecodeStep's
+    MIXED launch, which reads each role's own tokens past the common prefix (no decode at all)."""
     fronts = []
     real = vattention._decoded_front
     monkeypatch.setattr(vattention, "_decoded_front",
@@ -279,15 +280,15 @@ def test_mixed_methods_attend_through_the_kernels_without_decoding_the_cache(cud
     model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
     _reset(cuda, paths)       # (the prefill's attention decodes: more than MAX_PACKED_QUERIES queries)
     _decode(model, caches)
-    assert paths["path"] == ["kernels"] * (len(caches) * STEPS), sorted(set(paths["path"]))
+    assert paths["path"] == ["kernels"] * len(caches), sorted(set(paths["path"]))
+    assert paths["attend"].count(True) == len(caches) * (STEPS - 1), paths["attend"].count(True)
+    assert all(c._fast is not None and c._fast.mixed for c in caches), "no MIXED DecodeStep"
     assert not paths["decoded"], f"the cache was decoded {paths['decoded']} times in decode steps"
     vp = caches[0].value_params
     fronts = [f for f in fronts if f[1]]       # (a role already at the common prefix is returned as it is)
-    assert {role for role, _ in fronts} == {"k"} and len(fronts) == len(caches) * STEPS, fronts[:4]
+    assert {role for role, _ in fronts} == {"k"} and len(fronts) == len(caches), fronts[:4]
     most = max(n for _, n in fronts)
     assert vp.window <= most <= vp.window + vp.group_size - 1, f"keys' tokens decoded per step: up to {most}"
-
-
 
 
 def _merged_sliding_window_batch(short: bool):

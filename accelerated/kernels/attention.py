@@ -19,6 +19,7 @@ import mlx.core as mx
 
 from veloxquant import spec
 from veloxquant.accelerated import layouts, tuning
+from veloxquant.accelerated.kernels import append as kappend
 from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.kernels import backend, loader
 from veloxquant.accelerated.kernels import methods as km
@@ -257,7 +258,6 @@ def split_counts(q_enc: int) -> tuple[int, int]:
 def mixed_windows(kp: spec.Params, vp: spec.Params) -> int:
     """The HASWIN code of a MIXED partial for these roles (attention_source.MIXED_WINDOWS), 0 where their encoded
     counts never differ (kernels/append.py mixed)."""
-    from veloxquant.accelerated.kernels import append as kappend
     if not kappend.mixed(kp, vp):
         return 0
     kw, vw = kappend.role_window(kp), kappend.role_window(vp)

@@ -31,17 +31,7 @@
   constexpr int VU = VPRE ? U : 1;
   constexpr int VN = VPRE ? NCH : 1;
 #define VQ_LOAD(IT, K1, K2, KS0, KS1, V1, V2, VS0, VS1)   for (int u = 0; u < U; ++u) {     const int t_ = t0 + (IT) * TPB + u * TPI + warp * TPW + slot;     const int64_t tt_ = (t_ < t1) ? t_ : t0;     const int64_t tk_ = VQ_KROW(tt_);     const int64_t tv_ = VQ_VROW(tt_);     if (KPRE) {       const DEVICE uint32_t* r1_ = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] + tk_ * kc1_strides[2];       const DEVICE uint32_t* r2_ = kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1] + tk_ * kc2_strides[2];       for (int k = 0; k < NCH; ++k) {         K1[u % KU][k % KN] = vq_chunk_word<KB1>(r1_, lp + k * P);         if (MK == 1) { K2[u % KU][k % KN] = vq_chunk_word<KB2>(r2_, lp + k * P); }       }       KS0[u % KU] = ks0[(int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1] + tk_ * ks0_strides[2]];       if (MK == 2) { KS1[u % KU] = ks1[(int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] + tk_ * ks1_strides[2]]; }     }     if (VPRE) {       const DEVICE uint32_t* r1_ = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1] + tv_ * vc1_strides[2];       const DEVICE uint32_t* r2_ = vc2 + (int64_t)b * vc2_strides[0] + (int64_t)h * vc2_strides[1] + tv_ * vc2_strides[2];       for (int k = 0; k < NCH; ++k) {         V1[u % VU][k % VN] = vq_chunk_word<VB1>(r1_, lp + k * P);         if (MV == 1 || MV == 3) { V2[u % VU][k % VN] = vq_chunk_word<VB2>(r2_, lp + k * P); }       }       VS0[u % VU] = vs0[(int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1] + tv_ * vs0_strides[2]];       if (MV == 2 || MV == 3) { VS1[u % VU] = vs1[(int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] + tv_ * vs1_strides[2]]; }     }   }
-#if VQ_MIXED
-  // MIXED: split S - 1's tokens past a role's encoded ones (QK, QV) are that role's window rows, exact, rotated into
-  // its domain as the queries are (signs, H by butterflies across the lanes' chunks, s_d: the combine's inverse
-  // takes the values back); their record rows are clamped to readable ones and never used
-#define VQ_KROW(t) ((t) < QK ? (t) : (QK > 0 ? QK - 1 : 0))
-#define VQ_VROW(t) ((t) < QV ? (t) : (QV > 0 ? QV - 1 : 0))
-#define VQ_ROTATE(A, SIG)   for (int c_ = 0; c_ < NC; ++c_) {     A[c_] = A[c_] * SIG[h * D + (lp + (c_ / 8) * P) * 8 + c_ % 8];   }   for (int hh_ = 1; hh_ < D; hh_ <<= 1) {     if (hh_ < 8) {       for (int c_ = 0; c_ < NC; ++c_) {         if ((c_ & hh_) == 0) {           const float a_ = A[c_];           const float b_ = A[c_ + hh_];           A[c_] = a_ + b_;           A[c_ + hh_] = a_ - b_;         }       }     } else if (hh_ < 8 * P) {       const bool up_ = (lp & (hh_ / 8)) != 0;       for (int c_ = 0; c_ < NC; ++c_) {         const float o_ = SHFL_XOR(A[c_], hh_ / 8);         A[c_] = up_ ? o_ - A[c_] : A[c_] + o_;       }     } else {       const int kh_ = 8 * (hh_ / (8 * P));       for (int c_ = 0; c_ < NC; ++c_) {         if ((c_ & kh_) == 0) {           const float a_ = A[c_];           const float b_ = A[c_ + kh_];           A[c_] = a_ + b_;           A[c_ + kh_] = a_ - b_;         }       }     }   }   for (int c_ = 0; c_ < NC; ++c_) {     A[c_] = A[c_] * f_k[0];   }
-#else
-#define VQ_KROW(t) (t)
-#define VQ_VROW(t) (t)
-#endif
+#include "partial_mixed.h"
   // this iteration's loads (p*) and, with PF, the next one's (n*)
   uint32_t pk1[KU][KN], pk2[KU][KN], pv1[VU][VN], pv2[VU][VN];
   float pks0[KU], pks1[KU], pvs0[VU], pvs1[VU];
@@ -476,65 +466,4 @@
     }
   }
 
-  // 4. merge the token slots of each warp (xor over slots), then the warps (in shared memory, in order)
-  for (int off = P; off < 32; off <<= 1) {
-    for (int r = 0; r < QB; ++r) {
-      const float mo = SHFL_XOR(m[r], off);
-      const float lo = SHFL_XOR(l[r], off);
-      const float mx = vq_max(m[r], mo);
-      const float a = (m[r] == NEG_INF) ? 0.0f : vq_exp2(m[r] - mx);
-      const float bo = (mo == NEG_INF) ? 0.0f : vq_exp2(mo - mx);
-      l[r] = l[r] * a + lo * bo;
-      m[r] = mx;
-      for (int c = 0; c < NC; ++c) {
-        acc[r][c] = acc[r][c] * a + SHFL_XOR(acc[r][c], off) * bo;
-      }
-      if (VPARTS == 2) {
-        for (int c = 0; c < NC; ++c) {
-          const int rr = r % (VPARTS == 2 ? QB : 1);
-          const int cc = c % (VPARTS == 2 ? NC : 1);
-          acc2[rr][cc] = acc2[rr][cc] * a + SHFL_XOR(acc2[rr][cc], off) * bo;
-        }
-      }
-    }
-  }
-  SHARED(float, sacc, QB * VPARTS * D);
-  SHARED(float, sml, 2 * QB);
-  for (int w = 0; w < NW; ++w) {
-    // read the running (m, l) of warps 0..w-1 before any lane of warp w overwrites them
-    float a[QB];
-    float bo[QB];
-    for (int r = 0; r < QB; ++r) {
-      a[r] = 1.0f;
-      bo[r] = 0.0f;
-      if (w > 0 && warp == w) {
-        const float mo = sml[2 * r];
-        const float mx = vq_max(m[r], mo);
-        a[r] = (m[r] == NEG_INF) ? 0.0f : vq_exp2(m[r] - mx);
-        bo[r] = (mo == NEG_INF) ? 0.0f : vq_exp2(mo - mx);
-        l[r] = l[r] * a[r] + sml[2 * r + 1] * bo[r];
-        m[r] = mx;
-      }
-    }
-    BARRIER();
-    if (warp == w && slot == 0) {
-      for (int r = 0; r < QB; ++r) {
-        for (int k = 0; k < NCH; ++k) {
-          for (int j = 0; j < 8; ++j) {
-            const int c = (lp + k * P) * 8 + j;
-            const int o = (r * VPARTS) * D + c;
-            sacc[o] = acc[r][k * 8 + j] * a[r] + (w > 0 ? sacc[o] * bo[r] : 0.0f);
-            if (VPARTS == 2) {
-              sacc[o + D] = acc2[r % (VPARTS == 2 ? QB : 1)][(k * 8 + j) % (VPARTS == 2 ? NC : 1)] * a[r]
-                            + (w > 0 ? sacc[o + D] * bo[r] : 0.0f);
-            }
-          }
-        }
-        if (lp == 0) {
-          sml[2 * r] = m[r];
-          sml[2 * r + 1] = l[r];
-        }
-      }
-    }
-    BARRIER();
-  }
+#include "partial_merge.h"
