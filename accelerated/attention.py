@@ -188,7 +188,13 @@ def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, ma
         else:
             out = mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=mask)
     elif which == "kernels":
-        out = kernel_attention.attention(queries, *aligned(keys.record, values.record), scale, mask)
+        k, v = keys.record, values.record
+        if kernel_attention.mixed_windows(k.params, v.params) and kernel_attention.supports(queries, k, v, mask, True):
+            # roles whose encoded counts differ: each read from its own records and window (the MIXED partial, as
+            # the decode step's), nothing decoded
+            out = kernel_attention.attention(queries, k, v, scale, mask, mixed=True)
+        else:
+            out = kernel_attention.attention(queries, *aligned(k, v), scale, mask)
     else:
         out = ops_attention.attention(queries, keys.record, values.record, scale, mask)
     return _with_flags(out, keys, values)

@@ -58,6 +58,20 @@ def texts():
             variant = f"{mk}{mv} win={int(haswin)} fused={int(fused)} tc={int(tc)} append={int(app)} starts={int(starts)}"
             yield ("partial", variant, be), attention_source.assemble("partial", be, mk, mv, haswin, fused, tc, app,
                                                                        starts)
+        # MIXED (roles whose encoded counts differ): HASWIN 2-4 (attention_source.MIXED_WINDOWS), the scalar loop only;
+        # the append with one role's window (kernels/append.py MIXED)
+        for mk, mv, haswin, fused, app, starts in itertools.product(range(6), range(6),
+                                                                    sorted(getattr(attention_source, "MIXED_WINDOWS", ())),
+                                                                    *[(False, True)] * 3):
+            if app and fused:
+                continue
+            variant = f"{mk}{mv} win={haswin} fused={int(fused)} tc=0 append={int(app)} starts={int(starts)}"
+            yield ("partial", variant, be), attention_source.assemble("partial", be, mk, mv, haswin, fused, False, app,
+                                                                       starts)
+        if hasattr(append, "MIXED"):
+            for mk, mv, apart, win in itertools.product(METHODS, METHODS, (False, True), ((True, False), (False, True))):
+                yield ("append", f"{mk}/{mv}/apart={int(apart)}/win={int(win[0])}{int(win[1])}", be), \
+                    append.assemble(be, mk, mv, apart, win)
         types = ("uint32_t", "float", "__half" if be == "cuda" else "half", "uint8_t", "bool")
         shapes = [((t, n),) for t in types for n in (1, 2, 3, 4)] + [(("uint32_t", 4), ("float", 3))]
         checks = [()] + [((k, n),) for k in ("nonfinite", "flag") for n in (1, 2, 3, 4)] + \

@@ -45,7 +45,8 @@ MIXED_KW = {("turboquant", "kivi"): (dict(bits=3), dict(bits=2, group_size=32)),
             ("turboquant", "rabitq"): (dict(bits=4), dict())}
 MIXED_VARIANTS = [("turboquant", "kivi", "float16", True, (False, True)),
                   ("turboquant", "kivi", "bfloat16", False, (False, True)),
-                  ("turboquant", "rabitq", "float16", True, (True, False))]
+                  ("turboquant", "rabitq", "float16", True, (True, False)),
+                  ("turboquant", "kivi", "float16", True, (True, True))]    # both windowed: R and KIVI's R .. R + G - 1
 _VARIANTS += MIXED_VARIANTS
 _WIN_INPUTS = ("kf", "kw", "vf", "vw")
 
@@ -428,7 +429,8 @@ def test_mixed_append_moves_one_roles_window(lib, mk, mv, xt, apart, win, r, fil
     (base, vbase): keys turboquant 3-bit with R = 0 encode the chunk itself while KIVI 2-bit values (R = 128 or 32,
     groups of 32) copy it into their window and encode their window's oldest group at a flush or nothing; keys with
     an exact window R encode their window's oldest token beside rabitq values without one. Records and windows after
-    the step are one-shot encode's of the whole sequence, bit for bit; no other row of any buffer is written."""
+    the step are one-shot encode's of the whole sequence, bit for bit; no other row of any buffer is written. (Both
+    roles windowed: the keys' R-token window beside the values' KIVI window, each at its own count.)"""
     rng = np.random.default_rng(r + len(fill) + len(mk + mv + xt) + apart)
     kkw, vkw = MIXED_KW[(mk, mv)]
     windowed = [w for w in win]

@@ -806,6 +806,11 @@ MIXED_CASES = [
     (("turboquant", dict(bits=3), 0), ("kivi", dict(bits=2, group_size=32), 32), (1, 2, 2, 32 + 64 + 9, 128),
      mx.float16, False),
     (("turboquant", dict(bits=4), 32), ("rabitq", {}, 0), (1, 2, 2, 70, 64), mx.float16, False),   # values ahead
+    # both windowed (the cache's window=32): the window split reads each window from its own row
+    (("turboquant", dict(bits=3), 32), ("kivi", dict(bits=2, group_size=32), 32), (1, 2, 2, 32 + 64 + 9, 64),
+     mx.float16, True),
+    (("turboquant", dict(bits=3), 32), ("kivi", dict(bits=2, group_size=32), 32), (1, 2, 2, 32 + 64, 64),
+     mx.float16, False),                                     # at a flush the counts meet: one launch all the same
 ]
 
 
@@ -832,7 +837,7 @@ def test_mixed_roles_through_one_partial(case, monkeypatch, tune):
         vx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
         q = mx.array(rng.standard_normal((b, hkv * rep, 1, d)).astype(np.float32)).astype(mx.float16)
         k, v = _packed(kx, kp), _packed(vx, vp)
-        assert k.encoded != v.encoded and min(k.encoded, v.encoded) > 0, "the case must have uneven prefixes"
+        assert min(k.encoded, v.encoded) > 0 and katt.mixed_windows(kp, vp) > 0, "the case must be MIXED"
         scale = 1.0 / np.sqrt(d)
         mask = "causal" if causal else None
         want = f64_attention(np.array(q.astype(mx.float32)), np.array(k.dequantized()), np.array(v.dequantized()),

@@ -47,20 +47,19 @@ def _fields(method: str) -> tuple[str, ...]:
 
 
 def _roles(win) -> tuple[bool, bool]:
-    """(keys windowed, values windowed) of a launch's `win`: a bool for both roles, or a pair (MIXED: one role
-    with a window, the other without)."""
+    """(keys windowed, values windowed) of a launch's `win`: a bool for both roles, or a pair (MIXED: roles whose
+    encoded counts differ, each with its own window or none)."""
     return (bool(win[0]), bool(win[1])) if isinstance(win, tuple) else (bool(win), bool(win))
 
 
 def inputs(mk: str, mv: str, win=False) -> list[str]:
     """The arrays one launch passes, in order, for key method mk and value method mv; `win`: both roles with an
     exact window (then each role's tokens leaving it and the window after the step, last), or (keys', values')
-    where one role has a window and the other none (then only that role's pair, and the values' first row `vbase`
-    last: the roles' encoded counts differ)."""
+    for roles whose encoded counts differ (MIXED: the windowed roles' pairs, then the values' first row `vbase`)."""
     kw, vw = _roles(win)
     return (["base", "after"] + [f"k{n}" for n in ("x", "const", *_fields(mk))]
             + [f"v{n}" for n in ("x", "const", *_fields(mv))] + (["kf", "kw"] if kw else [])
-            + (["vf", "vw"] if vw else []) + (["vbase"] if kw != vw else []))
+            + (["vf", "vw"] if vw else []) + (["vbase"] if isinstance(win, tuple) else []))
 
 
 def scope(role: str, index: int, *, m: str, codes: tuple, ts: str, x: str, const: str, out: dict, fault: str,
@@ -111,7 +110,7 @@ def scope_constants() -> str:
 def _scope(role: str, index: int, method: str, win: bool = False, mixed: bool = False) -> str:
     """The encode scope's parameters for one role: its inputs under the body's names, its rows in the buffers;
     `win`: the role's exact window (it encodes kf, the tokens leaving the window, and copies kx into kw); `mixed`: the
-    other role differs (MIXED: the values' first row is input vbase, and the scope says whether it has a window)."""
+    roles' counts differ (MIXED: the values' first row is input vbase, and the scope says whether it has a window)."""
     r = role
     have = _fields(method)
     out = {n: f"{r}{n}" if n in have else f"{r}{'codes1' if n.startswith('codes') else 'f_s1'}"
@@ -128,9 +127,10 @@ def _scope(role: str, index: int, method: str, win: bool = False, mixed: bool = 
 def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False, win=False) -> str:
     """The kernel text after a prelude: both roles in two halves of the grid (csrc/append_apart.h), or with `apart`
     False one after the other in each threadgroup (append_serial.h); `after` only orders this launch after the last
-    store; `win`: both roles with an exact window (WINDOWED), or (keys', values') with one of them only (MIXED)."""
+    store; `win`: both roles with an exact window (WINDOWED), or (keys', values') for roles whose encoded counts
+    differ (MIXED)."""
     kw, vw = _roles(win)
-    mixed = kw != vw
+    mixed = isinstance(win, tuple)
     files = MIXED if mixed else WINDOWED if kw else SCOPED
     return (scope_constants() + _scope("k", 0, mk, kw, mixed) + _scope("v", 1, mv, vw, mixed)
             + loader.text("append_apart.h" if apart else "append_serial.h", files))
@@ -152,8 +152,8 @@ def _kernel(mk: str, mv: str, apart: bool = False, win=False):
         raise RuntimeError(backend.available()[1])
     header, text = assemble(be, mk, mv, apart, win)
     kw, vw = _roles(win)
-    name = f"vq_append_{mk}_{mv}" + ("_apart" if apart else "") + ("_w" if kw and vw else "_wk" if kw else "_wv" if vw
-                                                                  else "")
+    name = f"vq_append_{mk}_{mv}" + ("_apart" if apart else "") + (f"_m{int(kw)}{int(vw)}" if isinstance(win, tuple)
+                                                                  else "_w" if kw else "")
     if be == "cuda":
         return backend.cuda_kernel(name=name, input_names=inputs(mk, mv, win), output_names=OUTPUTS, source=text,
                                    header=header, ensure_row_contiguous=False)
@@ -177,9 +177,9 @@ def role_window(p: spec.Params) -> bool:
 
 def windowed(kp: spec.Params, vp: spec.Params):
     """What a launch for these roles moves: True (both roles' exact windows), False (neither), or (keys', values')
-    where one role has a window and the other none (MIXED: different methods or windows in one layer)."""
+    where their encoded counts differ (MIXED: different methods or windows in one layer; `mixed`)."""
     kw, vw = role_window(kp), role_window(vp)
-    return kw if kw == vw else (kw, vw)
+    return (kw, vw) if mixed(kp, vp) else kw
 
 
 def mixed(kp: spec.Params, vp: spec.Params) -> bool:

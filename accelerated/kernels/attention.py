@@ -52,7 +52,8 @@ def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask, mixed: b
     return (l <= MAX_PACKED_QUERIES and (mask is None or (isinstance(mask, str) and mask == "causal") or starts)
             and (not starts or tuple(mask.starts.shape) == (b,))
             # row starts mask encoded tokens only: with a window, only where they are known not to reach it
-            and (not starts or k.window.shape[2] == 0 or (mask.host is not None and max(mask.host) <= k.encoded))
+            and (not starts or k.window.shape[2] == v.window.shape[2] == 0
+                 or (mask.host is not None and max(mask.host) <= min(k.encoded, v.encoded)))
             and _pow2(d) and 16 <= d <= 1024 and min(k.encoded, v.encoded) > 0
             and (k.encoded == v.encoded or (mixed and mixed_windows(k.params, v.params) > 0))
             and (kb, kh) == v.window.shape[:2] and hq % kh == 0 and b == kb)
@@ -296,10 +297,10 @@ def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: floa
 
 
 def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
-              flags: mx.array | None = None) -> mx.array:
+              flags: mx.array | None = None, mixed: bool = False) -> mx.array:
     """softmax(scale q K^T [+ causal]) V over two packed records, on the GPU; (B, Hq, L, d) in the
-    queries' dtype."""
-    ins, st = _launch(queries, k, v, scale, mask, flags)
+    queries' dtype; `mixed`: the MIXED partial (records whose encoded counts may differ: _launch)."""
+    ins, st = _launch(queries, k, v, scale, mask, flags, mixed=mixed)
     outs = _kernel("partial", *st.key)(inputs=ins, template=st.template, grid=st.grid, threadgroup=(st.threads, 1, 1),
                                        output_shapes=st.out_shapes, output_dtypes=st.out_dtypes)
     if st.key[3]:
