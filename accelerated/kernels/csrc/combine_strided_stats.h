@@ -1,5 +1,4 @@
-// combine_rows_strided.h's (a) and (b): each row's max over the splits (me) and its sum of the splits' sums
-// rescaled to that max (le), each a tree over the CNT threads.
+// combine_rows_strided.h's (a), (b): each row's max over the splits (me) and its rescaled sum of sums (le).
   // (a) each row's max over the splits: per thread, then a tree over the CNT threads (a power of two)
   for (int r = 0; r < CQB; ++r) {
     float pm = NEG_INF;

@@ -1,5 +1,4 @@
-// combine_rows_strided.h's (c): each row's splits' value rows weighted by exp2(m_s - me[r]), summed per
-// coordinate into cy (and cy2: turboquant_prod's sketch part).
+// combine_rows_strided.h's (c): each row's splits' value rows, weighted, summed per coordinate into cy (and cy2).
   // (c) the weighted value sums: CNT >= D: thread CT takes coordinate CT % D and every CG-th split from CT / D
   //     (partials summed in order below); CNT < D: coordinates CT, CT + CNT, ... and every split
   constexpr int CG = (CNT >= D) ? CNT / D : 1;

@@ -1,5 +1,4 @@
-// The combine launch's (c): the splits' value rows weighted by cw, summed per coordinate into cy (and cy2:
-// turboquant_prod's sketch part), CG partial sums per coordinate added in order.
+// The combine launch's (c): the splits' value rows weighted by cw, summed per coordinate into cy (and cy2).
   // (c) the weighted value sums: coordinate CT % D over splits CT / D, + CG, ..., then the CG groups added
   {
     const int c = CT % D;

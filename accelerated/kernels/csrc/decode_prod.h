@@ -1,5 +1,4 @@
-// turboquant_prod in the decode body (decode_rotation.h): y^ = (C_d[i] + the QJL sketch's estimate of the
-// residual) * n into f_v.
+// decode_rotation.h's turboquant_prod: y^ = (C_d[i] + the QJL sketch's residual estimate) * n into f_v.
       if (M == 3) {
         // s = -1 / +1 from the QJL bit; t = RHT_inverse(s) with tau; e^ = t * (gamma * A_d);
         // u^ = C_d[i] + e^; y^ = u^ * n

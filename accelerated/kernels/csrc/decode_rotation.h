@@ -1,5 +1,4 @@
-// The rotation family (M <= 3) in the decode body: row r's codes (ci) and fields to y^, then the inverse RHT
-// into f_v.
+// The decode body's rotation family (M <= 3): row r's codes and fields to y^, then the inverse RHT, into f_v.
 
       const float f_n = TO_F32(f_s1[r]);
       if (M == 0) {

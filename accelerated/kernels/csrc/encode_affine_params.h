@@ -1,5 +1,4 @@
-// mlx_affine steps 2-6 per group of one row (encode_groups.h): f_lo / f_hi (the group's min and max) become
-// its bias and scale; sets bad_rule where the span overflows.
+// encode_groups.h's mlx_affine steps 2-6: f_lo / f_hi (a group's min, max) become its bias and scale.
       if (M == 5) {
         // mlx_affine steps 2-6 (spec/methods/mlx_affine.md), once per group at its first slot (later slots
         // of the group copy them); f_lo / f_hi then hold the group's bias and scale

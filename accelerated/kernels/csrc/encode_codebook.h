@@ -1,5 +1,4 @@
-// turboquant, turboquant_rvq, turboquant_prod in the encode body: y = f_v quantized with the codebooks into
-// c1 (and c2: rvq's residual codes, prod's QJL sketch bits; prod's gamma at orow of f_s2).
+// encode_rotation.h's codebook methods (M = 0, 1, 3): y (f_v) quantized into c1, c2 (rvq residual, prod sketch).
         // 5. u = y * r; 6. i = quantize(u; B1_d)  (prod: the (bits-1)-bit table is c1/b1)
         float f_e[E];
         for (int e = 0; e < E; ++e) {

@@ -1,5 +1,4 @@
-// The encode body's end: the fault flags (bad_x, bad_rule) voted per warp, then ORed into one slot per
-// threadgroup of the fault output (every warp gets here: no early return).
+// The encode body's end: the warps' fault flags (bad_x, bad_rule) ORed into one slot per threadgroup of fault.
   // fault flags: warp vote, then one slot per threadgroup (every warp gets here: no early return)
   const bool any_x = ANY(bad_x);
   const bool any_rule = ANY(bad_rule);

@@ -1,5 +1,4 @@
-// KIVI values and mlx_affine in the encode body: one token's groups of gs channels, their fields and codes
-// (row i at orow of the outputs).
+// The encode body's KIVI values and mlx_affine: one token's groups of gs channels, their fields and codes at orow.
     if ((M == 4 && keys == 0) || M == 5) {
       // kivi values / mlx_affine: groups of gs consecutive channels of one token
 #define VQ_X_TOKEN i

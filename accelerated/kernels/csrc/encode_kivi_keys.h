@@ -1,5 +1,4 @@
-// KIVI keys in the encode body: row i is a group of gs tokens, per channel min/max, scale / zero rows at
-// orow and one codes row per token (VQ_TROW).
+// The encode body's KIVI keys: row i is a group of gs tokens; scale / zero rows at orow, codes one row per token.
     if (M == 4 && keys != 0) {
       // kivi keys: row i = group of gs tokens; per channel j: min/max over the group's tokens
       float f_lo[E];

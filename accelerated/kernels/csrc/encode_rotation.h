@@ -1,5 +1,4 @@
-// The rotation family (M <= 3) in the encode body: row i's norm, RHT, codes (rabitq here, the codebook
-// methods in encode_codebook.h), packed into codes1 / codes2 at orow.
+// The encode body's rotation family (M <= 3): row i's norm, RHT and codes, packed into codes1 / codes2 at orow.
     if (M <= 3) {
       // rotation family. 1. exact upcast; 2. n = sqrt(fold(x * x))
 #define VQ_X_TOKEN i
