@@ -7,7 +7,7 @@ The kernel sources (every tracked file under accelerated/kernels/csrc/: .h, .cuh
 csrc file is either a header (device functions and macros) or a fragment of a kernel function's body (loader.py:
 MLX writes the signature, the file is statements spliced in at an #include line), so a "function" there is:
 - a function definition: at brace depth 0 of the file (comments, strings and preprocessor lines set aside), a
-  `{` whose statement reads `[template <...>] <type and qualifiers> name(<parameters>) [const]`, name not a
+  `{` whose statement reads `[template <...>] <type and qualifiers> name[<...>](<parameters>) [const]`, name not a
   keyword (if, for, while, switch, ...); it counts from the first line of that statement to its closing `}`;
 - the file's top-level body: every line of the file outside those definitions (statements, preprocessor lines,
   comments, blank lines) counted as one body, `<path>::<body>`: a fragment is one piece of a kernel's body, so a
@@ -87,7 +87,7 @@ def oversized(path: str, source: str) -> dict[str, int]:
 
 
 _KEYWORDS = {"if", "for", "while", "switch", "catch", "return", "sizeof", "constexpr", "else", "do"}
-_SIGNATURE = re.compile(r"^(?:template\s*<[^{};]*>\s*)?(?:[\w:<>,*&]+\s+|[*&]\s*)+(\w+)\s*"
+_SIGNATURE = re.compile(r"^(?:template\s*<[^{};]*>\s*)?(?:[\w:<>,*&]+\s+|[*&]\s*)+(\w+)(?:<[^()]*>)?\s*"
                         r"\((?:[^()]|\([^()]*\))*\)\s*(?:const\s*)?$", re.S)
 
 
@@ -182,5 +182,6 @@ def test_the_kernel_check_sees_functions_and_fragment_bodies():
     assert oversized_kernel_source("f.h", frag.replace(stmts, shorter)) == {}
     assert oversized_kernel_source("big.h", "  x = 1;\n" * (MAX_MODULE_LINES + 1)) == \
         {"big.h": MAX_MODULE_LINES + 1, "big.h::<body>": MAX_MODULE_LINES + 1}
-    overloads = "inline int vq_m(int a) { return a; }\ninline float vq_m(float a) { return a; }\n"
-    assert [n for n, _ in _kernel_functions(overloads)] == ["vq_m", "vq_m#2"]
+    overloads = "inline int vq_m(int a) { return a; }\ninline float vq_m(float a) { return a; }\n" \
+        "template <> inline float vq_m<float>(float a) { return a; }\n"
+    assert [n for n, _ in _kernel_functions(overloads)] == ["vq_m", "vq_m#2", "vq_m#3"]
