@@ -94,7 +94,9 @@ _SIGNATURE = re.compile(r"^(?:template\s*<[^{};]*>\s*)?(?:[\w:<>,*&]+\s+|[*&]\s*
 def _code_only(source: str) -> str:
     """`source` with comments, string and character literals and preprocessor lines (with their continuations)
     blanked to spaces, newlines kept, so positions and line numbers still match."""
-    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))      # noqa: E731
+    def blank(m: re.Match) -> str:
+        return re.sub(r"[^\n]", " ", m.group(0))
+
     code = re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', blank, source, flags=re.S)
     return re.sub(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", blank, code, flags=re.M)
 
