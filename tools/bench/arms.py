@@ -26,6 +26,14 @@ OURS = {   # arm name -> make_prompt_cache-style settings (about 4 bits per coor
     "turboquant b4 (window 32)": dict(method="turboquant", bits=4, window=32),
     "keys turboquant b3 + values kivi b2": dict(method=None, key_method="turboquant", key_bits=3, value_method="kivi",
                                                 value_bits=2),
+    # issue 29's matrix: every method at its default bits (formats.toml default_bits) with window 0 and window 32;
+    # the arms above cover window 0 of all but kivi (its default window is 128)
+    "turboquant_rvq 2+2 (window 32)": dict(method="turboquant_rvq", bits=2, bits2=2, window=32),
+    "turboquant_prod b4 (window 32)": dict(method="turboquant_prod", bits=4, window=32),
+    "kivi b2 (window 0)": dict(method="kivi", bits=2, group_size=32, window=0),
+    "kivi b2 (window 32)": dict(method="kivi", bits=2, group_size=32, window=32),
+    "rabitq (window 32)": dict(method="rabitq", bits=1, window=32),
+    "mlx_affine b4 (window 32)": dict(method="mlx_affine", bits=4, group_size=64, window=32),
 }
 # The arms a quick CPU run measures (a 2-core CI machine); the others run with --device gpu.
 QUICK = ("turboquant b4", "kivi b4 (window 128)")
