@@ -31,6 +31,9 @@ def pytest_addoption(parser):
     g.addoption("--bench-contexts", type=int, nargs="+", default=None, metavar="TOKENS",
                 help="contexts of the decode-step and generate benchmarks, run in this order (all of one context "
                      "before the next; default: the device's size, benchmarks/harness.py SIZES)")
+    g.addoption("--bench-batches", nargs="+", default=None, metavar="TOKENSxSEQUENCES",
+                help="the batch benchmarks' (prompt length, prompts), e.g. 8192x8 32768x4 (default: the device's "
+                     "configs, benchmarks/harness.py SIZES)")
     g.addoption("--bench-partial", default=None, metavar="JSON",
                 help="rewrite this file after every benchmark with the run so far (the format of --benchmark-json, "
                      "which pytest-benchmark writes only at the end): a run cut short keeps what it measured")
@@ -64,6 +67,16 @@ class Bench:
         self.started = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
         self.slow_update = harness.slow_update_mutant()
 
+        self.batches = [tuple(c) for c in self.sizes["batch_generate"]["configs"]]
+        raw = config.getoption("--bench-batches")
+        if raw:
+            try:
+                self.batches = [tuple(int(x) for x in r.lower().split("x")) for r in raw]
+                assert all(len(c) == 2 and c[0] >= 2 and c[1] >= 1 for c in self.batches)
+            except (ValueError, AssertionError):
+                raise pytest.UsageError(f"--bench-batches: expected TOKENSxSEQUENCES (e.g. 8192x8), got {raw}") \
+                    from None
+
     def contexts_of(self, suite: str) -> list[int]:
         return list(self.contexts) if self.contexts else [self.sizes[suite]["context"]]
 
@@ -86,6 +99,9 @@ def pytest_generate_tests(metafunc):
     if "context" in metafunc.fixturenames:
         b = metafunc.config._veloxquant_bench
         metafunc.parametrize("context", b.contexts_of(metafunc.module.SUITE), ids=lambda c: f"ctx{c}")
+    if "batch_config" in metafunc.fixturenames:
+        b = metafunc.config._veloxquant_bench
+        metafunc.parametrize("batch_config", b.batches, ids=lambda c: f"{c[0]}x{c[1]}")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -93,13 +109,18 @@ def pytest_collection_modifyitems(config, items):
     if b.skip:
         for item in items:
             item.add_marker(pytest.mark.skip(reason=b.skip))
-    # every benchmark of one context before the next context's, in --bench-contexts order; the benchmarks without a
-    # context (batch, cold start, ops) last, each group in collection order
+    # every benchmark of one context before the next context's, in --bench-contexts order; then the batches, one
+    # (t, B) after the other; the benchmarks without either (cold start, ops) last; each group in collection order
     order = {c: i for i, c in enumerate(b.contexts or [])}
+    batches = {c: i for i, c in enumerate(b.batches)}
 
     def rank(item):
-        c = getattr(item, "callspec", None) and item.callspec.params.get("context")
-        return order.get(c, len(order)) if c is not None else len(order) + 1
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "context" in params:
+            return order.get(params["context"], len(order))
+        if "batch_config" in params:
+            return len(order) + 1 + batches.get(params["batch_config"], len(batches))
+        return len(order) + len(batches) + 2
     items.sort(key=rank)
 
 
@@ -141,7 +162,7 @@ def _meta(config) -> dict:
         b._meta = {"command": " ".join(["pytest", *map(shlex.quote, sys.argv[1:])]),
                    "device": info, "versions": versions(), "sizes": b.sizes, "bands": harness.BANDS,
                    "warmup": harness.WARMUP_NOTE,
-                   **({"contexts": b.contexts} if b.contexts else {}),
+                   **({"contexts": b.contexts} if b.contexts else {}), "batches": b.batches,
                    **({"slow_update_s": b.slow_update} if b.slow_update else {})}
     return b._meta
 
