@@ -67,6 +67,33 @@ def skip_unless_measured(device: str, suite: str, arm: str) -> None:
     if device == "gpu":
         pytest.skip(f"{arm}: not measured in {suite}")
     pytest.skip(f"{arm}: measured with --device gpu only")
+
+
+_Q_PROBED: dict = {}
+
+
+def skip_unless_mlx_q_works(arm: str) -> None:
+    """pytest.skip for mlx-lm's QuantizedKVCache where this MLX build cannot attend over it (MLX 0.32.4's CUDA
+    backend has no quantized_matmul for the attention's transposed shapes): one small step through mlx-lm's
+    dispatch, tried once per arm and session, before the arm's prefill is paid for."""
+    import pytest
+    if arm not in MLX_Q:
+        return
+    if arm not in _Q_PROBED:
+        import mlx.core as mx
+        from veloxquant.tools.bench.harness import D, HKV, HQ
+        try:
+            caches = bench_arms.make(arm, 1)
+            kv = mx.random.normal((1, HKV, 64, D)).astype(mx.float16)
+            caches[0].update_and_fetch(kv, kv)
+            mx.eval(bench_arms.step(caches, mx.zeros((1, HQ, 1, D), mx.float16), kv[:, :, :1], kv[:, :, :1]))
+            _Q_PROBED[arm] = None
+        except Exception as e:         # the backend's own message says what is missing
+            _Q_PROBED[arm] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    if _Q_PROBED[arm]:
+        pytest.skip(f"{arm}: does not run on this device ({_Q_PROBED[arm]})")
+
+
 # Noise band per suite (or per baseline arm): a run fails when a ratio exceeds the saved baseline's by more than this
 # fraction. Chosen from five runs with our code unchanged on the shared 2-core CPU (load average 100-280), the largest
 # rise of a gated ratio over another run's: 25 % (decode step, turboquant), 36 % (ops against mx.quantize, turboquant

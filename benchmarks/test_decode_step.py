@@ -21,6 +21,7 @@ def test_decode_step(benchmark, bench, request, arm, context):
     from veloxquant.tools.bench import arms as bench_arms
     from veloxquant.tools.bench.harness import D, HKV, HQ
     harness.skip_unless_measured(bench.device, SUITE, arm)
+    harness.skip_unless_mlx_q_works(arm)
     sz = bench.sizes[SUITE]
     t, layers = context, sz["layers"]
 

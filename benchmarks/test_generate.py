@@ -23,6 +23,7 @@ def test_generate(benchmark, bench, request, arm, context):
     from mlx_lm.models.cache import make_prompt_cache as fp16_cache
 
     harness.skip_unless_measured(bench.device, SUITE, arm)
+    harness.skip_unless_mlx_q_works(arm)
     sz = bench.sizes[SUITE]
     model, args = harness.model(sz["layers"], sz["shape"])
     prompts = [mx.random.randint(0, args.vocab_size, (context,), key=mx.random.key(i))

@@ -152,3 +152,20 @@ def test_render_splices_between_the_markers_only():
     assert once.index(bench_render.BEGIN) < once.index("## Old") and once.endswith("## Old\n\ntext\n")
     twice = bench_render.splice(once, f"{bench_render.BEGIN}\nB\n{bench_render.END}")
     assert twice == once.replace("\nA\n", "\nB\n")
+
+
+def test_mlx_q_arm_is_skipped_with_the_backends_reason_where_it_cannot_attend(monkeypatch):
+    """mlx-lm's QuantizedKVCache arms are probed once with a small step: where the backend raises (MLX's CUDA
+    quantized_matmul for these shapes), the benchmark skips with that message before paying for its prefill."""
+    h = _harness()
+    arm = h.MLX_Q[0]
+
+    def broken(name, layers):
+        raise RuntimeError("[quantized_matmul] No implementation for problem shape: 1x65x128x32")
+    monkeypatch.setattr(h.bench_arms, "make", broken)
+    with pytest.raises(pytest.skip.Exception, match=r"does not run on this device \(RuntimeError: \[quantized_matmul\]"):
+        h.skip_unless_mlx_q_works(arm)
+    h.skip_unless_mlx_q_works("turboquant b4")        # ours: never probed
+    monkeypatch.undo()
+    h._Q_PROBED.clear()
+    h.skip_unless_mlx_q_works(arm)                    # where it runs (MLX's CPU backend): measured
