@@ -109,8 +109,8 @@ SLOW_UPDATE_ENV = "VELOXQUANT_BENCH_SLOW_UPDATE"
 
 def slow_update_mutant() -> float:
     """A deliberately slowed decode step, for showing the gate fails: with VELOXQUANT_BENCH_SLOW_UPDATE=<seconds>
-    every VeloxKVCache.update_and_fetch first spins that long on the host (busy, so it counts under a wall-clock or a
-    process-time timer alike). Applied here, in the benchmark process (and the
+    every update_and_fetch of ours (VeloxKVCache and the batch caches) first spins that long on the host (busy, so it
+    counts under a wall-clock or a process-time timer alike). Applied here, in the benchmark process (and the
     cold-start child), never in the library. Returns the seconds (0.0: not applied)."""
     raw = os.environ.get(SLOW_UPDATE_ENV, "")
     if not raw:
@@ -120,17 +120,20 @@ def slow_update_mutant() -> float:
     except ValueError:
         raise ValueError(f"{SLOW_UPDATE_ENV}: expected seconds (a number), got {raw!r}") from None
     from veloxquant.accelerated.cache import VeloxKVCache
-    real = VeloxKVCache.update_and_fetch
-    if getattr(real, "_slowed", None) is not None:
-        return delay
+    from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    for cls in (VeloxKVCache, BatchVeloxKVCache, SharedBatchVeloxKVCache):    # the batch caches: batch_generate
+        real = cls.__dict__["update_and_fetch"]
+        if getattr(real, "_slowed", None) is not None:
+            continue
 
-    def slowed(self, keys, values):
-        end = time.perf_counter() + delay
-        while time.perf_counter() < end:
-            pass
-        return real(self, keys, values)
-    slowed._slowed = delay
-    VeloxKVCache.update_and_fetch = slowed
+        def slowed(self, keys, values, _real=real):
+            end = time.perf_counter() + delay
+            while time.perf_counter() < end:
+                pass
+            return _real(self, keys, values)
+        slowed._slowed = delay
+        cls.update_and_fetch = slowed
     return delay
 
 
