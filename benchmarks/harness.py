@@ -35,7 +35,7 @@ SIZES = {
     "gpu": {
         "decode_step": dict(context=32768, layers=8, rounds=60, warmup=5),
         "generate": dict(context=32768, layers=4, tokens=64, rounds=3, warmup=1, shape="llama3-8b"),
-        "batch_generate": dict(configs=[(8192, 8), (32768, 4)], layers=4, tokens=32, rounds=2, warmup=1,
+        "batch_generate": dict(configs=[(8192, 8), (32768, 4)], layers=4, tokens=32, rounds=3, warmup=1,
                                shape="llama3-8b"),
         "cold_start": dict(context=4096, layers=2, tokens=8, rounds=2, warmup=0, shape="llama3-8b",
                            arms=["turboquant b4"]),
