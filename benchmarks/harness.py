@@ -102,7 +102,8 @@ def skip_unless_mlx_q_works(arm: str) -> None:
 # On that host the decode step's kivi ratio also fell from 0.62 to 0.17 in one run (fp16's step twice as slow under
 # the load): a drop never fails, but a baseline saved in such a moment would make later runs fail; save baselines
 # on a quiet machine and look at the ratios' IQR (the renderer shows it).
-BANDS = {"decode_step": 0.35, "generate": 0.60, "batch_generate": 0.60, "cold_start": 0.75, "ops": {"mx.quantize": 0.50, "reference": None}}
+BANDS = {"decode_step": 0.35, "generate": 0.60, "batch_generate": 0.60, "cold_start": 0.75,
+         "ops": {"mx.quantize": 0.50, "reference": None}}
 
 SLOW_UPDATE_ENV = "VELOXQUANT_BENCH_SLOW_UPDATE"
 
@@ -222,9 +223,9 @@ def band_of(suite: str, name: str, bands: dict | None = None) -> float | None:
 
 def check(fullname: str, suite: str, ratios: dict[str, float], baseline: dict[str, dict[str, float]],
           band: float | None = None) -> list[str]:
-    """Regressions of `ratios` against the baseline's ratios for the same benchmark (`fullname`: its gate_key): a message for each ratio above
-    the baseline's by more than its band (band_of, unless `band` is given for all). A benchmark or ratio the
-    baseline lacks is not a regression (a new benchmark gets its baseline at the next save)."""
+    """Regressions of `ratios` against the baseline's ratios for the same benchmark (`fullname`: its gate_key): a
+    message for each ratio above the baseline's by more than its band (band_of, unless `band` is given for all). A
+    benchmark or ratio the baseline lacks is not a regression (a new benchmark gets its baseline at the next save)."""
     old = baseline.get(fullname, {})
     bad = []
     for name, r in ratios.items():

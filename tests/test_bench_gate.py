@@ -163,7 +163,8 @@ def test_mlx_q_arm_is_skipped_with_the_backends_reason_where_it_cannot_attend(mo
     def broken(name, layers):
         raise RuntimeError("[quantized_matmul] No implementation for problem shape: 1x65x128x32")
     monkeypatch.setattr(h.bench_arms, "make", broken)
-    with pytest.raises(pytest.skip.Exception, match=r"does not run on this device \(RuntimeError: \[quantized_matmul\]"):
+    with pytest.raises(pytest.skip.Exception,
+                       match=r"does not run on this device \(RuntimeError: \[quantized_matmul\]"):
         h.skip_unless_mlx_q_works(arm)
     h.skip_unless_mlx_q_works("turboquant b4")        # ours: never probed
     monkeypatch.undo()

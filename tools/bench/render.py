@@ -93,7 +93,8 @@ def _generate(rows: list[dict], bands: dict, ratio_note: str) -> list[str]:
              f"{e0['tokens']} tokens generated per round after a prompt of the context's length (prefill untimed); "
              f"cell: ours ÷ fp16 in time per token, {ratio_note} (its inverse is the ratio of tokens/s), then ours "
              f"tokens/s; {_band(bands, 'generate')}.", "",
-             "| arm | " + " | ".join(f"{_k(t)}: ours ÷ fp16 (time), ours tokens/s (× fp16's)" for t in contexts) + " |",
+             "| arm | " + " | ".join(f"{_k(t)}: ours ÷ fp16 (time), ours tokens/s (× fp16's)" for t in contexts)
+             + " |",
              "|---|" + "---|" * len(contexts)]
     fp16 = {t: [b["extra_info"]["fp16_tokens_per_s"] for a in arms.values() for c, b in a.items()
                 if c == t and b["extra_info"].get("fp16_tokens_per_s")] for t in contexts}
