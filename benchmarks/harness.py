@@ -51,10 +51,12 @@ ARMS = {n: bench_arms.OURS[n] for n in bench_arms.QUICK}
 GPU_ARMS = {n: s for n, s in bench_arms.OURS.items() if n not in ARMS}
 ALL_ARMS = {**ARMS, **GPU_ARMS}
 MLX_Q = tuple(n for n in bench_arms.BASELINES if n.startswith("mlx q"))     # mlx-lm's quantized caches
-# which arms each suite measures on the GPU (the CPU measures ARMS). batch_generate: every method once, at the arms'
-# default window (mlx-lm's QuantizedKVCache has no merge, so the q4 / q8 caches are not in the batch table)
+# which arms each suite measures on the GPU (the CPU measures ARMS). batch_generate: every method once at its arm's
+# window, turboquant also with window 32 (a windowed B-row batch), the mixed arm (mlx-lm's QuantizedKVCache has no
+# merge, so the q4 / q8 caches are not in the batch table)
 GPU_SUITE_ARMS = {"decode_step": [*ALL_ARMS, *MLX_Q], "generate": [*ALL_ARMS, *MLX_Q],
-                  "batch_generate": [n for n in ALL_ARMS if "(window 32)" not in n and not n.startswith("kivi b2")]}
+                  "batch_generate": [n for n in ALL_ARMS if n == "turboquant b4 (window 32)" or (
+                      "(window 32)" not in n and not n.startswith("kivi b2"))]}
 
 
 def skip_unless_measured(device: str, suite: str, arm: str) -> None:

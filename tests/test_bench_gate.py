@@ -170,3 +170,30 @@ def test_mlx_q_arm_is_skipped_with_the_backends_reason_where_it_cannot_attend(mo
     monkeypatch.undo()
     h._Q_PROBED.clear()
     h.skip_unless_mlx_q_works(arm)                    # where it runs (MLX's CPU backend): measured
+
+
+def test_gpu_matrix_has_every_method_at_its_default_bits_with_window_0_and_32():
+    """Issue 29's table: with --device gpu the decode-step and generate benchmarks measure every method of the spec
+    at its default bits (formats.toml) with window 0 and with window 32, the mixed keys turboquant 3 / values kivi 2
+    arm, and mlx-lm's q4 / q8 caches; the batch benchmark every method."""
+    from veloxquant import spec
+    h = _harness()
+    for suite in ("decode_step", "generate", "batch_generate"):
+        measured = h.GPU_SUITE_ARMS[suite]
+        found = {}
+        for name in measured:
+            s = h.ALL_ARMS.get(name)
+            if not s or s.get("method") is None:
+                continue
+            p = spec.Params(s["method"], **{k: s[k] for k in ("bits", "bits2", "group_size", "window")
+                                            if k in s}).resolved()
+            d = spec.Params(s["method"]).resolved()
+            found.setdefault(s["method"], set()).add((p.bits == d.bits and p.bits2 == d.bits2, p.window))
+        assert set(found) == set(spec.METHODS), suite
+        if suite != "batch_generate":
+            missing = {m: w for m in spec.METHODS for w in (0, 32) if (True, w) not in found[m]}
+            assert not missing, f"{suite}: no arm at the default bits with these windows: {missing}"
+            assert set(h.MLX_Q) <= set(measured)
+        mixed = [n for n in measured if h.ALL_ARMS.get(n, {}).get("key_method") == "turboquant"]
+        assert [(h.ALL_ARMS[n]["key_bits"], h.ALL_ARMS[n]["value_method"], h.ALL_ARMS[n]["value_bits"])
+                for n in mixed] == [(3, "kivi", 2)], suite
