@@ -200,7 +200,8 @@ def render(data: dict, name: str) -> list[str]:
              *([f"- Warm-up: {vq['warmup']}"] if vq.get("warmup") else []),
              ""]
     if data.get("partial"):
-        lines += ["**A partial run (--bench-partial): the benchmarks finished before it was cut short.**", ""]
+        lines += ["**A partial run (--bench-partial): the benchmarks that had finished when the file was last written "
+                  "(a run cut short keeps them).**", ""]
     if vq.get("slow_update_s"):
         lines += [f"**This run had the test-only slowed update ({vq['slow_update_s']} s per update_and_fetch).**", ""]
     ratio_note = "median over rounds of ours ÷ baseline timed in the same round (IQR of those ratios); lower is better"
