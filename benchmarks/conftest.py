@@ -1,10 +1,14 @@
-"""pytest options of the benchmarks: the device, the gate against a saved baseline, and what the saved JSON records
-(command, device, versions, sizes, bands) for tools/bench/render.py."""
+"""pytest options of the benchmarks: the device, the contexts, the gate against a saved baseline, the JSON saved after
+each benchmark, and what the saved JSON records (command, device, versions, sizes, bands, warm-up) for
+tools/bench/render.py."""
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 import shlex
 import sys
+import time
 
 import pytest
 
@@ -24,6 +28,15 @@ def pytest_addoption(parser):
                      "band (benchmarks/harness.py BANDS)")
     g.addoption("--bench-band", type=float, default=None, metavar="FRACTION",
                 help="one noise band for every suite instead of harness.BANDS (e.g. 0.1)")
+    g.addoption("--bench-contexts", type=int, nargs="+", default=None, metavar="TOKENS",
+                help="contexts of the decode-step and generate benchmarks, run in this order (all of one context "
+                     "before the next; default: the device's size, benchmarks/harness.py SIZES)")
+    g.addoption("--bench-batches", nargs="+", default=None, metavar="TOKENSxSEQUENCES",
+                help="the batch benchmarks' (prompt length, prompts), e.g. 8192x8 32768x4 (default: the device's "
+                     "configs, benchmarks/harness.py SIZES)")
+    g.addoption("--bench-partial", default=None, metavar="JSON",
+                help="rewrite this file after every benchmark with the run so far (the format of --benchmark-json, "
+                     "which pytest-benchmark writes only at the end): a run cut short keeps what it measured")
 
 
 class Bench:
@@ -45,13 +58,34 @@ class Bench:
             raise pytest.UsageError(f"--bench-gate: no such file {gate!r}")
         self.baseline = harness.load_ratios(self.gate_path) if self.gate_path else {}
         self.band = config.getoption("--bench-band")
+        self.contexts = config.getoption("--bench-contexts")
+        if self.contexts is not None and min(self.contexts) < 2:
+            raise pytest.UsageError(f"--bench-contexts: contexts must be at least 2 tokens, got {self.contexts}")
+        partial = config.getoption("--bench-partial")
+        self.partial = pathlib.Path(partial) if partial else None
+        self.done = []          # finished benchmarks' records, for --bench-partial
+        self.started = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
         self.slow_update = harness.slow_update_mutant()
+
+        self.batches = [tuple(c) for c in self.sizes["batch_generate"]["configs"]]
+        raw = config.getoption("--bench-batches")
+        if raw:
+            try:
+                self.batches = [tuple(int(x) for x in r.lower().split("x")) for r in raw]
+                assert all(len(c) == 2 and c[0] >= 2 and c[1] >= 1 for c in self.batches)
+            except (ValueError, AssertionError):
+                raise pytest.UsageError(f"--bench-batches: expected TOKENSxSEQUENCES (e.g. 8192x8), got {raw}") \
+                    from None
+
+    def contexts_of(self, suite: str) -> list[int]:
+        return list(self.contexts) if self.contexts else [self.sizes[suite]["context"]]
 
     def gate(self, request, suite: str, result: dict) -> None:
         """Fails the test when a ratio regressed beyond the band (only with --bench-gate)."""
         if self.gate_path is None:
             return
-        bad = harness.check(request.node.nodeid, suite, result["ratios"], self.baseline, self.band)
+        key = harness.gate_key(dict(result, suite=suite))
+        bad = harness.check(key, suite, result["ratios"], self.baseline, self.band)
         if bad:
             pytest.fail("benchmark gate (" + str(self.gate_path) + "):\n" + "\n".join(bad), pytrace=False)
 
@@ -60,11 +94,34 @@ def pytest_configure(config):
     config._veloxquant_bench = Bench(config)
 
 
+def pytest_generate_tests(metafunc):
+    """`context`: each of the suite's contexts (the module's SUITE)."""
+    if "context" in metafunc.fixturenames:
+        b = metafunc.config._veloxquant_bench
+        metafunc.parametrize("context", b.contexts_of(metafunc.module.SUITE), ids=lambda c: f"ctx{c}")
+    if "batch_config" in metafunc.fixturenames:
+        b = metafunc.config._veloxquant_bench
+        metafunc.parametrize("batch_config", b.batches, ids=lambda c: f"{c[0]}x{c[1]}")
+
+
 def pytest_collection_modifyitems(config, items):
-    why = config._veloxquant_bench.skip
-    if why:
+    b = config._veloxquant_bench
+    if b.skip:
         for item in items:
-            item.add_marker(pytest.mark.skip(reason=why))
+            item.add_marker(pytest.mark.skip(reason=b.skip))
+    # every benchmark of one context before the next context's, in --bench-contexts order; then the batches, one
+    # (t, B) after the other; the benchmarks without either (cold start, ops) last; each group in collection order
+    order = {c: i for i, c in enumerate(b.contexts or [])}
+    batches = {c: i for i, c in enumerate(b.batches)}
+
+    def rank(item):
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "context" in params:
+            return order.get(params["context"], len(order))
+        if "batch_config" in params:
+            return len(order) + 1 + batches.get(params["batch_config"], len(batches))
+        return len(order) + len(batches) + 2
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
@@ -72,15 +129,43 @@ def bench(pytestconfig) -> Bench:
     return pytestconfig._veloxquant_bench
 
 
-def pytest_benchmark_update_json(config, benchmarks, output_json):
-    """The run's context for the renderer and the gate: the command, device, versions, sizes, bands."""
+@pytest.fixture(autouse=True)
+def _record_each(request, pytestconfig):
+    """Each benchmark's wall time (setup included: prefill, compilation) in its extra_info, for planning a run's
+    time; with --bench-partial, the run so far written after each benchmark."""
+    t0 = time.perf_counter()
+    bm = request.getfixturevalue("benchmark") if "benchmark" in request.fixturenames else None
+    yield
+    if bm is None or getattr(bm, "stats", None) is None:
+        return
+    bm.extra_info["test_wall_s"] = round(time.perf_counter() - t0, 2)
+    b = pytestconfig._veloxquant_bench
+    if b.partial is None:
+        return
+    b.done.append(bm.stats.as_dict(include_data=False, stats=True))
+    import pytest_benchmark
+    out = {"datetime": b.started, "version": pytest_benchmark.__version__, "partial": True,
+           "machine_info": {}, "commit_info": {}, "benchmarks": b.done, "veloxquant": _meta(pytestconfig)}
+    tmp = b.partial.with_name(b.partial.name + ".tmp")
+    tmp.write_text(json.dumps(out, indent=1, default=str))
+    os.replace(tmp, b.partial)
+
+
+def _meta(config) -> dict:
+    """The run's context for the renderer and the gate: the command, device, versions, sizes, bands, warm-up."""
     from veloxquant.tools._env import versions
     from veloxquant.tools.bench.harness import device_info
     b = config._veloxquant_bench
-    info = device_info()
-    info["type"] = b.device
-    output_json["veloxquant"] = {
-        "command": " ".join(["pytest", *map(shlex.quote, sys.argv[1:])]),
-        "device": info, "versions": versions(), "sizes": b.sizes, "bands": harness.BANDS,
-        **({"slow_update_s": b.slow_update} if b.slow_update else {}),
-    }
+    if getattr(b, "_meta", None) is None:
+        info = device_info()
+        info["type"] = b.device
+        b._meta = {"command": " ".join(["pytest", *map(shlex.quote, sys.argv[1:])]),
+                   "device": info, "versions": versions(), "sizes": b.sizes, "bands": harness.BANDS,
+                   "warmup": harness.WARMUP_NOTE,
+                   **({"contexts": b.contexts} if b.contexts else {}), "batches": b.batches,
+                   **({"slow_update_s": b.slow_update} if b.slow_update else {})}
+    return b._meta
+
+
+def pytest_benchmark_update_json(config, benchmarks, output_json):
+    output_json["veloxquant"] = _meta(config)

@@ -21,32 +21,42 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 POOL = 10                    # distinct inputs per benchmark, rotating (project policy: >= 10)
 
 # Sizes per device. cpu: the quick gate (a 2-core CI machine, seconds per benchmark); gpu: past launch overhead
-# (Llama-3-8B-shaped attention at 32k tokens: 128 MiB of fp16 K+V per layer).
+# (Llama-3-8B-shaped attention at 32k tokens: 128 MiB of fp16 K+V per layer). decode_step and generate run at each
+# context of --bench-contexts (default: the `context` here); batch_generate at each (context, sequences) of `configs`.
+# Warm-up: each benchmark's first `warmup` rounds run both arms untimed (kernel compilation, allocator growth).
 SIZES = {
     "cpu": {
         "decode_step": dict(context=1024, layers=2, rounds=20, warmup=2),
         "generate": dict(context=512, layers=2, tokens=4, rounds=6, warmup=1, shape="cpu"),
+        "batch_generate": dict(configs=[(256, 2)], layers=2, tokens=4, rounds=3, warmup=1, shape="cpu"),
         "cold_start": dict(context=128, layers=2, tokens=4, rounds=3, warmup=0, shape="cpu", arms=["turboquant b4"]),
         "ops": dict(tokens=1024, rounds=20, warmup=2, reference_every=5),
     },
     "gpu": {
         "decode_step": dict(context=32768, layers=8, rounds=60, warmup=5),
         "generate": dict(context=32768, layers=4, tokens=64, rounds=3, warmup=1, shape="llama3-8b"),
+        "batch_generate": dict(configs=[(8192, 8), (32768, 4)], layers=4, tokens=32, rounds=3, warmup=1,
+                               shape="llama3-8b"),
         "cold_start": dict(context=4096, layers=2, tokens=8, rounds=2, warmup=0, shape="llama3-8b",
                            arms=["turboquant b4"]),
         "ops": dict(tokens=32768, rounds=20, warmup=3, reference_every=20),
     },
 }
+WARMUP_NOTE = ("warm-up: each benchmark first runs `warmup` untimed rounds of its arm and of its baseline arms, in the "
+               "same process, on the same prefilled caches (kernel compilation and allocator growth happen there)")
 # Our arms, from the one table (tools/bench/arms.py OURS, bench-decode's arms): a CPU run measures the quick ones (so
-# the quick gate stays quick); --device gpu also every method and window on the fast path (issue 29's table), all of
-# the table but NOT_GATED.
-NOT_GATED = ("mlx_affine b4",)     # measured by bench-decode only
+# the quick gate stays quick); --device gpu also every method and window (issue 29's table) and mlx-lm's
+# QuantizedKVCache (q4, q8), each timed against fp16 in the same rounds.
 ARMS = {n: bench_arms.OURS[n] for n in bench_arms.QUICK}
-GPU_ARMS = {n: s for n, s in bench_arms.OURS.items() if n not in ARMS and n not in NOT_GATED}
+GPU_ARMS = {n: s for n, s in bench_arms.OURS.items() if n not in ARMS}
 ALL_ARMS = {**ARMS, **GPU_ARMS}
-# which arms each suite measures on the GPU (the CPU measures ARMS)
-GPU_SUITE_ARMS = {"decode_step": list(ALL_ARMS), "generate": [*ARMS, "turboquant b4 (window 32)",
-                                                              "keys turboquant b3 + values kivi b2"]}
+MLX_Q = tuple(n for n in bench_arms.BASELINES if n.startswith("mlx q"))     # mlx-lm's quantized caches
+# which arms each suite measures on the GPU (the CPU measures ARMS). batch_generate: every method once at its arm's
+# window, turboquant also with window 32 (a windowed B-row batch), the mixed arm (mlx-lm's QuantizedKVCache has no
+# merge, so the q4 / q8 caches are not in the batch table)
+GPU_SUITE_ARMS = {"decode_step": [*ALL_ARMS, *MLX_Q], "generate": [*ALL_ARMS, *MLX_Q],
+                  "batch_generate": [n for n in ALL_ARMS if n == "turboquant b4 (window 32)" or (
+                      "(window 32)" not in n and not n.startswith("kivi b2"))]}
 
 
 def skip_unless_measured(device: str, suite: str, arm: str) -> None:
@@ -54,7 +64,38 @@ def skip_unless_measured(device: str, suite: str, arm: str) -> None:
     import pytest
     if arm in ARMS or (device == "gpu" and arm in GPU_SUITE_ARMS.get(suite, ())):
         return
-    pytest.skip(f"{arm}: measured with --device gpu only" if device != "gpu" else f"{arm}: not measured in {suite}")
+    if arm in MLX_Q and suite == "batch_generate":
+        pytest.skip(f"{arm}: mlx-lm's QuantizedKVCache has no merge, so its BatchGenerator cannot batch it")
+    if device == "gpu":
+        pytest.skip(f"{arm}: not measured in {suite}")
+    pytest.skip(f"{arm}: measured with --device gpu only")
+
+
+_Q_PROBED: dict = {}
+
+
+def skip_unless_mlx_q_works(arm: str) -> None:
+    """pytest.skip for mlx-lm's QuantizedKVCache where this MLX build cannot attend over it (MLX 0.32.4's CUDA
+    backend has no quantized_matmul for the attention's transposed shapes): one small step through mlx-lm's
+    dispatch, tried once per arm and session, before the arm's prefill is paid for."""
+    import pytest
+    if arm not in MLX_Q:
+        return
+    if arm not in _Q_PROBED:
+        import mlx.core as mx
+        from veloxquant.tools.bench.harness import D, HKV, HQ
+        try:
+            caches = bench_arms.make(arm, 1)
+            kv = mx.random.normal((1, HKV, 64, D)).astype(mx.float16)
+            caches[0].update_and_fetch(kv, kv)
+            mx.eval(bench_arms.step(caches, mx.zeros((1, HQ, 1, D), mx.float16), kv[:, :, :1], kv[:, :, :1]))
+            _Q_PROBED[arm] = None
+        except Exception as e:         # the backend's own message says what is missing
+            _Q_PROBED[arm] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    if _Q_PROBED[arm]:
+        pytest.skip(f"{arm}: does not run on this device ({_Q_PROBED[arm]})")
+
+
 # Noise band per suite (or per baseline arm): a run fails when a ratio exceeds the saved baseline's by more than this
 # fraction. Chosen from five runs with our code unchanged on the shared 2-core CPU (load average 100-280), the largest
 # rise of a gated ratio over another run's: 25 % (decode step, turboquant), 36 % (ops against mx.quantize, turboquant
@@ -63,15 +104,16 @@ def skip_unless_measured(device: str, suite: str, arm: str) -> None:
 # On that host the decode step's kivi ratio also fell from 0.62 to 0.17 in one run (fp16's step twice as slow under
 # the load): a drop never fails, but a baseline saved in such a moment would make later runs fail; save baselines
 # on a quiet machine and look at the ratios' IQR (the renderer shows it).
-BANDS = {"decode_step": 0.35, "generate": 0.60, "cold_start": 0.75, "ops": {"mx.quantize": 0.50, "reference": None}}
+BANDS = {"decode_step": 0.35, "generate": 0.60, "batch_generate": 0.60, "cold_start": 0.75,
+         "ops": {"mx.quantize": 0.50, "reference": None}}
 
 SLOW_UPDATE_ENV = "VELOXQUANT_BENCH_SLOW_UPDATE"
 
 
 def slow_update_mutant() -> float:
     """A deliberately slowed decode step, for showing the gate fails: with VELOXQUANT_BENCH_SLOW_UPDATE=<seconds>
-    every VeloxKVCache.update_and_fetch first spins that long on the host (busy, so it counts under a wall-clock or a
-    process-time timer alike). Applied here, in the benchmark process (and the
+    every update_and_fetch of ours (VeloxKVCache and the batch caches) first spins that long on the host (busy, so it
+    counts under a wall-clock or a process-time timer alike). Applied here, in the benchmark process (and the
     cold-start child), never in the library. Returns the seconds (0.0: not applied)."""
     raw = os.environ.get(SLOW_UPDATE_ENV, "")
     if not raw:
@@ -81,17 +123,20 @@ def slow_update_mutant() -> float:
     except ValueError:
         raise ValueError(f"{SLOW_UPDATE_ENV}: expected seconds (a number), got {raw!r}") from None
     from veloxquant.accelerated.cache import VeloxKVCache
-    real = VeloxKVCache.update_and_fetch
-    if getattr(real, "_slowed", None) is not None:
-        return delay
+    from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    for cls in (VeloxKVCache, BatchVeloxKVCache, SharedBatchVeloxKVCache):    # the batch caches: batch_generate
+        real = cls.__dict__["update_and_fetch"]
+        if getattr(real, "_slowed", None) is not None:
+            continue
 
-    def slowed(self, keys, values):
-        end = time.perf_counter() + delay
-        while time.perf_counter() < end:
-            pass
-        return real(self, keys, values)
-    slowed._slowed = delay
-    VeloxKVCache.update_and_fetch = slowed
+        def slowed(self, keys, values, _real=real):
+            end = time.perf_counter() + delay
+            while time.perf_counter() < end:
+                pass
+            return _real(self, keys, values)
+        slowed._slowed = delay
+        cls.update_and_fetch = slowed
     return delay
 
 
@@ -140,7 +185,7 @@ def paired(benchmark, ours, baselines: dict, *, rounds: int, warmup: int, prepar
         state["round"] = r + 1
 
     benchmark.pedantic(ours, setup=setup, teardown=teardown, rounds=rounds, warmup_rounds=warmup)
-    out = {"ratios": {}, "ratio_iqr": {}, "baseline_median_s": {}, "rounds": rounds}
+    out = {"ratios": {}, "ratio_iqr": {}, "baseline_median_s": {}, "rounds": rounds, "warmup": warmup}
     stats = getattr(benchmark, "stats", None)
     data = list(stats.stats.data) if stats is not None else []
     if data:
@@ -158,10 +203,18 @@ def paired(benchmark, ours, baselines: dict, *, rounds: int, warmup: int, prepar
 
 
 # ---- the gate ----------------------------------------------------------------------------------------------
+def gate_key(info: dict) -> str:
+    """The gate's name of a benchmark, from what it measured (its extra_info: suite, arm, op, context, batch), not
+    from its pytest id: a run with other --bench-contexts or another order is compared benchmark by benchmark."""
+    parts = [info.get("arm", "?")] + [f"{k} {info[k]}" for k in ("op", "context", "batch") if k in info]
+    return f"{info.get('suite', '?')}[{', '.join(map(str, parts))}]"
+
+
 def load_ratios(path: pathlib.Path) -> dict[str, dict[str, float]]:
-    """{benchmark fullname: {baseline name: ratio}} of a pytest-benchmark JSON written by these benchmarks."""
+    """{gate_key: {baseline name: ratio}} of a pytest-benchmark JSON written by these benchmarks."""
     data = json.loads(pathlib.Path(path).read_text())
-    return {b["fullname"]: dict(b.get("extra_info", {}).get("ratios", {})) for b in data.get("benchmarks", [])}
+    return {gate_key(b.get("extra_info", {})): dict(b.get("extra_info", {}).get("ratios", {}))
+            for b in data.get("benchmarks", [])}
 
 
 def band_of(suite: str, name: str, bands: dict | None = None) -> float | None:
@@ -172,9 +225,9 @@ def band_of(suite: str, name: str, bands: dict | None = None) -> float | None:
 
 def check(fullname: str, suite: str, ratios: dict[str, float], baseline: dict[str, dict[str, float]],
           band: float | None = None) -> list[str]:
-    """Regressions of `ratios` against the baseline's ratios for the same benchmark: a message for each ratio above
-    the baseline's by more than its band (band_of, unless `band` is given for all). A benchmark or ratio the
-    baseline lacks is not a regression (a new benchmark gets its baseline at the next save)."""
+    """Regressions of `ratios` against the baseline's ratios for the same benchmark (`fullname`: its gate_key): a
+    message for each ratio above the baseline's by more than its band (band_of, unless `band` is given for all). A
+    benchmark or ratio the baseline lacks is not a regression (a new benchmark gets its baseline at the next save)."""
     old = baseline.get(fullname, {})
     bad = []
     for name, r in ratios.items():
@@ -184,3 +237,61 @@ def check(fullname: str, suite: str, ratios: dict[str, float], baseline: dict[st
             bad.append(f"{fullname}: ours / {name} = {r:.3f}, baseline {b:.3f}: +{r / b - 1:.0%}, beyond the "
                        f"{limit:.0%} noise band")
     return bad
+
+
+# ---- models and prefilled caches shared by the benchmarks of one context ----------------------------------------
+_MODELS: dict = {}
+_SHARED: dict = {}
+
+
+def model(layers: int, shape: str):
+    """The random llama of `layers` layers and shape `shape` (tools/bench/arms.py SHAPES), made once per session."""
+    key = (layers, shape)
+    if key not in _MODELS:
+        _MODELS.clear()
+        _MODELS[key] = bench_arms.model(layers, bench_arms.SHAPES[shape])
+    return _MODELS[key]
+
+
+def shared(suite: str, key, make):
+    """`make()`, kept for the next benchmark of `suite` with the same key (one key per suite: the benchmarks run
+    context by context, so the previous context's caches are freed)."""
+    old = _SHARED.get(suite)
+    if old is None or old[0] != key:
+        _SHARED.pop(suite, None)
+        import mlx.core as mx
+        mx.clear_cache()
+        _SHARED[suite] = (key, make())
+    return _SHARED[suite][1]
+
+
+def prefill_model(net, tokens, cache, chunk: int = 2048) -> list:
+    """`cache` (one per layer) filled by running `net` on `tokens` (1-D) in chunks, as generate_step prefills."""
+    import mlx.core as mx
+    for s in range(0, tokens.shape[0], chunk):
+        net(tokens[None, s:s + chunk], cache=cache)
+        mx.eval([c.state for c in cache])
+    return cache
+
+
+def fill_from(caches: list, source: list, chunk: int = 4096) -> list:
+    """Each of `caches` (ours or mlx-lm's) given the keys and values a model wrote into `source` (mlx-lm KVCaches of
+    the same layers, their first `offset` tokens), in chunks: the prompt's prefill without running the model again."""
+    import mlx.core as mx
+    for c, s in zip(caches, source):
+        for a in range(0, s.offset, chunk):
+            b = min(a + chunk, s.offset)
+            c.update_and_fetch(s.keys[..., a:b, :], s.values[..., a:b, :])
+        mx.eval([c.state for c in caches])
+    for c in caches:
+        if hasattr(c, "check"):
+            c.check()
+    return caches
+
+
+def make_caches(arm: str, net, layers: int) -> list:
+    """Empty caches of arm `arm` for `net`: mlx-lm's QuantizedKVCache (MLX_Q) or ours (make_prompt_cache)."""
+    if arm in MLX_Q:
+        return bench_arms.make(arm, layers)
+    import veloxquant.accelerated.cache as vc
+    return vc.make_prompt_cache(net, seed=1, **ALL_ARMS[arm])

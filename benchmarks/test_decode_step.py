@@ -1,7 +1,9 @@
 """The decode step per layer, as a model runs it: append one token to each layer's cache and attend through
 mlx-lm's base.scaled_dot_product_attention (the hooked dispatch), several layers per evaluation, each layer's output
-the next one's query (tools/bench/arms.py's step, bench-decode's). Ours against mlx-lm's fp16 KVCache at the same context, timed in
-the same rounds; gated: ours / fp16 per round (median)."""
+the next one's query (tools/bench/arms.py's step, bench-decode's). Ours, and with --device gpu mlx-lm's
+QuantizedKVCache (q4, q8), against mlx-lm's fp16 KVCache at the same context, timed in the same rounds; gated:
+ours / fp16 per round (median). At each context of --bench-contexts; the fp16 caches are prefilled once per context
+and trimmed back to it after each benchmark."""
 from __future__ import annotations
 
 import pytest
@@ -9,21 +11,26 @@ import pytest
 import harness
 
 pytest.importorskip("mlx_lm")
+SUITE = "decode_step"
 
 
-@pytest.mark.parametrize("arm", list(harness.ALL_ARMS))
-def test_decode_step(benchmark, bench, request, arm):
+@pytest.mark.parametrize("arm", [*harness.ALL_ARMS, *harness.MLX_Q])
+def test_decode_step(benchmark, bench, request, arm, context):
     import mlx.core as mx
 
     from veloxquant.tools.bench import arms as bench_arms
     from veloxquant.tools.bench.harness import D, HKV, HQ
-    harness.skip_unless_measured(bench.device, "decode_step", arm)
-    sz = bench.sizes["decode_step"]
-    t, layers = sz["context"], sz["layers"]
-    caches = {}
-    for name in ("fp16 KVCache", arm):
-        caches[name] = bench_arms.make(name, layers)
-        bench_arms.prefill(caches[name], t, lambda *a: None)
+    harness.skip_unless_measured(bench.device, SUITE, arm)
+    harness.skip_unless_mlx_q_works(arm)
+    sz = bench.sizes[SUITE]
+    t, layers = context, sz["layers"]
+
+    def fp16():
+        caches = bench_arms.make("fp16 KVCache", layers)
+        bench_arms.prefill(caches, t, lambda *a: None)
+        return caches
+    caches = {"fp16 KVCache": harness.shared(SUITE, (t, layers), fp16), arm: bench_arms.make(arm, layers)}
+    bench_arms.prefill(caches[arm], t, lambda *a: None)
     pool = [tuple(mx.random.normal((1, h, 1, D), key=mx.random.key(100 * j + i)).astype(mx.float16)
                   for j, h in enumerate((HQ, HKV, HKV))) for i in range(harness.POOL)]
     mx.eval(pool)
@@ -32,9 +39,13 @@ def test_decode_step(benchmark, bench, request, arm):
         mx.eval(bench_arms.step(caches[name], *pool[i]))
 
     benchmark.group = f"decode step, {layers} layers, context {t}"
-    res = harness.paired(benchmark, lambda i: step(arm, i), {"fp16": lambda i: step("fp16 KVCache", i)},
-                         rounds=sz["rounds"], warmup=sz["warmup"],
-                         info=dict(suite="decode_step", arm=arm, context=t, layers=layers,
-                                   bytes_per_layer=bench_arms.nbytes(caches[arm]) / layers,
-                                   fp16_bytes_per_layer=bench_arms.nbytes(caches["fp16 KVCache"]) / layers))
-    bench.gate(request, "decode_step", res)
+    try:
+        res = harness.paired(benchmark, lambda i: step(arm, i), {"fp16": lambda i: step("fp16 KVCache", i)},
+                             rounds=sz["rounds"], warmup=sz["warmup"],
+                             info=dict(suite=SUITE, arm=arm, context=t, layers=layers,
+                                       bytes_per_layer=bench_arms.nbytes(caches[arm]) / layers,
+                                       fp16_bytes_per_layer=t * HKV * D * 2 * 2))
+    finally:     # the shared fp16 caches back to the context for the next arm
+        for c in caches["fp16 KVCache"]:
+            c.trim(c.offset - t)
+    bench.gate(request, SUITE, res)

@@ -1,8 +1,11 @@
 """End-to-end generation as a user runs it: mlx_lm.generate.generate_step on a small random llama, our caches
-(make_prompt_cache) against mlx-lm's fp16 KVCache, timed in the same rounds; ours / fp16 per round (median) is
-gated, a ratio of times per token (the inverse of the tokens/s ratio). Both caches are prefilled with the same prompt
-once (untimed); each round then generates `tokens` more tokens in
-each, continuing the same generation (so both caches grow alike over the rounds)."""
+(make_prompt_cache; with --device gpu also mlx-lm's QuantizedKVCache q4 / q8) against mlx-lm's fp16 KVCache, timed
+in the same rounds; ours / fp16 per round (median) is gated, a ratio of times per token (the inverse of the tokens/s
+ratio). At each context of --bench-contexts: the prompt is run through the model once per context into the fp16
+caches (untimed); each arm's caches are filled with the keys and values the model wrote there (the same prompt's
+prefill without running the model again). Each round then generates `tokens` more tokens in each, continuing the
+same generation (so both caches grow alike over the rounds); the fp16 caches are trimmed back to the prompt after
+each benchmark."""
 from __future__ import annotations
 
 import pytest
@@ -10,30 +13,25 @@ import pytest
 import harness
 
 pytest.importorskip("mlx_lm")
+SUITE = "generate"
 
 
-@pytest.mark.parametrize("arm", list(harness.ALL_ARMS))
-def test_generate(benchmark, bench, request, arm):
+@pytest.mark.parametrize("arm", [*harness.ALL_ARMS, *harness.MLX_Q])
+def test_generate(benchmark, bench, request, arm, context):
     import mlx.core as mx
     from mlx_lm.generate import generate_step
-
-    import veloxquant.accelerated.cache as vc
-    from veloxquant.tools.bench import arms as bench_arms
-    harness.skip_unless_measured(bench.device, "generate", arm)
-    sz = bench.sizes["generate"]
-    model, args = bench_arms.model(sz["layers"], bench_arms.SHAPES[sz["shape"]])
-    prompts = [mx.random.randint(0, args.vocab_size, (sz["context"],), key=mx.random.key(i))
-               for i in range(harness.POOL)]
-
-    def prefilled(cache):
-        for _ in generate_step(prompts[0], model, max_tokens=0, prompt_cache=cache):
-            pass
-        mx.eval([c.state for c in cache])
-        return cache
-
     from mlx_lm.models.cache import make_prompt_cache as fp16_cache
-    caches = {"fp16": prefilled(fp16_cache(model)),
-              "ours": prefilled(vc.make_prompt_cache(model, seed=1, **harness.ALL_ARMS[arm]))}
+
+    harness.skip_unless_measured(bench.device, SUITE, arm)
+    harness.skip_unless_mlx_q_works(arm)
+    sz = bench.sizes[SUITE]
+    model, args = harness.model(sz["layers"], sz["shape"])
+    prompts = [mx.random.randint(0, args.vocab_size, (context,), key=mx.random.key(i))
+               for i in range(harness.POOL)]
+    # the prompt but its last token in the cache, as generate_step leaves it before its first step
+    fp16 = harness.shared(SUITE, (context, sz["layers"], sz["shape"]),
+                          lambda: harness.prefill_model(model, prompts[0][:-1], fp16_cache(model)))
+    caches = {"fp16": fp16, "ours": harness.fill_from(harness.make_caches(arm, model, sz["layers"]), fp16)}
 
     def generate(name):
         def go(i):       # the generation continues from where the last round left the cache
@@ -42,11 +40,16 @@ def test_generate(benchmark, bench, request, arm):
         return go
 
     benchmark.group = f"generate_step, {sz['layers']}-layer llama ({sz['shape']}), {sz['tokens']} tokens per round " \
-                      f"after {sz['context']}"
-    res = harness.paired(benchmark, generate("ours"), {"fp16": generate("fp16")}, rounds=sz["rounds"],
-                         warmup=sz["warmup"], info=dict(suite="generate", arm=arm, context=sz["context"],
-                                                        layers=sz["layers"], tokens=sz["tokens"], shape=sz["shape"]))
+                      f"after {context}"
+    try:
+        res = harness.paired(benchmark, generate("ours"), {"fp16": generate("fp16")}, rounds=sz["rounds"],
+                             warmup=sz["warmup"], info=dict(suite=SUITE, arm=arm, context=context,
+                                                            layers=sz["layers"], tokens=sz["tokens"],
+                                                            shape=sz["shape"]))
+    finally:
+        for c in fp16:
+            c.trim(c.offset - (context - 1))
     if "median_s" in res:
         benchmark.extra_info["tokens_per_s"] = sz["tokens"] / res["median_s"]
         benchmark.extra_info["fp16_tokens_per_s"] = sz["tokens"] / res["baseline_median_s"]["fp16"]
-    bench.gate(request, "generate", res)
+    bench.gate(request, SUITE, res)

@@ -102,6 +102,29 @@ def test_check_fails_only_beyond_the_band():
     assert h.check("b::new", "ops", {"fp16": 9.0}, base) == []        # no baseline yet: not a regression
 
 
+def test_gate_keys_name_what_was_measured_not_the_test_id(tmp_path):
+    """The gate compares benchmark by benchmark on (suite, arm, op, context, batch): the same arm at two contexts or
+    two batch sizes are two keys, and a run whose pytest ids differ (other --bench-contexts) still finds its
+    baseline."""
+    h = _harness()
+    rows = [{"fullname": "x", "extra_info": {"suite": "decode_step", "arm": "a", "context": c, "ratios": {"fp16": r}}}
+            for c, r in ((4096, 1.0), (32768, 2.0))]
+    rows += [{"fullname": "x", "extra_info": {"suite": "batch_generate", "arm": "a", "context": 8192, "batch": n,
+                                              "ratios": {"fp16": float(n)}}} for n in (4, 8)]
+    rows.append({"fullname": "y", "extra_info": {"suite": "ops", "arm": "a", "op": "encode", "tokens": 9,
+                                                 "ratios": {"mx.quantize": 3.0}}})
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"benchmarks": rows}))
+    got = h.load_ratios(path)
+    assert got == {"decode_step[a, context 4096]": {"fp16": 1.0}, "decode_step[a, context 32768]": {"fp16": 2.0},
+                   "batch_generate[a, context 8192, batch 4]": {"fp16": 4.0},
+                   "batch_generate[a, context 8192, batch 8]": {"fp16": 8.0},
+                   "ops[a, op encode]": {"mx.quantize": 3.0}}
+    key = h.gate_key({"suite": "decode_step", "arm": "a", "context": 32768, "ratios": {"fp16": 9.0}})
+    assert h.check(key, "decode_step", {"fp16": 2.0 * 1.5}, got) != []       # beyond the 35 % band of 2.0
+    assert h.check(key, "decode_step", {"fp16": 1.2}, got) == []
+
+
 def test_slow_update_mutant_rejects_a_bad_value(monkeypatch):
     h = _harness()
     monkeypatch.setenv(h.SLOW_UPDATE_ENV, "fast")
@@ -116,7 +139,8 @@ def test_saved_runs_carry_ratios_and_docs_are_rendered_from_them(capsys):
         data = json.loads(p.read_text())
         assert data["veloxquant"]["command"].startswith("pytest benchmarks")
         suites = {b["extra_info"]["suite"] for b in data["benchmarks"]}
-        assert suites == {"decode_step", "generate", "cold_start", "ops"}, p
+        core = {"decode_step", "generate", "cold_start", "ops"}
+        assert core <= suites <= core | {"batch_generate"}, p
         assert all(h.load_ratios(p).values()), f"{p}: a benchmark without ratios"
     assert bench_render.main([*map(str, BASELINES), "--check", str(ROOT / "docs" / "benchmarks.md")]) == 0, \
         capsys.readouterr().err
@@ -128,3 +152,48 @@ def test_render_splices_between_the_markers_only():
     assert once.index(bench_render.BEGIN) < once.index("## Old") and once.endswith("## Old\n\ntext\n")
     twice = bench_render.splice(once, f"{bench_render.BEGIN}\nB\n{bench_render.END}")
     assert twice == once.replace("\nA\n", "\nB\n")
+
+
+def test_mlx_q_arm_is_skipped_with_the_backends_reason_where_it_cannot_attend(monkeypatch):
+    """mlx-lm's QuantizedKVCache arms are probed once with a small step: where the backend raises (MLX's CUDA
+    quantized_matmul for these shapes), the benchmark skips with that message before paying for its prefill."""
+    h = _harness()
+    arm = h.MLX_Q[0]
+
+    def broken(name, layers):
+        raise RuntimeError("[quantized_matmul] No implementation for problem shape: 1x65x128x32")
+    monkeypatch.setattr(h.bench_arms, "make", broken)
+    with pytest.raises(pytest.skip.Exception,
+                       match=r"does not run on this device \(RuntimeError: \[quantized_matmul\]"):
+        h.skip_unless_mlx_q_works(arm)
+    h.skip_unless_mlx_q_works("turboquant b4")        # ours: never probed
+    monkeypatch.undo()
+    h._Q_PROBED.clear()
+    h.skip_unless_mlx_q_works(arm)                    # where it runs (MLX's CPU backend): measured
+
+
+def test_gpu_matrix_has_every_method_at_its_default_bits_with_window_0_and_32():
+    """Issue 29's table: with --device gpu the decode-step and generate benchmarks measure every method of the spec
+    at its default bits (formats.toml) with window 0 and with window 32, the mixed keys turboquant 3 / values kivi 2
+    arm, and mlx-lm's q4 / q8 caches; the batch benchmark every method."""
+    from veloxquant import spec
+    h = _harness()
+    for suite in ("decode_step", "generate", "batch_generate"):
+        measured = h.GPU_SUITE_ARMS[suite]
+        found = {}
+        for name in measured:
+            s = h.ALL_ARMS.get(name)
+            if not s or s.get("method") is None:
+                continue
+            p = spec.Params(s["method"], **{k: s[k] for k in ("bits", "bits2", "group_size", "window")
+                                            if k in s}).resolved()
+            d = spec.Params(s["method"]).resolved()
+            found.setdefault(s["method"], set()).add((p.bits == d.bits and p.bits2 == d.bits2, p.window))
+        assert set(found) == set(spec.METHODS), suite
+        if suite != "batch_generate":
+            missing = {m: w for m in spec.METHODS for w in (0, 32) if (True, w) not in found[m]}
+            assert not missing, f"{suite}: no arm at the default bits with these windows: {missing}"
+            assert set(h.MLX_Q) <= set(measured)
+        mixed = [n for n in measured if h.ALL_ARMS.get(n, {}).get("key_method") == "turboquant"]
+        assert [(h.ALL_ARMS[n]["key_bits"], h.ALL_ARMS[n]["value_method"], h.ALL_ARMS[n]["value_bits"])
+                for n in mixed] == [(3, "kivi", 2)], suite

@@ -26,6 +26,14 @@ OURS = {   # arm name -> make_prompt_cache-style settings (about 4 bits per coor
     "turboquant b4 (window 32)": dict(method="turboquant", bits=4, window=32),
     "keys turboquant b3 + values kivi b2": dict(method=None, key_method="turboquant", key_bits=3, value_method="kivi",
                                                 value_bits=2),
+    # issue 29's matrix: every method at its default bits (formats.toml default_bits) with window 0 and window 32;
+    # the arms above cover window 0 of all but kivi (its default window is 128)
+    "turboquant_rvq 2+2 (window 32)": dict(method="turboquant_rvq", bits=2, bits2=2, window=32),
+    "turboquant_prod b4 (window 32)": dict(method="turboquant_prod", bits=4, window=32),
+    "kivi b2 (window 0)": dict(method="kivi", bits=2, group_size=32, window=0),
+    "kivi b2 (window 32)": dict(method="kivi", bits=2, group_size=32, window=32),
+    "rabitq (window 32)": dict(method="rabitq", bits=1, window=32),
+    "mlx_affine b4 (window 32)": dict(method="mlx_affine", bits=4, group_size=64, window=32),
 }
 # The arms a quick CPU run measures (a 2-core CI machine); the others run with --device gpu.
 QUICK = ("turboquant b4", "kivi b4 (window 128)")
@@ -149,3 +157,40 @@ def model(n_layers: int, shape: dict | None = None):
     m.set_dtype(mx.float16)
     mx.eval(m.parameters())
     return m, args
+
+
+class Tokens:
+    """The tokenizer batch_generate asks for: no stop tokens (every sequence generates its max_tokens)."""
+    eos_token_ids: list = []
+
+    def decode(self, tokens):
+        return ""
+
+
+def batch_run(net, prompts: list[list[int]], max_tokens: int, caches=None):
+    """mlx_lm.batch_generate of `prompts` (token lists) with prompt caches `caches` (one list per prompt; None:
+    mlx-lm's own fp16 BatchKVCache), counting which attention ran. Returns (mlx-lm's BatchResponse, {path: calls}):
+    "attend" for every call of ours, "decode step" or "general" for BatchVeloxKVCache's per-sequence attention (the
+    decode step's kernels or another path); SharedBatchVeloxKVCache's one call per layer for the batch goes through
+    the hooked dispatch (integration.attend) and counts the same way."""
+    import functools
+
+    from mlx_lm.generate import batch_generate
+
+    from veloxquant.accelerated.cache import batch as vc_batch
+    from veloxquant.accelerated.cache import integration as vc_hook
+    real = {m: m.attend for m in (vc_batch, vc_hook)}
+    seen: dict = {}
+
+    def spy(*a, _real=real[vc_batch], **kw):
+        path = "decode step" if len(a) > 1 and a[1].step is not None else "general"
+        for k in ("attend", path):
+            seen[k] = seen.get(k, 0) + 1
+        return _real(*a, **kw)
+    vc_batch.attend = spy
+    vc_hook.attend = functools.partial(spy, _real=real[vc_hook])
+    try:
+        return batch_generate(net, Tokens(), prompts, max_tokens=max_tokens, prompt_caches=caches), seen
+    finally:
+        for m, f in real.items():
+            m.attend = f

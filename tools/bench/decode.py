@@ -24,7 +24,6 @@ BatchVeloxKVCache, which attends per sequence over each one's own record).
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import pathlib
 import shlex
@@ -365,31 +364,17 @@ def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log, roun
     return _e2e_medians(rows)
 
 
-class _Tokens:
-    """The tokenizer batch_generate asks for: no stop tokens (every sequence generates its max_tokens)."""
-    eos_token_ids: list = []
-
-    def decode(self, tokens):
-        return ""
-
-
 def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[str], log, rounds: int = 1,
                 shape: dict | None = None) -> list[dict]:
     """mlx_lm.batch_generate with B prompts of lengths t, t - 17, t - 34, ... (so the batch pads): the batch's
     generation tokens/s (mlx-lm's BatchStats), prompt tokens/s and peak memory; fp16 BatchKVCache (mlx-lm's default)
     against ours handed in as prompt_caches. Arms in turn per round; medians of the rounds."""
     import mlx.core as mx
-    from mlx_lm.generate import batch_generate
 
     import veloxquant.accelerated.cache as vc
-    from veloxquant.accelerated.cache import batch as vc_batch
-    from veloxquant.accelerated.cache import integration as vc_hook
     model, args = bench_arms.model(n_layers, shape)
     rows = []
     arms = [a for a in arms if not a.startswith("mlx q")]
-    # the attention calls: BatchVeloxKVCache's per sequence (attend_batch calls batch.attend), SharedBatchVeloxKVCache's
-    # once per layer for the batch (the hooked dispatch calls integration.attend)
-    real_attend = {m: m.attend for m in (vc_batch, vc_hook)}
     for t in contexts:
         for b in batch_sizes:
             prompts = [mx.random.randint(0, args.vocab_size, (max(1, t - 17 * i),), key=mx.random.key(t + i)).tolist()
@@ -397,28 +382,16 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
             for rnd, name in [(r, n) for r in range(rounds + 1) for n in arms]:   # round 0: warm-up (JIT), not kept
                 given = None if name == "fp16 KVCache" else [
                     vc.make_prompt_cache(model, seed=1, **bench_arms.settings(name)) for _ in range(b)]
-                seen = {}
-
-                def spy(*a, _seen=seen, _real=real_attend[vc_batch], **kw):   # which attention ran: the decode
-                    path = "decode step" if len(a) > 1 and a[1].step is not None else "general"   # step's or another
-                    for k in ("attend", path):
-                        _seen[k] = _seen.get(k, 0) + 1
-                    return _real(*a, **kw)
                 mx.synchronize()
                 mx.reset_peak_memory()
-                vc_batch.attend = spy
-                vc_hook.attend = functools.partial(spy, _real=real_attend[vc_hook])
                 try:
                     with bench_arms.knobs(name):
-                        r = batch_generate(model, _Tokens(), prompts, max_tokens=n_tokens, prompt_caches=given)
+                        r, seen = bench_arms.batch_run(model, prompts, n_tokens, given)
                 except Exception as e:
                     rows.append({"context": t, "batch": b, "arm": name, "round": rnd,
                                  "error": f"{type(e).__name__}: {e}"})
                     log(f"  batch {t} x{b} {name}: failed: {type(e).__name__}: {e}")
                     continue
-                finally:
-                    for m, f in real_attend.items():
-                        m.attend = f
                 st = r.stats
                 if rnd == 0:
                     continue
