@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file would change")
     args = ap.parse_args(argv)
     root = args.root.resolve()
-    files = library_files(root, args.paths or [root / d for d in LIBRARY])
+    files = library_files(root, args.paths or [root / d for d in LIBRARY if (root / d).is_dir()])
     changed, statements, changed_lines, notes = [], 0, 0, []
     for f in files:
         raw = f.read_bytes()
