@@ -2,7 +2,7 @@
 statement, that a second run changes nothing, and what it leaves and lists."""
 from __future__ import annotations
 
-import pathlib
+import pytest
 
 from veloxquant.tools.dev import relative_imports as ri
 
@@ -68,3 +68,14 @@ def test_main_check_mode(tmp_path, capsys):
     assert f.read_text() == "from . import params\nfrom .params import Params\n"
     assert ri.main(["--root", str(tmp_path), "--check"]) == 0
     assert "1 files read, 0 would change" in capsys.readouterr().out
+
+
+def test_unparsable_file_stops_before_any_write(tmp_path):
+    """A file left with merge conflict markers stops the run with its name, and no other file is written."""
+    (tmp_path / "tools").mkdir()
+    good = tmp_path / "tools" / "a.py"
+    good.write_text("from veloxquant import spec\n")
+    (tmp_path / "tools" / "b.py").write_text("from veloxquant import spec\n<<<<<<< HEAD\n")
+    with pytest.raises(SystemExit, match=r"tools/b.py:2: not Python"):
+        ri.main(["--root", str(tmp_path)])
+    assert good.read_text() == "from veloxquant import spec\n"

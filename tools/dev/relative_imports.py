@@ -143,19 +143,24 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     root = args.root.resolve()
     files = library_files(root, args.paths or [root / d for d in LIBRARY if (root / d).is_dir()])
-    changed, statements, changed_lines, notes = [], 0, 0, []
+    changed, statements, changed_lines, notes, writes = [], 0, 0, [], []
     for f in files:
         raw = f.read_bytes()
         text = raw.decode("utf-8")
-        new, n, left = rewrite(text, f, root)
+        try:
+            new, n, left = rewrite(text, f, root)
+        except SyntaxError as e:   # e.g. merge conflict markers: nothing is written (files are written at the end)
+            raise SystemExit(f"relative_imports: {f.relative_to(root)}:{e.lineno}: not Python ({e.msg}); fix it first")
         notes += left
         if new != text:
             before, after = text.splitlines(), new.splitlines()
             changed_lines += sum(a != b for a, b in zip(before, after)) + abs(len(before) - len(after))
             changed.append((f.relative_to(root), n))
             statements += n
-            if not args.check:
-                f.write_bytes(new.encode("utf-8"))
+            writes.append((f, new))
+    if not args.check:
+        for f, new in writes:
+            f.write_bytes(new.encode("utf-8"))
     verb = "would change" if args.check else "changed"
     for rel, n in changed:
         print(f"  {rel}: {n} import statement(s)")
