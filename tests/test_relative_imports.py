@@ -79,3 +79,10 @@ def test_unparsable_file_stops_before_any_write(tmp_path):
     with pytest.raises(SystemExit, match=r"tools/b.py:2: not Python"):
         ri.main(["--root", str(tmp_path)])
     assert good.read_text() == "from veloxquant import spec\n"
+
+
+def test_columns_after_non_ascii_text(tmp_path):
+    """ast counts UTF-8 bytes, the edit counts characters: statements after non-ASCII text on their line land right."""
+    src = 'x = "\u00e9\u00e9"; from veloxquant.tools.cli import main; import veloxquant.spec as s\n'
+    new, n, _ = ri.rewrite(src, tmp_path / "tools" / "golden" / "a.py", tmp_path)
+    assert new == 'x = "\u00e9\u00e9"; from ..cli import main; from ... import spec as s\n' and n == 2
