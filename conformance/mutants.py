@@ -53,8 +53,8 @@ class OneUlpCodebook(_Patched):
     entry = 1
 
     def patch(self):
-        from veloxquant import spec
-        from veloxquant.reference import codebooks as rc
+        from .. import spec
+        from ..reference import codebooks as rc
         real_scaled = rc.scaled
         gaussians = [spec.gaussian(b) for b in (1, 2, 3, 4)]
 
@@ -92,7 +92,7 @@ class MsbFirstPacking(_Patched):
     name = "mutant_msb_first_packing"
 
     def patch(self):
-        from veloxquant.reference import packing
+        from ..reference import packing
         stack = contextlib.ExitStack()
         stack.enter_context(patched(packing, "pack", _pack_msb))
         stack.enter_context(patched(packing, "unpack", _unpack_msb))
@@ -110,7 +110,7 @@ class SequentialNorm(_Patched):
     name = "mutant_sequential_norm"
 
     def patch(self):
-        from veloxquant.reference import numerics
+        from ..reference import numerics
         return patched(numerics, "norm", _norm_sequential)
 
 
@@ -124,7 +124,7 @@ class KiviHalfAway(_Patched):
     name = "mutant_kivi_half_away"
 
     def patch(self):
-        from veloxquant.reference import numerics
+        from ..reference import numerics
         return patched(numerics, "rint", _rint_half_away)
 
 
@@ -161,7 +161,7 @@ class ChunkingDependent(ReferenceImpl):
     name = "mutant_chunking_dependent"
 
     def new_stream(self, params, dtype):
-        from veloxquant.reference.stream import Stream
+        from ..reference.stream import Stream
         return _ChunkyStream(Stream(params, dtype))
 
 
@@ -172,7 +172,7 @@ class _HistoryStream:
     originals back or rebuild the state from them (what the spec forbids)."""
 
     def __init__(self, params, dtype):
-        from veloxquant.reference.stream import Stream
+        from ..reference.stream import Stream
         self.s = Stream(params, dtype)
         self.orig = None
 
@@ -210,7 +210,7 @@ class KiviTrimOriginals(ReferenceImpl):
 
 class _OneShotStream(_HistoryStream):
     def trim(self, n):
-        from veloxquant.reference.stream import Stream
+        from ..reference.stream import Stream
         r = super().trim(n)
         fresh = Stream(self.s.params, self.s.dtype)
         if self.orig is not None and self.orig.shape[2]:
@@ -249,7 +249,7 @@ class RejectedChunkKept(ReferenceImpl):
 class _CheckOnArrivalStream(_HistoryStream):
     def append(self, x):
         import dataclasses
-        from veloxquant.reference import method_module
+        from ..reference import method_module
         p = dataclasses.replace(self.s.params, window=0)
         if p.method != "kivi":      # the bug: every arriving token is checked as if it were encoded now
             method_module(p).encode(x, p, self.s.dtype)
@@ -269,8 +269,8 @@ class LoadReencodes(ReferenceImpl):
     name = "mutant_load_reencodes"
 
     def load_stream(self, state):
-        from veloxquant.reference import numerics
-        from veloxquant.reference.stream import Stream
+        from ..reference import numerics
+        from ..reference.stream import Stream
         old = Stream.from_state(copy.deepcopy(state))
         s = Stream(old.params, old.dtype)
         if old.tokens:
@@ -284,7 +284,7 @@ class HeadIndexWrap32(_Patched):
 
     def patch(self):
         import dataclasses
-        from veloxquant.reference import rotation
+        from ..reference import rotation
         real = rotation.head_signs
 
         def head_signs(params, n_heads, d, purpose):
@@ -313,7 +313,7 @@ class Bits2DefaultIsDefaultBits(ReferenceImpl):
 
 def _check_head_dim_v10(self, d):
     """spec 1.0's group rule, G <= d (the bug at d = m * 2^k: G must divide d)."""
-    from veloxquant import spec
+    from .. import spec
     if d not in spec.HEAD_DIMS:
         raise ValueError(f"x: head dim {d} is not supported")
     if self.group_size is not None and self.group_size > d and (self.method == "mlx_affine" or self.role == "v"):
@@ -325,7 +325,7 @@ class GroupAtMostHeadDim(_Patched):
     name = "mutant_group_at_most_head_dim"
 
     def patch(self):
-        from veloxquant import spec
+        from .. import spec
         return patched(spec.Params, "check_head_dim", _check_head_dim_v10)
 
 
@@ -334,7 +334,7 @@ class NoGroupCheck(_Patched):
     name = "mutant_no_group_check"
 
     def patch(self):
-        from veloxquant import spec
+        from .. import spec
 
         def check(self, d):
             if d not in spec.HEAD_DIMS:
@@ -347,7 +347,7 @@ class ValuesBeforeGroupSize(_Patched):
     name = "mutant_values_before_group_size"
 
     def patch(self):
-        from veloxquant.reference import numerics
+        from ..reference import numerics
         real = numerics.check_x
 
         def check_x(x, dtype, params=None):
@@ -360,8 +360,8 @@ class ValuesBeforeGroupSize(_Patched):
 
 def _hadamard_variant(bug):
     """reference.rotation.hadamard with one of the head-dim bugs."""
-    from veloxquant import spec
-    from veloxquant.reference import rotation
+    from .. import spec
+    from ..reference import rotation
 
     def hadamard(v, transpose=False):
         v = np.asarray(v, dtype=np.float32)
@@ -394,7 +394,7 @@ class _HadamardBug(_Patched):
     bug = ""
 
     def patch(self):
-        from veloxquant.reference import rotation
+        from ..reference import rotation
         return patched(rotation, "hadamard", _hadamard_variant(self.bug))
 
 
@@ -418,7 +418,7 @@ class StagesSwapped(_HadamardBug):
 
 def _fold_halving_first(v):
     """The bug: halving fold inside each block first, then the m block sums left to right."""
-    from veloxquant import spec
+    from .. import spec
     v = np.asarray(v, dtype=np.float32)
     m, n = spec.split_head_dim(v.shape[-1])
     w = v.reshape(v.shape[:-1] + (m, n))
@@ -436,7 +436,7 @@ class FoldHalvingFirst(_Patched):
     name = "mutant_fold_halving_first"
 
     def patch(self):
-        from veloxquant.reference import numerics
+        from ..reference import numerics
         return patched(numerics, "fold", _fold_halving_first)   # norm() looks fold up at call time
 
 
@@ -447,13 +447,13 @@ class ExactTrimIgnored(ReferenceImpl):
 
     def new_stream(self, params, dtype):
         import dataclasses
-        from veloxquant.reference.stream import Stream
+        from ..reference.stream import Stream
         return _RefStream(Stream(dataclasses.replace(params, exact_trim=0), dtype))
 
 
 class _DecodedRefillStream(_HistoryStream):
     def trim(self, n):
-        from veloxquant.reference import numerics
+        from ..reference import numerics
         if self.s.tokens == 0:
             return super().trim(n)
         q0 = self.s.tokens - self.s._window.shape[2]

@@ -14,7 +14,7 @@ from .mutants import _Patched, patched
 
 
 def _stream_cls():
-    from veloxquant.reference.stream import Stream
+    from ..reference.stream import Stream
     return Stream
 
 
@@ -86,7 +86,7 @@ class _LenientChunkStream(_RefillAllStream):
     def append(self, x):
         w = self.s._window
         if w is not None:
-            from veloxquant.reference import numerics
+            from ..reference import numerics
             b, h, _t, d = w.shape
             x = np.ascontiguousarray(x[:b, :h, :, :d])               # the bug: a larger chunk is cut to fit
             if x.dtype != w.dtype:                                    # ... and another dtype converted
@@ -143,7 +143,7 @@ class ParamTypesLenient(_Patched):
 
     def patch(self):
         import contextlib
-        from veloxquant import spec
+        from .. import spec
         real = spec._check_int
 
         def check(name, v, **kw):
@@ -172,7 +172,7 @@ class ExactTrimUnbounded(_Patched):
     name = "mutant_exact_trim_unbounded"
 
     def patch(self):
-        from veloxquant import spec
+        from .. import spec
         real = spec._check_int
 
         def check(name, v, *, allowed=None, lo=None, hi=None):
@@ -187,7 +187,7 @@ class DecodeRecordUnchecked(_Patched):
     name = "mutant_decode_record_unchecked"
 
     def patch(self):
-        from veloxquant.reference import record as rec_mod
+        from ..reference import record as rec_mod
         real = rec_mod.geometry
 
         def geometry(record, params, dtype):
@@ -207,7 +207,7 @@ class AffineMagicRint(_Patched):
     name = "mutant_affine_magic_rint"
 
     def patch(self):
-        from veloxquant.reference import mlx_affine, numerics
+        from ..reference import mlx_affine, numerics
 
         class _Np:      # np with rint replaced, as mlx_affine.encode sees it
             def __getattr__(self, k):
@@ -220,7 +220,7 @@ class AffineMaxFromZero(_Patched):
     name = "mutant_affine_max_from_zero"
 
     def patch(self):
-        from veloxquant.reference import mlx_affine
+        from ..reference import mlx_affine
 
         class _Grouped(np.ndarray):
             def max(self, *a, **kw):
@@ -300,7 +300,7 @@ class UnknownMethodFallsBack(ReferenceImpl):
     name = "mutant_unknown_method_falls_back"
 
     def _fix(self, params):
-        from veloxquant import spec
+        from .. import spec
         return params if params.method in spec.METHODS else dataclasses.replace(params, method=spec.METHODS[0])
 
     def encode(self, x, params, dtype):

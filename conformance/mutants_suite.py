@@ -61,7 +61,7 @@ class BufferStepRow256(ReferenceImpl):
     name = "mutant_buffer_step_row256"
 
     def new_stream(self, params, dtype):
-        from veloxquant.reference.stream import Stream
+        from ..reference.stream import Stream
         return _StepStream(Stream(params, dtype))
 
 
@@ -70,7 +70,7 @@ class MissingLimitChecks(_Patched):
     name = "mutant_missing_limit_checks"
 
     def patch(self):
-        from veloxquant import spec
+        from .. import spec
         real = spec._check_int
 
         def check(name, v, *, allowed=None, lo=None, hi=None):
@@ -89,7 +89,7 @@ class SeedTruncated63(_Patched):
     name = "mutant_seed_truncated63"
 
     def patch(self):
-        from veloxquant.reference import prng
+        from ..reference import prng
         real = prng.sign_vector     # (stream_key sits behind sign_vector's cache)
         return patched(prng, "sign_vector", lambda seed, *a: real(seed & ((1 << 63) - 1), *a))
 
@@ -100,7 +100,7 @@ class KiviZeroSaturated(_Patched):
     name = "mutant_kivi_zero_saturated"
 
     def patch(self):
-        from veloxquant.reference import numerics
+        from ..reference import numerics
         real = numerics.to_float16
 
         def to_float16(v):
@@ -115,7 +115,7 @@ class HeadSignsModulo4(_Patched):
 
     def patch(self):
         import dataclasses
-        from veloxquant.reference import rotation
+        from ..reference import rotation
         real = rotation.head_signs
 
         def head_signs(params, n_heads, d, purpose):
