@@ -12,42 +12,13 @@ import copy
 import numpy as np
 
 from .adapters.reference import ReferenceImpl, _RefStream
+from .mutant_base import HistoryStream, Patched, patched
+# issue 11's mutants (one per added check) live in mutants_suite.py; importable from here with the others
+from .mutants_suite import (SUITE, AttentionHeadsTiled, BufferStepRow256, FirstAppendLocksShape,  # noqa: F401 (listed with the others)
+                            HeadSignsModulo4, KiviZeroSaturated, MissingLimitChecks, SeedTruncated63)
 
 
-@contextlib.contextmanager
-def patched(module, name, replacement):
-    old = getattr(module, name)
-    setattr(module, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
-
-
-class _Patched(ReferenceImpl):
-    """Reference with `self.patch()` active around encode, decode and codebook calls."""
-
-    def patch(self):
-        return contextlib.nullcontext()
-
-    def encode(self, x, params, dtype):
-        with self.patch():
-            return super().encode(x, params, dtype)
-
-    def decode(self, record, params, dtype):
-        with self.patch():
-            return super().decode(record, params, dtype)
-
-    def quantize(self, u, codebook, d):
-        with self.patch():
-            return super().quantize(u, codebook, d)
-
-    def dequantize(self, idx, codebook, d):
-        with self.patch():
-            return super().dequantize(idx, codebook, d)
-
-
-class OneUlpCodebook(_Patched):
+class OneUlpCodebook(Patched):
     """gaussian[bits] at every d has centroid `entry` one ulp too high (a mis-rounded table)."""
     name = "mutant_one_ulp_codebook"
     entry = 1
@@ -87,7 +58,7 @@ def _unpack_msb(words, bits, n):
     return slots.reshape(words.shape[:-1] + (words.shape[-1] * k,))[..., :n]
 
 
-class MsbFirstPacking(_Patched):
+class MsbFirstPacking(Patched):
     """Codes packed MSB-first (self-consistent: its own decode reads MSB-first too)."""
     name = "mutant_msb_first_packing"
 
@@ -105,7 +76,7 @@ def _norm_sequential(v):
     return np.sqrt(np.cumsum(v * v, axis=-1, dtype=np.float32)[..., -1])
 
 
-class SequentialNorm(_Patched):
+class SequentialNorm(Patched):
     """The norm reduced left to right instead of by the halving fold."""
     name = "mutant_sequential_norm"
 
@@ -119,7 +90,7 @@ def _rint_half_away(y):
     return np.floor(y + np.float32(0.5)).astype(np.float32)  # y >= 0 here: half away from zero
 
 
-class KiviHalfAway(_Patched):
+class KiviHalfAway(Patched):
     """KIVI rounds half away from zero instead of half to even."""
     name = "mutant_kivi_half_away"
 
@@ -167,30 +138,7 @@ class ChunkingDependent(ReferenceImpl):
 
 # ---- spec 1.1: the deviations issue 9 lists (each passed every 1.0 golden case) and head-dim bugs --------
 
-class _HistoryStream:
-    """A reference stream that also keeps every accepted token in the input dtype, so a mutant can put
-    originals back or rebuild the state from them (what the spec forbids)."""
-
-    def __init__(self, params, dtype):
-        from ..reference.stream import Stream
-        self.s = Stream(params, dtype)
-        self.orig = None
-
-    def append(self, x):
-        self.s.append(x)
-        self.orig = x.copy() if self.orig is None else np.concatenate([self.orig, x], axis=2)
-
-    def trim(self, n):
-        r = self.s.trim(n)
-        if self.orig is not None:
-            self.orig = self.orig[:, :, :self.s.tokens]
-        return r
-
-    def __getattr__(self, name):
-        return getattr(self.s, name)
-
-
-class _KiviOriginalsStream(_HistoryStream):
+class _KiviOriginalsStream(HistoryStream):
     def trim(self, n):
         cut = self.s._window is not None and n > self.s._window.shape[2]   # the trim reaches encoded tokens
         r = super().trim(n)
@@ -208,7 +156,7 @@ class KiviTrimOriginals(ReferenceImpl):
         return _RefStream(_KiviOriginalsStream(params, dtype))
 
 
-class _OneShotStream(_HistoryStream):
+class _OneShotStream(HistoryStream):
     def trim(self, n):
         from ..reference.stream import Stream
         r = super().trim(n)
@@ -227,7 +175,7 @@ class OneShotAfterTrim(ReferenceImpl):
         return _RefStream(_OneShotStream(params, dtype))
 
 
-class _CommitRejectedStream(_HistoryStream):
+class _CommitRejectedStream(HistoryStream):
     def append(self, x):
         try:
             super().append(x)
@@ -246,7 +194,7 @@ class RejectedChunkKept(ReferenceImpl):
         return _RefStream(_CommitRejectedStream(params, dtype))
 
 
-class _CheckOnArrivalStream(_HistoryStream):
+class _CheckOnArrivalStream(HistoryStream):
     def append(self, x):
         import dataclasses
         from ..reference import method_module
@@ -278,7 +226,7 @@ class LoadReencodes(ReferenceImpl):
         return _RefStream(s)
 
 
-class HeadIndexWrap32(_Patched):
+class HeadIndexWrap32(Patched):
     """The global head index head_offset + h wrapped to 32 bits."""
     name = "mutant_head_index_wrap32"
 
@@ -320,7 +268,7 @@ def _check_head_dim_v10(self, d):
         raise ValueError(f"group_size: {self.group_size} exceeds head dim {d}")
 
 
-class GroupAtMostHeadDim(_Patched):
+class GroupAtMostHeadDim(Patched):
     """Groups along d checked by G <= d (1.0's wording) instead of G dividing d."""
     name = "mutant_group_at_most_head_dim"
 
@@ -329,7 +277,7 @@ class GroupAtMostHeadDim(_Patched):
         return patched(spec.Params, "check_head_dim", _check_head_dim_v10)
 
 
-class NoGroupCheck(_Patched):
+class NoGroupCheck(Patched):
     """mlx_affine / kivi values do not check the group size against d at all."""
     name = "mutant_no_group_check"
 
@@ -342,7 +290,7 @@ class NoGroupCheck(_Patched):
         return patched(spec.Params, "check_head_dim", check)
 
 
-class ValuesBeforeGroupSize(_Patched):
+class ValuesBeforeGroupSize(Patched):
     """x's values (NaN/Inf) checked before the group size against d (1.0 reference order)."""
     name = "mutant_values_before_group_size"
 
@@ -390,7 +338,7 @@ def _hadamard_variant(bug):
     return hadamard
 
 
-class _HadamardBug(_Patched):
+class _HadamardBug(Patched):
     bug = ""
 
     def patch(self):
@@ -431,7 +379,7 @@ def _fold_halving_first(v):
     return acc
 
 
-class FoldHalvingFirst(_Patched):
+class FoldHalvingFirst(Patched):
     """The reduction tree at d = m * 2^k: halving inside blocks, then the block sums (not the spec's)."""
     name = "mutant_fold_halving_first"
 
@@ -451,7 +399,7 @@ class ExactTrimIgnored(ReferenceImpl):
         return _RefStream(Stream(dataclasses.replace(params, exact_trim=0), dtype))
 
 
-class _DecodedRefillStream(_HistoryStream):
+class _DecodedRefillStream(HistoryStream):
     def trim(self, n):
         from ..reference import numerics
         if self.s.tokens == 0:
@@ -479,8 +427,3 @@ SPEC11 = (KiviTrimOriginals, OneShotAfterTrim, RejectedChunkKept, WindowCheckedO
           HeadIndexWrap32, Bits2DefaultIsDefaultBits, GroupAtMostHeadDim, NoGroupCheck, ValuesBeforeGroupSize,
           InverseUsesH, StageBFirstTerm, StagesSwapped, FoldHalvingFirst, ExactTrimIgnored,
           KeptTokensDecoded)
-
-
-# Issue 11's mutants (one per added check) live in mutants_suite.py; listed here with the others.
-from .mutants_suite import (SUITE, AttentionHeadsTiled, BufferStepRow256, FirstAppendLocksShape,  # noqa: E402,F401
-                            HeadSignsModulo4, KiviZeroSaturated, MissingLimitChecks, SeedTruncated63)

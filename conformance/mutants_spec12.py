@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 
 from .adapters.reference import ReferenceImpl, _RefStream
-from .mutants import _Patched, patched
+from .mutant_base import Patched, patched
 
 
 def _stream_cls():
@@ -137,7 +137,7 @@ class EmptySaveFails(ReferenceImpl):
         return super().load_stream(state)
 
 
-class ParamTypesLenient(_Patched):
+class ParamTypesLenient(Patched):
     """Integral floats (4.0) and bools (True) accepted as integers; role compared case-insensitively."""
     name = "mutant_param_types_lenient"
 
@@ -167,7 +167,7 @@ class ParamTypesLenient(_Patched):
         return stack
 
 
-class ExactTrimUnbounded(_Patched):
+class ExactTrimUnbounded(Patched):
     """exact_trim checked for type only: no range check (0 .. exact_trim_max)."""
     name = "mutant_exact_trim_unbounded"
 
@@ -182,7 +182,7 @@ class ExactTrimUnbounded(_Patched):
         return patched(spec, "_check_int", check)
 
 
-class DecodeRecordUnchecked(_Patched):
+class DecodeRecordUnchecked(Patched):
     """decode trusts the record: no check of missing fields or field dtypes (arrays are converted)."""
     name = "mutant_decode_record_unchecked"
 
@@ -202,7 +202,7 @@ class DecodeRecordUnchecked(_Patched):
         return patched(rec_mod, "geometry", geometry)
 
 
-class AffineMagicRint(_Patched):
+class AffineMagicRint(Patched):
     """mlx_affine's step 5 rounds with number-model.md's magic-constant formula, exact only below 2^22."""
     name = "mutant_affine_magic_rint"
 
@@ -215,7 +215,7 @@ class AffineMagicRint(_Patched):
         return patched(mlx_affine, "np", _Np())
 
 
-class AffineMaxFromZero(_Patched):
+class AffineMaxFromZero(Patched):
     """mlx_affine's running maximum starts at 0 (MLX's GPU backends), not at -inf."""
     name = "mutant_affine_max_from_zero"
 
