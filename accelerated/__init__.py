@@ -4,7 +4,7 @@
 spec on every MLX device); `accelerated.stream.Stream` is the streaming state of spec/streaming.md.
 This package never imports `reference` (an independent implementation is the point of conformance).
 """
-from veloxquant.accelerated import ops
-from veloxquant.accelerated.ops import decode, encode
+from . import ops
+from .ops import decode, encode
 
 __all__ = ["ops", "encode", "decode"]

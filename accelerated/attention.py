@@ -12,10 +12,10 @@ import dataclasses
 
 import mlx.core as mx
 
-from veloxquant.accelerated import layouts
-from veloxquant.accelerated.kernels import attention as kernel_attention
-from veloxquant.accelerated.ops import attention as ops_attention
-from veloxquant.accelerated.ops.attention import MAX_PACKED_QUERIES, PackedRecord, RowStarts, Views
+from . import layouts
+from .kernels import attention as kernel_attention
+from .ops import attention as ops_attention
+from .ops.attention import MAX_PACKED_QUERIES, PackedRecord, RowStarts, Views
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from veloxquant.accelerated.kernels import append as fused
+from .kernels import append as fused
 
 if TYPE_CHECKING:
-    from veloxquant.accelerated.stream import Stream
+    from .stream import Stream
 
 def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, after: mx.array | None,
                     plan: "InPlace | None" = None):

@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import re
 
-from veloxquant import spec
+from .. import spec
 
 # The kernels' method ids (template arguments M, MK, MV; csrc/ switches on them). Not spec data: the numbering is
 # the compiled kernels', fixed here once.

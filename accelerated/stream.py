@@ -17,10 +17,10 @@ import dataclasses
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated import kernels, layouts, ops
-from veloxquant.accelerated.ops import numerics, record
-from veloxquant.accelerated.ops.attention import PackedRecord, Views
+from .. import spec
+from . import kernels, layouts, ops
+from .ops import numerics, record
+from .ops.attention import PackedRecord, Views
 
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 
 from .assertions import Mismatch, assert_record_exact, call_desc
 from .checks import _to_input_dtype

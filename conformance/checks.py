@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
-from veloxquant.spec import Params
+from .. import spec
+from ..spec import Params
 
 from . import golden_format as golden
 

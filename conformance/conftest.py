@@ -16,7 +16,7 @@ else:  # pragma: no cover
 import pytest
 from hypothesis import HealthCheck, settings
 
-from veloxquant.spec import METHODS
+from ..spec import METHODS
 
 from . import adapters, golden_format as golden
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 
 REGIMES = ("normal", "scaled", "huge", "tiny", "subnormal", "zeros", "raw", "mixed", "grid")
 

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -12,49 +12,20 @@ import copy
 import numpy as np
 
 from .adapters.reference import ReferenceImpl, _RefStream
+from .mutant_base import HistoryStream, Patched, patched
+# issue 11's mutants (one per added check) live in mutants_suite.py; importable from here with the others
+from .mutants_suite import (SUITE, AttentionHeadsTiled, BufferStepRow256, FirstAppendLocksShape,  # noqa: F401 (listed with the others)
+                            HeadSignsModulo4, KiviZeroSaturated, MissingLimitChecks, SeedTruncated63)
 
 
-@contextlib.contextmanager
-def patched(module, name, replacement):
-    old = getattr(module, name)
-    setattr(module, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
-
-
-class _Patched(ReferenceImpl):
-    """Reference with `self.patch()` active around encode, decode and codebook calls."""
-
-    def patch(self):
-        return contextlib.nullcontext()
-
-    def encode(self, x, params, dtype):
-        with self.patch():
-            return super().encode(x, params, dtype)
-
-    def decode(self, record, params, dtype):
-        with self.patch():
-            return super().decode(record, params, dtype)
-
-    def quantize(self, u, codebook, d):
-        with self.patch():
-            return super().quantize(u, codebook, d)
-
-    def dequantize(self, idx, codebook, d):
-        with self.patch():
-            return super().dequantize(idx, codebook, d)
-
-
-class OneUlpCodebook(_Patched):
+class OneUlpCodebook(Patched):
     """gaussian[bits] at every d has centroid `entry` one ulp too high (a mis-rounded table)."""
     name = "mutant_one_ulp_codebook"
     entry = 1
 
     def patch(self):
-        from veloxquant import spec
-        from veloxquant.reference import codebooks as rc
+        from .. import spec
+        from ..reference import codebooks as rc
         real_scaled = rc.scaled
         gaussians = [spec.gaussian(b) for b in (1, 2, 3, 4)]
 
@@ -87,12 +58,12 @@ def _unpack_msb(words, bits, n):
     return slots.reshape(words.shape[:-1] + (words.shape[-1] * k,))[..., :n]
 
 
-class MsbFirstPacking(_Patched):
+class MsbFirstPacking(Patched):
     """Codes packed MSB-first (self-consistent: its own decode reads MSB-first too)."""
     name = "mutant_msb_first_packing"
 
     def patch(self):
-        from veloxquant.reference import packing
+        from ..reference import packing
         stack = contextlib.ExitStack()
         stack.enter_context(patched(packing, "pack", _pack_msb))
         stack.enter_context(patched(packing, "unpack", _unpack_msb))
@@ -105,12 +76,12 @@ def _norm_sequential(v):
     return np.sqrt(np.cumsum(v * v, axis=-1, dtype=np.float32)[..., -1])
 
 
-class SequentialNorm(_Patched):
+class SequentialNorm(Patched):
     """The norm reduced left to right instead of by the halving fold."""
     name = "mutant_sequential_norm"
 
     def patch(self):
-        from veloxquant.reference import numerics
+        from ..reference import numerics
         return patched(numerics, "norm", _norm_sequential)
 
 
@@ -119,12 +90,12 @@ def _rint_half_away(y):
     return np.floor(y + np.float32(0.5)).astype(np.float32)  # y >= 0 here: half away from zero
 
 
-class KiviHalfAway(_Patched):
+class KiviHalfAway(Patched):
     """KIVI rounds half away from zero instead of half to even."""
     name = "mutant_kivi_half_away"
 
     def patch(self):
-        from veloxquant.reference import numerics
+        from ..reference import numerics
         return patched(numerics, "rint", _rint_half_away)
 
 
@@ -161,36 +132,13 @@ class ChunkingDependent(ReferenceImpl):
     name = "mutant_chunking_dependent"
 
     def new_stream(self, params, dtype):
-        from veloxquant.reference.stream import Stream
+        from ..reference.stream import Stream
         return _ChunkyStream(Stream(params, dtype))
 
 
 # ---- spec 1.1: the deviations issue 9 lists (each passed every 1.0 golden case) and head-dim bugs --------
 
-class _HistoryStream:
-    """A reference stream that also keeps every accepted token in the input dtype, so a mutant can put
-    originals back or rebuild the state from them (what the spec forbids)."""
-
-    def __init__(self, params, dtype):
-        from veloxquant.reference.stream import Stream
-        self.s = Stream(params, dtype)
-        self.orig = None
-
-    def append(self, x):
-        self.s.append(x)
-        self.orig = x.copy() if self.orig is None else np.concatenate([self.orig, x], axis=2)
-
-    def trim(self, n):
-        r = self.s.trim(n)
-        if self.orig is not None:
-            self.orig = self.orig[:, :, :self.s.tokens]
-        return r
-
-    def __getattr__(self, name):
-        return getattr(self.s, name)
-
-
-class _KiviOriginalsStream(_HistoryStream):
+class _KiviOriginalsStream(HistoryStream):
     def trim(self, n):
         cut = self.s._window is not None and n > self.s._window.shape[2]   # the trim reaches encoded tokens
         r = super().trim(n)
@@ -208,9 +156,9 @@ class KiviTrimOriginals(ReferenceImpl):
         return _RefStream(_KiviOriginalsStream(params, dtype))
 
 
-class _OneShotStream(_HistoryStream):
+class _OneShotStream(HistoryStream):
     def trim(self, n):
-        from veloxquant.reference.stream import Stream
+        from ..reference.stream import Stream
         r = super().trim(n)
         fresh = Stream(self.s.params, self.s.dtype)
         if self.orig is not None and self.orig.shape[2]:
@@ -227,7 +175,7 @@ class OneShotAfterTrim(ReferenceImpl):
         return _RefStream(_OneShotStream(params, dtype))
 
 
-class _CommitRejectedStream(_HistoryStream):
+class _CommitRejectedStream(HistoryStream):
     def append(self, x):
         try:
             super().append(x)
@@ -246,10 +194,10 @@ class RejectedChunkKept(ReferenceImpl):
         return _RefStream(_CommitRejectedStream(params, dtype))
 
 
-class _CheckOnArrivalStream(_HistoryStream):
+class _CheckOnArrivalStream(HistoryStream):
     def append(self, x):
         import dataclasses
-        from veloxquant.reference import method_module
+        from ..reference import method_module
         p = dataclasses.replace(self.s.params, window=0)
         if p.method != "kivi":      # the bug: every arriving token is checked as if it were encoded now
             method_module(p).encode(x, p, self.s.dtype)
@@ -269,8 +217,8 @@ class LoadReencodes(ReferenceImpl):
     name = "mutant_load_reencodes"
 
     def load_stream(self, state):
-        from veloxquant.reference import numerics
-        from veloxquant.reference.stream import Stream
+        from ..reference import numerics
+        from ..reference.stream import Stream
         old = Stream.from_state(copy.deepcopy(state))
         s = Stream(old.params, old.dtype)
         if old.tokens:
@@ -278,13 +226,13 @@ class LoadReencodes(ReferenceImpl):
         return _RefStream(s)
 
 
-class HeadIndexWrap32(_Patched):
+class HeadIndexWrap32(Patched):
     """The global head index head_offset + h wrapped to 32 bits."""
     name = "mutant_head_index_wrap32"
 
     def patch(self):
         import dataclasses
-        from veloxquant.reference import rotation
+        from ..reference import rotation
         real = rotation.head_signs
 
         def head_signs(params, n_heads, d, purpose):
@@ -313,28 +261,28 @@ class Bits2DefaultIsDefaultBits(ReferenceImpl):
 
 def _check_head_dim_v10(self, d):
     """spec 1.0's group rule, G <= d (the bug at d = m * 2^k: G must divide d)."""
-    from veloxquant import spec
+    from .. import spec
     if d not in spec.HEAD_DIMS:
         raise ValueError(f"x: head dim {d} is not supported")
     if self.group_size is not None and self.group_size > d and (self.method == "mlx_affine" or self.role == "v"):
         raise ValueError(f"group_size: {self.group_size} exceeds head dim {d}")
 
 
-class GroupAtMostHeadDim(_Patched):
+class GroupAtMostHeadDim(Patched):
     """Groups along d checked by G <= d (1.0's wording) instead of G dividing d."""
     name = "mutant_group_at_most_head_dim"
 
     def patch(self):
-        from veloxquant import spec
+        from .. import spec
         return patched(spec.Params, "check_head_dim", _check_head_dim_v10)
 
 
-class NoGroupCheck(_Patched):
+class NoGroupCheck(Patched):
     """mlx_affine / kivi values do not check the group size against d at all."""
     name = "mutant_no_group_check"
 
     def patch(self):
-        from veloxquant import spec
+        from .. import spec
 
         def check(self, d):
             if d not in spec.HEAD_DIMS:
@@ -342,12 +290,12 @@ class NoGroupCheck(_Patched):
         return patched(spec.Params, "check_head_dim", check)
 
 
-class ValuesBeforeGroupSize(_Patched):
+class ValuesBeforeGroupSize(Patched):
     """x's values (NaN/Inf) checked before the group size against d (1.0 reference order)."""
     name = "mutant_values_before_group_size"
 
     def patch(self):
-        from veloxquant.reference import numerics
+        from ..reference import numerics
         real = numerics.check_x
 
         def check_x(x, dtype, params=None):
@@ -360,8 +308,8 @@ class ValuesBeforeGroupSize(_Patched):
 
 def _hadamard_variant(bug):
     """reference.rotation.hadamard with one of the head-dim bugs."""
-    from veloxquant import spec
-    from veloxquant.reference import rotation
+    from .. import spec
+    from ..reference import rotation
 
     def hadamard(v, transpose=False):
         v = np.asarray(v, dtype=np.float32)
@@ -390,11 +338,11 @@ def _hadamard_variant(bug):
     return hadamard
 
 
-class _HadamardBug(_Patched):
+class _HadamardBug(Patched):
     bug = ""
 
     def patch(self):
-        from veloxquant.reference import rotation
+        from ..reference import rotation
         return patched(rotation, "hadamard", _hadamard_variant(self.bug))
 
 
@@ -418,7 +366,7 @@ class StagesSwapped(_HadamardBug):
 
 def _fold_halving_first(v):
     """The bug: halving fold inside each block first, then the m block sums left to right."""
-    from veloxquant import spec
+    from .. import spec
     v = np.asarray(v, dtype=np.float32)
     m, n = spec.split_head_dim(v.shape[-1])
     w = v.reshape(v.shape[:-1] + (m, n))
@@ -431,12 +379,12 @@ def _fold_halving_first(v):
     return acc
 
 
-class FoldHalvingFirst(_Patched):
+class FoldHalvingFirst(Patched):
     """The reduction tree at d = m * 2^k: halving inside blocks, then the block sums (not the spec's)."""
     name = "mutant_fold_halving_first"
 
     def patch(self):
-        from veloxquant.reference import numerics
+        from ..reference import numerics
         return patched(numerics, "fold", _fold_halving_first)   # norm() looks fold up at call time
 
 
@@ -447,13 +395,13 @@ class ExactTrimIgnored(ReferenceImpl):
 
     def new_stream(self, params, dtype):
         import dataclasses
-        from veloxquant.reference.stream import Stream
+        from ..reference.stream import Stream
         return _RefStream(Stream(dataclasses.replace(params, exact_trim=0), dtype))
 
 
-class _DecodedRefillStream(_HistoryStream):
+class _DecodedRefillStream(HistoryStream):
     def trim(self, n):
-        from veloxquant.reference import numerics
+        from ..reference import numerics
         if self.s.tokens == 0:
             return super().trim(n)
         q0 = self.s.tokens - self.s._window.shape[2]
@@ -479,8 +427,3 @@ SPEC11 = (KiviTrimOriginals, OneShotAfterTrim, RejectedChunkKept, WindowCheckedO
           HeadIndexWrap32, Bits2DefaultIsDefaultBits, GroupAtMostHeadDim, NoGroupCheck, ValuesBeforeGroupSize,
           InverseUsesH, StageBFirstTerm, StagesSwapped, FoldHalvingFirst, ExactTrimIgnored,
           KeptTokensDecoded)
-
-
-# Issue 11's mutants (one per added check) live in mutants_suite.py; listed here with the others.
-from .mutants_suite import (SUITE, AttentionHeadsTiled, BufferStepRow256, FirstAppendLocksShape,  # noqa: E402,F401
-                            HeadSignsModulo4, KiviZeroSaturated, MissingLimitChecks, SeedTruncated63)

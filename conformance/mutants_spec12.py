@@ -10,11 +10,11 @@ import dataclasses
 import numpy as np
 
 from .adapters.reference import ReferenceImpl, _RefStream
-from .mutants import _Patched, patched
+from .mutant_base import Patched, patched
 
 
 def _stream_cls():
-    from veloxquant.reference.stream import Stream
+    from ..reference.stream import Stream
     return Stream
 
 
@@ -86,7 +86,7 @@ class _LenientChunkStream(_RefillAllStream):
     def append(self, x):
         w = self.s._window
         if w is not None:
-            from veloxquant.reference import numerics
+            from ..reference import numerics
             b, h, _t, d = w.shape
             x = np.ascontiguousarray(x[:b, :h, :, :d])               # the bug: a larger chunk is cut to fit
             if x.dtype != w.dtype:                                    # ... and another dtype converted
@@ -137,13 +137,13 @@ class EmptySaveFails(ReferenceImpl):
         return super().load_stream(state)
 
 
-class ParamTypesLenient(_Patched):
+class ParamTypesLenient(Patched):
     """Integral floats (4.0) and bools (True) accepted as integers; role compared case-insensitively."""
     name = "mutant_param_types_lenient"
 
     def patch(self):
         import contextlib
-        from veloxquant import spec
+        from .. import spec
         real = spec._check_int
 
         def check(name, v, **kw):
@@ -167,12 +167,12 @@ class ParamTypesLenient(_Patched):
         return stack
 
 
-class ExactTrimUnbounded(_Patched):
+class ExactTrimUnbounded(Patched):
     """exact_trim checked for type only: no range check (0 .. exact_trim_max)."""
     name = "mutant_exact_trim_unbounded"
 
     def patch(self):
-        from veloxquant import spec
+        from .. import spec
         real = spec._check_int
 
         def check(name, v, *, allowed=None, lo=None, hi=None):
@@ -182,12 +182,12 @@ class ExactTrimUnbounded(_Patched):
         return patched(spec, "_check_int", check)
 
 
-class DecodeRecordUnchecked(_Patched):
+class DecodeRecordUnchecked(Patched):
     """decode trusts the record: no check of missing fields or field dtypes (arrays are converted)."""
     name = "mutant_decode_record_unchecked"
 
     def patch(self):
-        from veloxquant.reference import record as rec_mod
+        from ..reference import record as rec_mod
         real = rec_mod.geometry
 
         def geometry(record, params, dtype):
@@ -202,12 +202,12 @@ class DecodeRecordUnchecked(_Patched):
         return patched(rec_mod, "geometry", geometry)
 
 
-class AffineMagicRint(_Patched):
+class AffineMagicRint(Patched):
     """mlx_affine's step 5 rounds with number-model.md's magic-constant formula, exact only below 2^22."""
     name = "mutant_affine_magic_rint"
 
     def patch(self):
-        from veloxquant.reference import mlx_affine, numerics
+        from ..reference import mlx_affine, numerics
 
         class _Np:      # np with rint replaced, as mlx_affine.encode sees it
             def __getattr__(self, k):
@@ -215,12 +215,12 @@ class AffineMagicRint(_Patched):
         return patched(mlx_affine, "np", _Np())
 
 
-class AffineMaxFromZero(_Patched):
+class AffineMaxFromZero(Patched):
     """mlx_affine's running maximum starts at 0 (MLX's GPU backends), not at -inf."""
     name = "mutant_affine_max_from_zero"
 
     def patch(self):
-        from veloxquant.reference import mlx_affine
+        from ..reference import mlx_affine
 
         class _Grouped(np.ndarray):
             def max(self, *a, **kw):
@@ -300,7 +300,7 @@ class UnknownMethodFallsBack(ReferenceImpl):
     name = "mutant_unknown_method_falls_back"
 
     def _fix(self, params):
-        from veloxquant import spec
+        from .. import spec
         return params if params.method in spec.METHODS else dataclasses.replace(params, method=spec.METHODS[0])
 
     def encode(self, x, params, dtype):

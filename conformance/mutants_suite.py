@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from .adapters.reference import ReferenceImpl, _RefStream
-from .mutants import _HistoryStream, _Patched, patched
+from .mutant_base import HistoryStream, Patched, patched
 
 
-class _LockingStream(_HistoryStream):
+class _LockingStream(HistoryStream):
     def __init__(self, params, dtype):
         super().__init__(params, dtype)
         self.lock = None
@@ -61,16 +61,16 @@ class BufferStepRow256(ReferenceImpl):
     name = "mutant_buffer_step_row256"
 
     def new_stream(self, params, dtype):
-        from veloxquant.reference.stream import Stream
+        from ..reference.stream import Stream
         return _StepStream(Stream(params, dtype))
 
 
-class MissingLimitChecks(_Patched):
+class MissingLimitChecks(Patched):
     """window not checked against window_max, layer not against 0, head_offset not against its max."""
     name = "mutant_missing_limit_checks"
 
     def patch(self):
-        from veloxquant import spec
+        from .. import spec
         real = spec._check_int
 
         def check(name, v, *, allowed=None, lo=None, hi=None):
@@ -84,23 +84,23 @@ class MissingLimitChecks(_Patched):
         return patched(spec, "_check_int", check)
 
 
-class SeedTruncated63(_Patched):
+class SeedTruncated63(Patched):
     """The seed reduced to 63 bits (a signed 64-bit integer somewhere): wrong only for seeds >= 2^63."""
     name = "mutant_seed_truncated63"
 
     def patch(self):
-        from veloxquant.reference import prng
+        from ..reference import prng
         real = prng.sign_vector     # (stream_key sits behind sign_vector's cache)
         return patched(prng, "sign_vector", lambda seed, *a: real(seed & ((1 << 63) - 1), *a))
 
 
-class KiviZeroSaturated(_Patched):
+class KiviZeroSaturated(Patched):
     """KIVI's float16 zero point saturates to -65504 instead of being rejected as -Inf (the scale, never
     negative, is still checked)."""
     name = "mutant_kivi_zero_saturated"
 
     def patch(self):
-        from veloxquant.reference import numerics
+        from ..reference import numerics
         real = numerics.to_float16
 
         def to_float16(v):
@@ -109,13 +109,13 @@ class KiviZeroSaturated(_Patched):
         return patched(numerics, "to_float16", to_float16)
 
 
-class HeadSignsModulo4(_Patched):
+class HeadSignsModulo4(Patched):
     """Sign vectors of local heads h >= 4 repeat those of h - 4 (a sign table sized for 4 heads)."""
     name = "mutant_head_signs_modulo4"
 
     def patch(self):
         import dataclasses
-        from veloxquant.reference import rotation
+        from ..reference import rotation
         real = rotation.head_signs
 
         def head_signs(params, n_heads, d, purpose):

@@ -20,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from veloxquant import spec
+from .. import spec
 
 SPEC_DIR = pathlib.Path(spec.__file__).resolve().parent
 SUITE_DIR = pathlib.Path(__file__).resolve().parent

@@ -7,7 +7,7 @@ import functools
 import numpy as np
 from hypothesis import strategies as st
 
-from veloxquant import spec
+from .. import spec
 
 from . import data
 

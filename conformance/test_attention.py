@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from veloxquant import spec
+from .. import spec
 
 from . import attention_checks, data
 from .conftest import selected_methods

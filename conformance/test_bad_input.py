@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from veloxquant import spec
+from .. import spec
 
 from . import checks, data
 from .conftest import selected_methods

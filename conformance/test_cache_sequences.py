@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from veloxquant import spec
+from .. import spec
 
 from . import checks, data, strategies
 from .assertions import Mismatch, assert_record_exact, call_desc

@@ -51,7 +51,7 @@ def test_wide_shapes(other, ref, methods_ok, tally, method, bits, dtype):
     methods_ok(method)
     import numpy as np
 
-    from veloxquant import spec
+    from .. import spec
     from . import data as _data
     info = spec.method_info(method)
     for i, (b, h, t, d) in enumerate(WIDE_SHAPES):

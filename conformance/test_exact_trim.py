@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from veloxquant import spec
+from .. import spec
 
 from . import checks, data
 from .conftest import selected_methods

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from veloxquant import spec
+from .. import spec
 
 from . import checks
 

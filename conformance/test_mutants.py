@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from veloxquant import spec
+from .. import spec
 
 from . import attention_checks, checks, data, mutants
 from .adapters.reference import ReferenceImpl
@@ -121,7 +121,7 @@ def _flag(flag, methods=None):
 
 
 def _m_n(c):
-    import veloxquant.spec as _spec
+    from .. import spec as _spec
     return _spec.split_head_dim(c.shape[3]) if c.kind != "error" else (1, 0)
 
 

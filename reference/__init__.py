@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from veloxquant import spec
+from .. import spec
 
 # method name -> its module, every method of spec.METHODS (an import error is an error, not a missing method)
 METHODS: dict = {name: importlib.import_module(f"{__name__}.{name}") for name in spec.METHODS}

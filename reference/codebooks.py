@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 
 
 def scaled(book: spec.Codebook, d: int) -> tuple[np.ndarray, np.ndarray]:

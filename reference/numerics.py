@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 
 F32 = np.float32
 ZERO = np.float32(0.0)

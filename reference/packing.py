@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 
 
 def pack(codes: np.ndarray, bits: int) -> np.ndarray:

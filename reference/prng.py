@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 
 MASK = (1 << 64) - 1
 _P = spec.formats()["prng"]

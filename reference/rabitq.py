@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 from . import numerics, packing, record, rotation
 from .prng import PURPOSE_ROTATION
 from .turboquant import prepare, rotate_to_unit

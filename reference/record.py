@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 from . import numerics
 
 _NP = {"uint32": np.dtype(np.uint32), "float32": np.dtype(np.float32), "float16": np.dtype(np.float16)}

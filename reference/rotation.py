@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 from . import prng
 
 

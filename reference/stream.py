@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 from . import method_module, numerics, record as rec_mod
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 from . import codebooks, numerics, packing, record, rotation
 from .prng import PURPOSE_ROTATION
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 from . import codebooks, numerics, packing, record, rotation
 from .prng import PURPOSE_QJL, PURPOSE_ROTATION
 from .turboquant import prepare, rotate_to_unit

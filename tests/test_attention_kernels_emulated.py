@@ -589,7 +589,7 @@ def test_tensor_core_loop_on_the_gpu_within_the_attention_budget(case):
 
 
 def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquant", dict(bits=4))), window=0):
-    from conformance.attention_checks import attention_budget, attention_f64
+    from veloxquant.conformance.attention_checks import attention_budget, attention_f64
     (b, hkv, rep, lq, t, d), qdt, causal, qs, vs = case
     rng = np.random.default_rng(t + d)
     (km, kkw), (vm, vkw) = methods

@@ -23,10 +23,12 @@ NAMESPACE = "veloxquant."   # the installed distribution's namespace (tools/name
 
 
 def _absolute(mod: str, node: ast.ImportFrom, path: pathlib.Path, root: pathlib.Path = ROOT) -> str:
+    """The module a `from` statement names; a relative one is resolved from the file's folder under `root`, which is
+    the namespace package (`from ... import spec` in accelerated/cache/base.py names veloxquant.spec)."""
     if not node.level:
         return mod
-    pkg = list(path.relative_to(root).with_suffix("").parts[:-1])
-    base = pkg[:len(pkg) - node.level + 1]
+    pkg = [NAMESPACE.rstrip("."), *path.relative_to(root).parts[:-1]]
+    base = pkg[:max(0, len(pkg) - node.level + 1)]
     return ".".join(base + ([mod] if mod else []))
 
 
@@ -513,3 +515,86 @@ def test_tuning_checkers_see_a_reintroduced_knob(tmp_path):
                  "    monkeypatch.setattr(katt, '_sm_count', lambda: 4)\n"
                  "    self.shared = True\n")
     assert sorted(int(b.split(":")[1]) for b in knob_patches(g, knobs)) == [2, 3, 4, 5], knob_patches(g, knobs)
+
+
+# ---- the library imports itself relatively (tools/dev/relative_imports.py rewrites absolute ones) ---------------
+def absolute_self_imports(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
+    """Import statements of a library file that name the library through the `veloxquant.` namespace (a static tool
+    that does not follow the veloxquant/ symlinks sees them as imports of nothing in the tree), and relative ones
+    whose module is no file or folder of the checkout (a dot too many or too few)."""
+    where = path.relative_to(root)
+    ns = NAMESPACE.rstrip(".")
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name == ns or a.name.startswith(NAMESPACE)]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module] if node.module == ns or node.module.startswith(NAMESPACE) else []
+        elif isinstance(node, ast.ImportFrom):
+            mod = _absolute(node.module or "", node, path, root)
+            parts = mod.split(".")[1:]
+            target = root.joinpath(*parts)
+            if mod != ns and not mod.startswith(NAMESPACE):
+                bad.append(f"{where}:{node.lineno}: {'.' * node.level}{node.module or ''} goes past the checkout")
+            elif parts and not (target.with_suffix(".py").is_file() or (target / "__init__.py").is_file()):
+                bad.append(f"{where}:{node.lineno}: {'.' * node.level}{node.module or ''} is no module of {root}")
+            continue
+        else:
+            continue
+        bad += [f"{where}:{node.lineno}: {n} imported absolutely" for n in names]
+    return bad
+
+
+def test_library_imports_itself_relatively():
+    """Every import of a library module by another is relative (`from ..kernels import x`): the same module at run
+    time, and the file's real neighbour for a static import-graph tool, an IDE or a type checker. Rewrite with
+    `python tools/dev/relative_imports.py`; importlib strings are not imports and stay as they are."""
+    bad = [b for layer in LAYERS for f in _files(layer) for b in absolute_self_imports(f)]
+    assert not bad, "absolute imports of the library (run python tools/dev/relative_imports.py):\n" + "\n".join(bad)
+
+
+def test_relative_import_checker_sees_absolute_ones(tmp_path):
+    """The check itself can fail: module-level, function-level, aliased, multi-line and bare absolute imports and a
+    relative import past the checkout are seen; a good relative import and an importlib string are not."""
+    (tmp_path / "spec").mkdir()
+    (tmp_path / "spec" / "__init__.py").write_text("")
+    (tmp_path / "pkg").mkdir()
+    f = tmp_path / "pkg" / "probe.py"
+    f.write_text("import importlib\n"
+                 "from veloxquant import spec\n"
+                 "from veloxquant.spec.params import (\n    Params,\n)\n"
+                 "import veloxquant.spec as s\n"
+                 "def g():\n    import veloxquant.reference.stream\n"
+                 "    return importlib.import_module('veloxquant.spec')\n"
+                 "from .. import spec as ok\n"
+                 "from ..nothing import x\n"
+                 "from ... import spec\n")
+    got = absolute_self_imports(f, tmp_path)
+    assert sorted(int(b.split(":")[1]) for b in got) == [2, 3, 6, 8, 11, 12], got
+
+
+def outside_namespace_imports(path: pathlib.Path) -> list[str]:
+    """Imports of a library folder by its bare name (`from conformance.checks import x`): a second copy of the module
+    outside the namespace, whose relative imports cannot reach its siblings."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else []
+        bad += [f"{path.name}:{node.lineno}: {n}" for n in names if n.split(".")[0] in PACKAGE_LAYERS[1:] + ("golden",)]
+    return bad
+
+
+def test_tests_import_the_library_through_the_namespace():
+    """tests/ and benchmarks/ import the library as veloxquant.X (tests/ is on sys.path, and the checkout root too
+    under PYTHONPATH, so `import conformance.x` would load a copy that breaks on its first relative import)."""
+    files = [p for d in ("tests", "benchmarks") for p in sorted((ROOT / d).rglob("*.py"))]
+    bad = [b for f in files for b in outside_namespace_imports(f)]
+    assert not bad, "library imported outside the veloxquant namespace:\n" + "\n".join(bad)
+
+
+def test_outside_namespace_checker_sees_a_bare_layer(tmp_path):
+    """The check itself can fail: a bare layer import is seen; the namespaced one and tests' own helpers are not."""
+    f = tmp_path / "probe.py"
+    f.write_text("import _faults\nfrom veloxquant.conformance import checks\n"
+                 "def t():\n    from conformance.attention_checks import attention_f64\n    import tools.cli\n")
+    assert sorted(int(b.split(":")[1]) for b in outside_namespace_imports(f)) == [4, 5], outside_namespace_imports(f)

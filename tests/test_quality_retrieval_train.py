@@ -12,18 +12,20 @@ from veloxquant.tools.quality import retrieval_train as rt
 TEXT = np.frombuffer(("def f(x):\n    return x + 1\n\n# a comment line\nclass A:\n    pass\n" * 400).encode(), np.uint8)
 
 
-@pytest.mark.parametrize("task", ["passkey", "kv", "span"])
+@pytest.mark.parametrize("task", ["passkey", "kv", "span", "copy"])
 def test_sequences_hold_their_answers(task):
     rng = np.random.default_rng(0)
     for _ in range(50):
         seq, mask = rt.make_sequence(TEXT, 512, rng, {task: 1.0})
         assert seq.shape == (512,) and mask.shape == (512,) and mask.any()
         b = seq.tobytes()
-        if task == "span":
+        if task in ("span", "copy"):
             idx = np.flatnonzero(mask)
             n = idx.size + 1                       # the mask skips the second copy's first byte
             second = b[idx[0] - 1 : idx[-1] + 1]
             assert len(second) == n and b.find(second) < idx[0] - 1   # an earlier copy exists
+            if task == "copy":     # random letters, 16 bytes up to a third of the sequence
+                assert 16 <= n <= 512 // 3 and set(second) <= set(rt.LETTERS.tobytes()), (n, second[:20])
         else:
             assert mask[-rt.DIGITS :].all() and mask.sum() == rt.DIGITS
             line_end = b.rfind(b"\n")

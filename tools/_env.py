@@ -13,7 +13,7 @@ from importlib import metadata
 
 import numpy as np
 
-from veloxquant import spec
+from .. import spec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

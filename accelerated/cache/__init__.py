@@ -12,19 +12,19 @@ integration.py (mlx-lm), size.py, serve.py, warmup.py.
 """
 from __future__ import annotations
 
-from veloxquant.accelerated.cache import integration
-from veloxquant.accelerated.cache.base import CacheGroup, VeloxKVCache
-from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
-from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
-from veloxquant.accelerated.cache.integration import CACHE_CLASSES
-from veloxquant.accelerated.cache.kivi import KIVIKVCache
-from veloxquant.accelerated.cache.prompt_cache import CLASS_BY_METHOD, make_prompt_cache
-from veloxquant.accelerated.cache.rabitq import RaBitQKVCache
-from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
-from veloxquant.accelerated.cache.turboquant import TurboQuantKVCache
-from veloxquant.accelerated.cache.turboquant_prod import TurboQuantProdKVCache
-from veloxquant.accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
-from veloxquant.accelerated.cache.warmup import warm_kernels
+from . import integration
+from .base import CacheGroup, VeloxKVCache
+from .batch import BatchVeloxKVCache
+from .batch_shared import SharedBatchVeloxKVCache
+from .integration import CACHE_CLASSES
+from .kivi import KIVIKVCache
+from .prompt_cache import CLASS_BY_METHOD, make_prompt_cache
+from .rabitq import RaBitQKVCache
+from .rotating import VeloxRotatingKVCache
+from .turboquant import TurboQuantKVCache
+from .turboquant_prod import TurboQuantProdKVCache
+from .turboquant_rvq import TurboQuantRVQKVCache
+from .warmup import warm_kernels
 
 integration.install()
 

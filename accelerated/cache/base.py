@@ -46,19 +46,19 @@ import json
 import mlx.core as mx
 from mlx_lm.models.cache import _BaseCache, create_attention_mask
 
-from veloxquant import spec
-from veloxquant.accelerated.attention import PackedKV
-from veloxquant.accelerated.kernels import backend as kernel_backend
-from veloxquant.accelerated.kernels.commit import commit as store_rows
-from veloxquant.accelerated.kernels.decode_step import DecodeStep
-from veloxquant.accelerated.kernels.faults import flags as fault_flags
-from veloxquant.accelerated.ops import numerics
-from veloxquant.accelerated.kernels.append import applies as fused_applies, messages as fused_messages
-from veloxquant.accelerated.kernels.methods import NONFINITE, RULES
-from veloxquant.accelerated.in_place import append_in_place
-from veloxquant.accelerated.stream import Stream
-from veloxquant.accelerated.cache import size as cache_size
-from veloxquant.accelerated.cache.roles import role_params
+from ... import spec
+from ..attention import PackedKV
+from ..kernels import backend as kernel_backend
+from ..kernels.commit import commit as store_rows
+from ..kernels.decode_step import DecodeStep
+from ..kernels.faults import flags as fault_flags
+from ..ops import numerics
+from ..kernels.append import applies as fused_applies, messages as fused_messages
+from ..kernels.methods import NONFINITE, RULES
+from ..in_place import append_in_place
+from ..stream import Stream
+from . import size as cache_size
+from .roles import role_params
 
 STATE_FORMAT = 1                       # version of the `state` layout below
 _DTYPES = (mx.float16, mx.bfloat16, mx.float32)

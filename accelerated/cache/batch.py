@@ -42,14 +42,14 @@ import json
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 
-from veloxquant.accelerated import tuning
-from veloxquant.accelerated.attention import PackedKV, attend
-from veloxquant.accelerated.cache.base import VeloxKVCache
-from veloxquant.accelerated.cache.classes import cache_class
-from veloxquant.accelerated.cache.left_padded import LeftPadded
-from veloxquant.accelerated.cache.masks import remember_mask
-from veloxquant.accelerated.cache import size as cache_size
-from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
+from .. import tuning
+from ..attention import PackedKV, attend
+from .base import VeloxKVCache
+from .classes import cache_class
+from .left_padded import LeftPadded
+from .masks import remember_mask
+from . import size as cache_size
+from .rotating import VeloxRotatingKVCache
 
 # Where every sequence takes the whole chunk (a decode step; a prefill chunk without padding), the batch's keys,
 # values and queries are cut into per-sequence rows by one mx.split each (one Split operation with B outputs, for

@@ -37,14 +37,14 @@ import typing
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 
-from veloxquant.accelerated import tuning
-from veloxquant.accelerated.cache.base import VeloxKVCache
-from veloxquant.accelerated.cache.batch import BatchVeloxKVCache, _same_config
-from veloxquant.accelerated.cache.classes import cache_class
-from veloxquant.accelerated.cache.left_padded import LeftPadded
-from veloxquant.accelerated.cache.masks import _MASKS, _MASKS_KEPT, remember_mask
-from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
-from veloxquant.accelerated.ops.attention import RowStarts
+from .. import tuning
+from .base import VeloxKVCache
+from .batch import BatchVeloxKVCache, _same_config
+from .classes import cache_class
+from .left_padded import LeftPadded
+from .masks import _MASKS, _MASKS_KEPT, remember_mask
+from .rotating import VeloxRotatingKVCache
+from ..ops.attention import RowStarts
 
 _POSITIONAL = ("kivi",)    # methods whose bytes depend on a token's position (KIVI's key groups)
 

@@ -24,13 +24,13 @@ import mlx.core as mx
 import mlx_lm.models.base as _base
 import mlx_lm.models.cache as _lm_cache
 
-from veloxquant.accelerated.attention import PackedKV, attend
-from veloxquant.accelerated.cache import batch_shared
-from veloxquant.accelerated.cache.base import VeloxKVCache
-from veloxquant.accelerated.cache.batch import BatchPackedKV, BatchVeloxKVCache, attend_batch
-from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
-from veloxquant.accelerated.cache.classes import SINGLE_CLASSES
-from veloxquant.accelerated.cache.masks import remember_batch_kv_mask, row_starts
+from ..attention import PackedKV, attend
+from . import batch_shared
+from .base import VeloxKVCache
+from .batch import BatchPackedKV, BatchVeloxKVCache, attend_batch
+from .batch_shared import SharedBatchVeloxKVCache
+from .classes import SINGLE_CLASSES
+from .masks import remember_batch_kv_mask, row_starts
 
 _ORIGINAL = getattr(_base.quantized_scaled_dot_product_attention, "__wrapped__",
                     _base.quantized_scaled_dot_product_attention)

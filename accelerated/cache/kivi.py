@@ -5,7 +5,7 @@ Keys are grouped per channel over group_size tokens, values per token over group
 Both roles use `kivi` unless key_method/value_method override one of them; everything else is in
 accelerated/cache/base.py.
 """
-from veloxquant.accelerated.cache.base import VeloxKVCache
+from .base import VeloxKVCache
 
 
 class KIVIKVCache(VeloxKVCache):

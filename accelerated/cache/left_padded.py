@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 from mlx_lm.models.cache import _BaseCache
 
-from veloxquant.accelerated.cache.masks import offsets
+from .masks import offsets
 
 
 class LeftPadded(_BaseCache):

@@ -7,7 +7,7 @@ import collections
 
 import mlx.core as mx
 
-from veloxquant.accelerated.ops.attention import RowStarts
+from ..ops.attention import RowStarts
 
 # masks made by SharedBatchVeloxKVCache.make_mask: id -> (mask, RowStarts); a handful suffice (one forward uses one
 # mask for every layer)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from mlx_lm.models.cache import KVCache, RotatingKVCache
 
-from veloxquant import spec
+from ... import spec
 
-from veloxquant.accelerated.cache import integration
-from veloxquant.accelerated.cache.base import DEFAULT_EXACT_TRIM, CacheGroup, VeloxKVCache
-from veloxquant.accelerated.cache.kivi import KIVIKVCache
-from veloxquant.accelerated.cache.rabitq import RaBitQKVCache
-from veloxquant.accelerated.cache.rotating import VeloxRotatingKVCache
-from veloxquant.accelerated.cache.turboquant import TurboQuantKVCache
-from veloxquant.accelerated.cache.turboquant_prod import TurboQuantProdKVCache
-from veloxquant.accelerated.cache.turboquant_rvq import TurboQuantRVQKVCache
+from . import integration
+from .base import DEFAULT_EXACT_TRIM, CacheGroup, VeloxKVCache
+from .kivi import KIVIKVCache
+from .rabitq import RaBitQKVCache
+from .rotating import VeloxRotatingKVCache
+from .turboquant import TurboQuantKVCache
+from .turboquant_prod import TurboQuantProdKVCache
+from .turboquant_rvq import TurboQuantRVQKVCache
 
 CLASS_BY_METHOD = {
     "turboquant": TurboQuantKVCache,

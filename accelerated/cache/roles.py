@@ -2,7 +2,7 @@
 setting fails when the cache is made, under the caller's own argument name (key_bits, value_method, ...)."""
 from __future__ import annotations
 
-from veloxquant import spec
+from ... import spec
 
 
 def role_params(role: str, method, bits, bits2, group_size, window, seed, layer, head_offset,

@@ -31,11 +31,11 @@ import json
 import mlx.core as mx
 from mlx_lm.models.cache import create_causal_mask
 
-from veloxquant.accelerated import tuning
-from veloxquant.accelerated.cache import masks
-from veloxquant.accelerated.cache.base import VeloxKVCache, _to_json
-from veloxquant.accelerated.kernels import methods as km
-from veloxquant.accelerated.ops.attention import RowStarts
+from .. import tuning
+from . import masks
+from .base import VeloxKVCache, _to_json
+from ..kernels import methods as km
+from ..ops.attention import RowStarts
 
 # Evicted rows are freed (one copy of the held rows, after settling the deferred checks: a host sync) once they
 # outnumber both tuning's compact_rows and the held tokens, so a decode step copies nothing on average.

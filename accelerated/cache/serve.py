@@ -19,8 +19,8 @@ import importlib
 
 import mlx_lm.models.cache as _mlx_cache
 
-from veloxquant.accelerated.cache.base import VeloxKVCache
-from veloxquant.accelerated.cache.prompt_cache import make_prompt_cache
+from .base import VeloxKVCache
+from .prompt_cache import make_prompt_cache
 
 # the modules of mlx-lm that bind make_prompt_cache by name
 MODULES = ("mlx_lm.models.cache", "mlx_lm.generate", "mlx_lm.server", "mlx_lm.chat", "mlx_lm.cache_prompt")

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated import layouts
-from veloxquant.accelerated.ops import record
+from ... import spec
+from .. import layouts
+from ..ops import record
 
 PARTS = ("encoded", "window", "kept")
 _FIELD_BYTES = {"uint32": 4, "float32": 4, "float16": 2}

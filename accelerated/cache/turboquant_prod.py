@@ -3,7 +3,7 @@
 Both roles use `turboquant_prod` unless key_method/value_method override one of them; everything else is in
 accelerated/cache/base.py.
 """
-from veloxquant.accelerated.cache.base import VeloxKVCache
+from .base import VeloxKVCache
 
 
 class TurboQuantProdKVCache(VeloxKVCache):

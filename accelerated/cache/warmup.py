@@ -22,10 +22,10 @@ import time
 
 import mlx.core as mx
 
-from veloxquant.accelerated import layouts, stream
-from veloxquant.accelerated.cache.prompt_cache import make_prompt_cache
-from veloxquant.accelerated.kernels import attention as katt
-from veloxquant.accelerated.kernels import backend, kernel_cache
+from .. import layouts, stream
+from .prompt_cache import make_prompt_cache
+from ..kernels import attention as katt
+from ..kernels import backend, kernel_cache
 
 PROMPTS = (1, 2, 3, 5, 9, 17, 33, 65, 2051)      # chunk lengths of every query-row class, a full prefill chunk
 DRAFTS = (1, 2, 3, 4, 5, 7, 8)                    # speculative verify chunks of 2..9 tokens

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated import ops
-from veloxquant.accelerated.kernels import methods
-from veloxquant.accelerated.kernels.backend import available
-from veloxquant.accelerated.kernels.source import METHOD_IDS
-from veloxquant.accelerated.ops import record
+from ... import spec
+from .. import ops
+from . import methods
+from .backend import available
+from .source import METHOD_IDS
+from ..ops import record
 
 KERNEL_METHODS = tuple(METHOD_IDS)
 

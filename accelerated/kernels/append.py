@@ -28,10 +28,10 @@ import functools
 import mlx.core as mx
 import numpy as np
 
-from veloxquant import spec
-from veloxquant.accelerated import layouts, tuning
-from veloxquant.accelerated.kernels import backend, loader, source
-from veloxquant.accelerated.kernels import methods as km
+from ... import spec
+from .. import layouts, tuning
+from . import backend, loader, source
+from . import methods as km
 
 OUTPUTS = ["flags"]
 _MAX_ROWS = 2 ** 31 - 1

@@ -17,14 +17,14 @@ import typing
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated import layouts, tuning
-from veloxquant.accelerated.kernels import append as kappend
-from veloxquant.accelerated.kernels import attention_source as src
-from veloxquant.accelerated.kernels import backend, loader
-from veloxquant.accelerated.kernels import methods as km
-from veloxquant.accelerated.ops import codebooks, prng
-from veloxquant.accelerated.ops.attention import MAX_PACKED_QUERIES, PackedRecord, RowStarts, Views
+from ... import spec
+from .. import layouts, tuning
+from . import append as kappend
+from . import attention_source as src
+from . import backend, loader
+from . import methods as km
+from ..ops import codebooks, prng
+from ..ops.attention import MAX_PACKED_QUERIES, PackedRecord, RowStarts, Views
 
 LOG2E = 1.4426950408889634
 

@@ -29,10 +29,10 @@ Method ids (template MK / MV): accelerated/layouts.py KERNEL_IDS (0 turboquant, 
 """
 from __future__ import annotations
 
-from veloxquant.accelerated import layouts
-from veloxquant.accelerated.kernels import append as kappend
-from veloxquant.accelerated.kernels import loader, source
-from veloxquant.accelerated.kernels.attention_tc import TC_CUDA_HEADER
+from .. import layouts
+from . import append as kappend
+from . import loader, source
+from .attention_tc import TC_CUDA_HEADER
 
 METHOD_IDS = layouts.KERNEL_IDS      # template MK / MV (one table: accelerated/layouts.py)
 

@@ -32,7 +32,7 @@ bounds), the next tc_prefetch chunks' loads in flight in registers, and as many 
 """
 from __future__ import annotations
 
-from veloxquant.accelerated.kernels import loader
+from . import loader
 
 TC_CUDA_HEADER = loader.text("tc_header.cuh")     # the helpers: float16 pairs, mma.m16n8k16, power-of-two scales
 TC_LOOP = loader.text("tc_loop.cuh")              # steps 3-4 of the partial body (csrc/partial.h's VQ_PARTIAL_LOOP)

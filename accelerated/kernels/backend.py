@@ -13,7 +13,7 @@ import tempfile
 
 import mlx.core as mx
 
-from veloxquant.accelerated.kernels import kernel_cache, source
+from . import kernel_cache, source
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,7 +21,7 @@ import functools
 
 import mlx.core as mx
 
-from veloxquant.accelerated.kernels import backend, kernel_cache, loader
+from . import backend, kernel_cache, loader
 
 NT = 256
 MAX_BLOCKS = 64          # block columns per write / check (large prefill chunks)

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from veloxquant.accelerated.attention import StepKV
-from veloxquant.accelerated.kernels import append as fused
-from veloxquant.accelerated.kernels import attention as kattention
-from veloxquant.accelerated.kernels import backend
-from veloxquant.accelerated.kernels import methods as km
-from veloxquant.accelerated.ops.attention import RowStarts
+from ..attention import StepKV
+from . import append as fused
+from . import attention as kattention
+from . import backend
+from . import methods as km
+from ..ops.attention import RowStarts
 
 
 def _resolve(kernel, template, **call):

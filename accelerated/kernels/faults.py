@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from veloxquant.accelerated.kernels import backend, commit
-from veloxquant.accelerated.ops import numerics
+from . import backend, commit
+from ..ops import numerics
 
 
 def flags(pending: list) -> mx.array:

@@ -35,7 +35,7 @@ import time
 
 import mlx.core as mx
 
-from veloxquant.accelerated.kernels import loader, nvrtc
+from . import loader, nvrtc
 
 # MLX's build_kernel (custom_kernel.cpp) around a kernel's header and body, byte for byte, and the header we
 # compile in place of MLX's default one (csrc/cuda_mlx_*.cuh)

@@ -17,7 +17,7 @@ import functools
 import pathlib
 import re
 
-from veloxquant import spec
+from ... import spec
 
 CSRC = pathlib.Path(__file__).with_name("csrc")
 EXT = {"cuda": "cuh", "metal": "metal"}

@@ -18,10 +18,10 @@ import functools
 import mlx.core as mx
 import numpy as np
 
-from veloxquant import spec
-from veloxquant.accelerated import layouts, ops, tuning
-from veloxquant.accelerated.kernels import backend, source
-from veloxquant.accelerated.ops import codebooks, numerics, packing, prng, record
+from ... import spec
+from .. import layouts, ops, tuning
+from . import backend, source
+from ..ops import codebooks, numerics, packing, prng, record
 
 # record field names of the kernel outputs codes1, codes2, f_s1, f_s2 (None: output unused)
 FIELDS = {m: layouts.layout(m).kernel_fields() for m in spec.METHODS}

@@ -44,8 +44,8 @@ Template constants (set per launch by methods.py): M (method id), D (head dim), 
 """
 from __future__ import annotations
 
-from veloxquant.accelerated import layouts
-from veloxquant.accelerated.kernels import loader
+from .. import layouts
+from . import loader
 
 METHOD_IDS = layouts.KERNEL_IDS      # the kernels' template argument M (one table: accelerated/layouts.py)
 

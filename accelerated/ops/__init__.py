@@ -7,8 +7,8 @@ import importlib
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated.ops import record
+from ... import spec
+from . import record
 
 METHODS = spec.METHODS
 

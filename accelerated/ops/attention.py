@@ -17,9 +17,9 @@ import functools
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated import layouts, ops, tuning
-from veloxquant.accelerated.ops import codebooks, numerics, prng, rotation
+from ... import spec
+from .. import layouts, ops, tuning
+from . import codebooks, numerics, prng, rotation
 
 # Longest query block attended over the packed records directly (decode, speculative decoding's draft
 # verification); longer blocks (prefill) decode the records and call mx.fast.scaled_dot_product_attention.

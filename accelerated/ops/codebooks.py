@@ -8,8 +8,8 @@ import functools
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated.ops import numerics
+from ... import spec
+from . import numerics
 
 
 def _scaled(cb: spec.Codebook, d: int) -> tuple[mx.array, mx.array]:

@@ -9,8 +9,8 @@ import sys
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated.ops import numerics, packing, record
+from ... import spec
+from . import numerics, packing, record
 
 NAME = "kivi"
 RULE = "x: kivi float16 scale or zero overflows (not finite)"   # the rule encode_tokens applies

@@ -7,8 +7,8 @@ import sys
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated.ops import numerics, packing, record
+from ... import spec
+from . import numerics, packing, record
 
 NAME = "mlx_affine"
 RULE = "x: mlx_affine group range (max - min) overflows binary32"   # the rule encode_tokens applies

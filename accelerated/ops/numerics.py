@@ -12,7 +12,7 @@ import functools
 
 import mlx.core as mx
 
-from veloxquant import spec
+from ... import spec
 
 DTYPES: dict[str, mx.Dtype] = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 

@@ -9,7 +9,7 @@ import functools
 
 import mlx.core as mx
 
-from veloxquant import spec
+from ... import spec
 
 _M64 = (1 << 64) - 1
 _P = spec.formats()["prng"]

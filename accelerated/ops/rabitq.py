@@ -5,8 +5,8 @@ import sys
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated.ops import numerics, packing, prng, record, rotation, turboquant
+from ... import spec
+from . import numerics, packing, prng, record, rotation, turboquant
 
 NAME = "rabitq"
 RULE = numerics.NORM_OVERFLOW     # the rule encode_tokens applies (kernels report it by this text)

@@ -11,9 +11,9 @@ import re
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated import layouts
-from veloxquant.accelerated.ops import numerics, packing
+from ... import spec
+from .. import layouts
+from . import numerics, packing
 
 FIELD_DTYPES = {"uint32": mx.uint32, "float32": mx.float32, "float16": mx.float16}
 

@@ -16,8 +16,8 @@ import os
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated.ops import numerics
+from ... import spec
+from . import numerics
 
 # Device types on which mx.hadamard_transform(scale=1.0) equals `explicit` bit for bit (verified).
 BUILTIN_VERIFIED = {mx.DeviceType.cpu}

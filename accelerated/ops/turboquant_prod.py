@@ -6,8 +6,8 @@ import sys
 
 import mlx.core as mx
 
-from veloxquant import spec
-from veloxquant.accelerated.ops import codebooks, numerics, packing, prng, record, rotation, turboquant
+from ... import spec
+from . import codebooks, numerics, packing, prng, record, rotation, turboquant
 
 NAME = "turboquant_prod"
 RULE = numerics.NORM_OVERFLOW     # the rule encode_tokens applies (kernels report it by this text)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from veloxquant.spec import METHODS, Params
+from ...spec import METHODS, Params
 
 
 class Unsupported(pytest.skip.Exception):

@@ -42,7 +42,7 @@ class MlxKernelsImpl(MlxOpsImpl):
 
     def _attend(self, q, k, v, scale, mask):
         # what the caches run: the fused kernels wherever they take the call, the ops path otherwise
-        from veloxquant.accelerated.attention import PackedKV, attend
+        from ...accelerated.attention import PackedKV, attend
         return attend(q, PackedKV(k), PackedKV(v), scale, mask)
 
     def _codebooks(self):

@@ -5,7 +5,7 @@ import importlib
 
 import numpy as np
 
-from veloxquant import spec
+from ... import spec
 
 from . import _mx
 from .base import Implementation, StreamHandle, Unsupported
@@ -132,11 +132,11 @@ class MlxOpsImpl(Implementation):
         return _mx.to_np(out)
 
     def _attend(self, q, k, v, scale, mask):
-        from veloxquant.accelerated.ops.attention import attention
+        from ...accelerated.ops.attention import attention
         return attention(q, k, v, scale, mask)
 
     def _packed(self, rec, params, dtype):
-        from veloxquant.accelerated.ops.attention import PackedRecord
+        from ...accelerated.ops.attention import PackedRecord
         r = _mx.record_to_mx(rec, dtype)
         win = r.pop("window")
         q = r["codes" if "codes" in r else "codes1"].shape[2]    # codes are per token for every method

@@ -5,8 +5,8 @@ import copy
 
 import numpy as np
 
-from veloxquant import spec
-from veloxquant.spec import Params
+from ... import spec
+from ...spec import Params
 
 from .base import Implementation, StreamHandle, Unsupported
 
@@ -38,8 +38,8 @@ class ReferenceImpl(Implementation):
 
     def unavailable(self):
         try:
-            from veloxquant import reference  # noqa: F401
-            import veloxquant.reference.stream
+            from ... import reference  # noqa: F401
+            from ...reference import stream as _reference_stream
         except ImportError as e:
             return f"reference implementation not importable: {e}"
         return None
@@ -48,37 +48,37 @@ class ReferenceImpl(Implementation):
         return {"numpy": np.__version__}
 
     def encode(self, x, params, dtype):
-        from veloxquant import reference
+        from ... import reference
         return dict(reference.encode(x, params, dtype))
 
     def decode(self, record, params, dtype):
-        from veloxquant import reference
+        from ... import reference
         return reference.decode(record, params, dtype)
 
     def new_stream(self, params, dtype):
-        from veloxquant.reference.stream import Stream
+        from ...reference.stream import Stream
         return _RefStream(Stream(params, dtype))
 
     def load_stream(self, state):
-        from veloxquant.reference.stream import Stream
+        from ...reference.stream import Stream
         return _RefStream(Stream.from_state(copy.deepcopy(state)))
 
     # Codebooks: reference.codebooks.scaled(book, d) -> (C_d, B_d); quantize(u, B_d); dequantize(i, C_d).
     def _table(self, codebook, d):
-        from veloxquant.reference import codebooks as rc
+        from ...reference import codebooks as rc
         kind, *bits = codebook
         return rc.scaled(spec.gaussian(*bits) if kind == "gaussian" else spec.residual(*bits), d)
 
     def quantize(self, u, codebook, d):
-        from veloxquant.reference import codebooks as rc
+        from ...reference import codebooks as rc
         return np.asarray(rc.quantize(u, self._table(codebook, d)[1]), dtype=np.uint32)
 
     def dequantize(self, idx, codebook, d):
-        from veloxquant.reference import codebooks as rc
+        from ...reference import codebooks as rc
         return np.asarray(rc.dequantize(idx, self._table(codebook, d)[0]))
 
     def cast(self, values, dtype):
-        from veloxquant.reference import numerics
+        from ...reference import numerics
         if dtype not in ("float16", "bfloat16"):
             raise ValueError(f"dtype: cast to float16 or bfloat16, got {dtype!r}")
         return numerics.downcast(np.asarray(values, dtype=np.float32), dtype)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 
-from veloxquant.accelerated import tuning
-from veloxquant.tools.bench import gpu_clock
-from veloxquant.tools.bench.harness import B, D, HKV, HQ
+from ...accelerated import tuning
+from . import gpu_clock
+from .harness import B, D, HKV, HQ
 
 # mlx-lm's own caches, the baselines every arm of ours is read against
 BASELINES = ("fp16 KVCache", "mlx q4 QuantizedKVCache", "mlx q8 QuantizedKVCache")
@@ -94,7 +94,7 @@ def make(name: str, layers: int):
     name = split(name)[0]
     import mlx_lm.models.cache as lm
 
-    import veloxquant.accelerated.cache as vc
+    from ...accelerated import cache as vc
     if name == "fp16 KVCache":
         return [lm.KVCache() for _ in range(layers)]
     if name.startswith("mlx q"):
@@ -177,8 +177,8 @@ def batch_run(net, prompts: list[list[int]], max_tokens: int, caches=None):
 
     from mlx_lm.generate import batch_generate
 
-    from veloxquant.accelerated.cache import batch as vc_batch
-    from veloxquant.accelerated.cache import integration as vc_hook
+    from ...accelerated.cache import batch as vc_batch
+    from ...accelerated.cache import integration as vc_hook
     real = {m: m.attend for m in (vc_batch, vc_hook)}
     seen: dict = {}
 

@@ -31,11 +31,11 @@ import statistics
 import sys
 import time
 
-from veloxquant.tools.bench import arms as bench_arms
-from veloxquant.tools.bench import gpu_clock
-from veloxquant.tools.bench.harness import D, HKV, HQ, PIPE
-from veloxquant.tools.bench.decode_report import _e2e_medians, _plots, _round_medians, plot, plot_batch, render  # noqa: F401,E501
-from veloxquant.tools._env import utc_now_iso, versions
+from . import arms as bench_arms
+from . import gpu_clock
+from .harness import D, HKV, HQ, PIPE
+from .decode_report import _e2e_medians, _plots, _round_medians, plot, plot_batch, render  # noqa: F401,E501
+from .._env import utc_now_iso, versions
 
 POOL = 10
 
@@ -171,8 +171,8 @@ def _prefill_arms(arms, layers: int, t: int, batch: int, log, rows: list) -> dic
 @contextlib.contextmanager
 def _count_paths(seen: dict):
     """Count, into `seen`, the attention paths the step takes (attention.path) and the decode step's launches."""
-    import veloxquant.accelerated.attention as attention
-    from veloxquant.accelerated.kernels import decode_step
+    from ...accelerated import attention as attention
+    from ...accelerated.kernels import decode_step
     real_path = attention.path
     real_step = decode_step.DecodeStep.attend
 
@@ -316,7 +316,7 @@ def e2e_suite(contexts, n_layers: int, n_tokens: int, arms: list[str], log, roun
     import mlx.core as mx
     from mlx_lm.generate import generate_step
 
-    import veloxquant.accelerated.cache as vc
+    from ...accelerated import cache as vc
     model, args = bench_arms.model(n_layers)
     rows = []
 
@@ -371,7 +371,7 @@ def batch_suite(contexts, batch_sizes, n_layers: int, n_tokens: int, arms: list[
     against ours handed in as prompt_caches. Arms in turn per round; medians of the rounds."""
     import mlx.core as mx
 
-    import veloxquant.accelerated.cache as vc
+    from ...accelerated import cache as vc
     model, args = bench_arms.model(n_layers, shape)
     rows = []
     arms = [a for a in arms if not a.startswith("mlx q")]
@@ -425,7 +425,7 @@ def run(args) -> int:
         return 0
     import mlx.core as mx
 
-    from veloxquant.tools.bench.harness import device_info, use_device
+    from .harness import device_info, use_device
     if not use_device(args.device, "bench-decode"):
         return 2
     log = lambda *a: print(*a, flush=True)   # noqa: E731

@@ -6,7 +6,7 @@ import json
 import pathlib
 import statistics
 
-from veloxquant.tools.bench.harness import B, D, HKV, HQ, PIPE
+from .harness import B, D, HKV, HQ, PIPE
 
 
 def _ctx(r: dict) -> str:

@@ -24,7 +24,7 @@ import functools
 
 import mlx.core as mx
 
-from veloxquant.accelerated.kernels import backend
+from ...accelerated.kernels import backend
 
 HOLD_NS = 3_000_000     # 3 ms: longer than the host needs to encode and submit 8 layers of any arm's step
                         # (~0.1-1 ms on the H200's host), so the GPU never waits for a launch inside the span

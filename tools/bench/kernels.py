@@ -23,9 +23,9 @@ import sys
 
 import numpy as np
 
-from veloxquant import spec
+from ... import spec
 
-from veloxquant.tools.bench.harness import POOL, arm_kind, fmt_s as _fmt_s, interleaved, parse_title  # noqa: F401
+from .harness import POOL, arm_kind, fmt_s as _fmt_s, interleaved, parse_title  # noqa: F401
 
 SCHEMA = "veloxquant-bench-kernels/1"
 B, H, D = 1, 8, 128
@@ -60,7 +60,7 @@ def group(title: str, arms: dict, nbytes: int, warmup: int, iters: int, baseline
 
 def run(tokens_list, warmup: int, iters: int) -> list[dict]:
     import mlx.core as mx
-    from veloxquant.accelerated import kernels, ops
+    from ...accelerated import kernels, ops
     out = []
     for tokens in tokens_list:
         shape = (B, H, tokens, D)
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, nargs="+", default=[4096, 1])
     a = ap.parse_args(argv)
     import mlx.core as mx
-    from veloxquant.accelerated import kernels
+    from ...accelerated import kernels
     ok, why = kernels.available()
     if not ok:
         print(f"kernels unavailable: {why}")

@@ -25,7 +25,7 @@ import shlex
 import sys
 import time
 
-from veloxquant.tools._env import utc_now_iso, versions
+from .._env import utc_now_iso, versions
 
 SHAPES = {   # llama.ModelArgs; "llama3-8b": Llama-3-8B's layer (vocabulary cut to 4096), "small": for tests
     "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
@@ -76,7 +76,7 @@ def build_model(shape: str, layers: int):
 def make_caches(model, arm: str):
     from mlx_lm.models import cache as lm
 
-    import veloxquant.accelerated.cache as vc
+    from ...accelerated import cache as vc
     settings = ARMS[arm]
     if settings is None:
         return lm.make_prompt_cache(model)
@@ -180,7 +180,7 @@ def run(args) -> int:
         return 2
     import mlx.core as mx
 
-    from veloxquant.tools.bench.harness import device_info, use_device
+    from .harness import device_info, use_device
     if not use_device(args.device, "memory"):
         return 2
     log = lambda *a: print(*a, flush=True)   # noqa: E731

@@ -153,7 +153,7 @@ def bench_kernels_plot(res: dict, path: pathlib.Path) -> tuple[pathlib.Path | No
     plt = _pyplot()
     if plt is None:
         return None, "matplotlib is not installed"
-    from veloxquant.tools.bench.harness import arm_kind, parse_title
+    from .harness import arm_kind, parse_title
 
     parsed = [(parse_title(g["title"]), g) for g in res["groups"]]
     parsed = [(t, g) for t, g in parsed if t[2] is not None]
@@ -215,7 +215,7 @@ def bench_sweep_plot(res: dict, path: pathlib.Path) -> tuple[pathlib.Path | None
     plt = _pyplot()
     if plt is None:
         return None, "matplotlib is not installed"
-    from veloxquant.tools.bench.harness import case_of
+    from .harness import case_of
 
     ops = [op for op in ("encode", "decode") if any(g["op"] == op for g in res["groups"])]
     if not ops:

@@ -29,10 +29,10 @@ import time
 
 import numpy as np
 
-from veloxquant import spec
+from ... import spec
 
-from veloxquant.tools._env import utc_now_iso, versions
-from veloxquant.tools.bench.harness import POOL, ROOT, case_of, fmt_s as _fmt_s, interleaved  # noqa: F401
+from .._env import utc_now_iso, versions
+from .harness import POOL, ROOT, case_of, fmt_s as _fmt_s, interleaved  # noqa: F401
 
 SCHEMA = "veloxquant-bench-kernels-sweep/1"
 H, D = 8, 128
@@ -83,7 +83,7 @@ def group(title: str, n: int, op: str, arms: dict, moved: dict[str, int], warmup
 
 def sweep_groups(ns, warmup: int, iters: int, log=print, per_eval: int = 1) -> list[dict]:
     import mlx.core as mx
-    from veloxquant.accelerated import kernels
+    from ...accelerated import kernels
     out = []
     for n in ns:
         t = n // H
@@ -127,8 +127,8 @@ def _flat(res) -> list:
 def decode_step_group(warmup: int, iters: int, log=print) -> dict:
     """One token per head (a decode step's append of one role of one layer): latency of kernel vs API."""
     import mlx.core as mx
-    from veloxquant.accelerated import kernels
-    from veloxquant.accelerated.ops import numerics
+    from ...accelerated import kernels
+    from ...accelerated.ops import numerics
     xs = [mx.random.normal((1, H, 1, D), key=mx.random.key(100 + i)).astype(mx.float16) for i in range(POOL)]
     mx.eval(xs)
     arms = {COPY: lambda i: (xs[i] * 1).astype(mx.float16), QUANT: lambda i: mx.quantize(xs[i], group_size=64, bits=4)}
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
                          "synchronized evaluation costs on the H200 in each arm's time")
     a = ap.parse_args(argv)
     import mlx.core as mx
-    from veloxquant.accelerated import kernels
+    from ...accelerated import kernels
     ok, why = kernels.available()
     if not ok:
         print(f"kernels unavailable: {why}")

@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from veloxquant.tools.cli import extras
+from . import extras
 
 SUBCOMMANDS = {
     "golden": ("veloxquant.tools.golden", "regenerate or check the golden vectors"),

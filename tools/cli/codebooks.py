@@ -6,7 +6,7 @@ import pathlib
 import re
 import sys
 
-from veloxquant.tools.cli import codebookgen
+from . import codebookgen
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -14,7 +14,7 @@ import pathlib
 import sys
 import time
 
-from veloxquant import spec
+from ... import spec
 
 SUITE = pathlib.Path(__file__).resolve().parents[2] / "conformance"
 SCHEMA = "veloxquant-conformance-report/1"
@@ -159,7 +159,7 @@ def _versions(impl) -> dict:
     import hypothesis
     import pytest
 
-    from veloxquant.tools._env import versions
+    from .._env import versions
     v = versions({"pytest": pytest.__version__, "hypothesis": hypothesis.__version__})
     if impl is not None:
         v.update(impl.versions())

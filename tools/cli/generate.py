@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from veloxquant.tools.cli import kernels as kernels_cmd, kv_flags
+from . import kernels as kernels_cmd, kv_flags
 
 PASSTHROUGH = True       # tools/cli/ hands the flags it does not know to run() as args.passthrough
 

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from veloxquant.tools.cli import kv_flags
+from . import kv_flags
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,7 +51,7 @@ def _config(model: str | None) -> dict | None:
 
 
 def _cuda() -> tuple[bool, str]:
-    from veloxquant.accelerated.kernels import backend
+    from ...accelerated.kernels import backend
     ok, why = backend.available()
     return ok and backend.backend() == "cuda", why
 
@@ -63,8 +63,8 @@ def ensure_warm(model: str | None, settings: dict, batch: bool = True,
     ok, why = _cuda()
     if not ok or model is None or not os.path.isfile(os.path.join(model, "config.json")):
         return
-    from veloxquant.accelerated.cache import warmup
-    from veloxquant.accelerated.kernels import kernel_cache
+    from ...accelerated.cache import warmup
+    from ...accelerated.kernels import kernel_cache
     settings = {k: v for k, v in settings.items() if not k.startswith("_")}
     config = _config(model)
     geom = warmup.Geometry.of(config)
@@ -79,7 +79,7 @@ def ensure_warm(model: str | None, settings: dict, batch: bool = True,
 
 
 def run(args) -> int:
-    from veloxquant.accelerated.kernels import kernel_cache
+    from ...accelerated.kernels import kernel_cache
     if args.action == "clear":
         files, size = kernel_cache.clear()
         print(f"removed {files} files ({size / 2**20:.1f} MiB) from {kernel_cache.store_dir()} and MLX's "
@@ -98,7 +98,7 @@ def run(args) -> int:
     if not ok:
         print(f"veloxquant kernels warmup: {why}: nothing to compile ahead (CUDA only)", file=sys.stderr)
         return 0
-    from veloxquant.accelerated.cache import warmup
+    from ...accelerated.cache import warmup
     try:
         config = _config(args.model)
         if config is None and not args.geometry:

@@ -14,7 +14,7 @@ import json
 import logging
 import pathlib
 
-from veloxquant import spec
+from ... import spec
 
 CACHE_METHODS = list(spec.METHODS)
 USAGE_EXIT = 2
@@ -201,7 +201,7 @@ def check(args) -> dict:
 
 def install(s: dict, keep: list | None = None) -> None:
     """Install our caches with checked settings `s` into mlx-lm's entry points (accelerated.cache.serve)."""
-    import veloxquant.accelerated.cache.serve as serve
+    from ...accelerated.cache import serve as serve
     serve.install(keep=keep, **{k: v for k, v in s.items() if not k.startswith("_")})
 
 
@@ -209,7 +209,7 @@ def report(caches: list) -> str:
     """One line on a prompt cache: tokens, bytes stored, what mlx-lm's fp16 KVCache would hold for the same
     tokens, and what the bytes are (VeloxKVCache.nbytes_parts): encoded records, the exact window, exact-trim
     copies, per compressed layer."""
-    from veloxquant.accelerated.cache import VeloxKVCache, size
+    from ...accelerated.cache import VeloxKVCache, size
     ours = [c for c in caches if isinstance(c, VeloxKVCache) and not c.empty()]
     if not ours:
         return "no tokens in a VeloxQuant cache"

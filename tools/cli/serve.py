@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from veloxquant.tools.cli import kernels as kernels_cmd, kv_flags
+from . import kernels as kernels_cmd, kv_flags
 
 PASSTHROUGH = True
 

@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    from veloxquant.tools.cli import extras
+    from . import extras
     missing = extras.message(ap.prog, "lm")
     if missing:
         print(missing, file=sys.stderr)

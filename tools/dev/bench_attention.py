@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from veloxquant.tools._env import utc_now_iso, versions
+from .._env import utc_now_iso, versions
 
 KNOBS = ("tensor_cores", "tc_prefetch", "tc_min_blocks", "tc_waves", "tokens_per_split", "long_split", "prefetch",
          "partial_threads", "cold_loops", "fuse_combine")
@@ -41,7 +41,7 @@ def parse_variants(preset: str | None, text: str | None) -> list[tuple[str, dict
     """[(name, {knob: value})] from a preset name or a JSON list of [name, {...}] (knob names in either case);
     unknown knobs, knobs outside KNOBS and bad values are an error (a typo would otherwise time the default
     twice)."""
-    from veloxquant.accelerated import tuning
+    from ...accelerated import tuning
     raw = PRESETS[preset] if preset else json.loads(text or "[]")
     out = []
     for item in raw:
@@ -71,12 +71,12 @@ def main(argv=None) -> int:
     variants = parse_variants(args.preset, args.variants)
     import mlx.core as mx
 
-    from veloxquant.accelerated import tuning
-    from veloxquant.accelerated.kernels import attention as katt
-    from veloxquant.accelerated.kernels import backend
-    from veloxquant.tools.bench.harness import device_info
-    from veloxquant.tools.bench.arms import make as _make, prefill as _prefill
-    from veloxquant.tools.bench.harness import B, D, HKV, HQ
+    from ...accelerated import tuning
+    from ...accelerated.kernels import attention as katt
+    from ...accelerated.kernels import backend
+    from ..bench.harness import device_info
+    from ..bench.arms import make as _make, prefill as _prefill
+    from ..bench.harness import B, D, HKV, HQ
     if backend.backend() is None:
         print(f"bench_attention: {backend.available()[1]}", file=sys.stderr)
         return 2

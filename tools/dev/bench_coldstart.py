@@ -61,7 +61,7 @@ def _model(layers: int):
 def _caches(model, ours: bool):
     if not ours:
         return None
-    import veloxquant.accelerated.cache as vc
+    from ...accelerated import cache as vc
     return vc.make_prompt_cache(model, **CONFIG)
 
 
@@ -74,12 +74,12 @@ def arm_ttft(ours: bool, layers: int, prompt: int, tokens: int, prepare: bool = 
     """`prepare`: as `veloxquant generate` does, make sure the configuration is warm first (its time counts)."""
     from mlx_lm.generate import generate_step
 
-    from veloxquant.accelerated.kernels import kernel_cache
+    from ...accelerated.kernels import kernel_cache
     model = _model(layers)
     t0 = time.perf_counter()
     warm_s = 0.0
     if prepare:
-        from veloxquant.accelerated.cache import warmup
+        from ...accelerated.cache import warmup
         geom = warmup.Geometry(layers, SHAPE["num_attention_heads"], SHAPE["num_key_value_heads"], SHAPE["head_dim"])
         if warmup.is_warm(geom, CONFIG, batch=False) is None:
             warmup.warm(geom, CONFIG, batch=False)
@@ -179,7 +179,7 @@ def run(args) -> int:
                arm_jitter(ours, args.layers, args.around) if kind == "jitter" else arm_batch(ours, args.layers))
         print(json.dumps({"arm": args.arm, **res}))
         return 0
-    from veloxquant.tools.bench import harness as bench_common
+    from ..bench import harness as bench_common
     tmp = tempfile.mkdtemp(prefix="vq-coldstart-")
     env = dict(os.environ, VELOXQUANT_KERNEL_CACHE=os.path.join(tmp, "store"),
                MLX_PTX_CACHE_DIR=os.path.join(tmp, "mlx-ptx"), VELOXQUANT_KERNEL_DIR=os.path.join(tmp, "texts"))

@@ -25,7 +25,7 @@ import sys
 
 import mlx.core as mx
 
-from veloxquant.tools.bench import gpu_clock
+from ..bench import gpu_clock
 
 
 class Recorder:
@@ -83,7 +83,7 @@ def layers(rows: list[tuple[str, float, float]]) -> list[list[tuple[str, float]]
 
 def measure(arms: list[str], context: int, n_layers: int, steps: int, log=print) -> dict:
     """Per arm, per layer and kernel: the median over `steps` steps of that launch's share of the chain (µs)."""
-    from veloxquant.tools.bench import arms as bd
+    from ..bench import arms as bd
     rec = Recorder()
     mx.fast.cuda_kernel = rec.wrap(mx.fast.cuda_kernel)
     result = {}
@@ -140,8 +140,8 @@ def main(argv=None) -> int:
     res = measure(a.arms, a.context, a.layers, a.steps)
     if a.json:
         with open(a.json, "w") as f:
-            from veloxquant.tools._env import utc_now_iso, versions
-            from veloxquant.tools.bench.harness import device_info
+            from .._env import utc_now_iso, versions
+            from ..bench.harness import device_info
             json.dump({"schema": "veloxquant-gpu-timeline/1", "date": utc_now_iso(), "device": device_info(),
                        "versions": versions(), "command": "python3 -m veloxquant.tools.dev.gpu_timeline "
                        + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),

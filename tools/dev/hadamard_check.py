@@ -17,7 +17,7 @@ import numpy as np
 
 
 def inputs(d: int) -> np.ndarray:
-    from veloxquant import spec
+    from ... import spec
     rng = np.random.default_rng(d)
     x = (rng.standard_normal((64, d)) * 2.0 ** rng.integers(-40, 40, (64, d))).astype(np.float32)
     x[0], x[1] = 0.0, -0.0
@@ -40,9 +40,9 @@ def compare(got: np.ndarray, want: np.ndarray) -> dict:
 def run(device: str) -> dict:
     import mlx.core as mx
 
-    from veloxquant import spec
-    from veloxquant.accelerated.ops import rotation
-    from veloxquant.reference import rotation as rrot
+    from ... import spec
+    from ...accelerated.ops import rotation
+    from ...reference import rotation as rrot
     dev = mx.gpu if device == "gpu" else mx.cpu
     out = {"mlx": mx.__version__, "device": device, "python": platform.python_version(), "head_dims": {}}
     for d in spec.HEAD_DIMS:

@@ -20,9 +20,9 @@ import time
 def _stand_ins() -> None:
     import mlx.core as mx
 
-    from veloxquant.accelerated import kernels as kpkg
-    from veloxquant.accelerated.kernels import attention as katt
-    from veloxquant.accelerated.kernels import backend
+    from ...accelerated import kernels as kpkg
+    from ...accelerated.kernels import attention as katt
+    from ...accelerated.kernels import backend
 
     ready: dict = {}
 
@@ -56,8 +56,8 @@ def measure(batch_sizes, context: int, layers: int, steps: int, heads=(32, 8), d
     import mlx.core as mx
     from mlx_lm.models import base
 
-    import veloxquant.accelerated.cache as vc
-    from veloxquant.accelerated import tuning
+    from ...accelerated import cache as vc
+    from ...accelerated import tuning
     hq, hkv = heads
     rows = []
     for b in batch_sizes:
@@ -104,8 +104,8 @@ def main(argv=None) -> int:
     import mlx.core as mx
     mx.set_default_device(mx.cpu)
     _stand_ins()
-    from veloxquant.tools._env import utc_now_iso, versions
-    from veloxquant.tools.bench.harness import device_info
+    from .._env import utc_now_iso, versions
+    from ..bench.harness import device_info
     rows = measure(args.batch_sizes, args.context, args.layers, args.steps)
     res = {"command": " ".join(["python -m veloxquant.tools.dev.host_build", *sys.argv[1:]]), "date": utc_now_iso(),
            "device": device_info(), "versions": versions(), "what": "host build of one layer's decode step with "

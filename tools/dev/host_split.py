@@ -70,9 +70,9 @@ class _Probe:
         import mlx_lm.models.base as lm_base
         import mlx_lm.models.cache as lm_cache
 
-        from veloxquant.accelerated.cache import base as cbase
-        from veloxquant.accelerated.kernels import decode_step as ds
-        from veloxquant.tools.bench import gpu_clock
+        from ...accelerated.cache import base as cbase
+        from ...accelerated.kernels import decode_step as ds
+        from ..bench import gpu_clock
         resolve = ds._resolve
 
         def _resolve(kernel, template, **call):
@@ -91,7 +91,7 @@ class _Probe:
 
 def _step_fn(gated: bool):
     """bench-decode's step (its gate kernel between layers) on a GPU; without the gate under stand-ins."""
-    from veloxquant.tools.bench import arms as bd
+    from ..bench import arms as bd
     if gated:
         return bd.step
 
@@ -109,7 +109,7 @@ def measure(arms, contexts, layers: int, steps: int, probe: _Probe, gated: bool 
     """One row per (context, arm, variant) and one wrapped row per (context, arm): medians per layer."""
     import mlx.core as mx
 
-    from veloxquant.tools.bench import arms as bd
+    from ..bench import arms as bd
     step = _step_fn(gated)
     rows = []
     for t in contexts:
@@ -171,10 +171,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import mlx.core as mx
 
-    from veloxquant.tools._env import utc_now_iso, versions
-    from veloxquant.tools.bench.harness import device_info
+    from .._env import utc_now_iso, versions
+    from ..bench.harness import device_info
     if args.stand_ins:
-        from veloxquant.tools.dev import host_build
+        from . import host_build
         mx.set_default_device(mx.cpu)
         host_build._stand_ins()
     elif not mx.is_available(mx.gpu):

@@ -29,7 +29,7 @@ import sys
 import time
 import traceback
 
-from veloxquant import spec
+from ... import spec
 
 METHOD_KW = {"turboquant": dict(bits=4), "turboquant_rvq": dict(bits=2, bits2=3), "rabitq": {},
              "turboquant_prod": dict(bits=3), "kivi": dict(bits=3, group_size=32, window=0),
@@ -60,9 +60,9 @@ def compile_all(out: pathlib.Path, dims=DIMS) -> dict:
     `dims`, timed, vs ops (keys: encode/<method>/<dtype>[/d<d>], decode/<method>[/d<d>]; no suffix at 128)."""
     import mlx.core as mx
     import numpy as np
-    from veloxquant.accelerated import kernels, ops
-    from veloxquant.accelerated.kernels import methods as km
-    from veloxquant.accelerated.kernels import source
+    from ...accelerated import kernels, ops
+    from ...accelerated.kernels import methods as km
+    from ...accelerated.kernels import source
     res = {}
     for d in dims:
         rng = np.random.default_rng(d)
@@ -158,7 +158,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, a.skip.split(",")))
     import mlx.core as mx
-    from veloxquant.accelerated import kernels
+    from ...accelerated import kernels
     log = {"mlx": mx.__version__, "device": str(mx.default_device()), "available": kernels.available(),
            "steps": {}}
     print(log, flush=True)
@@ -193,7 +193,7 @@ def main(argv=None) -> int:
         log["steps"]["parallel"] = res
         parts = [out / f"conformance-{m}.json" for m in spec.METHODS]
         if all(f.exists() for f in parts):
-            from veloxquant.tools.cli.conformance import merge_reports
+            from ..cli.conformance import merge_reports
             merged = merge_reports([json.loads(f.read_text()) for f in parts], [f.name for f in parts])
             (out / "h200-cuda-mlx_kernels.json").write_text(json.dumps(merged, indent=1, default=str) + "\n")
             log["conformance"] = merged["summary"]

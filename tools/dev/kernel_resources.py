@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from veloxquant.accelerated.kernels import source
+from ...accelerated.kernels import source
 
 CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 # (method, bits, bits2, group) of the benchmark cases (tools/bench/kernels.py)
@@ -139,7 +139,7 @@ def occupancy(registers: int, smem: int, threads: int = 256, regs_per_sm: int = 
 
 def row_bytes(method: str, d: int, bits: int, bits2: int, group: int, x_bytes: int = 2) -> dict:
     """Bytes one encode / decode moves per row (token) of head dim d, as docs/benchmarks.md counts them."""
-    from veloxquant import spec
+    from ... import spec
     b1 = bits - 1 if method == "turboquant_prod" else 1 if method == "rabitq" else bits
     words = spec.words_per_row(d, b1)
     if method == "turboquant_rvq":

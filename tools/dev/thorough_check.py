@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from veloxquant import spec
+from ... import spec
 
 TEST = "conformance/test_differential.py::test_encode_decode"
 DTYPES = ("float16", "bfloat16", "float32")

@@ -35,14 +35,14 @@ from __future__ import annotations
 
 import time
 
-from veloxquant.conformance.golden_format import (COMPONENT_FILES, ROOT, STREAM_OPS, GoldenCase, ReplayMismatch, _root,
+from ...conformance.golden_format import (COMPONENT_FILES, ROOT, STREAM_OPS, GoldenCase, ReplayMismatch, _root,
                                        iter_cases, iter_vectors, load_manifest, on_disk_files, replay)
 
-from veloxquant.tools.golden.cases import METHOD_ORDER, available_methods
-from veloxquant.tools.golden.ties import find_tie_inputs, verify_tie
-from veloxquant.tools.golden.compare import compare
-from veloxquant.tools.golden.generate import _reference_reload, build, generate_cases
-from veloxquant.tools.golden.write import GENERATOR_VERSION
+from .cases import METHOD_ORDER, available_methods
+from .ties import find_tie_inputs, verify_tie
+from .compare import compare
+from .generate import _reference_reload, build, generate_cases
+from .write import GENERATOR_VERSION
 
 __all__ = ["COMPONENT_FILES", "STREAM_OPS", "GENERATOR_VERSION", "METHOD_ORDER", "ROOT", "GoldenCase", "ReplayMismatch",
            "available_methods", "build", "check", "compare", "find_tie_inputs", "generate_cases", "iter_cases",

@@ -18,8 +18,8 @@ import math
 
 import numpy as np
 
-from veloxquant import spec
-from veloxquant.tools.golden.inputs import InputRng, cast_input, random_input
+from ... import spec
+from .inputs import InputRng, cast_input, random_input
 
 FILE = "bulk/attention.npz"
 U = 2.0 ** -24
@@ -84,7 +84,7 @@ def case_defs(methods) -> list[AttentionCase]:
         v[0, 0, LONG_PEAK] = 4.0
         kp = spec.Params("turboquant", bits=2, window=0, role="k", seed=7).resolved()
         vp = spec.Params("turboquant", bits=2, window=0, role="v", seed=7).resolved()
-        from veloxquant import reference
+        from ... import reference
         kx, vx = cast_input(k, "float16"), cast_input(v, "float16")
         c = AttentionCase(cid, "turboquant", kp, vp, "float16", 0.5, None, ("attention-long",),
                           f"spec/attention.md over T = {LONG_T} > 2048 tokens (two blocks of the MLX ops path): "
@@ -114,7 +114,7 @@ def _group_bias(record, params, dtype, t):
 
 def evaluate(c: AttentionCase) -> None:
     """Fill c.out and c.budget (float64, (1, Hq, Tq, d)) from the records (spec/attention.md)."""
-    from veloxquant import reference
+    from ... import reference
     if c.k_x is not None:
         c.k_record = reference.encode(c.k_x, c.k_params, c.dtype)
         c.v_record = reference.encode(c.v_x, c.v_params, c.dtype)
@@ -169,8 +169,8 @@ def generate(methods) -> list[AttentionCase]:
 
 def _check(cases) -> None:
     """The long case's largest logits are in the second 2048-token block (else it pins nothing)."""
-    from veloxquant import reference
-    from veloxquant.tools.golden.cases import GenerationError
+    from ... import reference
+    from .cases import GenerationError
     for c in cases:
         if "attention-long" not in c.flags:
             continue
@@ -193,7 +193,7 @@ def arrays(c: AttentionCase) -> dict[str, np.ndarray]:
 
 
 def manifest_entry(c: AttentionCase) -> dict:
-    from veloxquant.conformance.golden_format import params_to_toml
+    from ...conformance.golden_format import params_to_toml
     return {"id": c.id, "method": c.method, "file": c.file, "dtype": c.dtype,
             "scale": float(np.float32(c.scale)).hex(), "mask": c.mask or "none",
             "q_shape": list(c.q.shape), "kv_shape": _kv_shape(c.k_record),

@@ -6,11 +6,11 @@ import dataclasses
 
 import numpy as np
 
-from veloxquant import spec
-from veloxquant.conformance.golden_format import ExpectedError
+from ... import spec
+from ...conformance.golden_format import ExpectedError
 
-from veloxquant.tools.golden.inputs import PROFILES, InputRng, cast_input, random_input
-from veloxquant.tools.golden.ties import TIE_INPUTS, _tie_x
+from .inputs import PROFILES, InputRng, cast_input, random_input
+from .ties import TIE_INPUTS, _tie_x
 
 METHOD_ORDER = spec.METHODS   # the order of the manifest's cases
 DT_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -52,7 +52,7 @@ DTYPES = ("float16", "bfloat16", "float32")
 
 def available_methods() -> tuple[str, ...]:
     """Every method of the spec (the reference implements them all; a missing module is an ImportError)."""
-    from veloxquant import reference
+    from ... import reference
     return tuple(m for m in METHOD_ORDER if m in reference.METHODS)
 
 
@@ -412,6 +412,6 @@ def _key_and_tie_cases(method, b, d0, kivi, affine, P, add) -> None:
 
 def _reference_reload(stream):
     import copy
-    import veloxquant.reference.stream
-    from veloxquant import reference
+    from ...reference import stream as _reference_stream
+    from ... import reference
     return reference.stream.Stream.from_state(copy.deepcopy(stream.state()))

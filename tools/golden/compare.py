@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import sys
 
-from veloxquant.conformance.golden_format import (COMPONENT_FILES, GoldenCase, _root, case_arrays as _case_arrays,
+from ...conformance.golden_format import (COMPONENT_FILES, GoldenCase, _root, case_arrays as _case_arrays,
                                        diff_arrays, file_arrays as _file_arrays, load_manifest)
 
 if sys.version_info >= (3, 11):

@@ -16,10 +16,10 @@ import dataclasses
 
 import numpy as np
 
-from veloxquant import spec
-from veloxquant.conformance.golden_format import replay
-from veloxquant.tools.golden.cases import CaseDef, GenerationError, _reference_reload
-from veloxquant.tools.golden.rules import _rule_x
+from ... import spec
+from ...conformance.golden_format import replay
+from .cases import CaseDef, GenerationError, _reference_reload
+from .rules import _rule_x
 
 FLAGS = ("exact-trim", "exact-trim-short", "exact-trim-save-load")
 
@@ -82,8 +82,8 @@ def case_defs(method: str) -> list[CaseDef]:
 
 
 def _record_after(c, params):
-    import veloxquant.reference.stream
-    from veloxquant import reference
+    from ...reference import stream as _reference_stream
+    from ... import reference
     s, _ = replay(reference.stream.Stream(params, c.dtype), c.x, c.ops, _reference_reload)
     return s.record()
 
@@ -91,7 +91,7 @@ def _record_after(c, params):
 def check_cases(cases) -> None:
     """Each exact-trim case pins its rule (else GenerationError): E = 0 stores other bytes; the
     `exact-trim` case ends in the one-shot state of its survivors."""
-    from veloxquant import reference
+    from ... import reference
     for c in cases:
         if not set(FLAGS) & set(c.flags):
             continue

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant.conformance.golden_format import GoldenCase, hexarr as _hexarr, hx as _hx, replay
+from ...conformance.golden_format import GoldenCase, hexarr as _hexarr, hx as _hx, replay
 
-from veloxquant.tools.golden import attention, exact_trim, head_dims, rules, stream_rules, wide
-from veloxquant.tools.golden.cases import (V1_HEAD_DIMS, CaseDef, GenerationError, _edge_cases, _random_cases,
+from . import attention, exact_trim, head_dims, rules, stream_rules, wide
+from .cases import (V1_HEAD_DIMS, CaseDef, GenerationError, _edge_cases, _random_cases,
                                            _reference_reload, _window_and_stream_cases, available_methods)
-from veloxquant.tools.golden.ties import verify_tie
-from veloxquant.tools.golden.inputs import InputRng
-from veloxquant.tools.golden.write import render
+from .ties import verify_tie
+from .inputs import InputRng
+from .write import render
 
 def _run_reference(cd: CaseDef) -> GoldenCase:
-    from veloxquant import reference
-    import veloxquant.reference.stream
+    from ... import reference
+    from ...reference import stream as _reference_stream
     case = GoldenCase(cd.id, cd.kind, cd.method, cd.params, cd.dtype, tuple(np.shape(cd.x)), cd.flags,
                       cd.comment, cd.file, x=cd.x, ops=cd.ops, error=cd.error)
     if cd.kind == "error":
@@ -91,7 +91,7 @@ def generate_cases(methods=None) -> list[GoldenCase]:
 
 
 def component_vectors() -> dict[str, dict]:
-    from veloxquant.reference import codebooks as rcb, packing as rpk, prng as rpr, rotation as rrot
+    from ...reference import codebooks as rcb, packing as rpk, prng as rpr, rotation as rrot
     M = (1 << 64) - 1
     prng: dict = {"mix64": [], "sequence": [], "stream_key": [], "signs": []}
     for i, z in enumerate([0, 1, 2, M, rpr.GAMMA, 0x0123456789ABCDEF, 1 << 63]):

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
-from veloxquant.conformance.golden_format import hexarr as _hexarr, hx as _hx
-from veloxquant.tools.golden.cases import V1_HEAD_DIMS, CaseDef, _short, _stream_params, _variants
-from veloxquant.tools.golden.inputs import PROFILES, InputRng, random_input
+from ... import spec
+from ...conformance.golden_format import hexarr as _hexarr, hx as _hx
+from .cases import V1_HEAD_DIMS, CaseDef, _short, _stream_params, _variants
+from .inputs import PROFILES, InputRng, random_input
 
 NEW_HEAD_DIMS = tuple(d for d in spec.HEAD_DIMS if d not in V1_HEAD_DIMS)
 MAIN_DIMS = (80, 96, 192)             # Phi-2 / Pythia, Phi-3 / GPT-NeoX, DeepSeek-V2 MLA keys
@@ -128,7 +128,7 @@ def case_defs(method: str) -> list[CaseDef]:
 # Component vectors at the new head dims (cases/headdims.toml)
 
 def component_vectors() -> dict[str, list]:
-    from veloxquant.reference import codebooks as rcb, numerics as rnum, prng as rpr, rotation as rrot
+    from ...reference import codebooks as rcb, numerics as rnum, prng as rpr, rotation as rrot
     out: dict = {"signs": [], "hadamard": [], "rht": [], "fold": [], "table": []}
     for i, d in enumerate(NEW_HEAD_DIMS):
         seed, layer, head, role, purpose = 2026, 3, d % 7, i % 2, (i // 2) % 2

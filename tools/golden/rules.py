@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from veloxquant import spec
-from veloxquant.conformance.golden_format import ExpectedError
-from veloxquant.tools.golden.cases import CaseDef, GenerationError
-from veloxquant.tools.golden.inputs import InputRng, cast_input, random_input, upcast
+from ... import spec
+from ...conformance.golden_format import ExpectedError
+from .cases import CaseDef, GenerationError
+from .inputs import InputRng, cast_input, random_input, upcast
 
 NORM_METHODS = ("turboquant", "turboquant_rvq", "turboquant_prod", "rabitq")
 U32 = (1 << 32) - 1
@@ -29,11 +29,11 @@ STAGE_B_ZERO = {"bits": 4, "seed": 750, "layer": 0, "head_offset": 53}   # find_
 
 def _zero_token_y_hat(p: spec.Params, heads: int, d: int) -> np.ndarray:
     """ŷ of turboquant_prod's decode for all-zero tokens (one per head): the input of RHT_inverse."""
-    from veloxquant import reference
+    from ... import reference
     x = np.zeros((1, heads, 1, d), np.float32)
     rec = reference.encode(x, p, "float32")
-    from veloxquant.reference import codebooks, packing, rotation
-    from veloxquant.reference.prng import PURPOSE_QJL
+    from ...reference import codebooks, packing, rotation
+    from ...reference.prng import PURPOSE_QJL
     c, _b = codebooks.gaussian(p.bits - 1, d)
     i = packing.unpack(rec["codes"], p.bits - 1, d)
     q = packing.unpack(rec["qjl"], 1, d)
@@ -282,7 +282,7 @@ def case_defs(method: str) -> list[CaseDef]:
 # Checks that the rule cases exercise their rules (run by golden.generate_cases, so by regen and check)
 
 def check_cases(cases) -> None:
-    from veloxquant import reference
+    from ... import reference
     for c in cases:
         if "head-index-64" in c.flags and c.method in NORM_METHODS:
             import dataclasses
@@ -308,8 +308,8 @@ def check_cases(cases) -> None:
 def _kivi_trim_is_lossy(c) -> bool:
     """After some trim, a re-windowed token differs from the original token at that position (so an
     implementation putting the originals back would store different bytes)."""
-    import veloxquant.reference.stream
-    from veloxquant import reference
+    from ...reference import stream as _reference_stream
+    from ... import reference
     s = reference.stream.Stream(c.params, c.dtype)
     seq, pos = c.x[:, :, :0], 0        # the original tokens of the stream, in order
     for op, n in c.ops:

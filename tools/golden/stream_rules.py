@@ -21,11 +21,11 @@ import dataclasses
 
 import numpy as np
 
-from veloxquant import spec
-from veloxquant.conformance.golden_format import ExpectedError, replay
-from veloxquant.tools.golden.cases import CaseDef, GenerationError, _reference_reload
-from veloxquant.tools.golden.inputs import InputRng, cast_input
-from veloxquant.tools.golden.rules import _rule_x
+from ... import spec
+from ...conformance.golden_format import ExpectedError, replay
+from .cases import CaseDef, GenerationError, _reference_reload
+from .inputs import InputRng, cast_input
+from .rules import _rule_x
 
 U32 = (1 << 32) - 1
 
@@ -153,7 +153,7 @@ def _error_cases(method: str, kivi: bool, base: dict, d: int, lim: dict, P, erro
     # -- decode of a faulty record names `record` (number-model.md, decode's checks)
     p0 = P(window=1, **({"role": "v"} if kivi else {})).resolved()
     xd = _rule_x(f"{method}-decode12", (1, 1, 17 if kivi else 3, d), "bfloat16")
-    from veloxquant import reference
+    from ... import reference
     rec = reference.encode(xd, p0, "bfloat16")
     first = next(k for k in rec if k != "window")
     missing = {k: v for k, v in rec.items() if k != first}
@@ -202,14 +202,14 @@ def _affine_cases(method: str, P, file: str) -> list[CaseDef]:
 # Checks that each case exercises its rule (run by golden.generate_cases, so by regen and check)
 
 def _replay_record(c, params):
-    import veloxquant.reference.stream
-    from veloxquant import reference
+    from ...reference import stream as _reference_stream
+    from ... import reference
     s, _ = replay(reference.stream.Stream(params, c.dtype), c.x, c.ops, _reference_reload)
     return s
 
 
 def check_cases(cases) -> None:
-    from veloxquant import reference
+    from ... import reference
     for c in cases:
         if "trim-state" in c.flags:
             if c.ops[-1][0] != "trim":
@@ -221,7 +221,7 @@ def check_cases(cases) -> None:
                     c.method != "kivi":
                 raise GenerationError(f"{c.id}: the window after the trim is not short")
         if "affine-rint-large" in c.flags:
-            from veloxquant.reference import mlx_affine, numerics
+            from ...reference import mlx_affine, numerics
             w = numerics.upcast(c.x, c.dtype).reshape(-1, c.params.group_size)
             lo, hi = w.min(-1), w.max(-1)
             flip = np.abs(lo) > np.abs(hi)
@@ -230,7 +230,7 @@ def check_cases(cases) -> None:
             if (numerics.rint(y) != np.rint(y)).sum() < 2:
                 raise GenerationError(f"{c.id}: the magic-constant rint agrees with exact rint on q0")
         if "affine-all-negative" in c.flags:
-            from veloxquant.reference import numerics
+            from ...reference import numerics
             if not (numerics.upcast(c.x, c.dtype) < 0).all():
                 raise GenerationError(f"{c.id}: not every input value is negative")
         if c.kind == "decode_error":
@@ -252,8 +252,8 @@ def _f32(*bits: int) -> np.ndarray:
 
 def cast_vectors() -> dict[str, list]:
     """number-model.md 'Outputs': binary32 -> float16 / bfloat16, RNE, beyond the finite range ±Inf."""
-    from veloxquant.conformance.golden_format import hexarr
-    from veloxquant.reference import numerics
+    from ...conformance.golden_format import hexarr
+    from ...reference import numerics
     sets = [
         ("cast-fp16-ties", "float16 ties to even: 1 + 2^-11 -> 1, 1 + 3*2^-11 -> 1 + 2^-9, and their negatives",
          _f32(0x3F801000, 0x3F803000, 0xBF801000, 0xBF803000, 0x3F801001, 0x3F800FFF)),

@@ -7,8 +7,8 @@ from typing import Callable
 
 import numpy as np
 
-from veloxquant import spec
-from veloxquant.tools.golden.inputs import InputRng, bf16_to_f32, cast_input, upcast
+from ... import spec
+from .inputs import InputRng, bf16_to_f32, cast_input, upcast
 
 
 def _h(*hexes: str) -> list[float]:
@@ -47,7 +47,7 @@ def _tie_x(p: float, q: float, dtype: str) -> np.ndarray:
 
 def _tie_targets(table: str) -> tuple[np.ndarray, Callable]:
     """(values u may hit, predicate on u) for a tie table name."""
-    import veloxquant.reference.codebooks as rcb
+    from ...reference import codebooks as rcb
     if table.startswith("gaussian"):
         b = int(table[-1])
         _c, bd = rcb.gaussian(b, 16)
@@ -68,7 +68,7 @@ def _tie_targets(table: str) -> tuple[np.ndarray, Callable]:
 
 def verify_tie(x: np.ndarray, dtype: str, params: spec.Params, table: str) -> int:
     """Number of coordinates whose reference-computed u hits the tie target (0 means no tie)."""
-    import veloxquant.reference.turboquant as rtq
+    from ...reference import turboquant as rtq
     p = params.resolved()
     xf = upcast(x, dtype)
     _n, _r, _y, u, _s = rtq.rotate_to_unit(xf, p)

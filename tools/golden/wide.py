@@ -3,10 +3,10 @@
 (B = 4, H = 8) and one chunked stream with a window and a trim (B = 4, H = 9)."""
 from __future__ import annotations
 
-from veloxquant import spec
+from ... import spec
 
-from veloxquant.tools.golden.cases import CaseDef, _short, _stream_params
-from veloxquant.tools.golden.inputs import InputRng, random_input
+from .cases import CaseDef, _short, _stream_params
+from .inputs import InputRng, random_input
 
 
 def case_defs(method: str) -> list[CaseDef]:

@@ -22,9 +22,9 @@ import time
 
 import numpy as np
 
-from veloxquant import spec
+from ... import spec
 
-from veloxquant.tools._env import utc_now_iso, versions
+from .._env import utc_now_iso, versions
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_METHODS = ("turboquant", "turboquant_rvq", "turboquant_prod", "kivi", "rabitq")
@@ -121,7 +121,7 @@ def cache_kwargs(method: str, bits: int, args) -> dict:
 def measure(model, token_seqs, prompt: int, ref_logits, kwargs: dict) -> dict:
     """KL / top-1 agreement over all sequences and positions, and stored bits per coordinate."""
     import mlx.core as mx
-    from veloxquant.accelerated.cache import make_prompt_cache
+    from ...accelerated.cache import make_prompt_cache
 
     kls, agree, nbytes, coords = [], [], 0, 0
     for toks, ref in zip(token_seqs, ref_logits):
@@ -151,14 +151,14 @@ def configurations(args) -> list[tuple[str, int]]:
 
 def run(args) -> int:
     if args.recommend:
-        from veloxquant.tools.quality import distortion as quality_distortion
+        from . import distortion as quality_distortion
 
         return quality_distortion.print_recommendation(ROOT / "docs" / "distortion.json")
     import mlx.core as mx
     from mlx_lm.models.cache import KVCache
 
     if args.model == "trained":
-        from veloxquant.tools.quality import trained_eval as quality_trained
+        from . import trained_eval as quality_trained
 
         args.methods_given = args.methods != list(DEFAULT_METHODS)
         args.sequences_given = args.sequences is not None
@@ -222,7 +222,7 @@ def run(args) -> int:
 
 def write_docs(result: dict, json_path: pathlib.Path, markdown: pathlib.Path) -> int:
     """The figure (if matplotlib is there) and the markdown that embeds it."""
-    from veloxquant.tools.bench import plots
+    from ..bench import plots
 
     png, why = plots.quality_plot(result, markdown.with_suffix(".png"))
     print(f"wrote {png}" if png else f"plot skipped: {why}")

@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from veloxquant.tools.quality import __doc__ as _doc, add_arguments, run
+from . import __doc__ as _doc, add_arguments, run
 
 parser = argparse.ArgumentParser(prog="python -m veloxquant.tools.quality", description=_doc.splitlines()[0])
 add_arguments(parser)

@@ -7,8 +7,8 @@ import pathlib
 
 import numpy as np
 
-from veloxquant.tools.quality.configs import GRID, label, params, quantize
-from veloxquant.tools.quality.papers import MIXED_MARGIN
+from .configs import GRID, label, params, quantize
+from .papers import MIXED_MARGIN
 
 # ---- recommendation -------------------------------------------------------------------------------------
 # Speed from docs/benchmarks.md where it measured the configuration (H200, random Llama-3-8B-shaped model,

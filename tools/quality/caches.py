@@ -116,7 +116,7 @@ def make_caches(model, cfg: dict, seed: int, mlx_q_native: bool = False) -> list
 def _make_caches(model, cfg: dict, seed: int, mlx_q_native: bool = False, attention: str = "auto") -> list:
     from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-    from veloxquant.accelerated.cache import make_prompt_cache
+    from ...accelerated.cache import make_prompt_cache
 
     n = len(model.layers)
     if cfg["method"] == "fp16":

@@ -19,7 +19,7 @@ def label(method: str, bits: int, bits2) -> str:
 
 
 def params(method: str, bits: int, bits2, role: str, seed: int = 0, layer: int = 0, group: dict | None = None):
-    from veloxquant import spec
+    from ... import spec
 
     kw = dict(bits=bits, window=0, seed=seed, layer=layer, role=role)
     if bits2:
@@ -35,7 +35,7 @@ def params(method: str, bits: int, bits2, role: str, seed: int = 0, layer: int =
 def quantize(x: np.ndarray, p, dtype: str) -> tuple[np.ndarray, float]:
     """x (B, H, T, d) through encode/decode: (x̂ float32, stored bits per coordinate of the record)."""
     import mlx.core as mx
-    from veloxquant.accelerated import ops
+    from ...accelerated import ops
 
     xm = mx.array(x)
     if dtype == "float16":

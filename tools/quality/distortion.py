@@ -35,8 +35,8 @@ import time
 
 import numpy as np
 
-from veloxquant.tools.quality.budget import additivity, recommend, trained_kl
-from veloxquant.tools.quality.configs import AFFINE_GROUP, GRID, KIVI_GROUP, label, params, quantize
+from .budget import additivity, recommend, trained_kl
+from .configs import AFFINE_GROUP, GRID, KIVI_GROUP, label, params, quantize
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ SYNTH_DIMS = (64, 128, 256)
 TRAINED_DIMS = (64, 128)
 BUDGETS = (2.5, 3.0, 4.0)
 
-from veloxquant.tools.quality.papers import MIXED_MARGIN, SQRT3_PI2, SQRT3_PI_2, TQ_PAPER_DMSE  # noqa: E402,F401
+from .papers import MIXED_MARGIN, SQRT3_PI2, SQRT3_PI_2, TQ_PAPER_DMSE  # noqa: E402,F401
 
 
 # ---- metrics ---------------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ def paper_figures(method: str, bits: int, d: int) -> dict:
     elif method == "turboquant_prod":
         # Theorem 2: unbiased, d·D_prod <= sqrt(3) pi^2 4^-b for unit y (lower bound 4^-b, Theorem 3);
         # expected from the construction: pi/2 · D_mse(b-1) (QJL variance, Lemma 4).
-        from veloxquant import spec
+        from ... import spec
 
         g = spec.gaussian(bits - 1)
         out.update(ip_d_var_upper=SQRT3_PI2 * 4.0**-bits, ip_d_var_lower=4.0**-bits,
@@ -126,7 +126,7 @@ def qjl_ablation(d: int, mse_bits: int, n: int, reps: int, seed: int) -> dict:
     (the spec's, ê = A_d · γ · Hᵀ sign(H e)), on the same unit vectors, numpy, in the rotated domain (the
     data are isotropic, so the first rotation is left out). Bias = slope − 1 as in the sweep, mean ± se of
     `reps` independent draws of the projection."""
-    from veloxquant import spec
+    from ... import spec
 
     if d & (d - 1):
         raise ValueError(f"d: the ablation's Hadamard matrix needs a power of two, got {d}")
@@ -181,7 +181,7 @@ def trained_activations(head_dim: int, sequences: int, length: int, seed: int) -
     import mlx.core as mx
     from mlx_lm.models import llama
 
-    from veloxquant.tools.quality import trained_model as tm
+    from . import trained_model as tm
 
     model = tm.load_model(head_dim)
     wins = tm.eval_windows(tm.corpus_bytes("heldout"), length, sequences, seed)
@@ -345,7 +345,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from veloxquant.tools._env import utc_now_iso, versions
+    from .._env import utc_now_iso, versions
 
     if args.from_json is not None:
         return rerender(args)
@@ -353,7 +353,7 @@ def run(args) -> int:
         print("--markdown: needs --json (the page names its raw data)", file=sys.stderr)
         return 2
     for d in args.dims:
-        from veloxquant import spec
+        from ... import spec
 
         if d not in spec.HEAD_DIMS:
             print(f"--dims: {d} is not a spec head dim", file=sys.stderr)
@@ -412,7 +412,7 @@ def run(args) -> int:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.json}")
     if args.markdown is not None:
-        from veloxquant.tools.quality import distortion_doc as doc
+        from . import distortion_doc as doc
 
         return doc.write_docs(result, args.json, args.markdown)
     return 0
@@ -454,7 +454,7 @@ def rerender(args) -> int:
         sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "distortion" else sys.argv[1:])
     args.from_json.write_text(json.dumps(result, indent=1) + "\n")
     print(f"rewrote {args.from_json} (recommendation)")
-    from veloxquant.tools.quality import distortion_doc as doc
+    from . import distortion_doc as doc
 
     return doc.write_docs(result, args.from_json, args.markdown)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import pathlib
 
-from veloxquant.tools.quality.papers import MIXED_MARGIN, SQRT3_PI2, SQRT3_PI_2, TQ_PAPER_DMSE
+from .papers import MIXED_MARGIN, SQRT3_PI2, SQRT3_PI_2, TQ_PAPER_DMSE
 
 METHOD_ORDER = ("turboquant", "turboquant_rvq", "turboquant_prod", "kivi", "rabitq", "mlx_affine")
 
@@ -122,7 +122,7 @@ DEPARTURES = [
 
 # ---- figure --------------------------------------------------------------------------------------------------
 def plot(result: dict, path: pathlib.Path):
-    from veloxquant.tools.bench.plots import STYLE, _pyplot, _save
+    from ..bench.plots import STYLE, _pyplot, _save
 
     plt = _pyplot()
     if plt is None:

@@ -138,12 +138,13 @@ def make_sequence(text: np.ndarray, length: int, rng, mix: dict) -> tuple[np.nda
         s = int(rng.integers(0, text.size - length))
         return text[s : s + length].copy(), mask
     if task in ("span", "copy"):
-        n = int(rng.integers(32, 257)) if task == "span" else int(rng.integers(8, 65))
-        n = min(n, max(8, length // 4))
         if task == "span":
+            n = min(int(rng.integers(32, 257)), max(8, length // 4))
             src = int(rng.integers(0, text.size - n))
             span = text[src : src + n]
-        else:      # random letters: only copying predicts them (the text model cannot)
+        else:      # random letters: only copying predicts them; long spans, so copying carries much of the loss
+            hi = max(8, min(512, length // 3))      # short sequences keep room for the text around both copies
+            n = int(rng.integers(min(16, hi), hi + 1))
             span = rng.choice(LETTERS, n)
         return _repeated(text, span, length, rng)
     # passkey / key-value: needles in the body, a query line at the end
@@ -466,7 +467,8 @@ def main(argv=None) -> int:
     p.add_argument("--p-kv", type=float, default=0.2)
     p.add_argument("--p-span", type=float, default=0.2)
     p.add_argument("--p-copy", type=float, default=0.0,
-                   help="share of sequences with a random-letter span repeated (only copying predicts it)")
+                   help="share of sequences with a random-letter span (16 bytes to a third of the sequence, "
+                        "at most 512) repeated: only copying predicts it")
     p.add_argument("--answer-weight", type=float, default=4.0, help="loss weight of answer bytes")
     p.add_argument("--max-minutes", type=float, default=8.0)
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in this call")

@@ -8,7 +8,7 @@ BASELINES = ("fp16", "mlx_q8", "mlx_q4")   # mlx-lm's caches, beside ours in eve
 
 
 def write_docs(result: dict, json_path, markdown: pathlib.Path) -> int:
-    from veloxquant.tools.bench import plots
+    from ..bench import plots
 
     png, why = plots.quality_trained_plot(result, markdown.with_suffix(".png"))
     print(f"wrote {png}" if png else f"plot skipped: {why}")

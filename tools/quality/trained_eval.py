@@ -24,8 +24,8 @@ import types
 
 import numpy as np
 
-from veloxquant.tools.quality import trained_model as tm
-from veloxquant.tools.quality.trained_doc import BASELINES, write_docs
+from . import trained_model as tm
+from .trained_doc import BASELINES, write_docs
 
 # (method, bits, bits2) of the grid: stored code bits per coordinate 1..4 (turboquant_prod's bits count
 # its QJL bit; turboquant_rvq's are bits + bits2).
@@ -52,7 +52,7 @@ PRESETS = {
 }
 
 
-from veloxquant.tools.quality.caches import (AFFINE_GROUP, KIVI_GROUP, DequantizedQuantizedKVCache,  # noqa: E402,F401
+from .caches import (AFFINE_GROUP, KIVI_GROUP, DequantizedQuantizedKVCache,  # noqa: E402,F401
                              Float16KV, OneRoleCache, _make_caches, cache_bits, make_caches)
 
 
@@ -340,6 +340,6 @@ def _random_fp16(head_dim: int, seed: int, dtype=None):
 
 
 def _env():
-    from veloxquant.tools import _env
+    from .. import _env
 
     return _env

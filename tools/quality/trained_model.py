@@ -340,7 +340,7 @@ HELDOUT_TOLERANCE = 0.01
 
 
 def _versions() -> dict:
-    from veloxquant.tools._env import versions
+    from .._env import versions
 
     return versions()
 
