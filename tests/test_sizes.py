@@ -39,9 +39,6 @@ ALLOWED = {
     "tools/quality/retrieval.py": "the retrieval-quality command (548 lines): not split in this pass",
     "tools/quality/retrieval.py::run": "the retrieval-quality command's whole run (143 lines): not split in this pass",
     "tools/quality/retrieval_doc.py::render": "the retrieval report's markdown (114 lines): not split in this pass",
-    CSRC + "partial_loop.h::<body>": "the scalar attention loop: split after the mixed key/value work lands",
-    CSRC + "partial_setup.h::<body>": "the attention kernels' setup: split after the mixed key/value work lands",
-    CSRC + "tc_loop.cuh::<body>": "the tensor-core attention loop: split after the mixed key/value work lands",
 }
 
 

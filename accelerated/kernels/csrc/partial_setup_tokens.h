@@ -1,0 +1,49 @@
+// partial_setup.h's token ranges: the window's rows R (each role's RK, RV in MIXED), T, this split's tokens t0 .. t1.
+#if VQ_MIXED
+  // MIXED (attention_source.py): each role's own window after this step (VQ_KWOWN / VQ_VWOWN: as VQ_WOWN), Q the
+  // roles' common encoded prefix; one role's tokens Q .. QK - 1 (or QV - 1) are in its records, the other's window
+  const int RK = (int)kw_shape[2] - VQ_KWOWN;
+  const int RV = (int)vw_shape[2] - VQ_VWOWN;
+  const int R = RK > RV ? RK : RV;
+  const int QK = Q + R - RK;                      // the keys' encoded tokens
+  const int QV = Q + R - RV;
+  const int KWO = RK - vq_min(RK, RV);            // the window split's first row of each window
+  const int VWO = RV - vq_min(RK, RV);
+  const int WQ = Q + R - vq_min(RK, RV);          // the window split's first token: both roles exact from here
+  // split S - 1 from QLO: every row this launch's append encodes (VQ_KTENC / VQ_VTENC of each role), and the
+  // tokens of one role's records beside the other's window, up to WQ
+  const int QLO = vq_min(QK - VQ_KTENC, QV - VQ_VTENC);
+#else
+  // no window: kw is a stand-in; VQ_WOWN: kw's first rows that are the chunk's own tokens encoded by this launch
+  // (KIVI with window 0 at a flush: kw is the chunk's row the append writes, and the window after it is empty)
+  const int R = HASWIN ? (int)kw_shape[2] - VQ_WOWN : 0;
+  const int RK = R;
+  const int RV = R;
+  constexpr int KWO = 0;
+  constexpr int VWO = 0;
+  const int WQ = Q;
+#endif
+  const int T = Q + R;
+  const bool is_win = (s == S);
+  int t0 = 0;
+  int t1 = vq_min(RK, RV);
+#if VQ_MIXED
+  if (!is_win) {
+    const int SO = S - 1;
+    const int lo0 = VQ_STARTS ? vq_min((int)rstart[b], QLO) : 0;
+    const int chunk = (QLO - lo0 + SO - 1) / SO;
+    t0 = (s == S - 1) ? QLO : vq_min(QLO, lo0 + s * chunk);
+    t1 = (s == S - 1) ? WQ : vq_min(QLO, t0 + chunk);
+  }
+#else
+  if (!is_win) {
+    // APPEND: split S - 1 takes the VQ_TENC tokens it encoded (append_block), splits 0 .. S - 2 the ones before
+    // row starts (a left-padded batch): batch row b attends to its tokens from rstart[b] on, split evenly
+    const int QO = Q - VQ_TENC;
+    const int SO = APPEND ? S - 1 : S;
+    const int lo0 = VQ_STARTS ? vq_min((int)rstart[b], QO) : 0;
+    const int chunk = (QO - lo0 + SO - 1) / SO;
+    t0 = (APPEND && s == S - 1) ? QO : vq_min(QO, lo0 + s * chunk);
+    t1 = (APPEND && s == S - 1) ? Q : vq_min(QO, t0 + chunk);
+  }
+#endif
