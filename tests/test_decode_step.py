@@ -352,6 +352,30 @@ def test_a_sliding_window_cache_stays_on_the_step_when_it_evicts(monkeypatch, tu
     assert any(g[2][4][0][1] == 0 and i > 5 for i, g in enumerate(fast)), "no compaction in the run"
 
 
+def test_a_sliding_window_cache_counts_the_chunk_its_step_left_pending(monkeypatch, tune, gpu):
+    """With the append left for the attention launch (fuse_append), the cache's own reads of what it holds (the
+    held count, make_mask, size) see the chunk before any attention: mlx-lm's RotatingKVCache fed the same chunks
+    (prefill, one-token steps past max_size, a multi-token chunk) holds and masks the same. The step stays in use."""
+    from mlx_lm.models.cache import RotatingKVCache
+    monkeypatch.setattr(katt, "_mma_available", lambda: False)
+    tune(fuse_append=True)
+    c, ref = VeloxRotatingKVCache(8, method="turboquant", bits=4, layer=0, seed=3), RotatingKVCache(8)
+    pending = 0
+    for i, t in enumerate([3] + [1] * 9 + [3] + [1] * 3):
+        k, v = _x(2 * i, t=t), _x(2 * i + 1, t=t)
+        c.update_and_fetch(k, v)
+        ref.update_and_fetch(k, v)
+        pending += c._fast is not None and c._fast.pending is not None
+        held = min(ref.offset, ref.keys.shape[2])
+        masks = [(c.make_mask(n), ref.make_mask(n, window_size=8)) for n in (1, 2, 3)]
+        assert c._held() == held and c.size() == ref.size() and c.offset == ref.offset, (i, c._held(), held)
+        for n, (a, b) in enumerate(masks, 1):
+            assert (a is None and b is None) or (isinstance(a, str) and a == b) or \
+                (isinstance(a, mx.array) and isinstance(b, mx.array) and a.shape == b.shape and bool(mx.all(a == b))), \
+                f"step {i}: make_mask({n}) {a} != mlx-lm's {b}"
+    assert pending >= 10, f"an append was pending after {pending} updates: the test does not reach that state"
+
+
 def test_a_nan_chunk_in_a_sliding_window_cache_is_rolled_back_like_the_general_path(monkeypatch, gpu):
     """A fault found while the step runs past evictions (rows from lo): the same rejection, offset and rows (lo
     included) as the general path, and the cache goes on."""

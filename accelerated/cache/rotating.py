@@ -55,6 +55,9 @@ class VeloxRotatingKVCache(VeloxKVCache):
 
     # ---- which tokens are held ------------------------------------------------------------------------
     def _held(self) -> int:
+        # a chunk the decode step left for its attention launch (decode_step.DecodeStep.pending) is held already;
+        # the streams count it once stored. No cost in a model's forward: its attention stored it before the next mask
+        self._flush_step()
         return 0 if self._k is None else self._k.tokens
 
     def _held_after_eviction(self) -> int:
