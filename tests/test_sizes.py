@@ -83,3 +83,17 @@ def test_the_check_sees_methods_and_nested_functions():
     assert set(oversized("n.py", nested)) == {"n.py::outer", "n.py::outer.inner"}
     assert oversized("big.py", "x = 1\n" * (MAX_MODULE_LINES + 1)) == {"big.py": MAX_MODULE_LINES + 1}
     assert oversized("fine.py", "x = 1\n" * MAX_MODULE_LINES) == {}
+
+
+LEFTOVERS = ("*.orig", "*.rej", "*.bak", "*.swp", "*~")
+
+
+def test_no_merge_or_editor_leftovers_are_tracked():
+    """A conflict resolution's `*.orig` / `*.rej` or an editor's backup committed by mistake would ship as dead code
+    beside the real module (one accelerated/in_place.py.orig did)."""
+    try:
+        left = subprocess.run(["git", "ls-files", *LEFTOVERS], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    assert not left, f"tracked leftovers of a merge or an editor: {left}; git rm them"
