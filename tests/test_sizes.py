@@ -184,3 +184,17 @@ def test_the_kernel_check_sees_functions_and_fragment_bodies():
     overloads = "inline int vq_m(int a) { return a; }\ninline float vq_m(float a) { return a; }\n" \
         "template <> inline float vq_m<float>(float a) { return a; }\n"
     assert [n for n, _ in _kernel_functions(overloads)] == ["vq_m", "vq_m#2", "vq_m#3"]
+
+
+LEFTOVERS = ("*.orig", "*.rej", "*.bak", "*.swp", "*~")
+
+
+def test_no_merge_or_editor_leftovers_are_tracked():
+    """A conflict resolution's `*.orig` / `*.rej` or an editor's backup committed by mistake would ship as dead code
+    beside the real module (one accelerated/in_place.py.orig did)."""
+    try:
+        left = subprocess.run(["git", "ls-files", *LEFTOVERS], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    assert not left, f"tracked leftovers of a merge or an editor: {left}; git rm them"
