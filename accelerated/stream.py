@@ -353,7 +353,8 @@ class Stream:
         for k in self._names:
             self._rows[k].lo += self._field_rows(k, ne)
         self._q -= ne
-        self._window = self._window[:, :, n - ne :]
+        if n > ne:      # the window loses tokens too; else it stays the buffer's view (in_place.InPlace.evicted)
+            self._window = self._window[:, :, n - ne :]
         if self._kept is not None:
             self._kept = self._kept[:, :, max(self._kept.shape[2] - self._q, 0) :]
         self._version += 1

@@ -352,6 +352,35 @@ def test_a_sliding_window_cache_stays_on_the_step_when_it_evicts(monkeypatch, tu
     assert any(g[2][4][0][1] == 0 and i > 5 for i, g in enumerate(fast)), "no compaction in the run"
 
 
+@pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
+def test_a_windowed_sliding_window_cache_stays_on_the_step_when_it_evicts(monkeypatch, tune, gpu, fuse_append):
+    """With an exact window, a full sliding-window cache evicts only encoded rows each step (the window keeps its
+    newest R tokens): the window stays the buffer's view, so the plan holds (InPlace.evicted) and the step goes on;
+    the same rows, counts and windows as the general path's."""
+    monkeypatch.setattr(katt, "_mma_available", lambda: False)
+    tune(fuse_append=fuse_append)
+    ran = []
+    real = decode_step.DecodeStep.step
+    monkeypatch.setattr(decode_step.DecodeStep, "step", lambda self, k, v: ran.append(1) or real(self, k, v))
+
+    def run(general):
+        with monkeypatch.context() as m:
+            if general:
+                _general(m)
+            c = VeloxRotatingKVCache(16, method="turboquant", bits=4, layer=0, seed=3, window=4)
+            c.update_and_fetch(_x(7, t=5), _x(8, t=5))
+            ran.clear()
+            steps = []
+            for i in range(30):
+                _layer(c, i)
+                rows = [(r.n, r.lo) for s in (c._k, c._v) for r in s._rows.values()]
+                steps.append((c.offset, c._k._q, c._v._q, c._k._window.shape, rows))
+            return steps, len(ran)
+    (fast, on_step), (ref, _) = run(False), run(True)
+    assert fast == ref, "(offset, key rows, value rows, window shape, rows) differ from the general path's"
+    assert on_step >= 29, f"the decode step ran in {on_step} of 30 steps (each eviction made a new plan)"
+
+
 def test_a_sliding_window_cache_counts_the_chunk_its_step_left_pending(monkeypatch, tune, gpu):
     """With the append left for the attention launch (fuse_append), the cache's own reads of what it holds (the
     held count, make_mask, size) see the chunk before any attention: mlx-lm's RotatingKVCache fed the same chunks
