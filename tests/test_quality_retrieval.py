@@ -1,5 +1,6 @@
-"""tools/quality/retrieval.py: the passkey format is the trainer's, the outlier injection keeps the model's
-function, and the table tells a cache that retrieves from one that does not.
+"""tools/quality/retrieval.py and its parts (retrieval_sequences.py, retrieval_model.py): the passkey format is
+the trainer's, the outlier injection keeps the model's function, and the table tells a cache that retrieves from
+one that does not.
 
 The table test needs a model that retrieves on the CPU in seconds: CopyModel is a one-layer attention model
 built by hand (an induction head): the key at position j is a random unit vector named by the 8 bytes before
@@ -23,6 +24,8 @@ pytest.importorskip("mlx_lm")
 
 from veloxquant.tools.quality import retrieval as qr  # noqa: E402
 from veloxquant.tools.quality import retrieval_doc as qd  # noqa: E402
+from veloxquant.tools.quality import retrieval_model as qm  # noqa: E402
+from veloxquant.tools.quality import retrieval_sequences as qs  # noqa: E402
 from veloxquant.tools.quality import retrieval_train as qrt  # noqa: E402
 
 D, NGRAM, BETA, GAMMA = 128, 8, 40.0, 4.0
@@ -44,9 +47,9 @@ def _text(min_bytes: int = 300_000) -> np.ndarray:
 def test_passkey_sequence_is_the_trainers_format(depth):
     text = _text()
     for seed in range(3):
-        s = qr.passkey_sequence(text, 1024, np.random.default_rng(seed), depth)
+        s = qs.passkey_sequence(text, 1024, np.random.default_rng(seed), depth)
         assert s["tokens"].size == 1024
-        assert qr.check_passkey_format(s["tokens"]) == s["digits"]
+        assert qs.check_passkey_format(s["tokens"]) == s["digits"]
         b = bytes(s["tokens"].astype(np.uint8))
         assert b[s["needle_at"] : s["needle_at"] + s["needle_len"]] == qrt.PASSKEY_PREFIX + s["digits"].encode() + b"\n"
         assert abs(s["needle_at"] / 1024 - depth) < 0.3       # the line start after depth (<= 200 bytes on)
@@ -58,19 +61,19 @@ def test_passkey_sequence_is_the_trainers_format(depth):
     rng = np.random.default_rng(7)
     for _ in range(5):
         seq, mask = qrt.make_sequence(text, 1024, rng, {"passkey": 1.0})
-        assert qr.check_passkey_format(seq) == bytes(seq[mask]).decode()
+        assert qs.check_passkey_format(seq) == bytes(seq[mask]).decode()
 
 
 def test_check_passkey_format_rejects_broken_sequences():
-    s = qr.passkey_sequence(_text(), 512, np.random.default_rng(0), 0.5)
+    s = qs.passkey_sequence(_text(), 512, np.random.default_rng(0), 0.5)
     t = s["tokens"].copy()
     t[s["needle_at"] + len(qrt.PASSKEY_PREFIX)] ^= 1          # the needle's first digit changed
     with pytest.raises(ValueError, match="occurs 0 times"):
-        qr.check_passkey_format(t)
+        qs.check_passkey_format(t)
     with pytest.raises(ValueError, match="digits"):
-        qr.check_passkey_format(s["tokens"][:-1])
+        qs.check_passkey_format(s["tokens"][:-1])
     with pytest.raises(ValueError, match="depth"):
-        qr.passkey_sequence(_text(), 512, np.random.default_rng(0), 1.5)
+        qs.passkey_sequence(_text(), 512, np.random.default_rng(0), 1.5)
 
 
 # ---- outlier injection --------------------------------------------------------------------------------------
@@ -78,17 +81,17 @@ def test_inject_outliers_keeps_the_function_and_makes_outlier_key_channels():
     from mlx_lm.models.cache import KVCache
 
     a, b = qrt.new_model("smoke", 0), qrt.new_model("smoke", 0)
-    info = qr.inject_outliers(b, seed=3)
-    assert len(info) == len(b.layers) and all(len(x["head_channel_factor"]) == qr.OUTLIER_PAIRS for x in info)
-    s = qr.passkey_sequence(_text(), 256, np.random.default_rng(1), 0.5)
+    info = qm.inject_outliers(b, seed=3)
+    assert len(info) == len(b.layers) and all(len(x["head_channel_factor"]) == qm.OUTLIER_PAIRS for x in info)
+    s = qs.passkey_sequence(_text(), 256, np.random.default_rng(1), 0.5)
     x = mx.array(s["tokens"][None])
     la = a(x, cache=[KVCache() for _ in a.layers])
     lb = b(x, cache=[KVCache() for _ in b.layers])
     assert float(mx.abs(la - lb).max()) < 1e-3 * float(mx.abs(la).max())
-    ta, tb = qr.key_table(a, [s]), qr.key_table(b, [s])
+    ta, tb = qm.key_table(a, [s]), qm.key_table(b, [s])
     for ra, rb in zip(ta, tb):
         assert rb["k"]["rms_ratio_max"] > 4 * ra["k"]["rms_ratio_max"]
-        assert rb["k"]["outlier_channels"] >= 2 * qr.OUTLIER_PAIRS       # both channels of each pair
+        assert rb["k"]["outlier_channels"] >= 2 * qm.OUTLIER_PAIRS       # both channels of each pair
         assert rb["k"]["token_kurtosis_median"] > 2 * ra["k"]["token_kurtosis_median"]
         # values only move by the rounding of the previous layers
         assert rb["v"]["rms_ratio_max"] == pytest.approx(ra["v"]["rms_ratio_max"], rel=1e-3)

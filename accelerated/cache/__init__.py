@@ -7,8 +7,8 @@ attention dispatch (accelerated/cache/integration.py says how and why).
 
 Rooms: base.py (the single-sequence cache; kivi.py, rabitq.py, turboquant*.py name its per-method classes;
 rotating.py the sliding-window one; classes.py lists them by name), batch.py and batch_shared.py (the batch caches,
-over left_padded.py), masks.py (a batch's remembered masks), prompt_cache.py (the factory, make_prompt_cache),
-integration.py (mlx-lm), size.py, serve.py, warmup.py.
+over left_padded.py; restack.py moves a B-row cache's records), masks.py (a batch's remembered masks),
+prompt_cache.py (the factory, make_prompt_cache), integration.py (mlx-lm), size.py, serve.py, warmup.py.
 """
 from __future__ import annotations
 

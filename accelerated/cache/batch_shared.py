@@ -14,8 +14,8 @@ once `finalize` rolled it to the left) or zeros (rows added by merge, extend); a
 decode step's launch takes each row's start (ops.attention.RowStarts, the partial kernel's `rstart`: each row's
 splits cover its own tokens; with a window, once every row's start lies in the encoded tokens: kernels.attention
 .supports), and other paths the mask. merge, extend, filter, extract and finalize move records
-without decoding them (through the records' state arrays), so `extract(i)` gives back the bytes sequence i's own
-cache would hold.
+without decoding them (through the records' state arrays: restack.py), so `extract(i)` gives back the bytes
+sequence i's own cache would hold.
 
 The mask: `make_mask` returns mlx-lm's array (create_causal_mask with the left padding, what BatchKVCache gives)
 and remembers it; the hooked dispatch (integration.py) hands our attention the RowStarts it stands for instead
@@ -32,7 +32,6 @@ outputs can differ from a single-sequence run in the last bits (BatchVeloxKVCach
 from __future__ import annotations
 
 import json
-import typing
 
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
@@ -43,6 +42,7 @@ from .batch import BatchVeloxKVCache, _same_config
 from .classes import cache_class
 from .left_padded import LeftPadded
 from .masks import _MASKS, _MASKS_KEPT, remember_mask
+from .restack import empty_like, layout, part_of, restack, rolled, stack, stream_split
 from .rotating import VeloxRotatingKVCache
 from ..ops.attention import RowStarts
 
@@ -54,7 +54,7 @@ def eligible(caches) -> bool:
     """Whether `caches` (single-sequence caches of one layer) can share one B-row cache: VeloxKVCaches of one class
     and configuration (sliding-window caches: one max_size, R = 0), per-token methods in both roles, an exact window
     R only without exact-trim copies (a per-sequence tail), and every cache's window where a left-padded layout puts
-    it (`_layout`: not after a trim that left one cache's window short of the others')."""
+    it (`layout`: not after a trim that left one cache's window short of the others')."""
     if not tuning.current().shared or not caches:
         return False
     c0 = caches[0]
@@ -74,139 +74,10 @@ def eligible(caches) -> bool:
     top = max(c.offset for c in caches)
     try:
         for role in ("_k", "_v"):
-            _layout([(top - c.offset, *_split(getattr(c, role))) for c in caches])
+            layout([(top - c.offset, *stream_split(getattr(c, role))) for c in caches])
     except ValueError:
         return False
     return True
-
-
-def _split(stream) -> tuple[int, int]:
-    """(encoded tokens, window tokens) of a stream (0, 0 before the first append)."""
-    if stream is None:
-        return 0, 0
-    w = stream._window.shape[2]
-    return stream.tokens - w, w
-
-
-def _layout(parts) -> int:
-    """The encoded token count Q of one left-padded stream holding parts given as (padding, encoded, window) token
-    counts, each part's encoded tokens ending at Q and its window following them (a stream's tokens are its encoded
-    prefix, then its window): every part with encoded tokens must end them at the same position, and every other
-    part's tokens must start at or after it. A fresh sequence's stream holds its newest min(T, R) tokens exactly, so
-    any sequences of one configuration fit; a trim can leave one window short of R (ValueError)."""
-    bounds = {pad + q for pad, q, _ in parts if q}
-    if len(bounds) > 1:
-        raise ValueError(f"parts: the encoded tokens end at different positions {sorted(bounds)} (a window trimmed "
-                         "short in some of them): they do not fit one left-padded stream")
-    q_end = min(pad for pad, q, _ in parts if not q) if not bounds else bounds.pop()
-    if any(pad < q_end for pad, q, _ in parts if not q):
-        raise ValueError("parts: a sequence's exact window reaches below the others' encoded tokens: they do not fit "
-                         "one left-padded stream")
-    return q_end
-
-
-class _Part(typing.NamedTuple):
-    """Rows of one cache's record going into a restacked cache: its fields (None: no token), meta, row count,
-    the rows taken (None: all), the first token taken and the zero tokens put on their left."""
-    k: dict | None
-    v: dict | None
-    meta: dict
-    nrows: int
-    rows: list | None = None
-    first: int = 0
-    pad: int = 0
-
-    @property
-    def tokens(self) -> int:
-        return self.pad + (self.meta["k"]["tokens"] - self.first if self.k is not None else 0)
-
-
-def _part(cache, pad: int = 0, rows=None, first: int = 0, nrows: int = 1) -> _Part:
-    """cache's record (checks settled) as a _Part; `nrows`: its rows when it holds no token yet."""
-    k, v, meta = cache.state
-    meta = json.loads(meta)
-    return _Part(k, v, meta, k["window"].shape[0] if k is not None else nrows, rows, first, pad)
-
-
-def _restack(parts: list, like, offset: int | None = None):
-    """One cache of type(like) holding the parts' rows one after another (every part the same token count after
-    its padding); an empty cache of like's configuration if none has a token. `offset`: the tokens seen, where a
-    sliding-window cache holds fewer (default: the tokens held). With an exact window (R > 0) the
-    stream is its encoded prefix then its window: each part's encoded tokens are padded on the left to the common
-    prefix and its window tokens to the common window (`_layout`), so a sequence's tokens keep the split its own
-    cache has (no token encoded or decoded here)."""
-    tops = {p.tokens for p in parts}
-    if len(tops) != 1:
-        raise ValueError(f"parts: token counts after padding differ: {sorted(tops)}")
-    top = tops.pop()
-    ref = next((p for p in parts if p.k is not None), None)
-    if ref is None or top == 0:
-        return _empty_like(like)
-    if any(p.k is not None and "kept" in p.k for p in parts):     # exact-trim values: a per-sequence tail
-        raise ValueError("parts: a record with kept tokens (an exact window or exact-trim tail) cannot be restacked")
-    fields = []
-    for role in ("k", "v"):
-        # per part: the tokens it drops at the front (`first`) come off its encoded prefix, then off its window
-        cuts = []
-        for p in parts:
-            f = getattr(p, role)
-            if f is None:
-                cuts.append((0, 0, 0, 0))
-                continue
-            w = f["window"].shape[2]
-            q = p.meta[role]["tokens"] - w
-            cut_q, cut_w = min(p.first, q), max(p.first - q, 0)
-            cuts.append((cut_q, cut_w, q - cut_q, w - cut_w))
-        q_top = _layout([(p.tokens - q - w, q, w) for p, (_, _, q, w) in zip(parts, cuts)])
-        out = {}
-        for name, a_ref in getattr(ref, role).items():
-            pieces = []
-            want = top - q_top if name == "window" else q_top
-            for p, (cut_q, cut_w, _, _) in zip(parts, cuts):
-                f = getattr(p, role)
-                nb = len(p.rows) if p.rows is not None else p.nrows
-                if f is None:
-                    a = mx.zeros((nb, a_ref.shape[1], 0, *a_ref.shape[3:]), dtype=a_ref.dtype)
-                else:
-                    a = f[name]
-                    if p.rows is not None and list(p.rows) != list(range(a.shape[0])):
-                        a = a[mx.array(p.rows, dtype=mx.int32)]
-                    cut = cut_w if name == "window" else cut_q
-                    if cut:
-                        a = a[:, :, cut:]
-                if want > a.shape[2]:
-                    a = mx.pad(a, [(0, 0), (0, 0), (want - a.shape[2], 0)] + [(0, 0)] * (a.ndim - 3))
-                pieces.append(a)
-            out[name] = mx.concatenate(pieces, axis=0) if len(pieces) > 1 else pieces[0]
-        fields.append(out)
-    meta = dict(ref.meta)
-    seen = top if offset is None else offset
-    meta.update(offset=seen, k={**meta["k"], "tokens": top}, v={**meta["v"], "tokens": top}, evicted=seen - top)
-    meta["class"] = type(like).__name__
-    return type(like).from_state((fields[0], fields[1], json.dumps(meta)))
-
-
-def _empty_like(cache):
-    """A new empty cache with `cache`'s class and configuration."""
-    meta = json.loads(cache.meta_state)
-    for key in ("k", "v"):
-        meta.pop(key, None)
-    meta["offset"] = 0
-    return type(cache).from_state((None, None, json.dumps(meta)))
-
-
-def _stack(caches: list, lp: list, idx: int, like):
-    """(inner, rows held) of a B-row cache over single-sequence caches at left padding `lp` of `idx` positions. A
-    sliding-window cache's stream holds the newest tokens only: every sequence's held tokens end at the stream's
-    end (rows held: each sequence's count, which differ until the next update evicts them to one length), else the
-    stream's positions are the batch's (rows held: None, each row holds its idx - lp tokens)."""
-    if isinstance(like, VeloxRotatingKVCache):
-        for c in caches:
-            c._flush_step()          # a chunk a decode step left pending is among the held tokens
-        held = [c._held() for c in caches]
-        top = max(held)
-        return _restack([_part(c, top - h) for c, h in zip(caches, held)], like, offset=idx), held
-    return _restack([_part(c, p) for c, p in zip(caches, lp)], like), None
 
 
 class SharedBatchVeloxKVCache(LeftPadded):
@@ -246,7 +117,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
         lengths = [c.offset for c in caches]
         top = max(lengths)
         lp = [top - n for n in lengths]
-        inner, held = _stack(caches, lp, top, caches[0])
+        inner, held = stack(caches, lp, top, caches[0])
         return cls(inner, lp, len(caches), held)
 
     @property
@@ -293,17 +164,17 @@ class SharedBatchVeloxKVCache(LeftPadded):
         lp = [self._lp[i] for i in keep]
         shift = min(lp) if lp and self._right is None else 0     # as BatchKVCache: drop padding every row has
         if self.inner.empty():
-            self.inner = _empty_like(self.inner)
+            self.inner = empty_like(self.inner)
             shift = 0
             self._held = None
         elif self._rotating():
             held = self._rows_held()
             held = [held[i] for i in keep]
             first = self._stream_tokens() - max(held, default=0)      # stream tokens no kept row holds
-            self.inner = _restack([_part(self.inner, 0, keep, first)], self.inner, offset=self._idx - shift)
+            self.inner = restack([part_of(self.inner, 0, keep, first)], self.inner, offset=self._idx - shift)
             self._held = held
         else:
-            self.inner = _restack([_part(self.inner, 0, keep, shift)], self.inner)
+            self.inner = restack([part_of(self.inner, 0, keep, shift)], self.inner)
         self._lp = [x - shift for x in lp]
         if self._right is not None:
             self._right = [self._right[i] for i in keep]
@@ -326,8 +197,8 @@ class SharedBatchVeloxKVCache(LeftPadded):
             held = self._rows_held() + other._rows_held()
         else:
             pads = shifts
-        parts = [_part(c.inner, pad, nrows=c._b) for c, pad in zip((self, other), pads)]
-        self.inner = _restack(parts, self.inner, offset=top)
+        parts = [part_of(c.inner, pad, nrows=c._b) for c, pad in zip((self, other), pads)]
+        self.inner = restack(parts, self.inner, offset=top)
         self._held = held
         self._lp = [x + shifts[0] for x in self._lp] + [x + shifts[1] for x in other._lp]
         self._b += other._b
@@ -338,9 +209,9 @@ class SharedBatchVeloxKVCache(LeftPadded):
         if self._seq is not None:
             return self._seq.extract(idx)
         if self.inner.empty():
-            return _empty_like(self.inner)
+            return empty_like(self.inner)
         first = self._stream_tokens() - self._rows_held()[idx]     # its left padding (sliding window: held tokens)
-        return _restack([_part(self.inner, 0, [idx], first)], self.inner, offset=self._idx - self._lp[idx])
+        return restack([part_of(self.inner, 0, [idx], first)], self.inner, offset=self._idx - self._lp[idx])
 
     def prepare(self, *, left_padding=None, lengths=None, right_padding=None) -> None:
         if self._seq is not None:
@@ -351,7 +222,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
         if self._per_sequence_prefill() and (right or (left_padding is not None and self._rotating())):
             seq = BatchVeloxKVCache([self.extract(i) for i in range(self._b)], self._lp, self._idx)
             seq.prepare(left_padding=left_padding, lengths=lengths, right_padding=right_padding)   # (checks them)
-            self._seq, self.inner = seq, _empty_like(self.inner)
+            self._seq, self.inner = seq, empty_like(self.inner)
             self._changed()
             return
         if left_padding is not None:
@@ -367,7 +238,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
             self._end_per_sequence()
             return
         if self._right is not None and max(self._right) > 0 and not self.inner.empty():
-            self.inner = _rolled(self.inner, self._right)
+            self.inner = rolled(self.inner, self._right)
             self._lp = [x + r for x, r in zip(self._lp, self._right)]
         self._right = None
         self._changed()
@@ -378,7 +249,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
         seq, self._seq = self._seq, None
         seq.finalize()
         self._lp = list(seq._lp)
-        self.inner, self._held = _stack(seq.caches, self._lp, seq._idx, self.inner)
+        self.inner, self._held = stack(seq.caches, self._lp, seq._idx, self.inner)
         self._changed()
 
     # ---- protocol: the model's calls ----------------------------------------------------------------
@@ -491,7 +362,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
         if "classes" in meta:       # a per-sequence prefill's state (see the getter)
             seq = BatchVeloxKVCache.__new__(BatchVeloxKVCache)
             seq.state = v
-            inner, held = _stack(seq.caches, seq._lp, seq._idx, seq.caches[0])
+            inner, held = stack(seq.caches, seq._lp, seq._idx, seq.caches[0])
             self.__init__(inner, seq._lp, len(seq.caches), held)
             return
         self.__init__(cache_class(meta["class"]).from_state(inner_state), meta["left_padding"], meta["batch"],
@@ -499,26 +370,6 @@ class SharedBatchVeloxKVCache(LeftPadded):
 
     def __repr__(self) -> str:
         return f"SharedBatchVeloxKVCache(B={self._b}, idx={self._idx}, left_padding={self._lp}, inner={self.inner!r})"
-
-
-def _rolled(cache, shifts: list[int]):
-    """cache with each row's tokens rolled right by shifts[row] (mlx-lm's dynamic_roll at finalize: a right-padded
-    prefill's padding moves to the front)."""
-    k, v, meta = cache.state
-    meta = json.loads(meta)
-    t = meta["offset"]
-    idx = (mx.arange(t)[None, :] - mx.array(shifts, dtype=mx.int32)[:, None]) % t     # (B, t)
-    out = []
-    for f in (k, v):
-        g = {}
-        for name, a in f.items():
-            if name == "window":
-                g[name] = a
-                continue
-            ix = idx.reshape(idx.shape[0], 1, t, *([1] * (a.ndim - 3)))
-            g[name] = mx.take_along_axis(a, mx.broadcast_to(ix, a.shape), axis=2)
-        out.append(g)
-    return type(cache).from_state((out[0], out[1], json.dumps(meta)))
 
 
 __all__ = ["SharedBatchVeloxKVCache", "eligible"]

@@ -36,7 +36,23 @@ def _pct(x: float) -> str:
 
 
 def render(results: list[dict], sources: list[str]) -> str:
+    """The page: runs, model and data, key statistics, then per model variant its retrieval tables."""
     rows, _ = merge(results)
+    lines = _runs(results, sources) + _model_and_data(results) + _key_statistics(results[0])
+    contexts = sorted({r["context"] for r in rows})
+    by = {(r["model"], r["label"], r["context"]): r for r in rows}
+    for model in dict.fromkeys(r["model"] for r in rows):
+        labels = list(dict.fromkeys(r["label"] for r in rows if r["model"] == model))
+        src = {ctx: sorted({r["run"] for r in rows if r["model"] == model and r["context"] == ctx}) for ctx in contexts}
+        lines += _retrieval_table(model, labels, contexts, src, by)
+        lines += _fp16_by_depth(model, contexts, by)
+        for ctx in contexts:
+            lines += _context_table(model, labels, ctx, src[ctx], by)
+    return "\n".join(lines) + "\n"
+
+
+def _runs(results: list[dict], sources: list[str]) -> list[str]:
+    """The title and the table of runs (one letter each)."""
     lines = ["# Quality on the retrieval model: passkey retrieval over context and depth, perplexity and KL",
              "", "Generated from " + ", ".join(f"`{s}`" for s in sources) + " by "
              "`python -m veloxquant.tools.quality.retrieval_doc`; do not edit by hand.", "",
@@ -47,52 +63,66 @@ def render(results: list[dict], sources: list[str]) -> str:
         lines.append(f"| {_run_label(i)} | `{res['command']}` | {run['device']} ({run['host']}) | {run.get('gpu') or '-'} | "
                      f"{v.get('mlx')} | {v.get('mlx-lm')} | {v.get('veloxquant')} ({v.get('git')}) | {run['date']} | "
                      f"{run['wall_s']:.0f} s | {run['budget_s']:.0f} s |")
+    return lines
+
+
+def _model_and_data(results: list[dict]) -> list[str]:
+    """The model, corpus and method (from the first run), then what the budget skipped and what failed."""
     res0 = results[0]
     m, c, s = res0["model"], res0["corpus"], res0["settings"]
-    lines += ["", "## Model and data", "",
-              f"Byte-level mlx-lm llama from `tools/quality/retrieval_train.py`, preset `{m.get('preset')}`, "
-              f"{(m.get('parameters') or 0):,} parameters, step {m.get('step')}/{m.get('total')} (seed {m.get('seed')}); "
-              f"model arguments `{json.dumps(m.get('model_args'))}`. Held-out text: corpus "
-              f"`{c['sha256'][:16]}` (Python {c['python']}, {c['files']} files, every {c['heldout_every']}th held out)"
-              + ("" if c["matches_model"] else " — **not the model's training corpus: the held-out text may overlap "
-                 "its training text**") + ".", "",
-              "Each sequence is the trainer's passkey format: held-out text with the line `PASSKEY = <5 digits>` at "
-              "a line start at the given depth, ending in the query `PASSKEY = ` and the digits. Every cache reads it "
-              f"as generate_step would (prefill in chunks of {s['chunk']} bytes, the answer one byte per call, "
-              "teacher-forced). Retrieval = exact match of the 5 digits (argmax given the correct prefix = greedy). "
-              "Perplexity = exp(mean next-byte NLL) over text positions; KL(fp16 ‖ cache) in nats, float64, over the "
-              "same positions (mean, 99th percentile) and over the 5 answer positions (mean). Bits/coord: stored "
-              "bits per quantized coordinate, measured. Variants: `kv` keys and values, `k` keys only, `v` values only, "
-              f"`kv+window` with the newest {s['window']} tokens exact. kivi and mlx_affine group "
-              f"{s['kivi_group_size']}; mlx-lm QuantizedKVCache group min(64, head_dim), "
-              f"{'its own quantized attention' if s['mlx_q_native'] else 'attended dequantized'}; our caches "
-              f"attended {s['cache_attention']}d. Compute dtype {s['dtype']}; caches see float16. Seed {s['seed']}.",
-              "",
-              "`outliers` is the same model with "
-              f"{s['outliers']['pairs_per_kv_head']} RoPE channel pairs per KV head and layer scaled by fixed random "
-              f"factors in {s['outliers']['scale']} and the matching query channels by the inverse (q·k unchanged, so "
-              "the fp16 model computes the same function): the caches see keys with outlier channels.", ""]
+    lines = ["", "## Model and data", "",
+             f"Byte-level mlx-lm llama from `tools/quality/retrieval_train.py`, preset `{m.get('preset')}`, "
+             f"{(m.get('parameters') or 0):,} parameters, step {m.get('step')}/{m.get('total')} (seed {m.get('seed')}); "
+             f"model arguments `{json.dumps(m.get('model_args'))}`. Held-out text: corpus "
+             f"`{c['sha256'][:16]}` (Python {c['python']}, {c['files']} files, every {c['heldout_every']}th held out)"
+             + ("" if c["matches_model"] else " — **not the model's training corpus: the held-out text may overlap "
+                "its training text**") + ".", "",
+             "Each sequence is the trainer's passkey format: held-out text with the line `PASSKEY = <5 digits>` at "
+             "a line start at the given depth, ending in the query `PASSKEY = ` and the digits. Every cache reads it "
+             f"as generate_step would (prefill in chunks of {s['chunk']} bytes, the answer one byte per call, "
+             "teacher-forced). Retrieval = exact match of the 5 digits (argmax given the correct prefix = greedy). "
+             "Perplexity = exp(mean next-byte NLL) over text positions; KL(fp16 ‖ cache) in nats, float64, over the "
+             "same positions (mean, 99th percentile) and over the 5 answer positions (mean). Bits/coord: stored "
+             "bits per quantized coordinate, measured. Variants: `kv` keys and values, `k` keys only, `v` values only, "
+             f"`kv+window` with the newest {s['window']} tokens exact. kivi and mlx_affine group "
+             f"{s['kivi_group_size']}; mlx-lm QuantizedKVCache group min(64, head_dim), "
+             f"{'its own quantized attention' if s['mlx_q_native'] else 'attended dequantized'}; our caches "
+             f"attended {s['cache_attention']}d. Compute dtype {s['dtype']}; caches see float16. Seed {s['seed']}.",
+             "",
+             "`outliers` is the same model with "
+             f"{s['outliers']['pairs_per_kv_head']} RoPE channel pairs per KV head and layer scaled by fixed random "
+             f"factors in {s['outliers']['scale']} and the matching query channels by the inverse (q·k unchanged, so "
+             "the fp16 model computes the same function): the caches see keys with outlier channels.", ""]
+    return lines + _skipped_and_failed(results)
+
+
+def _skipped_and_failed(results: list[dict]) -> list[str]:
+    """How many rounds the budget skipped or cut, and the configurations that raised (nothing if none)."""
+    lines = []
     if any(r.get("skipped_rounds") for r in results):
         sk = [x for r in results for x in r.get("skipped_rounds", [])]
         lines += [f"Budget: {len(sk)} round(s) skipped or cut (one round = one sequence at one context through a "
                   "tier's configurations); the `n` of each cell says how many sequences it saw.", ""]
-
     errs = [(_run_label(i), e) for i, r in enumerate(results) for e in r.get("errors", [])]
     if errs:
         lines += ["Configurations that failed (their cells count only the sequences they finished):", ""]
         lines += [f"- run {i}: `{e['model']}` {e['label']} at {e['context']} bytes, round {e['round']}: `{e['error']}`"
                   for i, e in errs]
         lines.append("")
-    # key statistics
-    lines += ["## Keys and values: kurtosis and outlier channels per layer", "",
-              "Post-RoPE, float16, as the cache receives them, over two held-out sequences. Kurtosis is Pearson's "
-              "(3 for a Gaussian) per (KV head, channel); ratio = largest channel RMS / median channel RMS of its "
-              "head; outlier channels have ratio > 4; per-token kurtosis is over one vector's coordinates (median "
-              "over tokens and heads), what a rotation spreads out (a channel's own kurtosis does not change when it "
-              "is scaled).", "",
-              "| model | layer | keys: kurtosis median | max | ratio max | outliers | per-token kurtosis | values: "
-              "kurtosis median | max | ratio max | outliers | per-token kurtosis |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    return lines
+
+
+def _key_statistics(res0: dict) -> list[str]:
+    """Kurtosis and outlier channels of the keys and values per model variant and layer (the first run's)."""
+    lines = ["## Keys and values: kurtosis and outlier channels per layer", "",
+             "Post-RoPE, float16, as the cache receives them, over two held-out sequences. Kurtosis is Pearson's "
+             "(3 for a Gaussian) per (KV head, channel); ratio = largest channel RMS / median channel RMS of its "
+             "head; outlier channels have ratio > 4; per-token kurtosis is over one vector's coordinates (median "
+             "over tokens and heads), what a rotation spreads out (a channel's own kurtosis does not change when it "
+             "is scaled).", "",
+             "| model | layer | keys: kurtosis median | max | ratio max | outliers | per-token kurtosis | values: "
+             "kurtosis median | max | ratio max | outliers | per-token kurtosis |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, table in res0["key_statistics"].items():
         for row in table:
             k, v = row["k"], row["v"]
@@ -102,53 +132,62 @@ def render(results: list[dict], sources: list[str]) -> str:
                          f"{v['rms_ratio_max']:.1f} | {v['outlier_channels']}/{v['channels']} | "
                          f"{v['token_kurtosis_median']:.1f} |")
     lines.append("")
+    return lines
 
-    contexts = sorted({r["context"] for r in rows})
-    by = {(r["model"], r["label"], r["context"]): r for r in rows}
-    for model in dict.fromkeys(r["model"] for r in rows):
-        labels = list(dict.fromkeys(r["label"] for r in rows if r["model"] == model))
-        src = {ctx: sorted({r["run"] for r in rows if r["model"] == model and r["context"] == ctx}) for ctx in contexts}
-        lines += [f"## Retrieval, model `{model}`: exact match (hits / sequences) per context", "",
-                  "Columns from run " + ", ".join(f"{ctx}: {'+'.join(src[ctx]) or '-'}" for ctx in contexts) + ".", "",
-                  "| configuration | bits/coord | " + " | ".join(f"{ctx} B" for ctx in contexts) + " |",
-                  "|---|---:|" + "---:|" * len(contexts)]
-        for lab in labels:
-            cells = [by.get((model, lab, ctx)) for ctx in contexts]
-            bpc = next((x["role_bits_per_coord"] for x in cells if x), float("nan"))
-            lines.append(f"| {lab} | {bpc:.2f} | " + " | ".join(
-                f"{x['hits']}/{x['sequences']}" if x else "-" for x in cells) + " |")
-        lines.append("")
-        fp = [by.get((model, "fp16", ctx)) for ctx in contexts]
-        depths = sorted({sq["depth"] for x in fp if x for sq in x["per_sequence"]})
-        if depths:
-            lines += [f"fp16 cache by needle depth (model `{model}`; hit = 1):", "",
-                      "| context | " + " | ".join(f"{d:.1f}" for d in depths) + " |", "|---:|" + "---:|" * len(depths)]
-            for ctx, x in zip(contexts, fp):
-                if not x:
-                    continue
-                hit = {}
-                for sq in x["per_sequence"]:
-                    hit.setdefault(sq["depth"], []).append(int(sq["hit"]))
-                lines.append(f"| {ctx} | " + " | ".join(
-                    "/".join(map(str, hit[d])) if d in hit else "-" for d in depths) + " |")
-            lines.append("")
-        for ctx in contexts:
-            base = by.get((model, "fp16", ctx))
-            if base is None:
-                continue
-            lines += [f"### Model `{model}`, context {ctx} bytes (run {'+'.join(src[ctx])})", "",
-                      f"fp16: perplexity {base['ppl']:.4f}, retrieval {base['hits']}/{base['sequences']}.", "",
-                      "| configuration | bits/coord | n | perplexity | Δ vs fp16 | KL mean | KL p99 | KL answer | retrieval |",
-                      "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-            for lab in labels:
-                x = by.get((model, lab, ctx))
-                if x is None or lab == "fp16":
-                    continue
-                lines.append(f"| {lab} | {x['role_bits_per_coord']:.2f} | {x['sequences']} | {x['ppl']:.4f} | "
-                             f"{_pct(100 * (x['ppl'] / base['ppl'] - 1))} | {x['kl_mean']:.2e} | {x['kl_p99']:.2e} | "
-                             f"{x['kl_answer_mean']:.2e} | {x['hits']}/{x['sequences']} |")
-            lines.append("")
-    return "\n".join(lines) + "\n"
+
+def _retrieval_table(model: str, labels: list[str], contexts: list[int], src: dict, by: dict) -> list[str]:
+    """Hits / sequences per configuration and context for one model variant, naming each column's run."""
+    lines = [f"## Retrieval, model `{model}`: exact match (hits / sequences) per context", "",
+             "Columns from run " + ", ".join(f"{ctx}: {'+'.join(src[ctx]) or '-'}" for ctx in contexts) + ".", "",
+             "| configuration | bits/coord | " + " | ".join(f"{ctx} B" for ctx in contexts) + " |",
+             "|---|---:|" + "---:|" * len(contexts)]
+    for lab in labels:
+        cells = [by.get((model, lab, ctx)) for ctx in contexts]
+        bpc = next((x["role_bits_per_coord"] for x in cells if x), float("nan"))
+        lines.append(f"| {lab} | {bpc:.2f} | " + " | ".join(
+            f"{x['hits']}/{x['sequences']}" if x else "-" for x in cells) + " |")
+    lines.append("")
+    return lines
+
+
+def _fp16_by_depth(model: str, contexts: list[int], by: dict) -> list[str]:
+    """The fp16 cache's hits per context and needle depth (nothing without fp16 cells)."""
+    fp = [by.get((model, "fp16", ctx)) for ctx in contexts]
+    depths = sorted({sq["depth"] for x in fp if x for sq in x["per_sequence"]})
+    if not depths:
+        return []
+    lines = [f"fp16 cache by needle depth (model `{model}`; hit = 1):", "",
+             "| context | " + " | ".join(f"{d:.1f}" for d in depths) + " |", "|---:|" + "---:|" * len(depths)]
+    for ctx, x in zip(contexts, fp):
+        if not x:
+            continue
+        hit = {}
+        for sq in x["per_sequence"]:
+            hit.setdefault(sq["depth"], []).append(int(sq["hit"]))
+        lines.append(f"| {ctx} | " + " | ".join(
+            "/".join(map(str, hit[d])) if d in hit else "-" for d in depths) + " |")
+    lines.append("")
+    return lines
+
+
+def _context_table(model: str, labels: list[str], ctx: int, src: list[str], by: dict) -> list[str]:
+    """Perplexity, KL and retrieval of every configuration against fp16 at one context (nothing without fp16)."""
+    base = by.get((model, "fp16", ctx))
+    if base is None:
+        return []
+    lines = [f"### Model `{model}`, context {ctx} bytes (run {'+'.join(src)})", "",
+             f"fp16: perplexity {base['ppl']:.4f}, retrieval {base['hits']}/{base['sequences']}.", "",
+             "| configuration | bits/coord | n | perplexity | Δ vs fp16 | KL mean | KL p99 | KL answer | retrieval |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for lab in labels:
+        x = by.get((model, lab, ctx))
+        if x is None or lab == "fp16":
+            continue
+        lines.append(f"| {lab} | {x['role_bits_per_coord']:.2f} | {x['sequences']} | {x['ppl']:.4f} | "
+                     f"{_pct(100 * (x['ppl'] / base['ppl'] - 1))} | {x['kl_mean']:.2e} | {x['kl_p99']:.2e} | "
+                     f"{x['kl_answer_mean']:.2e} | {x['hits']}/{x['sequences']} |")
+    lines.append("")
+    return lines
 
 
 def write(json_paths: list[pathlib.Path], markdown: pathlib.Path, results: list[dict] | None = None) -> None:
