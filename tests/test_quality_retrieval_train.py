@@ -68,3 +68,26 @@ def test_smoke_training_lowers_the_loss_and_resumes(tmp_path):
 def test_bad_phases_are_named():
     with pytest.raises(SystemExit):
         rt.main(["train", "--preset", "smoke", "--phases", "10x4", "--out-dir", "/tmp/unused"])
+
+
+def test_answer_loss_is_logged_per_task_and_without_upweighting(tmp_path):
+    """The logged answer loss (computed in the training graph) is the byte-weighted mean of the per-task answer
+    losses (computed on the host from the masks): both read the same answer bytes, next-byte aligned. With
+    --answer-weight 1 it is still logged (the answer bytes are a mask of their own, not `weight > 1`)."""
+    pytest.importorskip("mlx.core")
+    corpus = tmp_path / "corpus.npz"
+    np.savez_compressed(corpus, train=TEXT, heldout=TEXT, manifest=json.dumps({"sha256": "test"}))
+    out = tmp_path / "run"
+    assert rt.main(["train", "--preset", "smoke", "--phases", "3x8x96", "--out-dir", str(out), "--log-every", "1",
+                    "--corpus", str(corpus), "--answer-weight", "1", "--p-passkey", "0.3", "--p-kv", "0.2",
+                    "--p-span", "0.2", "--p-copy", "0.3", "--no-compile"]) == 0
+    log = [json.loads(l) for l in (out / "log.jsonl").read_text().splitlines()]
+    rng = np.random.default_rng(0)                          # the run's data order (seed 0)
+    for rec in log:
+        seqs, masks, tasks = rt.batch(TEXT, 8, 96, rng, {"passkey": 0.3, "kv": 0.2, "span": 0.2, "copy": 0.3})
+        counts = {t: int(masks[[i for i, k in enumerate(tasks) if k == t], 1:].sum()) for t in rt.TASKS}
+        by = rec["answer_by_task"]
+        assert set(by) == {t for t, c in counts.items() if c}, (by, counts)
+        assert rec["answer_loss"] > 3, rec                 # ~ln 256 at initialisation, not 0
+        mean = sum(by[t] * counts[t] for t in by) / sum(counts.values())
+        assert abs(mean - rec["answer_loss"]) < 2e-3, (mean, rec)
