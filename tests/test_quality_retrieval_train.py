@@ -12,11 +12,12 @@ from veloxquant.tools.quality import retrieval_train as rt
 TEXT = np.frombuffer(("def f(x):\n    return x + 1\n\n# a comment line\nclass A:\n    pass\n" * 400).encode(), np.uint8)
 
 
-@pytest.mark.parametrize("task", ["passkey", "kv", "span", "copy"])
+@pytest.mark.parametrize("task", ["passkey", "kv", "span", "copy", "copy-high"])
 def test_sequences_hold_their_answers(task):
     rng = np.random.default_rng(0)
+    task, alphabet = (task, "letters") if task != "copy-high" else ("copy", "high")
     for _ in range(50):
-        seq, mask = rt.make_sequence(TEXT, 512, rng, {task: 1.0})
+        seq, mask = rt.make_sequence(TEXT, 512, rng, {task: 1.0}, alphabet)
         assert seq.shape == (512,) and mask.shape == (512,) and mask.any()
         b = seq.tobytes()
         if task in ("span", "copy"):
@@ -25,7 +26,9 @@ def test_sequences_hold_their_answers(task):
             second = b[idx[0] - 1 : idx[-1] + 1]
             assert len(second) == n and b.find(second) < idx[0] - 1   # an earlier copy exists
             if task == "copy":     # random letters, 16 bytes up to a third of the sequence
-                assert 16 <= n <= 512 // 3 and set(second) <= set(rt.LETTERS.tobytes()), (n, second[:20])
+                assert 16 <= n <= 512 // 3 and set(second) <= set(rt.COPY_ALPHABETS[alphabet].tobytes()), n
+                if alphabet == "high":    # the text is ASCII: the bytes >= 128 are the two copies and nothing else
+                    assert int((seq >= 128).sum()) == 2 * n
         else:
             assert mask[-rt.DIGITS :].all() and mask.sum() == rt.DIGITS
             line_end = b.rfind(b"\n")
@@ -63,6 +66,13 @@ def test_smoke_training_lowers_the_loss_and_resumes(tmp_path):
     assert cfg["step"] == 16 and np.allclose(np.array(a(x)), np.array(b(x)), atol=1e-3)
     res = rt.passkey_eval(b, TEXT, 96, 2, 0)
     assert res["sequences"] == 2 and 0 <= res["exact_match"] <= 1 and res["answer_nll"] > 0
+
+
+def test_bad_copy_alphabet_is_named():
+    with pytest.raises(ValueError, match="copy_alphabet"):
+        rt.make_sequence(TEXT, 128, np.random.default_rng(0), {"copy": 1.0}, "greek")
+    with pytest.raises(SystemExit):
+        rt.main(["train", "--preset", "smoke", "--copy-alphabet", "greek", "--out-dir", "/tmp/unused"])
 
 
 def test_bad_phases_are_named():

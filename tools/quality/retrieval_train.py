@@ -43,6 +43,10 @@ import numpy as np
 PASSKEY_PREFIX = b"PASSKEY = "          # the format of tools/quality/trained_model.py and tools/quality/trained_eval.py
 DIGITS = 5
 LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)
+# the copy task's alphabets: lowercase letters also fill the Python text around the span, so one matching byte
+# finds many earlier places (copying needs 2-3 matching bytes); bytes 128..255 are rare in the ASCII corpus,
+# so one matching byte finds the first copy (see docs/retrieval-model.md, CPU experiments)
+COPY_ALPHABETS = {"letters": LETTERS, "high": np.arange(128, 256, dtype=np.uint8)}
 
 PRESETS = {
     # name: (model, phases [(steps, batch, length)], lr)
@@ -125,15 +129,19 @@ def _repeated(text: np.ndarray, span: np.ndarray, length: int, rng) -> tuple[np.
 TASKS = ("passkey", "kv", "span", "copy")
 
 
-def make_sequence(text: np.ndarray, length: int, rng, mix: dict) -> tuple[np.ndarray, np.ndarray]:
+def make_sequence(text: np.ndarray, length: int, rng, mix: dict,
+                  copy_alphabet: str = "letters") -> tuple[np.ndarray, np.ndarray]:
     """(`length` bytes, answer mask): plain text or one task, chosen with the probabilities in `mix`
     (keys passkey, kv, span, copy; the rest is plain text). The mask marks the bytes only retrieval predicts."""
-    seq, mask, _ = make_task_sequence(text, length, rng, mix)
+    seq, mask, _ = make_task_sequence(text, length, rng, mix, copy_alphabet)
     return seq, mask
 
 
-def make_task_sequence(text: np.ndarray, length: int, rng, mix: dict) -> tuple[np.ndarray, np.ndarray, str]:
+def make_task_sequence(text: np.ndarray, length: int, rng, mix: dict,
+                       copy_alphabet: str = "letters") -> tuple[np.ndarray, np.ndarray, str]:
     """make_sequence's (bytes, answer mask) and the task drawn ("text" or one of TASKS)."""
+    if copy_alphabet not in COPY_ALPHABETS:
+        raise ValueError(f"copy_alphabet: expected one of {sorted(COPY_ALPHABETS)}, got {copy_alphabet!r}")
     r = rng.random()
     task = "text"
     for name in TASKS:
@@ -154,7 +162,7 @@ def make_task_sequence(text: np.ndarray, length: int, rng, mix: dict) -> tuple[n
         else:      # random letters: only copying predicts them; long spans, so copying carries much of the loss
             hi = max(8, min(512, length // 3))      # short sequences keep room for the text around both copies
             n = int(rng.integers(min(16, hi), hi + 1))
-            span = rng.choice(LETTERS, n)
+            span = rng.choice(COPY_ALPHABETS[copy_alphabet], n)
         return (*_repeated(text, span, length, rng), task)
     # passkey / key-value: needles in the body, a query line at the end
     if task == "passkey":
@@ -190,9 +198,10 @@ def make_task_sequence(text: np.ndarray, length: int, rng, mix: dict) -> tuple[n
     return seq, mask, task
 
 
-def batch(text, n: int, length: int, rng, mix: dict) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def batch(text, n: int, length: int, rng, mix: dict,
+          copy_alphabet: str = "letters") -> tuple[np.ndarray, np.ndarray, list[str]]:
     """n sequences of length + 1 bytes (inputs and next-byte targets), their answer masks and tasks."""
-    seqs, masks, tasks = zip(*(make_task_sequence(text, length + 1, rng, mix) for _ in range(n)))
+    seqs, masks, tasks = zip(*(make_task_sequence(text, length + 1, rng, mix, copy_alphabet) for _ in range(n)))
     return np.stack(seqs).astype(np.int32), np.stack(masks), list(tasks)
 
 
@@ -293,7 +302,7 @@ def train(args) -> int:
                 break
             ph = int(np.searchsorted(bounds, step, side="right"))
             _, bsz, length = phases[ph]
-            seqs, masks, tasks = batch(text, bsz, length, rng, mix)
+            seqs, masks, tasks = batch(text, bsz, length, rng, mix, args.copy_alphabet)
             x = mx.array(seqs)
             w = mx.array(np.where(masks[:, 1:], args.answer_weight, 1.0).astype(np.float32))
             loss, ans, gnorm, ce = step_fn(x[:, :-1], x[:, 1:], w, mx.array(masks[:, 1:]))
@@ -380,7 +389,7 @@ def _save(args, model, opt, rng, run: dict) -> None:
     mx.save_safetensors(str(ckpt), flat)
     state = {"preset": args.preset, "phases": [list(p) for p in run["phases"]], "step": run["step"],
              "total": run["total"], "seed": args.seed, "lr": run["lr"], "mix": run["mix"],
-             "answer_weight": args.answer_weight, "rng": rng.bit_generator.state, "corpus": run["corpus"],
+             "answer_weight": args.answer_weight, "copy_alphabet": args.copy_alphabet, "rng": rng.bit_generator.state, "corpus": run["corpus"],
              "model_args": {k: v for k, v in dataclasses.asdict(model_args(args.preset)).items() if v is not None},
              "parameters": n_params(model)}
     state.setdefault("commands", [])
@@ -448,8 +457,8 @@ def export(args) -> int:
     shards.append(cur)
     for i, sh in enumerate(shards):
         mx.save_safetensors(str(args.out / f"model-{i + 1:02d}.safetensors"), sh)
-    cfg = {k: st[k] for k in ("preset", "phases", "step", "total", "seed", "lr", "mix", "answer_weight", "corpus",
-                              "model_args", "parameters", "commands") if k in st}
+    cfg = {k: st[k] for k in ("preset", "phases", "step", "total", "seed", "lr", "mix", "answer_weight",
+                              "copy_alphabet", "corpus", "model_args", "parameters", "commands") if k in st}
     cfg["dtype"] = "float16"
     (args.out / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     print(f"wrote {len(shards)} shard(s) and config.json to {args.out} (step {st['step']}/{st['total']})")
@@ -496,6 +505,9 @@ def main(argv=None) -> int:
     p.add_argument("--p-copy", type=float, default=0.0,
                    help="share of sequences with a random-letter span (16 bytes to a third of the sequence, "
                         "at most 512) repeated: only copying predicts it")
+    p.add_argument("--copy-alphabet", choices=sorted(COPY_ALPHABETS), default="letters",
+                   help="the copy task's bytes: letters (like the text around them: copying needs several "
+                        "matching bytes) or high (bytes 128-255, rare in the corpus: one matching byte suffices)")
     p.add_argument("--answer-weight", type=float, default=4.0, help="loss weight of answer bytes")
     p.add_argument("--max-minutes", type=float, default=8.0)
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in this call")
