@@ -159,7 +159,7 @@ def make_task_sequence(text: np.ndarray, length: int, rng, mix: dict,
             n = min(int(rng.integers(32, 257)), max(8, length // 4))
             src = int(rng.integers(0, text.size - n))
             span = text[src : src + n]
-        else:      # random letters: only copying predicts them; long spans, so copying carries much of the loss
+        else:      # random bytes of the copy alphabet: only copying predicts them; long spans carry much of the loss
             hi = max(8, min(512, length // 3))      # short sequences keep room for the text around both copies
             n = int(rng.integers(min(16, hi), hi + 1))
             span = rng.choice(COPY_ALPHABETS[copy_alphabet], n)
@@ -389,7 +389,8 @@ def _save(args, model, opt, rng, run: dict) -> None:
     mx.save_safetensors(str(ckpt), flat)
     state = {"preset": args.preset, "phases": [list(p) for p in run["phases"]], "step": run["step"],
              "total": run["total"], "seed": args.seed, "lr": run["lr"], "mix": run["mix"],
-             "answer_weight": args.answer_weight, "copy_alphabet": args.copy_alphabet, "rng": rng.bit_generator.state, "corpus": run["corpus"],
+             "answer_weight": args.answer_weight, "copy_alphabet": args.copy_alphabet,
+             "rng": rng.bit_generator.state, "corpus": run["corpus"],
              "model_args": {k: v for k, v in dataclasses.asdict(model_args(args.preset)).items() if v is not None},
              "parameters": n_params(model)}
     state.setdefault("commands", [])
@@ -503,8 +504,8 @@ def main(argv=None) -> int:
     p.add_argument("--p-kv", type=float, default=0.2)
     p.add_argument("--p-span", type=float, default=0.2)
     p.add_argument("--p-copy", type=float, default=0.0,
-                   help="share of sequences with a random-letter span (16 bytes to a third of the sequence, "
-                        "at most 512) repeated: only copying predicts it")
+                   help="share of sequences with a random span (of --copy-alphabet; 16 bytes to a third of the "
+                        "sequence, at most 512) repeated: only copying predicts it")
     p.add_argument("--copy-alphabet", choices=sorted(COPY_ALPHABETS), default="letters",
                    help="the copy task's bytes: letters (like the text around them: copying needs several "
                         "matching bytes) or high (bytes 128-255, rare in the corpus: one matching byte suffices)")
