@@ -43,6 +43,10 @@ import numpy as np
 PASSKEY_PREFIX = b"PASSKEY = "          # the format of tools/quality/trained_model.py and tools/quality/trained_eval.py
 DIGITS = 5
 LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)
+# the copy task's alphabets: lowercase letters also fill the Python text around the span, so one matching byte
+# finds many earlier places (copying needs 2-3 matching bytes); bytes 128..255 are rare in the ASCII corpus,
+# so one matching byte finds the first copy (see docs/retrieval-model.md, CPU experiments)
+COPY_ALPHABETS = {"letters": LETTERS, "high": np.arange(128, 256, dtype=np.uint8)}
 
 PRESETS = {
     # name: (model, phases [(steps, batch, length)], lr)
@@ -122,12 +126,25 @@ def _repeated(text: np.ndarray, span: np.ndarray, length: int, rng) -> tuple[np.
     return seq[:length], mask
 
 
-def make_sequence(text: np.ndarray, length: int, rng, mix: dict) -> tuple[np.ndarray, np.ndarray]:
+TASKS = ("passkey", "kv", "span", "copy")
+
+
+def make_sequence(text: np.ndarray, length: int, rng, mix: dict,
+                  copy_alphabet: str = "letters") -> tuple[np.ndarray, np.ndarray]:
     """(`length` bytes, answer mask): plain text or one task, chosen with the probabilities in `mix`
     (keys passkey, kv, span, copy; the rest is plain text). The mask marks the bytes only retrieval predicts."""
+    seq, mask, _ = make_task_sequence(text, length, rng, mix, copy_alphabet)
+    return seq, mask
+
+
+def make_task_sequence(text: np.ndarray, length: int, rng, mix: dict,
+                       copy_alphabet: str = "letters") -> tuple[np.ndarray, np.ndarray, str]:
+    """make_sequence's (bytes, answer mask) and the task drawn ("text" or one of TASKS)."""
+    if copy_alphabet not in COPY_ALPHABETS:
+        raise ValueError(f"copy_alphabet: expected one of {sorted(COPY_ALPHABETS)}, got {copy_alphabet!r}")
     r = rng.random()
     task = "text"
-    for name in ("passkey", "kv", "span", "copy"):
+    for name in TASKS:
         p = mix.get(name, 0.0)
         if r < p:
             task = name
@@ -136,17 +153,17 @@ def make_sequence(text: np.ndarray, length: int, rng, mix: dict) -> tuple[np.nda
     mask = np.zeros(length, bool)
     if task == "text":
         s = int(rng.integers(0, text.size - length))
-        return text[s : s + length].copy(), mask
+        return text[s : s + length].copy(), mask, task
     if task in ("span", "copy"):
         if task == "span":
             n = min(int(rng.integers(32, 257)), max(8, length // 4))
             src = int(rng.integers(0, text.size - n))
             span = text[src : src + n]
-        else:      # random letters: only copying predicts them; long spans, so copying carries much of the loss
+        else:      # random bytes of the copy alphabet: only copying predicts them; long spans carry much of the loss
             hi = max(8, min(512, length // 3))      # short sequences keep room for the text around both copies
             n = int(rng.integers(min(16, hi), hi + 1))
-            span = rng.choice(LETTERS, n)
-        return _repeated(text, span, length, rng)
+            span = rng.choice(COPY_ALPHABETS[copy_alphabet], n)
+        return (*_repeated(text, span, length, rng), task)
     # passkey / key-value: needles in the body, a query line at the end
     if task == "passkey":
         needles = [(PASSKEY_PREFIX, _digits(rng))]
@@ -178,12 +195,27 @@ def make_sequence(text: np.ndarray, length: int, rng, mix: dict) -> tuple[np.nda
         seq = np.concatenate([pad, seq])
     seq = seq[-length:]
     mask[length - DIGITS :] = True
-    return seq, mask
+    return seq, mask, task
 
 
-def batch(text, n: int, length: int, rng, mix: dict) -> tuple[np.ndarray, np.ndarray]:
-    seqs, masks = zip(*(make_sequence(text, length + 1, rng, mix) for _ in range(n)))
-    return np.stack(seqs).astype(np.int32), np.stack(masks)
+def batch(text, n: int, length: int, rng, mix: dict,
+          copy_alphabet: str = "letters") -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """n sequences of length + 1 bytes (inputs and next-byte targets), their answer masks and tasks."""
+    seqs, masks, tasks = zip(*(make_task_sequence(text, length + 1, rng, mix, copy_alphabet) for _ in range(n)))
+    return np.stack(seqs).astype(np.int32), np.stack(masks), list(tasks)
+
+
+def answer_loss_by_task(ce: np.ndarray, masks: np.ndarray, tasks: list[str]) -> dict:
+    """Mean loss on the answer bytes of each task in a batch. ce[i, j] is the loss of the target byte j + 1 of
+    sequence i (masks[:, 1:] aligns with it). The tasks' floors differ (a passkey digit at chance is ln 10, an
+    uncopied random letter ln 26, a copied byte ~0), so their mean alone cannot say which task is learned."""
+    out = {}
+    for t in TASKS:
+        rows = [i for i, k in enumerate(tasks) if k == t]
+        m = masks[rows, 1:]
+        if m.any():
+            out[t] = round(float(ce[rows][m].mean()), 4)
+    return out
 
 
 # ---- model ------------------------------------------------------------------------------------------------
@@ -270,20 +302,23 @@ def train(args) -> int:
                 break
             ph = int(np.searchsorted(bounds, step, side="right"))
             _, bsz, length = phases[ph]
-            seqs, masks = batch(text, bsz, length, rng, mix)
+            seqs, masks, tasks = batch(text, bsz, length, rng, mix, args.copy_alphabet)
             x = mx.array(seqs)
             w = mx.array(np.where(masks[:, 1:], args.answer_weight, 1.0).astype(np.float32))
-            loss, ans, gnorm = step_fn(x[:, :-1], x[:, 1:], w)
-            mx.eval(loss, ans, model.parameters(), opt.state)
+            loss, ans, gnorm, ce = step_fn(x[:, :-1], x[:, 1:], w, mx.array(masks[:, 1:]))
+            mx.eval(loss, ans, ce, model.parameters(), opt.state)
             step += 1
             if step % args.log_every == 0 or step == total or step - done_before == 1:
+                by_task = answer_loss_by_task(np.array(ce), masks, tasks)
                 rec = {"step": step, "phase": ph, "length": length, "loss": round(float(loss), 4),
-                       "answer_loss": round(float(ans), 4), "grad_norm": round(float(gnorm), 3),
-                       "lr": float(sched(step)), "seconds": round(time.time() - t0, 1)}
+                       "answer_loss": round(float(ans), 4), "answer_by_task": by_task,
+                       "grad_norm": round(float(gnorm), 3), "lr": float(sched(step)),
+                       "seconds": round(time.time() - t0, 1)}
                 log.write(json.dumps(rec) + "\n")
                 log.flush()
-                print(f"step {step}/{total} L={length} loss {rec['loss']:.3f} answer {rec['answer_loss']:.3f} "
-                      f"|g| {rec['grad_norm']:.2f} {rec['seconds']:.0f}s", flush=True)
+                print(f"step {step}/{total} L={length} loss {rec['loss']:.3f} answer {rec['answer_loss']:.3f} ("
+                      + " ".join(f"{k} {v:.2f}" for k, v in by_task.items()) + f") |g| {rec['grad_norm']:.2f} "
+                      f"{rec['seconds']:.0f}s", flush=True)
     _save(args, model, opt, rng, dict(phases=phases, step=step, total=total, lr=lr, mix=mix,
                                       corpus=corpus["manifest"]))
     if step >= total:   # the deliverable: float16 weights and their config next to the checkpoint
@@ -295,22 +330,23 @@ def train(args) -> int:
 
 
 def _step_fn(model, opt, compiled: bool):
-    """One optimizer step on (x, y, w): (loss weighted by w, loss on the answer bytes alone, gradient norm)."""
+    """One optimizer step on (x, y, w, a): (loss weighted by w, loss on the answer bytes a alone, gradient norm,
+    the per-byte losses). The answer mask comes apart from the weights: --answer-weight 1 still logs it."""
     import mlx.core as mx
     import mlx.nn as nn
     import mlx.optimizers as optim
 
-    def loss_fn(m, x, y, w):
+    def loss_fn(m, x, y, w, a):
         ce = nn.losses.cross_entropy(m(x).astype(mx.float32), y)
-        return (ce * w).sum() / w.sum(), (ce * (w > 1)).sum() / mx.maximum((w > 1).sum(), 1)
+        return (ce * w).sum() / w.sum(), (ce * a).sum() / mx.maximum(a.sum(), 1), ce
 
     grad = nn.value_and_grad(model, loss_fn)
 
-    def step_fn(x, y, w):
-        (loss, ans), g = grad(model, x, y, w)
+    def step_fn(x, y, w, a):
+        (loss, ans, ce), g = grad(model, x, y, w, a)
         g, gnorm = optim.clip_grad_norm(g, 1.0)
         opt.update(model, g)
-        return loss, ans, gnorm
+        return loss, ans, gnorm, ce
 
     if compiled:   # one graph per sequence shape (a handful of phases): fewer launches on the GPU
         from functools import partial
@@ -353,7 +389,8 @@ def _save(args, model, opt, rng, run: dict) -> None:
     mx.save_safetensors(str(ckpt), flat)
     state = {"preset": args.preset, "phases": [list(p) for p in run["phases"]], "step": run["step"],
              "total": run["total"], "seed": args.seed, "lr": run["lr"], "mix": run["mix"],
-             "answer_weight": args.answer_weight, "rng": rng.bit_generator.state, "corpus": run["corpus"],
+             "answer_weight": args.answer_weight, "copy_alphabet": args.copy_alphabet,
+             "rng": rng.bit_generator.state, "corpus": run["corpus"],
              "model_args": {k: v for k, v in dataclasses.asdict(model_args(args.preset)).items() if v is not None},
              "parameters": n_params(model)}
     state.setdefault("commands", [])
@@ -421,8 +458,8 @@ def export(args) -> int:
     shards.append(cur)
     for i, sh in enumerate(shards):
         mx.save_safetensors(str(args.out / f"model-{i + 1:02d}.safetensors"), sh)
-    cfg = {k: st[k] for k in ("preset", "phases", "step", "total", "seed", "lr", "mix", "answer_weight", "corpus",
-                              "model_args", "parameters", "commands") if k in st}
+    cfg = {k: st[k] for k in ("preset", "phases", "step", "total", "seed", "lr", "mix", "answer_weight",
+                              "copy_alphabet", "corpus", "model_args", "parameters", "commands") if k in st}
     cfg["dtype"] = "float16"
     (args.out / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     print(f"wrote {len(shards)} shard(s) and config.json to {args.out} (step {st['step']}/{st['total']})")
@@ -467,8 +504,11 @@ def main(argv=None) -> int:
     p.add_argument("--p-kv", type=float, default=0.2)
     p.add_argument("--p-span", type=float, default=0.2)
     p.add_argument("--p-copy", type=float, default=0.0,
-                   help="share of sequences with a random-letter span (16 bytes to a third of the sequence, "
-                        "at most 512) repeated: only copying predicts it")
+                   help="share of sequences with a random span (of --copy-alphabet; 16 bytes to a third of the "
+                        "sequence, at most 512) repeated: only copying predicts it")
+    p.add_argument("--copy-alphabet", choices=sorted(COPY_ALPHABETS), default="letters",
+                   help="the copy task's bytes: letters (like the text around them: copying needs several "
+                        "matching bytes) or high (bytes 128-255, rare in the corpus: one matching byte suffices)")
     p.add_argument("--answer-weight", type=float, default=4.0, help="loss weight of answer bytes")
     p.add_argument("--max-minutes", type=float, default=8.0)
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in this call")
