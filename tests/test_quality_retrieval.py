@@ -26,6 +26,7 @@ from veloxquant.tools.quality import retrieval as qr  # noqa: E402
 from veloxquant.tools.quality import retrieval_doc as qd  # noqa: E402
 from veloxquant.tools.quality import retrieval_model as qm  # noqa: E402
 from veloxquant.tools.quality import retrieval_sequences as qs  # noqa: E402
+from veloxquant.tools.quality import retrieval_data as qrd
 from veloxquant.tools.quality import retrieval_train as qrt  # noqa: E402
 
 D, NGRAM, BETA, GAMMA = 128, 8, 40.0, 4.0
@@ -51,23 +52,23 @@ def test_passkey_sequence_is_the_trainers_format(depth):
         assert s["tokens"].size == 1024
         assert qs.check_passkey_format(s["tokens"]) == s["digits"]
         b = bytes(s["tokens"].astype(np.uint8))
-        assert b[s["needle_at"] : s["needle_at"] + s["needle_len"]] == qrt.PASSKEY_PREFIX + s["digits"].encode() + b"\n"
+        assert b[s["needle_at"] : s["needle_at"] + s["needle_len"]] == qrd.PASSKEY_PREFIX + s["digits"].encode() + b"\n"
         assert abs(s["needle_at"] / 1024 - depth) < 0.3       # the line start after depth (<= 200 bytes on)
         # scored rows: neither the needle line nor the query/answer
         rows = np.flatnonzero(s["score_mask"]) + 1
         assert not np.any((rows >= s["needle_at"]) & (rows < s["needle_at"] + s["needle_len"]))
-        assert rows.max() < 1024 - len(qrt.PASSKEY_PREFIX) - qrt.DIGITS
+        assert rows.max() < 1024 - len(qrd.PASSKEY_PREFIX) - qrd.DIGITS
     # the checker accepts the trainer's own sequences, so both share one format
     rng = np.random.default_rng(7)
     for _ in range(5):
-        seq, mask = qrt.make_sequence(text, 1024, rng, {"passkey": 1.0})
+        seq, mask = qrd.make_sequence(text, 1024, rng, {"passkey": 1.0})
         assert qs.check_passkey_format(seq) == bytes(seq[mask]).decode()
 
 
 def test_check_passkey_format_rejects_broken_sequences():
     s = qs.passkey_sequence(_text(), 512, np.random.default_rng(0), 0.5)
     t = s["tokens"].copy()
-    t[s["needle_at"] + len(qrt.PASSKEY_PREFIX)] ^= 1          # the needle's first digit changed
+    t[s["needle_at"] + len(qrd.PASSKEY_PREFIX)] ^= 1          # the needle's first digit changed
     with pytest.raises(ValueError, match="occurs 0 times"):
         qs.check_passkey_format(t)
     with pytest.raises(ValueError, match="digits"):

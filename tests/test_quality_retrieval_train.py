@@ -7,16 +7,18 @@ import json
 import numpy as np
 import pytest
 
+from veloxquant.tools.quality import retrieval_data as rd
 from veloxquant.tools.quality import retrieval_train as rt
 
 TEXT = np.frombuffer(("def f(x):\n    return x + 1\n\n# a comment line\nclass A:\n    pass\n" * 400).encode(), np.uint8)
 
 
-@pytest.mark.parametrize("task", ["passkey", "kv", "span", "copy"])
+@pytest.mark.parametrize("task", ["passkey", "kv", "span", "copy", "copy-high"])
 def test_sequences_hold_their_answers(task):
     rng = np.random.default_rng(0)
+    task, alphabet = (task, "letters") if task != "copy-high" else ("copy", "high")
     for _ in range(50):
-        seq, mask = rt.make_sequence(TEXT, 512, rng, {task: 1.0})
+        seq, mask = rd.make_sequence(TEXT, 512, rng, {task: 1.0}, alphabet)
         assert seq.shape == (512,) and mask.shape == (512,) and mask.any()
         b = seq.tobytes()
         if task in ("span", "copy"):
@@ -25,12 +27,14 @@ def test_sequences_hold_their_answers(task):
             second = b[idx[0] - 1 : idx[-1] + 1]
             assert len(second) == n and b.find(second) < idx[0] - 1   # an earlier copy exists
             if task == "copy":     # random letters, 16 bytes up to a third of the sequence
-                assert 16 <= n <= 512 // 3 and set(second) <= set(rt.LETTERS.tobytes()), (n, second[:20])
+                assert 16 <= n <= 512 // 3 and set(second) <= set(rd.COPY_ALPHABETS[alphabet].tobytes()), n
+                if alphabet == "high":    # the text is ASCII: the bytes >= 128 are the two copies and nothing else
+                    assert int((seq >= 128).sum()) == 2 * n
         else:
-            assert mask[-rt.DIGITS :].all() and mask.sum() == rt.DIGITS
+            assert mask[-rd.DIGITS :].all() and mask.sum() == rd.DIGITS
             line_end = b.rfind(b"\n")
             query = b[line_end + 1 :]                 # "<prefix><digits>" on the last line
-            prefix, answer = query[: -rt.DIGITS], query[-rt.DIGITS :]
+            prefix, answer = query[: -rd.DIGITS], query[-rd.DIGITS :]
             assert answer.isdigit() and prefix.endswith(b" = ")
             assert b[: line_end + 1].count(b"\n" + prefix + answer + b"\n") == 1   # the needle, once
 
@@ -65,6 +69,36 @@ def test_smoke_training_lowers_the_loss_and_resumes(tmp_path):
     assert res["sequences"] == 2 and 0 <= res["exact_match"] <= 1 and res["answer_nll"] > 0
 
 
+def test_bad_copy_alphabet_is_named():
+    with pytest.raises(ValueError, match="copy_alphabet"):
+        rd.make_sequence(TEXT, 128, np.random.default_rng(0), {"copy": 1.0}, "greek")
+    with pytest.raises(SystemExit):
+        rt.main(["train", "--preset", "smoke", "--copy-alphabet", "greek", "--out-dir", "/tmp/unused"])
+
+
 def test_bad_phases_are_named():
     with pytest.raises(SystemExit):
         rt.main(["train", "--preset", "smoke", "--phases", "10x4", "--out-dir", "/tmp/unused"])
+
+
+def test_answer_loss_is_logged_per_task_and_without_upweighting(tmp_path):
+    """The logged answer loss (computed in the training graph) is the byte-weighted mean of the per-task answer
+    losses (computed on the host from the masks): both read the same answer bytes, next-byte aligned. With
+    --answer-weight 1 it is still logged (the answer bytes are a mask of their own, not `weight > 1`)."""
+    pytest.importorskip("mlx.core")
+    corpus = tmp_path / "corpus.npz"
+    np.savez_compressed(corpus, train=TEXT, heldout=TEXT, manifest=json.dumps({"sha256": "test"}))
+    out = tmp_path / "run"
+    assert rt.main(["train", "--preset", "smoke", "--phases", "3x8x96", "--out-dir", str(out), "--log-every", "1",
+                    "--corpus", str(corpus), "--answer-weight", "1", "--p-passkey", "0.3", "--p-kv", "0.2",
+                    "--p-span", "0.2", "--p-copy", "0.3", "--no-compile"]) == 0
+    log = [json.loads(l) for l in (out / "log.jsonl").read_text().splitlines()]
+    rng = np.random.default_rng(0)                          # the run's data order (seed 0)
+    for rec in log:
+        seqs, masks, tasks = rd.batch(TEXT, 8, 96, rng, {"passkey": 0.3, "kv": 0.2, "span": 0.2, "copy": 0.3})
+        counts = {t: int(masks[[i for i, k in enumerate(tasks) if k == t], 1:].sum()) for t in rd.TASKS}
+        by = rec["answer_by_task"]
+        assert set(by) == {t for t, c in counts.items() if c}, (by, counts)
+        assert rec["answer_loss"] > 3, rec                 # ~ln 256 at initialisation, not 0
+        mean = sum(by[t] * counts[t] for t in by) / sum(counts.values())
+        assert abs(mean - rec["answer_loss"]) < 2e-3, (mean, rec)

@@ -45,7 +45,7 @@ import typing
 
 import numpy as np
 
-from . import retrieval_train as qrt
+from . import retrieval_data as qrd
 from .retrieval_model import OUTLIER_PAIRS, OUTLIER_SCALE, inject_outliers, key_table, load_model
 from .retrieval_score import forward, score
 from .retrieval_sequences import passkey_sequence
@@ -246,7 +246,7 @@ def make_plan(args, t_start: float) -> Plan:
     mlx_q_native = on_gpu if args.mlx_q_native is None else args.mlx_q_native
     models = {}
     base, cfg_json = load_model(args.model_dir, dtype)
-    corpus = qrt.load_corpus(args.corpus)
+    corpus = qrd.load_corpus(args.corpus)
     models["plain"] = base
     corpus_match = cfg_json.get("corpus", {}).get("sha256") == corpus["manifest"]["sha256"]
     if not corpus_match:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import retrieval_train as qrt
+from . import retrieval_data as qrd
 
 
 def forward(model, caches, tokens: np.ndarray, chunk: int) -> np.ndarray:
     """Logits (len - 1, vocab) float32: prefill in chunks up to the answer, then one byte per call."""
     from .trained_eval import run_sequence
 
-    return run_sequence(model, caches, tokens, qrt.DIGITS, chunk)
+    return run_sequence(model, caches, tokens, qrd.DIGITS, chunk)
 
 
 def log_softmax(a: np.ndarray) -> np.ndarray:
@@ -25,7 +25,7 @@ def log_softmax(a: np.ndarray) -> np.ndarray:
 def score(logits: np.ndarray, seq: dict, ref: dict | None) -> dict:
     """NLL over text rows, exact match of the answer, KL against the reference's log-probs (rows scored)."""
     toks = seq["tokens"]
-    n, a = toks.size - 1, qrt.DIGITS
+    n, a = toks.size - 1, qrd.DIGITS
     rows = np.flatnonzero(seq["score_mask"])
     ans = np.arange(n - a, n)     # the rows predicting the digits (the first from the query's last byte)
     lp_t, lp_a = log_softmax(logits[rows]), log_softmax(logits[ans])

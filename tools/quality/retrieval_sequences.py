@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import retrieval_train as qrt
+from . import retrieval_data as qrd
 
 
 def passkey_sequence(text: np.ndarray, length: int, rng, depth: float) -> dict:
@@ -17,9 +17,9 @@ def passkey_sequence(text: np.ndarray, length: int, rng, depth: float) -> dict:
     tokens[p + 1]) whose target is corpus text, i.e. neither the needle line nor the query and answer."""
     if not 0.0 <= depth <= 1.0:
         raise ValueError(f"depth: expected a fraction in [0, 1], got {depth}")
-    answer = qrt._digits(rng)
-    line = qrt.PASSKEY_PREFIX + answer + b"\n"
-    tail = qrt.PASSKEY_PREFIX + answer
+    answer = qrd._digits(rng)
+    line = qrd.PASSKEY_PREFIX + answer + b"\n"
+    tail = qrd.PASSKEY_PREFIX + answer
     body_len = length - len(line) - len(tail)
     if body_len < 8:
         raise ValueError(f"length: {length} bytes leaves no room for text around the passkey")
@@ -29,8 +29,8 @@ def passkey_sequence(text: np.ndarray, length: int, rng, depth: float) -> dict:
     if cut.size and body_len > 200:
         body = body[: body_len - 200 + int(cut[-1]) + 1]
     at = int(depth * body.size)
-    at = qrt._line_start(body, at, min(body.size, at + 200))
-    seq = qrt._insert(body, at, line)
+    at = qrd._line_start(body, at, min(body.size, at + 200))
+    seq = qrd._insert(body, at, line)
     if seq[-1] != 10:
         seq = np.concatenate([seq, np.frombuffer(b"\n", np.uint8)])
     seq = np.concatenate([seq, np.frombuffer(tail, np.uint8)])
@@ -47,7 +47,7 @@ def passkey_sequence(text: np.ndarray, length: int, rng, depth: float) -> dict:
 def check_passkey_format(seq: np.ndarray) -> str:
     """The digits of a passkey sequence in the trainer's format; ValueError saying what is wrong otherwise."""
     b = bytes(np.asarray(seq, np.uint8))
-    p, n = qrt.PASSKEY_PREFIX, qrt.DIGITS
+    p, n = qrd.PASSKEY_PREFIX, qrd.DIGITS
     tail = b[-(len(p) + n) :]
     if not tail.startswith(p) or not tail[len(p) :].isdigit():
         raise ValueError(f"seq: does not end in {p!r} and {n} digits: {tail!r}")

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import pathlib
 import sys
@@ -40,9 +39,8 @@ import time
 
 import numpy as np
 
-PASSKEY_PREFIX = b"PASSKEY = "          # the format of tools/quality/trained_model.py and tools/quality/trained_eval.py
-DIGITS = 5
-LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)
+from .retrieval_data import (COPY_ALPHABETS, DIGITS, answer_loss_by_task, batch, build_corpus, load_corpus,
+                             make_sequence)
 
 PRESETS = {
     # name: (model, phases [(steps, batch, length)], lr)
@@ -53,137 +51,6 @@ PRESETS = {
                    num_key_value_heads=1, head_dim=32, rope_theta=10000.0),
               [(40, 8, 128)], 3e-3),
 }
-
-
-# ---- corpus ---------------------------------------------------------------------------------------------
-def stdlib_files(base: pathlib.Path | None = None) -> list[pathlib.Path]:
-    import sysconfig
-
-    base = base or pathlib.Path(sysconfig.get_paths()["stdlib"])
-    skip = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
-    return sorted((p for p in base.rglob("*.py") if not skip & set(p.relative_to(base).parts)),
-                  key=lambda p: str(p.relative_to(base)))
-
-
-def build_corpus(heldout_every: int = 8) -> dict:
-    """{"train": uint8, "heldout": uint8, "manifest": {...}} from this Python's stdlib."""
-    import sysconfig
-
-    base = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    parts = {"train": [], "heldout": []}
-    names = []
-    for i, p in enumerate(stdlib_files(base)):
-        split = "heldout" if i % heldout_every == heldout_every - 1 else "train"
-        data = p.read_bytes()
-        parts[split].append(data)
-        names.append([str(p.relative_to(base)), split, hashlib.sha256(data).hexdigest()[:16]])
-    out = {s: np.frombuffer(b"\n\n".join(v), np.uint8) for s, v in parts.items()}
-    h = hashlib.sha256(json.dumps(names).encode()).hexdigest()
-    out["manifest"] = {"python": sys.version.split()[0], "files": len(names), "sha256": h,
-                       "bytes": {s: int(out[s].size) for s in ("train", "heldout")}, "heldout_every": heldout_every}
-    return out
-
-
-def load_corpus(path: pathlib.Path | None) -> dict:
-    if path is None:
-        return build_corpus()
-    if not path.is_file():
-        raise FileNotFoundError(f"--corpus: {path} does not exist (write it with pack-corpus)")
-    z = np.load(path)
-    return {"train": z["train"], "heldout": z["heldout"], "manifest": json.loads(str(z["manifest"]))}
-
-
-# ---- sequences ----------------------------------------------------------------------------------------------
-def _line_start(seq: np.ndarray, pos: int, hi: int) -> int:
-    """The first line start at or after pos (bounded by hi), else pos."""
-    nl = np.flatnonzero(seq[pos:hi] == 10)
-    return pos + int(nl[0]) + 1 if nl.size else pos
-
-
-def _digits(rng) -> bytes:
-    return bytes(rng.integers(48, 58, DIGITS, dtype=np.uint8))
-
-
-def _insert(body: np.ndarray, at: int, piece: bytes) -> np.ndarray:
-    return np.concatenate([body[:at], np.frombuffer(piece, np.uint8), body[at:]])
-
-
-def _repeated(text: np.ndarray, span: np.ndarray, length: int, rng) -> tuple[np.ndarray, np.ndarray]:
-    """Text with `span` inserted twice; the mask marks the second copy after its first byte."""
-    n = span.size
-    mask = np.zeros(length, bool)
-    body_len = length - 2 * n
-    s = int(rng.integers(0, text.size - body_len))
-    body = text[s : s + body_len]
-    a = int(rng.integers(0, max(1, body_len // 2)))
-    b = int(rng.integers(a, body_len + 1))
-    seq = np.concatenate([body[:a], span, body[a:b], span, body[b:]])
-    mask[a + n + (b - a) + 1 : a + n + (b - a) + n] = True
-    return seq[:length], mask
-
-
-def make_sequence(text: np.ndarray, length: int, rng, mix: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(`length` bytes, answer mask): plain text or one task, chosen with the probabilities in `mix`
-    (keys passkey, kv, span, copy; the rest is plain text). The mask marks the bytes only retrieval predicts."""
-    r = rng.random()
-    task = "text"
-    for name in ("passkey", "kv", "span", "copy"):
-        p = mix.get(name, 0.0)
-        if r < p:
-            task = name
-            break
-        r -= p
-    mask = np.zeros(length, bool)
-    if task == "text":
-        s = int(rng.integers(0, text.size - length))
-        return text[s : s + length].copy(), mask
-    if task in ("span", "copy"):
-        if task == "span":
-            n = min(int(rng.integers(32, 257)), max(8, length // 4))
-            src = int(rng.integers(0, text.size - n))
-            span = text[src : src + n]
-        else:      # random letters: only copying predicts them; long spans, so copying carries much of the loss
-            hi = max(8, min(512, length // 3))      # short sequences keep room for the text around both copies
-            n = int(rng.integers(min(16, hi), hi + 1))
-            span = rng.choice(LETTERS, n)
-        return _repeated(text, span, length, rng)
-    # passkey / key-value: needles in the body, a query line at the end
-    if task == "passkey":
-        needles = [(PASSKEY_PREFIX, _digits(rng))]
-        q = 0
-    else:
-        k = int(rng.integers(2, 9))
-        needles = [(b"key_" + bytes(rng.choice(LETTERS, 6)) + b" = ", _digits(rng)) for _ in range(k)]
-        q = int(rng.integers(0, k))
-    prefix, answer = needles[q]
-    tail = prefix + answer
-    need = sum(len(a) + len(b) + 1 for a, b in needles) + len(tail)
-    body_len = length - need
-    s = int(rng.integers(0, text.size - body_len - 1))
-    body = text[s : s + body_len]
-    # the query starts a line: end the body at its last newline if there is one near the end
-    cut = np.flatnonzero(body[-200:] == 10)
-    if cut.size:
-        body = body[: body_len - 200 + int(cut[-1]) + 1] if body_len > 200 else body
-    spots = sorted(int(rng.uniform(0.05, 0.9) * body.size) for _ in needles)
-    seq = body
-    for (pre, ans), at in sorted(zip(needles, spots), key=lambda t: -t[1]):   # from the end: offsets hold
-        at = _line_start(seq, at, min(seq.size, at + 200))
-        seq = _insert(seq, at, pre + ans + b"\n")
-    if seq.size and seq[-1] != 10:
-        seq = np.concatenate([seq, np.frombuffer(b"\n", np.uint8)])
-    seq = np.concatenate([seq, np.frombuffer(tail, np.uint8)])
-    if seq.size < length:      # pad at the front with text so the query stays last
-        pad = text[s - (length - seq.size) : s] if s >= length - seq.size else np.full(length - seq.size, 10, np.uint8)
-        seq = np.concatenate([pad, seq])
-    seq = seq[-length:]
-    mask[length - DIGITS :] = True
-    return seq, mask
-
-
-def batch(text, n: int, length: int, rng, mix: dict) -> tuple[np.ndarray, np.ndarray]:
-    seqs, masks = zip(*(make_sequence(text, length + 1, rng, mix) for _ in range(n)))
-    return np.stack(seqs).astype(np.int32), np.stack(masks)
 
 
 # ---- model ------------------------------------------------------------------------------------------------
@@ -270,20 +137,23 @@ def train(args) -> int:
                 break
             ph = int(np.searchsorted(bounds, step, side="right"))
             _, bsz, length = phases[ph]
-            seqs, masks = batch(text, bsz, length, rng, mix)
+            seqs, masks, tasks = batch(text, bsz, length, rng, mix, args.copy_alphabet)
             x = mx.array(seqs)
             w = mx.array(np.where(masks[:, 1:], args.answer_weight, 1.0).astype(np.float32))
-            loss, ans, gnorm = step_fn(x[:, :-1], x[:, 1:], w)
-            mx.eval(loss, ans, model.parameters(), opt.state)
+            loss, ans, gnorm, ce = step_fn(x[:, :-1], x[:, 1:], w, mx.array(masks[:, 1:]))
+            mx.eval(loss, ans, ce, model.parameters(), opt.state)
             step += 1
             if step % args.log_every == 0 or step == total or step - done_before == 1:
+                by_task = answer_loss_by_task(np.array(ce), masks, tasks)
                 rec = {"step": step, "phase": ph, "length": length, "loss": round(float(loss), 4),
-                       "answer_loss": round(float(ans), 4), "grad_norm": round(float(gnorm), 3),
-                       "lr": float(sched(step)), "seconds": round(time.time() - t0, 1)}
+                       "answer_loss": round(float(ans), 4), "answer_by_task": by_task,
+                       "grad_norm": round(float(gnorm), 3), "lr": float(sched(step)),
+                       "seconds": round(time.time() - t0, 1)}
                 log.write(json.dumps(rec) + "\n")
                 log.flush()
-                print(f"step {step}/{total} L={length} loss {rec['loss']:.3f} answer {rec['answer_loss']:.3f} "
-                      f"|g| {rec['grad_norm']:.2f} {rec['seconds']:.0f}s", flush=True)
+                print(f"step {step}/{total} L={length} loss {rec['loss']:.3f} answer {rec['answer_loss']:.3f} ("
+                      + " ".join(f"{k} {v:.2f}" for k, v in by_task.items()) + f") |g| {rec['grad_norm']:.2f} "
+                      f"{rec['seconds']:.0f}s", flush=True)
     _save(args, model, opt, rng, dict(phases=phases, step=step, total=total, lr=lr, mix=mix,
                                       corpus=corpus["manifest"]))
     if step >= total:   # the deliverable: float16 weights and their config next to the checkpoint
@@ -295,22 +165,23 @@ def train(args) -> int:
 
 
 def _step_fn(model, opt, compiled: bool):
-    """One optimizer step on (x, y, w): (loss weighted by w, loss on the answer bytes alone, gradient norm)."""
+    """One optimizer step on (x, y, w, a): (loss weighted by w, loss on the answer bytes a alone, gradient norm,
+    the per-byte losses). The answer mask comes apart from the weights: --answer-weight 1 still logs it."""
     import mlx.core as mx
     import mlx.nn as nn
     import mlx.optimizers as optim
 
-    def loss_fn(m, x, y, w):
+    def loss_fn(m, x, y, w, a):
         ce = nn.losses.cross_entropy(m(x).astype(mx.float32), y)
-        return (ce * w).sum() / w.sum(), (ce * (w > 1)).sum() / mx.maximum((w > 1).sum(), 1)
+        return (ce * w).sum() / w.sum(), (ce * a).sum() / mx.maximum(a.sum(), 1), ce
 
     grad = nn.value_and_grad(model, loss_fn)
 
-    def step_fn(x, y, w):
-        (loss, ans), g = grad(model, x, y, w)
+    def step_fn(x, y, w, a):
+        (loss, ans, ce), g = grad(model, x, y, w, a)
         g, gnorm = optim.clip_grad_norm(g, 1.0)
         opt.update(model, g)
-        return loss, ans, gnorm
+        return loss, ans, gnorm, ce
 
     if compiled:   # one graph per sequence shape (a handful of phases): fewer launches on the GPU
         from functools import partial
@@ -353,7 +224,8 @@ def _save(args, model, opt, rng, run: dict) -> None:
     mx.save_safetensors(str(ckpt), flat)
     state = {"preset": args.preset, "phases": [list(p) for p in run["phases"]], "step": run["step"],
              "total": run["total"], "seed": args.seed, "lr": run["lr"], "mix": run["mix"],
-             "answer_weight": args.answer_weight, "rng": rng.bit_generator.state, "corpus": run["corpus"],
+             "answer_weight": args.answer_weight, "copy_alphabet": args.copy_alphabet,
+             "rng": rng.bit_generator.state, "corpus": run["corpus"],
              "model_args": {k: v for k, v in dataclasses.asdict(model_args(args.preset)).items() if v is not None},
              "parameters": n_params(model)}
     state.setdefault("commands", [])
@@ -421,8 +293,8 @@ def export(args) -> int:
     shards.append(cur)
     for i, sh in enumerate(shards):
         mx.save_safetensors(str(args.out / f"model-{i + 1:02d}.safetensors"), sh)
-    cfg = {k: st[k] for k in ("preset", "phases", "step", "total", "seed", "lr", "mix", "answer_weight", "corpus",
-                              "model_args", "parameters", "commands") if k in st}
+    cfg = {k: st[k] for k in ("preset", "phases", "step", "total", "seed", "lr", "mix", "answer_weight",
+                              "copy_alphabet", "corpus", "model_args", "parameters", "commands") if k in st}
     cfg["dtype"] = "float16"
     (args.out / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     print(f"wrote {len(shards)} shard(s) and config.json to {args.out} (step {st['step']}/{st['total']})")
@@ -467,8 +339,11 @@ def main(argv=None) -> int:
     p.add_argument("--p-kv", type=float, default=0.2)
     p.add_argument("--p-span", type=float, default=0.2)
     p.add_argument("--p-copy", type=float, default=0.0,
-                   help="share of sequences with a random-letter span (16 bytes to a third of the sequence, "
-                        "at most 512) repeated: only copying predicts it")
+                   help="share of sequences with a random span (of --copy-alphabet; 16 bytes to a third of the "
+                        "sequence, at most 512) repeated: only copying predicts it")
+    p.add_argument("--copy-alphabet", choices=sorted(COPY_ALPHABETS), default="letters",
+                   help="the copy task's bytes: letters (like the text around them: copying needs several "
+                        "matching bytes) or high (bytes 128-255, rare in the corpus: one matching byte suffices)")
     p.add_argument("--answer-weight", type=float, default=4.0, help="loss weight of answer bytes")
     p.add_argument("--max-minutes", type=float, default=8.0)
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in this call")
