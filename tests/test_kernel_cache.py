@@ -210,19 +210,14 @@ def _warm_then_use(compiler, misses, config=CONFIG, **usage):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", [CONFIG, {**CONFIG, "window": 32}, {"method": "kivi", "bits": 2, "window": 128},
-                                    pytest.param({"key_method": "turboquant", "key_bits": 3, "value_method": "kivi",
-                                                  "value_bits": 2}, marks=pytest.mark.xfail(strict=True, reason=(
-                                        "the mixed layer's decode steps take the MIXED DecodeStep, so the warm-up's "
-                                        "general-path steps no longer cover every (query rows, previous token dtype) "
-                                        "pair a generation reaches: after a 2 x 2048-token prefill the 3-token "
-                                        "remainder goes to the general store (no room: uint32 token) and its MIXED "
-                                        "partial (HASWIN 3, QB 8, uint32 flags), and a 101-token general commit after "
-                                        "a step's bool token (vq_commit_5w4c), compile after warm-up")))],
+                                    {"key_method": "turboquant", "key_bits": 3, "value_method": "kivi", "value_bits": 2}],
                          ids=["window-0", "window-32", "kivi-window-128", "keys-turboquant3-values-kivi2"])
 def test_no_compile_after_warmup(gpu_stand_in, config):
     """(window 32: its batches are one B-row cache too, whose steps attend with the rows' starts and the window; it
     and kivi's default window 128 store chunks on the general path, whose buffers grow with rows in them; kivi's
-    keys' per-group fields grow on their own schedule; the mixed pair has a window on the values only.)"""
+    keys' per-group fields grow on their own schedule; the mixed pair has a window on the values only, and its
+    general-path chunks follow a commit's or a decode step's token wherever a turn puts them: the partial and the
+    commit record both token dtypes in the warm-up.)"""
     compiler, misses = gpu_stand_in
     late, missed = _warm_then_use(compiler, misses, config)
     assert late == [], f"compiled after warm-up: {late}"
@@ -239,6 +234,22 @@ def test_recorded_commit_covers_both_previous_tokens(gpu_stand_in):
     kernel_cache.CACHE.ensure_all(rec.values())
     warm = len(compiler.calls)
     assert warm == 2, compiler.calls
+    kcommit.commit(writes, [], after=mx.zeros((1, 1), mx.uint32))
+    kcommit.commit(writes, [], after=mx.zeros((2, 1), mx.bool_))
+    assert compiler.calls[warm:] == [] and misses == []
+
+
+def test_recorded_first_commit_covers_commits_after_either_token(gpu_stand_in):
+    """A write list recorded only as a fresh cache's first store (no previous token) leaves its variants after a
+    commit's and a decode step's token warm too: a later turn's chunk may write the same fields after either."""
+    compiler, misses = gpu_stand_in
+    writes = [(mx.zeros((1, 2, 4, 8), mx.uint32), mx.ones((1, 2, 4, 8), mx.uint32))]
+    with kernel_cache.CACHE.recording() as rec:
+        kcommit.commit(writes, [])
+    kernel_cache.CACHE.ensure_all(rec.values())
+    warm = len(compiler.calls)
+    assert warm == 3, compiler.calls
+    kcommit.commit(writes, [])
     kcommit.commit(writes, [], after=mx.zeros((1, 1), mx.uint32))
     kcommit.commit(writes, [], after=mx.zeros((2, 1), mx.bool_))
     assert compiler.calls[warm:] == [] and misses == []

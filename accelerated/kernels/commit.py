@@ -100,15 +100,21 @@ def commit(writes: list, checks: list, after: mx.array | None = None, columns: i
     csig = tuple((kind, a.ndim) for kind, a, _ in checks)
     inputs = ([after] if after is not None else []) + [x for d, s in writes for x in (d, s)] + \
         [a for _, a, _ in checks]
-    launch = functools.partial(_kernel(wsig, csig, after is not None), grid=(NT * ncol, len(writes) + len(checks), 1),
-                               threadgroup=(NT, 1, 1), output_shapes=[(max(1, len(checks)), ncol)],
-                               output_dtypes=[mx.uint32])
-    if after is not None and kernel_cache.CACHE.recorder is not None and backend.backend() == "cuda":
+    call = dict(grid=(NT * ncol, len(writes) + len(checks), 1), threadgroup=(NT, 1, 1),
+                output_shapes=[(max(1, len(checks)), ncol)], output_dtypes=[mx.uint32])
+    launch = functools.partial(_kernel(wsig, csig, after is not None), **call)
+    if kernel_cache.CACHE.recorder is not None and backend.backend() == "cuda":
         # the warm-up: the previous token's dtype is compiled in, and it is a commit's (uint32) or a decode step's
         # or fused append's (bool) depending on what ran before, which the exercise cannot pin for every write
-        # list (a buffer that grows at the first chunk of a turn or in the middle of one): record both
+        # list (a buffer that grows at the first chunk of a turn or in the middle of one): record both; a write
+        # list met only as a fresh cache's first store (no previous token) may follow a token in a later turn
+        # (a mixed layer's chunk where both roles encode), so it records both too
+        if after is None:
+            with_after = functools.partial(_kernel(wsig, csig, True), **call)
         for dt in _AFTER_DTYPES:
-            if dt != after.dtype:
+            if after is None:
+                with_after(inputs=[mx.zeros((1, 1), dtype=dt)] + inputs)
+            elif dt != after.dtype:
                 launch(inputs=[mx.zeros(after.shape, dtype=dt)] + inputs[1:])
     (out,) = launch(inputs=inputs)
     return out
