@@ -261,7 +261,7 @@ def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
     types = {**in_types, "o_acc": "float", "o_ml": "float", "f_c": "float", "tok": "bool"}
     pbody = ((src.append_block(*plan.key[:3]) if append else "")
              + src.aliases("partial", *plan.key[:4], append=append, starts=starts)
-             + (src.PARTIAL_TC_BODY if plan.key[4] else src.PARTIAL_BODY))
+             + src.partial_body(plan.key[0], plan.key[1], plan.key[4]))
     cbody = src.aliases("combine") + (src.COMBINE_SUMMARY if append else "") + src.COMBINE_BODY
     p_shaped = [n for n in p_ins if f"{n}_shape" in pbody or f"{n}_strides" in pbody]
     c_shaped = [n for n in c_ins if f"{n}_shape" in cbody or f"{n}_strides" in cbody]
@@ -651,6 +651,39 @@ def test_tensor_core_loop_for_other_codes_within_the_attention_budget(case, tens
     assert not katt._tensor_cores(kp, vp, d, False, tuning.current().tc_codes), "tc_codes off: the scalar loop"
     tune(tc_codes=True)
     _check_tc_case(c, emulate, ((km, kkw), (vm, vkw)))
+
+
+TC_KIVI_CASES = [
+    # key kw, value kw (one group size: a KIVI cache's roles flush together), window, tokens per split, (case as
+    # TC_CASES')
+    (dict(bits=2, group_size=32), dict(bits=2, group_size=32), 0, 40,
+     ((1, 2, 4, 1, 300, 128), mx.float32, False, 2.0, 1.0)),
+    (dict(bits=4, group_size=16), dict(bits=4, group_size=16), 16, 256,
+     ((1, 1, 2, 2, 75, 64), mx.float16, True, 2.0, 1.0)),
+    (dict(bits=1, group_size=64), dict(bits=1, group_size=64), 0, 100,
+     ((2, 1, 4, 1, 260, 128), mx.float32, False, 1e-3, 300.0)),
+    (dict(bits=2, group_size=128), dict(bits=4, group_size=128), 5, 50,
+     ((1, 2, 4, 1, 600, 128), mx.float32, False, 1.0, "ramp")),
+    (dict(bits=2, group_size=16), dict(bits=2, group_size=16), 0, 256,
+     ((1, 1, 4, 1, 530, 128), mx.bfloat16, False, 40.0, 1e-3)),
+]
+
+
+@pytest.mark.parametrize("case", TC_KIVI_CASES, ids=[f"k{c[0]['bits']}g{c[0]['group_size']}-v{c[1]['bits']}g{c[1]['group_size']}"
+                                                     f"-w{c[2]}-d{c[4][0][5]}" for c in TC_KIVI_CASES])
+def test_tensor_core_loop_for_kivi_within_the_attention_budget(case, tensor_cores, tune):
+    """tuning's tc_kivi: KIVI keys (the query times a group's channel scales as the A operand, the codes exact in
+    B, q . z per group) and values (s code + z dequantized into A) in the tensor-core loop, emulated, within the
+    same bounds as turboquant b4's; splits of tokens_per_split tokens start off a 16-token boundary (the loop's
+    chunks start rounded down, the tokens below masked); off, KIVI takes the scalar loop."""
+    kkw, vkw, window, per_split, c = case
+    d = c[0][5]
+    tune(tc_kivi=False, tokens_per_split=per_split)
+    kp = spec.Params("kivi", role="k", window=window, seed=3, layer=1, **kkw).resolved()
+    vp = spec.Params("kivi", role="v", window=window, seed=3, layer=1, **vkw).resolved()
+    assert not katt._tensor_cores(kp, vp, d, bool(window), tuning.current().tc_codes, tuning.current().tc_kivi)
+    tune(tc_kivi=True)
+    _check_tc_case(c, emulate, (("kivi", kkw), ("kivi", vkw)), window=window)
 
 
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")

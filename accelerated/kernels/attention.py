@@ -205,7 +205,8 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     parts = 2 if layouts.of(kp).sketch or layouts.of(vp).sketch else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     mixed = int(has_win) in src.MIXED_WINDOWS       # (the scalar loop: split S - 1 reads one role's window beside
-    tc = tune.tensor_cores and not mixed and _tensor_cores(kp, vp, d, has_win, tune.tc_codes)   # the other's records)
+    tc = tune.tensor_cores and not mixed and _tensor_cores(kp, vp, d, has_win, tune.tc_codes,   # the other's
+                                                          tune.tc_kivi)                 # records)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
@@ -352,11 +353,17 @@ def _counts(n: int) -> mx.array:
     return a
 
 
-def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False) -> bool:
+def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False,
+                  kivi: bool = False) -> bool:
     """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
     4-bit codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
     `codes` (tuning's tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
-    at least one word). The window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h)."""
+    at least one word); with `kivi` (tuning's tc_kivi) KIVI keys and values, both roles, 1-, 2- or 4-bit codes
+    (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word). The window split runs its exact tokens in
+    scalar arithmetic (csrc/tc_window.h)."""
+    if kp.method == "kivi" or vp.method == "kivi":
+        return (kivi and kp.method == vp.method == "kivi" and d in (64, 128) and kp.bits in (1, 2, 4)
+                and vp.bits in (1, 2, 4) and kp.bits * d >= 128 and _mma_available())
     def takes(p: spec.Params, keys: bool) -> bool:
         if p.method == "turboquant" and p.bits == 4:
             return True

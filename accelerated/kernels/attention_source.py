@@ -148,6 +148,9 @@ MAX_SPLITS = 2048          # splits (S + 1 with the window) a combine launch tak
 PARTIAL_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "partial_loop.h", "VQ_COMBINE_ROWS": "combine_rows.h"})
 PARTIAL_TC_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
                                             "VQ_COMBINE_ROWS": "combine_rows_strided.h"})
+# ... with KIVI records (MK = MV = 4: tuning's tc_kivi): the scales folded into the mma operands (tc_kivi_loop.cuh)
+PARTIAL_TC_KIVI_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_kivi_loop.cuh",
+                                                 "VQ_COMBINE_ROWS": "combine_rows_strided.h"})
 COMBINE_BODY = loader.defines({"VQ_MAX_SPLITS": MAX_SPLITS}) + loader.text("combine.h")
 COMBINE_SUMMARY = loader.text("combine_summary.h")
 BODIES = {"partial": PARTIAL_BODY, "combine": COMBINE_BODY}
@@ -206,6 +209,13 @@ def append_block(mk: int, mv: int, haswin: bool = False) -> str:
     return kappend.scope_constants() + "".join(scopes) + loader.text("attention_append.h", files)
 
 
+def partial_body(mk: int, mv: int, tc: bool) -> str:
+    """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's own)."""
+    if not tc:
+        return PARTIAL_BODY
+    return PARTIAL_TC_KIVI_BODY if mk == mv == METHOD_IDS["kivi"] else PARTIAL_TC_BODY
+
+
 def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False,
              fused: bool = False, tc: bool = False, append: bool = False, starts: bool = False) -> tuple[str, str]:
     """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal") and the
@@ -221,7 +231,7 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     if append and kind == "partial":
         eh, em = encode_macros(backend)
         header, pre = header + eh, em + append_block(mk, mv, haswin)
-    body = PARTIAL_TC_BODY if tc else BODIES[kind]
+    body = partial_body(mk, mv, tc) if kind == "partial" else BODIES[kind]
     if kind == "combine" and append:
         body = COMBINE_SUMMARY + body
     return (header + (TC_CUDA_HEADER if tc else ""),

@@ -1,0 +1,43 @@
+// Steps 3-4 of the partial kernel on tensor cores for KIVI records (attention_tc.py; tc_loop.cuh's structure).
+
+#include "tc_kivi_setup.cuh"
+  // one chunk's loads: key words as tc_loop.cuh; per value slot x the token's words, its scale VS and zero VZ
+  // (this lane group's coordinate group) and VN: the largest |v| any lane's group can take in this chunk's
+  // tokens, (2^VB1 - 1) |s| + |z| over the warp (the softmax fragment's value norm: fv puts it below 2^11)
+#define TC_LOAD(J, KWD, VWD, VS, VZ, VN) { \
+    const int tb_ = ta + 16 * (J); \
+    for (int nt = 0; nt < 2; ++nt) { \
+      const int t_ = tb_ + 8 * nt + g; \
+      vq_words<KWL>(kbase + (int64_t)(t_ < t1 ? t_ : t0) * kc1_strides[2], KWD[nt]); \
+    } \
+    float bd_ = 0.0f; \
+    for (int x = 0; x < 4; ++x) { \
+      const int t_ = tb_ + 8 * (x >> 1) + 2 * tig + (x & 1); \
+      const int64_t tt_ = (t_ < t1) ? t_ : t0; \
+      vq_words<VWL>(vbase + tt_ * vc1_strides[2], VWD[x]); \
+      VS[x] = static_cast<float>(vgs[vgo + tt_ * vgs_strides[2]]); \
+      VZ[x] = static_cast<float>(vgz[vgo + tt_ * vgs_strides[2]]); \
+      bd_ = vq_max(bd_, (float)VMASK * fabsf(VS[x]) + fabsf(VZ[x])); \
+    } \
+    for (int o_ = 4; o_ < 32; o_ <<= 1) { \
+      bd_ = vq_max(bd_, SHFL_XOR(bd_, o_)); \
+    } \
+    for (int x = 0; x < 4; ++x) { \
+      VN[x] = bd_; \
+    } }
+  constexpr int PFD = (PF > 0) ? PF : 1;
+  uint32_t kwc[2][KWL], vwc[4][VWL], kwp[PFD][2][KWL], vwp[PFD][4][VWL];
+  float vsc[4], vzc[4], vnc[4], vsp[PFD][4], vzp[PFD][4], vnp[PFD][4];
+  for (int q = 0; q < PF; ++q) {
+    if (warp + q * NW < nch) {
+      TC_LOAD(warp + q * NW, kwp[q], vwp[q], vsp[q], vzp[q], vnp[q])
+    }
+  }
+  for (int j = warp; j < nch; j += NW) {
+#include "tc_kivi_loads.cuh"
+#include "tc_kivi_scores.cuh"
+#include "tc_loop_softmax.cuh"
+#include "tc_kivi_values.cuh"
+  }
+#undef TC_LOAD
+#include "tc_loop_merge.cuh"

@@ -1,0 +1,44 @@
+// tc_kivi_loop.cuh's setup: KIVI records (MK = MV = 4) on tensor cores; the fragment maps are tc_loop_setup.cuh's.
+  // keys k = s[grp, c] code + z[grp, c] per group of KG tokens: the A operand is the query times the group's
+  // scales (rebuilt per group, kgrp), the B operand the codes as float16 integers (exact: no lo part), plus
+  // zq = q . z[grp] per row; values v = s code + z per token and group of VG coordinates, dequantized into A
+  constexpr int KS = D / 16;
+  constexpr int KWL = (KB1 * D) / 128;
+  constexpr bool VWHOLE = VB1 * D >= 256;
+  constexpr int VWL = VWHOLE ? (VB1 * D) / 256 : 1;
+  constexpr int MT = D / 16;
+  constexpr uint32_t VMASK = (1u << VB1) - 1u;
+  const int g = lane >> 2;
+  const int tig = lane & 3;
+  const int part = g >> 2;
+  const int ra = g & 3;
+  const bool has_a = ra < QB;
+  // chunks of 16 tokens from t0 rounded down to 16, so that a chunk lies in one key group (KG a multiple of 16);
+  // the tokens below t0 are the split before's (masked)
+  const int ta = t0 - (t0 & 15);
+  const int nch = is_win ? 0 : (t1 - ta + 15) / 16;
+  const float ftv = 1024.0f;              // P' = p * 2^10 (p <= 1); the values' A scale fv as the norms' scale
+  const float lane_code = (float)(lane % (1 << KB1));
+  const uint32_t tabk = vq_h2(lane_code, 0.0f);
+  const int qpa = qpos[has_a ? ra : 0];
+  float m_a = NEG_INF;
+  float l_a = 0.0f;
+  float fv = 0.0f;
+  float o[MT][4];
+  for (int mt = 0; mt < MT; ++mt) {
+    for (int i = 0; i < 4; ++i) {
+      o[mt][i] = 0.0f;
+    }
+  }
+  uint32_t qa[KS][2];
+  float uka = 0.0f;                       // 1 / the row's power of two of the scaled query, this group's
+  float zq = 0.0f;                        // q . z[grp] of the row, this group's
+  int kgrp = -1;
+  const DEVICE uint32_t* kbase = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] + KWL * tig;
+  const int vsh = VWHOLE ? 0 : (g * (D / 8) * VB1) % 32;
+  const DEVICE uint32_t* vbase = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
+                                 + (VWHOLE ? VWL * g : (g * (D / 8) * VB1) / 32);
+  const int64_t kgo = (int64_t)b * kgs_strides[0] + (int64_t)h * kgs_strides[1];
+  // a lane group's D / 8 value coordinates lie in one coordinate group (D / 8 <= 16 <= VG): one (s, z) per token
+  const int64_t vgo = (int64_t)b * vgs_strides[0] + (int64_t)h * vgs_strides[1]
+                      + (int64_t)((g * (D / 8)) / VG) * vgs_strides[3];
