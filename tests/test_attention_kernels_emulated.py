@@ -372,8 +372,10 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
     if poison_below is not None:       # rows a RowStarts mask hides: all bits set (NaN norms), never to be read
         for name, a in zip(plan.partial_names, ins):
             if name in _FIELD_INPUTS:
+                # KIVI keys' scale and zero rows are groups of KG tokens: those wholly below the start
+                kg = dict(plan.partial_template)["KG"] if name in ("kgs", "kgz") and plan.key[0] == src.METHOD_IDS["kivi"] else 1
                 for bi, s0 in enumerate(poison_below):
-                    a[bi, :, :s0].view(np.uint8)[...] = 0xFF
+                    a[bi, :, :s0 // kg].view(np.uint8)[...] = 0xFF
     if append is not None and poisoned:
         for name, a in zip(plan.partial_names, ins):
             if name in _FIELD_INPUTS:       # the encoded rows (a group field: KIVI keys' scale, zero, q / G rows)
@@ -543,6 +545,21 @@ def test_row_starts_in_the_tensor_core_loop(tensor_cores, monkeypatch, tune):
     monkeypatch.setattr(katt, "_sm_count", lambda: 4)
     case = (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (2, 4, 1, 300, 128), [0, 7, 250],
             mx.float32, False)
+    for poison in (None, case[3]):
+        got, want, tol, args = _row_start_case(case, lambda q, k, v, scale, mask: emulate(
+            q, k, v, scale, mask, poison_below=poison))
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"tensor-core loop, poisoned below: {poison}")
+    assert katt.launch_plan(*args).key[4], "not the tensor-core loop"
+
+
+def test_row_starts_in_the_tensor_core_loop_for_kivi(tensor_cores, monkeypatch, tune):
+    """The KIVI tensor-core loop (tuning's tc_kivi) with row starts inside a 16-token chunk (the chunks start at
+    16-token boundaries below a split's first token: the rows below the start are read as the start's) and past
+    a split, with the rows below the starts as stored and with all their bits set."""
+    tune(tokens_per_split=32, tc_kivi=True)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 4)
+    case = (("kivi", dict(bits=2, group_size=32)), ("kivi", dict(bits=2, group_size=32)), (2, 4, 1, 300, 128),
+            [0, 7, 250], mx.float32, False)
     for poison in (None, case[3]):
         got, want, tol, args = _row_start_case(case, lambda q, k, v, scale, mask: emulate(
             q, k, v, scale, mask, poison_below=poison))

@@ -1,19 +1,20 @@
 // Steps 3-4 of the partial kernel on tensor cores for KIVI records (attention_tc.py; tc_loop.cuh's structure).
 
 #include "tc_kivi_setup.cuh"
-  // one chunk's loads: key words as tc_loop.cuh; per value slot x the token's words, its scale VS and zero VZ
+  // one chunk's loads (tokens outside t0 .. t1 - 1 read token t0's rows: those below t0 may be a row start's
+  // unwritten rows, and a NaN value times p = 0 is NaN): key words as tc_loop.cuh; per value slot x the token's words, its scale VS and zero VZ
   // (this lane group's coordinate group) and VN: the largest |v| any lane's group can take in this chunk's
   // tokens, (2^VB1 - 1) |s| + |z| over the warp (the softmax fragment's value norm: fv puts it below 2^11)
 #define TC_LOAD(J, KWD, VWD, VS, VZ, VN) { \
     const int tb_ = ta + 16 * (J); \
     for (int nt = 0; nt < 2; ++nt) { \
       const int t_ = tb_ + 8 * nt + g; \
-      vq_words<KWL>(kbase + (int64_t)(t_ < t1 ? t_ : t0) * kc1_strides[2], KWD[nt]); \
+      vq_words<KWL>(kbase + (int64_t)(t_ >= t0 && t_ < t1 ? t_ : t0) * kc1_strides[2], KWD[nt]); \
     } \
     float bd_ = 0.0f; \
     for (int x = 0; x < 4; ++x) { \
       const int t_ = tb_ + 8 * (x >> 1) + 2 * tig + (x & 1); \
-      const int64_t tt_ = (t_ < t1) ? t_ : t0; \
+      const int64_t tt_ = (t_ >= t0 && t_ < t1) ? t_ : t0; \
       vq_words<VWL>(vbase + tt_ * vc1_strides[2], VWD[x]); \
       VS[x] = static_cast<float>(vgs[vgo + tt_ * vgs_strides[2]]); \
       VZ[x] = static_cast<float>(vgz[vgo + tt_ * vgs_strides[2]]); \
