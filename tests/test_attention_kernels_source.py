@@ -147,6 +147,29 @@ def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
         assert not any(spills.values()), (arch, spills)
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_kivi_tensor_core_partial_compiles_without_spills(tmp_path):
+    """The KIVI tensor-core partial (tuning's tc_kivi, csrc/tc_kivi_loop.cuh) as attention.py would launch it:
+    2- and 4-bit codes, a window, combine launched; sm_80 and sm_90, launch bounds as the turboquant loop's."""
+    header, partial = src.assemble("partial", "cuda", 4, 4, True, False, True)
+    body, names = "", []
+    for kb, vb, d, g in [(2, 2, 128, 32), (4, 4, 128, 128), (4, 2, 64, 16)]:
+        dt = "__half"
+        types = dict(q=dt, kc1="uint32_t", vc1="uint32_t", kgs=dt, kgz=dt, vgs=dt, vgz=dt, kw=dt, vw=dt,
+                     flags="uint32_t", nenc="int32_t")
+        name = f"partial_tck_{d}_{kb}{vb}"
+        names.append(name)
+        body += _kernel(name, partial, src.inputs("partial", 4, 4, True, False), src.PARTIAL_OUTPUTS, types,
+                        [("MK", 4), ("MV", 4), ("KB1", kb), ("KB2", 1), ("VB1", vb), ("VB2", 1), ("D", d), ("QB", 4),
+                         ("NT", tuning.DEFAULT.partial_threads), ("P", min(32, d // 8)), ("KG", g), ("VG", g),
+                         ("CAUSAL", 0), ("HASWIN", 1), ("PF", tuning.DEFAULT.tc_prefetch), ("FUSED", 0), ("APPEND", 0),
+                         ("OT", dt)])
+        body += _UNDEF
+    for arch, spills in _local_memory(header, body, tmp_path / "attention_tck", r"partial_tck_\d+_\d+").items():
+        assert set(spills) == set(names), (arch, spills)
+        assert not any(spills.values()), (arch, spills)
+
+
 def _local_memory(header: str, body: str, stem, entry: str, bounds: bool = True) -> dict:
     """{arch: {kernel: local memory in bytes (stack frame + spill stores)}} of kernels compiled for sm_80 and sm_90,
     with `bounds` as the tensor-core partial is (launch bounds of tc_min_blocks threadgroups of partial_threads threads), else as
