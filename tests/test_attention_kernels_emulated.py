@@ -795,20 +795,21 @@ KIVI_CASES = [
 
 
 @pytest.mark.parametrize("case", KIVI_CASES, ids=[f"T{c[0][3]}-R{c[1]}-G{c[2]}-flush{int(c[5])}" for c in KIVI_CASES])
-def test_append_inside_the_partial_moves_kivi_windows(case, monkeypatch, tune):
+def test_append_inside_the_partial_moves_kivi_windows(case, monkeypatch, tune, tc=False):
     """KIVI with an exact window (its window holds R .. R + G - 1 tokens): the decode step's launch copies the token
     into the window (poisoned first), which the window split attends from the chunk; at a flush (the window reached
     R + G) split S - 1 also encodes the G tokens leaving it (kf / vf) into their rows of the records (poisoned first:
     keys' codes rows and their one scale / zero row, values' rows) and attends them. Records and window after the
     launch are one-shot encode's of all T tokens, bit for bit; the output within the float64 budget."""
     tune(tokens_per_split=8)
-    monkeypatch.setattr(katt, "_mma_available", lambda: False)
+    monkeypatch.setattr(katt, "_mma_available", lambda: tc)
     katt._static.cache_clear()
     try:
         (b, hkv, rep, t, d), r, g, xdt, causal, flush = case
         rng = np.random.default_rng(t + d + r + g)
         kp = spec.Params("kivi", role="k", window=r, seed=4, layer=1, bits=2, group_size=g).resolved()
         vp = spec.Params("kivi", role="v", window=r, seed=4, layer=1, bits=2, group_size=g).resolved()
+        assert katt._tensor_cores(kp, vp, d, bool(r), True, tuning.current().tc_kivi) == tc, "the loop the case is for"
         kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
         vx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdt)
         q = mx.array(rng.standard_normal((b, hkv * rep, 1, d)).astype(np.float32)).astype(mx.float16)
@@ -862,6 +863,15 @@ MIXED_CASES = [
     (("turboquant", dict(bits=3), 32), ("kivi", dict(bits=2, group_size=32), 32), (1, 2, 2, 32 + 64, 64),
      mx.float16, False),                                     # at a flush the counts meet: one launch all the same
 ]
+
+
+@pytest.mark.parametrize("case", [c for c in KIVI_CASES if c[5]], ids=[f"T{c[0][3]}-R{c[1]}-G{c[2]}" for c in KIVI_CASES
+                                                                       if c[5]])
+def test_append_inside_the_partial_moves_kivi_windows_on_the_tensor_core_loop(case, monkeypatch, tune):
+    """The flush cases above through the KIVI tensor-core loop (tuning's tc_kivi): split S - 1 attends the group
+    its append encodes, from the records it wrote, with the mma loop."""
+    tune(tc_kivi=True)
+    test_append_inside_the_partial_moves_kivi_windows(case, monkeypatch, tune, tc=True)
 
 
 @pytest.mark.parametrize("case", MIXED_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}R{c[0][2]}-{c[1][0]}R{c[1][2]}"
