@@ -704,6 +704,18 @@ def test_tensor_core_loop_for_kivi_within_the_attention_budget(case, tensor_core
 
 
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
+@pytest.mark.parametrize("case", TC_KIVI_CASES, ids=[f"k{c[0]['bits']}g{c[0]['group_size']}-v{c[1]['bits']}g{c[1]['group_size']}"
+                                                     f"-w{c[2]}-d{c[4][0][5]}" for c in TC_KIVI_CASES])
+def test_tensor_core_loop_for_kivi_on_the_gpu(case, tune):
+    """The tc_kivi cases through the compiled kernel (the hardware's mma accumulation)."""
+    kkw, vkw, window, per_split, c = case
+    tune(tc_kivi=True, tokens_per_split=per_split)
+    katt._static.cache_clear()
+    _check_tc_case(c, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)),
+                   (("kivi", kkw), ("kivi", vkw)), window=window)
+
+
+@pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
 @pytest.mark.parametrize("case", TC_CODE_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}-{c[1][0]}{c[1][1].get('bits', '')}"
                                                      f"-d{c[2][0][5]}" for c in TC_CODE_CASES])
 def test_tensor_core_loop_for_other_codes_on_the_gpu(case, monkeypatch, tune):
