@@ -1,6 +1,5 @@
 """Attention over the caches' packed records (spec/attention.md): the fused kernels where they run, the MLX
-ops path elsewhere, and the decoded fallback (MLX's SDPA) for long query blocks (prefill) and for records with no
-encoded token.
+ops path elsewhere, and the decoded fallback for long query blocks (prefill).
 
 `PackedKV` is what an mlx-lm cache in packed mode returns from `update_and_fetch`: a view of one stream's
 record (no decoded copy) plus the lazy fault flags of the chunk just appended, which the attention output
