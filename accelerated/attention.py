@@ -1,6 +1,5 @@
 """Attention over the caches' packed records (spec/attention.md): the fused kernels where they run, the MLX
-ops path elsewhere, and the decoded fallback (MLX's SDPA) for long query blocks (prefill) and for records with no
-encoded token.
+ops path elsewhere, and the decoded fallback for long query blocks (prefill).
 
 `PackedKV` is what an mlx-lm cache in packed mode returns from `update_and_fetch`: a view of one stream's
 record (no decoded copy) plus the lazy fault flags of the chunk just appended, which the attention output
@@ -104,10 +103,6 @@ def path(queries: mx.array, keys: PackedKV, values: PackedKV, mask=None) -> str:
                                                    and queries.shape[2] > 1 and mask.size > 2 ** 24):
         return "decoded"
     k, v = keys.record, values.record
-    if k.encoded == 0 and v.encoded == 0:
-        # every token exact (only windows): MLX's SDPA over them, a float cache's own attention. The kernels take
-        # no such record, and the ops path's matmuls run in TF32 on CUDA (MLX's default for float32)
-        return "decoded"
     if k.encoded != v.encoded:       # what `aligned` makes of them, shapes only (supports reads no field)
         n = common_prefix(k, v)
         k, v = dataclasses.replace(k, encoded=n), dataclasses.replace(v, encoded=n)

@@ -17,7 +17,6 @@ from mlx_lm.models import cache as mlx_cache
 
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import ops
-from veloxquant.accelerated.attention import attend
 from veloxquant.tools.quality import teacher_forced_logits
 
 MAX = 16
@@ -160,48 +159,6 @@ def test_gemma3_exact_window_equals_mlx_lm():
     got = np.array(teacher_forced_logits(model, ours, SEQ, 40))
     want = np.array(teacher_forced_logits(model, model.make_cache(), SEQ, 40))
     assert np.abs(got - want).max() < 1e-4, np.abs(got - want).max()
-
-
-@pytest.fixture
-def cuda_matmuls(monkeypatch):
-    """MLX's float32 matmuls as its CUDA backend computes them (MLX 0.32; MLX_ENABLE_TF32 is on by default): cuBLAS in
-    TF32 (inputs rounded to 10-bit mantissas, float32 sums) unless M or N is 1 (then MLX's gemv, float32). MLX's SDPA
-    is left as it is: a decode step's one query row runs its float32 vector kernel there."""
-    real = mx.array.__matmul__
-
-    def tf32(a):
-        u = a.view(mx.uint32)
-        return ((u + 0xFFF + ((u >> 13) & 1)) & 0xFFFFE000).view(mx.float32)
-
-    def matmul(a, b):
-        if isinstance(b, mx.array) and a.dtype == b.dtype == mx.float32 and min(a.ndim, b.ndim) >= 2 \
-                and a.shape[-2] > 1 and b.shape[-1] > 1:
-            return real(tf32(a), tf32(b))
-        return real(a, b)
-    monkeypatch.setattr(mx.array, "__matmul__", matmul)
-
-
-def test_gemma3_exact_window_equals_mlx_lm_with_cuda_matmuls(cuda_matmuls):
-    """The test above with the GPU's matmul rounding: a decode step over records with no encoded token (every token
-    exact) attends through MLX's SDPA, as mlx-lm's cache does; the ops path (which the kernels leave such records to)
-    would score and sum in TF32 there, 0.008 off in the logits on the H200."""
-    test_gemma3_exact_window_equals_mlx_lm()
-
-
-@pytest.mark.parametrize("t,lq,mask", [(16, 1, None), (9, 3, "causal"), (12, 2, "array")])
-def test_records_with_only_exact_tokens_attend_as_mlx_sdpa(t, lq, mask):
-    """No encoded token in either record: the output is MLX's SDPA over the windows, bit for bit."""
-    rng = np.random.default_rng(t)
-    c = vc.VeloxKVCache(method="turboquant", bits=4, window=32, seed=2)
-    k, v = (mx.array(rng.standard_normal((1, 2, t, 64)).astype(np.float32)) for _ in range(2))
-    pk, pv = c.update_and_fetch(k, v)
-    assert pk.record.encoded == pv.record.encoded == 0
-    q = mx.array(rng.standard_normal((1, 4, lq, 64)).astype(np.float32))
-    if mask == "array":
-        mask = mlx_cache.create_causal_mask(lq, t - lq, window_size=t - 3)
-    got = attend(q, pk, pv, 0.125, mask)
-    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=mask)
-    np.testing.assert_array_equal(np.array(got), np.array(want))
 
 
 @pytest.mark.parametrize("method,kw", [("turboquant", dict(bits=4)), ("kivi", dict(bits=4, group_size=16,
