@@ -13,6 +13,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+# MLX runs float32 matmuls as TF32 on CUDA by default (MLX_ENABLE_TF32): the tolerance tier is measured in full
+# float32 unless the caller set the variable.
+os.environ.setdefault("MLX_ENABLE_TF32", "0")
+
 import pytest
 from hypothesis import HealthCheck, settings
 
