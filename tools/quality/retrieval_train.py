@@ -46,7 +46,8 @@ PRESETS = {
     # name: (model, phases [(steps, batch, length)], lr)
     "retrieval-25m": (dict(hidden_size=512, num_hidden_layers=8, intermediate_size=1536, num_attention_heads=4,
                            num_key_value_heads=2, head_dim=128, rope_theta=500000.0),
-                      [(4000, 32, 512), (3000, 16, 2048), (1500, 4, 8192), (500, 2, 16384), (200, 1, 32768)], 1e-3),
+                      # run 3's (docs/retrieval-model.md): passkey 100 % at 1k and 4k; lr 1e-3 learned none
+                      [(3500, 32, 512), (1200, 16, 2048), (300, 4, 8192)], 3e-4),
     "smoke": (dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=2,
                    num_key_value_heads=1, head_dim=32, rope_theta=10000.0),
               [(40, 8, 128)], 3e-3),
@@ -336,12 +337,12 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--p-passkey", type=float, default=0.2)
-    p.add_argument("--p-kv", type=float, default=0.2)
-    p.add_argument("--p-span", type=float, default=0.2)
-    p.add_argument("--p-copy", type=float, default=0.0,
+    p.add_argument("--p-kv", type=float, default=0.1)
+    p.add_argument("--p-span", type=float, default=0.1)
+    p.add_argument("--p-copy", type=float, default=0.4,
                    help="share of sequences with a random span (of --copy-alphabet; 16 bytes to a third of the "
                         "sequence, at most 512) repeated: only copying predicts it")
-    p.add_argument("--copy-alphabet", choices=sorted(COPY_ALPHABETS), default="letters",
+    p.add_argument("--copy-alphabet", choices=sorted(COPY_ALPHABETS), default="high",
                    help="the copy task's bytes: letters (like the text around them: copying needs several "
                         "matching bytes) or high (bytes 128-255, rare in the corpus: one matching byte suffices)")
     p.add_argument("--answer-weight", type=float, default=4.0, help="loss weight of answer bytes")
