@@ -67,6 +67,11 @@ def test_smoke_training_lowers_the_loss_and_resumes(tmp_path):
     assert cfg["step"] == 16 and np.allclose(np.array(a(x)), np.array(b(x)), atol=1e-3)
     res = rt.passkey_eval(b, TEXT, 96, 2, 0)
     assert res["sequences"] == 2 and 0 <= res["exact_match"] <= 1 and res["answer_nll"] > 0
+    # the eval command on the float16 export computes in float32 on the CPU (float16 matmuls are ~30x slower there)
+    assert rt.main(["eval", "--run", str(tmp_path / "export"), "--corpus", str(corpus), "--contexts", "96",
+                    "--sequences", "2"]) == 0
+    ev = json.loads((tmp_path / "export" / "eval.json").read_text())
+    assert ev["dtype"] == ("float32" if mx.default_device() == mx.cpu else "float16") and len(ev["results"]) == 1
 
 
 def test_bad_copy_alphabet_is_named():
