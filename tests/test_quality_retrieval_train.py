@@ -72,6 +72,16 @@ def test_smoke_training_lowers_the_loss_and_resumes(tmp_path):
                     "--sequences", "2"]) == 0
     ev = json.loads((tmp_path / "export" / "eval.json").read_text())
     assert ev["dtype"] == ("float32" if mx.default_device() == mx.cpu else "float16") and len(ev["results"]) == 1
+    # an 8-bit export (the committable size): quantized layers reload from its config, logits near the float16 ones
+    q8 = tmp_path / "export8"
+    assert rt.main(["export", "--run", str(out), "--out", str(q8), "--bits", "8"]) == 0
+    c, cfg8 = rt.load_run(q8)
+    assert cfg8["quantization"] == {"group_size": 64, "bits": 8}
+    assert sum(f.stat().st_size for f in q8.glob("model-*")) < 0.6 * sum(
+        f.stat().st_size for f in (tmp_path / "export").glob("model-*"))
+    la, lc = np.array(a(x)), np.array(c(x))
+    assert np.abs(la - lc).max() < 0.02 * np.abs(la).max() and not np.array_equal(la, lc), (np.abs(la - lc).max(), np.abs(la).max())
+    assert rt.main(["export", "--run", str(q8), "--out", str(tmp_path / "again"), "--bits", "8"]) != 0
 
 
 def test_bad_copy_alphabet_is_named():

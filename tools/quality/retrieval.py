@@ -169,7 +169,8 @@ def result_dict(args, plan: Plan, tally: Tally, partial: bool) -> dict:
                 "gpu": os.environ.get("VELOXQUANT_GPU_NAME") or _gpu_name(), "versions": _env.versions(),
                 "wall_s": round(wall, 1), "partial": partial, "setup_s": round(plan.setup_s, 1),
                 "budget_s": args.budget_seconds},
-        "settings": {"contexts": args.contexts, "max_sequences": args.max_sequences, "chunk": args.chunk,
+        "settings": {"contexts": args.contexts, "first_round": args.first_round,
+                     "max_sequences": args.max_sequences, "chunk": args.chunk,
                      "seed": args.seed, "dtype": str(plan.dtype), "mlx_q_native": plan.mlx_q_native,
                      "tiers": plan.tiers,
                      "tier_defs": {t: {"model": m, "variants": list(v), "share": s} for t, (m, v, s) in TIERS.items()},
@@ -272,7 +273,7 @@ def _sequences(args, text: np.ndarray) -> tuple[dict, list]:
     """({(context, round): sequence}, the two sequences the keys' statistics read)."""
     seqs = {}
     for ctx in args.contexts:
-        for r in range(args.max_sequences):
+        for r in range(args.first_round, args.max_sequences):
             rng = np.random.default_rng([args.seed, ctx, r])
             seqs[(ctx, r)] = passkey_sequence(text, ctx, rng, DEPTHS[r % len(DEPTHS)])
     stat_ctx = min(args.contexts + [2048])
@@ -301,7 +302,7 @@ def _measure_tier(args, plan: Plan, tally: Tally, tier: str, tier_budget: float)
         tier_cfgs = [c for c in tier_cfgs if c["method"] not in BASELINES]
     deadline = plan.t_start + args.budget_seconds - args.reserve_seconds
     tier_t0 = time.time()
-    for r in range(args.max_sequences):
+    for r in range(args.first_round, args.max_sequences):
         for ctx in args.contexts:
             need_ref = (model_name, ctx, r) not in tally.refs and tier_cfgs[0]["method"] != "fp16"
             est = tally.budget.estimate(tier, ctx, len(tier_cfgs) + int(need_ref), tally.per_config)
@@ -309,7 +310,7 @@ def _measure_tier(args, plan: Plan, tally: Tally, tier: str, tier_budget: float)
             late = time.time() >= deadline
             # the first tier's first sequence at every context may use the whole budget: every context
             # gets its fp16 / q8 / q4 / kv cells before anything else is measured
-            cap = float("inf") if (tier == plan.tiers[0] and r == 0) else tier_budget
+            cap = float("inf") if (tier == plan.tiers[0] and r == args.first_round) else tier_budget
             if late or (est is not None and (used + est > cap or time.time() + est > deadline)):
                 tally.skipped.append({"tier": tier, "context": ctx, "round": r,
                                       "estimate_s": None if est is None else round(est, 1)})
@@ -434,6 +435,8 @@ def main(argv=None) -> int:
                    help="mlx-lm's QuantizedKVCache through mx.quantized_matmul (default: on a GPU)")
     p.add_argument("--device", choices=["default", "cpu"], default="default")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--first-round", type=int, default=0, metavar="K",
+                   help="start at round K (another run measured rounds 0..K-1: the page pools their cells)")
     p.add_argument("--json", type=pathlib.Path, default=None)
     p.add_argument("--markdown", type=pathlib.Path, default=None)
     args = ap.parse_args(argv)
@@ -441,6 +444,8 @@ def main(argv=None) -> int:
     bad = [c for c in args.contexts if c < 64]
     if bad:
         ap.error(f"--contexts: each must be at least 64 bytes, got {bad}")
+    if not 0 <= args.first_round < args.max_sequences:
+        ap.error(f"--first-round: {args.first_round} is not in [0, --max-sequences {args.max_sequences})")
     if args.max_sequences < 1 or args.budget_seconds <= 0:
         ap.error("--max-sequences and --budget-seconds: must be positive")
     try:

@@ -48,6 +48,10 @@ PRESETS = {
                            num_key_value_heads=2, head_dim=128, rope_theta=500000.0),
                       # run 3's (docs/retrieval-model.md): passkey 100 % at 1k and 4k; lr 1e-3 learned none
                       [(3500, 32, 512), (1200, 16, 2048), (300, 4, 8192)], 3e-4),
+    # a quarter of the layers' width: small enough to commit (8-bit export ~4 MB) if it retrieves as well
+    "retrieval-4m": (dict(hidden_size=256, num_hidden_layers=6, intermediate_size=768, num_attention_heads=2,
+                          num_key_value_heads=1, head_dim=128, rope_theta=500000.0),
+                     [(3500, 32, 512), (1200, 16, 2048), (300, 4, 8192)], 3e-4),
     "smoke": (dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=2,
                    num_key_value_heads=1, head_dim=32, rope_theta=10000.0),
               [(40, 8, 128)], 3e-3),
@@ -264,6 +268,10 @@ def load_run(run: pathlib.Path):
     cfg = run / "config.json"
     st = json.loads((cfg if cfg.is_file() else run / "state.json").read_text())
     model = new_model(st["preset"], 0)
+    if st.get("quantization"):     # an export with --bits 8 or 4: mlx-lm's affine layers, as mlx_lm.load builds them
+        import mlx.nn as nn
+
+        nn.quantize(model, group_size=st["quantization"]["group_size"], bits=st["quantization"]["bits"])
     shards = sorted(run.glob("model-*.safetensors"))
     if shards:
         weights = [kv for f in shards for kv in mx.load(str(f)).items()]
@@ -277,12 +285,21 @@ def load_run(run: pathlib.Path):
 
 
 def export(args) -> int:
-    """float16 weights in shards of at most SHARD_BYTES, plus config.json (recipe, step, corpus, commands)."""
+    """float16 weights (--bits 8 or 4: MLX affine-quantized linear and embedding layers, group 64, float16 scales)
+    in shards of at most SHARD_BYTES, plus config.json (recipe, step, corpus, commands, quantization)."""
     import mlx.core as mx
+    import mlx.nn as nn
     from mlx.utils import tree_flatten
 
     model, st = load_run(args.run)
-    flat = [(k, v.astype(mx.float16)) for k, v in tree_flatten(model.parameters())]
+    if st.get("quantization"):
+        print(f"--run: {args.run} is already a quantized export; export from the training run", file=sys.stderr)
+        return 2
+    model.set_dtype(mx.float16)
+    if args.bits != 16:
+        nn.quantize(model, group_size=64, bits=args.bits)
+    flat = [(k, v.astype(mx.float16) if mx.issubdtype(v.dtype, mx.floating) else v)
+            for k, v in tree_flatten(model.parameters())]
     args.out.mkdir(parents=True, exist_ok=True)
     shards, cur, size = [], {}, 0
     for k, v in flat:
@@ -297,6 +314,8 @@ def export(args) -> int:
     cfg = {k: st[k] for k in ("preset", "phases", "step", "total", "seed", "lr", "mix", "answer_weight",
                               "copy_alphabet", "corpus", "model_args", "parameters", "commands") if k in st}
     cfg["dtype"] = "float16"
+    if args.bits != 16:
+        cfg["quantization"] = {"group_size": 64, "bits": args.bits}
     (args.out / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     print(f"wrote {len(shards)} shard(s) and config.json to {args.out} (step {st['step']}/{st['total']})")
     return 0
@@ -362,6 +381,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("export", help="float16 weights of a run in shards of <= 15 MiB, with config.json")
     p.add_argument("--run", type=pathlib.Path, required=True)
     p.add_argument("--out", type=pathlib.Path, required=True)
+    p.add_argument("--bits", type=int, choices=[16, 8, 4], default=16,
+                   help="16: float16; 8 or 4: affine-quantized layers (MLX's format, as mlx_lm.load reads it)")
     p = sub.add_parser("eval", help="passkey exact match of a run (no cache)")
     p.add_argument("--run", type=pathlib.Path, required=True)
     p.add_argument("--corpus", type=pathlib.Path, default=None)
