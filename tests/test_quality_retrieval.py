@@ -78,10 +78,15 @@ def test_check_passkey_format_rejects_broken_sequences():
 
 
 # ---- outlier injection --------------------------------------------------------------------------------------
-def test_inject_outliers_keeps_the_function_and_makes_outlier_key_channels():
+@pytest.mark.parametrize("bits", [None, 8], ids=["float", "8-bit export"])
+def test_inject_outliers_keeps_the_function_and_makes_outlier_key_channels(bits):
+    import mlx.nn as nn
     from mlx_lm.models.cache import KVCache
 
     a, b = qrt.new_model("smoke", 0), qrt.new_model("smoke", 0)
+    if bits:        # the committed model's layers (retrieval_train export --bits 8): packed weights, scales, biases
+        for m in (a, b):
+            nn.quantize(m, group_size=64, bits=bits)
     info = qm.inject_outliers(b, seed=3)
     assert len(info) == len(b.layers) and all(len(x["head_channel_factor"]) == qm.OUTLIER_PAIRS for x in info)
     s = qs.passkey_sequence(_text(), 256, np.random.default_rng(1), 0.5)
@@ -236,6 +241,52 @@ def test_render_merges_runs_and_names_each_columns_run(table):
     assert "| B | " in md and "Device(gpu, 0)" in md
 
 
+def _split_rounds(res: dict, rounds: set[int]) -> dict:
+    """The run as if it had measured only `rounds` (every cell cut to those sequences)."""
+    rows = []
+    for r in res["results"]:
+        seqs = [s for s in r["per_sequence"] if s["round"] in rounds]
+        if seqs:
+            rows.append(dict(r, per_sequence=seqs, sequences=len(seqs), hits=sum(s["hit"] for s in seqs)))
+    return dict(res, results=rows)
+
+
+def test_runs_over_disjoint_rounds_pool_and_overlapping_ones_do_not(table):
+    res, _ = table
+    a, b = _split_rounds(res, {0}), _split_rounds(res, {1})
+    b["results"] = [dict(r, nll=r["nll"] + 0.5, kl_p99=r["kl_p99"] * 3) for r in b["results"]]
+    rows, src = qd.merge([a, b])
+    fp = next(r for r in rows if r["label"] == "fp16" and r["context"] == 256)
+    ra = next(r for r in a["results"] if r["label"] == "fp16" and r["context"] == 256)
+    rb = next(r for r in b["results"] if r["label"] == "fp16" and r["context"] == 256)
+    assert fp["run"] == "A+B" and fp["sequences"] == 2 and fp["hits"] == ra["hits"] + rb["hits"]
+    assert fp["nll"] == pytest.approx((ra["nll"] + rb["nll"]) / 2) and fp["ppl"] == pytest.approx(np.exp(fp["nll"]))
+    assert fp["kl_p99"] == max(ra["kl_p99"], rb["kl_p99"])
+    assert "Columns from run 256: A+B, 512: A+B." in qd.render([a, b], ["a.json", "b.json"])
+    # the same rounds twice, or another device: the first run's cell stands alone
+    for other in (a, dict(b, run=dict(b["run"], device="Device(gpu, 0)"))):
+        rows, _ = qd.merge([a, other])
+        fp = next(r for r in rows if r["label"] == "fp16" and r["context"] == 256)
+        assert fp["run"] == "A" and fp["sequences"] == 1
+
+
+def test_exclude_leaves_a_model_variant_out_and_says_why(table, tmp_path):
+    res, _ = table
+    out = tmp_path / "p.md"
+    assert qd.main(["--json", str(_dump(res, tmp_path)), "--markdown", str(out),
+                    "--exclude", "plain=weights were broken"]) == 0
+    md = out.read_text()
+    assert "**Left out: model variant `plain`** — weights were broken" in md and "| fp16 |" not in md
+    with pytest.raises(SystemExit):
+        qd.main(["--json", str(_dump(res, tmp_path)), "--markdown", str(out), "--exclude", "plain"])
+
+
+def _dump(res: dict, tmp_path) -> pathlib.Path:
+    p = tmp_path / "res.json"
+    p.write_text(json.dumps(res))
+    return p
+
+
 def test_budget_skips_rounds_and_says_so(tmp_path, monkeypatch):
     res = _run_table(tmp_path, monkeypatch, broken=set(), budget=0.01)
     # the set-up alone passes this budget: every round is skipped, and the JSON and the page say so
@@ -323,3 +374,32 @@ def test_bad_paths_name_the_argument(tmp_path, capsys):
     with pytest.raises(SystemExit):
         qr.main(["run", "--model-dir", str(tmp_path), "--contexts", "16"])
     assert "--contexts" in capsys.readouterr().err
+
+
+def test_delta_vs_fp16_compares_the_same_sequences():
+    base = {"ppl": float(np.exp(1.5)), "per_sequence": [{"round": 0, "nll": 1.0}, {"round": 1, "nll": 2.0}]}
+    x = {"ppl": float(np.exp(1.1)), "nll": 1.1, "per_sequence": [{"round": 0, "nll": 1.1}]}
+    assert qd._delta_vs_fp16(x, base) == pytest.approx(100 * (np.exp(0.1) - 1))     # against round 0's 1.0
+    both = {"ppl": float(np.exp(1.6)), "nll": 1.6, "per_sequence": [{"round": 0}, {"round": 1}]}
+    assert qd._delta_vs_fp16(both, base) == pytest.approx(100 * (np.exp(0.1) - 1))
+    old = {"ppl": float(np.exp(1.5)), "per_sequence": [{"round": 0}, {"round": 1}]}      # no per-sequence loss
+    assert qd._delta_vs_fp16(x, old) is None
+
+
+def test_recommendation_picks_the_least_kl_pair_that_fits_each_budget():
+    def cell(method, bits, variant, kl, bpc, ctx=1024, hits=1, bits2=None):
+        lab = f"{method}/{bits}{'+' + str(bits2) if bits2 else ''}/{variant}"
+        return {"model": "plain", "label": lab, "method": method, "bits": bits, "bits2": bits2, "variant": variant,
+                "context": ctx, "kl_mean": kl, "role_bits_per_coord": bpc, "hits": hits, "sequences": 2}
+    rows = [cell("turboquant", 2, "k", 0.30, 2.25), cell("turboquant", 2, "v", 0.10, 2.25),
+            cell("turboquant", 4, "k", 0.05, 4.25), cell("turboquant", 4, "v", 0.01, 4.25),
+            cell("kivi", 2, "k", 0.08, 3.39), cell("kivi", 2, "v", 0.20, 3.39),
+            cell("mlx_affine", 8, "k", 0.0, 9.0), cell("mlx_affine", 8, "v", 0.0, 9.0),
+            cell("turboquant", 4, "k", 0.07, 4.25, ctx=4096, hits=0)]
+    rec = {r["budget"]: r for r in qd.recommend(rows, budgets=(2.0, 2.5, 3.0, 4.5))}
+    assert rec[2.0]["keys"] is None
+    assert (rec[2.5]["keys"], rec[2.5]["values"]) == ("turboquant/2", "turboquant/2")
+    assert (rec[3.0]["keys"], rec[3.0]["values"]) == ("kivi/2", "turboquant/2")     # 2.82 bits, KL 0.18
+    assert (rec[4.5]["keys"], rec[4.5]["values"]) == ("turboquant/4", "turboquant/4")   # mlx_affine never
+    assert rec[4.5]["key_retrieval"] == {1024: (1, 2), 4096: (0, 2)} and rec[3.0]["context"] == 1024
+    assert "--kv-key-method kivi --kv-key-bits 2 --kv-value-method turboquant --kv-value-bits 2" in rec[3.0]["flags"]

@@ -27,7 +27,7 @@ The run plans (make_plan), measures (measure: tiers, rounds, configurations) and
 retrieval_sequences.py (the passkey sequences), retrieval_model.py (loading, the outlier variant, the keys'
 statistics), retrieval_score.py (logits and the per-row scores).
 
-    python -m veloxquant.tools.quality.retrieval run --model-dir MODEL [--corpus corpus.npz] \\
+    python -m veloxquant.tools.quality.retrieval run [--model-dir MODEL] [--corpus corpus.npz] \\
         --contexts 1024 4096 16384 32768 --budget-seconds 270 --json out.json [--markdown out.md]
 """
 from __future__ import annotations
@@ -46,6 +46,7 @@ import typing
 import numpy as np
 
 from . import retrieval_data as qrd
+from .retrieval_train import COMMITTED
 from .retrieval_model import OUTLIER_PAIRS, OUTLIER_SCALE, inject_outliers, key_table, load_model
 from .retrieval_score import forward, score
 from .retrieval_sequences import passkey_sequence
@@ -378,7 +379,8 @@ def measure_config(args, plan: Plan, tally: Tally, model_name: str, cfg: dict, c
         c["kl_answer"].append(sc["kl_answer"])
     c["bits"].append(bits)
     c["seqs"].append({"round": r, "depth": seq["depth"], "needle_at": seq["needle_at"], "hit": sc["hit"],
-                      "answer_nll": round(sc["answer_nll"], 4), "seconds": round(time.time() - t0, 3)})
+                      "answer_nll": round(sc["answer_nll"], 4), "nll": round(float(np.mean(sc["nll"])), 6),
+                      "seconds": round(time.time() - t0, 3)})
     was_warm = (model_name, label(cfg)) in tally.warm
     tally.warm.add((model_name, label(cfg)))
     return time.time() - t0, was_warm
@@ -417,7 +419,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m veloxquant.tools.quality.retrieval", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("run", help="measure (budgeted) and write the JSON (and, with --markdown, the page)")
-    p.add_argument("--model-dir", type=pathlib.Path, required=True, help="the trainer's export folder")
+    p.add_argument("--model-dir", type=pathlib.Path, default=COMMITTED,
+                   help="the trainer's export folder (default: the committed 8-bit retrieval-4m model, "
+                        "tools/quality/trained/retrieval_4m in the source checkout)")
     p.add_argument("--corpus", type=pathlib.Path, default=None,
                    help="the trainer's pack-corpus .npz (default: this Python's stdlib, which must be the "
                         "model's corpus for the held-out text to be held out)")

@@ -2,7 +2,10 @@
 
 Several JSONs merge (e.g. the CPU for short contexts, the H200 for long ones): a cell (model variant,
 configuration, context) comes from the first JSON that has it, and every table says which run each
-context's column came from (device, MLX version, date).
+context's column came from (device, MLX version, date). Runs of the same model, device, dtype, chunk and
+seed over disjoint rounds (`run --first-round K`) pool instead: sequences and hits add up, means are
+weighted by sequences, the 99th percentile is the larger of the two. `--exclude MODEL=REASON` leaves a
+model variant out of the page (cells, key statistics, errors) and says why.
 
     python -m veloxquant.tools.quality.retrieval_doc --json a.json [b.json ...] --markdown docs/quality-retrieval.md
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import pathlib
 import sys
 
@@ -18,17 +22,59 @@ def _run_label(i: int) -> str:
     return chr(ord("A") + i)
 
 
+def _same_measurement(a: dict, b: dict) -> bool:
+    """Whether two runs measured the same thing (model, device, dtype, chunk, seed), so their rounds pool."""
+    keys = ("dtype", "chunk", "seed", "mlx_q_native")
+    return (a["model"] == b["model"] and a["run"]["device"] == b["run"]["device"]
+            and all(a["settings"].get(k) == b["settings"].get(k) for k in keys))
+
+
+def _pool(a: dict, b: dict) -> dict | None:
+    """One cell from two runs' cells over disjoint rounds (None when the rounds overlap)."""
+    if {s["round"] for s in a["per_sequence"]} & {s["round"] for s in b["per_sequence"]}:
+        return None
+    na, nb = a["sequences"], b["sequences"]
+    n = na + nb
+    out = {**a, "sequences": n, "hits": a["hits"] + b["hits"], "retrieval": (a["hits"] + b["hits"]) / n,
+           "per_sequence": a["per_sequence"] + b["per_sequence"], "run": a["run"] + "+" + b["run"]}
+    for k in ("nll", "kl_mean", "kl_answer_mean"):
+        if a.get(k) is not None and b.get(k) is not None:
+            out[k] = (a[k] * na + b[k] * nb) / n
+    out["ppl"] = math.exp(out["nll"])
+    if a.get("kl_p99") is not None and b.get("kl_p99") is not None:
+        out["kl_p99"] = max(a["kl_p99"], b["kl_p99"])
+    return out
+
+
 def merge(results: list[dict]) -> tuple[list[dict], dict]:
-    """(rows with a `run` letter, {(model, label, context): run letter}) with the first JSON winning."""
-    rows, seen = [], {}
+    """(rows with a `run` letter, {(model, label, context): run letters}): the first JSON wins, except that
+    runs of the same measurement over disjoint rounds pool their cells."""
+    rows, at = [], {}
     for i, res in enumerate(results):
         for r in res["results"]:
             key = (r["model"], r["label"], r["context"])
-            if key in seen:
+            row = {**r, "run": _run_label(i)}
+            if key not in at:
+                at[key] = len(rows)
+                rows.append(row)
                 continue
-            seen[key] = _run_label(i)
-            rows.append({**r, "run": _run_label(i)})
-    return rows, seen
+            prev = rows[at[key]]
+            first = results[ord(prev["run"][0]) - ord("A")]
+            pooled = _pool(prev, row) if _same_measurement(first, res) else None
+            if pooled is not None:
+                rows[at[key]] = pooled
+    return rows, {k: rows[i]["run"] for k, i in at.items()}
+
+
+def exclude(results: list[dict], excluded: dict[str, str]) -> list[dict]:
+    """The results without the excluded model variants' cells, key statistics and errors."""
+    out = []
+    for res in results:
+        res = {**res, "results": [r for r in res["results"] if r["model"] not in excluded],
+               "errors": [e for e in res.get("errors", []) if e["model"] not in excluded],
+               "key_statistics": {k: v for k, v in res.get("key_statistics", {}).items() if k not in excluded}}
+        out.append(res)
+    return out
 
 
 def _pct(x: float) -> str:
@@ -41,14 +87,105 @@ def render(results: list[dict], sources: list[str]) -> str:
     lines = _runs(results, sources) + _model_and_data(results) + _key_statistics(results[0])
     contexts = sorted({r["context"] for r in rows})
     by = {(r["model"], r["label"], r["context"]): r for r in rows}
+    lines += _recommendation(rows)
     for model in dict.fromkeys(r["model"] for r in rows):
         labels = list(dict.fromkeys(r["label"] for r in rows if r["model"] == model))
-        src = {ctx: sorted({r["run"] for r in rows if r["model"] == model and r["context"] == ctx}) for ctx in contexts}
+        src = {ctx: sorted({x for r in rows if r["model"] == model and r["context"] == ctx for x in r["run"].split("+")})
+               for ctx in contexts}
         lines += _retrieval_table(model, labels, contexts, src, by)
         lines += _fp16_by_depth(model, contexts, by)
         for ctx in contexts:
             lines += _context_table(model, labels, ctx, src[ctx], by)
     return "\n".join(lines) + "\n"
+
+
+BUDGETS = (2.5, 3.0, 4.0, 5.0)    # mean stored bits per coordinate over keys and values
+
+
+def recommend(rows: list[dict], budgets=BUDGETS) -> list[dict]:
+    """Per budget: the key and value configurations (model `plain`, keys-only and values-only cells at the
+    shortest context where both roles were measured) with the least KL_k + KL_v whose mean stored bits fit;
+    equal KL: fewer bits. Only configurations the caches offer (mlx_affine is an external format)."""
+    cells = {(r["label"].rsplit("/", 1)[0], r["variant"], r["context"]): r for r in rows
+             if r["model"] == "plain" and r["variant"] in ("k", "v") and r["method"] != "mlx_affine"}
+    ctxs = sorted({c for (_, _, c) in cells})
+    ctx = next((c for c in ctxs if any(v == "k" and cc == c for (_, v, cc) in cells)), None)
+    if ctx is None:
+        return []
+    k = {n: r for (n, v, c), r in cells.items() if v == "k" and c == ctx}
+    v = {n: r for (n, vv, c), r in cells.items() if vv == "v" and c == ctx}
+    out = []
+    for budget in budgets:
+        best = None
+        for nk, rk in k.items():
+            for nv, rv in v.items():
+                if rk.get("bits2") and rv.get("bits2") and rk["bits2"] != rv["bits2"]:
+                    continue                                    # the caches take one bits2
+                bits = (rk["role_bits_per_coord"] + rv["role_bits_per_coord"]) / 2
+                if bits > budget + 1e-9:
+                    continue
+                key = (rk["kl_mean"] + rv["kl_mean"], bits)
+                if best is None or key < best[0]:
+                    best = (key, nk, nv, bits)
+        if best is None:
+            out.append({"budget": budget, "context": ctx, "keys": None})
+            continue
+        (kl, _), nk, nv, bits = best
+        out.append({"budget": budget, "context": ctx, "keys": nk, "values": nv, "mean_bits": bits, "kl_sum": kl,
+                    "key_retrieval": {c: (r["hits"], r["sequences"]) for (n, vv, c), r in cells.items()
+                                      if n == nk and vv == "k"},
+                    "value_retrieval": {c: (r["hits"], r["sequences"]) for (n, vv, c), r in cells.items()
+                                        if n == nv and vv == "v"},
+                    "flags": _flags(k[nk], v[nv])})
+    return out
+
+
+def print_recommendation(json_paths: list[pathlib.Path], excluded: tuple[str, ...] = ("outliers",)) -> int:
+    """`veloxquant quality --recommend`: the table of recommend() from these runs (the committed page's)."""
+    missing = [p for p in json_paths if not p.is_file()]
+    if missing:
+        print(f"quality --recommend: {missing[0]} is not here (the runs live in the source checkout's docs/retrieval/)",
+              file=sys.stderr)
+        return 2
+    results = exclude([json.loads(p.read_text()) for p in json_paths], {m: "" for m in excluded})
+    rows, _ = merge(results)
+    run = results[0]["run"]
+    print(f"Retrieval model {results[0]['model'].get('preset')} ({run['device']}, {run.get('gpu') or '-'}, "
+          f"{run['date'][:10]}; docs/quality-retrieval.md):")
+    print("\n".join(_recommendation(rows)[4:]))
+    return 0
+
+
+def _flags(rk: dict, rv: dict) -> str:
+    f = [f"--kv-key-method {rk['method']} --kv-key-bits {rk['bits']}",
+         f"--kv-value-method {rv['method']} --kv-value-bits {rv['bits']}"]
+    if rk.get("bits2") or rv.get("bits2"):
+        f.append(f"--kv-bits2 {rk.get('bits2') or rv.get('bits2')}")
+    return " ".join(f + ["--kv-window 0"])
+
+
+def _recommendation(rows: list[dict]) -> list[str]:
+    rec = recommend(rows)
+    if not rec:
+        return []
+    ctx = rec[0]["context"]
+    lines = ["## Recommendation by bit budget (this model)", "",
+             f"Budget = mean stored bits per coordinate over keys and values (measured, window 0). Per budget, the "
+             f"key and value configurations with the least KL_k + KL_v, each measured alone (the `k` and `v` "
+             f"variants, model `plain`, {ctx} bytes), whose bits fit; mlx_affine is left out (an external format). "
+             "Retrieval: hits / sequences of the same configurations, keys-only and values-only, per context. "
+             "Flags: `veloxquant generate` / `serve`. Speed: docs/benchmarks.md.", "",
+             "| budget | keys | values | mean bits | KL_k + KL_v | keys-only retrieval | values-only retrieval | flags |",
+             "|---:|---|---|---:|---:|---|---|---|"]
+    fmt = lambda d: ", ".join(f"{c // 1024}k {h}/{n}" for c, (h, n) in sorted(d.items()))  # noqa: E731
+    for r in rec:
+        if r["keys"] is None:
+            lines.append(f"| {r['budget']:.1f} | none fits | | | | | | |")
+            continue
+        lines.append(f"| {r['budget']:.1f} | {r['keys']} | {r['values']} | {r['mean_bits']:.2f} | {r['kl_sum']:.3g} | "
+                     f"{fmt(r['key_retrieval'])} | {fmt(r['value_retrieval'])} | `{r['flags']}` |")
+    lines.append("")
+    return lines
 
 
 def _runs(results: list[dict], sources: list[str]) -> list[str]:
@@ -170,27 +307,43 @@ def _fp16_by_depth(model: str, contexts: list[int], by: dict) -> list[str]:
     return lines
 
 
+def _delta_vs_fp16(x: dict, base: dict) -> float | None:
+    """Perplexity change in % against fp16 over the same sequences: the cells' own perplexities when they saw
+    the same rounds, else fp16's per-sequence NLL on the cell's rounds (None when a run did not record it)."""
+    rounds = {s["round"] for s in x["per_sequence"]}
+    if rounds == {s["round"] for s in base["per_sequence"]}:
+        return 100 * (x["ppl"] / base["ppl"] - 1)
+    ref = [s.get("nll") for s in base["per_sequence"] if s["round"] in rounds]
+    if len(ref) != len(rounds) or None in ref:
+        return None
+    return 100 * (math.exp(x["nll"] - sum(ref) / len(ref)) - 1)
+
+
 def _context_table(model: str, labels: list[str], ctx: int, src: list[str], by: dict) -> list[str]:
     """Perplexity, KL and retrieval of every configuration against fp16 at one context (nothing without fp16)."""
     base = by.get((model, "fp16", ctx))
     if base is None:
         return []
     lines = [f"### Model `{model}`, context {ctx} bytes (run {'+'.join(src)})", "",
-             f"fp16: perplexity {base['ppl']:.4f}, retrieval {base['hits']}/{base['sequences']}.", "",
+             f"fp16: perplexity {base['ppl']:.4f}, retrieval {base['hits']}/{base['sequences']}. Δ vs fp16 compares "
+             "the same sequences (n/a: the configuration saw fewer sequences than fp16 and the run did not record "
+             "fp16's per-sequence loss).", "",
              "| configuration | bits/coord | n | perplexity | Δ vs fp16 | KL mean | KL p99 | KL answer | retrieval |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for lab in labels:
         x = by.get((model, lab, ctx))
         if x is None or lab == "fp16":
             continue
+        delta = _delta_vs_fp16(x, base)
         lines.append(f"| {lab} | {x['role_bits_per_coord']:.2f} | {x['sequences']} | {x['ppl']:.4f} | "
-                     f"{_pct(100 * (x['ppl'] / base['ppl'] - 1))} | {x['kl_mean']:.2e} | {x['kl_p99']:.2e} | "
+                     f"{'n/a' if delta is None else _pct(delta)} | {x['kl_mean']:.2e} | {x['kl_p99']:.2e} | "
                      f"{x['kl_answer_mean']:.2e} | {x['hits']}/{x['sequences']} |")
     lines.append("")
     return lines
 
 
-def write(json_paths: list[pathlib.Path], markdown: pathlib.Path, results: list[dict] | None = None) -> None:
+def write(json_paths: list[pathlib.Path], markdown: pathlib.Path, results: list[dict] | None = None,
+          excluded: dict[str, str] | None = None) -> None:
     if results is None:
         for p in json_paths:
             if not p.is_file():
@@ -198,8 +351,13 @@ def write(json_paths: list[pathlib.Path], markdown: pathlib.Path, results: list[
         results = [json.loads(p.read_text()) for p in json_paths]
     if not results:
         raise ValueError("--json: give at least one result file")
+    excluded = excluded or {}
+    text = render(exclude(results, excluded), [str(p) for p in json_paths] or ["(in memory)"])
+    if excluded:     # after the runs table: what was left out, and why
+        note = "".join(f"\n**Left out: model variant `{m}`** — {why}\n" for m, why in excluded.items())
+        text = text.replace("\n## Model and data\n", note + "\n## Model and data\n", 1)
     markdown.parent.mkdir(parents=True, exist_ok=True)
-    markdown.write_text(render(results, [str(p) for p in json_paths] or ["(in memory)"]))
+    markdown.write_text(text)
     print(f"wrote {markdown}")
 
 
@@ -207,8 +365,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m veloxquant.tools.quality.retrieval_doc", description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=pathlib.Path, nargs="+", required=True)
     ap.add_argument("--markdown", type=pathlib.Path, required=True)
+    ap.add_argument("--exclude", action="append", default=[], metavar="MODEL=REASON",
+                    help="leave a model variant (plain, outliers) out of the page, saying why")
     args = ap.parse_args(argv)
-    write(args.json, args.markdown)
+    excluded = {}
+    for e in args.exclude:
+        model, sep, why = e.partition("=")
+        if not sep or not model or not why.strip():
+            ap.error(f"--exclude: {e!r} is not MODEL=REASON")
+        excluded[model] = why.strip()
+    write(args.json, args.markdown, excluded=excluded)
     return 0
 
 

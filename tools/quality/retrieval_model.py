@@ -52,8 +52,13 @@ def inject_outliers(model, seed: int, pairs: int = OUTLIER_PAIRS, scale=OUTLIER_
                 chosen.append([h, int(i), round(f, 3)])
         qs = np.concatenate([1.0 / ks[(h * hk // hq) * d : (h * hk // hq + 1) * d] for h in range(hq)])
         for proj, s in ((at.k_proj, ks), (at.q_proj, qs)):
-            w = proj.weight
-            proj.weight = (w.astype(mx.float32) * mx.array(s)[:, None]).astype(w.dtype)
+            if "scales" in proj:    # an 8/4-bit export: row r dequantizes to scales*q + biases, so scale those
+                for name in ("scales", "biases"):
+                    v = proj[name]
+                    proj[name] = (v.astype(mx.float32) * mx.array(s)[:, None]).astype(v.dtype)
+            else:
+                w = proj.weight
+                proj.weight = (w.astype(mx.float32) * mx.array(s)[:, None]).astype(w.dtype)
             if "bias" in proj:
                 proj.bias = (proj.bias.astype(mx.float32) * mx.array(s)).astype(proj.bias.dtype)
         out.append({"layer": li, "head_channel_factor": chosen})
