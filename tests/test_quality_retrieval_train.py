@@ -117,3 +117,25 @@ def test_answer_loss_is_logged_per_task_and_without_upweighting(tmp_path):
         assert rec["answer_loss"] > 3, rec                 # ~ln 256 at initialisation, not 0
         mean = sum(by[t] * counts[t] for t in by) / sum(counts.values())
         assert abs(mean - rec["answer_loss"]) < 2e-3, (mean, rec)
+
+
+@pytest.mark.skipif(not (rt.COMMITTED / rt.RECORD_FILE).is_file(), reason="the committed retrieval model is not in this "
+                    "installation (it lives in the source checkout, not the wheel)")
+def test_committed_retrieval_model_reproduces_its_recorded_heldout_loss_and_passkeys():
+    mx = pytest.importorskip("mlx.core")
+    model, cfg = rt.load_run(rt.COMMITTED)
+    rec = rt.load_record(rt.COMMITTED)
+    assert cfg["preset"] == "retrieval-4m" and cfg["quantization"]["bits"] == 8 and cfg["step"] == cfg["total"]
+    assert sum(f.stat().st_size for f in rt.COMMITTED.iterdir()) < 6e6        # small enough to keep in the tree
+    model.set_dtype(mx.float32)
+    got = rt.window_losses(model, rec["windows"][:2])
+    for i, (g, w) in enumerate(zip(got, rec["losses"][:2])):
+        assert abs(g - w) <= rec["tolerance"], f"held-out window {i}: loss {g:.5f}, recorded {w:.5f}"
+    assert max(rec["losses"]) < 0.3 * np.log(256)                           # far below a uniform byte
+    for i, (p, s) in enumerate(zip(rec["passkeys"], rt.score_passkeys(model, [p["tokens"] for p in rec["passkeys"]]))):
+        assert s["hit"] == p["hit"] and abs(s["answer_nll"] - p["answer_nll"]) <= rec["tolerance"], (i, s, p)
+    assert all(p["hit"] for p in rec["passkeys"])
+    # the check can fail: 5 % on one layer's scales moves the loss past the tolerance
+    down = model.layers[0].mlp.down_proj
+    down.scales = down.scales * 1.05
+    assert abs(rt.window_losses(model, rec["windows"][:1])[0] - rec["losses"][0]) > rec["tolerance"]

@@ -340,6 +340,70 @@ def evaluate(args) -> int:
     return 0
 
 
+# ---- the committed model's record: held-out windows and passkeys with what the model scored on them --------
+RECORD_FILE = "heldout.json"
+# the committed model (8-bit export of the retrieval-4m run in docs/retrieval-model.md), in the source checkout
+COMMITTED = pathlib.Path(__file__).resolve().parent / "trained" / "retrieval_4m"
+RECORD_TOLERANCE = 0.01       # nats: float32 on another CPU / BLAS / MLX build
+
+
+def window_losses(model, windows: list[np.ndarray]) -> list[float]:
+    """Mean next-byte NLL of each window (float32 logits)."""
+    import mlx.core as mx
+
+    out = []
+    for w in windows:
+        logits = model(mx.array(w[None, :-1].astype(np.int32)))[0].astype(mx.float32)
+        lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        out.append(float(-mx.take_along_axis(lp, mx.array(w[1:, None].astype(np.int32)), axis=-1).mean()))
+    return out
+
+
+def score_passkeys(model, seqs: list[np.ndarray]) -> list[dict]:
+    """Exact match and answer NLL of the 5 digits closing each passkey sequence (as passkey_eval)."""
+    import mlx.core as mx
+
+    out = []
+    for seq in seqs:
+        logits = model(mx.array(seq[None, :-1].astype(np.int32)))[0, -DIGITS:].astype(mx.float32)
+        lp = np.array(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+        tgt = seq[-DIGITS:]
+        out.append({"hit": bool((lp.argmax(-1) == tgt).all()), "answer_nll": float(-lp[np.arange(DIGITS), tgt].mean())})
+    return out
+
+
+def record(args) -> int:
+    """Write RECORD_FILE into the export: held-out windows and passkey sequences (their bytes, so the check
+    needs no corpus) with the losses and hits this model scores on them in float32."""
+    import mlx.core as mx
+
+    model, st = load_run(args.run)
+    model.set_dtype(mx.float32)
+    corpus = load_corpus(args.corpus)
+    text, rng = corpus["heldout"], np.random.default_rng(args.seed)
+    starts = rng.integers(0, text.size - args.length - 1, args.windows)
+    windows = [np.asarray(text[s:s + args.length + 1], np.uint8) for s in starts]
+    seqs = [make_sequence(text, args.passkey_context, rng, {"passkey": 1.0})[0].astype(np.uint8)
+            for _ in range(args.passkeys)]
+    rec = {"corpus": corpus["manifest"].get("sha256"), "seed": args.seed, "dtype": "float32",
+           "device": str(mx.default_device()), "mlx": mx.__version__, "tolerance": RECORD_TOLERANCE,
+           "windows": [w.tobytes().hex() for w in windows], "losses": window_losses(model, windows),
+           "passkeys": [dict(tokens=q.tobytes().hex(), **r) for q, r in zip(seqs, score_passkeys(model, seqs))]}
+    (args.run / RECORD_FILE).write_text(json.dumps(rec, indent=1) + "\n")
+    print(f"wrote {args.run / RECORD_FILE}: held-out losses {[round(x, 4) for x in rec['losses']]}, passkeys "
+          f"{sum(p['hit'] for p in rec['passkeys'])}/{len(seqs)} at {args.passkey_context}")
+    return 0
+
+
+def load_record(run: pathlib.Path) -> dict:
+    """RECORD_FILE with its byte strings back as uint8 arrays."""
+    rec = json.loads((run / RECORD_FILE).read_text())
+    rec["windows"] = [np.frombuffer(bytes.fromhex(w), np.uint8) for w in rec["windows"]]
+    for p in rec["passkeys"]:
+        p["tokens"] = np.frombuffer(bytes.fromhex(p["tokens"]), np.uint8)
+    return rec
+
+
 def pack_corpus(args) -> int:
     c = build_corpus()
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -383,6 +447,14 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=pathlib.Path, required=True)
     p.add_argument("--bits", type=int, choices=[16, 8, 4], default=16,
                    help="16: float16; 8 or 4: affine-quantized layers (MLX's format, as mlx_lm.load reads it)")
+    p = sub.add_parser("record", help=f"write {RECORD_FILE} (held-out windows, passkeys, their scores) into an export")
+    p.add_argument("--run", type=pathlib.Path, required=True)
+    p.add_argument("--corpus", type=pathlib.Path, required=True)
+    p.add_argument("--windows", type=int, default=4)
+    p.add_argument("--length", type=int, default=512)
+    p.add_argument("--passkeys", type=int, default=2)
+    p.add_argument("--passkey-context", type=int, default=1024)
+    p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("eval", help="passkey exact match of a run (no cache)")
     p.add_argument("--run", type=pathlib.Path, required=True)
     p.add_argument("--corpus", type=pathlib.Path, default=None)
@@ -400,7 +472,8 @@ def main(argv=None) -> int:
             parse_phases(args.phases, args.preset)
         except ValueError as e:
             ap.error(str(e))
-    return {"pack-corpus": pack_corpus, "train": train, "eval": evaluate, "export": export}[args.cmd](args)
+    return {"pack-corpus": pack_corpus, "train": train, "eval": evaluate, "export": export,
+            "record": record}[args.cmd](args)
 
 
 if __name__ == "__main__":
