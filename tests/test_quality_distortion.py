@@ -135,3 +135,31 @@ def test_quality_recommend_prints_the_committed_table(capsys, tmp_path):
     assert all(x["flags"] in out for x in rec)
     assert qd.print_recommendation(tmp_path / "absent.json") == 2
     assert "--recommend" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not (qd.RETRIEVAL_MODEL / "heldout.json").is_file(), reason="the committed retrieval model is "
+                    "not in this installation (source checkout only)")
+def test_update_adds_the_retrieval_models_rows_and_keeps_the_rest(tmp_path):
+    import shutil
+
+    from veloxquant.tools import cli
+
+    src = qd.ROOT / "docs" / "distortion.json"
+    js, md = tmp_path / "d.json", tmp_path / "d.md"
+    shutil.copy(src, js)
+    before = json.loads(js.read_text())
+    others = [r for r in before["rows"] if r["data"] != qd.RETRIEVAL_DATA]
+    for _ in range(2):    # a second update replaces its rows and its entry, it does not add more
+        assert cli.main(["distortion", "--update", str(js), "--markdown", str(md), "--methods", "turboquant"]) == 0
+    after = json.loads(js.read_text())
+    new = [r for r in after["rows"] if r["data"] == qd.RETRIEVAL_DATA]
+    assert [r for r in after["rows"] if r["data"] != qd.RETRIEVAL_DATA] == others
+    assert sorted((r["role"], r["label"]) for r in new) == sorted(
+        (role, f"turboquant b{b}") for role in "kv" for b in (1, 2, 3, 4))
+    assert [u["data"] for u in after["updates"]] == [qd.RETRIEVAL_DATA]
+    for r in new:          # real keys and values after the rotation: the sphere's D_mse (the paper's figures)
+        sph = next(x for x in after["rows"] if x["data"] == "sphere" and x["d"] == 128 and x["label"] == r["label"])
+        assert abs(r["d_mse"] - sph["d_mse"]) < 0.05 * sph["d_mse"], (r["role"], r["label"], r["d_mse"], sph["d_mse"])
+    text = md.read_text()
+    assert "trained retrieval-4m keys" in text and "Rows of `trained retrieval-4m` (" in text
+    assert cli.main(["distortion", "--update", str(tmp_path / "none.json")]) == 2

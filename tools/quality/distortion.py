@@ -42,6 +42,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 SYNTH_DIMS = (64, 128, 256)
 TRAINED_DIMS = (64, 128)
+# the committed retrieval model (tools/quality/retrieval_train.py COMMITTED) and its rows' data name
+RETRIEVAL_MODEL = pathlib.Path(__file__).resolve().parent / "trained" / "retrieval_4m"
+RETRIEVAL_DATA = "trained retrieval-4m"
 BUDGETS = (2.5, 3.0, 4.0)
 
 from .papers import MIXED_MARGIN, SQRT3_PI2, SQRT3_PI_2, TQ_PAPER_DMSE  # noqa: E402,F401
@@ -185,6 +188,26 @@ def trained_activations(head_dim: int, sequences: int, length: int, seed: int) -
 
     model = tm.load_model(head_dim)
     wins = tm.eval_windows(tm.corpus_bytes("heldout"), length, sequences, seed)
+    return model_activations(model, wins)
+
+
+def retrieval_activations(model_dir: pathlib.Path) -> dict:
+    """The same for the committed retrieval model (retrieval_train export) on the held-out windows its
+    heldout.json carries (so no corpus is needed)."""
+    from . import retrieval_train as qrt
+
+    import mlx.core as mx
+
+    model, _ = qrt.load_run(model_dir)
+    model.set_dtype(mx.float32)    # computed in float32 (MLX's CPU float16 matmul is ~30x slower), handed on as float16
+    return model_activations(model, [w[:-1] for w in qrt.load_record(model_dir)["windows"]])
+
+
+def model_activations(model, wins) -> dict:
+    """Queries, keys and values (post-RoPE, float16) that `model` hands its attention, per layer, over `wins`."""
+    import mlx.core as mx
+    from mlx_lm.models import llama
+
     grabbed: list = []
     orig = llama.scaled_dot_product_attention
 
@@ -243,7 +266,8 @@ def _rtn(method: str, bits: int, x, xh, role: str) -> dict:
     return {"rtn_ratio": None}
 
 
-def trained_rows(head_dim: int, acts: dict, seed: int, grid, progress, queries_per_head: int = 256) -> list[dict]:
+def trained_rows(head_dim: int, acts: dict, seed: int, grid, progress, queries_per_head: int = 256,
+                 data: str | None = None) -> list[dict]:
     rng = np.random.default_rng(seed)
     rows = []
     n_layers = len(acts["k"])
@@ -273,7 +297,7 @@ def trained_rows(head_dim: int, acts: dict, seed: int, grid, progress, queries_p
                         logit_sd.append(s.std(axis=1).mean())
             x, xh = np.concatenate(xs, axis=1), np.concatenate(xhs, axis=1)
             d = x.shape[-1]
-            r = {"data": f"trained hd{head_dim}", "d": d, "role": role, "method": m, "bits": b, "bits2": b2,
+            r = {"data": data or f"trained hd{head_dim}", "d": d, "role": role, "method": m, "bits": b, "bits2": b2,
                  "label": label(m, b, b2), "bits_per_coord": float(np.mean(bits)),
                  "vectors": int(x.shape[1] * x.shape[2])}
             r.update(mse_metrics(x, xh))
@@ -336,6 +360,12 @@ def add_arguments(p) -> None:
                    help="unit vectors per draw of the QJL projection ablation (0: skip it)")
     p.add_argument("--quality-json", type=pathlib.Path, default=ROOT / "docs" / "quality-trained.json",
                    help="trained-model KL per role for the recommendation")
+    p.add_argument("--retrieval-model", type=pathlib.Path, nargs="?", const=RETRIEVAL_MODEL, default=None,
+                   metavar="DIR", help="also the keys and values of this retrieval_train export (default DIR: the "
+                                       "committed retrieval-4m model), as data `trained retrieval-4m`")
+    p.add_argument("--update", type=pathlib.Path, default=None, metavar="JSON",
+                   help="measure only --retrieval-model and put its rows into this distortion JSON (its other "
+                        "rows kept; the JSON lists the update), then re-render --markdown")
     p.add_argument("--json", type=pathlib.Path, default=None, help="write the raw results here")
     p.add_argument("--markdown", type=pathlib.Path, default=None,
                    help="write the tables here and the plot next to it (.png); needs --json")
@@ -349,7 +379,7 @@ def run(args) -> int:
 
     if args.from_json is not None:
         return rerender(args)
-    if args.markdown is not None and args.json is None:
+    if args.markdown is not None and args.json is None and args.update is None:
         print("--markdown: needs --json (the page names its raw data)", file=sys.stderr)
         return 2
     for d in args.dims:
@@ -363,7 +393,9 @@ def run(args) -> int:
         print(f"--methods: none of {args.methods} is in the grid", file=sys.stderr)
         return 2
     t_start = time.time()
-    n_total = len(grid) * (len(args.dims) + 2 * len(args.trained))
+    if args.update is not None:
+        return update(args, grid)
+    n_total = len(grid) * (len(args.dims) + 2 * len(args.trained) + 2 * (args.retrieval_model is not None))
     done = [0]
 
     def progress(r):
@@ -385,6 +417,10 @@ def run(args) -> int:
             spread += seed_spread(hd, acts, range(args.seed, args.seed + args.spread_seeds), sgrid,
                                   lambda r: print(f"  {r['role']} {r['label']:<20} bias per seed "
                                                   + " ".join(f"{b:+.4f}" for b in r["bias"]), flush=True))
+    if args.retrieval_model is not None:
+        print(f"{RETRIEVAL_DATA}: capturing queries/keys/values of its recorded held-out windows", flush=True)
+        acts = retrieval_activations(args.retrieval_model)
+        rows += trained_rows(acts["k"][0].shape[-1], acts, args.seed, grid, progress, data=RETRIEVAL_DATA)
     ablation = []
     if args.ablation_vectors > 0 and any(m == "turboquant_prod" for m, _, _ in grid):
         print("QJL projection ablation (Gaussian S vs Hadamard), d = 64", flush=True)
@@ -416,6 +452,43 @@ def run(args) -> int:
 
         return doc.write_docs(result, args.json, args.markdown)
     return 0
+
+
+def update(args, grid) -> int:
+    """--update JSON: the retrieval model's rows measured and put into an existing run's JSON (re-rendered)."""
+    from .._env import utc_now_iso, versions
+
+    if not args.update.is_file():
+        print(f"--update: {args.update} does not exist", file=sys.stderr)
+        return 2
+    model = args.retrieval_model or RETRIEVAL_MODEL
+    if not (model / "config.json").is_file():
+        print(f"--retrieval-model: {model} holds no retrieval_train export (config.json)", file=sys.stderr)
+        return 2
+    t0 = time.time()
+    res = json.loads(args.update.read_text())
+    acts = retrieval_activations(model)
+    n = [0]
+
+    def progress(r):
+        n[0] += 1
+        print(f"[{n[0]}/{2 * len(grid)}] {r['data']} {r['role']} {r['label']:<20} D_mse {r['d_mse']:.4f} "
+              f"bits {r['bits_per_coord']:.2f} ({r['seconds']:.1f}s)", flush=True)
+
+    new = trained_rows(acts["k"][0].shape[-1], acts, args.seed, grid, progress, data=RETRIEVAL_DATA)
+    res["rows"] = [r for r in res["rows"] if r["data"] != RETRIEVAL_DATA] + new
+    rel = model.relative_to(ROOT) if model.is_relative_to(ROOT) else model
+    res["updates"] = [u for u in res.get("updates", []) if u["data"] != RETRIEVAL_DATA] + [{
+        "data": RETRIEVAL_DATA, "model": str(rel), "date": utc_now_iso(), "versions": versions(),
+        "wall_s": round(time.time() - t0, 1), "command": "veloxquant distortion " + " ".join(
+            sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "distortion" else sys.argv[1:])}]
+    args.update.write_text(json.dumps(res, indent=1) + "\n")
+    print(f"rewrote {args.update} ({len(new)} rows of {RETRIEVAL_DATA})")
+    if args.markdown is None:
+        return 0
+    from . import distortion_doc as doc
+
+    return doc.write_docs(res, args.update, args.markdown)
 
 
 def print_recommendation(path: pathlib.Path) -> int:
