@@ -157,11 +157,9 @@ def print_recommendation(json_paths: list[pathlib.Path], excluded: tuple[str, ..
 
 
 def _flags(rk: dict, rv: dict) -> str:
-    f = [f"--kv-key-method {rk['method']} --kv-key-bits {rk['bits']}",
-         f"--kv-value-method {rv['method']} --kv-value-bits {rv['bits']}"]
-    if rk.get("bits2") or rv.get("bits2"):
-        f.append(f"--kv-bits2 {rk.get('bits2') or rv.get('bits2')}")
-    return " ".join(f + ["--kv-window 0"])
+    from .budget import cache_flags
+
+    return cache_flags(*((r["method"], r["bits"], r.get("bits2")) for r in (rk, rv)))
 
 
 def _recommendation(rows: list[dict]) -> list[str]:

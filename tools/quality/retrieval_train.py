@@ -243,18 +243,10 @@ def _save(args, model, opt, rng, run: dict) -> None:
 # ---- evaluation -------------------------------------------------------------------------------------------
 def passkey_eval(model, text: np.ndarray, context: int, count: int, seed: int) -> dict:
     """Exact match of the 5 passkey digits (teacher-forced argmax = greedy) and their mean NLL."""
-    import mlx.core as mx
-
     rng = np.random.default_rng(seed)
-    hits, nll = 0, []
-    for _ in range(count):
-        seq, _ = make_sequence(text, context, rng, {"passkey": 1.0})
-        logits = model(mx.array(seq[None, :-1].astype(np.int32)))[0, -DIGITS:].astype(mx.float32)
-        lp = np.array(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
-        tgt = seq[-DIGITS:]
-        hits += int((lp.argmax(-1) == tgt).all())
-        nll.append(float(-lp[np.arange(DIGITS), tgt].mean()))
-    return {"context": context, "sequences": count, "exact_match": hits / count, "answer_nll": float(np.mean(nll))}
+    sc = score_passkeys(model, [make_sequence(text, context, rng, {"passkey": 1.0})[0] for _ in range(count)])
+    return {"context": context, "sequences": count, "exact_match": sum(s["hit"] for s in sc) / count,
+            "answer_nll": float(np.mean([s["answer_nll"] for s in sc]))}
 
 
 SHARD_BYTES = 15 * 2**20     # the device tool returns files of at most 16 MiB
