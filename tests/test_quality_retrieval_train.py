@@ -84,6 +84,49 @@ def test_smoke_training_lowers_the_loss_and_resumes(tmp_path):
     assert rt.main(["export", "--run", str(q8), "--out", str(tmp_path / "again"), "--bits", "8"]) != 0
 
 
+def test_init_from_starts_at_the_exported_weights_and_checkpointing_keeps_the_gradient(tmp_path):
+    """A fine-tune (--init-from, e.g. a 32k phase) starts from the export's weights, an 8-bit one dequantized, and
+    refuses another preset; per-layer checkpointing changes memory, not the loss or the gradient."""
+    mx = pytest.importorskip("mlx.core")
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten
+    from mlx_lm.utils import dequantize_model
+    corpus = tmp_path / "corpus.npz"
+    np.savez_compressed(corpus, train=TEXT, heldout=TEXT, manifest=json.dumps({"sha256": "test"}))
+    base = ["--preset", "smoke", "--corpus", str(corpus), "--log-every", "1", "--no-compile"]
+    assert rt.main(["train", *base, "--phases", "6x4x64", "--out-dir", str(tmp_path / "src")]) == 0
+    assert rt.main(["export", "--run", str(tmp_path / "src"), "--out", str(tmp_path / "q8"), "--bits", "8"]) == 0
+    model = rt.new_model("smoke", seed=7)
+    assert rt.init_from(model, tmp_path / "q8", "smoke") is None
+    src = dict(tree_flatten(dequantize_model(rt.load_run(tmp_path / "q8")[0]).parameters()))
+    got = dict(tree_flatten(model.parameters()))
+    assert src.keys() == got.keys() and all(np.array_equal(np.array(src[k]), np.array(got[k])) for k in src), \
+        "init_from: the model's weights differ from the dequantized export's"
+    assert "retrieval-4m" in rt.init_from(rt.new_model("smoke", 0), tmp_path / "q8", "retrieval-4m")
+    # the fine-tune's first logged loss is the export's own loss on that batch, not a fresh model's (~ln 256)
+    assert rt.main(["train", *base, "--phases", "2x4x64", "--out-dir", str(tmp_path / "ft"), "--init-from",
+                    str(tmp_path / "q8"), "--grad-checkpoint"]) == 0
+    first = json.loads((tmp_path / "ft" / "log.jsonl").read_text().splitlines()[0])["loss"]
+    fresh = json.loads((tmp_path / "src" / "log.jsonl").read_text().splitlines()[0])["loss"]
+    assert first < fresh - 0.3, (first, fresh)
+    st = json.loads((tmp_path / "ft" / "state.json").read_text())
+    assert st["init_from"]["path"] == str(tmp_path / "q8") and st["init_from"]["quantization"]["bits"] == 8
+    # checkpointed layers: the same loss and gradient as the plain forward
+    x = mx.array(TEXT[None, :65].astype(np.int32))
+    loss = lambda m: nn.losses.cross_entropy(m(x[:, :-1]), x[:, 1:]).mean()  # noqa: E731
+    plain = rt.new_model("smoke", 3)
+    lp, gp = nn.value_and_grad(plain, loss)(plain)
+    ck = rt.new_model("smoke", 3)
+    fn = type(ck.model.layers[0]).__call__
+    with rt.checkpointed_layers(ck):
+        assert type(ck.model.layers[0]).__call__ is not fn
+        lc, gc = nn.value_and_grad(ck, loss)(ck)
+    assert type(ck.model.layers[0]).__call__ is fn, "checkpointed_layers: the block's class is left patched"
+    gp, gc = dict(tree_flatten(gp)), dict(tree_flatten(gc))
+    assert abs(float(lp) - float(lc)) < 1e-5
+    assert all(np.allclose(np.array(gp[k]), np.array(gc[k]), atol=1e-5) for k in gp), "checkpointed gradient differs"
+
+
 def test_bad_copy_alphabet_is_named():
     with pytest.raises(ValueError, match="copy_alphabet"):
         rd.make_sequence(TEXT, 128, np.random.default_rng(0), {"copy": 1.0}, "greek")

@@ -31,6 +31,7 @@ cache comparison, which `veloxquant quality` then runs on the saved float16 weig
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import pathlib
@@ -41,46 +42,8 @@ import numpy as np
 
 from .retrieval_data import (COPY_ALPHABETS, DIGITS, answer_loss_by_task, batch, build_corpus, load_corpus,
                              make_sequence)
-
-PRESETS = {
-    # name: (model, phases [(steps, batch, length)], lr)
-    "retrieval-25m": (dict(hidden_size=512, num_hidden_layers=8, intermediate_size=1536, num_attention_heads=4,
-                           num_key_value_heads=2, head_dim=128, rope_theta=500000.0),
-                      # run 3's (docs/retrieval-model.md): passkey 100 % at 1k and 4k; lr 1e-3 learned none
-                      [(3500, 32, 512), (1200, 16, 2048), (300, 4, 8192)], 3e-4),
-    # a quarter of the layers' width: small enough to commit (8-bit export ~4 MB) if it retrieves as well
-    "retrieval-4m": (dict(hidden_size=256, num_hidden_layers=6, intermediate_size=768, num_attention_heads=2,
-                          num_key_value_heads=1, head_dim=128, rope_theta=500000.0),
-                     [(3500, 32, 512), (1200, 16, 2048), (300, 4, 8192)], 3e-4),
-    "smoke": (dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=2,
-                   num_key_value_heads=1, head_dim=32, rope_theta=10000.0),
-              [(40, 8, 128)], 3e-3),
-}
-
-
-# ---- model ------------------------------------------------------------------------------------------------
-def model_args(preset: str):
-    from mlx_lm.models import llama
-
-    cfg = PRESETS[preset][0]
-    return llama.ModelArgs(model_type="llama", vocab_size=256, rms_norm_eps=1e-5, tie_word_embeddings=True, **cfg)
-
-
-def new_model(preset: str, seed: int):
-    import mlx.core as mx
-    from mlx_lm.models import llama
-
-    mx.random.seed(seed)
-    m = llama.Model(model_args(preset))
-    mx.eval(m.parameters())
-    return m
-
-
-def n_params(model) -> int:
-    from mlx.utils import tree_flatten
-
-    return int(sum(v.size for _, v in tree_flatten(model.parameters())))
-
+from .retrieval_weights import (PRESETS, checkpointed_layers, export, init_from, load_run,  # noqa: F401
+                                model_args, n_params, new_model)
 
 def parse_phases(spec_: str | None, preset: str) -> list[tuple[int, int, int]]:
     if not spec_:
@@ -110,6 +73,11 @@ def train(args) -> int:
     (ckpt, state_path), log_path = _paths(out), out / "log.jsonl"
     mix = {"passkey": args.p_passkey, "kv": args.p_kv, "span": args.p_span, "copy": args.p_copy}
     model = new_model(args.preset, args.seed)
+    if args.init_from and not args.resume:
+        why = init_from(model, args.init_from, args.preset)
+        if why:
+            print(f"--init-from: {why}", file=sys.stderr)
+            return 2
     warm = max(1, total // 50)
     sched = optim.join_schedules([optim.linear_schedule(lr / 50, lr, warm),
                                   optim.cosine_decay(lr, max(1, total - warm), lr / 20)], [warm])
@@ -132,7 +100,7 @@ def train(args) -> int:
     done_before = step
     bounds = np.cumsum([s for s, _, _ in phases])
     stopped = "done"
-    with log_path.open("a") as log:
+    with log_path.open("a") as log, checkpointed_layers(model) if args.grad_checkpoint else contextlib.nullcontext():
         while step < total:
             if args.max_steps is not None and step - done_before >= args.max_steps:
                 stopped = "max-steps"
@@ -160,13 +128,25 @@ def train(args) -> int:
                       + " ".join(f"{k} {v:.2f}" for k, v in by_task.items()) + f") |g| {rec['grad_norm']:.2f} "
                       f"{rec['seconds']:.0f}s", flush=True)
     _save(args, model, opt, rng, dict(phases=phases, step=step, total=total, lr=lr, mix=mix,
-                                      corpus=corpus["manifest"]))
+                                      corpus=corpus["manifest"], init_from=_init_record(args)))
     if step >= total:   # the deliverable: float16 weights and their config next to the checkpoint
         model.set_dtype(mx.float16)
         model.save_weights(str(out / "model.safetensors"))
     print(f"stopped ({stopped}) at step {step}/{total}; wrote {ckpt}, {state_path}, {log_path}"
           + (f", {out / 'model.safetensors'}" if step >= total else ""), flush=True)
     return 0
+
+
+def _init_record(args) -> dict | None:
+    """What the run started from (state.json), kept across --resume."""
+    if args.resume:
+        return json.loads(_paths(args.out_dir)[1].read_text()).get("init_from")
+    if not args.init_from:
+        return None
+    cfg = args.init_from / "config.json"
+    st = json.loads((cfg if cfg.is_file() else args.init_from / "state.json").read_text())
+    return {"path": str(args.init_from), "step": st.get("step"), "quantization": st.get("quantization"),
+            "commands": st.get("commands", [])}
 
 
 def _step_fn(model, opt, compiled: bool):
@@ -230,6 +210,7 @@ def _save(args, model, opt, rng, run: dict) -> None:
     state = {"preset": args.preset, "phases": [list(p) for p in run["phases"]], "step": run["step"],
              "total": run["total"], "seed": args.seed, "lr": run["lr"], "mix": run["mix"],
              "answer_weight": args.answer_weight, "copy_alphabet": args.copy_alphabet,
+             "init_from": run.get("init_from"),
              "rng": rng.bit_generator.state, "corpus": run["corpus"],
              "model_args": {k: v for k, v in dataclasses.asdict(model_args(args.preset)).items() if v is not None},
              "parameters": n_params(model)}
@@ -247,70 +228,6 @@ def passkey_eval(model, text: np.ndarray, context: int, count: int, seed: int) -
     sc = score_passkeys(model, [make_sequence(text, context, rng, {"passkey": 1.0})[0] for _ in range(count)])
     return {"context": context, "sequences": count, "exact_match": sum(s["hit"] for s in sc) / count,
             "answer_nll": float(np.mean([s["answer_nll"] for s in sc]))}
-
-
-SHARD_BYTES = 15 * 2**20     # the device tool returns files of at most 16 MiB
-
-
-def load_run(run: pathlib.Path):
-    """The model of a run folder: exported float16 shards (model-*.safetensors with config.json), else the
-    final model.safetensors, else the checkpoint's weights."""
-    import mlx.core as mx
-
-    cfg = run / "config.json"
-    st = json.loads((cfg if cfg.is_file() else run / "state.json").read_text())
-    model = new_model(st["preset"], 0)
-    if st.get("quantization"):     # an export with --bits 8 or 4: mlx-lm's affine layers, as mlx_lm.load builds them
-        import mlx.nn as nn
-
-        nn.quantize(model, group_size=st["quantization"]["group_size"], bits=st["quantization"]["bits"])
-    shards = sorted(run.glob("model-*.safetensors"))
-    if shards:
-        weights = [kv for f in shards for kv in mx.load(str(f)).items()]
-    elif (run / "model.safetensors").is_file():
-        weights = list(mx.load(str(run / "model.safetensors")).items())
-    else:
-        flat = mx.load(str(run / "checkpoint.safetensors"))
-        weights = [(k[6:], v) for k, v in flat.items() if k.startswith("model.")]
-    model.load_weights(weights, strict=True)
-    return model, st
-
-
-def export(args) -> int:
-    """float16 weights (--bits 8 or 4: MLX affine-quantized linear and embedding layers, group 64, float16 scales)
-    in shards of at most SHARD_BYTES, plus config.json (recipe, step, corpus, commands, quantization)."""
-    import mlx.core as mx
-    import mlx.nn as nn
-    from mlx.utils import tree_flatten
-
-    model, st = load_run(args.run)
-    if st.get("quantization"):
-        print(f"--run: {args.run} is already a quantized export; export from the training run", file=sys.stderr)
-        return 2
-    model.set_dtype(mx.float16)
-    if args.bits != 16:
-        nn.quantize(model, group_size=64, bits=args.bits)
-    flat = [(k, v.astype(mx.float16) if mx.issubdtype(v.dtype, mx.floating) else v)
-            for k, v in tree_flatten(model.parameters())]
-    args.out.mkdir(parents=True, exist_ok=True)
-    shards, cur, size = [], {}, 0
-    for k, v in flat:
-        if cur and size + v.nbytes > SHARD_BYTES:
-            shards.append(cur)
-            cur, size = {}, 0
-        cur[k] = v
-        size += v.nbytes
-    shards.append(cur)
-    for i, sh in enumerate(shards):
-        mx.save_safetensors(str(args.out / f"model-{i + 1:02d}.safetensors"), sh)
-    cfg = {k: st[k] for k in ("preset", "phases", "step", "total", "seed", "lr", "mix", "answer_weight",
-                              "copy_alphabet", "corpus", "model_args", "parameters", "commands") if k in st}
-    cfg["dtype"] = "float16"
-    if args.bits != 16:
-        cfg["quantization"] = {"group_size": 64, "bits": args.bits}
-    (args.out / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
-    print(f"wrote {len(shards)} shard(s) and config.json to {args.out} (step {st['step']}/{st['total']})")
-    return 0
 
 
 def evaluate(args) -> int:
@@ -417,6 +334,10 @@ def main(argv=None) -> int:
     p.add_argument("--corpus", type=pathlib.Path, default=None, help="pack-corpus output (default: this stdlib)")
     p.add_argument("--out-dir", type=pathlib.Path, required=True)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--init-from", type=pathlib.Path, default=None, metavar="RUN",
+                   help="start from the weights of a run folder or export of the same preset (fine-tune)")
+    p.add_argument("--grad-checkpoint", action="store_true",
+                   help="recompute each layer in the backward pass (long phases: 32k bytes)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--p-passkey", type=float, default=0.2)
