@@ -178,7 +178,7 @@ def test_committed_retrieval_model_reproduces_its_recorded_heldout_loss_and_pass
     for i, (p, s) in enumerate(zip(rec["passkeys"], rt.score_passkeys(model, [p["tokens"] for p in rec["passkeys"]]))):
         assert s["hit"] == p["hit"] and abs(s["answer_nll"] - p["answer_nll"]) <= rec["tolerance"], (i, s, p)
     assert all(p["hit"] for p in rec["passkeys"])
-    # the check can fail: 5 % on one layer's scales moves the loss past the tolerance
-    down = model.layers[0].mlp.down_proj
-    down.scales = down.scales * 1.05
+    # the check can fail: 15 % on one layer's attention output scales moves the loss past the tolerance
+    o_proj = model.layers[0].self_attn.o_proj
+    o_proj.scales = o_proj.scales * 1.15
     assert abs(rt.window_losses(model, rec["windows"][:1])[0] - rec["losses"][0]) > rec["tolerance"]
