@@ -34,9 +34,33 @@ def pytest_addoption(parser):
     g.addoption("--bench-batches", nargs="+", default=None, metavar="TOKENSxSEQUENCES",
                 help="the batch benchmarks' (prompt length, prompts), e.g. 8192x8 32768x4 (default: the device's "
                      "configs, benchmarks/harness.py SIZES)")
+    g.addoption("--bench-kv", nargs="+", default=None, metavar="KEYMETHOD:BITS/VALUEMETHOD:BITS",
+                help="add an arm per explicit key/value configuration at window 0 to the decode-step and generate "
+                     "benchmarks (every device), e.g. turboquant:3/turboquant:2 turboquant_rvq:2+1/kivi:4; named "
+                     "like the mixed arm, 'keys turboquant b3 + values turboquant b2' (tools/bench/kv_arms.py). "
+                     "`python -m veloxquant.tools.quality.retrieval_doc --json Q.json ... --bench-kv` prints the "
+                     "quality recommendation's")
+    g.addoption("--bench-kv-only", action="store_true",
+                help="with --bench-kv: the decode-step and generate benchmarks measure those arms alone")
     g.addoption("--bench-partial", default=None, metavar="JSON",
                 help="rewrite this file after every benchmark with the run so far (the format of --benchmark-json, "
                      "which pytest-benchmark writes only at the end): a run cut short keeps what it measured")
+
+
+def _kv_arms(config) -> dict:
+    """{arm name: settings} of --bench-kv's arguments, in their order (kv_arms.kv_arm); a bad one is a usage error."""
+    from veloxquant.tools.bench import kv_arms
+    raw = config.getoption("--bench-kv") or []
+    if config.getoption("--bench-kv-only") and not raw:
+        raise pytest.UsageError("--bench-kv-only: give the arms with --bench-kv KEYMETHOD:BITS/VALUEMETHOD:BITS ...")
+    out = {}
+    for text in raw:
+        try:
+            name, s = kv_arms.kv_arm(text)
+        except ValueError as e:
+            raise pytest.UsageError(f"--bench-kv: {e}") from None
+        out[name] = s
+    return out
 
 
 class Bench:
@@ -61,6 +85,8 @@ class Bench:
         self.contexts = config.getoption("--bench-contexts")
         if self.contexts is not None and min(self.contexts) < 2:
             raise pytest.UsageError(f"--bench-contexts: contexts must be at least 2 tokens, got {self.contexts}")
+        self.kv_arms = _kv_arms(config)
+        self.kv_only = config.getoption("--bench-kv-only")
         partial = config.getoption("--bench-partial")
         self.partial = pathlib.Path(partial) if partial else None
         self.done = []          # finished benchmarks' records, for --bench-partial
@@ -99,6 +125,9 @@ def pytest_generate_tests(metafunc):
     if "context" in metafunc.fixturenames:
         b = metafunc.config._veloxquant_bench
         metafunc.parametrize("context", b.contexts_of(metafunc.module.SUITE), ids=lambda c: f"ctx{c}")
+    if "arm" in metafunc.fixturenames and hasattr(metafunc.module, "ARMS"):     # decode step, generate: + --bench-kv
+        b = metafunc.config._veloxquant_bench
+        metafunc.parametrize("arm", harness.suite_arms(metafunc.module.ARMS, b.kv_arms, b.kv_only))
     if "batch_config" in metafunc.fixturenames:
         b = metafunc.config._veloxquant_bench
         metafunc.parametrize("batch_config", b.batches, ids=lambda c: f"{c[0]}x{c[1]}")
@@ -163,6 +192,7 @@ def _meta(config) -> dict:
                    "device": info, "versions": versions(), "sizes": b.sizes, "bands": harness.BANDS,
                    "warmup": harness.WARMUP_NOTE,
                    **({"contexts": b.contexts} if b.contexts else {}), "batches": b.batches,
+                   **({"kv_arms": b.kv_arms} if b.kv_arms else {}),
                    **({"slow_update_s": b.slow_update} if b.slow_update else {})}
     return b._meta
 

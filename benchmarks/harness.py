@@ -16,6 +16,7 @@ import statistics
 import time
 
 from veloxquant.tools.bench import arms as bench_arms
+from veloxquant.tools.bench import kv_arms
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 POOL = 10                    # distinct inputs per benchmark, rotating (project policy: >= 10)
@@ -59,10 +60,28 @@ GPU_SUITE_ARMS = {"decode_step": [*ALL_ARMS, *MLX_Q], "generate": [*ALL_ARMS, *M
                       "(window 32)" not in n and not n.startswith("kivi b2"))]}
 
 
+# the suites that take --bench-kv's arms (explicit key/value configurations, tools/bench/kv_arms.py)
+KV_SUITES = ("decode_step", "generate")
+
+
+def suite_arms(default: list[str], kv: dict, only: bool) -> list[str]:
+    """The `arm` parameters of a KV_SUITES benchmark: its default arms, then --bench-kv's (names of kv_arms.kv_arm;
+    with --bench-kv-only those alone)."""
+    return ([] if only else list(default)) + [n for n in kv if only or n not in default]
+
+
+def cache_settings(arm: str) -> dict:
+    """{"cache": make_prompt_cache's settings} of one of our arms for its extra_info (what the quality recommendation
+    matches a measured arm by, tools/quality/speed.py); {} for mlx-lm's caches."""
+    return {} if arm in MLX_Q else {"cache": bench_arms.settings(arm)}
+
+
 def skip_unless_measured(device: str, suite: str, arm: str) -> None:
     """pytest.skip for an arm this device does not measure in `suite`."""
     import pytest
     if arm in ARMS or (device == "gpu" and arm in GPU_SUITE_ARMS.get(suite, ())):
+        return
+    if suite in KV_SUITES and kv_arms.kv_arm_settings(arm) is not None:    # --bench-kv: asked for by name
         return
     if arm in MLX_Q and suite == "batch_generate":
         pytest.skip(f"{arm}: mlx-lm's QuantizedKVCache has no merge, so its BatchGenerator cannot batch it")
@@ -294,4 +313,4 @@ def make_caches(arm: str, net, layers: int) -> list:
     if arm in MLX_Q:
         return bench_arms.make(arm, layers)
     import veloxquant.accelerated.cache as vc
-    return vc.make_prompt_cache(net, seed=1, **ALL_ARMS[arm])
+    return vc.make_prompt_cache(net, seed=1, **bench_arms.settings(arm))

@@ -12,9 +12,9 @@ import harness
 
 pytest.importorskip("mlx_lm")
 SUITE = "decode_step"
+ARMS = [*harness.ALL_ARMS, *harness.MLX_Q]      # the `arm` parameters, with --bench-kv's (conftest.py)
 
 
-@pytest.mark.parametrize("arm", [*harness.ALL_ARMS, *harness.MLX_Q])
 def test_decode_step(benchmark, bench, request, arm, context):
     import mlx.core as mx
 
@@ -42,7 +42,7 @@ def test_decode_step(benchmark, bench, request, arm, context):
     try:
         res = harness.paired(benchmark, lambda i: step(arm, i), {"fp16": lambda i: step("fp16 KVCache", i)},
                              rounds=sz["rounds"], warmup=sz["warmup"],
-                             info=dict(suite=SUITE, arm=arm, context=t, layers=layers,
+                             info=dict(suite=SUITE, arm=arm, **harness.cache_settings(arm), context=t, layers=layers,
                                        bytes_per_layer=bench_arms.nbytes(caches[arm]) / layers,
                                        fp16_bytes_per_layer=t * HKV * D * 2 * 2))
     finally:     # the shared fp16 caches back to the context for the next arm

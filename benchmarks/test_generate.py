@@ -14,9 +14,9 @@ import harness
 
 pytest.importorskip("mlx_lm")
 SUITE = "generate"
+ARMS = [*harness.ALL_ARMS, *harness.MLX_Q]      # the `arm` parameters, with --bench-kv's (conftest.py)
 
 
-@pytest.mark.parametrize("arm", [*harness.ALL_ARMS, *harness.MLX_Q])
 def test_generate(benchmark, bench, request, arm, context):
     import mlx.core as mx
     from mlx_lm.generate import generate_step
@@ -43,8 +43,8 @@ def test_generate(benchmark, bench, request, arm, context):
                       f"after {context}"
     try:
         res = harness.paired(benchmark, generate("ours"), {"fp16": generate("fp16")}, rounds=sz["rounds"],
-                             warmup=sz["warmup"], info=dict(suite=SUITE, arm=arm, context=context,
-                                                            layers=sz["layers"], tokens=sz["tokens"],
+                             warmup=sz["warmup"], info=dict(suite=SUITE, arm=arm, **harness.cache_settings(arm),
+                                                            context=context, layers=sz["layers"], tokens=sz["tokens"],
                                                             shape=sz["shape"]))
     finally:
         for c in fp16:

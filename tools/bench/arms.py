@@ -13,6 +13,7 @@ import contextlib
 from ...accelerated import tuning
 from . import gpu_clock
 from .harness import B, D, HKV, HQ
+from .kv_arms import kv_arm_settings
 
 # mlx-lm's own caches, the baselines every arm of ours is read against
 BASELINES = ("fp16 KVCache", "mlx q4 QuantizedKVCache", "mlx q8 QuantizedKVCache")
@@ -72,8 +73,15 @@ def knobs(name: str):
 
 
 def settings(name: str) -> dict:
-    """make_prompt_cache's settings of one of our arms (knobs, if any, stripped from the name)."""
-    return dict(OURS[split(name)[0]])
+    """make_prompt_cache's settings of one of our arms (knobs, if any, stripped from the name): OURS, or an arm of
+    an explicit key/value configuration (kv_arms.kv_arm, the benchmarks' --bench-kv); KeyError for any other."""
+    base = split(name)[0]
+    if base in OURS:
+        return dict(OURS[base])
+    kv = kv_arm_settings(base)
+    if kv is None:
+        raise KeyError(name)
+    return kv
 
 
 def arm_names(selected) -> list[str]:
@@ -100,7 +108,7 @@ def make(name: str, layers: int):
     if name.startswith("mlx q"):
         bits = int(name[5])
         return [lm.QuantizedKVCache(group_size=64, bits=bits) for _ in range(layers)]
-    kw = dict(OURS[name])
+    kw = settings(name)
     method = kw.pop("method")
     caches = [vc.VeloxKVCache(method=method, layer=i, seed=1, **kw) for i in range(layers)]
     vc.CacheGroup(caches)

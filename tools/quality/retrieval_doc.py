@@ -17,6 +17,10 @@ import math
 import pathlib
 import sys
 
+from ..bench.kv_arms import kv_spec
+from . import speed as speed_src
+from .budget import cache_flags
+
 
 def _run_label(i: int) -> str:
     return chr(ord("A") + i)
@@ -81,13 +85,13 @@ def _pct(x: float) -> str:
     return f"{x:+.2f} %"
 
 
-def render(results: list[dict], sources: list[str]) -> str:
+def render(results: list[dict], sources: list[str], speed: list[dict] | None = None) -> str:
     """The page: runs, model and data, key statistics, then per model variant its retrieval tables."""
     rows, _ = merge(results)
     lines = _runs(results, sources) + _model_and_data(results) + _key_statistics(results[0])
     contexts = sorted({r["context"] for r in rows})
     by = {(r["model"], r["label"], r["context"]): r for r in rows}
-    lines += _recommendation(rows)
+    lines += _recommendation(rows, speed)
     for model in dict.fromkeys(r["model"] for r in rows):
         labels = list(dict.fromkeys(r["label"] for r in rows if r["model"] == model))
         src = {ctx: sorted({x for r in rows if r["model"] == model and r["context"] == ctx for x in r["run"].split("+")})
@@ -131,57 +135,79 @@ def recommend(rows: list[dict], budgets=BUDGETS) -> list[dict]:
             out.append({"budget": budget, "context": ctx, "keys": None})
             continue
         (kl, _), nk, nv, bits = best
+        ck, cv = (_config(r) for r in (k[nk], v[nv]))
         out.append({"budget": budget, "context": ctx, "keys": nk, "values": nv, "mean_bits": bits, "kl_sum": kl,
+                    "key_config": ck, "value_config": cv, "bench_kv": kv_spec(ck, cv),
                     "key_retrieval": {c: (r["hits"], r["sequences"]) for (n, vv, c), r in cells.items()
                                       if n == nk and vv == "k"},
                     "value_retrieval": {c: (r["hits"], r["sequences"]) for (n, vv, c), r in cells.items()
                                         if n == nv and vv == "v"},
-                    "flags": _flags(k[nk], v[nv])})
+                    "flags": cache_flags(ck, cv)})
     return out
 
 
-def print_recommendation(json_paths: list[pathlib.Path], excluded: tuple[str, ...] = ("outliers",)) -> int:
-    """`veloxquant quality --recommend`: the table of recommend() from these runs (the committed page's)."""
-    missing = [p for p in json_paths if not p.is_file()]
+def bench_kv_args(rows: list[dict]) -> list[str]:
+    """The benchmarks' --bench-kv arguments of the recommended configurations (each once, in budget order)."""
+    return list(dict.fromkeys(r["bench_kv"] for r in recommend(rows) if r["keys"] is not None))
+
+
+def print_recommendation(json_paths: list[pathlib.Path], excluded: tuple[str, ...] = ("outliers",),
+                         speed_paths: list[pathlib.Path] | None = None, bench_args: bool = False) -> int:
+    """`veloxquant quality --recommend`: the table of recommend() from these runs (the committed page's), with the
+    speed of each configuration from the benchmark JSONs `speed_paths` (none: no speed columns); `bench_args`: only
+    the benchmarks' --bench-kv arguments of the recommended configurations, on one line."""
+    missing = [p for p in [*json_paths, *(speed_paths or [])] if not p.is_file()]
     if missing:
-        print(f"quality --recommend: {missing[0]} is not here (the runs live in the source checkout's docs/retrieval/)",
-              file=sys.stderr)
+        print(f"quality --recommend: {missing[0]} is not here (the runs live in the source checkout's docs/retrieval/, "
+              "the benchmarks' in benchmarks/baselines/)", file=sys.stderr)
         return 2
     results = exclude([json.loads(p.read_text()) for p in json_paths], {m: "" for m in excluded})
     rows, _ = merge(results)
+    if bench_args:
+        print(" ".join(bench_kv_args(rows)))
+        return 0
+    speed = speed_src.load(speed_paths) if speed_paths else None
     run = results[0]["run"]
     print(f"Retrieval model {results[0]['model'].get('preset')} ({run['device']}, {run.get('gpu') or '-'}, "
           f"{run['date'][:10]}; docs/quality-retrieval.md):")
-    print("\n".join(_recommendation(rows)[4:]))
+    print("\n".join(_recommendation(rows, speed)[4:]))
+    if speed is not None:
+        print(speed_src.caption(speed))
     return 0
 
 
-def _flags(rk: dict, rv: dict) -> str:
-    from .budget import cache_flags
+def _config(r: dict) -> tuple:
+    """(method, bits, bits2) of a retrieval cell."""
+    return r["method"], r["bits"], r.get("bits2")
 
-    return cache_flags(*((r["method"], r["bits"], r.get("bits2")) for r in (rk, rv)))
 
-
-def _recommendation(rows: list[dict]) -> list[str]:
+def _recommendation(rows: list[dict], speed: list[dict] | None = None) -> list[str]:
+    """The section: its text, then the table (with speed columns from `speed`, speed.load's sources, if given)."""
     rec = recommend(rows)
     if not rec:
         return []
     ctx = rec[0]["context"]
+    cols, sep = (" decode step × fp16 | generate × fp16 |", "---|---|") if speed is not None else ("", "")
     lines = ["## Recommendation by bit budget (this model)", "",
              f"Budget = mean stored bits per coordinate over keys and values (measured, window 0). Per budget, the "
              f"key and value configurations with the least KL_k + KL_v, each measured alone (the `k` and `v` "
              f"variants, model `plain`, {ctx} bytes), whose bits fit; mlx_affine is left out (an external format). "
              "Retrieval: hits / sequences of the same configurations, keys-only and values-only, per context. "
-             "Flags: `veloxquant generate` / `serve`. Speed: docs/benchmarks.md.", "",
-             "| budget | keys | values | mean bits | KL_k + KL_v | keys-only retrieval | values-only retrieval | flags |",
-             "|---:|---|---|---:|---:|---|---|---|"]
+             "Flags: `veloxquant generate` / `serve`. "
+             + (speed_src.caption(speed) if speed is not None else "Speed: docs/benchmarks.md."), "",
+             f"| budget | keys | values | mean bits | KL_k + KL_v | keys-only retrieval | values-only retrieval |{cols} flags |",
+             f"|---:|---|---|---:|---:|---|---|{sep}---|"]
     fmt = lambda d: ", ".join(f"{c // 1024}k {h}/{n}" for c, (h, n) in sorted(d.items()))  # noqa: E731
     for r in rec:
         if r["keys"] is None:
-            lines.append(f"| {r['budget']:.1f} | none fits | | | | | | |")
+            lines.append(f"| {r['budget']:.1f} | none fits | | | | | |" + " |" * (1 + 2 * (speed is not None)))
             continue
+        sp = ""
+        if speed is not None:
+            got = speed_src.lookup(speed, r["key_config"], r["value_config"])
+            sp = "".join(f" {speed_src.cell(got[suite], len(speed) > 1)} |" for suite in speed_src.SUITES)
         lines.append(f"| {r['budget']:.1f} | {r['keys']} | {r['values']} | {r['mean_bits']:.2f} | {r['kl_sum']:.3g} | "
-                     f"{fmt(r['key_retrieval'])} | {fmt(r['value_retrieval'])} | `{r['flags']}` |")
+                     f"{fmt(r['key_retrieval'])} | {fmt(r['value_retrieval'])} |{sp} `{r['flags']}` |")
     lines.append("")
     return lines
 
@@ -341,7 +367,7 @@ def _context_table(model: str, labels: list[str], ctx: int, src: list[str], by: 
 
 
 def write(json_paths: list[pathlib.Path], markdown: pathlib.Path, results: list[dict] | None = None,
-          excluded: dict[str, str] | None = None) -> None:
+          excluded: dict[str, str] | None = None, speed_paths: list[pathlib.Path] | None = None) -> None:
     if results is None:
         for p in json_paths:
             if not p.is_file():
@@ -350,7 +376,8 @@ def write(json_paths: list[pathlib.Path], markdown: pathlib.Path, results: list[
     if not results:
         raise ValueError("--json: give at least one result file")
     excluded = excluded or {}
-    text = render(exclude(results, excluded), [str(p) for p in json_paths] or ["(in memory)"])
+    speed = speed_src.load(speed_paths) if speed_paths else None
+    text = render(exclude(results, excluded), [str(p) for p in json_paths] or ["(in memory)"], speed)
     if excluded:     # after the runs table: what was left out, and why
         note = "".join(f"\n**Left out: model variant `{m}`** — {why}\n" for m, why in excluded.items())
         text = text.replace("\n## Model and data\n", note + "\n## Model and data\n", 1)
@@ -362,7 +389,13 @@ def write(json_paths: list[pathlib.Path], markdown: pathlib.Path, results: list[
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m veloxquant.tools.quality.retrieval_doc", description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=pathlib.Path, nargs="+", required=True)
-    ap.add_argument("--markdown", type=pathlib.Path, required=True)
+    ap.add_argument("--markdown", type=pathlib.Path, default=None, help="the page to write (needed unless --bench-kv)")
+    ap.add_argument("--speed", type=pathlib.Path, nargs="+", default=None, metavar="BENCH_JSON",
+                    help="pytest-benchmark JSONs of benchmarks/test_decode_step.py and test_generate.py (e.g. "
+                         "benchmarks/baselines/h200.json, then runs with --bench-kv): the recommendation's speed "
+                         "columns, an arm matched by its key/value configuration (the first JSON that has it wins)")
+    ap.add_argument("--bench-kv", action="store_true",
+                    help="write nothing: print the benchmarks' --bench-kv arguments of the recommended configurations")
     ap.add_argument("--exclude", action="append", default=[], metavar="MODEL=REASON",
                     help="leave a model variant (plain, outliers) out of the page, saying why")
     args = ap.parse_args(argv)
@@ -372,7 +405,11 @@ def main(argv=None) -> int:
         if not sep or not model or not why.strip():
             ap.error(f"--exclude: {e!r} is not MODEL=REASON")
         excluded[model] = why.strip()
-    write(args.json, args.markdown, excluded=excluded)
+    if args.bench_kv:
+        return print_recommendation(args.json, tuple(excluded), bench_args=True)
+    if args.markdown is None:
+        ap.error("--markdown is required (unless --bench-kv)")
+    write(args.json, args.markdown, excluded=excluded, speed_paths=args.speed)
     return 0
 
 
