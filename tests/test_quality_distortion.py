@@ -1,5 +1,5 @@
-"""`veloxquant distortion` (tools/quality/distortion.py): the numbers of one small configuration are
-reproducible and sit where the papers put them; a broken codebook is caught."""
+"""`veloxquant distortion` (tools/quality/distortion.py, its measurements in distortion_measure.py): the numbers
+of one small configuration are reproducible and sit where the papers put them; a broken codebook is caught."""
 from __future__ import annotations
 
 import argparse
@@ -11,13 +11,15 @@ import pytest
 pytest.importorskip("mlx.core")
 
 from veloxquant.tools.quality import distortion as qd  # noqa: E402
+from veloxquant.tools.quality import distortion_measure as dm  # noqa: E402
 from veloxquant.tools.quality import distortion_doc as doc  # noqa: E402
+from veloxquant.tools.quality.papers import SQRT3_PI_2, TQ_PAPER_DMSE  # noqa: E402
 
 GRID = [("turboquant", b, None) for b in (1, 2, 3, 4)] + [("turboquant_prod", 3, None), ("rabitq", 1, None)]
 
 
 def small(grid=GRID):
-    return qd.synthetic_rows(64, 256, 8, 0, grid, lambda r: None)
+    return dm.synthetic_rows(64, 256, 8, 0, grid, lambda r: None)
 
 
 def paper_failures(rows) -> list[str]:
@@ -26,10 +28,10 @@ def paper_failures(rows) -> list[str]:
     for r in rows:
         b = r["bits"]
         if r["method"] == "turboquant":
-            if not 4.0**-b <= r["d_mse"] <= qd.SQRT3_PI_2 * 4.0**-b:
+            if not 4.0**-b <= r["d_mse"] <= SQRT3_PI_2 * 4.0**-b:
                 out.append(f"{r['label']}: D_mse {r['d_mse']:.4f} outside Theorem 1's bounds")
-            if abs(r["d_mse"] - qd.TQ_PAPER_DMSE[b]) > 0.005 + 0.1 * qd.TQ_PAPER_DMSE[b]:
-                out.append(f"{r['label']}: D_mse {r['d_mse']:.4f} vs the paper's {qd.TQ_PAPER_DMSE[b]}")
+            if abs(r["d_mse"] - TQ_PAPER_DMSE[b]) > 0.005 + 0.1 * TQ_PAPER_DMSE[b]:
+                out.append(f"{r['label']}: D_mse {r['d_mse']:.4f} vs the paper's {TQ_PAPER_DMSE[b]}")
             # an MSE quantizer shrinks inner products by about its D_mse (2/pi at b = 1)
             if abs(r["ip_rel_bias"] + r["d_mse"]) > 0.02:
                 out.append(f"{r['label']}: inner-product bias {r['ip_rel_bias']:+.4f}, expected ~ -D_mse")
@@ -76,10 +78,10 @@ def test_prod_bias_check_catches_a_wrong_qjl_constant(monkeypatch):
 
 
 def test_paper_figures():
-    f = qd.paper_figures("turboquant_prod", 2, 128)
+    f = dm.paper_figures("turboquant_prod", 2, 128)
     assert f["ip_d_var_upper"] == pytest.approx(math.sqrt(3) * math.pi**2 / 16)
     assert f["ip_d_var_expected"] == pytest.approx(math.pi / 2 * (1 - 2 / math.pi), rel=1e-4)  # D_1 = 1 - 2/pi
-    assert qd.paper_figures("kivi", 2, 128)["ip_unbiased"] is None
+    assert dm.paper_figures("kivi", 2, 128)["ip_unbiased"] is None
 
 
 def test_cli_writes_json_markdown_and_rejects_bad_dims(tmp_path, capsys):

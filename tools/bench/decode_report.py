@@ -7,6 +7,7 @@ import pathlib
 import statistics
 
 from .harness import B, D, HKV, HQ, PIPE
+from .plots import _save
 
 
 def _ctx(r: dict) -> str:
@@ -165,9 +166,7 @@ def plot(res: dict, path: pathlib.Path) -> pathlib.Path | None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, plt, path)
 
 
 def plot_batch(res: dict, path: pathlib.Path) -> pathlib.Path | None:
@@ -201,9 +200,7 @@ def plot_batch(res: dict, path: pathlib.Path) -> pathlib.Path | None:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, plt, path)
 
 
 def _plots(res: dict, path: pathlib.Path | None, log) -> None:

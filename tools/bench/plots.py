@@ -46,10 +46,19 @@ def _pyplot():
 
 
 def _save(fig, plt, path: pathlib.Path) -> pathlib.Path:
+    """The figure as a 256-colour palette PNG: a third of matplotlib's RGBA bytes for the same plot (antialiased
+    edges within a few levels), so the figures under docs/ keep the tracked tree small (issue 31). Fixed
+    metadata and a deterministic quantizer: regenerating from the same JSON gives the same bytes."""
+    import io
+
+    from PIL import Image     # matplotlib's own dependency
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Fixed metadata: regenerating from the same JSON gives the same bytes (no timestamp in the PNG).
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
     plt.close(fig)
+    img = Image.open(buf).convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    img.save(path, format="PNG", optimize=True, dpi=(110, 110))
     return path
 
 

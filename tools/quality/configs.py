@@ -1,5 +1,5 @@
 """The configurations `veloxquant distortion` sweeps, and one configuration's encode/decode round trip through
-accelerated.ops (shared by the sweep, tools/quality/distortion.py, and the budget recommendation, budget.py)."""
+accelerated.ops (shared by the sweep, tools/quality/distortion_measure.py, and the budget recommendation, budget.py)."""
 from __future__ import annotations
 
 import numpy as np

@@ -309,7 +309,7 @@ def _departures(result: dict) -> list[str]:
               f"Inner-product bias (slope − 1, queries correlated 0.5) with the QJL sketch through the paper's "
               f"Gaussian matrix and through the spec's Hadamard projection; d = {abl[0]['d']}, "
               f"{abl[0]['vectors']:,} vectors × {abl[0]['reps']} draws of the projection, mean ± standard error "
-              f"(`tools/quality/distortion.py` qjl_ablation).", "",
+              f"(`tools/quality/distortion_measure.py` qjl_ablation).", "",
               "| bits | Gaussian S (paper) | Hadamard (spec) |", "|---:|---:|---:|"]
         for a in abl:
             L.append(f"| {a['bits']} | {a['gaussian']['bias']:+.4f} ± {a['gaussian']['se']:.4f} | "

@@ -1,5 +1,5 @@
 """The papers' stated distortion figures and bounds that `veloxquant distortion` compares against, in one place
-for the sweep (tools/quality/distortion.py), its page (tools/quality/distortion_doc.py) and the tests."""
+for the sweep (tools/quality/distortion_measure.py), its page (tools/quality/distortion_doc.py) and the tests."""
 from __future__ import annotations
 
 import math
