@@ -263,8 +263,11 @@ def test_runs_over_disjoint_rounds_pool_and_overlapping_ones_do_not(table):
     assert fp["nll"] == pytest.approx((ra["nll"] + rb["nll"]) / 2) and fp["ppl"] == pytest.approx(np.exp(fp["nll"]))
     assert fp["kl_p99"] == max(ra["kl_p99"], rb["kl_p99"])
     assert "Columns from run 256: A+B, 512: A+B." in qd.render([a, b], ["a.json", "b.json"])
-    # the same rounds twice, or another device: the first run's cell stands alone
-    for other in (a, dict(b, run=dict(b["run"], device="Device(gpu, 0)"))):
+    # the same model read from another folder still pools
+    moved = dict(b, model=dict(b["model"], dir="/elsewhere/retrieval_4m"))
+    assert next(r for r in qd.merge([a, moved])[0] if r["label"] == "fp16" and r["context"] == 256)["run"] == "A+B"
+    # the same rounds twice, another device or another model: the first run's cell stands alone
+    for other in (a, dict(b, run=dict(b["run"], device="Device(gpu, 0)")), dict(b, model=dict(b["model"], step=1))):
         rows, _ = qd.merge([a, other])
         fp = next(r for r in rows if r["label"] == "fp16" and r["context"] == 256)
         assert fp["run"] == "A" and fp["sequences"] == 1

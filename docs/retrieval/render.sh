@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# docs/quality-retrieval.md from the H200 runs of 2026-12-04 on the committed model (run from the checkout root)
+# docs/quality-retrieval.md from the H200 runs of 2026-12-04 on the committed model (run 6, docs/retrieval-model.md;
+# run from the checkout root). The outliers run comes first: its cells (mlx-lm's QuantizedKVCache through the
+# dequantizing path) stand in for run 6-a's outliers cells, where mx.quantized_matmul crashed at 16k.
 exec python -m veloxquant.tools.quality.retrieval_doc \
-  --json docs/retrieval/quality-h200-a.json docs/retrieval/quality-h200-b.json docs/retrieval/quality-h200-c.json \
-  --markdown docs/quality-retrieval.md --speed benchmarks/baselines/h200.json \
-  --exclude "outliers=its runs here scaled the packed 8-bit weights of the committed model instead of their scales (perplexity 7.9 against 2.8, fp16 retrieval 0/6; at 32k the corrupted layers crashed CUDA with an illegal memory access); fixed in retrieval_model.inject_outliers (test_inject_outliers_keeps_the_function_and_makes_outlier_key_channels[8-bit export]), not yet re-measured"
+  --json docs/retrieval/quality-h200-run6-outliers.json docs/retrieval/quality-h200-run6-a.json \
+         docs/retrieval/quality-h200-run6-b.json \
+  --markdown docs/quality-retrieval.md --speed benchmarks/baselines/h200.json docs/bench/h200-recommended-32k.json

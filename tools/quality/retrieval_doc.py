@@ -27,9 +27,11 @@ def _run_label(i: int) -> str:
 
 
 def _same_measurement(a: dict, b: dict) -> bool:
-    """Whether two runs measured the same thing (model, device, dtype, chunk, seed), so their rounds pool."""
+    """Whether two runs measured the same thing (model, device, dtype, chunk, seed), so their rounds pool. The
+    model is its recipe, step and commands, wherever its folder was (a copy on the GPU machine, the checkout)."""
     keys = ("dtype", "chunk", "seed", "mlx_q_native")
-    return (a["model"] == b["model"] and a["run"]["device"] == b["run"]["device"]
+    model = lambda r: {k: v for k, v in r["model"].items() if k != "dir"}  # noqa: E731
+    return (model(a) == model(b) and a["run"]["device"] == b["run"]["device"]
             and all(a["settings"].get(k) == b["settings"].get(k) for k in keys))
 
 
