@@ -406,3 +406,15 @@ def test_recommendation_picks_the_least_kl_pair_that_fits_each_budget():
     assert (rec[4.5]["keys"], rec[4.5]["values"]) == ("turboquant/4", "turboquant/4")   # mlx_affine never
     assert rec[4.5]["key_retrieval"] == {1024: (1, 2), 4096: (0, 2)} and rec[3.0]["context"] == 1024
     assert "--kv-key-method kivi --kv-key-bits 2 --kv-value-method turboquant --kv-value-bits 2" in rec[3.0]["flags"]
+
+
+def test_committed_page_is_rendered_from_the_committed_runs(tmp_path):
+    """docs/quality-retrieval.md is what `retrieval_doc --committed` makes of RUNS and SPEED (the same list
+    `veloxquant quality --recommend` reads): a run added, dropped or edited without a re-render fails here."""
+    page = qd.ROOT / qd.PAGE
+    if not page.is_file() or not all(p.is_file() for p in qd.committed_runs()):
+        pytest.skip("the committed quality runs live in the source checkout's docs/")
+    out = tmp_path / "page.md"
+    assert qd.main(["--committed", "--markdown", str(out)]) == 0
+    assert out.read_text() == page.read_text(), \
+        f"{qd.PAGE} is stale: re-render it with docs/retrieval/render.sh (retrieval_doc --committed)"

@@ -8,6 +8,7 @@ weighted by sequences, the 99th percentile is the larger of the two. `--exclude 
 model variant out of the page (cells, key statistics, errors) and says why.
 
     python -m veloxquant.tools.quality.retrieval_doc --json a.json [b.json ...] --markdown docs/quality-retrieval.md
+    python -m veloxquant.tools.quality.retrieval_doc --committed      # the page from RUNS and SPEED below
 """
 from __future__ import annotations
 
@@ -20,6 +21,23 @@ import sys
 from ..bench.kv_arms import kv_spec
 from . import speed as speed_src
 from .budget import cache_flags
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# docs/quality-retrieval.md: the runs on the committed model in merge order (a cell from the first run that has it;
+# the outliers run first, see docs/retrieval-model.md run 6) and the speed sources of its recommendation. `--committed`
+# renders the page from them; `veloxquant quality --recommend` reads them.
+PAGE = "docs/quality-retrieval.md"
+RUNS = ("docs/retrieval/quality-h200-run6-outliers.json", "docs/retrieval/quality-h200-run6-a.json",
+        "docs/retrieval/quality-h200-run6-b.json")
+SPEED = ("benchmarks/baselines/h200.json", "docs/bench/h200-recommended-32k.json")
+
+
+def committed_runs() -> list[pathlib.Path]:
+    return [ROOT / p for p in RUNS]
+
+
+def committed_speed() -> list[pathlib.Path]:
+    return [ROOT / p for p in SPEED if (ROOT / p).is_file()]
 
 
 def _run_label(i: int) -> str:
@@ -379,7 +397,7 @@ def write(json_paths: list[pathlib.Path], markdown: pathlib.Path, results: list[
         raise ValueError("--json: give at least one result file")
     excluded = excluded or {}
     speed = speed_src.load(speed_paths) if speed_paths else None
-    text = render(exclude(results, excluded), [str(p) for p in json_paths] or ["(in memory)"], speed)
+    text = render(exclude(results, excluded), [speed_src.shown(p) for p in json_paths] or ["(in memory)"], speed)
     if excluded:     # after the runs table: what was left out, and why
         note = "".join(f"\n**Left out: model variant `{m}`** — {why}\n" for m, why in excluded.items())
         text = text.replace("\n## Model and data\n", note + "\n## Model and data\n", 1)
@@ -390,7 +408,9 @@ def write(json_paths: list[pathlib.Path], markdown: pathlib.Path, results: list[
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m veloxquant.tools.quality.retrieval_doc", description=__doc__.splitlines()[0])
-    ap.add_argument("--json", type=pathlib.Path, nargs="+", required=True)
+    ap.add_argument("--json", type=pathlib.Path, nargs="+", default=None)
+    ap.add_argument("--committed", action="store_true",
+                    help=f"the committed page: --json and --speed from RUNS and SPEED, --markdown {PAGE} unless given")
     ap.add_argument("--markdown", type=pathlib.Path, default=None, help="the page to write (needed unless --bench-kv)")
     ap.add_argument("--speed", type=pathlib.Path, nargs="+", default=None, metavar="BENCH_JSON",
                     help="pytest-benchmark JSONs of benchmarks/test_decode_step.py and test_generate.py (e.g. "
@@ -401,6 +421,12 @@ def main(argv=None) -> int:
     ap.add_argument("--exclude", action="append", default=[], metavar="MODEL=REASON",
                     help="leave a model variant (plain, outliers) out of the page, saying why")
     args = ap.parse_args(argv)
+    if args.committed:
+        args.json = args.json or committed_runs()
+        args.speed = args.speed or committed_speed()
+        args.markdown = args.markdown or (None if args.bench_kv else ROOT / PAGE)
+    if not args.json:
+        ap.error("--json is required (or --committed)")
     excluded = {}
     for e in args.exclude:
         model, sep, why = e.partition("=")

@@ -45,7 +45,7 @@ def load(paths: list[pathlib.Path]) -> list[dict]:
             s = arm_settings(info) if info.get("suite") in SUITES and ratio else None
             if s is not None:
                 cells.setdefault((info["suite"], kv_arms.stored_config(s), info.get("context")), ratio)
-        out.append({"path": _shown(p), "device": dev.get("name") or dev.get("type") or "device not recorded",
+        out.append({"path": shown(p), "device": dev.get("name") or dev.get("type") or "device not recorded",
                     "date": str(data.get("datetime") or "")[:10] or "date not recorded", "cells": cells,
                     "sizes": meta.get("sizes", {})})
     return out
@@ -85,7 +85,7 @@ def caption(sources: list[dict]) -> str:
     return what + ", ".join(src) + "."
 
 
-def _shown(p) -> str:
+def shown(p) -> str:
     """A path as the caption names it: relative to the checkout where it lies inside it."""
     try:
         return str(pathlib.Path(p).resolve().relative_to(ROOT))
