@@ -414,7 +414,23 @@ def test_committed_page_is_rendered_from_the_committed_runs(tmp_path):
     page = qd.ROOT / qd.PAGE
     if not page.is_file() or not all(p.is_file() for p in qd.committed_runs()):
         pytest.skip("the committed quality runs live in the source checkout's docs/")
-    out = tmp_path / "page.md"
+    out = tmp_path / page.name
     assert qd.main(["--committed", "--markdown", str(out)]) == 0
     assert out.read_text() == page.read_text(), \
         f"{qd.PAGE} is stale: re-render it with docs/retrieval/render.sh (retrieval_doc --committed)"
+    if out.with_suffix(".png").is_file():      # the figure: the same bytes from the same cells
+        assert out.with_suffix(".png").read_bytes() == page.with_suffix(".png").read_bytes(), \
+            f"{page.with_suffix('.png').name} is stale: re-render it with docs/retrieval/render.sh"
+
+
+def test_figure_plots_the_keys_and_values_cells_or_says_why_not(tmp_path):
+    """The page's figure: KL against bits from the k / v cells at 1k; without such cells the page says why."""
+    pytest.importorskip("matplotlib")
+    from veloxquant.tools.quality import retrieval_plot as rp
+    rows = [dict(model=mo, method=m, variant=v, context=1024, kl_mean=kl, role_bits_per_coord=b)
+            for mo in ("plain", "outliers") for m in ("turboquant", "kivi") for v in ("k", "v")
+            for b, kl in ((2.25, 0.2), (4.25, 0.01))]
+    path, why = rp.plot(rows, tmp_path / "f.png")
+    assert why is None and path.is_file() and path.stat().st_size > 5000
+    path, why = rp.plot([dict(r, variant="kv") for r in rows], tmp_path / "g.png")
+    assert path is None and "no keys-only or values-only cells at 1024 bytes" in why
