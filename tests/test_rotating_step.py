@@ -3,8 +3,8 @@ its oldest tokens by skipping rows (Stream.evict: lo), so the step's launch read
 count lo + Q and the row start lo (plus, for KIVI, the up to G - 1 held tokens older than the window that make_mask
 hides). Checked here on the CPU: the launch's inputs name exactly the tokens mlx-lm's RotatingKVCache attends (rows
 [rstart, nenc) of each field, one-shot encode's bytes of the held tokens, then the exact window), for the step and
-for the general path it replaces; the kernel bodies (emulated) attend rows from a row start beside an exact window
-within the float64 budget, the append inside included."""
+for the general path it replaces. The kernel bodies (emulated) on the same steps, row start, exact window and the
+append inside one launch: tests/test_rotating_step_emulated.py."""
 from __future__ import annotations
 
 import gc
