@@ -71,8 +71,8 @@ class StepKV(PackedKV):
         whole buffers and rows lo .. lo + encoded - 1); `rows`: its fields from row lo (what other paths read)."""
         s, bufs, q = self.__dict__.get("_lazy") or self.__dict__["_plan"]
         lo = self.lo
-        if rows and lo:
-            bufs = {n: b[:, :, lo:] for n, b in bufs.items()}
+        if rows and lo:     # (KIVI keys' scale and zero: a row per G tokens, lo a multiple of G)
+            bufs = {n: b[:, :, s._field_rows(n, lo):] for n, b in bufs.items()}
         # the launch's window (with KIVI's R = 0 at a flush the chunk's row it writes), or the record's (`rows`)
         w = s._window if self.window is None else self.held if rows else self.window
         # rows per field: q, or for KIVI keys' scale and zero q / G (Stream._field_rows)

@@ -65,8 +65,6 @@ class InPlace:
         wins = (fused.role_window(kp), fused.role_window(vp))
         groups = tuple(p.group_size if p.method == "kivi" else 0 for p in (kp, vp))
         mixed = fused.mixed(kp, vp)
-        if lo and any(groups):
-            return None
         per, room = [], []
         for s, x, win, group in ((k, keys, wins[0], groups[0]), (v, values, wins[1], groups[1])):
             b, h, _, d = x.shape
@@ -81,11 +79,11 @@ class InPlace:
                 return None
             left = None
             for n, r in s._rows.items():
-                # r.lo: rows evicted by a sliding-window cache (the same in every per-token field of both
-                # streams); the kernel writes at row lo + Q of the buffer (base). KIVI keys' scale and zero: a row
-                # per G tokens (room counted in tokens)
+                # r.lo: rows evicted by a sliding-window cache (the same tokens in every field of both streams);
+                # the kernel writes at row lo + Q of the buffer (base). KIVI keys' scale and zero: a row per G tokens
+                # (room counted in tokens; KIVI evicts whole groups, so such a field's lo is lo / G: Stream.evict)
                 g = group if group and s._field_rows(n, group) == 1 else 1
-                if r.buf is None or r.lo != lo or r.n - lo != s._field_rows(n, s._q) \
+                if r.buf is None or r.lo * g != lo or r.n - r.lo != s._field_rows(n, s._q) \
                         or not fused.fits(b, h, r.buf.shape[2]):
                     return None
                 per.append(g)

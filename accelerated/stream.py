@@ -363,12 +363,22 @@ class Stream:
         """Rows skipped by `evict` and still held in the buffers."""
         return max((r.lo for r in self._rows.values()), default=0)
 
-    def compact(self) -> None:
-        """Free the evicted rows (a copy of the valid ones); marks taken before cannot be restored."""
+    def compact(self, room: int = 0) -> None:
+        """Free the evicted rows (a copy of the valid ones); marks taken before cannot be restored. `room`: tokens
+        the new buffers leave space for past the valid rows, rounded up to whole growth steps as _Rows.extend grows
+        (a sliding-window cache: the rows it appends before its next compaction, so that no append in between grows
+        a buffer, which would take that step off the decode step). The stored rows are the same either way."""
         self.sync()
-        for r in self._rows.values():
+        for k, r in self._rows.items():
             if r.buf is not None and r.lo:
-                r.buf, r.n, r.lo = mx.contiguous(r.buf[:, :, r.lo : r.n]), r.n - r.lo, 0
+                live = r.n - r.lo
+                if room:
+                    cap = -(-(live + self._field_rows(k, room) + 1) // r.step) * r.step
+                    new = mx.zeros((*r.buf.shape[:2], cap, *r.buf.shape[3:]), dtype=r.buf.dtype)
+                    new[:, :, :live] = r.buf[:, :, r.lo : r.n]
+                else:
+                    new = mx.contiguous(r.buf[:, :, r.lo : r.n])
+                r.buf, r.n, r.lo = new, live, 0
                 mx.eval(r.buf)
         self._version += 1
         self._epoch += 1

@@ -254,15 +254,25 @@ def test_a_merged_windowed_batch_attends_through_the_kernels(cuda, paths, kw):
     assert all(c.inner._k._window.shape[2] == kw["window"] for c in merged)
 
 
-def test_a_sliding_window_cache_takes_the_fast_path(cuda, paths):
+@pytest.mark.parametrize("kw", [pytest.param(kw, id=i) for i, kw, _ in CONFIGS])
+def test_a_sliding_window_cache_takes_the_fast_path(cuda, paths, kw):
+    """VeloxRotatingKVCache (issue 29 item 4) past max_size, every configuration: each step evicts (rows skipped: the
+    launch reads the buffers from row lo) and is one DecodeStep launch pair per layer. max_size 96, or 200 where a
+    window of 128 would hold every token of 96 (nothing encoded: the window-only record's ops path)."""
     from veloxquant.accelerated.cache import VeloxRotatingKVCache
+    max_size = 96 if kw.get("window") is not None or "kivi" not in str(kw) else 200
     model = tiny_llama(64, layers=2)
-    caches = [VeloxRotatingKVCache(96, method="turboquant", bits=4, layer=i) for i in range(2)]
-    model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
-    _decode(model, caches, 1)
+    caches = [VeloxRotatingKVCache(max_size, layer=i, **kw) for i in range(2)]
+    # (460 tokens: the record buffers get room for every step's rows; one that grows takes the general path once)
+    model(mx.array(np.arange(460) % 500)[None], cache=caches)
+    # the first eviction leaves most rows dead: their compaction (a new plan, so a step on the general path, before
+    # the steps counted) copies the held rows into buffers with room for the rows appended until the next one, so no
+    # later step grows a buffer (KIVI's group flushes among the counted steps included)
+    _decode(model, caches, 40)
     _reset(cuda, paths)
     _decode(model, caches)
     _assert_fast(cuda, paths, caches, len(caches) * STEPS)
+    assert all(r.lo for c in caches for r in c._k._rows.values()), "no evicted rows under the steps"
 
 
 def test_mixed_methods_attend_through_the_kernels_without_decoding_the_cache(cuda, paths, monkeypatch):
@@ -325,18 +335,22 @@ def test_a_merged_sliding_window_batch_takes_one_fast_step_per_layer(cuda, paths
     _assert_batch_steps_fast(model, merged, cuda, paths)
 
 
-def test_a_sliding_window_kivi_cache_attends_through_the_kernels(cuda, paths):
+def test_a_sliding_window_kivi_cache_takes_the_fast_path_past_its_mask(cuda, paths):
     """A sliding-window KIVI cache holds up to G - 1 tokens older than the window, which its make_mask hides with an
-    array (rotating.py); remembered as a row start, the step attends through the kernels, not the ops path (the
-    kernels take no array mask)."""
+    array (rotating.py); remembered as a row start (moved past the evicted rows), the step stays the DecodeStep's
+    launch pair (the kernels take no array mask)."""
     from veloxquant.accelerated.cache import VeloxRotatingKVCache
     model = tiny_llama(64, layers=2)
     caches = [VeloxRotatingKVCache(300, method="kivi", layer=i) for i in range(2)]
-    model(mx.array(np.arange(400) % 500)[None], cache=caches)
+    model(mx.array(np.arange(460) % 500)[None], cache=caches)
+    _decode(model, caches, 40)     # (the compaction and the growth after it: see above)
+    hidden = []
+    real = caches[0].make_mask
+    caches[0].make_mask = lambda *a, **k: hidden.append(real(*a, **k)) or hidden[-1]
     _reset(cuda, paths)
     _decode(model, caches)
-    assert paths["path"] == ["kernels"] * (len(caches) * STEPS), sorted(set(paths["path"]))
-    assert caches[0]._k._q > 0
+    _assert_fast(cuda, paths, caches, len(caches) * STEPS)
+    assert any(isinstance(m, mx.array) for m in hidden) and caches[0]._k._q > 0, "no step with held tokens hidden"
 
 
 @pytest.mark.parametrize("window", [0, 32, 128])

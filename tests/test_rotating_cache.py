@@ -111,6 +111,44 @@ def test_eviction_is_restorable_and_compaction_frees_rows(monkeypatch, tune):
         np.testing.assert_array_equal(a, before[f] if f == "window" else before[f][:, :, 1:], err_msg=f)
 
 
+@pytest.mark.parametrize("method,kw", [("turboquant", dict(bits=4, window=3)),
+                                       ("kivi", dict(bits=2, group_size=16, window=4))])
+def test_compaction_leaves_room_until_the_next_one(monkeypatch, tune, method, kw):
+    """Compaction copies the held rows into buffers with room for the rows appended until the next compaction
+    (rotating.py: a growth in between would take that step off the decode step): over several compaction cycles of
+    one-token steps no buffer grows after the prefill, and the stored records are those of a compaction
+    into exact-size buffers (Stream.compact(0), a second cache), bit for bit."""
+    from veloxquant.accelerated import stream
+    tune(compact_rows=8)
+    caches = [vc.VeloxRotatingKVCache(24, method=method, seed=2, **kw) for _ in range(2)]
+    real = stream.Stream.compact
+    tight, compacted, grown = set(), [], []     # the second cache's streams: exact-size buffers
+
+    def compact(self, room=0):
+        compacted.append(id(self))
+        return real(self, 0 if id(self) in tight else room)
+    monkeypatch.setattr(stream.Stream, "compact", compact)
+    def spy(grow):
+        def rows(self, a):
+            before = self.buf
+            out = grow(self, a)
+            if before is not None and self.buf is not before:
+                grown.append(id(self))
+            return out
+        return rows
+    monkeypatch.setattr(stream._Rows, "extend", spy(stream._Rows.extend))
+    monkeypatch.setattr(stream._Rows, "reserve", spy(stream._Rows.reserve))
+    for i, _ in enumerate(feed(caches, [30] + [1] * 150)):
+        if i == 0:
+            tight.update(id(s) for s in (caches[1]._k, caches[1]._v))
+            ours = {id(r) for s in (caches[0]._k, caches[0]._v) for r in s._rows.values()}
+            grown.clear()
+        for a, b in zip(caches[0].state[:2], caches[1].state[:2]):
+            assert a.keys() == b.keys() and all(np.array_equal(np.array(a[n]), np.array(b[n])) for n in a), i
+    assert len(set(compacted)) == 4 and len(compacted) >= 12, f"{len(compacted)} stream compactions in the run"
+    assert not ours & set(grown), f"a buffer grew after a compaction ({len(grown)} growths)"
+
+
 def test_trim_only_before_eviction():
     c = vc.VeloxRotatingKVCache(MAX, method="turboquant", bits=4, window=4, seed=2)
     ref = mlx_cache.RotatingKVCache(MAX)

@@ -38,7 +38,9 @@ from ..kernels import methods as km
 from ..ops.attention import RowStarts
 
 # Evicted rows are freed (one copy of the held rows, after settling the deferred checks: a host sync) once they
-# outnumber both tuning's compact_rows and the held tokens, so a decode step copies nothing on average.
+# outnumber both tuning's compact_rows and the held tokens, so a decode step copies nothing on average. The copy's
+# buffers have room for the rows appended until the next compaction (what they would grow to meanwhile anyway), so
+# no step between two compactions grows a buffer and leaves the decode step.
 
 
 class VeloxRotatingKVCache(VeloxKVCache):
@@ -82,11 +84,15 @@ class VeloxRotatingKVCache(VeloxKVCache):
             self._v.evict(drop)
             if held:                    # rows are only skipped: the in-place append (and decode step) go on
                 plan.evicted()
-        if self._k is not None and self._k.dead_rows() > max(tuning.current().compact_rows, self._k.tokens):
+        limit = 0 if self._k is None else max(tuning.current().compact_rows, self._k.tokens)
+        if self._k is not None and self._k.dead_rows() > limit:
             self._settle(keep=0)
             self._chunks.clear()      # marks taken before a compaction cannot be restored
-            self._k.compact()
-            self._v.compact()
+            # room for the rows appended until the next compaction (the dead rows then: over `limit`, KIVI's whole
+            # groups past it; a KIVI window's flush up to G more), so that no step in between grows a buffer
+            g = max(s.params.group_size if s.params.method == "kivi" else 1 for s in (self._k, self._v))
+            self._k.compact(limit + 2 * g)
+            self._v.compact(limit + 2 * g)
 
     # ---- mlx-lm protocol ------------------------------------------------------------------------------
     def update_and_fetch(self, keys, values):

@@ -14,7 +14,8 @@ The bytes and the checks are those of the general path: the same launches with t
 'Deferred rejection'), the same state changes (in_place.append_in_place). Anything else (another shape or
 dtype, a stream changed by trim/restore/compaction, no room left in a buffer, a mask, a query block the kernels
 do not take) returns to the general path; a sliding-window cache's eviction only moves the first valid row (lo: the
-append writes at row lo + Q, the attention reads the buffers from row lo: RowStarts, each row's start moved past lo). Where the combine is its own launch (tuning's fuse_combine
+append writes at row lo + Q, the attention reads the buffers from row lo: RowStarts, each row's start moved past lo;
+KIVI evicts whole groups, so its keys' scale and zero rows start at lo / G; with an exact window too: `_past_evicted`). Where the combine is its own launch (tuning's fuse_combine
 off, Metal), the step makes both launches as kernels.attention.attention does.
 
 With tuning's fuse_append (on by default; docs/decode-step-analysis.md, ninth and tenth passes) the step's
@@ -43,6 +44,23 @@ def _resolve(kernel, template, **call):
     if isinstance(kernel, backend.CudaKernel):
         return kernel.specialized(template), call
     return kernel, {**call, "template": template}
+
+
+def _past_evicted(b: int, keys, values, mask):
+    """(the launch's mask, the mask among the held tokens that `supports` judges, whether its starts lie below the
+    encoded tokens where the host knows them). A sliding-window cache's evicted rows lie below row lo: the launch
+    reads the whole buffers from there (its row starts moved past them, no sync). With a window the kernels take row
+    starts only below the encoded tokens (they mask encoded rows only): known on the host where the cache made the
+    mask (rotating.py make_mask: a sliding window's own starts), judged per call."""
+    lo, held = keys.lo, mask
+    if lo:
+        if mask is None:        # every row starts at lo (a batch's rows all hold the window: rotating.py)
+            rows = km.count(lo) if b == 1 else mx.full((b,), lo, dtype=mx.int32)
+            mask, held = RowStarts(rows), RowStarts(rows, host=(0,) * b)
+        else:                   # each row's start among the held tokens, moved past the evicted rows
+            mask = RowStarts(mask.starts + lo, mask.causal)
+    below = None if held is None or held.host is None else max(held.host) <= min(keys.encoded, values.encoded)
+    return mask, held, below
 
 
 class _Pending:
@@ -119,10 +137,11 @@ class DecodeStep:
     @staticmethod
     def applies(plan) -> bool:
         """Every field of both streams holds one row per encoded token (KIVI keys' scale and zero: per G tokens)
-        from the same first row lo (what StepKV's record assumes: 0, or the rows a sliding-window cache evicted), and
+        from the same first token lo (what StepKV's record assumes: 0, or the tokens a sliding-window cache evicted;
+        KIVI evicts whole groups, so its group fields start at row lo / G), and
         both streams have the same count (MIXED, in_place.InPlace.mixed: each its own)."""
         lo, q, qv = plan.rows[0].lo, plan.k._q, plan.v._q
-        return (q == qv or plan.mixed) and all(r.lo == lo and r.n - lo == (q if i < plan.nrows else qv) // g
+        return (q == qv or plan.mixed) and all(r.lo * g == lo and r.n - r.lo == (q if i < plan.nrows else qv) // g
                                                for i, (r, g) in enumerate(zip(plan.rows, plan.per)))
 
     def __deepcopy__(self, memo):
@@ -209,14 +228,8 @@ class DecodeStep:
         if self.mixed:      # the roles' common encoded prefix (the MIXED partial reads each role's own past it)
             q_enc = min(q_enc, values.encoded)
         lo = keys.lo
-        if lo:      # a sliding-window cache's evicted rows lie below: the launch reads the whole buffers from row lo
-            if mask is None:        # every row starts at lo (a batch's rows all hold the window: rotating.py)
-                b = queries.shape[0]
-                rows = km.count(lo) if b == 1 else mx.full((b,), lo, dtype=mx.int32)
-                mask = RowStarts(rows)
-            else:                   # each row's start among the held tokens, moved past the evicted rows (no sync)
-                mask = RowStarts(mask.starts + lo, mask.causal)
-            starts = True
+        mask, held, below = _past_evicted(queries.shape[0], keys, values, mask)
+        starts = starts or bool(lo)
         append = tok is self.pending and tok is not None
         # the append launched alone (also a pending one flushed below because the kernels refused it inside): its
         # token, when over 8 bytes (more than two threadgroups), is summarized by the combine too, so that the record
@@ -224,10 +237,10 @@ class DecodeStep:
         t = tok if type(tok) is mx.array else None if append or tok is None else tok.token
         summ = t is not None and t.size > 8
         key = (queries.shape, queries.dtype, scale, kattention.split_counts(q_enc), append, summ,
-               (mask.causal, mask.starts.shape) if starts else None)
+               (mask.causal, mask.starts.shape, below) if starts else None)
         a = self.attn.get(key)
         if a is None:
-            a = self.attn[key] = self._attention_launch(queries, keys, values, scale, append, summ, mask)
+            a = self.attn[key] = self._attention_launch(queries, keys, values, scale, append, summ, held)
         if a is False and append:     # the kernels take the call, but not with the append inside: launch it alone
             self.flush()
             return self.attend(queries, keys, values, scale, mask)
@@ -277,8 +290,8 @@ class DecodeStep:
     def _attention_launch(self, queries, keys, values, scale: float, append: bool, summ: bool = False, mask=None):
         """The launches' fixed parts for one query shape and split count: the partial, and the combine where it
         is its own launch (kernels.attention.attention's two calls; with `append` or `summ` the combine also
-        writes the summary of a token); False: not the kernels' call. `mask`: None or a RowStarts (its starts
-        are set per call)."""
+        writes the summary of a token); False: not the kernels' call. `mask`: None or a RowStarts among the held tokens
+        (its starts are set per call, moved past a sliding window's evicted rows)."""
         kr, vr = keys.plan_record(), values.plan_record()
         if not kattention.supports(queries, kr, vr, mask, self.mixed) or (append and kattention._fused()):
             return False
