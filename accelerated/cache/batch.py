@@ -151,6 +151,8 @@ class BatchVeloxKVCache(LeftPadded):
         self._offset = None
 
     def extend(self, other: "BatchVeloxKVCache") -> None:
+        if callable(getattr(other, "per_sequence", None)):     # a SharedBatchVeloxKVCache (batch_shared.py)
+            other = other.per_sequence()
         if not isinstance(other, BatchVeloxKVCache):
             raise ValueError(f"other: expected a BatchVeloxKVCache, got {type(other).__name__}")
         if (self.caches and other.caches and not _same_config(self.caches[0], other.caches[0])):
