@@ -7,8 +7,12 @@ sit, so the batch keeps every sequence's tokens in one `VeloxKVCache` of B rows,
 behind lp_i tokens of padding, as BatchKVCache keeps its fp16 tensors. With an exact window R the stream's window is
 its newest min(idx, R) positions and every row's own window is its newest min(T_i, R) tokens: the same split, since a
 row's tokens end at idx, so each row holds exactly what its own cache holds (the flush of a decode step encodes the
-same position in every row; in rows still shorter than R it is padding). Not KIVI: a KIVI window holds R .. R + G - 1
-tokens by the sequence's length mod G, so the rows' windows would start at different positions. The padding
+same position in every row; in rows still shorter than R it is padding). KIVI (either role) only where every row's
+left padding is a whole number of groups (`alignment`: the lengths equal mod G): its key groups and its window's
+flushes count from the sequence's first token (a window holds R .. R + G - 1 tokens by the length mod G), so rows
+whole groups apart flush together at the stream's group bounds; rows that are not would need per-row flush
+positions in the kernels. A batch whose rows stop being whole groups apart (extend, a KIVI prefill) goes on per
+sequence inside this class (`_seq`, a BatchVeloxKVCache) until a filter leaves rows that are. The padding
 rows hold what the model computed for the padding tokens (a prompt's left padding, a right-padded prefill's tail
 once `finalize` rolled it to the left) or zeros (rows added by merge, extend); attention never reads them: the
 decode step's launch takes each row's start (ops.attention.RowStarts, the partial kernel's `rstart`: each row's
