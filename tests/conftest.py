@@ -24,6 +24,7 @@ SLOW: tuple[str, ...] = (
     # C++ emulation of the GPU kernel bodies (a compile per configuration): 380 s, 20-70 s a test
     "tests/test_append_kernel_emulated.py",
     "tests/test_attention_kernels_emulated.py",
+    "tests/test_batch_kivi_kernels_emulated.py",
     "tests/test_commit_kernel_emulated.py",
     "tests/test_kernels_emulated.py",
     "tests/test_kernels_head_dims.py",

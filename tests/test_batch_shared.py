@@ -73,6 +73,22 @@ def filled(method, lengths, seed=0, **kw):
     return filled_with(lambda: cache(method, **kw), lengths, seed)
 
 
+G = 16      # KIVI's group in these tests
+
+
+def kivi(mixed=False, **kw):
+    """KIVI 2-bit in both roles, or (mixed) keys turboquant 3-bit and values KIVI 2-bit (the quality table's
+    recommended pair)."""
+    if mixed:
+        return vc.VeloxKVCache(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2, group_size=G,
+                               seed=2, layer=1, **{"window": 0, **kw})
+    return vc.KIVIKVCache(bits=2, group_size=G, seed=2, layer=1, **{"window": 0, **kw})
+
+
+def filled_kivi(lengths, seed=0, **kw):
+    return filled_with(lambda: kivi(**kw), lengths, seed)
+
+
 def test_merge_picks_the_shared_cache_where_the_methods_allow():
     assert isinstance(vc.TurboQuantKVCache.merge(filled("turboquant", [3, 0])), SharedBatchVeloxKVCache)
     # an exact window: one B-row cache too (each sequence's newest min(T, R) tokens exact, its older ones encoded)
@@ -83,8 +99,13 @@ def test_merge_picks_the_shared_cache_where_the_methods_allow():
     trimmed = filled("turboquant", [9, 9], window=4)
     trimmed[0].trim(2)
     assert isinstance(vc.TurboQuantKVCache.merge(trimmed), BatchVeloxKVCache)
-    # KIVI's position-dependent groups, the knob off: a cache per sequence
-    assert isinstance(vc.KIVIKVCache.merge([vc.KIVIKVCache(bits=2, group_size=16, window=0)] * 2), BatchVeloxKVCache)
+    # KIVI's position-dependent groups: one B-row cache where the left padding is whole groups (lengths equal mod
+    # G), else a cache per sequence
+    assert isinstance(vc.KIVIKVCache.merge(filled_kivi([37, 5])), SharedBatchVeloxKVCache)
+    assert isinstance(vc.KIVIKVCache.merge(filled_kivi([37, 6])), BatchVeloxKVCache)
+    assert isinstance(vc.KIVIKVCache.merge(filled_kivi([5, 6])), BatchVeloxKVCache)     # no group yet either
+    assert isinstance(vc.KIVIKVCache.merge(filled_kivi([37, 5], exact_trim=4)), BatchVeloxKVCache)
+    assert isinstance(vc.VeloxKVCache.merge(filled_kivi([40, 8], mixed=True)), SharedBatchVeloxKVCache)
     mixed = [cache("turboquant"), cache("turboquant", bits=3)]
     assert isinstance(vc.TurboQuantKVCache.merge([mixed[0], cache("turboquant")]), SharedBatchVeloxKVCache)
     with pytest.raises(ValueError, match="caches: item 1"):
@@ -503,3 +524,73 @@ def test_remembered_prefill_masks_do_not_pile_up():
         masks.remember_mask(kept, m, (m,), 8)
         assert sum(v[0].size > masks.BIG_MASK for v in kept.values()) <= 1, list(kept)
     assert [id(v[0]) for v in kept.values()] == [id(m) for m in small], "small masks are kept, big ones dropped"
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["kivi", "tq3-kivi2"])
+@pytest.mark.parametrize("window", [0, WINDOW])
+def test_a_kivi_batch_whole_groups_apart_is_one_cache_with_each_sequences_bytes(window, mixed):
+    """KIVI (both roles, or values beside turboquant keys) in one B-row cache where every row's left padding is a
+    whole number of groups (lengths equal mod G: each row's groups and window flushes are the stream's): through
+    decode steps (flushes among them), filter, an extend with rows not whole groups apart (the batch goes on per
+    sequence) and a filter that leaves whole groups again (one B-row cache again), a ragged right-padded prefill,
+    each row's record bytes and nbytes stay its single cache's."""
+    def same(batch, singles, when, shared):
+        _same_rows(batch, singles, when)
+        assert (batch._seq is None) == shared, f"{when}: {'not ' if shared else ''}one B-row cache"
+
+    singles = filled_kivi([37, 5, 21, 53], window=window, mixed=mixed)
+    batch = type(singles[0]).merge(singles)
+    assert isinstance(batch, SharedBatchVeloxKVCache) and batch.left_padding.tolist() == [16, 48, 32, 0]
+    same(batch, singles, "merge", True)
+    for s in range(G + 3):              # every row flushes a group (G steps), the short rows cross the window
+        _step_rows(batch, singles, *kv(1, 300 + s, b=4))
+        same(batch, singles, f"decode step {s}", True)
+    batch.filter([0, 2, 3])
+    singles = [singles[i] for i in (0, 2, 3)]
+    same(batch, singles, "filter", True)
+    joining = filled_kivi([3, 50], seed=20, window=window, mixed=mixed)
+    batch.extend(type(joining[0]).merge(joining))
+    singles += joining
+    same(batch, singles, "extend with rows not whole groups apart", False)
+    _step_rows(batch, singles, *kv(1, 400, b=5))
+    same(batch, singles, "decode step per sequence", False)
+    batch.filter([0, 1, 2])
+    singles = singles[:3]
+    same(batch, singles, "filter back to rows whole groups apart", True)
+    lengths = [4, 4 + G, 4]              # a ragged right-padded prefill chunk that keeps them whole groups apart
+    k, v = kv(4 + G, 500, b=3)
+    batch.prepare(lengths=lengths, right_padding=[4 + G - n for n in lengths])
+    batch.update_and_fetch(k, v)
+    batch.finalize()
+    for i, n in enumerate(lengths):
+        singles[i].update_and_fetch(k[i:i + 1, :, :n], v[i:i + 1, :, :n])
+    same(batch, singles, "right-padded prefill", True)
+    for s in range(3):
+        _step_rows(batch, singles, *kv(1, 600 + s, b=3))
+    same(batch, singles, "decode after the prefill", True)
+    assert batch.left_padding.tolist() == [batch.size() - c.offset for c in singles]
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["kivi", "tq3-kivi2"])
+@pytest.mark.parametrize("window", [0, WINDOW])
+def test_a_kivi_batch_attends_each_row_as_its_own_cache(window, mixed):
+    """Packed mode: each row of a KIVI B-row batch (rows whole groups apart) gives its single cache's attention
+    output within the tier's float32 tolerance, through decode steps that flush a group, with the rows' starts as
+    the mask (RowStarts)."""
+    lengths = [40, 8, 24]
+    batch = type(kivi()).merge(filled_kivi(lengths, seed=5, window=window, mixed=mixed))
+    singles = filled_kivi(lengths, seed=5, window=window, mixed=mixed)
+    assert isinstance(batch, SharedBatchVeloxKVCache)
+    with masks_attended() as seen:
+        for step in range(G + 2):
+            q = mx.random.normal((3, 2 * H, 1, D), key=mx.random.key(70 + step)).astype(mx.float32)
+            k, v = kv(1, 80 + step, b=3)
+            mask = batch.make_mask(1)
+            kk, vv = batch.update_and_fetch(k, v)
+            out = np.array(base.scaled_dot_product_attention(q, kk, vv, cache=batch, scale=D ** -0.5, mask=mask))
+            for i, c in enumerate(singles):
+                ks, vs = c.update_and_fetch(k[i:i + 1], v[i:i + 1])
+                want = np.array(base.scaled_dot_product_attention(q[i:i + 1], ks, vs, cache=c, scale=D ** -0.5,
+                                                                  mask=None))
+                np.testing.assert_allclose(out[i:i + 1], want, rtol=0, atol=1e-5, err_msg=f"row {i} step {step}")
+    assert seen.count(RowStarts) == G + 2, seen          # the batch's calls (the singles': None)

@@ -177,8 +177,10 @@ def test_every_decode_step_takes_the_fast_path(cuda, paths, kw):
     _assert_fast(cuda, paths, caches, len(caches) * STEPS)
 
 
-_BATCH_KIVI = ("KIVI still merges into a BatchVeloxKVCache (a cache, and launches, per sequence; "
-               "batch_shared.eligible): a sequence's window holds R .. R + G - 1 tokens by its length mod G and its "
+_BATCH_KIVI = ("KIVI prompts not whole groups apart (these are 37 tokens apart; whole groups apart: "
+               "test_a_kivi_batch_whole_groups_apart_takes_one_fast_step_per_layer) still merge into a "
+               "BatchVeloxKVCache (a cache, and launches, per sequence; batch_shared.eligible): a sequence's "
+               "window holds R .. R + G - 1 tokens by its length mod G and its "
                "key groups start at its own first token, so in one left-padded stream the rows' windows start at "
                "different positions, which the partial cannot take (its row starts mask encoded tokens only: "
                "kernels.attention.supports): kernel body work (a start per row for the window, and a flush per row "
@@ -401,3 +403,21 @@ def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypat
         assert int(np.array(a["nenc"]).reshape(-1)[0]) == q, "the encoded count after the step"
         assert a["kw"].shape[2] == a["vw"].shape[2] == w + own, "the launch's window (after the step)"
     assert flushes == 2 and s._q == q and s._window.shape[2] == w
+
+
+@pytest.mark.parametrize("kw", [pytest.param(kw, id=i) for i, kw, _ in CONFIGS if "kivi" in i])
+def test_a_kivi_batch_whole_groups_apart_takes_one_fast_step_per_layer(cuda, paths, kw):
+    """KIVI prompts whole groups apart (G = 32: 200 and 136 tokens): merge makes one B-row cache (batch_shared
+    `alignment`) whose decode steps, flushes among them, are one DecodeStep launch pair per layer for the whole batch
+    (what those launches compute: tests/test_batch_kivi_kernels_emulated.py)."""
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    model = tiny_llama(64, layers=2)
+    rows = []
+    for n in (PROMPT, PROMPT - 64):
+        caches = make_prompt_cache(model, **kw)
+        model(mx.array(np.arange(n) % 500)[None], cache=caches)
+        rows.append(caches)
+    merged = [layer[0].merge(list(layer)) for layer in zip(*rows)]
+    assert all(type(c) is SharedBatchVeloxKVCache and c._seq is None for c in merged), \
+        sorted({type(c).__name__ for c in merged})
+    _assert_batch_steps_fast(model, merged, cuda, paths)

@@ -8,7 +8,8 @@ the left; `filter` / `extend` drop and add sequences, `extract` gives one sequen
 
 `VeloxKVCache.merge` makes a `SharedBatchVeloxKVCache` (batch_shared.py: the batch in one B-row cache, one
 attention launch per layer) where every sequence's tokens encode independently of their position (exact windows
-included); this module's `BatchVeloxKVCache` takes the others (kivi, sliding-window caches, exact-trim copies with a
+included; KIVI where the rows' left padding is whole groups); this module's `BatchVeloxKVCache` takes the others (kivi
+rows not whole groups apart, sliding-window caches, exact-trim copies with a
 window) and tuning's `shared=False`, and runs a windowed B-row cache's right-padded prefill.
 
 `BatchVeloxKVCache` follows that protocol, but keeps one single-sequence `VeloxKVCache` per sequence and stores
@@ -151,6 +152,8 @@ class BatchVeloxKVCache(LeftPadded):
         self._offset = None
 
     def extend(self, other: "BatchVeloxKVCache") -> None:
+        if callable(getattr(other, "per_sequence", None)):     # a SharedBatchVeloxKVCache (batch_shared.py)
+            other = other.per_sequence()
         if not isinstance(other, BatchVeloxKVCache):
             raise ValueError(f"other: expected a BatchVeloxKVCache, got {type(other).__name__}")
         if (self.caches and other.caches and not _same_config(self.caches[0], other.caches[0])):

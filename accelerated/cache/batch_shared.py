@@ -7,8 +7,12 @@ sit, so the batch keeps every sequence's tokens in one `VeloxKVCache` of B rows,
 behind lp_i tokens of padding, as BatchKVCache keeps its fp16 tensors. With an exact window R the stream's window is
 its newest min(idx, R) positions and every row's own window is its newest min(T_i, R) tokens: the same split, since a
 row's tokens end at idx, so each row holds exactly what its own cache holds (the flush of a decode step encodes the
-same position in every row; in rows still shorter than R it is padding). Not KIVI: a KIVI window holds R .. R + G - 1
-tokens by the sequence's length mod G, so the rows' windows would start at different positions. The padding
+same position in every row; in rows still shorter than R it is padding). KIVI (either role) only where every row's
+left padding is a whole number of groups (`alignment`: the lengths equal mod G): its key groups and its window's
+flushes count from the sequence's first token (a window holds R .. R + G - 1 tokens by the length mod G), so rows
+whole groups apart flush together at the stream's group bounds; rows that are not would need per-row flush
+positions in the kernels. A batch whose rows stop being whole groups apart (extend, a KIVI prefill) goes on per
+sequence inside this class (`_seq`, a BatchVeloxKVCache) until a filter leaves rows that are. The padding
 rows hold what the model computed for the padding tokens (a prompt's left padding, a right-padded prefill's tail
 once `finalize` rolled it to the left) or zeros (rows added by merge, extend); attention never reads them: the
 decode step's launch takes each row's start (ops.attention.RowStarts, the partial kernel's `rstart`: each row's
@@ -32,6 +36,7 @@ outputs can differ from a single-sequence run in the last bits (BatchVeloxKVCach
 from __future__ import annotations
 
 import json
+import math
 
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
@@ -49,12 +54,19 @@ from ..ops.attention import RowStarts
 _POSITIONAL = ("kivi",)    # methods whose bytes depend on a token's position (KIVI's key groups)
 
 
+def alignment(key_params, value_params) -> int:
+    """The tokens a row's left padding must be a multiple of: KIVI's G in a role that is KIVI (both roles: their
+    least common multiple; its groups and its window's flushes count from the sequence's first token), else 1."""
+    return math.lcm(*(p.group_size for p in (key_params, value_params) if p.method in _POSITIONAL))
+
 
 def eligible(caches) -> bool:
     """Whether `caches` (single-sequence caches of one layer) can share one B-row cache: VeloxKVCaches of one class
-    and configuration (sliding-window caches: one max_size, R = 0), per-token methods in both roles, an exact window
-    R only without exact-trim copies (a per-sequence tail), and every cache's window where a left-padded layout puts
-    it (`layout`: not after a trim that left one cache's window short of the others')."""
+    and configuration (sliding-window caches: one max_size, per-token methods, R = 0), an exact window R only without
+    exact-trim copies (a per-sequence tail), every cache's window where a left-padded layout puts it (`layout`: not
+    after a trim that left one cache's window short of the others'), and with KIVI in a role (no exact-trim copies)
+    every sequence's left padding a whole number of its groups (`alignment`: lengths equal mod G, then each row's
+    groups and flushes are the stream's)."""
     if not tuning.current().shared or not caches:
         return False
     c0 = caches[0]
@@ -63,15 +75,18 @@ def eligible(caches) -> bool:
     if any(type(c) is not type(c0) or not _same_config(c, c0) for c in caches):
         return False
     roles = (c0.key_params, c0.value_params)
-    if any(p.method in _POSITIONAL or (p.window and p.kept_capacity()) for p in roles):
+    if any((p.window or p.method in _POSITIONAL) and p.kept_capacity() for p in roles):
         return False
     if isinstance(c0, VeloxRotatingKVCache):     # one max_size; no exact window (its eviction would split it)
-        return all(c.max_size == c0.max_size for c in caches) and not any(p.window for p in roles)
-    if not any(p.window for p in roles):
+        return (all(c.max_size == c0.max_size for c in caches)
+                and not any(p.window or p.method in _POSITIONAL for p in roles))
+    top = max(c.offset for c in caches)
+    if any((top - c.offset) % alignment(*roles) for c in caches):
+        return False
+    if not any(p.window or p.method in _POSITIONAL for p in roles):
         return True
     for c in caches:
         c._flush_step()              # a chunk a decode step left pending is among the stream's tokens
-    top = max(c.offset for c in caches)
     try:
         for role in ("_k", "_v"):
             layout([(top - c.offset, *stream_split(getattr(c, role))) for c in caches])
@@ -133,9 +148,25 @@ class SharedBatchVeloxKVCache(LeftPadded):
         return self._seq.left_padding if self._seq is not None else LeftPadded.left_padding.fget(self)
 
     def _per_sequence_prefill(self) -> bool:
-        """Whether a right-padded prefill runs per sequence (see the class): an exact window, a sliding window."""
+        """Whether a right-padded prefill runs per sequence (see the class): an exact window, a sliding window, KIVI
+        (also a left-padded one: the padding need not be whole groups)."""
         return bool(self.inner.key_params.window or self.inner.value_params.window
-                    or isinstance(self.inner, VeloxRotatingKVCache))
+                    or isinstance(self.inner, VeloxRotatingKVCache) or self._align > 1)
+
+    @property
+    def _align(self) -> int:
+        return alignment(self.inner.key_params, self.inner.value_params)
+
+    def _prefilling(self) -> bool:
+        """Whether a prefill runs per sequence now (between prepare and finalize, or a left padding not consumed)."""
+        return self._seq is not None and any(getattr(self._seq, n) is not None for n in ("_skip", "_remaining",
+                                                                                           "_right"))
+
+    def per_sequence(self) -> BatchVeloxKVCache:
+        """The batch as a BatchVeloxKVCache (each sequence's own cache: the same bytes)."""
+        if self._seq is not None:
+            return self._seq
+        return BatchVeloxKVCache([self.extract(i) for i in range(self._b)], self._lp, self._idx)
 
     def _rotating(self) -> bool:
         return isinstance(self.inner, VeloxRotatingKVCache)
@@ -159,10 +190,13 @@ class SharedBatchVeloxKVCache(LeftPadded):
         if self._seq is not None:
             self._seq.filter(keep)
             self._b = len(keep)
+            if not self._prefilling():       # (KIVI: the rows kept may be whole groups apart now)
+                self._end_per_sequence()
             self._changed()
             return
         lp = [self._lp[i] for i in keep]
         shift = min(lp) if lp and self._right is None else 0     # as BatchKVCache: drop padding every row has
+        shift -= shift % self._align                              # (KIVI: whole groups)
         if self.inner.empty():
             self.inner = empty_like(self.inner)
             shift = 0
@@ -181,15 +215,28 @@ class SharedBatchVeloxKVCache(LeftPadded):
         self._b = len(keep)
         self._changed()
 
-    def extend(self, other: "SharedBatchVeloxKVCache") -> None:
-        if not isinstance(other, SharedBatchVeloxKVCache):
+    def extend(self, other) -> None:
+        """Joins `other`'s sequences (a SharedBatchVeloxKVCache, or a BatchVeloxKVCache: KIVI's batches whose rows
+        are not whole groups apart); where the rows of both cannot be one B-row cache (`alignment`), the batch goes
+        on per sequence (a BatchVeloxKVCache inside, `_seq`) until a filter leaves rows that can."""
+        if not isinstance(other, (SharedBatchVeloxKVCache, BatchVeloxKVCache)):
             raise ValueError(f"other: expected a SharedBatchVeloxKVCache, got {type(other).__name__}")
-        if type(other.inner) is not type(self.inner) or not _same_config(self.inner, other.inner):
+        ref = other.inner if isinstance(other, SharedBatchVeloxKVCache) else (other.caches or [self.inner])[0]
+        if type(ref) is not type(self.inner) or not _same_config(self.inner, ref):
             raise ValueError("other: its caches have other parameters than this batch's")
-        if any(c._right is not None or c._seq is not None for c in (self, other)):
+        if any(getattr(c, n, None) is not None for c in (self, other, self._seq, getattr(other, "_seq", None))
+               for n in ("_right", "_skip", "_remaining")):
             raise ValueError("other: cannot extend between prepare and finalize")
         top = max(self._idx, other._idx)
         shifts = (top - self._idx, top - other._idx)
+        if (self._seq is not None or not isinstance(other, SharedBatchVeloxKVCache) or other._seq is not None
+                or shifts[0] % self._align or shifts[1] % self._align):
+            seq = self.per_sequence()
+            seq.extend(other.per_sequence() if isinstance(other, SharedBatchVeloxKVCache) else other)
+            self._seq, self.inner, self._b, self._held = seq, empty_like(self.inner), len(seq.caches), None
+            self._end_per_sequence()
+            self._changed()
+            return
         held = None
         if self._rotating():       # stream tokens: both batches' held tokens end at the stream's end
             ends = (self._stream_tokens(), other._stream_tokens())
@@ -214,12 +261,17 @@ class SharedBatchVeloxKVCache(LeftPadded):
         return restack([part_of(self.inner, 0, [idx], first)], self.inner, offset=self._idx - self._lp[idx])
 
     def prepare(self, *, left_padding=None, lengths=None, right_padding=None) -> None:
-        if self._seq is not None:
+        if self._prefilling():
             raise ValueError("right_padding: a right-padded prefill is under way (finalize first)")
+        if self._seq is not None:        # a batch going on per sequence (extend)
+            self._seq.prepare(left_padding=left_padding, lengths=lengths, right_padding=right_padding)
+            self._changed()
+            return
         right = right_padding is not None and max(right_padding) > 0
         # (a sliding window's left-padded chunk too: its band and the padding rows' starts are no RowStarts, and an
-        # array mask leaves the padding queries nothing to attend: NaN in the next layer's keys)
-        if self._per_sequence_prefill() and (right or (left_padding is not None and self._rotating())):
+        # array mask leaves the padding queries nothing to attend: NaN in the next layer's keys; KIVI's: whole groups)
+        if self._per_sequence_prefill() and (right or (left_padding is not None
+                                                       and (self._rotating() or self._align > 1))):
             seq = BatchVeloxKVCache([self.extract(i) for i in range(self._b)], self._lp, self._idx)
             seq.prepare(left_padding=left_padding, lengths=lengths, right_padding=right_padding)   # (checks them)
             self._seq, self.inner = seq, empty_like(self.inner)
@@ -245,21 +297,28 @@ class SharedBatchVeloxKVCache(LeftPadded):
 
     def _end_per_sequence(self) -> None:
         """The per-sequence prefill's caches back into one B-row cache (finalize; the chunk that ends a left-padded
-        prefill)."""
-        seq, self._seq = self._seq, None
+        prefill; extend and filter of a batch going on per sequence) where they fit one (KIVI: rows whole groups
+        apart; a window's layout), else the batch goes on per sequence."""
+        seq = self._seq
         seq.finalize()
         self._lp = list(seq._lp)
-        self.inner, self._held = stack(seq.caches, self._lp, seq._idx, self.inner)
         self._changed()
+        if any(x % self._align for x in self._lp):
+            return
+        try:
+            self.inner, self._held = stack(seq.caches, self._lp, seq._idx, self.inner)
+        except ValueError:          # (a window trimmed short in some of them: restack's layout)
+            return
+        self._seq = None
 
     # ---- protocol: the model's calls ----------------------------------------------------------------
     def update_and_fetch(self, keys: mx.array, values: mx.array):
         if keys.ndim != 4 or keys.shape[0] != self._b:
             raise ValueError(f"keys: expected (B = {self._b}, H, t, d), got {keys.shape}")
         if self._seq is not None:
-            seq = self._seq
-            out = seq.update_and_fetch(keys, values)
-            if seq._skip is None and seq._right is None and seq._remaining is None:    # a left padding consumed
+            was = self._prefilling()
+            out = self._seq.update_and_fetch(keys, values)
+            if was and not self._prefilling():      # a left padding consumed
                 self._end_per_sequence()
             return out
         self._offset = None         # (also if the inner cache rolls back a bad chunk and raises)
@@ -339,8 +398,10 @@ class SharedBatchVeloxKVCache(LeftPadded):
         return True
 
     def trim(self, n: int) -> int:
-        if self._seq is not None:
+        if self._prefilling():
             raise ValueError("n: cannot trim between prepare and finalize")
+        if self._seq is not None:
+            return self._seq.trim(n)
         n = self.inner.trim(min(self._idx, n))
         self._held = None           # (a sliding window trims only before it evicted: each row holds its T_i)
         self._changed()
@@ -362,8 +423,10 @@ class SharedBatchVeloxKVCache(LeftPadded):
         if "classes" in meta:       # a per-sequence prefill's state (see the getter)
             seq = BatchVeloxKVCache.__new__(BatchVeloxKVCache)
             seq.state = v
-            inner, held = stack(seq.caches, seq._lp, seq._idx, seq.caches[0])
-            self.__init__(inner, seq._lp, len(seq.caches), held)
+            self.__init__(empty_like(seq.caches[0]), seq._lp, len(seq.caches))
+            self._seq = seq
+            if not self._prefilling():
+                self._end_per_sequence()
             return
         self.__init__(cache_class(meta["class"]).from_state(inner_state), meta["left_padding"], meta["batch"],
                       meta.get("held"))

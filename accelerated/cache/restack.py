@@ -12,6 +12,7 @@ import typing
 
 import mlx.core as mx
 
+from .. import layouts
 from .rotating import VeloxRotatingKVCache
 
 
@@ -80,7 +81,8 @@ def restack(parts: list, like, offset: int | None = None):
     if any(p.k is not None and "kept" in p.k for p in parts):     # exact-trim values: a per-sequence tail
         raise ValueError("parts: a record with kept tokens (an exact window or exact-trim tail) cannot be restacked")
     fields = []
-    for role in ("k", "v"):
+    for role, params in (("k", like.key_params), ("v", like.value_params)):
+        grouped = layouts.of(params).group_rows(role)       # KIVI keys' scale and zero: a row per G tokens
         # per part: the tokens it drops at the front (`first`) come off its encoded prefix, then off its window
         cuts = []
         for p in parts:
@@ -97,6 +99,11 @@ def restack(parts: list, like, offset: int | None = None):
         for name, a_ref in getattr(ref, role).items():
             pieces = []
             want = top - q_top if name == "window" else q_top
+            per = params.group_size if name in grouped else 1
+            if want % per or any(c % per for c, _, _, _ in cuts):
+                raise ValueError(f"parts: {name} holds a row per {per} tokens; the encoded tokens moved are no "
+                                 "whole groups")
+            want //= per
             for p, (cut_q, cut_w, _, _) in zip(parts, cuts):
                 f = getattr(p, role)
                 nb = len(p.rows) if p.rows is not None else p.nrows
@@ -106,7 +113,7 @@ def restack(parts: list, like, offset: int | None = None):
                     a = f[name]
                     if p.rows is not None and list(p.rows) != list(range(a.shape[0])):
                         a = a[mx.array(p.rows, dtype=mx.int32)]
-                    cut = cut_w if name == "window" else cut_q
+                    cut = cut_w if name == "window" else cut_q // per
                     if cut:
                         a = a[:, :, cut:]
                 if want > a.shape[2]:
