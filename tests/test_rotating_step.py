@@ -16,7 +16,6 @@ import pytest
 from mlx_lm.models import base
 from mlx_lm.models.cache import RotatingKVCache
 
-from veloxquant import spec
 from veloxquant.accelerated import kernels, ops
 from veloxquant.accelerated.cache import VeloxRotatingKVCache
 from veloxquant.accelerated.kernels import append as fused
@@ -24,7 +23,7 @@ from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend, commit, decode_step
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.ops import attention as oatt
-from test_window_step import _Append, _Commit, _np_view
+from test_window_step import _Append, _Commit
 
 B, HKV, HQ, D = 1, 2, 4, 64
 
@@ -43,6 +42,29 @@ class _Partial:
             self.log.append({n: np.array(a.astype(mx.float32) if a.dtype == mx.bfloat16 else a)
                              for n, a in zip(self.names, inputs)})
         return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+
+
+def _clear_memos():
+    for m in (fused, katt, km, commit, backend):
+        for f in vars(m).values():
+            if callable(getattr(f, "cache_clear", None)):
+                f.cache_clear()
+
+
+def install_backend(monkeypatch, cuda_kernel) -> None:
+    """`cuda_kernel` as the "CUDA" backend's kernel factory, and no encode kernel (prefill through ops); the launch
+    memos cleared, so that no launch a test before made is reused (release_backend clears them after)."""
+    def no_encode(kind, method, dtype_name):
+        raise NotImplementedError("stand-in: no encode kernel")
+    monkeypatch.setattr(backend, "cuda_kernel", cuda_kernel)
+    monkeypatch.setattr(backend, "kernel", no_encode)
+    _clear_memos()
+
+
+def release_backend() -> None:
+    _clear_memos()
+    km._RANGE.clear()
+    gc.collect()
 
 
 @pytest.fixture
@@ -66,17 +88,9 @@ def stand_in(monkeypatch, tune):
         ns.appends += 1
         return _Append(ns.params, list(input_names))
 
-    def no_encode(kind, method, dtype_name):
-        raise NotImplementedError("stand-in: no encode kernel")
-    monkeypatch.setattr(backend, "cuda_kernel", cuda_kernel)
-    monkeypatch.setattr(backend, "kernel", no_encode)
-    clear = lambda: [f.cache_clear() for m in (fused, katt, km, commit, backend)   # noqa: E731
-                     for f in vars(m).values() if callable(getattr(f, "cache_clear", None))]
-    clear()
+    install_backend(monkeypatch, cuda_kernel)
     yield ns
-    clear()
-    km._RANGE.clear()
-    gc.collect()
+    release_backend()
 
 
 def _x(seed, t=1, h=HKV):

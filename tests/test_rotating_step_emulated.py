@@ -20,7 +20,6 @@ apart), MLX's launch and the GPU's memory model; a GPU run checks those (tests/t
 from __future__ import annotations
 
 import ctypes
-import gc
 import shutil
 import types
 
@@ -32,16 +31,14 @@ from mlx_lm.models.cache import RotatingKVCache
 
 from veloxquant.accelerated import kernels, ops, tuning
 from veloxquant.accelerated.cache import VeloxRotatingKVCache
-from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import attention as katt
-from veloxquant.accelerated.kernels import backend, commit, decode_step
-from veloxquant.accelerated.kernels import methods as km
+from veloxquant.accelerated.kernels import backend, decode_step
 from veloxquant.accelerated.ops import attention as oatt
 from _attention_util import f64_attention
 from test_attention_kernels_emulated import CTYPES, _compile, _marshal, _source
+from test_rotating_step import D, HQ, _x, install_backend, release_backend
 from test_window_step import _Append, _Commit
 
-B, HKV, HQ, D = 1, 2, 4, 64
 
 
 def _shared(a: mx.array) -> np.ndarray:
@@ -151,21 +148,9 @@ def bodies(monkeypatch, tune):
         assert name.startswith("vq_append") and name.endswith("_w"), f"unexpected launch {name}"
         return _Append(ns.params, list(input_names))
 
-    def no_encode(kind, method, dtype_name):
-        raise NotImplementedError("stand-in: no encode kernel")
-    monkeypatch.setattr(backend, "cuda_kernel", cuda_kernel)
-    monkeypatch.setattr(backend, "kernel", no_encode)
-    clear = lambda: [f.cache_clear() for m in (fused, katt, km, commit, backend)   # noqa: E731
-                     for f in vars(m).values() if callable(getattr(f, "cache_clear", None))]
-    clear()
+    install_backend(monkeypatch, cuda_kernel)
     yield ns
-    clear()
-    km._RANGE.clear()
-    gc.collect()
-
-
-def _x(seed, t=1, h=HKV):
-    return mx.array(np.random.default_rng(seed).standard_normal((B, h, t, D)).astype(np.float16))
+    release_backend()
 
 
 def _packed(x: mx.array, p) -> oatt.PackedRecord:
