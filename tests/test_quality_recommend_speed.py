@@ -154,3 +154,18 @@ def test_bench_args_are_the_recommended_configurations(tmp_path, capsys):
                     "turboquant:4/turboquant:4"]
     for a in args:                                  # each one a valid --bench-kv argument
         kv_arms.kv_arm(a)
+
+
+def test_distortion_recommendation_takes_its_speed_from_the_benchmarks(tmp_path):
+    """budget.speed_of (docs/distortion.md's speed column): the arm storing the configuration, × fp16 per suite;
+    `not measured` where no arm ran it, and at a head dim the benchmarks' layers do not have."""
+    from veloxquant.tools.quality import budget
+
+    mixed = kv_arms.kv_arm("turboquant:3/turboquant:2")[0]
+    src = speed.load([_bench_json(tmp_path, {("decode_step", mixed, 32768): 1.25, ("generate", mixed, 32768): 0.8,
+                                             ("decode_step", "turboquant b4", 32768): 2.0})])
+    tq = lambda b: ("turboquant", b, None)  # noqa: E731
+    assert budget.speed_of(tq(3), tq(2), 128, src) == "decode step 32k 0.80×; generate 32k 1.25×"
+    assert budget.speed_of(tq(4), tq(4), 128, src) == "decode step 32k 0.50×; generate not measured"
+    assert budget.speed_of(tq(2), tq(2), 128, src) == "decode step not measured; generate not measured"
+    assert budget.speed_of(tq(3), tq(2), 64, src).startswith("not measured (the benchmarks' head dim is 128)")

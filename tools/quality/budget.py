@@ -7,19 +7,11 @@ import pathlib
 
 import numpy as np
 
+from . import speed as speed_src
 from .configs import GRID, label, params, quantize
 from .papers import MIXED_MARGIN
 
 # ---- recommendation -------------------------------------------------------------------------------------
-# Speed from docs/benchmarks.md where it measured the configuration (H200, random Llama-3-8B-shaped model,
-# d = 128). Only these widths were benchmarked; the others run the same kernels with other code widths.
-SPEED = {
-    ("turboquant", 4, None): "generate_step 1.48x / 1.22x fp16's tokens/s at 8k / 32k (thirteenth pass, e2e)",
-    ("rabitq", 1, None): "generate_step 1.47x / 1.15x fp16's tokens/s at 8k / 32k (thirteenth pass, e2e)",
-    ("turboquant_rvq", 2, 2): "decode-step GPU time 2.10x / 2.05x / 2.31x fp16's at 4k / 32k / 128k (scalar loop)",
-    ("kivi", 4, None): "decode-step GPU time 2.91x / 3.92x / 3.81x fp16's at 4k / 32k / 128k (window 128)",
-    ("turboquant_prod", 4, None): "decode-step GPU time 3.91x / 4.60x / 5.68x fp16's at 4k / 32k / 128k",
-}
 # Methods the caches offer (tools/cli/kv_flags.py CACHE_METHODS): mlx_affine is an external format only.
 CACHE_METHODS = ("turboquant", "turboquant_rvq", "turboquant_prod", "kivi", "rabitq")
 
@@ -53,10 +45,22 @@ def steady_bits(method: str, bits: int, bits2, d: int, role: str) -> float:
     return quantize(x, params(method, bits, bits2, role), "float32")[1]
 
 
-def recommend(kl: dict, budgets, head_dims, rows: list[dict]) -> list[dict]:
+def speed_of(k: tuple, v: tuple, head_dim: int, sources: list[dict]) -> str:
+    """The measured speed of keys k and values v (window 0) from the benchmark sources (speed.load), × fp16 per
+    suite and context; the benchmarks' layers have head dim speed.BENCH_HEAD_DIM only."""
+    if head_dim != speed_src.BENCH_HEAD_DIM:
+        return f"{speed_src.NOT_MEASURED} (the benchmarks' head dim is {speed_src.BENCH_HEAD_DIM})"
+    got = speed_src.lookup(sources, k, v)
+    return "; ".join(f"{suite.replace('_', ' ')} {speed_src.cell(got[suite], False)}" for suite in speed_src.SUITES)
+
+
+def recommend(kl: dict, budgets, head_dims, rows: list[dict], speed_sources: list[dict] | None = None) -> list[dict]:
     """Per budget and head dim: the best (key config, value config) by KL_k + KL_v (equal KL: fewer bits),
     the best single configuration on both roles, and the recommendation: the pair only if its KL sum is
-    below MIXED_MARGIN times the single configuration's, else the single one."""
+    below MIXED_MARGIN times the single configuration's, else the single one; its speed from `speed_sources`
+    (speed.load; default: the committed sources, speed.COMMITTED)."""
+    if speed_sources is None:
+        speed_sources = speed_src.load(speed_src.committed())
     cfgs = [c for c in GRID if (c + ("k",)) in kl and (c + ("v",)) in kl and c[0] in CACHE_METHODS]
     dist = {(r["data"], r["role"], r["label"]): r for r in rows}
     out = []
@@ -95,8 +99,7 @@ def recommend(kl: dict, budgets, head_dims, rows: list[dict]) -> list[dict]:
                         "recommended_bits": (bk[rk] + bv[rv]) / 2,
                         "recommended_kl_sum": kl[rk + ("k",)] + kl[rv + ("v",)],
                         "flags": cache_flags(rk, rv),
-                        "speed": (SPEED.get(rk) or "not measured") if rk == rv else
-                                 "not measured (keys and values configured differently)"})
+                        "speed": speed_of(rk, rv, d, speed_sources)})
     return out
 
 

@@ -8,7 +8,7 @@ weighted by sequences, the 99th percentile is the larger of the two. `--exclude 
 model variant out of the page (cells, key statistics, errors) and says why.
 
     python -m veloxquant.tools.quality.retrieval_doc --json a.json [b.json ...] --markdown docs/quality-retrieval.md
-    python -m veloxquant.tools.quality.retrieval_doc --committed      # the page from RUNS and SPEED below
+    python -m veloxquant.tools.quality.retrieval_doc --committed      # the page from RUNS and speed.COMMITTED
 """
 from __future__ import annotations
 
@@ -25,12 +25,11 @@ from .budget import cache_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # docs/quality-retrieval.md: the runs on the committed model in merge order (a cell from the first run that has it;
-# the outliers run first, see docs/retrieval-model.md run 6) and the speed sources of its recommendation. `--committed`
+# the outliers run first, see docs/retrieval-model.md run 6); the speed sources are speed.COMMITTED. `--committed`
 # renders the page from them; `veloxquant quality --recommend` reads them.
 PAGE = "docs/quality-retrieval.md"
 RUNS = ("docs/retrieval/quality-h200-run6-outliers.json", "docs/retrieval/quality-h200-run6-a.json",
         "docs/retrieval/quality-h200-run6-b.json")
-SPEED = ("benchmarks/baselines/h200.json", "docs/bench/h200-recommended-32k.json")
 
 
 def committed_runs() -> list[pathlib.Path]:
@@ -38,7 +37,7 @@ def committed_runs() -> list[pathlib.Path]:
 
 
 def committed_speed() -> list[pathlib.Path]:
-    return [ROOT / p for p in SPEED if (ROOT / p).is_file()]
+    return speed_src.committed()
 
 
 def _run_label(i: int) -> str:
@@ -415,7 +414,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m veloxquant.tools.quality.retrieval_doc", description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=pathlib.Path, nargs="+", default=None)
     ap.add_argument("--committed", action="store_true",
-                    help=f"the committed page: --json and --speed from RUNS and SPEED, --markdown {PAGE} unless given")
+                    help=f"the committed page: --json from RUNS, --speed from speed.COMMITTED, --markdown {PAGE} unless given")
     ap.add_argument("--markdown", type=pathlib.Path, default=None, help="the page to write (needed unless --bench-kv)")
     ap.add_argument("--speed", type=pathlib.Path, nargs="+", default=None, metavar="BENCH_JSON",
                     help="pytest-benchmark JSONs of benchmarks/test_decode_step.py and test_generate.py (e.g. "

@@ -13,6 +13,15 @@ from ..bench import kv_arms
 SUITES = ("decode_step", "generate")
 NOT_MEASURED = "not measured"
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# the speed sources the committed recommendations cite (docs/quality-retrieval.md, docs/distortion.md): the H200
+# baseline, then the run of the recommended configurations (--bench-kv); the first that measured a cell wins
+COMMITTED = ("benchmarks/baselines/h200.json", "docs/bench/h200-recommended-32k.json")
+BENCH_HEAD_DIM = 128      # the benchmarks' layers (Llama-3-8B-shaped)
+
+
+def committed() -> list[pathlib.Path]:
+    """COMMITTED's files that are here (the source checkout; a wheel has none)."""
+    return [ROOT / p for p in COMMITTED if (ROOT / p).is_file()]
 
 
 def arm_settings(info: dict) -> dict | None:
