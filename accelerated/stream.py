@@ -40,8 +40,7 @@ class _Rows:
         if k == 0 and self.buf is not None:
             return
         if self.buf is None or self.n + k > self.buf.shape[2]:
-            cap = -(-(self.n + k) // self.step) * self.step
-            new = mx.zeros((*a.shape[:2], cap, *a.shape[3:]), dtype=a.dtype)
+            new = self._alloc(a, self.n + k)
             if self.n:
                 new[:, :, : self.n] = self.buf[:, :, : self.n]
             self.buf = new
@@ -56,8 +55,7 @@ class _Rows:
         k = a.shape[2]
         writes = []
         if self.buf is None or self.n + k > self.buf.shape[2]:
-            cap = -(-(self.n + k) // self.step) * self.step
-            new = mx.zeros((*a.shape[:2], cap, *a.shape[3:]), dtype=a.dtype)
+            new = self._alloc(a, self.n + k)
             if self.n:
                 writes.append((new[:, :, : self.n], self.buf[:, :, : self.n]))
             self.buf = new
@@ -66,8 +64,24 @@ class _Rows:
         self.n += k
         return writes
 
+    def compact(self, room: int = 0) -> None:
+        """Drop the evicted rows (a copy of the valid ones); `room`: rows the new buffer leaves space for past them
+        (rounded up to whole steps, as a growth would be)."""
+        live = self.n - self.lo
+        if room:
+            new = self._alloc(self.buf, live + room + 1)
+            new[:, :, :live] = self.buf[:, :, self.lo : self.n]
+        else:
+            new = mx.contiguous(self.buf[:, :, self.lo : self.n])
+        self.buf, self.n, self.lo = new, live, 0
+
     def view(self, lo: int = 0, hi: int | None = None) -> mx.array:
         return self.buf[:, :, self.lo + lo : self.n if hi is None else self.lo + hi]
+
+    def _alloc(self, like: mx.array, rows: int) -> mx.array:
+        """A zero buffer shaped as `like` holding at least `rows` rows, in whole steps."""
+        cap = -(-rows // self.step) * self.step
+        return mx.zeros((*like.shape[:2], cap, *like.shape[3:]), dtype=like.dtype)
 
 
 def _method_module(method: str, use_kernels):
@@ -371,14 +385,7 @@ class Stream:
         self.sync()
         for k, r in self._rows.items():
             if r.buf is not None and r.lo:
-                live = r.n - r.lo
-                if room:
-                    cap = -(-(live + self._field_rows(k, room) + 1) // r.step) * r.step
-                    new = mx.zeros((*r.buf.shape[:2], cap, *r.buf.shape[3:]), dtype=r.buf.dtype)
-                    new[:, :, :live] = r.buf[:, :, r.lo : r.n]
-                else:
-                    new = mx.contiguous(r.buf[:, :, r.lo : r.n])
-                r.buf, r.n, r.lo = new, live, 0
+                r.compact(self._field_rows(k, room) if room else 0)
                 mx.eval(r.buf)
         self._version += 1
         self._epoch += 1
