@@ -225,7 +225,7 @@ def merge(paths: list[pathlib.Path]) -> dict:
     return out
 
 
-def _shown(p: pathlib.Path) -> str:
+def shown(p: pathlib.Path) -> str:
     """The path as the docs show it: relative to the repository where it lies inside it."""
     root = pathlib.Path(__file__).resolve().parents[2]
     try:
@@ -243,7 +243,7 @@ def section(paths: list[pathlib.Path]) -> str:
              "than its suite's band. Absolute times on the shared CPU are not comparable between runs; read the "
              "ratios.", ""]
     for p in paths:
-        lines += render(json.loads(p.read_text()), _shown(p))
+        lines += render(json.loads(p.read_text()), shown(p))
     lines.append(END)
     return "\n".join(lines)
 

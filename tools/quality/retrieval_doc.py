@@ -19,6 +19,7 @@ import pathlib
 import sys
 
 from ..bench.kv_arms import kv_spec
+from ..bench.render import shown
 from . import retrieval_plot
 from . import speed as speed_src
 from .budget import cache_flags
@@ -397,7 +398,7 @@ def write(json_paths: list[pathlib.Path], markdown: pathlib.Path, results: list[
         raise ValueError("--json: give at least one result file")
     excluded = excluded or {}
     speed = speed_src.load(speed_paths) if speed_paths else None
-    text = render(exclude(results, excluded), [speed_src.shown(p) for p in json_paths] or ["(in memory)"], speed)
+    text = render(exclude(results, excluded), [shown(p) for p in json_paths] or ["(in memory)"], speed)
     figure, why = retrieval_plot.plot(merge(exclude(results, excluded))[0], markdown.with_suffix(".png"))
     section = (f"\n## KL by stored bits\n\n![KL by stored bits]({figure.name})\n\n{retrieval_plot.caption()}\n"
                if figure else f"\n## KL by stored bits\n\nNo figure: {why}.\n")

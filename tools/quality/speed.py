@@ -9,6 +9,7 @@ import json
 import pathlib
 
 from ..bench import kv_arms
+from ..bench.render import shown
 
 SUITES = ("decode_step", "generate")
 NOT_MEASURED = "not measured"
@@ -92,14 +93,6 @@ def caption(sources: list[dict]) -> str:
                    f"decode step {ds.get('layers', '?')} layers, generate {gen.get('layers', '?')}-layer llama "
                    f"shape {gen.get('shape', '?')})")
     return what + ", ".join(src) + "."
-
-
-def shown(p) -> str:
-    """A path as the caption names it: relative to the checkout where it lies inside it."""
-    try:
-        return str(pathlib.Path(p).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(p)
 
 
 def _ctx(c) -> str:
