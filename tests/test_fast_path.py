@@ -198,6 +198,17 @@ def _batch_mark(name, mark):
                 "reason: " + mark.kwargs["reason"])
 
 
+def _merge_prefilled(kw, lengths):
+    """(model, per layer the merge of one prompt cache per length, each prefilled with that many tokens)."""
+    model = tiny_llama(64, layers=2)
+    rows = []
+    for n in lengths:
+        caches = make_prompt_cache(model, **kw)
+        model(mx.array(np.arange(n) % 500)[None], cache=caches)
+        rows.append(caches)
+    return model, [layer[0].merge(list(layer)) for layer in zip(*rows)]
+
+
 def _assert_batch_steps_fast(model, merged, cuda, paths):
     """Two-row decode steps on a merged batch (the first makes the DecodeStep): each one DecodeStep launch pair
     per layer for the whole batch."""
@@ -214,13 +225,8 @@ def test_a_merged_batch_takes_one_fast_step_per_layer(cuda, paths, kw):
     """mlx-lm's BatchGenerator merges per-sequence prompt caches (VeloxKVCache.merge): every configuration must
     become one B-row cache whose decode step is one DecodeStep launch pair per layer for the whole batch."""
     from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
-    model = tiny_llama(64, layers=2)
-    rows = []
-    for n in (PROMPT, PROMPT - 37):       # ragged prompts
-        caches = make_prompt_cache(model, **kw)
-        model(mx.array(np.arange(n) % 500)[None], cache=caches)
-        rows.append(caches)
-    merged = [layer[0].merge(list(layer)) for layer in zip(*rows)]
+    # ragged prompts
+    model, merged = _merge_prefilled(kw, (PROMPT, PROMPT - 37))
     kinds = sorted({type(c).__name__ for c in merged})
     assert kinds == [SharedBatchVeloxKVCache.__name__], f"merge made {kinds}"
     _assert_batch_steps_fast(model, merged, cuda, paths)
@@ -240,13 +246,7 @@ def test_a_merged_windowed_batch_attends_through_the_kernels(cuda, paths, kw):
     """An exact window: merge makes one B-row cache whose rows' left padding lies below the encoded tokens (every row
     past R), so each decode step attends through the kernels with the rows' starts (not the ops path, no decode)."""
     from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
-    model = tiny_llama(64, layers=2)
-    rows = []
-    for n in (PROMPT, PROMPT - 37):
-        caches = make_prompt_cache(model, **kw)
-        model(mx.array(np.arange(n) % 500)[None], cache=caches)
-        rows.append(caches)
-    merged = [layer[0].merge(list(layer)) for layer in zip(*rows)]
+    model, merged = _merge_prefilled(kw, (PROMPT, PROMPT - 37))
     assert {type(c) for c in merged} == {SharedBatchVeloxKVCache}
     q = mx.array([[1], [1]])
     _reset(cuda, paths)
@@ -411,13 +411,7 @@ def test_a_kivi_batch_whole_groups_apart_takes_one_fast_step_per_layer(cuda, pat
     `alignment`) whose decode steps, flushes among them, are one DecodeStep launch pair per layer for the whole batch
     (what those launches compute: tests/test_batch_kivi_kernels_emulated.py)."""
     from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
-    model = tiny_llama(64, layers=2)
-    rows = []
-    for n in (PROMPT, PROMPT - 64):
-        caches = make_prompt_cache(model, **kw)
-        model(mx.array(np.arange(n) % 500)[None], cache=caches)
-        rows.append(caches)
-    merged = [layer[0].merge(list(layer)) for layer in zip(*rows)]
+    model, merged = _merge_prefilled(kw, (PROMPT, PROMPT - 64))
     assert all(type(c) is SharedBatchVeloxKVCache and c._seq is None for c in merged), \
         sorted({type(c).__name__ for c in merged})
     _assert_batch_steps_fast(model, merged, cuda, paths)
