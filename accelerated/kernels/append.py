@@ -275,7 +275,7 @@ def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values
     b, h, t, d = keys.shape
     grid, group, oshape, template, kc, vc, fk, fv, kernel = _static(kp, vp, b, h, t, d, keys.dtype, values.dtype,
                                                                     flushed, own)
-    ins = [km.count(base), after if after is not None else km._dummy(mx.bool_), keys, kc,
+    ins = [km.count(base), km.order(after), keys, kc,
            *[kbufs[f] for f in fk], values, vc, *[vbufs[f] for f in fv], *windows,
            *([km.count(vbase)] if vbase is not None else [])]
     (flags,) = kernel(inputs=ins, template=template, grid=grid, threadgroup=group, output_shapes=oshape,

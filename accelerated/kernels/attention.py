@@ -281,9 +281,10 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
     st = _static(k.params, v.params, b, hq, l, d, kw.shape[1], q_enc_splits, haswin, causal,
                  queries.dtype, float(scale), _fused() and append_ts is None, q_fine, tuning.current(), append_ts, starts)
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
-        flags = k.token if k.token is not None else _dummy(1, mx.bool_)
+        flags = k.token
         if v.token is not None and v.token is not k.token:
             v.sync()
+    flags = km.order(flags)
     arrays = {"q": queries, "f_c": st.consts, "nenc": km.count(q_enc), "flags": flags, "kw": kw, "vw": vw,
               "cnt": st.counts, "rstart": mask.starts if starts else None, **_record_inputs(k, "k"),
               **_record_inputs(v, "v"), **(extra or {})}
@@ -304,14 +305,6 @@ def attention(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float,
     ins, st = _launch(queries, k, v, scale, mask, flags, mixed=mixed)
     call = dict(template=st.template, grid=st.grid, threadgroup=(st.threads, 1, 1), output_shapes=st.out_shapes,
                 output_dtypes=st.out_dtypes)
-    if mixed and kernel_cache.CACHE.recorder is not None and backend.backend() == "cuda":
-        # the warm-up: the flags' dtype (the token ordering this launch after the store) is compiled in; a mixed
-        # layer's general-path chunk follows a commit (uint32) or a decode step (bool) depending on where in a turn
-        # it falls, which the exercise cannot pin for every chunk length: record both (as kernels.commit does)
-        i = st.names.index("flags")
-        for dt in (mx.uint32, mx.bool_):
-            if dt != ins[i].dtype:
-                _kernel("partial", *st.key)(inputs=ins[:i] + [mx.zeros(ins[i].shape, dtype=dt)] + ins[i + 1:], **call)
     outs = _kernel("partial", *st.key)(inputs=ins, **call)
     if st.key[3]:
         return outs[2]

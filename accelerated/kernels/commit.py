@@ -22,11 +22,11 @@ import functools
 import mlx.core as mx
 
 from . import backend, kernel_cache, loader
+from . import methods as km
 
 NT = 256
 MAX_BLOCKS = 64          # block columns per write / check (large prefill chunks)
 _TESTS = ("nonfinite", "flag")     # the checks' kinds (csrc/commit_check.h)
-_AFTER_DTYPES = (mx.uint32, mx.bool_)   # the tokens a commit can follow (this module's, decode_step's / append's)
 MAX_NDIM = 6             # dimensions of a write or check array (csrc/commit_offset.h)
 
 PRELUDES = {be: loader.backend_file(f"commit_{be}", be) for be in ("cuda", "metal")}
@@ -98,23 +98,15 @@ def commit(writes: list, checks: list, after: mx.array | None = None, columns: i
     ncol = columns or max(1, min(MAX_BLOCKS, -(-max(sizes + [1]) // NT)))
     wsig = tuple((s.dtype, s.ndim) for _, s in writes)
     csig = tuple((kind, a.ndim) for kind, a, _ in checks)
+    after = km.order(after) if after is not None else None     # one variant after either kind of token
     inputs = ([after] if after is not None else []) + [x for d, s in writes for x in (d, s)] + \
         [a for _, a, _ in checks]
     call = dict(grid=(NT * ncol, len(writes) + len(checks), 1), threadgroup=(NT, 1, 1),
                 output_shapes=[(max(1, len(checks)), ncol)], output_dtypes=[mx.uint32])
     launch = functools.partial(_kernel(wsig, csig, after is not None), **call)
-    if kernel_cache.CACHE.recorder is not None and backend.backend() == "cuda":
-        # the warm-up: the previous token's dtype is compiled in, and it is a commit's (uint32) or a decode step's
-        # or fused append's (bool) depending on what ran before, which the exercise cannot pin for every write
-        # list (a buffer that grows at the first chunk of a turn or in the middle of one): record both; a write
-        # list met only as a fresh cache's first store (no previous token) may follow a token in a later turn
-        # (a mixed layer's chunk where both roles encode), so it records both too
-        if after is None:
-            with_after = functools.partial(_kernel(wsig, csig, True), **call)
-        for dt in _AFTER_DTYPES:
-            if after is None:
-                with_after(inputs=[mx.zeros((1, 1), dtype=dt)] + inputs)
-            elif dt != after.dtype:
-                launch(inputs=[mx.zeros(after.shape, dtype=dt)] + inputs[1:])
+    if after is None and kernel_cache.CACHE.recorder is not None and backend.backend() == "cuda":
+        # the warm-up: a write list met only as a fresh cache's first store (no previous token) may follow a token
+        # in a later turn (a mixed layer's chunk where both roles encode): record that variant too
+        _kernel(wsig, csig, True)(inputs=[km.order(mx.zeros((1, 1), dtype=mx.uint32))] + inputs, **call)
     (out,) = launch(inputs=inputs)
     return out

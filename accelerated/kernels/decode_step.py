@@ -174,7 +174,7 @@ class DecodeStep:
         ins = list(self.ins)
         lo = plan.rows[0].lo            # rows a sliding-window cache evicted (Stream.evict): skipped, not attended
         ins[0] = km.count(k._q + lo)
-        ins[1] = c._token if c._token is not None else km._dummy(mx.bool_)
+        ins[1] = km.order(c._token)
         ins[2] = keys
         ins[self.slot_v] = values
         w = plan.windows()          # (kf, kw, vf, vw): the tokens leaving each window and the window after the step
@@ -266,7 +266,7 @@ class DecodeStep:
             ins[ivx] = tok.ins[self.slot_v]
             ins[ikc], ins[ivc] = tok.ins[3], tok.ins[self.slot_v + 1]   # the step's plan (KIVI: flush or not)
         else:
-            ins[ifl] = keys.flags
+            ins[ifl] = km.order(keys.flags)
         outs = kern(inputs=ins, **call)
         if comb is None:                  # the combine inside the partial launch (never with the append inside)
             return outs[2]

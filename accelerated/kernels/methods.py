@@ -43,6 +43,15 @@ def _dummy(dtype) -> mx.array:
     return mx.zeros((1,), dtype=dtype)
 
 
+def order(token: mx.array | None) -> mx.array:
+    """A store's token as an input that only orders a launch after that store (the kernels never read it), in one
+    dtype, bool, whichever store made it (a commit's uint32, a decode step's bool): the launches that take it then
+    compile once, not again mid-generation when a buffer's growth first puts a commit before a decode step."""
+    if token is None:
+        return _dummy(mx.bool_)
+    return token if token.dtype == mx.bool_ else token.astype(mx.bool_)
+
+
 @functools.lru_cache(maxsize=None)
 def _consts(d: int, levels: int = 0) -> mx.array:
     """f_k (source.py): [s_d, A_d, 2^23, rint magic, EPS, L, FLT_MAX, 0]."""
