@@ -36,8 +36,9 @@ SIZES = {
     },
     "gpu": {
         "decode_step": dict(context=32768, layers=8, rounds=60, warmup=5),
-        "generate": dict(context=32768, layers=4, tokens=64, rounds=3, warmup=1, shape="llama3-8b"),
-        "batch_generate": dict(configs=[(8192, 8), (32768, 4)], layers=4, tokens=32, rounds=3, warmup=1,
+        # generate rounds cost ~0.1 s each: enough of them that one slow round does not move the gated median
+        "generate": dict(context=32768, layers=4, tokens=64, rounds=7, warmup=1, shape="llama3-8b"),
+        "batch_generate": dict(configs=[(8192, 8), (32768, 4)], layers=4, tokens=32, rounds=5, warmup=1,
                                shape="llama3-8b"),
         "cold_start": dict(context=4096, layers=2, tokens=8, rounds=2, warmup=0, shape="llama3-8b",
                            arms=["turboquant b4"]),
