@@ -150,7 +150,7 @@ def test_configuration_errors_are_one_line_before_any_work(tmp_path, capsys, com
 def test_model_and_method_errors(tmp_path, capsys, argv, says):
     code, out, err = _cli(argv, capsys)
     assert code == 2 and says in err and "Traceback" not in err, (code, err)
-    assert out == ""
+    assert out == "" and len(err.strip().splitlines()) == 1, err      # one line, not argparse's whole usage
 
 
 def test_a_directory_without_config_is_named(tmp_path, capsys):

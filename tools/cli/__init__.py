@@ -34,8 +34,16 @@ def needs(command: str, args) -> tuple[str, ...]:
     return NEEDS.get(command, ())
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors (a missing --model, an unknown choice) in one line naming the flag, exit 2, like the
+    commands' own flag checks; the usage is what --help prints."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="veloxquant", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="veloxquant", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     modules = {}
     for name, (modname, helptext) in SUBCOMMANDS.items():
