@@ -87,6 +87,7 @@ _CLI = _BLOCK + "from veloxquant.tools.cli import main; sys.exit(main(sys.argv[1
     ("mlx_lm", ["memory"], "lm"),
     ("pytest,hypothesis", ["conformance", "--methods", "turboquant"], "conformance"),
     ("hypothesis", ["conformance"], "conformance"),
+    ("mlx_lm", ["distortion", "--dims", "64", "--methods", "kivi"], "lm"),   # the trained model's keys need mlx-lm
 ])
 def test_a_missing_extra_is_one_line(tmp_path, blocked, argv, extra):
     argv = [str(_config_only(tmp_path)) if a == "DIR" else a for a in argv]
@@ -151,6 +152,14 @@ def test_model_and_method_errors(tmp_path, capsys, argv, says):
     code, out, err = _cli(argv, capsys)
     assert code == 2 and says in err and "Traceback" not in err, (code, err)
     assert out == "" and len(err.strip().splitlines()) == 1, err      # one line, not argparse's whole usage
+
+
+def test_distortion_without_the_trained_model_needs_no_mlx_lm(tmp_path):
+    """`--trained` with no dims measures the sphere data only: numpy and MLX, no extra."""
+    r = subprocess.run([sys.executable, "-c", _CLI, "mlx_lm", "distortion", "--trained", "--dims", "64",
+                        "--methods", "kivi", "--ablation-vectors", "0"], capture_output=True, text=True,
+                       cwd=tmp_path, env=_env(), timeout=300)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
 
 
 def test_a_directory_without_config_is_named(tmp_path, capsys):

@@ -26,11 +26,17 @@ SUBCOMMANDS = {
     "memory": ("veloxquant.tools.bench.memory", "peak memory of prefill and decode: our caches vs mlx-lm's fp16 KVCache"),
 }
 # the extras (tools/cli/extras.py) each command imports; bench runs without mlx-lm (its benchmarks that need it skip)
-NEEDS = {"conformance": ("conformance",), "quality": ("lm",), "generate": ("lm",), "serve": ("lm",), "memory": ("lm",)}
+NEEDS = {"conformance": ("conformance",), "quality": ("lm",), "generate": ("lm",), "serve": ("lm",), "memory": ("lm",),
+         "distortion": ("lm",)}
 
 
 def needs(command: str, args) -> tuple[str, ...]:
-    """The extras `command` needs with these arguments."""
+    """The extras `command` needs with these arguments: distortion needs mlx-lm only for a trained model's keys
+    (--trained dims, --retrieval-model, --update), not for the sphere data or --from-json."""
+    if command == "distortion" and (getattr(args, "from_json", None) is not None or not (
+            getattr(args, "trained", None) or getattr(args, "retrieval_model", None) is not None
+            or getattr(args, "update", None) is not None)):
+        return ()
     return NEEDS.get(command, ())
 
 
