@@ -36,6 +36,10 @@ def add_arguments(p) -> None:
                         "docs/benchmarks.md is re-rendered after it")
     p.add_argument("--markdown", type=pathlib.Path, default=None,
                    help="also render this run alone into this markdown file")
+    p.epilog = ("Anything after -- goes to pytest: paths under benchmarks/, -k, --bench-contexts, --bench-batches, "
+                "--bench-arms, --bench-kv (benchmarks/conftest.py), e.g. "
+                "veloxquant bench --device gpu -- --bench-contexts 32768 131072. Runs from a source checkout "
+                "(pip install -e '.[dev]'): benchmarks/ is not in the wheel.")
 
 
 def pytest_command(args, json_path: pathlib.Path) -> list[str]:
@@ -60,10 +64,29 @@ def kept(path: pathlib.Path) -> bool:
     return where in (BASELINES.resolve(), (ROOT / "docs" / "bench").resolve())
 
 
-def run(args) -> int:
+def _cannot_run(args) -> str | None:
+    """Why this run cannot start here (one line), or None: no checkout, no pytest-benchmark, no GPU for --device gpu."""
+    import importlib.util
     if not BENCHMARKS.is_dir():
-        print(f"bench: no {BENCHMARKS} here; the benchmarks run from a source checkout", file=sys.stderr)
+        return (f"no {BENCHMARKS} here; the benchmarks run from a source checkout "
+                "(git clone, then pip install -e '.[dev]')")
+    if importlib.util.find_spec("pytest_benchmark") is None:
+        return "needs pytest-benchmark, not installed here; install the extra with: pip install -e '.[dev]'"
+    if args.device == "gpu":
+        import mlx.core as mx
+        if not mx.is_available(mx.gpu):
+            return "--device gpu, but this MLX build has no GPU"
+    return None
+
+
+def run(args) -> int:
+    why = _cannot_run(args)
+    if why:
+        print(f"veloxquant bench: {why}", file=sys.stderr)
         return 2
+    # pytest runs in ROOT: the paths typed are the caller's, so they go to it absolute
+    args.json = args.json.resolve() if args.json else None
+    args.gate = str(pathlib.Path(args.gate).resolve()) if args.gate else args.gate
     json_path = args.json or ROOT / ".benchmarks" / f"{args.device}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
     json_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = pytest_command(args, json_path)

@@ -1,0 +1,68 @@
+"""`veloxquant bench` as a new user meets it: the paths typed (--json, --gate) are the caller's, not the checkout's
+(pytest runs in the checkout); a device or a plugin that is not there is one line and exit 2 before pytest runs;
+--help says where the pytest flags go. pytest itself is not run here: subprocess.run is replaced by a recorder."""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+
+import mlx.core as mx
+import pytest
+
+from veloxquant.tools import bench
+
+
+def _args(argv):
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    args, rest = p.parse_known_args(argv)
+    args.passthrough = rest
+    return args
+
+
+@pytest.fixture
+def fake_pytest(monkeypatch):
+    """subprocess.run recorded; it writes the --benchmark-json it is given when that is absolute (a relative one would
+    land in its cwd, the checkout: not written here, so the run reports no JSON and the checkout stays clean)."""
+    calls = []
+
+    def run(cmd, cwd=None, **kw):
+        calls.append((cmd, cwd))
+        out = pathlib.Path(cmd[cmd.index("--benchmark-json") + 1])
+        if out.is_absolute():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"benchmarks": []}))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    monkeypatch.setattr(mx, "is_available", lambda device: True)
+    return calls
+
+
+def test_relative_json_and_gate_are_the_callers(tmp_path, monkeypatch, fake_pytest, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.json").write_text("{}")
+    code = bench.run(_args(["--json", "r.json", "--gate", "mine.json"]))
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert (tmp_path / "r.json").is_file(), "the run's JSON goes where the caller said, from the caller's folder"
+    cmd, cwd = fake_pytest[0]
+    assert cmd[cmd.index("--benchmark-json") + 1] == str(tmp_path / "r.json"), cmd
+    assert cmd[cmd.index("--bench-gate") + 1] == str(tmp_path / "mine.json"), cmd
+
+
+def test_gpu_without_a_gpu_is_one_line_before_pytest(monkeypatch, fake_pytest, capsys):
+    monkeypatch.setattr(mx, "is_available", lambda device: False)
+    code = bench.run(_args(["--device", "gpu"]))
+    out, err = capsys.readouterr()
+    assert code == 2 and not fake_pytest, (code, err)
+    assert err == "veloxquant bench: --device gpu, but this MLX build has no GPU\n", err
+
+
+def test_help_says_where_pytest_flags_go(capsys):
+    p = argparse.ArgumentParser(prog="veloxquant bench")
+    bench.add_arguments(p)
+    help_text = p.format_help()
+    assert "--bench-contexts" in help_text and "after --" in help_text.replace("\n", " "), help_text
