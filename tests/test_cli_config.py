@@ -162,6 +162,18 @@ def test_distortion_without_the_trained_model_needs_no_mlx_lm(tmp_path):
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
 
 
+def test_a_plot_skipped_for_matplotlib_names_the_extra(tmp_path):
+    """--markdown without matplotlib still writes the page (exit 0); the line saying the plot was skipped names
+    the extra that brings it."""
+    r = subprocess.run([sys.executable, "-c", _CLI, "matplotlib", "distortion", "--trained", "--dims", "64",
+                        "--methods", "kivi", "--ablation-vectors", "0", "--json", str(tmp_path / "d.json"),
+                        "--markdown", str(tmp_path / "d.md")], capture_output=True, text=True, cwd=tmp_path,
+                       env=_env(), timeout=300)
+    assert r.returncode == 0 and (tmp_path / "d.md").is_file(), r.stderr[-2000:]
+    skipped = [line for line in r.stdout.splitlines() if line.startswith("plot skipped")]
+    assert skipped and "pip install 'veloxquant[plots]'" in skipped[0], r.stdout[-2000:]
+
+
 def test_a_directory_without_config_is_named(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     code, out, err = _cli(["generate", "--model", str(tmp_path / "empty"), "--prompt", "x"], capsys)

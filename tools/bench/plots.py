@@ -17,6 +17,10 @@ STYLE = {
 }
 
 
+# why a plot was skipped where matplotlib is missing: the extra that brings it (tools/cli/extras.py)
+NO_MATPLOTLIB = "matplotlib is not installed (pip install 'veloxquant[plots]')"
+
+
 def _pyplot():
     """matplotlib.pyplot on the Agg backend, or None if matplotlib is not installed."""
     try:
@@ -49,7 +53,7 @@ def quality_plot(result: dict, path: pathlib.Path) -> tuple[pathlib.Path | None,
     """KL mean (log y) vs measured bits/coord: one line per method, one panel per head dim."""
     plt = _pyplot()
     if plt is None:
-        return None, "matplotlib is not installed"
+        return None, NO_MATPLOTLIB
     rows = result["results"]
     dims = sorted({r["head_dim"] for r in rows})
     methods = list(dict.fromkeys(r["method"] for r in rows))
@@ -90,7 +94,7 @@ def quality_trained_plot(result: dict, path: pathlib.Path) -> tuple[pathlib.Path
     QuantizedKVCache as black points, the fp16 cache as a dashed line."""
     plt = _pyplot()
     if plt is None:
-        return None, "matplotlib is not installed"
+        return None, NO_MATPLOTLIB
     rows = result["results"]
     panels = []
     for blk in result["settings"]["blocks"]:

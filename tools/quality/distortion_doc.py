@@ -122,11 +122,11 @@ DEPARTURES = [
 
 # ---- figure --------------------------------------------------------------------------------------------------
 def plot(result: dict, path: pathlib.Path):
-    from ..bench.plots import STYLE, _pyplot, _save
+    from ..bench.plots import NO_MATPLOTLIB, STYLE, _pyplot, _save
 
     plt = _pyplot()
     if plt is None:
-        return None, "matplotlib is not installed"
+        return None, NO_MATPLOTLIB
     dims = sorted({r["d"] for r in result["rows"] if r["data"] == "sphere"})
     if not dims:
         return None, "no sphere rows"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-from ..bench.plots import _pyplot, _save
+from ..bench.plots import NO_MATPLOTLIB, _pyplot, _save
 
 CONTEXT = 1024      # the recommendation's context: every configuration has its k / v cells there
 
@@ -19,7 +19,7 @@ def plot(rows: list[dict], path: pathlib.Path, context: int = CONTEXT) -> tuple[
     """The figure at `path` (a palette PNG), or (None, why not)."""
     plt = _pyplot()
     if plt is None:
-        return None, "matplotlib is not installed"
+        return None, NO_MATPLOTLIB
     cells = [r for r in rows if r["context"] == context and r.get("variant") in ("k", "v")
              and r.get("kl_mean") is not None and r.get("method")]
     if not cells:
