@@ -286,7 +286,7 @@ between runs. Dated results of the tools the harness replaced: [benchmark-log.md
 ## Running
 
 - One command: `veloxquant bench` (the CPU; `--device gpu` on a GPU) runs `pytest benchmarks` with the device's
-  sizes, writes the run's JSON (`--json`, default `.benchmarks/<device>.json`, ignored by git) and renders it
+  sizes, writes the run's JSON (`--json`, default `.benchmarks/<device>-<UTC time>.json`, ignored by git) and renders it
   (`--markdown`); `--gate` fails on a ratio that regressed against benchmarks/baselines/<device>.json beyond the
   suite's noise band; anything after `--` goes to pytest (`-k`, `--bench-contexts`, `--bench-arms`, ...).
 - The same with pytest: `pytest benchmarks --device cpu --bench-gate benchmarks/baselines/cpu.json` (CI's quick gate;
