@@ -59,6 +59,8 @@ SLOW: tuple[str, ...] = (
     "tests/test_thorough_check.py::test_a_skipped_cell_is_reported_and_fails_the_run",
     "tests/test_thorough_check.py::test_deadline_marks_running_cells_cut_and_the_rest_not_started",
     "tests/test_cli_config.py::test_a_missing_extra_is_one_line",
+    "tests/test_cli_config.py::test_distortion_without_the_trained_model_needs_no_mlx_lm",
+    "tests/test_cli_config.py::test_a_plot_skipped_for_matplotlib_names_the_extra",
     "tests/test_cli_config.py::test_readme_generate_example_runs_as_written",
     "tests/test_cli_config.py::test_mlx_affine_generates",
     "tests/test_cli_config.py::test_conformance_report_lists_selected_methods_and_skip_reasons",
