@@ -66,3 +66,17 @@ def test_help_says_where_pytest_flags_go(capsys):
     bench.add_arguments(p)
     help_text = p.format_help()
     assert "--bench-contexts" in help_text and "after --" in help_text.replace("\n", " "), help_text
+
+
+def test_the_run_is_rendered_on_stdout_and_markdown_holds_it_alone(tmp_path, monkeypatch, fake_pytest, capsys):
+    """The ratios to fp16 (the README's figures) are printed after the run, not only pytest-benchmark's absolute
+    times; --markdown holds this run alone, not the docs page with the run filed under docs/bench/'s kept runs."""
+    from veloxquant.tools.bench import render
+    monkeypatch.setattr(render, "render", lambda data, name: ["### this run", "", "| arm | ratio |", f"({name})"])
+    md = tmp_path / "r.md"
+    code = bench.run(_args(["--json", str(tmp_path / "r.json"), "--markdown", str(md)]))
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "### this run" in out and "| arm | ratio |" in out, out
+    text = md.read_text()
+    assert "### this run" in text and "Other kept runs" not in text and "# Benchmarks" not in text, text

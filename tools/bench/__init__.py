@@ -12,6 +12,7 @@ Anything after `--` goes to pytest (paths under benchmarks/, -k, --bench-context
 """
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def add_arguments(p) -> None:
                         "ignored by git). Under benchmarks/baselines/ or docs/bench/ it is a kept run: "
                         "docs/benchmarks.md is re-rendered after it")
     p.add_argument("--markdown", type=pathlib.Path, default=None,
-                   help="also render this run alone into this markdown file")
+                   help="also write this run's rendered tables (printed after the run) into this markdown file")
     p.epilog = ("Anything after -- goes to pytest: paths under benchmarks/, -k, --bench-contexts, --bench-batches, "
                 "--bench-arms, --bench-kv (benchmarks/conftest.py), e.g. "
                 "veloxquant bench --device gpu -- --bench-contexts 32768 131072. Runs from a source checkout "
@@ -97,9 +98,12 @@ def run(args) -> int:
         return rc or 1
     json_path.with_suffix(".partial.json").unlink(missing_ok=True)
     from . import render     # (not at import: `python -m veloxquant.tools.bench.render` imports this package first)
+    # this run alone, rendered (ours ÷ the baseline in the same rounds: the figures the README and docs quote)
+    section = "\n".join(render.render(json.loads(json_path.read_text()), render.shown(json_path))) + "\n"
+    print("\n" + section, flush=True)
     print(f"bench: wrote {json_path}")
     if args.markdown:
-        args.markdown.write_text(render.page([json_path]))
+        args.markdown.write_text(section)
         print(f"bench: wrote {args.markdown}")
     if kept(json_path):
         render.main(["--write", str(ROOT / "docs" / "benchmarks.md")])
