@@ -174,6 +174,17 @@ def test_a_plot_skipped_for_matplotlib_names_the_extra(tmp_path):
     assert skipped and "pip install 'veloxquant[plots]'" in skipped[0], r.stdout[-2000:]
 
 
+def test_recommend_outside_a_checkout_is_one_line(tmp_path, capsys, monkeypatch):
+    """A wheel has no committed runs (docs/retrieval/, docs/distortion.json): --recommend says so in one line,
+    exit 2, instead of one error per table with a heading between them."""
+    pytest.importorskip("mlx_lm")
+    from veloxquant.tools.quality import retrieval_doc
+    monkeypatch.setattr(retrieval_doc, "committed_runs", lambda: [tmp_path / "docs" / "retrieval" / "run.json"])
+    code, out, err = _cli(["quality", "--recommend"], capsys)
+    assert code == 2 and out == "", (code, out, err)
+    assert len(err.strip().splitlines()) == 1 and "source checkout" in err and "veloxquant quality" in err, err
+
+
 def test_a_directory_without_config_is_named(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     code, out, err = _cli(["generate", "--model", str(tmp_path / "empty"), "--prompt", "x"], capsys)

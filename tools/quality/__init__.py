@@ -163,6 +163,12 @@ def run(args) -> int:
         from . import retrieval_doc
 
         runs = retrieval_doc.committed_runs()
+        gone = [r for r in runs if not r.is_file()]
+        if gone:     # a wheel: the runs are committed in the source checkout only
+            print(f"veloxquant quality --recommend: {gone[0]} is not here; the recommendation reads the runs committed "
+                  "in the source checkout (docs/retrieval/, docs/distortion.json): run it from a checkout",
+                  file=sys.stderr)
+            return 2
         if args.bench_args:
             return retrieval_doc.print_recommendation(runs, bench_args=True)
         speed = args.speed or retrieval_doc.committed_speed()
