@@ -157,24 +157,29 @@ def configurations(args) -> list[tuple[str, int]]:
     return out
 
 
+def recommend(args) -> int:
+    """`--recommend`: measure nothing, print the bit-budget recommendations from the committed runs."""
+    from . import distortion as quality_distortion
+    from . import retrieval_doc
+
+    runs = retrieval_doc.committed_runs()
+    gone = [r for r in runs if not r.is_file()]
+    if gone:     # a wheel: the runs are committed in the source checkout only
+        print(f"veloxquant quality --recommend: {gone[0]} is not here; the recommendation reads the runs committed "
+              "in the source checkout (docs/retrieval/, docs/distortion.json): run it from a checkout",
+              file=sys.stderr)
+        return 2
+    if args.bench_args:
+        return retrieval_doc.print_recommendation(runs, bench_args=True)
+    speed = args.speed or retrieval_doc.committed_speed()
+    rc = retrieval_doc.print_recommendation(runs, speed_paths=speed)
+    print("\nBy the distortion study (docs/distortion.md; a byte model that retrieves nothing):")
+    return quality_distortion.print_recommendation(ROOT / "docs" / "distortion.json") or rc
+
+
 def run(args) -> int:
     if args.recommend:
-        from . import distortion as quality_distortion
-        from . import retrieval_doc
-
-        runs = retrieval_doc.committed_runs()
-        gone = [r for r in runs if not r.is_file()]
-        if gone:     # a wheel: the runs are committed in the source checkout only
-            print(f"veloxquant quality --recommend: {gone[0]} is not here; the recommendation reads the runs committed "
-                  "in the source checkout (docs/retrieval/, docs/distortion.json): run it from a checkout",
-                  file=sys.stderr)
-            return 2
-        if args.bench_args:
-            return retrieval_doc.print_recommendation(runs, bench_args=True)
-        speed = args.speed or retrieval_doc.committed_speed()
-        rc = retrieval_doc.print_recommendation(runs, speed_paths=speed)
-        print("\nBy the distortion study (docs/distortion.md; a byte model that retrieves nothing):")
-        return quality_distortion.print_recommendation(ROOT / "docs" / "distortion.json") or rc
+        return recommend(args)
     import mlx.core as mx
     from mlx_lm.models.cache import KVCache
 
