@@ -80,3 +80,18 @@ def test_the_run_is_rendered_on_stdout_and_markdown_holds_it_alone(tmp_path, mon
     assert "### this run" in out and "| arm | ratio |" in out, out
     text = md.read_text()
     assert "### this run" in text and "Other kept runs" not in text and "# Benchmarks" not in text, text
+
+
+def test_no_checkout_or_no_plugin_is_one_line_naming_what_to_install(tmp_path, monkeypatch, fake_pytest, capsys):
+    import importlib.util
+    monkeypatch.setattr(bench, "BENCHMARKS", tmp_path / "no-benchmarks")     # a wheel: benchmarks/ is not in it
+    assert bench.run(_args([])) == 2 and not fake_pytest
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("veloxquant bench: ") and "pip install -e '.[dev]'" in err, err
+    monkeypatch.undo()
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: fake_pytest.append(a))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pytest_benchmark" else real(name, *a))
+    assert bench.run(_args([])) == 2 and not fake_pytest
+    err = capsys.readouterr().err
+    assert err == "veloxquant bench: needs pytest-benchmark, not installed here; install the extra with: pip install -e '.[dev]'\n", err
