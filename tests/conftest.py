@@ -63,6 +63,7 @@ SLOW: tuple[str, ...] = (
     "tests/test_cli_config.py::test_a_plot_skipped_for_matplotlib_names_the_extra",
     "tests/test_cli_config.py::test_readme_generate_example_runs_as_written",
     "tests/test_cli_config.py::test_mlx_affine_generates",
+    "tests/test_cli_config.py::test_readme_python_snippet_runs_on_the_tiny_model",
     "tests/test_cli_config.py::test_conformance_report_lists_selected_methods_and_skip_reasons",
     "tests/test_cli_config.py::test_conformance_passes_rules_report_through",
     "tests/test_profiles.py::test_slow_families_exist",

@@ -234,6 +234,21 @@ def test_readme_generate_example_runs_as_written(tmp_path):
     assert "Traceback" not in g.stderr and "[veloxquant] KV cache at the end:" in g.stdout, g.stdout + g.stderr
 
 
+def test_readme_python_snippet_runs_on_the_tiny_model(tmp_path):
+    """The README's cache snippet, as written, on the model the README offers to try things on (load("...") is the
+    only change)."""
+    pytest.importorskip("mlx_lm")
+    pytest.importorskip("tokenizers")
+    from veloxquant.tools.cli.tiny_model import save_tiny_llama
+    model = save_tiny_llama(tmp_path / "tiny-llama", head_dim=64, layers=2, seed=1)
+    code = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    assert 'load("...")' in code, code
+    code = code.replace('load("...")', f"load({str(model)!r})")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=_env(),
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
 def test_mlx_affine_generates(tmp_path):
     pytest.importorskip("mlx_lm")
     pytest.importorskip("tokenizers")
