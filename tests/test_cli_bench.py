@@ -23,15 +23,16 @@ def _args(argv):
 
 
 @pytest.fixture
-def fake_pytest(monkeypatch):
-    """subprocess.run recorded; it writes the --benchmark-json it is given when that is absolute (a relative one would
-    land in its cwd, the checkout: not written here, so the run reports no JSON and the checkout stays clean)."""
+def fake_pytest(monkeypatch, tmp_path):
+    """subprocess.run recorded; it writes the --benchmark-json it is given only under tmp_path (a relative one would
+    land in its cwd, the checkout, and the default is the checkout's .benchmarks/: not written, so such a run reports
+    no JSON and the checkout stays clean)."""
     calls = []
 
     def run(cmd, cwd=None, **kw):
         calls.append((cmd, cwd))
         out = pathlib.Path(cmd[cmd.index("--benchmark-json") + 1])
-        if out.is_absolute():
+        if out.is_absolute() and out.is_relative_to(tmp_path):
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps({"benchmarks": []}))
         return subprocess.CompletedProcess(cmd, 0)
