@@ -20,6 +20,7 @@ os.environ.setdefault("MLX_ENABLE_TF32", "0")
 import pytest
 from hypothesis import HealthCheck, settings
 
+from .. import spec
 from ..spec import METHODS
 
 from . import adapters, golden_format as golden
@@ -171,7 +172,22 @@ def _id_matches(sid: str, pattern: str) -> bool:
 
 
 @pytest.hookimpl(tryfirst=True)
+def _deselect_unread_codebooks(config, items) -> None:
+    """The exhaustive codebook cases only for the codebooks the selected methods read (spec/formats.toml
+    `tables`): a run restricted to turboquant does not list the residual codebook (turboquant_rvq's), nor a
+    kivi run any codebook."""
+    read = {t for m in selected_methods(config) for t in spec.method_info(m)["tables"]}
+    drop = [it for it in items
+            if getattr(it, "callspec", None) is not None and "codebook" in it.callspec.params
+            and it.callspec.params["codebook"][0] not in read]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        gone = set(map(id, drop))
+        items[:] = [it for it in items if id(it) not in gone]
+
+
 def pytest_collection_modifyitems(session, config, items):
+    _deselect_unread_codebooks(config, items)
     path, entries = _load_lists(config)
     used = [False] * len(entries)
     for item in items:

@@ -74,3 +74,14 @@ def test_cli_usage_error_prints_no_table(capsys):
 ])
 def test_xpass_fails_the_cli(code, counts, want):
     assert cli.exit_code(code, counts) == want
+
+
+@pytest.mark.parametrize("methods, tables", [("turboquant", {"gaussian"}), ("turboquant_rvq", {"gaussian", "residual"}),
+                                             ("kivi", set()), ("turboquant_prod,rabitq", {"gaussian"})])
+def test_a_restricted_run_collects_only_the_codebooks_its_methods_read(methods, tables):
+    """--methods M: the exhaustive codebook cases of the codebooks M's records read (spec/formats.toml `tables`),
+    the others deselected, so the report lists no codebook a run did not ask for."""
+    r = _pytest("conformance/test_exhaustive.py", "--collect-only", "--methods", methods)
+    ids = [ln for ln in r.stdout.splitlines() if "test_codebook[" in ln]
+    got = {ln.split("test_codebook[")[1].split("-")[0] for ln in ids}
+    assert got == tables, f"--methods {methods}: codebooks {sorted(got)}, want {sorted(tables)}\n{r.stdout[-400:]}"
