@@ -59,6 +59,8 @@ class InPlace:
 
     @classmethod
     def check(cls, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> "InPlace | None":
+        if getattr(k, "ragged", False) or getattr(v, "ragged", False):    # (cache/ragged.py: no kernels yet)
+            return None
         t = keys.shape[2]
         lo = next(iter(k._rows.values())).lo
         kp, vp = k.params, v.params
