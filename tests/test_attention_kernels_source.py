@@ -59,6 +59,26 @@ PAIRS = [(0, 0, 4, 1, 4, 1), (1, 1, 2, 2, 3, 2), (3, 3, 3, 1, 2, 1), (2, 2, 1, 1
          (5, 5, 4, 1, 8, 1), (0, 4, 3, 1, 2, 1)]
 
 
+def _ragged_partial(be: str, kernel) -> str:
+    """The ragged KIVI partial (VQ_RAGGED: accelerated/cache/ragged.py; row starts, scalar loop), without and with a
+    window, as `kernel` (the backend's wrapper) writes it."""
+    half = "__half" if be == "cuda" else "half"
+    body = "#undef VQ_KGROW\n#undef VQ_RAGGED\n"
+    for haswin in (False, True):
+        _, partial = src.assemble("partial", be, 4, 4, haswin, False, False, False, True, True)
+        types = dict(q=half, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", kgs=half, kgz=half,
+                     vgs=half, vgz=half, kw=half, vw=half, flags="uint32_t", nenc="int32_t", rstart="int32_t",
+                     rphase="int32_t", out=half)
+        body += kernel(f"partial_ragged_{int(haswin)}", partial,
+                       src.inputs("partial", 4, 4, haswin, False, False, True, True), src.PARTIAL_OUTPUTS, types,
+                       [("MK", 4), ("MV", 4), ("KB1", 2), ("KB2", 1), ("VB1", 2), ("VB2", 1), ("D", 128), ("QB", 4),
+                        ("NT", 128), ("P", 16), ("KG", 32), ("VG", 32), ("CAUSAL", 0), ("HASWIN", int(haswin)),
+                        ("U", 2), ("PF", 1), ("FUSED", 0), ("APPEND", 0), ("OT", half), ("RW", 8 * int(haswin))])
+        body += ("#undef cnt\n#undef out\n" if be == "cuda" else "") + _UNDEF + "#undef rphase\n#undef VQ_KGROW\n" \
+            "#undef VQ_RAGGED\n"
+    return body
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 def test_cuda_sources_compile(tmp_path):
     header, combine = src.assemble("combine", "cuda")
@@ -84,6 +104,8 @@ def test_cuda_sources_compile(tmp_path):
             body += _kernel(f"combine_{i}_{d}", combine, src.inputs("combine"), src.COMBINE_OUTPUTS,
                             dict(q=dt, out=dt), [("MV", mv), ("D", d), ("CNT", max(d, 512)), ("OT", dt)])
             body += _UNDEF           # MLX compiles each kernel alone; here they share one file
+    body += _ragged_partial("cuda", _kernel)
+    names += ["partial_ragged_0", "partial_ragged_1"]
     # the combine after an APPEND partial: its summary of the token (COMBINE_SUMMARY)
     _, combine_a = src.assemble("combine", "cuda", append=True)
     body += _kernel("combine_append", combine_a, src.inputs("combine", append=True), src.COMBINE_APPEND_OUTPUTS,
@@ -104,12 +126,13 @@ def test_cuda_sources_compile(tmp_path):
     assert r.returncode == 0, r.stderr[-4000:]
     stats = {}
     for entry in r.stderr.split("Compiling entry function '")[1:]:
-        m = re.search(r"(partial_\d+_\d+)", entry.split("'")[0])
+        m = re.search(r"(partial_(?:\d+_\d+|ragged_\d))", entry.split("'")[0])
         spill = re.search(r"(\d+) bytes spill stores", entry)
         if m and spill:
             stats[m.group(1)] = int(spill.group(1))
     assert set(stats) == set(names), sorted(set(names) - set(stats))
     assert stats["partial_0_128"] == 0, stats    # turboquant b4 keys and values, d = 128: no spills
+    assert stats["partial_ragged_0"] == stats["partial_ragged_1"] == 0, stats   # ragged KIVI b2, d = 128
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")

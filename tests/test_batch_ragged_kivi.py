@@ -17,10 +17,12 @@ from mlx_lm.generate import batch_generate, generate_step
 from mlx_lm.models import base
 
 import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated import kernels
 from veloxquant.accelerated.cache import ragged
+from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
-from veloxquant.accelerated.ops.attention import RowStarts
+from veloxquant.accelerated.ops.attention import RaggedRecord, RowStarts
 from veloxquant.tools.quality import VOCAB, tiny_llama
 from _batch_util import D, H, filled_with, kv, record_bytes, saves_and_loads
 from test_batch_shared import LOGPROB_ATOL, _Tok, masks_attended
@@ -170,3 +172,37 @@ def test_batch_generate_with_ragged_prompts_gives_the_single_sequence_tokens():
     assert kinds and any(kinds), "batch_generate never stepped a ragged B-row cache"
     assert r.token_ids == [t for t, _ in ref]
     np.testing.assert_allclose(np.array(r.logprobs), np.array([lp for _, lp in ref]), rtol=0, atol=LOGPROB_ATOL)
+
+
+@pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
+@pytest.mark.parametrize("mixed, window", CONFIGS, ids=IDS)
+def test_gpu_a_ragged_kivi_batch_through_the_kernels(mixed, window, monkeypatch):
+    """On a GPU: a ragged batch's steps (their appends on the general path, the kernels' encode) leave each row its
+    own cache's bytes, and attend through the ragged partial (KIVI in both roles; the mixed pair: the ops path)
+    within the tolerance tier of each row's single cache (its own fused decode step)."""
+    lengths = LENGTHS[window]
+    batch = type(kivi(mixed, window)).merge(filled_with(lambda: kivi(mixed, window), lengths, seed=5))
+    singles = filled_with(lambda: kivi(mixed, window), lengths, seed=5)
+    assert ragged.is_ragged(batch.inner)
+    calls, real = [], katt.attention
+
+    def spy(q, k, v, *a, **kw):
+        calls.append(isinstance(k, RaggedRecord))
+        return real(q, k, v, *a, **kw)
+    monkeypatch.setattr(katt, "attention", spy)
+    for step in range(G + 2):
+        q = mx.random.normal((3, 2 * H, 1, D), key=mx.random.key(70 + step)).astype(mx.float16)
+        k, v = kv(1, 80 + step, b=3)
+        mask = batch.make_mask(1)
+        kk, vv = batch.update_and_fetch(k, v)
+        out = np.array(base.scaled_dot_product_attention(q, kk, vv, cache=batch, scale=D ** -0.5, mask=mask)
+                       .astype(mx.float32))
+        for i, c in enumerate(singles):
+            ks, vs = c.update_and_fetch(k[i:i + 1], v[i:i + 1])
+            want = np.array(base.scaled_dot_product_attention(q[i:i + 1], ks, vs, cache=c, scale=D ** -0.5,
+                                                              mask=None).astype(mx.float32))
+            np.testing.assert_allclose(out[i:i + 1], want, rtol=0, atol=2e-3 * np.abs(want).max(),
+                                       err_msg=f"row {i} step {step}")
+    _same_rows(batch, singles, "after the steps")
+    ragged_calls = sum(calls)
+    assert ragged_calls == (0 if mixed else G + 2), calls

@@ -16,10 +16,12 @@ The boundaries differ by less than g between rows, so the window holds at most R
 cache's does. The host knows every row's padding and the step count: which rows flush at a step needs no sync.
 A step's flushing rows (one phase) all encode the same positions b_i .. b'_i - 1 into the same group row.
 
-This module is the ops path (MLX ops, any device): `RaggedStream` stores the layout and attends through the full
-decoded tokens (every row's own encoded tokens decoded, its window exact, float32); the GPU kernels do not take it
-yet (in_place.InPlace.check refuses it: the general path, one cache, per-step decode): docs/ragged-kivi.md has the
-kernel design. Checks are those of a stream: deferred inside VeloxKVCache's update (marks restore the state).
+`RaggedStream` stores the layout; its appends run the general path (the method's encode_chunk per flushing phase:
+in_place.InPlace.check refuses ragged streams, so no fused append or decode step yet), and its record
+(ops.attention.RaggedRecord) goes to the kernels' ragged partial (VQ_RAGGED: the scalar loop reads each row up to
+its own boundary, its key groups at its phase) where they take it, else to the ops path over every row's own tokens
+decoded (`dequantized`). docs/ragged-kivi.md has the rest of the kernel plan. Checks are those of a stream: deferred
+inside VeloxKVCache's update (marks restore the state).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import mlx.core as mx
 from ... import spec
 from .. import layouts
 from ..ops import numerics, record
-from ..ops.attention import PackedRecord
+from ..ops.attention import RaggedRecord
 from ..stream import Stream
 from .restack import empty_like, stream_split
 
@@ -81,6 +83,7 @@ class RaggedStream(Stream):
         self._f: dict[str, mx.array] = {}       # fields from position 0 (group fields: from group row 0)
         self._lo = 0                             # the window's first position
         self._window = None
+        self._phases = None                      # (B,) int32 on the device, once (RaggedRecord.phases)
 
     # -- layout ------------------------------------------------------------------------------------
     @property
@@ -256,9 +259,16 @@ class RaggedStream(Stream):
         parts = [dec[:, :, :self._lo], mid, win[:, :, top - self._lo:]]
         return mx.concatenate([a for a in parts if a.shape[2]], axis=2)
 
-    def packed(self) -> PackedRecord:
-        """What attention reads: every token decoded (float32) as the window of a record with nothing encoded."""
-        return PackedRecord(self.params, {}, self.dequantized(), 0, self._method.decode_tokens, None)
+    def packed(self) -> RaggedRecord:
+        """What attention reads: the fields and window as stored, each row's phase, and `decoded` (every token
+        decoded, for the ops path: accelerated/attention.py)."""
+        if self._bhd is None:
+            raise ValueError("stream: no tokens appended yet")
+        if self._phases is None:
+            self._phases = mx.array(phases(self._pads, self.params), dtype=mx.int32)
+            mx.eval(self._phases)
+        return RaggedRecord(self.params, dict(self._f), self._window, self._lo, self._method.decode_tokens, None,
+                            self._phases, self.dequantized)
 
     def record(self) -> dict:
         raise ValueError("stream: a ragged B-row stream has no one record (its rows: `row`)")

@@ -90,11 +90,12 @@ def _role_fields(r: str, m: int, haswin: bool) -> tuple[list[str], dict]:
 
 
 def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,
-           append: bool = False, starts: bool = False) -> list[str]:
+           append: bool = False, starts: bool = False, ragged: bool = False) -> list[str]:
     """The arrays a launch of `kind` passes for a method pair (MK, MV), window presence and (partial) whether
     the combine runs inside it (then `cnt`, the per-group counters, comes last) or the decode step's append
     (`append`: the new keys and values and append.py's constant arrays before `flags`), and `starts`: the batch
-    rows' first attended tokens (`rstart`, (B,) int32, last: a left-padded batch), in order."""
+    rows' first attended tokens (`rstart`, (B,) int32: a left-padded batch), and `ragged`: each row's KIVI group
+    phase (`rphase`, (B,) int32, last: accelerated/cache/ragged.py), in order."""
     if kind == "combine":
         return ["o_acc", "o_ml", "f_c", "q"] + (["tok"] if append else [])
     ku, _ = _role_fields("k", mk, haswin)
@@ -102,11 +103,11 @@ def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: boo
     kwin, vwin = role_windows(haswin)
     return (["q", "f_c", "nenc"] + ku + vu + (["kx", "kconst", "vx", "vconst"] if append else [])
             + (["kf"] if append and kwin else []) + (["vf"] if append and vwin else []) + ["flags"]
-            + (["cnt"] if fused else []) + (["rstart"] if starts else []))
+            + (["cnt"] if fused else []) + (["rstart"] if starts else []) + (["rphase"] if ragged else []))
 
 
 def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,
-            append: bool = False, starts: bool = False) -> str:
+            append: bool = False, starts: bool = False, ragged: bool = False) -> str:
     """#define lines giving the body's names to what the launch passes."""
     lines = [f"#define {n} {e}" for n, e in _CONSTS[kind].items()]
     if kind == "partial":       # the tokens this launch appends (APPEND), the last of the nenc encoded ones
@@ -126,6 +127,9 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
                 lines.append(f"#define VQ_{r.upper()}TENC " + (role_meta.format(5) if append else "0"))
                 lines.append(f"#define VQ_{r.upper()}WOWN " + (role_meta.format(7) if append else "0"))
         lines.append(f"#define VQ_STARTS {int(starts)}")
+        # a ragged KIVI batch (cache/ragged.py): each row's group phase; KIVI keys' group row of token t from it
+        lines.append(f"#define VQ_RAGGED {int(ragged)}")
+        lines.append("#define VQ_KGROW(t) " + ("((t) - vq_ph) / KG" if ragged else "t / KG"))
         if not starts:          # (code VQ_STARTS = 0 never runs)
             lines.append("#define rstart nenc")
         if not append:          # the window's rows this launch appends (code APPEND = 0 never runs)
@@ -216,17 +220,20 @@ def partial_body(mk: int, mv: int, tc: bool) -> str:
     return PARTIAL_TC_KIVI_BODY if mk == mv == METHOD_IDS["kivi"] else PARTIAL_TC_BODY
 
 
-def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False,
-             fused: bool = False, tc: bool = False, append: bool = False, starts: bool = False) -> tuple[str, str]:
+def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,
+             tc: bool = False, append: bool = False, starts: bool = False, ragged: bool = False) -> tuple[str, str]:
     """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal") and the
     launch's inputs (`inputs(kind, mk, mv, haswin, fused, append)`); `tc`: the partial's tensor-core loop (CUDA);
     `append`: the decode step's append inside (APPEND, append_block); for the combine: it also takes a chunk's
-    token (an APPEND partial's or the append kernel's) and writes its summary (COMBINE_SUMMARY)."""
+    token (an APPEND partial's or the append kernel's) and writes its summary (COMBINE_SUMMARY); `ragged`: rows of
+    their own KIVI group phase (the scalar loop with row starts, neither the append nor a MIXED window)."""
     header, prelude = PRELUDES[backend]
     if tc and (backend != "cuda" or kind != "partial"):
         raise ValueError("the tensor-core loop is a CUDA partial kernel's")
     if append and fused:
         raise ValueError("the append runs inside an unfused partial launch")
+    if ragged and (tc or append or not starts or int(haswin) in MIXED_WINDOWS):
+        raise ValueError("ragged: the scalar loop with row starts, without the append or a MIXED window")
     pre = ""
     if append and kind == "partial":
         eh, em = encode_macros(backend)
@@ -235,4 +242,4 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     if kind == "combine" and append:
         body = COMBINE_SUMMARY + body
     return (header + (TC_CUDA_HEADER if tc else ""),
-            prelude + pre + aliases(kind, mk, mv, haswin, fused, append, starts) + body)
+            prelude + pre + aliases(kind, mk, mv, haswin, fused, append, starts, ragged) + body)
