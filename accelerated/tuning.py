@@ -10,7 +10,7 @@ Overrides nest and are restored on exit. They live in a context variable: each t
 sees its own overrides, and a thread started inside an override sees the defaults. Knobs that change a kernel's
 text or launch plan are part of the keys of the caches that hold them (accelerated/kernels/attention.py,
 append.py, methods.py), so plans made under one setting are never reused under another. The measurements behind
-the defaults are in docs/benchmarks.md ("Tuning knobs").
+the defaults are in docs/benchmark-log.md ("Tuning knobs").
 """
 from __future__ import annotations
 

@@ -42,9 +42,28 @@ def pytest_addoption(parser):
                      "quality recommendation's")
     g.addoption("--bench-kv-only", action="store_true",
                 help="with --bench-kv: the decode-step and generate benchmarks measure those arms alone")
+    g.addoption("--bench-arms", nargs="+", default=None, metavar="ARM",
+                help="the decode-step and generate benchmarks measure these arms (tools/bench/arms.py: ours, with tuning "
+                     "knobs for an A/B in one run, e.g. 'turboquant b4' 'turboquant b4 [FUSE_COMBINE=1]' (the fields "
+                     "of accelerated/tuning.py's Tuning, in effect while that arm's caches are filled and stepped), or "
+                     "mlx-lm's 'mlx q4 QuantizedKVCache') instead of the device's default arms, each against fp16")
     g.addoption("--bench-partial", default=None, metavar="JSON",
                 help="rewrite this file after every benchmark with the run so far (the format of --benchmark-json, "
                      "which pytest-benchmark writes only at the end): a run cut short keeps what it measured")
+
+
+def _named_arms(config) -> list[str]:
+    """--bench-arms' arms, checked (tools/bench/arms.py arm_names: known names, knobs only on ours); the fp16 baseline
+    is not an arm of its own."""
+    from veloxquant.tools.bench import arms as bench_arms
+    raw = config.getoption("--bench-arms") or []
+    try:
+        names = bench_arms.arm_names(raw) if raw else []
+    except ValueError as e:
+        raise pytest.UsageError(f"--bench-arms: {e}") from None
+    if "fp16 KVCache" in names:
+        raise pytest.UsageError("--bench-arms: fp16 KVCache is every arm's baseline, measured in the same rounds")
+    return names
 
 
 def _kv_arms(config) -> dict:
@@ -87,6 +106,7 @@ class Bench:
             raise pytest.UsageError(f"--bench-contexts: contexts must be at least 2 tokens, got {self.contexts}")
         self.kv_arms = _kv_arms(config)
         self.kv_only = config.getoption("--bench-kv-only")
+        self.named_arms = _named_arms(config)
         partial = config.getoption("--bench-partial")
         self.partial = pathlib.Path(partial) if partial else None
         self.done = []          # finished benchmarks' records, for --bench-partial
@@ -127,7 +147,11 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("context", b.contexts_of(metafunc.module.SUITE), ids=lambda c: f"ctx{c}")
     if "arm" in metafunc.fixturenames and hasattr(metafunc.module, "ARMS"):     # decode step, generate: + --bench-kv
         b = metafunc.config._veloxquant_bench
-        metafunc.parametrize("arm", harness.suite_arms(metafunc.module.ARMS, b.kv_arms, b.kv_only))
+        metafunc.parametrize("arm", harness.suite_arms(metafunc.module.ARMS, b.kv_arms, b.kv_only,
+                                                                b.named_arms))
+    if "vectors" in metafunc.fixturenames:          # the kernels benchmark: the device's sizes
+        b = metafunc.config._veloxquant_bench
+        metafunc.parametrize("vectors", b.sizes["kernels"]["vectors"], ids=lambda n: f"n{n}")
     if "batch_config" in metafunc.fixturenames:
         b = metafunc.config._veloxquant_bench
         metafunc.parametrize("batch_config", b.batches, ids=lambda c: f"{c[0]}x{c[1]}")
@@ -193,6 +217,7 @@ def _meta(config) -> dict:
                    "warmup": harness.WARMUP_NOTE,
                    **({"contexts": b.contexts} if b.contexts else {}), "batches": b.batches,
                    **({"kv_arms": b.kv_arms} if b.kv_arms else {}),
+                   **({"named_arms": b.named_arms} if b.named_arms else {}),
                    **({"slow_update_s": b.slow_update} if b.slow_update else {})}
     return b._meta
 

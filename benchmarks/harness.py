@@ -32,6 +32,7 @@ SIZES = {
         "batch_generate": dict(configs=[(256, 2)], layers=2, tokens=4, rounds=3, warmup=1, shape="cpu"),
         "cold_start": dict(context=128, layers=2, tokens=4, rounds=3, warmup=0, shape="cpu", arms=["turboquant b4"]),
         "ops": dict(tokens=1024, rounds=20, warmup=2, reference_every=5),
+        "kernels": dict(vectors=[8192], rounds=10, warmup=2),       # skips: the kernels need a GPU
     },
     "gpu": {
         "decode_step": dict(context=32768, layers=8, rounds=60, warmup=5),
@@ -41,11 +42,12 @@ SIZES = {
         "cold_start": dict(context=4096, layers=2, tokens=8, rounds=2, warmup=0, shape="llama3-8b",
                            arms=["turboquant b4"]),
         "ops": dict(tokens=32768, rounds=20, warmup=3, reference_every=20),
+        "kernels": dict(vectors=[262144, 1048576], rounds=30, warmup=3),   # past launch overhead
     },
 }
 WARMUP_NOTE = ("warm-up: each benchmark first runs `warmup` untimed rounds of its arm and of its baseline arms, in the "
                "same process, on the same prefilled caches (kernel compilation and allocator growth happen there)")
-# Our arms, from the one table (tools/bench/arms.py OURS, bench-decode's arms): a CPU run measures the quick ones (so
+# Our arms, from the one table (tools/bench/arms.py OURS): a CPU run measures the quick ones (so
 # the quick gate stays quick); --device gpu also every method and window (issue 29's table) and mlx-lm's
 # QuantizedKVCache (q4, q8), each timed against fp16 in the same rounds.
 ARMS = {n: bench_arms.OURS[n] for n in bench_arms.QUICK}
@@ -64,24 +66,29 @@ GPU_SUITE_ARMS = {"decode_step": [*ALL_ARMS, *MLX_Q], "generate": [*ALL_ARMS, *M
 KV_SUITES = ("decode_step", "generate")
 
 
-def suite_arms(default: list[str], kv: dict, only: bool) -> list[str]:
-    """The `arm` parameters of a KV_SUITES benchmark: its default arms, then --bench-kv's (names of kv_arms.kv_arm;
-    with --bench-kv-only those alone)."""
-    return ([] if only else list(default)) + [n for n in kv if only or n not in default]
+def suite_arms(default: list[str], kv: dict, only: bool, named: list[str] | tuple = ()) -> list[str]:
+    """The `arm` parameters of a KV_SUITES benchmark: its default arms (or --bench-arms' `named` in their stead), then
+    --bench-kv's (names of kv_arms.kv_arm; with --bench-kv-only those alone)."""
+    first = [] if only else list(named or default)
+    return first + [n for n in kv if only or n not in first]
 
 
 def cache_settings(arm: str) -> dict:
     """{"cache": make_prompt_cache's settings} of one of our arms for its extra_info (what the quality recommendation
-    matches a measured arm by, tools/quality/speed.py); {} for mlx-lm's caches."""
-    return {} if arm in MLX_Q else {"cache": bench_arms.settings(arm)}
+    matches a measured arm by, tools/quality/speed.py); {} for mlx-lm's caches and for an arm with tuning knobs (an
+    A/B, not the configuration as shipped)."""
+    if arm in MLX_Q or bench_arms.split(arm)[1]:
+        return {}
+    return {"cache": bench_arms.settings(arm)}
 
 
-def skip_unless_measured(device: str, suite: str, arm: str) -> None:
-    """pytest.skip for an arm this device does not measure in `suite`."""
+def skip_unless_measured(device: str, suite: str, arm: str, asked=()) -> None:
+    """pytest.skip for an arm this device does not measure in `suite` (`asked`: --bench-arms' arms, measured on any
+    device)."""
     import pytest
     if arm in ARMS or (device == "gpu" and arm in GPU_SUITE_ARMS.get(suite, ())):
         return
-    if suite in KV_SUITES and kv_arms.kv_arm_settings(arm) is not None:    # --bench-kv: asked for by name
+    if suite in KV_SUITES and (arm in asked or kv_arms.kv_arm_settings(arm) is not None):   # asked for by name
         return
     if arm in MLX_Q and suite == "batch_generate":
         pytest.skip(f"{arm}: mlx-lm's QuantizedKVCache has no merge, so its BatchGenerator cannot batch it")
@@ -123,8 +130,9 @@ def skip_unless_mlx_q_works(arm: str) -> None:
 # On that host the decode step's kivi ratio also fell from 0.62 to 0.17 in one run (fp16's step twice as slow under
 # the load): a drop never fails, but a baseline saved in such a moment would make later runs fail; save baselines
 # on a quiet machine and look at the ratios' IQR (the renderer shows it).
+# kernels (GPU only): no run yet to choose its band from; the ops band until an H200 baseline has kernels benchmarks.
 BANDS = {"decode_step": 0.35, "generate": 0.60, "batch_generate": 0.60, "cold_start": 0.75,
-         "ops": {"mx.quantize": 0.50, "reference": None}}
+         "ops": {"mx.quantize": 0.50, "reference": None}, "kernels": 0.50}
 
 SLOW_UPDATE_ENV = "VELOXQUANT_BENCH_SLOW_UPDATE"
 
@@ -225,7 +233,7 @@ def paired(benchmark, ours, baselines: dict, *, rounds: int, warmup: int, prepar
 def gate_key(info: dict) -> str:
     """The gate's name of a benchmark, from what it measured (its extra_info: suite, arm, op, context, batch), not
     from its pytest id: a run with other --bench-contexts or another order is compared benchmark by benchmark."""
-    parts = [info.get("arm", "?")] + [f"{k} {info[k]}" for k in ("op", "context", "batch") if k in info]
+    parts = [info.get("arm", "?")] + [f"{k} {info[k]}" for k in ("op", "context", "batch", "vectors") if k in info]
     return f"{info.get('suite', '?')}[{', '.join(map(str, parts))}]"
 
 
@@ -309,7 +317,8 @@ def fill_from(caches: list, source: list, chunk: int = 4096) -> list:
 
 
 def make_caches(arm: str, net, layers: int) -> list:
-    """Empty caches of arm `arm` for `net`: mlx-lm's QuantizedKVCache (MLX_Q) or ours (make_prompt_cache)."""
+    """Empty caches of arm `arm` for `net`: mlx-lm's QuantizedKVCache (MLX_Q) or ours (make_prompt_cache; an arm's
+    tuning knobs are applied where it is filled and stepped, bench_arms.knobs)."""
     if arm in MLX_Q:
         return bench_arms.make(arm, layers)
     import veloxquant.accelerated.cache as vc

@@ -1,8 +1,9 @@
 """The decode step per layer, as a model runs it: append one token to each layer's cache and attend through
 mlx-lm's base.scaled_dot_product_attention (the hooked dispatch), several layers per evaluation, each layer's output
-the next one's query (tools/bench/arms.py's step, bench-decode's). Ours, and with --device gpu mlx-lm's
+the next one's query (tools/bench/arms.py's step). Ours, and with --device gpu mlx-lm's
 QuantizedKVCache (q4, q8), against mlx-lm's fp16 KVCache at the same context, timed in the same rounds; gated:
-ours / fp16 per round (median). At each context of --bench-contexts; the fp16 caches are prefilled once per context
+ours / fp16 per round (median). At each context of --bench-contexts; --bench-arms names other arms (an A/B of
+tuning knobs: arms interleaved in one process, never two runs); the fp16 caches are prefilled once per context
 and trimmed back to it after each benchmark."""
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def test_decode_step(benchmark, bench, request, arm, context):
 
     from veloxquant.tools.bench import arms as bench_arms
     from veloxquant.tools.bench.harness import D, HKV, HQ
-    harness.skip_unless_measured(bench.device, SUITE, arm)
+    harness.skip_unless_measured(bench.device, SUITE, arm, bench.named_arms)
     harness.skip_unless_mlx_q_works(arm)
     sz = bench.sizes[SUITE]
     t, layers = context, sz["layers"]
@@ -30,13 +31,15 @@ def test_decode_step(benchmark, bench, request, arm, context):
         bench_arms.prefill(caches, t, lambda *a: None)
         return caches
     caches = {"fp16 KVCache": harness.shared(SUITE, (t, layers), fp16), arm: bench_arms.make(arm, layers)}
-    bench_arms.prefill(caches[arm], t, lambda *a: None)
+    with bench_arms.knobs(arm):      # an arm's tuning knobs (--bench-arms "turboquant b4 [FUSE_COMBINE=1]")
+        bench_arms.prefill(caches[arm], t, lambda *a: None)
     pool = [tuple(mx.random.normal((1, h, 1, D), key=mx.random.key(100 * j + i)).astype(mx.float16)
                   for j, h in enumerate((HQ, HKV, HKV))) for i in range(harness.POOL)]
     mx.eval(pool)
 
     def step(name, i):
-        mx.eval(bench_arms.step(caches[name], *pool[i]))
+        with bench_arms.knobs(name):
+            mx.eval(bench_arms.step(caches[name], *pool[i]))
 
     benchmark.group = f"decode step, {layers} layers, context {t}"
     try:

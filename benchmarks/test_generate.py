@@ -22,7 +22,7 @@ def test_generate(benchmark, bench, request, arm, context):
     from mlx_lm.generate import generate_step
     from mlx_lm.models.cache import make_prompt_cache as fp16_cache
 
-    harness.skip_unless_measured(bench.device, SUITE, arm)
+    harness.skip_unless_measured(bench.device, SUITE, arm, bench.named_arms)
     harness.skip_unless_mlx_q_works(arm)
     sz = bench.sizes[SUITE]
     model, args = harness.model(sz["layers"], sz["shape"])
@@ -31,12 +31,15 @@ def test_generate(benchmark, bench, request, arm, context):
     # the prompt but its last token in the cache, as generate_step leaves it before its first step
     fp16 = harness.shared(SUITE, (context, sz["layers"], sz["shape"]),
                           lambda: harness.prefill_model(model, prompts[0][:-1], fp16_cache(model)))
-    caches = {"fp16": fp16, "ours": harness.fill_from(harness.make_caches(arm, model, sz["layers"]), fp16)}
+    from veloxquant.tools.bench import arms as bench_arms
+    with bench_arms.knobs(arm):      # an arm's tuning knobs (--bench-arms "turboquant b4 [FUSE_COMBINE=1]")
+        caches = {"fp16": fp16, "ours": harness.fill_from(harness.make_caches(arm, model, sz["layers"]), fp16)}
 
     def generate(name):
         def go(i):       # the generation continues from where the last round left the cache
-            for _ in generate_step(prompts[i][-1:], model, max_tokens=sz["tokens"], prompt_cache=caches[name]):
-                pass
+            with bench_arms.knobs(arm if name == "ours" else "fp16"):
+                for _ in generate_step(prompts[i][-1:], model, max_tokens=sz["tokens"], prompt_cache=caches[name]):
+                    pass
         return go
 
     benchmark.group = f"generate_step, {sz['layers']}-layer llama ({sz['shape']}), {sz['tokens']} tokens per round " \

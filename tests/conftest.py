@@ -50,8 +50,7 @@ SLOW: tuple[str, ...] = (
     "tests/test_distributed_sharding.py",
     "tests/test_host_build.py",
     "tests/test_host_split.py",
-    "tests/test_bench_sweep.py",
-    "tests/test_bench_decode.py",
+    "tests/test_bench_kernels.py::test_runs_every_case_with_emulated_kernels",
     # whole commands in subprocesses (golden regeneration, pytest and CLI runs): 10-80 s a test
     "tests/test_golden_check.py",
     "tests/test_conformance_exit_codes.py",

@@ -6,7 +6,7 @@ std::barrier per threadgroup (BARRIER) and one per warp (SHFL_XOR exchanges thro
 warp barriers), `static` arrays as threadgroup memory. The launch description (inputs, templates, grids)
 is accelerated.kernels.attention.launch_plan itself, and every record field reaches the body as a strided
 view inside a larger buffer, as the caches' buffers do. What it cannot check (the intrinsics, MLX's launch,
-occupancy) is checked on a GPU by tests/test_attention_gpu.py and tools/bench/decode.py.
+occupancy) is checked on a GPU by tests/test_attention_gpu.py and benchmarks/test_decode_step.py.
 """
 from __future__ import annotations
 

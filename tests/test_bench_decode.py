@@ -1,94 +1,87 @@
-"""tools/bench/decode.py's layer suite on the CPU at a toy size (a benchmark's plumbing, not a timing): every row has
-the step alone, the pipelined step and the host build (the GPU clock only where there is CUDA), the build is part of
-the step, and the table renders old runs (no pipelined / build fields) and new ones."""
+"""The decode-step and generate benchmarks' arms (benchmarks/test_decode_step.py, test_generate.py; tools/bench/arms.py),
+run in-process on the CPU at a toy size with a stand-in for pytest-benchmark's fixture (plumbing, not a timing): an arm
+named with --bench-arms runs with its tuning knobs in effect for its own steps only, records no shipped cache settings,
+and replaces the default arms; bad names are usage errors; knobs reach the cached launch plans."""
 from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+import types
 
 import mlx.core as mx
 import pytest
 
 from veloxquant.tools.bench import arms as bench_arms
-from veloxquant.tools.bench import decode as bd
 
 pytest.importorskip("mlx_lm")
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def test_layer_suite_rows_and_table():
-    with mx.stream(mx.cpu):
-        rows = bd.layer_suite([64], layers=1, steps=2, arms=["fp16 KVCache", "turboquant b4"], log=lambda *a: None)
-    assert [r["arm"] for r in rows] == ["fp16 KVCache", "turboquant b4"], rows
-    for r in rows:
-        for f in ("layer_s", "pipelined_layer_s", "build_layer_s", "vs_fp16", "pipelined_vs_fp16"):
-            assert f in r and r[f] > 0, (r["arm"], f, r.get(f))
-        assert r["build_layer_s"] < r["layer_s"], (r["arm"], r["build_layer_s"], r["layer_s"])
-        assert r["pipelined_transient_peak_bytes"] >= 0, r
-        # the GPU clock (tools/bench/gpu_clock.py) is CUDA's: on the CPU a row says why it has no GPU time
-        assert "gpu_layer_s" not in r and r["gpu_clock"], r
-    # what the pipelined peak column is for (docs/decode-step-analysis.md, eighth pass): mlx-lm's KVCache copies its
-    # buffers when the step in flight still holds them, so its pipelined transient peak exceeds its whole cache;
-    # ours stores in place
-    # the steady state of a pipelined sample (the spacing of its steps' completions after the first): present with
-    # PIPE >= 3 steps
-    for r in rows:
-        assert r["pipe"] == bd.PIPE >= 3 and 0 < r["pipelined_steady_layer_s"], r
-        assert r["pipelined_steady_vs_fp16"] > 0, r
-    fp16, ours = rows
-    assert fp16["pipelined_transient_peak_bytes"] >= fp16["bytes_per_layer"] > 10 * fp16["transient_peak_bytes"], fp16
-    assert ours["pipelined_transient_peak_bytes"] < 2 * ours["transient_peak_bytes"] + ours["bytes_per_layer"], ours
-    old = dict(rows[1])
-    for f in ("pipelined_layer_s", "pipelined_vs_fp16", "build_layer_s", "pipelined_transient_peak_bytes", "pipe",
-              "pipelined_steady_layer_s", "pipelined_steady_vs_fp16"):
-        del old[f]
-    res = {"device": {"name": "cpu", "type": "cpu"}, "versions": {}, "date": "2026-12-01T00:00:00",
-           "command": "test", "copy_bytes_per_s": 1e9, "layer": rows + [old]}
-    table = [ln for ln in bd.render(res, "x.json") if ln.startswith("| 64 ")]
-    assert len(table) == 3 and all(ln.count("|") == 15 for ln in table), table
-    assert "— | —" in table[2] and table[2].count("—") == 5, table[2]
-    assert all("(steady " in ln for ln in table[:2]) and "(steady " not in table[2], table
-    gpu = dict(rows[1], gpu_layer_s=2e-5, gpu_vs_fp16=0.5)
-    (line,) = [ln for ln in bd.render(dict(res, layer=[gpu]), "x.json") if ln.startswith("| 64 ")]
-    assert "| 20.0 µs | 0.50 |" in line, line
+class _Benchmark:
+    """What benchmarks/harness.py paired() uses of pytest-benchmark's fixture, running every round untimed."""
+    def __init__(self):
+        self.extra_info, self.stats, self.group = {}, None, None
+
+    def pedantic(self, target, setup, teardown, rounds, warmup_rounds):
+        for _ in range(rounds + warmup_rounds):
+            args, kw = setup()
+            target(*args, **kw)
+            teardown()
 
 
-def test_layer_suite_with_a_batch(monkeypatch):
-    """--layer-batch: B sequences of different lengths merged into each arm's batch cache (fp16: mlx-lm's
-    BatchKVCache; ours: the B-row cache, or one cache per sequence with SHARED=0), each step attended with the
-    batch's mask; the rows say their batch, the table shows it."""
-    seen = []
-    real = bench_arms.step
-
-    def spy(caches, q, k, v):
-        seen.append((type(caches[0]).__name__, q.shape[0]))
-        return real(caches, q, k, v)
-    monkeypatch.setattr(bench_arms, "step", spy)
-    with mx.stream(mx.cpu):
-        rows = bd.layer_suite([40], layers=2, steps=1, arms=["fp16 KVCache", "turboquant b4", "turboquant b4 [SHARED=0]"],
-                              log=lambda *a: None, batch=3)
-    assert [(r["arm"], r["batch"]) for r in rows] == [("fp16 KVCache", 3), ("turboquant b4", 3),
-                                                     ("turboquant b4 [SHARED=0]", 3)], rows
-    assert {n for n, b in seen} == {"BatchKVCache", "SharedBatchVeloxKVCache", "BatchVeloxKVCache"} and \
-        {b for _, b in seen} == {3}, set(seen)
-    assert all(r["layer_s"] > 0 and r["vs_fp16"] > 0 for r in rows), rows
-    res = {"device": {"name": "cpu", "type": "cpu"}, "versions": {}, "date": "2026-12-01T00:00:00",
-           "command": "test", "copy_bytes_per_s": 1e9, "layer": rows}
-    assert len([ln for ln in bd.render(res, "x.json") if ln.startswith("| 40 × 3 |")]) == 3
+def _benchmark_module(name: str, monkeypatch):
+    """benchmarks/<name>.py loaded as pytest loads it (benchmarks/ on sys.path for its `import harness`)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.delitem(sys.modules, "harness", raising=False)
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch):
+def _bench(h, arms, suite):
+    sizes = {k: dict(v) for k, v in h.SIZES["cpu"].items()}
+    sizes[suite].update(rounds=2, warmup=0, layers=1)
+    return types.SimpleNamespace(device="cpu", sizes=sizes, named_arms=list(arms), gate=lambda *a: None)
+
+
+@pytest.mark.parametrize("suite", ["test_decode_step", "test_generate"])
+def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch, suite):
+    """--bench-arms "turboquant b4 [FUSE_COMBINE=1, DEVICE_COUNTS=0]": ours' steps (and the fill of its caches) run
+    under those knobs, fp16's under the defaults, nothing is left changed; the arm records no `cache` settings (the
+    quality recommendation must not take an A/B arm for the shipped configuration)."""
     from veloxquant.accelerated import tuning
+    from veloxquant.accelerated.cache import VeloxKVCache
     seen = []
-    real = bench_arms.step
+    real = VeloxKVCache.update_and_fetch
 
-    def spy(caches, q, k, v):
-        seen.append((type(caches[0]).__name__, tuning.current().fuse_combine, tuning.current().device_counts))
-        return real(caches, q, k, v)
-    monkeypatch.setattr(bench_arms, "step", spy)
+    def spy(self, keys, values):
+        seen.append((tuning.current().fuse_combine, tuning.current().device_counts))
+        return real(self, keys, values)
+    monkeypatch.setattr(VeloxKVCache, "update_and_fetch", spy)
+    mod = _benchmark_module(suite, monkeypatch)
     arm = "turboquant b4 [FUSE_COMBINE=1, DEVICE_COUNTS=0]"
+    bm = _Benchmark()
+    name = "generate" if suite == "test_generate" else "decode_step"
     with mx.stream(mx.cpu):
-        rows = bd.layer_suite([32], layers=1, steps=1, arms=["fp16 KVCache", arm], log=lambda *a: None)
-    assert [r["arm"] for r in rows] == ["fp16 KVCache", arm], rows
-    assert {s for s in seen if s[0] == "KVCache"} == {("KVCache", False, True)}, seen
-    assert {s for s in seen if s[0] != "KVCache"} == {("VeloxKVCache", True, False)}, seen
+        getattr(mod, suite)(bm, _bench(mod.harness, [arm], name), None, arm, 32)
+    assert seen and set(seen) == {(True, False)}, seen
     assert tuning.current() == tuning.DEFAULT
+    assert bm.extra_info["arm"] == arm and "cache" not in bm.extra_info, bm.extra_info
+    assert mod.harness.cache_settings("turboquant b4") == {"cache": {"method": "turboquant", "bits": 4}}
+
+
+def test_named_arms_replace_the_default_ones(monkeypatch):
+    mod = _benchmark_module("test_decode_step", monkeypatch)
+    h = mod.harness
+    named = ["turboquant b4", "turboquant b4 [FUSE_COMBINE=1]"]
+    assert h.suite_arms(mod.ARMS, {}, False, named) == named
+    assert h.suite_arms(mod.ARMS, {"keys x": {}}, False, named) == [*named, "keys x"]
+    assert h.suite_arms(mod.ARMS, {}, False) == mod.ARMS
+    h.skip_unless_measured("cpu", "decode_step", "turboquant_prod b4", asked=named + ["turboquant_prod b4"])
+    with pytest.raises(pytest.skip.Exception, match="--device gpu only"):
+        h.skip_unless_measured("cpu", "decode_step", "turboquant_prod b4", asked=named)
 
 
 @pytest.mark.parametrize("name", ["turboquant b4 [NOPE=1]", "turboquant b4 [FUSE_COMBINE=x]", "fp16 KVCache [FUSE_COMBINE=0]",
@@ -133,64 +126,14 @@ def test_launch_knobs_reach_cached_plans(monkeypatch):
     assert list(grids.values()) == [(2 * 8 * 32, 1, 1), (8 * 32, 1, 1)], grids
 
 
-def test_e2e_rounds_give_medians_and_keep_failures():
-    """The e2e suite's rounds: per (context, arm) the median tokens/s and prefill, every round listed, a failed
-    round said (not dropped), an arm with no good round keeps its error, vs_fp16 from the medians."""
-    rows = [{"context": 8, "arm": "fp16 KVCache", "layers": 2, "tokens": 3, "prefill_s": 1.0, "tokens_per_s": 10.0},
-            {"context": 8, "arm": "x", "layers": 2, "tokens": 3, "prefill_s": 2.0, "tokens_per_s": 30.0},
-            {"context": 8, "arm": "fp16 KVCache", "layers": 2, "tokens": 3, "prefill_s": 3.0, "tokens_per_s": 20.0},
-            {"context": 8, "arm": "x", "error": "RuntimeError: boom"},
-            {"context": 8, "arm": "fp16 KVCache", "layers": 2, "tokens": 3, "prefill_s": 2.0, "tokens_per_s": 40.0},
-            {"context": 8, "arm": "y", "error": "ValueError: bad"}]
-    out = {r["arm"]: r for r in bd._e2e_medians(rows)}
-    assert out["fp16 KVCache"]["tokens_per_s"] == 20.0 and out["fp16 KVCache"]["prefill_s"] == 2.0, out
-    assert out["fp16 KVCache"]["rounds_tokens_per_s"] == [10.0, 20.0, 40.0], out
-    assert out["x"]["vs_fp16"] == 1.5 and out["x"]["failed_rounds"] == ["RuntimeError: boom"], out["x"]
-    assert out["y"] == {"context": 8, "arm": "y", "error": "ValueError: bad"}, out["y"]
-
-
-TINY = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-            vocab_size=200)
-
-
-def test_batch_suite_rows_and_table():
-    """The batch suite runs mlx_lm.batch_generate through each arm's caches (ours really attend: their attention
-    calls are counted, fp16's are mlx-lm's own), one row per context, batch size and arm, and renders a table."""
-    with mx.stream(mx.cpu):
-        rows = bd.batch_suite([40], [1, 3], n_layers=2, n_tokens=3,
-                              arms=["fp16 KVCache", "turboquant b4", "turboquant b4 [SHARED=0]"],
-                              log=lambda *a: None, rounds=1, shape=TINY)
-    assert [(r["batch"], r["arm"]) for r in rows] == [(b, a) for b in (1, 3) for a in (
-        "fp16 KVCache", "turboquant b4", "turboquant b4 [SHARED=0]")], rows
-    for r in rows:
-        assert r["generation_tokens_per_s"] > 0 and r["prompt_tokens_per_s"] > 0 and r["peak_memory_bytes"] > 0, r
-        assert len(r["rounds_generation_tokens_per_s"]) == 1 and r["vs_fp16"] > 0, r
-    fp16, shared, per_seq = rows[3:]
-    assert fp16["paths"] == {}, fp16
-    # every layer attends at each generated token (and the prompt's last chunk): the B-row cache (batch_shared) once
-    # per layer for the batch, BatchVeloxKVCache (SHARED=0) once per layer and sequence
-    assert 2 * 3 <= shared["paths"]["attend"] < 2 * 3 * 3, shared
-    assert per_seq["paths"]["attend"] >= 2 * 3 * 3, per_seq
-    res = {"device": {"name": "cpu", "type": "cpu"}, "versions": {}, "date": "2026-12-01T00:00:00",
-           "command": "test", "copy_bytes_per_s": 1e9, "layer": [], "batch": rows}
-    table = [ln for ln in bd.render(res, "x.json") if ln.startswith("| 40 ")]
-    assert len(table) == 6 and all(ln.count("|") == 10 for ln in table), table
-
-
-def test_batch_plot_marks_failed_arms(tmp_path):
-    """plot_batch draws one panel per context from the batch rows (a failed arm marked where it failed) and makes
-    nothing for a run without batch rows."""
-    pytest.importorskip("matplotlib")
-    ok = lambda t, b, arm, tps: {"context": t, "batch": b, "arm": arm, "generation_tokens_per_s": tps}  # noqa: E731
-    rows = [ok(4096, 1, "fp16 KVCache", 700.0), ok(4096, 4, "fp16 KVCache", 1600.0), ok(4096, 4, "turboquant b4", 1300.0),
-            ok(32768, 4, "turboquant b4", 1500.0), {"context": 32768, "batch": 4, "arm": "fp16 KVCache",
-                                                    "error": "RuntimeError: out of memory"}]
-    res = {"device": {"name": "cpu"}, "date": "2026-12-01T00:00:00", "batch": rows}
-    out = bd.plot_batch(res, tmp_path / "b.png")
-    assert out == tmp_path / "b.png" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    import matplotlib.image
-    w = matplotlib.image.imread(out).shape[1]
-    single = bd.plot_batch({**res, "batch": [r for r in rows if r["context"] == 4096]}, tmp_path / "one.png")
-    assert matplotlib.image.imread(single).shape[1] < w, "one panel per context"
-    assert bd.plot_batch({**res, "batch": []}, tmp_path / "none.png") is None
-    assert not (tmp_path / "none.png").exists()
+@pytest.mark.parametrize("names, error", [(["turboquant b4", "rabitq [TC_CODES=1]"], None),
+                                          (["nope"], "unknown arm"), (["fp16 KVCache"], "every arm's baseline"),
+                                          (["turboquant b4 [NOPE=1]"], "arm")])
+def test_bench_arms_option_checks_its_names(monkeypatch, names, error):
+    conf = _benchmark_module("conftest", monkeypatch)
+    config = types.SimpleNamespace(getoption=lambda k: names if k == "--bench-arms" else None)
+    if error is None:
+        assert conf._named_arms(config) == names
+    else:
+        with pytest.raises(pytest.UsageError, match=error):
+            conf._named_arms(config)

@@ -142,16 +142,25 @@ def test_saved_runs_carry_ratios_and_docs_are_rendered_from_them(capsys):
         core = {"decode_step", "generate", "cold_start", "ops"}
         assert core <= suites <= core | {"batch_generate"}, p
         assert all(h.load_ratios(p).values()), f"{p}: a benchmark without ratios"
-    assert bench_render.main([*map(str, BASELINES), "--check", str(ROOT / "docs" / "benchmarks.md")]) == 0, \
-        capsys.readouterr().err
+    assert bench_render.main(["--check", str(ROOT / "docs" / "benchmarks.md")]) == 0, capsys.readouterr().err
+    runs = bench_render.default_runs()
+    assert runs[:len(BASELINES)] == BASELINES and all(bench_render.is_saved_run(p) for p in runs), runs
 
 
-def test_render_splices_between_the_markers_only():
-    doc = "# B\n\nintro\n\n## Old\n\ntext\n"
-    once = bench_render.splice(doc, f"{bench_render.BEGIN}\nA\n{bench_render.END}")
-    assert once.index(bench_render.BEGIN) < once.index("## Old") and once.endswith("## Old\n\ntext\n")
-    twice = bench_render.splice(once, f"{bench_render.BEGIN}\nB\n{bench_render.END}")
-    assert twice == once.replace("\nA\n", "\nB\n")
+@pytest.mark.skipif(not BASELINES, reason="no saved benchmark runs in benchmarks/baselines")
+def test_render_check_fails_on_a_hand_edit_or_a_missing_run(tmp_path, capsys):
+    """docs/benchmarks.md is the rendering, all of it: a hand edit anywhere (below the tables too) fails --check, and
+    so does a page rendered from fewer runs than it shows."""
+    page = tmp_path / "benchmarks.md"
+    assert bench_render.main(["--write", str(page)]) == 0
+    assert bench_render.main(["--check", str(page)]) == 0
+    text = page.read_text()
+    page.write_text(text + "\n## Older results\n\nhand-written\n")
+    assert bench_render.main(["--check", str(page)]) == 1
+    assert "differs from a rendering" in capsys.readouterr().err
+    page.write_text(text)
+    assert bench_render.main([str(BASELINES[0]), "--check", str(page)]) == (0 if len(
+        bench_render.default_runs()) == 1 else 1)
 
 
 def test_mlx_q_arm_is_skipped_with_the_backends_reason_where_it_cannot_attend(monkeypatch):

@@ -1,4 +1,4 @@
-"""tools/bench/harness.py's device choice, shared by `veloxquant bench`, `bench-decode` and `memory`: --device gpu on
+"""tools/bench/harness.py's device choice (`veloxquant memory`): --device gpu on
 an MLX build without a GPU is one line naming the command (the command then exits 2), --device cpu makes the CPU
 the default device."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ from veloxquant.tools.bench import harness
 def test_gpu_without_a_gpu_is_one_line_naming_the_command(monkeypatch, capsys):
     monkeypatch.setattr(mx, "is_available", lambda device: False)
     before = mx.default_device()
-    assert harness.use_device("gpu", "bench-decode") is False
+    assert harness.use_device("gpu", "memory") is False
     err = capsys.readouterr().err
-    assert err == "bench-decode: --device gpu, but this MLX build has no GPU\n", err
+    assert err == "memory: --device gpu, but this MLX build has no GPU\n", err
     assert mx.default_device() == before
 
 

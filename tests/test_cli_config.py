@@ -85,7 +85,6 @@ _CLI = _BLOCK + "from veloxquant.tools.cli import main; sys.exit(main(sys.argv[1
     ("mlx_lm", ["serve", "--model", "DIR"], "lm"),
     ("mlx_lm", ["quality"], "lm"),
     ("mlx_lm", ["memory"], "lm"),
-    ("mlx_lm", ["bench-decode"], "lm"),
     ("pytest,hypothesis", ["conformance", "--methods", "turboquant"], "conformance"),
     ("hypothesis", ["conformance"], "conformance"),
 ])

@@ -271,6 +271,16 @@ def test_runs_over_disjoint_rounds_pool_and_overlapping_ones_do_not(table):
         rows, _ = qd.merge([a, other])
         fp = next(r for r in rows if r["label"] == "fp16" and r["context"] == 256)
         assert fp["run"] == "A" and fp["sequences"] == 1
+    # how mlx-lm's QuantizedKVCache attends (mx.quantized_matmul or not) keeps only its own cells apart
+    ops = dict(b, settings=dict(b["settings"], mlx_q_native=not b["settings"].get("mlx_q_native")))
+    rows, _ = qd.merge([a, ops])
+    assert next(r for r in rows if r["label"] == "fp16" and r["context"] == 256)["run"] == "A+B"
+    q = [r for r in rows if r["method"].startswith("mlx_q")]
+    assert q and all(r["run"] == "A" for r in q)       # one sequence each: a tie keeps the first run's
+    more = dict(ops, results=[dict(r, per_sequence=r["per_sequence"] * 2, sequences=2 * r["sequences"])
+                              for r in ops["results"]])
+    q = [r for r in qd.merge([a, more])[0] if r["method"].startswith("mlx_q")]
+    assert q and all(r["run"] == "B" and r["sequences"] == 2 for r in q)
 
 
 def test_exclude_leaves_a_model_variant_out_and_says_why(table, tmp_path):

@@ -1,4 +1,4 @@
-"""The benchmark arms, one table for every benchmark (`veloxquant bench-decode` and the pytest-benchmark gate in
+"""The benchmark arms, one table for every benchmark (the pytest benchmarks in
 benchmarks/): the arms' names and cache settings, the random llamas' shapes, and how an arm's caches are made,
 prefilled and stepped.
 
@@ -39,7 +39,7 @@ OURS = {   # arm name -> make_prompt_cache-style settings (about 4 bits per coor
 # The arms a quick CPU run measures (a 2-core CI machine); the others run with --device gpu.
 QUICK = ("turboquant b4", "kivi b4 (window 128)")
 
-# The random llamas' layer shapes: Llama-3-8B's (bench-decode's e2e and batch suites), the same with the vocabulary
+# The random llamas' layer shapes: Llama-3-8B's (the GPU's generate and batch benchmarks), the same with the vocabulary
 # cut to 4096 (the embedding and head are not what is measured), and one small enough for a 2-core machine.
 LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=HQ, num_key_value_heads=HKV,
                  head_dim=D, vocab_size=128256)

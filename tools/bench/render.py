@@ -1,12 +1,14 @@
-"""docs/benchmarks.md's gated section, rendered from the benchmarks' saved runs (pytest-benchmark JSON written by
-`pytest benchmarks ... --benchmark-json benchmarks/baselines/<device>.json`): per run, the command, date, machine and
-versions, and one table per suite with the ratios the gate compares.
+"""docs/benchmarks.md, the whole page, rendered from the benchmarks' saved runs (pytest-benchmark JSON written by
+`pytest benchmarks ... --benchmark-json`): the gate's baselines (benchmarks/baselines/<device>.json) and the latest kept
+run of other benchmarks (the pytest-benchmark runs in docs/bench/); per run, the command, date, machine and versions,
+and one table per suite with the ratios the gate compares.
 
-    python -m veloxquant.tools.bench.render benchmarks/baselines/*.json --write docs/benchmarks.md
-    python -m veloxquant.tools.bench.render benchmarks/baselines/*.json --check docs/benchmarks.md
+    python -m veloxquant.tools.bench.render --write docs/benchmarks.md      # the default runs (RUNS)
+    python -m veloxquant.tools.bench.render --check docs/benchmarks.md
+    python -m veloxquant.tools.bench.render A.json B.json --merge run.json  # one saved run of several parts
 
---write replaces the text between the BEGIN / END markers below (adding both at the top of the file's first section
-where they are missing); --check exits 1 when that text differs from a fresh rendering.
+--write writes the page; --check exits 1 when the file differs from a fresh rendering. Dated results of earlier tools
+are in docs/benchmark-log.md, not here.
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ import pathlib
 import statistics
 import sys
 
-BEGIN = "<!-- begin: rendered by tools/bench/render.py from benchmarks/baselines/*.json; do not edit by hand -->"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BEGIN = ("<!-- rendered by tools/bench/render.py from benchmarks/baselines/*.json and docs/bench/'s saved runs; do not "
+         "edit by hand: python -m veloxquant.tools.bench.render --write docs/benchmarks.md -->")
 END = "<!-- end: rendered by tools/bench/render.py -->"
 
 
@@ -174,8 +178,29 @@ def _ops(rows: list[dict], bands: dict, ratio_note: str) -> list[str]:
     return lines + [""]
 
 
+def _gb(b: dict, field: str, name: str) -> str:
+    v = b["extra_info"].get(field, {}).get(name)
+    return "—" if v is None else f"{v:.0f}"
+
+
+def _kernels(rows: list[dict], bands: dict, ratio_note: str) -> list[str]:
+    lines = [f"Fused kernels against the memory: encode / decode of N vectors (8 heads, d = 128, float16, window 0), the "
+             f"kernel launch alone against an fp16 copy of x and mx.quantize / mx.dequantize (4 bits, groups of 64); "
+             f"{ratio_note}; GB/s of x (fp16 bytes of x per second) and moved (bytes read + written); "
+             f"{_band(bands, 'kernels')}.", "",
+             "| op | N | method | ours | ours ÷ fp16 copy | ours ÷ mx.quantize | x GB/s ours / copy / mx | "
+             "moved GB/s ours / copy / mx |", "|---|---|---|---|---|---|---|---|"]
+    for b in rows:
+        e = b["extra_info"]
+        names = ("ours", "fp16 copy", "mx.quantize")
+        lines.append(f"| {e['op']} | {e['vectors']} | {e['arm']} | {_t(_median(b))} | {_r(b, 'fp16 copy')} | "
+                     f"{_r(b, 'mx.quantize')} | {' / '.join(_gb(b, 'x_GBps', n) for n in names)} | "
+                     f"{' / '.join(_gb(b, 'moved_GBps', n) for n in names)} |")
+    return lines + [""]
+
+
 SUITES = {"decode_step": _decode_step, "generate": _generate, "batch_generate": _batch, "cold_start": _cold_start,
-          "ops": _ops}
+          "ops": _ops, "kernels": _kernels}
 
 
 def render(data: dict, name: str) -> list[str]:
@@ -227,67 +252,109 @@ def merge(paths: list[pathlib.Path]) -> dict:
 
 def shown(p: pathlib.Path) -> str:
     """The path as the docs show it: relative to the repository where it lies inside it."""
-    root = pathlib.Path(__file__).resolve().parents[2]
     try:
-        return p.resolve().relative_to(root).as_posix()
+        return p.resolve().relative_to(ROOT).as_posix()
     except ValueError:
         return p.as_posix()
 
 
-def section(paths: list[pathlib.Path]) -> str:
-    lines = [BEGIN, "## Gated benchmarks (pytest-benchmark, `benchmarks/`)", "",
-             "Each run below is one `pytest benchmarks` run on one device, saved as the gate's baseline for that "
-             "device. Every benchmark times our arm with pytest-benchmark and its baseline arm (mlx-lm's fp16 "
-             "KVCache, mx.quantize, the numpy reference) in the same rounds, alternating which goes first; the gate "
-             "(`--bench-gate <baseline JSON>`) fails a benchmark whose ratio exceeds the baseline's ratio by more "
-             "than its suite's band. Absolute times on the shared CPU are not comparable between runs; read the "
-             "ratios.", ""]
-    for p in paths:
-        lines += render(json.loads(p.read_text()), shown(p))
+def is_saved_run(p: pathlib.Path) -> bool:
+    """A pytest-benchmark JSON of these benchmarks (not another tool's raw data)."""
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "benchmarks" in data and "veloxquant" in data
+
+
+def default_runs(root: pathlib.Path | None = None) -> list[pathlib.Path]:
+    """RUNS: benchmarks/baselines/*.json, then docs/bench/'s saved runs of these benchmarks (oldest first)."""
+    root = ROOT if root is None else root
+    kept = [p for p in sorted((root / "docs" / "bench").glob("*.json")) if is_saved_run(p)]
+    kept.sort(key=lambda p: json.loads(p.read_text()).get("datetime", ""))
+    return sorted((root / "benchmarks" / "baselines").glob("*.json")) + kept
+
+
+INTRO = """\
+Every number on this page comes from one harness, `benchmarks/` (pytest-benchmark), saved as a JSON and rendered here
+by tools/bench/render.py; none is typed by hand. Every benchmark times our arm with pytest-benchmark and its
+baseline arm (mlx-lm's fp16 KVCache, mx.quantize, the numpy reference) in the same rounds, alternating which goes
+first, on a rotating pool of 10 inputs; a cell is the median over rounds of ours ÷ baseline (lower is better), with
+the IQR of those per-round ratios. Compare arms within a run; absolute times on the shared CPU are not comparable
+between runs. Dated results of the tools the harness replaced: [benchmark-log.md](benchmark-log.md).
+
+## Running
+
+- One command: `veloxquant bench` (the CPU; `--device gpu` on a GPU) runs `pytest benchmarks` with the device's
+  sizes, writes the run's JSON (`--json`, default `.benchmarks/<device>.json`, ignored by git) and renders it
+  (`--markdown`); `--gate` fails on a ratio that regressed against benchmarks/baselines/<device>.json beyond the
+  suite's noise band; anything after `--` goes to pytest (`-k`, `--bench-contexts`, `--bench-arms`, ...).
+- The same with pytest: `pytest benchmarks --device cpu --bench-gate benchmarks/baselines/cpu.json` (CI's quick gate;
+  38 s on the quiet 2-core machine), `pytest benchmarks --device gpu --bench-gate benchmarks/baselines/h200.json`
+  (skipped, with the reason, where MLX has no GPU).
+- A new baseline: the same without the gate, `--benchmark-json benchmarks/baselines/<device>.json`, then
+  `python -m veloxquant.tools.bench.render --write docs/benchmarks.md` (tests/test_bench_gate.py checks this page
+  against the saved runs). Another run worth keeping (a `--bench-kv` run of the recommended configurations, say)
+  goes to docs/bench/ and is rendered below the baselines; the one it replaces is deleted.
+- Sizes per device, bands and warm-up: benchmarks/harness.py (`SIZES`, `BANDS`; how the bands were chosen is in its
+  comment and in benchmark-log.md). The gate is one-sided: a ratio that improves never fails; a benchmark the
+  baseline lacks is not gated until the next save. Arms of one process only: an A/B of a tuning knob is an arm such
+  as `--bench-arms "turboquant b4" "turboquant b4 [FUSE_COMBINE=1]"` (accelerated/tuning.py), never two runs.
+"""
+
+
+def page(paths: list[pathlib.Path]) -> str:
+    """The whole docs/benchmarks.md: INTRO, the baselines, then the other kept runs."""
+    lines = [BEGIN, "# Benchmarks", "", INTRO.rstrip("\n"), ""]
+    base = [p for p in paths if p.parent.name == "baselines"]
+    other = [p for p in paths if p not in base]
+    for title, group, note in (
+            ("The gate's baselines (benchmarks/baselines/)", base,
+             "One run per device, the gate's baseline for that device."),
+            ("Other kept runs (docs/bench/)", other,
+             "The latest run of each other benchmark worth keeping, newest last.")):
+        if group:
+            lines += [f"## {title}", "", note, ""]
+            for p in group:
+                lines += render(json.loads(p.read_text()), shown(p))
     lines.append(END)
-    return "\n".join(lines)
-
-
-def splice(doc: str, text: str) -> str:
-    """`doc` with the text between the markers replaced by `text` (markers included), or `text` inserted before the
-    doc's first `## ` heading where there are no markers."""
-    if BEGIN in doc and END in doc:
-        a, b = doc.index(BEGIN), doc.index(END) + len(END)
-        return doc[:a] + text + doc[b:]
-    at = doc.find("\n## ")
-    at = len(doc) if at < 0 else at + 1
-    return doc[:at] + text + "\n\n" + doc[at:]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="bench_render", description=__doc__.split("\n\n")[0])
-    ap.add_argument("json", nargs="+", type=pathlib.Path, help="saved runs (pytest-benchmark JSON of benchmarks/)")
+    ap.add_argument("json", nargs="*", type=pathlib.Path,
+                    help="saved runs (pytest-benchmark JSON of benchmarks/); default: benchmarks/baselines/*.json and "
+                         "docs/bench/'s saved runs")
     g = ap.add_mutually_exclusive_group()
-    g.add_argument("--write", type=pathlib.Path, metavar="MD", help="splice the section into this markdown file")
-    g.add_argument("--check", type=pathlib.Path, metavar="MD", help="exit 1 if this file's section is stale")
+    g.add_argument("--write", type=pathlib.Path, metavar="MD", help="write the page to this markdown file")
+    g.add_argument("--check", type=pathlib.Path, metavar="MD", help="exit 1 if this file differs from the rendering")
     g.add_argument("--merge", type=pathlib.Path, metavar="JSON",
                    help="write the given runs merged into one saved run here (e.g. a baseline from several runs)")
     a = ap.parse_args(argv)
-    for p in a.json:
+    if a.merge and not a.json:
+        ap.error("--merge: give the runs to merge")
+    paths = a.json or default_runs()
+    for p in paths:
         if not p.is_file():
             ap.error(f"json: no such file {str(p)!r}")
     if a.merge:
-        a.merge.write_text(json.dumps(merge(a.json), indent=4) + "\n")
+        a.merge.write_text(json.dumps(merge(paths), indent=4) + "\n")
         print(f"wrote {a.merge}")
         return 0
-    text = section(a.json)
+    text = page(paths)
     if a.write:
-        a.write.write_text(splice(a.write.read_text(), text))
+        a.write.write_text(text)
         print(f"wrote {a.write}")
     elif a.check:
-        if splice(a.check.read_text(), text) != a.check.read_text():
-            print(f"{a.check}: the gated benchmarks section differs from a rendering of {[str(p) for p in a.json]}; "
-                  f"run: python -m veloxquant.tools.bench.render {' '.join(map(str, a.json))} --write {a.check}",
-                  file=sys.stderr)
+        if not a.check.is_file() or a.check.read_text() != text:
+            args = " ".join(map(str, a.json))
+            print(f"{a.check}: differs from a rendering of {[shown(p) for p in paths]}; run: python -m "
+                  f"veloxquant.tools.bench.render {args + ' ' if args else ''}--write {a.check}", file=sys.stderr)
             return 1
         print(f"{a.check}: up to date")
     else:
-        print(text)
+        print(text, end="")
     return 0
 
 

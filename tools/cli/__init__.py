@@ -17,8 +17,7 @@ SUBCOMMANDS = {
     "golden": ("veloxquant.tools.golden", "regenerate or check the golden vectors"),
     "codebooks": ("veloxquant.tools.cli.codebooks", "regenerate or check spec/codebooks.toml"),
     "conformance": ("veloxquant.tools.cli.conformance", "run the conformance suite and print/write a report"),
-    "bench": ("veloxquant.tools.bench", "benchmarks (speed); writes JSON / markdown only with --json / --markdown"),
-    "bench-decode": ("veloxquant.tools.bench.decode", "decode-step benchmark: per-layer step and generation, every cache"),
+    "bench": ("veloxquant.tools.bench", "benchmarks (speed): runs `pytest benchmarks` on a device, saves its JSON, renders it"),
     "quality": ("veloxquant.tools.quality", "KL divergence of next-token logits per method and bits"),
     "generate": ("veloxquant.tools.cli.generate", "mlx-lm's generate with our KV caches (--kv-* flags; others go to mlx-lm)"),
     "serve": ("veloxquant.tools.cli.serve", "mlx-lm's HTTP server with our KV caches (--kv-* flags; others go to mlx-lm)"),
@@ -26,17 +25,13 @@ SUBCOMMANDS = {
     "kernels": ("veloxquant.tools.cli.kernels", "GPU kernel cache: warm up a configuration (compile once per machine), status, clear"),
     "memory": ("veloxquant.tools.bench.memory", "peak memory of prefill and decode: our caches vs mlx-lm's fp16 KVCache"),
 }
-# the extras (tools/cli/extras.py) each command imports; bench runs without mlx-lm (it skips the cache suite)
-NEEDS = {"conformance": ("conformance",), "bench-decode": ("lm",), "quality": ("lm",), "generate": ("lm",),
-         "serve": ("lm",), "memory": ("lm",)}
+# the extras (tools/cli/extras.py) each command imports; bench runs without mlx-lm (its benchmarks that need it skip)
+NEEDS = {"conformance": ("conformance",), "quality": ("lm",), "generate": ("lm",), "serve": ("lm",), "memory": ("lm",)}
 
 
 def needs(command: str, args) -> tuple[str, ...]:
-    """The extras `command` needs with these arguments (bench-decode's --plot draws with matplotlib)."""
-    out = NEEDS.get(command, ())
-    if command == "bench-decode" and getattr(args, "plot", None):
-        out += ("plots",)
-    return out
+    """The extras `command` needs with these arguments."""
+    return NEEDS.get(command, ())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """Optional dependencies, grouped as pyproject.toml's extras, and the one line a command prints when the
 extra it needs is not installed (instead of a ModuleNotFoundError traceback halfway through its work).
 
-`pip install veloxquant` brings numpy and MLX: enough for `golden`, `codebooks` and `bench`'s op suites.
+`pip install veloxquant` brings numpy and MLX: enough for `golden` and `codebooks` (`bench` runs benchmarks/ from a checkout, with pytest-benchmark: [dev]).
 The rest come with an extra named for what it is for (pyproject.toml [project.optional-dependencies];
 tests/test_cli_config.py checks the two agree).
 """

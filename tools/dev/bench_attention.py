@@ -61,7 +61,7 @@ def parse_variants(preset: str | None, text: str | None) -> list[tuple[str, dict
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--contexts", nargs="+", type=int, default=[4096, 32768, 131072])
-    p.add_argument("--arm", default="turboquant b4", help="an arm of tools/bench/decode.py")
+    p.add_argument("--arm", default="turboquant b4", help="an arm of tools/bench/arms.py")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--reps", type=int, default=14)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None)

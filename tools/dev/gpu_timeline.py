@@ -1,13 +1,13 @@
 """Where a decode step's GPU time goes, kernel by kernel, in place (CUDA).
 
-Nsight Compute times each kernel alone (serialized, caches flushed); bench-decode's `GPU` column times the whole
+Nsight Compute times each kernel alone (serialized, caches flushed); the removed bench-decode's `GPU` column timed the whole
 step. Neither says where a chain loses time that no kernel shows alone (docs/decode-step-analysis.md, ninth pass:
 the append inside the partial launch was shorter alone and 12-20 µs per layer slower in the chain). Here every
 custom kernel the step launches (ours, the layer gate) is followed by a stamp (tools/bench/gpu_clock.py stamp: a one-thread
 kernel reading the launch's first output and %globaltimer), the whole step queued behind one hold, so each launch
 gets the GPU time at which its output was complete; the difference between consecutive stamps of a layer is that
 launch's share of the chain, gaps and launch latency included. The stamps are extra kernels off the chain (nothing
-waits for them) and cost ~1-2 µs of latency each on the H200: compare arms in one run, not with bench-decode.
+waits for them) and cost ~1-2 µs of latency each on the H200: compare arms in one run, not with the benchmarks.
 
     python3 -m veloxquant.tools.dev.gpu_timeline --context 4096 --arms 'turboquant b4 [FUSE_APPEND=0]' 'turboquant b4'
 

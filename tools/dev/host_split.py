@@ -1,5 +1,5 @@
 """Where a single sequence's decode step spends the host's time, layer by layer, on the GPU's host: the build of
-bench-decode's 8-layer step timed alone, MLX's encoding of it (`async_eval`) and the wait, then the same with a
+The decode-step benchmark's 8-layer step timed alone, MLX's encoding of it (`async_eval`) and the wait, then the same with a
 launch replaced by a stand-in that returns an earlier call's outputs (no graph node: what that launch costs the
 host), and each part timed in place (our update_and_fetch and DecodeStep.step, the SDPA dispatch and
 DecodeStep.attend, each custom-kernel call by kernel, the benchmark's gate). docs/decode-step-analysis.md,
@@ -27,7 +27,7 @@ VARIANTS = {                       # name -> the launches replaced by their save
     "combine saved": ("combine",),
     "both saved": ("partial", "combine"),
 }
-_SHAPES = ((1, 32, 1, 128), (1, 8, 1, 128), (1, 8, 1, 128))      # bench-decode's query, key, value
+_SHAPES = ((1, 32, 1, 128), (1, 8, 1, 128), (1, 8, 1, 128))      # the decode-step benchmark's query, key, value
 
 
 class _Probe:
@@ -90,7 +90,7 @@ class _Probe:
 
 
 def _step_fn(gated: bool):
-    """bench-decode's step (its gate kernel between layers) on a GPU; without the gate under stand-ins."""
+    """The decode-step benchmark's step (its gate kernel between layers) on a GPU; without the gate under stand-ins."""
     from ..bench import arms as bd
     if gated:
         return bd.step

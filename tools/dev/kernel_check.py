@@ -11,7 +11,8 @@
    (tools/cli/conformance.py merge_reports), and the differential encode/decode tests under the thorough
    profile's fresh randomness, one process per method, capped at --thorough-examples examples per
    (method, bits, dtype) cell (profile "thorough-maxN" in their logs).
-3. alone, on a quiet GPU: the benchmark sweep (tools/bench/sweep.py) into OUT/h200-kernels-sweep.json.
+3. alone, on a quiet GPU: the kernels benchmark (benchmarks/test_kernels.py: the fused kernels against an fp16 copy
+   and mx.quantize, paired) into OUT/h200-kernels.json (pytest-benchmark JSON; tools/bench/render.py renders it).
 Everything is logged under --out; nothing stops at the first failure; a summary (rc and seconds per step)
 ends the output and kernel_check.json.
 
@@ -152,7 +153,6 @@ def main(argv=None) -> int:
                     help="head dims of the compile step (comma-separated)")
     ap.add_argument("--thorough-examples", type=int, default=1000)
     ap.add_argument("--parallel-timeout", type=float, default=240.0)
-    ap.add_argument("--bench-iters", type=int, default=30)
     a = ap.parse_args(argv)
     out = a.out
     out.mkdir(parents=True, exist_ok=True)
@@ -201,8 +201,10 @@ def main(argv=None) -> int:
     if "bench" not in skip:
         print("\n===== bench (alone) =====", flush=True)
         s = time.time()
-        r = subprocess.run([py, "-m", "veloxquant.tools.bench.sweep", "--json", str(out / "h200-kernels-sweep.json"),
-                            "--iters", str(a.bench_iters)], timeout=300)
+        r = subprocess.run([py, "-m", "pytest", "benchmarks/test_kernels.py", "--device", "gpu", "-q", "-rs",
+                            "-p", "no:cacheprovider", "--benchmark-json", str(out / "h200-kernels.json"),
+                            "--bench-partial", str(out / "h200-kernels.partial.json")], timeout=300,
+                           cwd=pathlib.Path(__file__).resolve().parents[2])
         log["steps"]["bench"] = {"rc": r.returncode, "s": round(time.time() - s, 1)}
     log["total_s"] = round(time.time() - t0, 1)
     (out / "kernel_check.json").write_text(json.dumps(log, indent=1, default=str))

@@ -20,7 +20,7 @@ from pathlib import Path
 from ...accelerated.kernels import source
 
 CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
-# (method, bits, bits2, group) of the benchmark cases (tools/bench/kernels.py)
+# (method, bits, bits2, group) of the benchmark cases (benchmarks/test_kernels.py)
 BENCH_CASES = [("turboquant", 4, 1, 0), ("turboquant_rvq", 2, 2, 0), ("turboquant_prod", 4, 1, 0),
                ("rabitq", 1, 1, 0), ("kivi", 4, 1, 32), ("mlx_affine", 4, 1, 64)]
 PREAMBLE = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"

@@ -30,7 +30,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # renders the page from them; `veloxquant quality --recommend` reads them.
 PAGE = "docs/quality-retrieval.md"
 RUNS = ("docs/retrieval/quality-h200-run6-outliers.json", "docs/retrieval/quality-h200-run6-a.json",
-        "docs/retrieval/quality-h200-run6-b.json")
+        "docs/retrieval/quality-h200-run6-b.json",
+        "docs/retrieval/quality-h200-run6-d.json")
 
 
 def committed_runs() -> list[pathlib.Path]:
@@ -45,10 +46,11 @@ def _run_label(i: int) -> str:
     return chr(ord("A") + i)
 
 
-def _same_measurement(a: dict, b: dict) -> bool:
-    """Whether two runs measured the same thing (model, device, dtype, chunk, seed), so their rounds pool. The
-    model is its recipe, step and commands, wherever its folder was (a copy on the GPU machine, the checkout)."""
-    keys = ("dtype", "chunk", "seed", "mlx_q_native")
+def _same_measurement(a: dict, b: dict, method: str) -> bool:
+    """Whether two runs measured `method`'s cell the same way (model, device, dtype, chunk, seed), so their rounds
+    pool. The model is its recipe, step and commands, wherever its folder was (a copy on the GPU machine, the
+    checkout); how mlx-lm's QuantizedKVCache attends (`mlx_q_native`) matters only for its own cells."""
+    keys = ("dtype", "chunk", "seed") + (("mlx_q_native",) if method.startswith("mlx_q") else ())
     model = lambda r: {k: v for k, v in r["model"].items() if k != "dir"}  # noqa: E731
     return (model(a) == model(b) and a["run"]["device"] == b["run"]["device"]
             and all(a["settings"].get(k) == b["settings"].get(k) for k in keys))
@@ -72,8 +74,8 @@ def _pool(a: dict, b: dict) -> dict | None:
 
 
 def merge(results: list[dict]) -> tuple[list[dict], dict]:
-    """(rows with a `run` letter, {(model, label, context): run letters}): the first JSON wins, except that
-    runs of the same measurement over disjoint rounds pool their cells."""
+    """(rows with a `run` letter, {(model, label, context): run letters}): runs of the same measurement over
+    disjoint rounds pool their cells; otherwise the cell with more sequences stands (the first JSON's on a tie)."""
     rows, at = [], {}
     for i, res in enumerate(results):
         for r in res["results"]:
@@ -85,9 +87,11 @@ def merge(results: list[dict]) -> tuple[list[dict], dict]:
                 continue
             prev = rows[at[key]]
             first = results[ord(prev["run"][0]) - ord("A")]
-            pooled = _pool(prev, row) if _same_measurement(first, res) else None
+            pooled = _pool(prev, row) if _same_measurement(first, res, r["method"]) else None
             if pooled is not None:
                 rows[at[key]] = pooled
+            elif row["sequences"] > prev["sequences"]:     # measured apart: the cell with more sequences stands
+                rows[at[key]] = row
     return rows, {k: rows[i]["run"] for k, i in at.items()}
 
 
