@@ -252,6 +252,31 @@ def test_cuda_partial_with_the_append_inside_compiles(tmp_path):
         assert not any(spills[n] for n, tc in names if tc), (arch, spills)
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_ragged_partial_with_the_append_inside_compiles(tmp_path):
+    """The ragged KIVI partial (VQ_RAGGED, accelerated/cache/ragged.py) with the decode step's append inside (each
+    row flushing its group at its own step: attention_source.append_block's ragged scopes), KIVI 2-bit both roles
+    with a window, as a ragged decode step would launch it: compiles for sm_80 and sm_90 without spills."""
+    from veloxquant import spec
+    from veloxquant.accelerated.kernels import methods as km
+    header, partial = src.assemble("partial", "cuda", 4, 4, True, False, False, True, True, True)
+    dt = "__half"
+    types = dict(q=dt, kc1="uint32_t", vc1="uint32_t", kgs=dt, kgz=dt, vgs=dt, vgz=dt, kw=dt, vw=dt, kx=dt, vx=dt,
+                 kf=dt, vf=dt, kconst="uint32_t", vconst="uint32_t", flags="bool", nenc="int32_t", rstart="int32_t",
+                 rphase="int32_t", token="bool")
+    tmpl = [("MK", 4), ("MV", 4), ("KB1", 2), ("KB2", 1), ("VB1", 2), ("VB2", 1), ("D", 128), ("QB", 4),
+            ("NT", tuning.DEFAULT.partial_threads), ("P", 16), ("KG", 32), ("VG", 32), ("CAUSAL", 0), ("HASWIN", 1),
+            ("U", 2), ("PF", 1), ("FUSED", 0), ("APPEND", 1), ("OT", dt), ("RW", 8), ("KTS", dt), ("VTS", dt),
+            ("KXT", dt), ("VXT", dt)]
+    for r in "KV":
+        p = spec.Params("kivi", bits=2, group_size=32, window=8, role=r.lower()).resolved()
+        tmpl += [(f"{r}C{n}", c) for n, c in zip(("B1", "B2", "GS"), km.code_constants(p))]
+    body = _kernel("partial_ragged_append", partial, src.inputs("partial", 4, 4, True, False, True, True, True),
+                   src.APPEND_OUTPUTS, types, tmpl) + _UNDEF
+    for arch, spills in _local_memory(header, body, tmp_path / "attention_ragged", r"partial_ragged_append").items():
+        assert set(spills) == {"partial_ragged_append"} and not any(spills.values()), (arch, spills)
+
+
 def test_cold_loops_knob_reaches_the_cuda_header(monkeypatch, tune):
     """tuning's cold_loops: the CUDA launch's header defines VQ_COLD as `#pragma unroll 1` (and only then); the
     bodies mark their once-per-threadgroup loops with it, and the shared helpers default it to nothing."""

@@ -118,7 +118,8 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
         meta = "((int)kconst[2 * (int)kx_shape[1] * ((D + 31) / 32) + VQ_CONST_META + {}])"
         lines.append("#define VQ_TENC " + (meta.format(5) if kivi else "VQ_TNEW"))
         # ... and the window's rows that are the chunk's own tokens it encodes (KIVI with window 0 at a flush)
-        lines.append("#define VQ_WOWN " + (meta.format(7) if kivi else "0"))
+        # (a ragged KIVI batch: 0, its window after the step always holds the chunk's row: csrc/partial_setup_tokens.h)
+        lines.append("#define VQ_WOWN " + (meta.format(7) if kivi and not ragged else "0"))
         mixed = int(haswin) in MIXED_WINDOWS
         lines.append(f"#define VQ_MIXED {int(mixed)}")
         if mixed:               # each role's own: its meta's Q and own tokens (append.constants; 0 without the append)
@@ -129,6 +130,8 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
         lines.append(f"#define VQ_STARTS {int(starts)}")
         # a ragged KIVI batch (cache/ragged.py): each row's group phase; KIVI keys' group row of token t from it
         lines.append(f"#define VQ_RAGGED {int(ragged)}")
+        if ragged:              # ... with the step's append inside: the flushing rows' group (append_block)
+            lines.append(f"#define VQ_RAGGED_APPEND {int(append)}")
         lines.append("#define VQ_KGROW(t) " + ("((t) - vq_ph) / KG" if ragged else "t / KG"))
         if not starts:          # (code VQ_STARTS = 0 never runs)
             lines.append("#define rstart nenc")
@@ -182,12 +185,15 @@ def _role_count(r: str) -> str:
     return f"(nenc[0] + ({rk} > {rv} ? {rk} : {rv}) - {rk if r == 'k' else rv})"
 
 
-def append_block(mk: int, mv: int, haswin: bool = False) -> str:
+def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -> str:
     """The APPEND prologue of the partial body for a method pair (csrc/attention_append.h with each role's encode
     scope parameters; placed before the aliases: the encode body's own names f_k, sig, ... are locals there). The
     code constants are compiled in (template KCB1, ..., VCGS: methods.code_constants). `haswin`: exact windows
     (kernels/append.py WINDOWED): each role encodes kf, the tokens leaving its window, and copies the chunk kx into
-    the last rows of kw, the window the launch attends (which its window split reads from kx: partial_loop.h)."""
+    the last rows of kw, the window the launch attends (which its window split reads from kx: partial_loop.h).
+    `ragged`: KIVI rows of their own group phase (cache/ragged.py): the launch's group (meta's Q: 0 or G) starts at
+    x = T - RW - G (T = nenc + the window's rows: every flushing row's x) and only the rows whose phase flushes at T
+    encode it (VQ_ROW_ENCODES, csrc/encode.h); the others only copy the chunk into their window."""
     scopes = []
     mixed = int(haswin) in MIXED_WINDOWS
     wins = role_windows(haswin)
@@ -202,6 +208,8 @@ def append_block(mk: int, mv: int, haswin: bool = False) -> str:
         base = "nenc[0] - meta[5]" if kivi else f"nenc[0] - (int){r}x_shape[2]"
         if mixed:      # (MIXED: the role's own count; meta[5] is the tokens it encodes, t or KIVI's 0 / G)
             base = f"{_role_count(r)} - meta[5]"
+        if ragged:
+            base = "(nenc[0] + (int)kw_shape[2] - RW - KG)"
         win = wins[index]
         scopes.append(kappend.scope(R, index, m=str(m), codes=(f"{R}CB1", f"{R}CB2", f"{R}CGS"), ts=f"{R}TS",
                                     x=f"{r}f" if win else f"{r}x", const=f"{r}const", out=out, fault="token",
@@ -210,7 +218,13 @@ def append_block(mk: int, mv: int, haswin: bool = False) -> str:
                                     gcap=f"(int){out['f_s1']}_shape[2]" if kivi and r == "k" else None,
                                     role_window=win if mixed else None))
     files = kappend.MIXED if mixed else kappend.WINDOWED if haswin else kappend.SCOPED
-    return kappend.scope_constants() + "".join(scopes) + loader.text("attention_append.h", files)
+    return kappend.scope_constants() + "".join(scopes) + (RAGGED_ENCODES if ragged else "") \
+        + loader.text("attention_append.h", files)
+
+
+# a ragged launch's encode rows (csrc/encode.h): row b encodes the group at vq_base (the scope's first row: x) where
+# x - its phase is a multiple of the group size (cache/ragged.py: b's boundary moves from x to x + G at this step)
+RAGGED_ENCODES = "#define VQ_ROW_ENCODES(b) (vq_base >= (int)rphase[b] && (vq_base - (int)rphase[b]) % gs == 0)\n"
 
 
 def partial_body(mk: int, mv: int, tc: bool) -> str:
@@ -226,18 +240,19 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     launch's inputs (`inputs(kind, mk, mv, haswin, fused, append)`); `tc`: the partial's tensor-core loop (CUDA);
     `append`: the decode step's append inside (APPEND, append_block); for the combine: it also takes a chunk's
     token (an APPEND partial's or the append kernel's) and writes its summary (COMBINE_SUMMARY); `ragged`: rows of
-    their own KIVI group phase (the scalar loop with row starts, neither the append nor a MIXED window)."""
+    their own KIVI group phase (the scalar loop with row starts, no MIXED window; with the append, each row flushes
+    its group at its own step: append_block)."""
     header, prelude = PRELUDES[backend]
     if tc and (backend != "cuda" or kind != "partial"):
         raise ValueError("the tensor-core loop is a CUDA partial kernel's")
     if append and fused:
         raise ValueError("the append runs inside an unfused partial launch")
-    if ragged and (tc or append or not starts or int(haswin) in MIXED_WINDOWS):
-        raise ValueError("ragged: the scalar loop with row starts, without the append or a MIXED window")
+    if ragged and (tc or not starts or int(haswin) in MIXED_WINDOWS or (append and not haswin)):
+        raise ValueError("ragged: the scalar loop with row starts, without a MIXED window (the append: with one)")
     pre = ""
     if append and kind == "partial":
         eh, em = encode_macros(backend)
-        header, pre = header + eh, em + append_block(mk, mv, haswin)
+        header, pre = header + eh, em + append_block(mk, mv, haswin, ragged)
     body = partial_body(mk, mv, tc) if kind == "partial" else BODIES[kind]
     if kind == "combine" and append:
         body = COMBINE_SUMMARY + body
