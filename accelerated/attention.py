@@ -90,6 +90,18 @@ class StepKV(PackedKV):
         return self.__dict__["_record"]
 
 
+class RaggedStepKV(StepKV):
+    """A StepKV of a ragged KIVI batch's in-place step (cache/ragged_step.py): its record is the ragged stream's
+    (RaggedRecord: the whole buffers, `encoded` the rows' least boundary after the step, the window after it, each
+    row's phase); other paths read every row's own tokens decoded (`decoded`: the stream's state once stored)."""
+
+    def plan_record(self, token: mx.array | None = None, rows: bool = False) -> PackedRecord:
+        s, bufs, q = self.__dict__.get("_lazy") or self.__dict__["_plan"]
+        w = self.held if rows else self.window
+        return RaggedRecord(s.params, dict(bufs), w, q, s._method.decode_tokens, token, s.phase_array(),
+                            s.dequantized)
+
+
 def _with_flags(out: mx.array, *views: PackedKV) -> mx.array:
     # a chunk stored in place (kernels/commit.py) has its flags as the rows' token: the kernels already
     # take it as an input, any other path waited for it

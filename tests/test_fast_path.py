@@ -418,10 +418,6 @@ def test_a_kivi_batch_whole_groups_apart_takes_one_fast_step_per_layer(cuda, pat
 
 
 # ---- ragged KIVI batches (tuning's ragged: accelerated/cache/ragged.py; docs/ragged-kivi.md) ----------------------
-_RAGGED = ("a ragged KIVI batch (rows not whole groups apart, one B-row cache with tuning's ragged on) appends on the "
-           "general path: in_place.InPlace.check refuses ragged streams, so each step has the checks' commit launch "
-           "(and at a row's flush an encode) beside the ragged partial; kernel work: a flush per row inside the "
-           "append (docs/ragged-kivi.md)")
 _KIVI_BOTH = [(i, kw) for i, kw, _ in CONFIGS if i.startswith("kivi")]
 
 
@@ -438,7 +434,8 @@ def _ragged_batch(kw):
 def test_a_ragged_kivi_batch_attends_through_the_ragged_partial(cuda, paths, kw, tune, monkeypatch):
     """KIVI prompts 37 tokens apart (G = 32) with tuning's ragged: one B-row cache per layer whose every decode step
     attends through one ragged partial launch (VQ_RAGGED) and its combine, never the ops path or a decode of the
-    cache (its append: still the general path, see the strict xfail below)."""
+    cache (the first step's append is the ragged append kernel's own launch, the later ones inside the partial:
+    test_a_ragged_kivi_batch_takes_one_fast_step_per_layer)."""
     from veloxquant.accelerated.cache import ragged
     tune(ragged=True)
     decoded = []
@@ -456,7 +453,9 @@ def test_a_ragged_kivi_batch_attends_through_the_ragged_partial(cuda, paths, kw,
     assert not paths["path"] and not paths["decoded"] and not decoded, (paths["path"], paths["decoded"], decoded)
 
 
-@pytest.mark.parametrize("kw", [pytest.param(kw, id=i, marks=_off(_RAGGED)) for i, kw in _KIVI_BOTH])
+@pytest.mark.parametrize("kw", [pytest.param(kw, id=i) for i, kw in _KIVI_BOTH])
 def test_a_ragged_kivi_batch_takes_one_fast_step_per_layer(cuda, paths, kw, tune):
+    """... and each step of it is one DecodeStep launch pair per layer (cache/ragged_step.py's plan: each row's
+    group flush inside the partial launch's append, VQ_RAGGED + APPEND), nothing else."""
     tune(ragged=True)
     _assert_batch_steps_fast(*_ragged_batch(kw), cuda, paths)

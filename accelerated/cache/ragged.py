@@ -16,8 +16,10 @@ The boundaries differ by less than g between rows, so the window holds at most R
 cache's does. The host knows every row's padding and the step count: which rows flush at a step needs no sync.
 A step's flushing rows (one phase) all encode the same positions b_i .. b'_i - 1 into the same group row.
 
-`RaggedStream` stores the layout; its appends run the general path (the method's encode_chunk per flushing phase:
-in_place.InPlace.check refuses ragged streams, so no fused append or decode step yet), and its record
+`RaggedStream` stores the layout; its appends run the general path (the method's encode_chunk per flushing phase,
+new arrays per flush) or, for KIVI in both roles, the in-place step of cache/ragged_step.py (in_place.append_in_place
+hands a ragged pair to it: buffers with room, one launch per step, the decode step's append inside the attention's
+partial launch), and its record
 (ops.attention.RaggedRecord) goes to the kernels' ragged partial (VQ_RAGGED: the scalar loop reads each row up to
 its own boundary, its key groups at its phase) where they take it, else to the ops path over every row's own tokens
 decoded (`dequantized`). docs/ragged-kivi.md has the rest of the kernel plan. Checks are those of a stream: deferred
@@ -36,6 +38,7 @@ from .. import layouts
 from ..ops import numerics, record
 from ..ops.attention import RaggedRecord
 from ..stream import Stream
+from . import ragged_step
 from .restack import empty_like, stream_split
 
 
@@ -143,6 +146,7 @@ class RaggedStream(Stream):
         """Row i's record: the bytes its own cache holds ({} before the first append)."""
         if self._bhd is None:
             return {}
+        self.sync()
         pad, f, bi = self._pads[i], phases(self._pads, self.params)[i], self.bounds()[i]
         out = {}
         for name in record.field_names(self.params):
@@ -168,6 +172,7 @@ class RaggedStream(Stream):
         b, h, t, d = x.shape
         if b != len(self._pads) or (self._bhd is not None and (b, h, d) != self._bhd):
             raise ValueError(f"x: shape {tuple(x.shape)} does not continue (B, H, d) = {self._bhd or b}")
+        self.sync()         # (rows an in-place step stored: read by the ops below)
         numerics.fault_nonfinite(x, numerics.NONFINITE)
         win = x if self._window is None or not self._window.shape[2] else mx.concatenate([self._window, x], axis=2)
         old, new = self.bounds(), self.bounds(self._idx + t)
@@ -212,11 +217,12 @@ class RaggedStream(Stream):
 
     # -- rollback ------------------------------------------------------------------------------------
     def mark(self) -> tuple:
+        """(in-place steps write only past a mark's rows, so the buffers it names still hold its state)"""
         return (self._epoch, self._version, self._idx, dict(self._f), self._lo, self._window, self._dtype,
-                self._bhd)
+                self._bhd, self._wbuf, self._ws, self._wview)
 
     def restore(self, mark: tuple) -> None:
-        epoch, _, self._idx, f, self._lo, self._window, self._dtype, self._bhd = mark
+        epoch, _, self._idx, f, self._lo, self._window, self._dtype, self._bhd, self._wbuf, self._ws, self._wview = mark
         if epoch != self._epoch:
             raise ValueError("mark: taken before a trim; it can no longer be restored")
         self._f = dict(f)
@@ -226,8 +232,14 @@ class RaggedStream(Stream):
         raise ValueError("n: a ragged B-row stream trims per sequence (the batch cache goes per sequence first)")
 
     def __deepcopy__(self, memo) -> "RaggedStream":
-        new = copy.copy(self)           # arrays are never written after a commit made them: shared
-        new._f, new._pads = dict(self._f), list(self._pads)
+        """An independent copy: its own fields and window (in-place steps write the buffers)."""
+        self.sync()
+        new = copy.copy(self)
+        new._pads, new._token = list(self._pads), None
+        new._f = {n: mx.array(a) + mx.zeros((), dtype=a.dtype) for n, a in self._f.items()}
+        new._window = None if self._window is None else self._window + mx.zeros((), dtype=self._window.dtype)
+        new._wbuf = new._wview = None
+        mx.eval(*new._f.values(), *([] if new._window is None else [new._window]))
         memo[id(self)] = new
         return new
 
@@ -237,6 +249,7 @@ class RaggedStream(Stream):
         whatever the rows hold there; attention never reads them)."""
         if self._bhd is None:
             raise ValueError("stream: no tokens appended yet")
+        self.sync()
         p, (b, h, d) = self.params, self._bhd
         bnd, fph = self.bounds(), phases(self._pads, p)
         top = max(bnd)
@@ -264,11 +277,19 @@ class RaggedStream(Stream):
         decoded, for the ops path: accelerated/attention.py)."""
         if self._bhd is None:
             raise ValueError("stream: no tokens appended yet")
+        return RaggedRecord(self.params, dict(self._f), self._window, self._lo, self._method.decode_tokens,
+                            self._token, self.phase_array(), self.dequantized)
+
+    def phase_array(self) -> mx.array:
+        """Each row's group phase, (B,) int32 on the device (made once)."""
         if self._phases is None:
             self._phases = mx.array(phases(self._pads, self.params), dtype=mx.int32)
             mx.eval(self._phases)
-        return RaggedRecord(self.params, dict(self._f), self._window, self._lo, self._method.decode_tokens, None,
-                            self._phases, self.dequantized)
+        return self._phases
+
+    def append_in_place(self, v: "RaggedStream", keys: mx.array, values: mx.array, after, plan=None):
+        """in_place.append_in_place for this stream (keys) and `v` (values): cache/ragged_step.py."""
+        return ragged_step.append_in_place(self, v, keys, values, after, plan)
 
     def record(self) -> dict:
         raise ValueError("stream: a ragged B-row stream has no one record (its rows: `row`)")

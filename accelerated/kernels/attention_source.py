@@ -218,13 +218,8 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
                                     gcap=f"(int){out['f_s1']}_shape[2]" if kivi and r == "k" else None,
                                     role_window=win if mixed else None))
     files = kappend.MIXED if mixed else kappend.WINDOWED if haswin else kappend.SCOPED
-    return kappend.scope_constants() + "".join(scopes) + (RAGGED_ENCODES if ragged else "") \
+    return kappend.scope_constants() + "".join(scopes) + (kappend.RAGGED_ENCODES if ragged else "") \
         + loader.text("attention_append.h", files)
-
-
-# a ragged launch's encode rows (csrc/encode.h): row b encodes the group at vq_base (the scope's first row: x) where
-# x - its phase is a multiple of the group size (cache/ragged.py: b's boundary moves from x to x + G at this step)
-RAGGED_ENCODES = "#define VQ_ROW_ENCODES(b) (vq_base >= (int)rphase[b] && (vq_base - (int)rphase[b]) % gs == 0)\n"
 
 
 def partial_body(mk: int, mv: int, tc: bool) -> str:

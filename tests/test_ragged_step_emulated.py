@@ -1,0 +1,189 @@
+"""A ragged KIVI batch's decode steps (tuning's ragged: accelerated/cache/ragged.py, its in-place step
+cache/ragged_step.py) through the library's own DecodeStep, with every launch run by the kernel BODIES on the CPU:
+the partial with the step's append inside (VQ_RAGGED + APPEND: each row flushes its group at its own step) and the
+combine as tests/test_rotating_step_emulated.py runs them, and the append launched alone (the plan's first step:
+kernels/append.py with `rphase`) by the emulator of tests/test_append_kernel_emulated.py. The bodies write into the
+cache's own buffers (numpy views of them), so what is checked is what the host planned: buffers, views, x, the
+flush, nenc.
+
+Each row's stored bytes (RaggedStream.row: its fields to its own boundary and its own window) after every step are
+its single cache's (the MLX ops path, no kernels), and each row's output is within the emulated tests' tolerance of
+float64 over that single cache; every step after the first is one DecodeStep launch pair (partial + combine).
+`..._on_the_gpu`: the same steps with MLX's CUDA kernels (skipped without a CUDA backend; not yet run)."""
+from __future__ import annotations
+
+import ctypes
+import shutil
+import types
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated import attention as vattention
+from veloxquant.accelerated import kernels
+from veloxquant.accelerated.cache import masks, ragged
+from veloxquant.accelerated.kernels import append as fused
+from veloxquant.accelerated.kernels import attention as katt
+from veloxquant.accelerated.kernels import backend
+from _attention_util import f64_attention
+from _batch_util import D, H, filled_with, kv
+import _kernel_emulator as ke   # noqa: E402  (tests/ is on sys.path under pytest)
+from test_attention_kernels_emulated import CTYPES
+from test_rotating_step import install_backend, release_backend
+from test_rotating_step_emulated import _Combine, _Partial, _shared
+from test_window_step import _Commit
+
+G = 16
+REP = 2
+
+
+class _RaggedPartial(_Partial):
+    def __init__(self, ns, name, names):
+        super().__init__(ns, name, names)
+        self.key = self.key + (name.endswith("g"),)      # (kernels.attention._compiled's tag: 'g' ragged)
+
+
+class _Append:
+    """kernels/append.py's launch (any variant) run by its body in the emulator: the text fused.body makes for the
+    kernel's name, the launch's template as constants, its inputs as numpy views of the MLX arrays (written in place)."""
+
+    def __init__(self, ns, name, names):
+        self.ns, self.names = ns, list(names)
+        rest = name.removeprefix("vq_append_kivi_kivi")
+        self.apart, self.ragged = "_apart" in rest, rest.endswith("_g")
+        assert "_w" in rest, name
+
+    def specialized(self, template=None):
+        return self
+
+    def _lib(self, inputs, template):
+        params, args = [], []
+        for j, (n, a) in enumerate(zip(self.names, inputs)):
+            params.append(f"const {CTYPES[a.dtype]}* {n}")
+            args.append(f"(const {CTYPES[a.dtype]}*)p[{j}]")
+            if a.ndim == 4:
+                params += [f"Shape {n}_shape", f"Strides {n}_strides"]
+                args += [f"shape_of(sh + {4 * j})", f"strides_of(st + {4 * j})"]
+        consts = "".join(f"  using {k} = {CTYPES[v]};\n" if isinstance(v, mx.Dtype) else f"  constexpr int {k} = {v};\n"
+                         for k, v in template)
+        head = (ke.HARNESS.replace("@ENCODE@", "").replace("@DECODE@", "").replace("@ENC_DISPATCH@", "")
+                .replace("@DEC_DISPATCH@", ""))
+        text = (head + "#define VQ_DEV\n#define VQ_TG\n#define VQ_REF const auto&\n"
+                "#define VQ_MUT(type, p) const_cast<type*>(p)\n"
+                f"static void app_thread({', '.join(params)}, bool* flags) {{\n{consts}" + ke.PRELUDE
+                + fused.body("kivi", "kivi", self.apart, True, self.ragged) + "}\n"
+                + "extern \"C\" int vq_append(int pair, int groups, int warps, void** p, const int64_t* sh, "
+                "const int64_t* st) {\n  run_grid(groups, warps, [&] { app_thread("
+                + ", ".join(args) + f", (bool*)p[{len(self.names)}]); }});\n  return 0;\n}}\n")
+        return ke.compile_library(text, "veloxquant-ragged-append")
+
+    def __call__(self, *, inputs, template, grid, threadgroup, output_shapes, output_dtypes, **kw):
+        lib = self._lib(inputs, template)
+        ins = [_shared(a) for a in inputs]
+        flags = np.ones(output_shapes[0], np.bool_)
+        ptrs = (ctypes.c_void_p * (len(ins) + 1))(*[a.ctypes.data for a in ins + [flags]])
+        sh, st = np.zeros((len(ins), 4), np.int64), np.zeros((len(ins), 4), np.int64)
+        for j, a in enumerate(ins):
+            if a.ndim == 4:
+                sh[j], st[j] = a.shape, [s // a.itemsize for s in a.strides]
+        assert lib.vq_append(0, grid[0] // threadgroup[0], threadgroup[0] // 32, ptrs, ke._ptr(sh), ke._ptr(st)) == 0
+        self.ns.appends += 1
+        return [mx.array(flags)]
+
+
+@pytest.fixture
+def bodies(monkeypatch, tune):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not installed: no CPU emulation")
+    ns = types.SimpleNamespace(params=None, launches=[], lib=None, append=False, edit=None, appends=0)
+    monkeypatch.setattr(backend, "_gpu_backend", lambda: ("cuda", "CPU emulation of the bodies"))
+    monkeypatch.setattr(backend, "available", lambda: (True, "CPU emulation of the bodies"))
+    monkeypatch.setattr(kernels, "available", lambda: (True, "CPU emulation of the bodies"))
+    monkeypatch.setattr(katt, "_mma_available", lambda: False)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 4)
+    tune(fuse_append=True, fuse_combine=False, tokens_per_split=24, combine_threads=D, ragged=True)
+
+    def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True):
+        if name.startswith("vq_commit"):
+            return _Commit(list(input_names))
+        if name.startswith("vq_attention_partial"):
+            return _RaggedPartial(ns, name, input_names)
+        if name.startswith("vq_attention_combine"):
+            return _Combine(ns, name.endswith("_a"))
+        assert name.startswith("vq_append"), f"unexpected launch {name}"
+        return _Append(ns, name, input_names)
+
+    install_backend(monkeypatch, cuda_kernel)
+    yield ns
+    release_backend()
+
+
+def _singles(make, lengths, steps):
+    """Each row's single cache on the MLX ops path (no kernels), after each step: (dequantized keys, values, records)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(backend, "available", lambda: (False, "the ops path"))
+        singles = filled_with(make, lengths, seed=7)
+        out = []
+        for step in range(steps):
+            k, v = kv(1, 900 + step, b=len(lengths))
+            per = []
+            for i, c in enumerate(singles):
+                c.update_and_fetch(k[i:i + 1], v[i:i + 1])
+                per.append((np.array(c._k.dequantized()), np.array(c._v.dequantized()), c._k.record(), c._v.record()))
+            out.append(per)
+        return out
+
+
+CASES = [("R0", 0, [37, 50, 64, 21]), ("R8", 8, [37, 50, 64, 5])]
+
+
+@pytest.mark.parametrize("window, lengths", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_ragged_batch_steps_through_the_fused_decode_step(bodies, window, lengths):
+    flushed = _steps(window, lengths)
+    assert bodies.appends == 1, f"{bodies.appends} append launches alone (the plan's first step only)"
+    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
+    fused_steps = [x for x in bodies.launches if x["key"][6]]
+    assert len(fused_steps) == G + 1 and all(x["key"][7] for x in fused_steps), bodies.launches
+
+
+@pytest.mark.parametrize("window, lengths", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_ragged_batch_steps_through_the_fused_decode_step_on_the_gpu(window, lengths, tune):
+    """The same steps on a CUDA GPU (MLX's CUDA build): the kernels compiled and launched by MLX."""
+    if not backend.available()[0] or backend.backend() != "cuda":
+        pytest.skip("no CUDA GPU backend here")
+    tune(ragged=True)
+    assert _steps(window, lengths) == set(range(len(lengths)))
+
+
+def _steps(window: int, lengths: list) -> set:
+    """G + 2 decode steps of the ragged batch of `lengths` (KIVI 2-bit, G = 16, window R) against each row's single
+    cache (see the module); returns the rows that flushed."""
+    make = lambda: vc.KIVIKVCache(bits=2, group_size=G, seed=2, layer=1, window=window)   # noqa: E731
+    steps = G + 2
+    want = _singles(make, lengths, steps)
+    batch = vc.KIVIKVCache.merge(filled_with(make, lengths, seed=7))
+    assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
+    lp = batch.left_padding.tolist()
+    flushed = set()
+    for step in range(steps):
+        k, v = kv(1, 900 + step, b=len(lengths))
+        q = mx.random.normal((len(lengths), REP * H, 1, D), key=mx.random.key(40 + step)).astype(mx.float16)
+        mask = masks.row_starts(batch.make_mask(1))
+        before = batch.inner._k.bounds()
+        kk, vv = batch.update_and_fetch(k, v)
+        assert (kk.step is not None) == (step > 0), f"step {step}: DecodeStep {kk.step}"
+        out = np.array(vattention.attend(q, kk, vv, D ** -0.5, mask).astype(mx.float32))
+        ks, vs = batch.inner._k, batch.inner._v
+        flushed.update(i for i, (b0, b1) in enumerate(zip(before, ks.bounds())) if b1 > b0)
+        for i, (kd, vd, krec, vrec) in enumerate(want[step]):
+            for role, s, rec in (("k", ks, krec), ("v", vs, vrec)):
+                mine = s.row(i)
+                for name, a in rec.items():
+                    assert np.array_equal(np.array(mine[name]).view(np.uint8), np.array(a).view(np.uint8)), \
+                        f"step {step}: row {i} (padding {lp[i]}) {role} {name} differs from its single cache's"
+            ref = f64_attention(np.array(q[i:i + 1].astype(mx.float32)), kd, vd, D ** -0.5, False)
+            np.testing.assert_allclose(out[i:i + 1], ref, rtol=0, atol=2e-3 * np.abs(ref).max(),
+                                       err_msg=f"step {step}: row {i} vs float64 over its single cache")
+    return flushed
