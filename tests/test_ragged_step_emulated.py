@@ -120,14 +120,15 @@ def bodies(monkeypatch, tune):
     release_backend()
 
 
-def _singles(make, lengths, steps):
-    """Each row's single cache on the MLX ops path (no kernels), after each step: (dequantized keys, values, records)."""
+def _singles(make, lengths, seeds):
+    """Each row's single cache on the MLX ops path (no kernels), after each step (one per seed of kv):
+    (dequantized keys, values, records) per row."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(backend, "available", lambda: (False, "the ops path"))
         singles = filled_with(make, lengths, seed=7)
         out = []
-        for step in range(steps):
-            k, v = kv(1, 900 + step, b=len(lengths))
+        for seed in seeds:
+            k, v = kv(1, seed, b=len(lengths))
             per = []
             for i, c in enumerate(singles):
                 c.update_and_fetch(k[i:i + 1], v[i:i + 1])
@@ -162,28 +163,64 @@ def _steps(window: int, lengths: list) -> set:
     cache (see the module); returns the rows that flushed."""
     make = lambda: vc.KIVIKVCache(bits=2, group_size=G, seed=2, layer=1, window=window)   # noqa: E731
     steps = G + 2
-    want = _singles(make, lengths, steps)
+    want = _singles(make, lengths, [900 + s for s in range(steps)])
     batch = vc.KIVIKVCache.merge(filled_with(make, lengths, seed=7))
     assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
-    lp = batch.left_padding.tolist()
     flushed = set()
     for step in range(steps):
-        k, v = kv(1, 900 + step, b=len(lengths))
-        q = mx.random.normal((len(lengths), REP * H, 1, D), key=mx.random.key(40 + step)).astype(mx.float16)
-        mask = masks.row_starts(batch.make_mask(1))
         before = batch.inner._k.bounds()
-        kk, vv = batch.update_and_fetch(k, v)
+        kk = _step(batch, 900 + step, want[step], f"step {step}")
         assert (kk.step is not None) == (step > 0), f"step {step}: DecodeStep {kk.step}"
-        out = np.array(vattention.attend(q, kk, vv, D ** -0.5, mask).astype(mx.float32))
-        ks, vs = batch.inner._k, batch.inner._v
-        flushed.update(i for i, (b0, b1) in enumerate(zip(before, ks.bounds())) if b1 > b0)
-        for i, (kd, vd, krec, vrec) in enumerate(want[step]):
-            for role, s, rec in (("k", ks, krec), ("v", vs, vrec)):
-                mine = s.row(i)
-                for name, a in rec.items():
-                    assert np.array_equal(np.array(mine[name]).view(np.uint8), np.array(a).view(np.uint8)), \
-                        f"step {step}: row {i} (padding {lp[i]}) {role} {name} differs from its single cache's"
-            ref = f64_attention(np.array(q[i:i + 1].astype(mx.float32)), kd, vd, D ** -0.5, False)
-            np.testing.assert_allclose(out[i:i + 1], ref, rtol=0, atol=2e-3 * np.abs(ref).max(),
-                                       err_msg=f"step {step}: row {i} vs float64 over its single cache")
+        flushed.update(i for i, (b0, b1) in enumerate(zip(before, batch.inner._k.bounds())) if b1 > b0)
     return flushed
+
+
+def _step(batch, seed: int, want: list, when: str, bad: bool = False):
+    """One decode step (kv's chunk of `seed`; `bad`: row 1's keys NaN) and its attention; unless `bad`, each row
+    checked against `want` (its single cache's state after the same step). Returns the step's keys (a PackedKV)."""
+    b = len(want)
+    k, v = kv(1, seed, b=b)
+    if bad:
+        k = mx.concatenate([k[:1], mx.full(k[1:2].shape, float("nan"), dtype=k.dtype), k[2:]])
+    q = mx.random.normal((b, REP * H, 1, D), key=mx.random.key(seed)).astype(mx.float16)
+    mask = masks.row_starts(batch.make_mask(1))
+    kk, vv = batch.update_and_fetch(k, v)
+    out = np.array(vattention.attend(q, kk, vv, D ** -0.5, mask).astype(mx.float32))
+    if bad:
+        return kk
+    ks, vs, lp = batch.inner._k, batch.inner._v, batch.left_padding.tolist()
+    for i, (kd, vd, krec, vrec) in enumerate(want):
+        for role, s, rec in (("k", ks, krec), ("v", vs, vrec)):
+            mine = s.row(i)
+            for name, a in rec.items():
+                assert np.array_equal(np.array(mine[name]).view(np.uint8), np.array(a).view(np.uint8)), \
+                    f"{when}: row {i} (padding {lp[i]}) {role} {name} differs from its single cache's"
+        ref = f64_attention(np.array(q[i:i + 1].astype(mx.float32)), kd, vd, D ** -0.5, False)
+        np.testing.assert_allclose(out[i:i + 1], ref, rtol=0, atol=2e-3 * np.abs(ref).max(),
+                                   err_msg=f"{when}: row {i} vs float64 over its single cache")
+    return kk
+
+
+def test_a_rejected_fused_step_rolls_every_row_back(bodies):
+    """A NaN in one row's keys, stored by a fused step (inside the partial launch): the deferred check raises at a
+    later step with every row back before that chunk (marks over the in-place buffers), and the steps after it (a new
+    plan: one append launched alone, then fused ones) keep each row its single cache's bytes."""
+    lengths = [37, 50, 64, 5]
+    make = lambda: vc.KIVIKVCache(bits=2, group_size=G, seed=2, layer=1, window=8)   # noqa: E731
+    good = 5            # (the bad step moves the rows' least boundary, 46 -> 48: the window's first row moves)
+    seeds = [900 + n for n in range(good)] + list(range(910, 910 + G))
+    want = _singles(make, lengths, seeds)
+    batch = vc.KIVIKVCache.merge(filled_with(make, lengths, seed=7))
+    for n in range(good):
+        _step(batch, seeds[n], want[n], f"step {n}")
+    kk = _step(batch, 905, want[0], "the bad step", bad=True)
+    assert kk.step is not None, "the bad chunk did not take the fused step"
+    with pytest.raises(ValueError, match="keys"):
+        for s in range(3):
+            batch.update_and_fetch(*kv(1, 906 + s, b=len(lengths)))
+        batch.check()
+    assert batch.offset.tolist() == [64 + good - p for p in batch.left_padding.tolist()]
+    for n in range(good, len(seeds)):
+        _step(batch, seeds[n], want[n], f"step {n} after the rollback")
+    # (the first plan's, the new plan's, and a pending append the raising update flushed: DecodeStep.flush)
+    assert bodies.appends >= 2, f"{bodies.appends} append launches alone"
