@@ -22,11 +22,12 @@ import pytest
 
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import attention as vattention
-from veloxquant.accelerated import kernels
+from veloxquant.accelerated import kernels, ops
 from veloxquant.accelerated.cache import masks, ragged
 from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend
+from veloxquant.accelerated.kernels import methods as km
 from _attention_util import f64_attention
 from _batch_util import D, H, filled_with, kv
 import _kernel_emulator as ke   # noqa: E402  (tests/ is on sys.path under pytest)
@@ -224,3 +225,35 @@ def test_a_rejected_fused_step_rolls_every_row_back(bodies):
         _step(batch, seeds[n], want[n], f"step {n} after the rollback")
     # (the first plan's, the new plan's, and a pending append the raising update flushed: DecodeStep.flush)
     assert bodies.appends >= 2, f"{bodies.appends} append launches alone"
+
+
+def test_a_mixed_ragged_batch_stores_its_rows_in_place_on_the_general_path(bodies, monkeypatch):
+    """Keys turboquant 3-bit beside values KIVI 2-bit (no fused step for ragged rows: the general path, attention on
+    the ops path): on a GPU's general path the flushed rows go through the checks' commit launch into the fields' own
+    arrays (RaggedStream.commit's `writes`; here its body, test_window_step._Commit), so each field's array is made at
+    most once more (when it first grows, with room) instead of copied at every flush; each row's bytes stay its single
+    cache's after every step."""
+    # (the ops path's decode of every row's tokens: accelerated.ops' bytes, no decode kernel stood in here)
+    monkeypatch.setattr(km.KernelMethod, "decode_tokens",
+                        lambda self, fields, p, d: ops.method_module(p.method).decode_tokens(fields, p, d))
+    lengths = [37, 50, 64, 21]
+    make = lambda: vc.VeloxKVCache(key_method="turboquant", key_bits=3, value_method="kivi",   # noqa: E731
+                                   value_bits=2, group_size=G, seed=2, layer=1, window=8)
+    seeds = [900 + s for s in range(2 * G + 2)]      # (every phase flushes twice: once growing, once in place)
+    want = _singles(make, lengths, seeds)
+    batch = vc.VeloxKVCache.merge(filled_with(make, lengths, seed=7))
+    assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
+    seen: dict = {}
+
+    def note():
+        for role, s in (("k", batch.inner._k), ("v", batch.inner._v)):
+            for name, a in s._f.items():
+                seen.setdefault((role, name), []).append(a)
+    note()          # (the merge's arrays, exactly as large as the rows need)
+    for n, seed in enumerate(seeds):
+        kk = _step(batch, seed, want[n], f"step {n}")
+        assert kk.step is None, "a mixed ragged pair took a DecodeStep"
+        note()
+    made = {key: len({id(a) for a in arrays}) for key, arrays in seen.items()}
+    assert all(m <= 2 for m in made.values()), f"field arrays made per field over {len(seeds)} steps: {made}"
+    assert made[("k", "codes")] == 2, made       # (the keys flush every step: one growth, then in place)

@@ -191,7 +191,10 @@ class RaggedStream(Stream):
         return _Pending(self, self._version, name, (b, h, d), tuple(out), win)
 
     def commit(self, pending: _Pending, writes: list | None = None) -> None:
-        """Apply a `prepare` result (its rows stored here, also where a caller passes `writes`)."""
+        """Apply a `prepare` result. With `writes` (a list: a GPU's general path, cache/base.py), rows that fit in a
+        field's array are not stored here: their (destination view, source) pairs go to `writes` for the caller's
+        commit launch (kernels/commit.py, in place: no copy of the field), and a field that grows gets room for
+        ragged_step.ROOM more positions; without, new arrays (the CPU)."""
         if pending.stream is not self or pending.version != self._version:
             raise ValueError("pending: prepared for another stream or an earlier state")
         self._dtype, self._bhd = pending.dtype, pending.bhd
@@ -205,6 +208,11 @@ class RaggedStream(Stream):
                 top = max(self._rows_of(name, 0, bi, fi)[1] for bi, fi in zip(new, fph))
                 cur = f.get(name)
                 n = 0 if cur is None else cur.shape[2]
+                if writes is not None and n >= top:     # (rows past every mark's and view's: in place)
+                    writes += _row_writes(cur, rows, lo, hi, enc)
+                    continue
+                if writes is not None:
+                    top = max(top, ragged_step.need(self, name, idx + ragged_step.ROOM))
                 grown = mx.zeros((len(self._pads), *enc.shape[1:2], max(top, n), *enc.shape[3:]), dtype=enc.dtype)
                 if n:
                     grown[:, :, :n] = cur
@@ -306,6 +314,19 @@ class RaggedStream(Stream):
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self._f.values()) + (0 if self._window is None else self._window.nbytes)
+
+
+def _row_writes(buf: mx.array, rows: list, lo: int, hi: int, enc: mx.array) -> list:
+    """(destination view, source) pairs storing enc (one row per entry of `rows`) into rows lo .. hi - 1 of those
+    batch rows of buf: one pair per run of consecutive batch rows."""
+    out, j = [], 0
+    while j < len(rows):
+        k = j
+        while k + 1 < len(rows) and rows[k + 1] == rows[k] + 1:
+            k += 1
+        out.append((buf[rows[j]:rows[k] + 1, :, lo:hi], enc[j:k + 1]))
+        j = k + 1
+    return out
 
 
 # ---- the batch cache's inner VeloxKVCache over ragged streams (accelerated/cache/batch_shared.py) ----------

@@ -7,7 +7,8 @@ phase f flush (f = (idx' - R) mod G and x = idx' - R - G >= f: cache/ragged.py),
 the fields (the kernel's rows read their phase: only those rows encode). The host knows the flush, x and the rows'
 least boundary after the step (the attention's nenc) from the paddings and the step count, no device read.
 
-Buffers (no full-size copy per flush, the general path's commit makes one): each field of a stream is one array with
+Buffers (no full-size copy per flush; on a GPU the general path's commit writes into the same arrays where they have
+room: RaggedStream.commit's `writes`): each field of a stream is one array with
 room past every row's boundary (rows from position 0, group rows from group 0), written in place; the window is a view
 of a buffer (`_wbuf`, its first row `_ws` at position `_lo`) that a step extends by the chunk's row and whose first
 row moves by the change of the least boundary. Rows are only written past the state a mark or a view holds, so marks
@@ -25,7 +26,7 @@ from ..ops import record
 ROOM = 256          # positions a buffer grows by past what it must hold (as stream._Rows.step)
 
 
-def _need(s, name: str, positions: int) -> int:
+def need(s, name: str, positions: int) -> int:
     """Rows field `name` of ragged stream s needs to hold `positions` positions (group rows: one per G)."""
     p = s.params
     return positions // p.group_size + 1 if name in layouts.of(p).group_rows(p.role) else positions
@@ -51,8 +52,8 @@ def reserve(s, t: int) -> None:
         a = f.get(name)
         if a is None:
             a = mx.zeros(shapes[name], dtype=record.FIELD_DTYPES[kinds[name]])
-        if a.shape[2] < _need(s, name, end):
-            a = _grown(a, _need(s, name, end + ROOM))
+        if a.shape[2] < need(s, name, end):
+            a = _grown(a, need(s, name, end + ROOM))
         f[name] = a
     s._f = f
     w, n = s._window, s._idx - s._lo
@@ -111,7 +112,7 @@ class RaggedInPlace:
     def _room(self, s) -> bool:
         end = s._idx + self.t
         return (s._window is s._wview and s._ws + s._idx - s._lo + self.t <= s._wbuf.shape[2]
-                and all(a.shape[2] >= _need(s, n, end) for n, a in s._f.items()))
+                and all(a.shape[2] >= need(s, n, end) for n, a in s._f.items()))
 
     def holds(self, k, v, keys: mx.array, values: mx.array) -> bool:
         return (k is self.k and v is self.v and k._version == self.kver and v._version == self.vver
@@ -178,4 +179,4 @@ def append_in_place(k, v, keys: mx.array, values: mx.array, after: mx.array | No
     return token, plan
 
 
-__all__ = ["RaggedInPlace", "append_in_place", "reserve"]
+__all__ = ["RaggedInPlace", "append_in_place", "need", "reserve", "ROOM"]
