@@ -257,3 +257,14 @@ def test_a_mixed_ragged_batch_stores_its_rows_in_place_on_the_general_path(bodie
     made = {key: len({id(a) for a in arrays}) for key, arrays in seen.items()}
     assert all(m <= 2 for m in made.values()), f"field arrays made per field over {len(seeds)} steps: {made}"
     assert made[("k", "codes")] == 2, made       # (the keys flush every step: one growth, then in place)
+
+
+def test_a_ragged_batch_steps_with_the_append_launched_alone(bodies, tune):
+    """tuning's fuse_append off (Metal's way, and a knob on CUDA): every step's append is the ragged append kernel's
+    own launch (kernels/append.py with rphase), then the ragged partial without it; the same bytes per row and
+    outputs."""
+    tune(fuse_append=False)
+    window, lengths = CASES[1][1:]
+    assert _steps(window, lengths) == set(range(len(lengths)))
+    assert bodies.appends == G + 2, f"{bodies.appends} append launches alone for {G + 2} steps"
+    assert bodies.launches and not any(x["key"][6] for x in bodies.launches), "a partial launch with the append"
