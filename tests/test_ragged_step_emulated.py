@@ -268,3 +268,35 @@ def test_a_ragged_batch_steps_with_the_append_launched_alone(bodies, tune):
     assert _steps(window, lengths) == set(range(len(lengths)))
     assert bodies.appends == G + 2, f"{bodies.appends} append launches alone for {G + 2} steps"
     assert bodies.launches and not any(x["key"][6] for x in bodies.launches), "a partial launch with the append"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_ragged_append_compiles(tmp_path):
+    """The ragged append kernel (kernels/append.py with rphase: KIVI 2-bit both roles, windows) as
+    mx.fast.cuda_kernel wraps it, in both role layouts: compiles for sm_90 without spills."""
+    import subprocess
+    import test_attention_kernels_source as tas
+    from veloxquant import spec
+    from veloxquant.accelerated import tuning
+    from veloxquant.accelerated.kernels import source
+    kp, vp = (spec.Params("kivi", bits=2, group_size=32, window=8, role=r).resolved() for r in "kv")
+    body, header = "", ""
+    for apart in (False, True):
+        header, text = fused.assemble("cuda", "kivi", "kivi", apart, True, True)
+        names = fused.inputs("kivi", "kivi", True, True)
+        types = {n: "int32_t" if n in ("base", "rphase") else "bool" if n in ("after", "flags") else "uint32_t"
+                 if n.endswith(("const", "codes1", "codes2")) else "__half" for n in names + ["flags"]}
+        body += tas._kernel(f"append_ragged_{int(apart)}", text, names, fused.OUTPUTS, types,
+                            [("KM", source.METHOD_IDS["kivi"]), ("VM", source.METHOD_IDS["kivi"]), ("D", 128),
+                             ("KTS", "__half"), ("VTS", "__half"), ("KXT", "__half"), ("VXT", "__half"),
+                             *fused.code_template(kp, vp, tuning.DEFAULT.specialize_rows)])
+        body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n#undef VQ_ROW_ENCODES\n"
+    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
+            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
+            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n" + body + "}\n")
+    f = tmp_path / "append_ragged.cu"
+    f.write_text(text)
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(f), "-o",
+                        str(tmp_path / "append_ragged.cubin")], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stderr.count(" 0 bytes spill stores") == 2 and r.stderr.count("append_ragged_") >= 2, r.stderr[-2000:]
