@@ -15,7 +15,7 @@ import mlx.core as mx
 from . import layouts
 from .kernels import attention as kernel_attention
 from .ops import attention as ops_attention
-from .ops.attention import MAX_PACKED_QUERIES, PackedRecord, RowStarts, Views
+from .ops.attention import MAX_PACKED_QUERIES, PackedRecord, RaggedRecord, RowStarts, Views
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +88,18 @@ class StepKV(PackedKV):
             object.__setattr__(self, "_plan", lazy)
             del self.__dict__["_lazy"]
         return self.__dict__["_record"]
+
+
+class RaggedStepKV(StepKV):
+    """A StepKV of a ragged KIVI batch's in-place step (cache/ragged_step.py): its record is the ragged stream's
+    (RaggedRecord: the whole buffers, `encoded` the rows' least boundary after the step, the window after it, each
+    row's phase); other paths read every row's own tokens decoded (`decoded`: the stream's state once stored)."""
+
+    def plan_record(self, token: mx.array | None = None, rows: bool = False) -> PackedRecord:
+        s, bufs, q = self.__dict__.get("_lazy") or self.__dict__["_plan"]
+        w = self.held if rows else self.window
+        return RaggedRecord(s.params, dict(bufs), w, q, s._method.decode_tokens, token, s.phase_array(),
+                            s.dequantized)
 
 
 def _with_flags(out: mx.array, *views: PackedKV) -> mx.array:
@@ -168,6 +180,15 @@ def _decoded_rows(queries, k, v, scale: float, rows: RowStarts) -> mx.array:
     return mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale, mask=rows.array(l, t))
 
 
+def _ragged(queries, k: RaggedRecord, v: RaggedRecord, scale: float, mask) -> mx.array:
+    """Ragged KIVI rows (accelerated/cache/ragged.py): the kernels' ragged partial where they take the call, else the
+    ops path over every row's tokens decoded (a record with nothing encoded)."""
+    if queries.shape[2] <= MAX_PACKED_QUERIES and kernel_attention.supports(queries, k, v, mask):
+        return kernel_attention.attention(queries, k, v, scale, mask)
+    k, v = (PackedKV(PackedRecord(r.params, {}, r.decoded(), 0, r.decode_tokens)) for r in (k, v))
+    return attend(queries, k, v, scale, mask)
+
+
 def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, mask=None,
            sinks=None) -> mx.array:
     """softmax(scale * q K^T + mask) V over packed keys/values; mlx-lm's SDPA contract (queries
@@ -180,6 +201,8 @@ def attend(queries: mx.array, keys: PackedKV, values: PackedKV, scale: float, ma
         out = st.attend(queries, keys, values, scale, mask)   # the fused kernels' launch, its fixed part made once
         if out is not None:
             return out
+    if isinstance(keys.record, RaggedRecord):       # (accelerated/cache/ragged.py)
+        return _with_flags(_ragged(queries, keys.record, values.record, scale, mask), keys, values)
     which = path(queries, keys, values, mask)
     if which == "decoded":
         k, v = keys.dequantized(eager=True), values.dequantized(eager=True)   # peak memory: one block

@@ -23,7 +23,10 @@ def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, 
     launch's token (both streams now end with the chunk) and the InPlace to pass to the next call, or
     (None, None) with nothing changed (the caller takes the general path).
     The checks an earlier append made (shape, dtype, parameters) hold for a chunk continuing it; the data
-    checks are in the token (accelerated.kernels.append.messages)."""
+    checks are in the token (accelerated.kernels.append.messages). A ragged KIVI pair (cache/ragged.py) takes its own
+    plan (cache/ragged_step.py: RaggedStream.append_in_place)."""
+    if getattr(k, "ragged", False):
+        return k.append_in_place(v, keys, values, after, plan)
     if plan is None or not plan.holds(k, v, keys, values):
         plan = InPlace.check(k, v, keys, values)
         if plan is None:
@@ -59,6 +62,8 @@ class InPlace:
 
     @classmethod
     def check(cls, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> "InPlace | None":
+        if getattr(k, "ragged", False) or getattr(v, "ragged", False):    # (cache/ragged_step.py has their plan)
+            return None
         t = keys.shape[2]
         lo = next(iter(k._rows.values())).lo
         kp, vp = k.params, v.params

@@ -48,6 +48,7 @@ class Tuning:
     # caches (accelerated/cache/) and the ops path (accelerated/ops/attention.py)
     split_rows: bool = True         # a batch cache cuts a full chunk into rows with one mx.split (B <= 10)
     shared: bool = True             # VeloxKVCache.merge makes a SharedBatchVeloxKVCache where eligible
+    ragged: bool = False            # ... also of KIVI rows not whole groups apart (cache/ragged.py: ops path only)
     compact_rows: int = 256         # a rotating cache frees evicted rows past this many (and the held tokens)
     attention_block: int = 2048     # encoded tokens per block of the ops attention (bounds its temporaries)
 

@@ -257,10 +257,11 @@ def _params(names, types, shaped):
 def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
     append = len(plan.key) > 6 and plan.key[6]
     starts = len(plan.key) > 7 and plan.key[7]
+    ragged = len(plan.key) > 8 and plan.key[8]      # (accelerated/cache/ragged.py: rows of their own KIVI phase)
     p_ins, c_ins = plan.partial_names, src.inputs("combine", append=append)
     types = {**in_types, "o_acc": "float", "o_ml": "float", "f_c": "float", "tok": "bool"}
-    pbody = ((src.append_block(*plan.key[:3]) if append else "")
-             + src.aliases("partial", *plan.key[:4], append=append, starts=starts)
+    pbody = ((src.append_block(*plan.key[:3], ragged=ragged) if append else "")
+             + src.aliases("partial", *plan.key[:4], append=append, starts=starts, ragged=ragged)
              + src.partial_body(plan.key[0], plan.key[1], plan.key[4]))
     cbody = src.aliases("combine") + (src.COMBINE_SUMMARY if append else "") + src.COMBINE_BODY
     p_shaped = [n for n in p_ins if f"{n}_shape" in pbody or f"{n}_strides" in pbody]

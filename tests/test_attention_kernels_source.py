@@ -59,6 +59,26 @@ PAIRS = [(0, 0, 4, 1, 4, 1), (1, 1, 2, 2, 3, 2), (3, 3, 3, 1, 2, 1), (2, 2, 1, 1
          (5, 5, 4, 1, 8, 1), (0, 4, 3, 1, 2, 1)]
 
 
+def _ragged_partial(be: str, kernel) -> str:
+    """The ragged KIVI partial (VQ_RAGGED: accelerated/cache/ragged.py; row starts, scalar loop), without and with a
+    window, as `kernel` (the backend's wrapper) writes it."""
+    half = "__half" if be == "cuda" else "half"
+    body = "#undef VQ_KGROW\n#undef VQ_RAGGED\n"
+    for haswin in (False, True):
+        _, partial = src.assemble("partial", be, 4, 4, haswin, False, False, False, True, True)
+        types = dict(q=half, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", kgs=half, kgz=half,
+                     vgs=half, vgz=half, kw=half, vw=half, flags="uint32_t", nenc="int32_t", rstart="int32_t",
+                     rphase="int32_t", out=half)
+        body += kernel(f"partial_ragged_{int(haswin)}", partial,
+                       src.inputs("partial", 4, 4, haswin, False, False, True, True), src.PARTIAL_OUTPUTS, types,
+                       [("MK", 4), ("MV", 4), ("KB1", 2), ("KB2", 1), ("VB1", 2), ("VB2", 1), ("D", 128), ("QB", 4),
+                        ("NT", 128), ("P", 16), ("KG", 32), ("VG", 32), ("CAUSAL", 0), ("HASWIN", int(haswin)),
+                        ("U", 2), ("PF", 1), ("FUSED", 0), ("APPEND", 0), ("OT", half), ("RW", 8 * int(haswin))])
+        body += ("#undef cnt\n#undef out\n" if be == "cuda" else "") + _UNDEF + "#undef rphase\n#undef VQ_KGROW\n" \
+            "#undef VQ_RAGGED\n"
+    return body
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 def test_cuda_sources_compile(tmp_path):
     header, combine = src.assemble("combine", "cuda")
@@ -84,6 +104,8 @@ def test_cuda_sources_compile(tmp_path):
             body += _kernel(f"combine_{i}_{d}", combine, src.inputs("combine"), src.COMBINE_OUTPUTS,
                             dict(q=dt, out=dt), [("MV", mv), ("D", d), ("CNT", max(d, 512)), ("OT", dt)])
             body += _UNDEF           # MLX compiles each kernel alone; here they share one file
+    body += _ragged_partial("cuda", _kernel)
+    names += ["partial_ragged_0", "partial_ragged_1"]
     # the combine after an APPEND partial: its summary of the token (COMBINE_SUMMARY)
     _, combine_a = src.assemble("combine", "cuda", append=True)
     body += _kernel("combine_append", combine_a, src.inputs("combine", append=True), src.COMBINE_APPEND_OUTPUTS,
@@ -104,12 +126,13 @@ def test_cuda_sources_compile(tmp_path):
     assert r.returncode == 0, r.stderr[-4000:]
     stats = {}
     for entry in r.stderr.split("Compiling entry function '")[1:]:
-        m = re.search(r"(partial_\d+_\d+)", entry.split("'")[0])
+        m = re.search(r"(partial_(?:\d+_\d+|ragged_\d))", entry.split("'")[0])
         spill = re.search(r"(\d+) bytes spill stores", entry)
         if m and spill:
             stats[m.group(1)] = int(spill.group(1))
     assert set(stats) == set(names), sorted(set(names) - set(stats))
     assert stats["partial_0_128"] == 0, stats    # turboquant b4 keys and values, d = 128: no spills
+    assert stats["partial_ragged_0"] == stats["partial_ragged_1"] == 0, stats   # ragged KIVI b2, d = 128
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
@@ -227,6 +250,31 @@ def test_cuda_partial_with_the_append_inside_compiles(tmp_path):
     for arch, spills in _local_memory(header, body, tmp_path / "attention_append", r"partial_append_\d+").items():
         assert set(spills) == {n for n, _ in names}, (arch, spills)
         assert not any(spills[n] for n, tc in names if tc), (arch, spills)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_ragged_partial_with_the_append_inside_compiles(tmp_path):
+    """The ragged KIVI partial (VQ_RAGGED, accelerated/cache/ragged.py) with the decode step's append inside (each
+    row flushing its group at its own step: attention_source.append_block's ragged scopes), KIVI 2-bit both roles
+    with a window, as a ragged decode step would launch it: compiles for sm_80 and sm_90 without spills."""
+    from veloxquant import spec
+    from veloxquant.accelerated.kernels import methods as km
+    header, partial = src.assemble("partial", "cuda", 4, 4, True, False, False, True, True, True)
+    dt = "__half"
+    types = dict(q=dt, kc1="uint32_t", vc1="uint32_t", kgs=dt, kgz=dt, vgs=dt, vgz=dt, kw=dt, vw=dt, kx=dt, vx=dt,
+                 kf=dt, vf=dt, kconst="uint32_t", vconst="uint32_t", flags="bool", nenc="int32_t", rstart="int32_t",
+                 rphase="int32_t", token="bool")
+    tmpl = [("MK", 4), ("MV", 4), ("KB1", 2), ("KB2", 1), ("VB1", 2), ("VB2", 1), ("D", 128), ("QB", 4),
+            ("NT", tuning.DEFAULT.partial_threads), ("P", 16), ("KG", 32), ("VG", 32), ("CAUSAL", 0), ("HASWIN", 1),
+            ("U", 2), ("PF", 1), ("FUSED", 0), ("APPEND", 1), ("OT", dt), ("RW", 8), ("KTS", dt), ("VTS", dt),
+            ("KXT", dt), ("VXT", dt)]
+    for r in "KV":
+        p = spec.Params("kivi", bits=2, group_size=32, window=8, role=r.lower()).resolved()
+        tmpl += [(f"{r}C{n}", c) for n, c in zip(("B1", "B2", "GS"), km.code_constants(p))]
+    body = _kernel("partial_ragged_append", partial, src.inputs("partial", 4, 4, True, False, True, True, True),
+                   src.APPEND_OUTPUTS, types, tmpl) + _UNDEF
+    for arch, spills in _local_memory(header, body, tmp_path / "attention_ragged", r"partial_ragged_append").items():
+        assert set(spills) == {"partial_ragged_append"} and not any(spills.values()), (arch, spills)
 
 
 def test_cold_loops_knob_reaches_the_cuda_header(monkeypatch, tune):

@@ -415,3 +415,47 @@ def test_a_kivi_batch_whole_groups_apart_takes_one_fast_step_per_layer(cuda, pat
     assert all(type(c) is SharedBatchVeloxKVCache and c._seq is None for c in merged), \
         sorted({type(c).__name__ for c in merged})
     _assert_batch_steps_fast(model, merged, cuda, paths)
+
+
+# ---- ragged KIVI batches (tuning's ragged: accelerated/cache/ragged.py; docs/ragged-kivi.md) ----------------------
+_KIVI_BOTH = [(i, kw) for i, kw, _ in CONFIGS if i.startswith("kivi")]
+
+
+def _ragged_batch(kw):
+    from veloxquant.accelerated.cache import ragged
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    model, merged = _merge_prefilled(kw, (PROMPT, PROMPT - 37))
+    assert all(type(c) is SharedBatchVeloxKVCache and c._seq is None and ragged.is_ragged(c.inner) for c in merged), \
+        "not one ragged B-row cache per layer"
+    return model, merged
+
+
+@pytest.mark.parametrize("kw", [pytest.param(kw, id=i) for i, kw in _KIVI_BOTH])
+def test_a_ragged_kivi_batch_attends_through_the_ragged_partial(cuda, paths, kw, tune, monkeypatch):
+    """KIVI prompts 37 tokens apart (G = 32) with tuning's ragged: one B-row cache per layer whose every decode step
+    attends through one ragged partial launch (VQ_RAGGED) and its combine, never the ops path or a decode of the
+    cache (the first step's append is the ragged append kernel's own launch, the later ones inside the partial:
+    test_a_ragged_kivi_batch_takes_one_fast_step_per_layer)."""
+    from veloxquant.accelerated.cache import ragged
+    tune(ragged=True)
+    decoded = []
+    real = ragged.RaggedStream.dequantized
+    monkeypatch.setattr(ragged.RaggedStream, "dequantized", lambda self: decoded.append(1) or real(self))
+    model, merged = _ragged_batch(kw)
+    q = mx.array([[1], [1]])
+    _reset(cuda, paths)
+    for i in range(STEPS):
+        model(q + i, cache=merged)
+    layer_steps = len(merged) * STEPS
+    partials = [n for n in cuda if n.startswith("vq_attention_partial")]
+    assert len(partials) == layer_steps and all(n.endswith("rg") for n in partials), sorted(set(partials))
+    assert sum(n.startswith("vq_attention_combine") for n in cuda) == layer_steps
+    assert not paths["path"] and not paths["decoded"] and not decoded, (paths["path"], paths["decoded"], decoded)
+
+
+@pytest.mark.parametrize("kw", [pytest.param(kw, id=i) for i, kw in _KIVI_BOTH])
+def test_a_ragged_kivi_batch_takes_one_fast_step_per_layer(cuda, paths, kw, tune):
+    """... and each step of it is one DecodeStep launch pair per layer (cache/ragged_step.py's plan: each row's
+    group flush inside the partial launch's append, VQ_RAGGED + APPEND), nothing else."""
+    tune(ragged=True)
+    _assert_batch_steps_fast(*_ragged_batch(kw), cuda, paths)

@@ -11,7 +11,8 @@ same position in every row; in rows still shorter than R it is padding). KIVI (e
 left padding is a whole number of groups (`alignment`: the lengths equal mod G): its key groups and its window's
 flushes count from the sequence's first token (a window holds R .. R + G - 1 tokens by the length mod G), so rows
 whole groups apart flush together at the stream's group bounds; rows that are not would need per-row flush
-positions in the kernels. A batch whose rows stop being whole groups apart (extend, a KIVI prefill) goes on per
+positions in the kernels (with tuning's `ragged` on, off by default, they share one B-row cache of ragged streams,
+each row flushing at its own phase: cache/ragged.py, its decode step cache/ragged_step.py, docs/ragged-kivi.md). A batch whose rows stop being whole groups apart (extend, a KIVI prefill) goes on per
 sequence inside this class (`_seq`, a BatchVeloxKVCache) until a filter leaves rows that are. The padding
 rows hold what the model computed for the padding tokens (a prompt's left padding, a right-padded prefill's tail
 once `finalize` rolled it to the left) or zeros (rows added by merge, extend); attention never reads them: the
@@ -47,6 +48,7 @@ from .batch import BatchVeloxKVCache, _same_config
 from .classes import cache_class
 from .left_padded import LeftPadded
 from .masks import _MASKS, _MASKS_KEPT, remember_mask
+from . import ragged
 from .restack import empty_like, layout, part_of, restack, rolled, stack, stream_split
 from .rotating import VeloxRotatingKVCache
 from ..ops.attention import RowStarts
@@ -81,8 +83,8 @@ def eligible(caches) -> bool:
         return (all(c.max_size == c0.max_size for c in caches)
                 and not any(p.window or p.method in _POSITIONAL for p in roles))
     top = max(c.offset for c in caches)
-    if any((top - c.offset) % alignment(*roles) for c in caches):
-        return False
+    if any((top - c.offset) % alignment(*roles) for c in caches):       # (tuning's ragged: cache/ragged.py)
+        return tuning.current().ragged and ragged.fits(caches, [top - c.offset for c in caches], top)
     if not any(p.window or p.method in _POSITIONAL for p in roles):
         return True
     for c in caches:
@@ -93,6 +95,14 @@ def eligible(caches) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _stacked(caches, lp, idx: int, like):
+    """restack.stack, or the ragged layout (cache/ragged.py) where KIVI rows are not whole groups apart."""
+    if any(x % alignment(like.key_params, like.value_params) for x in lp) and not isinstance(like,
+                                                                                           VeloxRotatingKVCache):
+        return ragged.stack(caches, lp, idx, like), None
+    return stack(caches, lp, idx, like)
 
 
 class SharedBatchVeloxKVCache(LeftPadded):
@@ -132,7 +142,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
         lengths = [c.offset for c in caches]
         top = max(lengths)
         lp = [top - n for n in lengths]
-        inner, held = stack(caches, lp, top, caches[0])
+        inner, held = _stacked(caches, lp, top, caches[0])
         return cls(inner, lp, len(caches), held)
 
     @property
@@ -185,8 +195,14 @@ class SharedBatchVeloxKVCache(LeftPadded):
     def _changed(self) -> None:
         self._offset = self._starts = None
 
+    def _unragged(self) -> None:
+        """A ragged inner cache (cache/ragged.py) goes per sequence for filter, extend, trim (restacked after)."""
+        if self._seq is None and ragged.is_ragged(self.inner):
+            self._seq, self.inner = self.per_sequence(), empty_like(self.inner)
+
     def filter(self, batch_indices) -> None:
         keep = batch_indices.tolist() if isinstance(batch_indices, mx.array) else [int(i) for i in batch_indices]
+        self._unragged()
         if self._seq is not None:
             self._seq.filter(keep)
             self._b = len(keep)
@@ -227,6 +243,7 @@ class SharedBatchVeloxKVCache(LeftPadded):
         if any(getattr(c, n, None) is not None for c in (self, other, self._seq, getattr(other, "_seq", None))
                for n in ("_right", "_skip", "_remaining")):
             raise ValueError("other: cannot extend between prepare and finalize")
+        self._unragged()
         top = max(self._idx, other._idx)
         shifts = (top - self._idx, top - other._idx)
         if (self._seq is not None or not isinstance(other, SharedBatchVeloxKVCache) or other._seq is not None
@@ -257,6 +274,8 @@ class SharedBatchVeloxKVCache(LeftPadded):
             return self._seq.extract(idx)
         if self.inner.empty():
             return empty_like(self.inner)
+        if ragged.is_ragged(self.inner):
+            return ragged.extract(self.inner, idx, self._lp)
         first = self._stream_tokens() - self._rows_held()[idx]     # its left padding (sliding window: held tokens)
         return restack([part_of(self.inner, 0, [idx], first)], self.inner, offset=self._idx - self._lp[idx])
 
@@ -303,10 +322,11 @@ class SharedBatchVeloxKVCache(LeftPadded):
         seq.finalize()
         self._lp = list(seq._lp)
         self._changed()
-        if any(x % self._align for x in self._lp):
+        if any(x % self._align for x in self._lp) and not (tuning.current().ragged and not self._rotating()
+                                                            and ragged.fits(seq.caches, self._lp, seq._idx)):
             return
         try:
-            self.inner, self._held = stack(seq.caches, self._lp, seq._idx, self.inner)
+            self.inner, self._held = _stacked(seq.caches, self._lp, seq._idx, self.inner)
         except ValueError:          # (a window trimmed short in some of them: restack's layout)
             return
         self._seq = None
@@ -392,7 +412,8 @@ class SharedBatchVeloxKVCache(LeftPadded):
 
     @property
     def nbytes_parts(self) -> dict:
-        return self._seq.nbytes_parts if self._seq is not None else self.inner.nbytes_parts
+        return self.per_sequence().nbytes_parts if self._seq is not None or ragged.is_ragged(self.inner) \
+            else self.inner.nbytes_parts
 
     def is_trimmable(self) -> bool:
         return True
@@ -400,6 +421,11 @@ class SharedBatchVeloxKVCache(LeftPadded):
     def trim(self, n: int) -> int:
         if self._prefilling():
             raise ValueError("n: cannot trim between prepare and finalize")
+        if ragged.is_ragged(self.inner):
+            self._unragged()
+            n = self._seq.trim(n)
+            self._end_per_sequence()
+            return n
         if self._seq is not None:
             return self._seq.trim(n)
         n = self.inner.trim(min(self._idx, n))
@@ -411,8 +437,8 @@ class SharedBatchVeloxKVCache(LeftPadded):
     def state(self):
         """(inner state, meta JSON); during a windowed right-padded prefill (mlx-lm evaluates `state` after each
         prefill chunk) the per-sequence cache's, which the setter restacks."""
-        if self._seq is not None:
-            return self._seq.state
+        if self._seq is not None or ragged.is_ragged(self.inner):    # (ragged rows: saved per sequence too)
+            return self.per_sequence().state
         meta = {"left_padding": self._lp, "batch": self._b, "class": type(self.inner).__name__, "held": self._held}
         return self.inner.state, json.dumps(meta)
 

@@ -52,14 +52,16 @@ def _roles(win) -> tuple[bool, bool]:
     return (bool(win[0]), bool(win[1])) if isinstance(win, tuple) else (bool(win), bool(win))
 
 
-def inputs(mk: str, mv: str, win=False) -> list[str]:
+def inputs(mk: str, mv: str, win=False, ragged: bool = False) -> list[str]:
     """The arrays one launch passes, in order, for key method mk and value method mv; `win`: both roles with an
     exact window (then each role's tokens leaving it and the window after the step, last), or (keys', values')
-    for roles whose encoded counts differ (MIXED: the windowed roles' pairs, then the values' first row `vbase`)."""
+    for roles whose encoded counts differ (MIXED: the windowed roles' pairs, then the values' first row `vbase`);
+    `ragged`: KIVI rows of their own group phase (cache/ragged.py: `rphase`, (B,) int32, last; RAGGED_ENCODES)."""
     kw, vw = _roles(win)
     return (["base", "after"] + [f"k{n}" for n in ("x", "const", *_fields(mk))]
             + [f"v{n}" for n in ("x", "const", *_fields(mv))] + (["kf", "kw"] if kw else [])
-            + (["vf", "vw"] if vw else []) + (["vbase"] if isinstance(win, tuple) else []))
+            + (["vf", "vw"] if vw else []) + (["vbase"] if isinstance(win, tuple) else [])
+            + (["rphase"] if ragged else []))
 
 
 def scope(role: str, index: int, *, m: str, codes: tuple, ts: str, x: str, const: str, out: dict, fault: str,
@@ -124,40 +126,47 @@ def _scope(role: str, index: int, method: str, win: bool = False, mixed: bool = 
                  role_window=win if mixed else None)
 
 
-def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False, win=False) -> str:
+# A ragged launch's encode rows (cache/ragged.py; csrc/encode.h): row b encodes the group at the scope's first row
+# vq_base (x: the same for every flushing row) where x - its phase is a non-negative multiple of the group size (its
+# boundary moves from x to x + G at this step); the other rows only copy the chunk into their window.
+RAGGED_ENCODES = "#define VQ_ROW_ENCODES(b) (vq_base >= (int)rphase[b] && (vq_base - (int)rphase[b]) % gs == 0)\n"
+
+
+def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False, win=False, ragged: bool = False) -> str:
     """The kernel text after a prelude: both roles in two halves of the grid (csrc/append_apart.h), or with `apart`
     False one after the other in each threadgroup (append_serial.h); `after` only orders this launch after the last
     store; `win`: both roles with an exact window (WINDOWED), or (keys', values') for roles whose encoded counts
-    differ (MIXED)."""
+    differ (MIXED); `ragged`: each row flushes its KIVI group at its own step (RAGGED_ENCODES; base = x)."""
     kw, vw = _roles(win)
     mixed = isinstance(win, tuple)
     files = MIXED if mixed else WINDOWED if kw else SCOPED
     return (scope_constants() + _scope("k", 0, mk, kw, mixed) + _scope("v", 1, mv, vw, mixed)
-            + loader.text("append_apart.h" if apart else "append_serial.h", files))
+            + (RAGGED_ENCODES if ragged else "") + loader.text("append_apart.h" if apart else "append_serial.h", files))
 
 
 def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: bool = False,
-             win=False) -> tuple[str, str]:
+             win=False, ragged: bool = False) -> tuple[str, str]:
     header, prelude = source.PRELUDES[be]
     # append_apart.h gives GROUP and NGROUPS the role's meaning; put the prelude's back after it, so that text after it
     # (another kernel in one file, as the compile checks write them) sees the prelude's
     again = loader.text("regroup.h") + loader.backend_file(f"{be}_grid", be) if apart else ""
-    return header, prelude + loader.backend_file(f"{be}_scope", be) + body(mk, mv, apart, win) + again
+    return header, prelude + loader.backend_file(f"{be}_scope", be) + body(mk, mv, apart, win, ragged) + again
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(mk: str, mv: str, apart: bool = False, win=False):
+def _kernel(mk: str, mv: str, apart: bool = False, win=False, ragged: bool = False):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, text = assemble(be, mk, mv, apart, win)
+    header, text = assemble(be, mk, mv, apart, win, ragged)
     kw, vw = _roles(win)
     name = f"vq_append_{mk}_{mv}" + ("_apart" if apart else "") + (f"_m{int(kw)}{int(vw)}" if isinstance(win, tuple)
-                                                                  else "_w" if kw else "")
+                                                                  else "_w" if kw else "") + ("_g" if ragged else "")
+    ins = inputs(mk, mv, win, ragged)
     if be == "cuda":
-        return backend.cuda_kernel(name=name, input_names=inputs(mk, mv, win), output_names=OUTPUTS, source=text,
+        return backend.cuda_kernel(name=name, input_names=ins, output_names=OUTPUTS, source=text,
                                    header=header, ensure_row_contiguous=False)
-    return mx.fast.metal_kernel(name=name, input_names=inputs(mk, mv, win), output_names=OUTPUTS, source=text,
+    return mx.fast.metal_kernel(name=name, input_names=ins, output_names=OUTPUTS, source=text,
                                 header=header, ensure_row_contiguous=False, compile_options={"math_mode": "safe"})
 
 
@@ -223,17 +232,20 @@ def _pair(x) -> tuple:
     return x if isinstance(x, tuple) else (x, x)
 
 
-def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, nq=None, own=0) -> tuple:
+def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, nq=None, own=0,
+            ragged: bool = False) -> tuple:
     """Everything of a launch but the step's arrays, per parameters and shape (a decode step builds none); `nq`: the
     tokens a windowed launch encodes where they are not t (KIVI: 0, or G at a flush), `own` the chunk's among them
-    (constants); each for both roles, or (keys', values') where they differ (MIXED)."""
+    (constants); each for both roles, or (keys', values') where they differ (MIXED); `ragged`: the kernel whose rows
+    flush at their own phase (RAGGED_ENCODES: input rphase, last)."""
     tune = tuning.current()
-    return _static_for(kp, vp, b, h, t, d, kdt, vdt, tune.specialize_rows, tune.roles_apart, nq, own, tune=tune)
+    return _static_for(kp, vp, b, h, t, d, kdt, vdt, tune.specialize_rows, tune.roles_apart, nq, own, tune=tune,
+                       ragged=ragged)
 
 
 @functools.lru_cache(maxsize=1024)
 def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, specialize_rows: int,
-                apart: bool = False, nq=None, own=0, tune: tuning.Tuning | None = None):
+                apart: bool = False, nq=None, own=0, tune: tuning.Tuning | None = None, ragged: bool = False):
     # keyed by the tuning too (specialize_rows, roles_apart: True, the keys' and values' encodes in two halves of
     # the grid side by side; False, one role after the other in every threadgroup): a run that changes a knob (a
     # benchmark's arm) gets its own plans
@@ -250,7 +262,7 @@ def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int
     fv = tuple(f for f in km.FIELDS[vp.method] if f)
     (knq, vnq), (kown, vown) = _pair(nq), _pair(own)
     return (grid, group, [(2, groups, 2)], template, constants(kp, h, t, d, knq, kown), constants(vp, h, t, d, vnq, vown),
-            fk, fv, _kernel(kp.method, vp.method, apart, win))
+            fk, fv, _kernel(kp.method, vp.method, apart, win, ragged))
 
 
 def code_template(kp: spec.Params, vp: spec.Params, rows: int) -> list:
@@ -262,7 +274,7 @@ def code_template(kp: spec.Params, vp: spec.Params, rows: int) -> list:
 
 def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values: mx.array, vbufs: dict,
            base: int, after: mx.array | None, windows: tuple = (), flushed=None, own=0,
-           vbase: int | None = None) -> mx.array:
+           vbase: int | None = None, rphase: mx.array | None = None) -> mx.array:
     """Encode keys and values (B, H, t, d) into rows base..base+t-1 of their streams' buffers (in place);
     returns the token. `kbufs`/`vbufs`: the streams' whole buffers by record field name. `windows`: with exact
     windows (WINDOWED), (kf, kw, vf, vw): the t tokens leaving each window (encoded instead of the chunk) and the
@@ -270,14 +282,15 @@ def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values
     where that is not t (KIVI: 0, or G; kf / vf then hold that many, or any rows when 0), `own` the chunk's tokens
     among them (KIVI with R = 0 at a flush: kf's last rows are the chunk's, read from it; kw / vw are then the chunk's
     rows, no window after). Where one role has a window and the other none (MIXED), `windows` holds that role's pair
-    only, `flushed` and `own` are (keys', values') and `vbase` is the values' first row (`base` the keys'). The caller
-    has checked shapes, dtypes and room in the buffers."""
+    only, `flushed` and `own` are (keys', values') and `vbase` is the values' first row (`base` the keys'). `rphase`:
+    a ragged KIVI batch's rows' group phases (cache/ragged.py; RAGGED_ENCODES): only the rows whose phase flushes at
+    this step encode the group at `base`. The caller has checked shapes, dtypes and room in the buffers."""
     b, h, t, d = keys.shape
     grid, group, oshape, template, kc, vc, fk, fv, kernel = _static(kp, vp, b, h, t, d, keys.dtype, values.dtype,
-                                                                    flushed, own)
+                                                                    flushed, own, ragged=rphase is not None)
     ins = [km.count(base), km.order(after), keys, kc,
            *[kbufs[f] for f in fk], values, vc, *[vbufs[f] for f in fv], *windows,
-           *([km.count(vbase)] if vbase is not None else [])]
+           *([km.count(vbase)] if vbase is not None else []), *([rphase] if rphase is not None else [])]
     (flags,) = kernel(inputs=ins, template=template, grid=grid, threadgroup=group, output_shapes=oshape,
                       output_dtypes=[mx.bool_])
     return flags

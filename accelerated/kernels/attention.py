@@ -24,7 +24,7 @@ from . import attention_source as src
 from . import backend, kernel_cache, loader
 from . import methods as km
 from ..ops import codebooks, prng
-from ..ops.attention import MAX_PACKED_QUERIES, PackedRecord, RowStarts, Views
+from ..ops.attention import MAX_PACKED_QUERIES, PackedRecord, RaggedRecord, RowStarts, Views
 
 LOG2E = 1.4426950408889634
 
@@ -49,6 +49,12 @@ def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask, mixed: b
     b, hq, l, d = queries.shape
     kb, kh = k.window.shape[:2]
     starts = isinstance(mask, RowStarts)
+    if isinstance(k, RaggedRecord) or isinstance(v, RaggedRecord):      # (cache/ragged.py: rows of their own phase)
+        return (not mixed and isinstance(k, RaggedRecord) and isinstance(v, RaggedRecord) and starts
+                and k.params.method == v.params.method == "kivi" and k.params.group_size == v.params.group_size
+                and k.params.window == v.params.window and k.encoded == v.encoded > 0 and l <= MAX_PACKED_QUERIES
+                and tuple(mask.starts.shape) == (b,) and k.window.shape == v.window.shape and _pow2(d)
+                and 16 <= d <= 1024 and hq % kh == 0 and b == kb)
     return (l <= MAX_PACKED_QUERIES and (mask is None or (isinstance(mask, str) and mask == "causal") or starts)
             and (not starts or tuple(mask.starts.shape) == (b,))
             # row starts mask encoded tokens only: with a window, only where they are known not to reach it
@@ -189,12 +195,14 @@ class _Static(typing.NamedTuple):
 @functools.lru_cache(maxsize=1024)
 def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, hkv: int, q_enc_splits: int,
             has_win: bool, causal: bool, qdtype, scale: float, fused: bool, q_fine: int = 1,
-            tune: tuning.Tuning | None = None, append_ts: tuple | None = None, starts: bool = False) -> _Static:
+            tune: tuning.Tuning | None = None, append_ts: tuple | None = None, starts: bool = False,
+            ragged: bool = False) -> _Static:
     """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it) and per
     tuning `tune` (default: tuning.current(); a benchmark arm that changes a knob gets its own plans). `append_ts`: the
     keys' and values' side dtypes (with a window, and the chunks' dtypes) of a launch with the decode step's append
     inside (APPEND): one split more (S - 1, the appended tokens), its inputs and the append's token as a third output. `starts`: the launch takes each
-    batch row's first attended token (input `rstart`: a RowStarts mask, a left-padded batch)."""
+    batch row's first attended token (input `rstart`: a RowStarts mask, a left-padded batch); `ragged`: KIVI rows of
+    their own group phase (input `rphase`, template RW: cache/ragged.py), the scalar loop."""
     append = append_ts is not None
     tune = tune or tuning.current()
     tc_blocks, nt = tune.tc_min_blocks, tune.partial_threads
@@ -205,7 +213,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     parts = 2 if layouts.of(kp).sketch or layouts.of(vp).sketch else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     mixed = int(has_win) in src.MIXED_WINDOWS       # (the scalar loop: split S - 1 reads one role's window beside
-    tc = tune.tensor_cores and not mixed and _tensor_cores(kp, vp, d, has_win, tune.tc_codes,   # the other's
+    tc = tune.tensor_cores and not mixed and not ragged and _tensor_cores(kp, vp, d, has_win, tune.tc_codes,
                                                           tune.tc_kivi)                 # records)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
@@ -223,7 +231,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", nt), ("P", p_lanes),
             ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
             ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", tune.prefetch), ("FUSED", int(fused)),
-            ("APPEND", int(append)), ("OT", qdtype)]
+            ("APPEND", int(append)), ("OT", qdtype)] + ([("RW", kp.window)] if ragged else [])
     if append:      # the encode body's side dtypes and code constants (compiled in: the staging for 3/5/6/7-bit
                     # packing, 16 KB of threadgroup memory, is dead code for the others)
         # with a window, also the chunk's element types (the append copies it into the window: kernels/append.py
@@ -244,9 +252,11 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     if append:
         outs.append(((2, b * hkv, 2), mx.bool_))
     grid = (nt * (splits + 1), hkv, b * nqg)
-    return _Static(_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused, append, starts),
+    key = (mk, mv, has_win, fused, tc, tc_blocks if tc else 0, append, starts) + ((True,) if ragged else ())
+    return _Static(_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused, append, starts,
+                                                                 ragged),
                    tmpl, grid, outs, [("MV", mv), ("D", d), ("CNT", cthreads), ("OT", qdtype)], (cthreads * nq, hkv, b),
-                   splits, qb, (mk, mv, has_win, fused, tc, tc_blocks if tc else 0, append, starts), [s for s, _ in outs],
+                   splits, qb, key, [s for s, _ in outs],
                    [t for _, t in outs], _counts(grid[1] * grid[2]) if fused else None, cthreads, nt)
 
 
@@ -278,15 +288,18 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
     starts = isinstance(mask, RowStarts)
     causal = mask.causal if starts else (isinstance(mask, str) and mask == "causal")
     haswin = mixed_windows(k.params, v.params) if mixed else kw.shape[2] > 0
+    ragged = isinstance(k, RaggedRecord)
     st = _static(k.params, v.params, b, hq, l, d, kw.shape[1], q_enc_splits, haswin, causal,
-                 queries.dtype, float(scale), _fused() and append_ts is None, q_fine, tuning.current(), append_ts, starts)
+                 queries.dtype, float(scale), _fused() and append_ts is None and not ragged, q_fine, tuning.current(),
+                 append_ts, starts, ragged)
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
         flags = k.token
         if v.token is not None and v.token is not k.token:
             v.sync()
     flags = km.order(flags)
     arrays = {"q": queries, "f_c": st.consts, "nenc": km.count(q_enc), "flags": flags, "kw": kw, "vw": vw,
-              "cnt": st.counts, "rstart": mask.starts if starts else None, **_record_inputs(k, "k"),
+              "cnt": st.counts, "rstart": mask.starts if starts else None, "rphase": k.phases if ragged else None,
+              **_record_inputs(k, "k"),
               **_record_inputs(v, "v"), **(extra or {})}
     return [arrays[n] for n in st.names], st
 
@@ -391,27 +404,27 @@ def _sm_count() -> int:
 
 
 def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False, tc: bool = False,
-            tc_blocks: int = 0, append: bool = False, starts: bool = False):
+            tc_blocks: int = 0, append: bool = False, starts: bool = False, ragged: bool = False):
     """The compiled kernel `kind`; the partial for a method pair, window presence, fused combine, tensor-core loop,
     (that loop) the threadgroups per multiprocessor its registers are bounded for (launch bounds), the decode
     step's append inside (APPEND) and row starts (a left-padded batch). The tuning knobs that change its text
     (cold_loops; partial_threads and tc_min_blocks in the launch bounds) are part of the compiled kernel's key."""
     t = tuning.current()
     return _compiled(kind, mk, mv, haswin, fused, tc, tc_blocks, append, starts, t.cold_loops,
-                     t.partial_threads if tc else 0, (tc_blocks or t.tc_min_blocks) if tc else 0)
+                     t.partial_threads if tc else 0, (tc_blocks or t.tc_min_blocks) if tc else 0, ragged)
 
 
 @functools.lru_cache(maxsize=None)
 def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, tc_blocks: int, append: bool,
-              starts: bool, cold_loops: bool, nt: int, min_blocks: int):
+              starts: bool, cold_loops: bool, nt: int, min_blocks: int, ragged: bool = False):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc, append, starts)
-    ins = src.inputs(kind, mk, mv, haswin, fused, append, starts)
+    header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc, append, starts, ragged)
+    ins = src.inputs(kind, mk, mv, haswin, fused, append, starts, ragged)
     outs = ((src.FUSED_OUTPUTS if fused else src.APPEND_OUTPUTS if append else src.PARTIAL_OUTPUTS)
             if kind == "partial" else src.COMBINE_APPEND_OUTPUTS if append else src.COMBINE_OUTPUTS)
-    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'a' if append else ''}{'r' if starts else ''}"
+    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'a' if append else ''}{'r' if starts else ''}{'g' if ragged else ''}"
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "_a" if append else "")
     if be == "cuda":
         # a name of its own for a text the defaults do not make (the defaults' names stay as they were)

@@ -90,11 +90,12 @@ def _role_fields(r: str, m: int, haswin: bool) -> tuple[list[str], dict]:
 
 
 def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,
-           append: bool = False, starts: bool = False) -> list[str]:
+           append: bool = False, starts: bool = False, ragged: bool = False) -> list[str]:
     """The arrays a launch of `kind` passes for a method pair (MK, MV), window presence and (partial) whether
     the combine runs inside it (then `cnt`, the per-group counters, comes last) or the decode step's append
     (`append`: the new keys and values and append.py's constant arrays before `flags`), and `starts`: the batch
-    rows' first attended tokens (`rstart`, (B,) int32, last: a left-padded batch), in order."""
+    rows' first attended tokens (`rstart`, (B,) int32: a left-padded batch), and `ragged`: each row's KIVI group
+    phase (`rphase`, (B,) int32, last: accelerated/cache/ragged.py), in order."""
     if kind == "combine":
         return ["o_acc", "o_ml", "f_c", "q"] + (["tok"] if append else [])
     ku, _ = _role_fields("k", mk, haswin)
@@ -102,11 +103,11 @@ def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: boo
     kwin, vwin = role_windows(haswin)
     return (["q", "f_c", "nenc"] + ku + vu + (["kx", "kconst", "vx", "vconst"] if append else [])
             + (["kf"] if append and kwin else []) + (["vf"] if append and vwin else []) + ["flags"]
-            + (["cnt"] if fused else []) + (["rstart"] if starts else []))
+            + (["cnt"] if fused else []) + (["rstart"] if starts else []) + (["rphase"] if ragged else []))
 
 
 def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,
-            append: bool = False, starts: bool = False) -> str:
+            append: bool = False, starts: bool = False, ragged: bool = False) -> str:
     """#define lines giving the body's names to what the launch passes."""
     lines = [f"#define {n} {e}" for n, e in _CONSTS[kind].items()]
     if kind == "partial":       # the tokens this launch appends (APPEND), the last of the nenc encoded ones
@@ -117,7 +118,8 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
         meta = "((int)kconst[2 * (int)kx_shape[1] * ((D + 31) / 32) + VQ_CONST_META + {}])"
         lines.append("#define VQ_TENC " + (meta.format(5) if kivi else "VQ_TNEW"))
         # ... and the window's rows that are the chunk's own tokens it encodes (KIVI with window 0 at a flush)
-        lines.append("#define VQ_WOWN " + (meta.format(7) if kivi else "0"))
+        # (a ragged KIVI batch: 0, its window after the step always holds the chunk's row: csrc/partial_setup_tokens.h)
+        lines.append("#define VQ_WOWN " + (meta.format(7) if kivi and not ragged else "0"))
         mixed = int(haswin) in MIXED_WINDOWS
         lines.append(f"#define VQ_MIXED {int(mixed)}")
         if mixed:               # each role's own: its meta's Q and own tokens (append.constants; 0 without the append)
@@ -126,6 +128,11 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
                 lines.append(f"#define VQ_{r.upper()}TENC " + (role_meta.format(5) if append else "0"))
                 lines.append(f"#define VQ_{r.upper()}WOWN " + (role_meta.format(7) if append else "0"))
         lines.append(f"#define VQ_STARTS {int(starts)}")
+        # a ragged KIVI batch (cache/ragged.py): each row's group phase; KIVI keys' group row of token t from it
+        lines.append(f"#define VQ_RAGGED {int(ragged)}")
+        if ragged:              # ... with the step's append inside: the flushing rows' group (append_block)
+            lines.append(f"#define VQ_RAGGED_APPEND {int(append)}")
+        lines.append("#define VQ_KGROW(t) " + ("((t) - vq_ph) / KG" if ragged else "t / KG"))
         if not starts:          # (code VQ_STARTS = 0 never runs)
             lines.append("#define rstart nenc")
         if not append:          # the window's rows this launch appends (code APPEND = 0 never runs)
@@ -178,12 +185,15 @@ def _role_count(r: str) -> str:
     return f"(nenc[0] + ({rk} > {rv} ? {rk} : {rv}) - {rk if r == 'k' else rv})"
 
 
-def append_block(mk: int, mv: int, haswin: bool = False) -> str:
+def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -> str:
     """The APPEND prologue of the partial body for a method pair (csrc/attention_append.h with each role's encode
     scope parameters; placed before the aliases: the encode body's own names f_k, sig, ... are locals there). The
     code constants are compiled in (template KCB1, ..., VCGS: methods.code_constants). `haswin`: exact windows
     (kernels/append.py WINDOWED): each role encodes kf, the tokens leaving its window, and copies the chunk kx into
-    the last rows of kw, the window the launch attends (which its window split reads from kx: partial_loop.h)."""
+    the last rows of kw, the window the launch attends (which its window split reads from kx: partial_loop.h).
+    `ragged`: KIVI rows of their own group phase (cache/ragged.py): the launch's group (meta's Q: 0 or G) starts at
+    x = T - RW - G (T = nenc + the window's rows: every flushing row's x) and only the rows whose phase flushes at T
+    encode it (VQ_ROW_ENCODES, csrc/encode.h); the others only copy the chunk into their window."""
     scopes = []
     mixed = int(haswin) in MIXED_WINDOWS
     wins = role_windows(haswin)
@@ -198,6 +208,8 @@ def append_block(mk: int, mv: int, haswin: bool = False) -> str:
         base = "nenc[0] - meta[5]" if kivi else f"nenc[0] - (int){r}x_shape[2]"
         if mixed:      # (MIXED: the role's own count; meta[5] is the tokens it encodes, t or KIVI's 0 / G)
             base = f"{_role_count(r)} - meta[5]"
+        if ragged:
+            base = "(nenc[0] + (int)kw_shape[2] - RW - KG)"
         win = wins[index]
         scopes.append(kappend.scope(R, index, m=str(m), codes=(f"{R}CB1", f"{R}CB2", f"{R}CGS"), ts=f"{R}TS",
                                     x=f"{r}f" if win else f"{r}x", const=f"{r}const", out=out, fault="token",
@@ -206,7 +218,8 @@ def append_block(mk: int, mv: int, haswin: bool = False) -> str:
                                     gcap=f"(int){out['f_s1']}_shape[2]" if kivi and r == "k" else None,
                                     role_window=win if mixed else None))
     files = kappend.MIXED if mixed else kappend.WINDOWED if haswin else kappend.SCOPED
-    return kappend.scope_constants() + "".join(scopes) + loader.text("attention_append.h", files)
+    return kappend.scope_constants() + "".join(scopes) + (kappend.RAGGED_ENCODES if ragged else "") \
+        + loader.text("attention_append.h", files)
 
 
 def partial_body(mk: int, mv: int, tc: bool) -> str:
@@ -216,23 +229,27 @@ def partial_body(mk: int, mv: int, tc: bool) -> str:
     return PARTIAL_TC_KIVI_BODY if mk == mv == METHOD_IDS["kivi"] else PARTIAL_TC_BODY
 
 
-def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False,
-             fused: bool = False, tc: bool = False, append: bool = False, starts: bool = False) -> tuple[str, str]:
+def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,
+             tc: bool = False, append: bool = False, starts: bool = False, ragged: bool = False) -> tuple[str, str]:
     """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal") and the
     launch's inputs (`inputs(kind, mk, mv, haswin, fused, append)`); `tc`: the partial's tensor-core loop (CUDA);
     `append`: the decode step's append inside (APPEND, append_block); for the combine: it also takes a chunk's
-    token (an APPEND partial's or the append kernel's) and writes its summary (COMBINE_SUMMARY)."""
+    token (an APPEND partial's or the append kernel's) and writes its summary (COMBINE_SUMMARY); `ragged`: rows of
+    their own KIVI group phase (the scalar loop with row starts, no MIXED window; with the append, each row flushes
+    its group at its own step: append_block)."""
     header, prelude = PRELUDES[backend]
     if tc and (backend != "cuda" or kind != "partial"):
         raise ValueError("the tensor-core loop is a CUDA partial kernel's")
     if append and fused:
         raise ValueError("the append runs inside an unfused partial launch")
+    if ragged and (tc or not starts or int(haswin) in MIXED_WINDOWS or (append and not haswin)):
+        raise ValueError("ragged: the scalar loop with row starts, without a MIXED window (the append: with one)")
     pre = ""
     if append and kind == "partial":
         eh, em = encode_macros(backend)
-        header, pre = header + eh, em + append_block(mk, mv, haswin)
+        header, pre = header + eh, em + append_block(mk, mv, haswin, ragged)
     body = partial_body(mk, mv, tc) if kind == "partial" else BODIES[kind]
     if kind == "combine" and append:
         body = COMBINE_SUMMARY + body
     return (header + (TC_CUDA_HEADER if tc else ""),
-            prelude + pre + aliases(kind, mk, mv, haswin, fused, append, starts) + body)
+            prelude + pre + aliases(kind, mk, mv, haswin, fused, append, starts, ragged) + body)

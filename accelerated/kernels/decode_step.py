@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from ..attention import StepKV
+from ..attention import RaggedStepKV, StepKV
 from . import append as fused
 from . import attention as kattention
 from . import backend
@@ -83,15 +83,17 @@ class DecodeStep:
     """One cache's in-place append (one token or chunk of the remembered shape) plus its attention launch."""
 
     __slots__ = ("cache", "plan", "k", "v", "kernel", "call", "ins", "slot_v", "record", "attn", "clean", "pending",
-                 "append_ts", "win", "consts", "mixed", "empty", "fslots")
+                 "append_ts", "win", "consts", "mixed", "empty", "fslots", "ragged", "wslot")
 
     def __init__(self, cache, plan, keys: mx.array, values: mx.array, record):
         # record(index, token, before): the cache's _Chunk of one append, with the fused launch's messages
         self.cache, self.plan, self.k, self.v, self.record = cache, plan, plan.k, plan.v, record
         b, h, t, d = keys.shape
         kp, vp = self.k.params, self.v.params
+        # a ragged KIVI batch (cache/ragged_step.py's plan): its rows flush at their own phase (input rphase, last)
+        self.ragged = rg = getattr(plan, "ragged", False)
         grid, group, oshape, template, kc, vc, fk, fv, kernel = fused._static(kp, vp, b, h, t, d, keys.dtype,
-                                                                              values.dtype)
+                                                                              values.dtype, ragged=rg)
         # each step's constant arrays by the tokens it encodes: t; with KIVI's window two plans, copy-only steps (0)
         # and every G-th step a flush (G), which the host knows from the window's length (in_place.InPlace.flush)
         # (with R = 0 the flush's last token is the chunk's own: in_place.InPlace.own)
@@ -106,7 +108,7 @@ class DecodeStep:
                            for a in per[0] for c in per[1]}
         else:
             self.consts = {t: (kc, vc)} if not plan.group else {
-                n: fused._static(kp, vp, b, h, t, d, keys.dtype, values.dtype, n, own if n else 0)[4:6]
+                n: fused._static(kp, vp, b, h, t, d, keys.dtype, values.dtype, n, own if n else 0, ragged=rg)[4:6]
                 for n in (0, plan.group)}
         self.kernel, self.call = _resolve(kernel, template, grid=grid, threadgroup=group, output_shapes=oshape,
                                           output_dtypes=[mx.bool_])
@@ -116,11 +118,12 @@ class DecodeStep:
         # (MIXED, append.MIXED: the windowed role's pair only, then the values' first row vbase)
         self.win = plan.win
         tail = 2 * sum(plan.wins) + 1 if self.mixed else 4 if plan.win else 0
-        self.ins = [None, None, None, kc, *kb, None, vc, *[plan.vbufs[f] for f in fv], *([None] * tail)]
+        self.ins = [None, None, None, kc, *kb, None, vc, *[plan.vbufs[f] for f in fv], *([None] * tail),
+                    *([plan.phases] if rg else [])]
         self.slot_v = 4 + len(kb)
         # the tokens leaving each window in the append's inputs (kf, vf), by role; a role without a window (MIXED):
         # a view of no rows as its window in the attention launch
-        first = len(self.ins) - tail
+        first = self.wslot = len(self.ins) - tail - int(rg)
         self.fslots = (first if plan.wins[0] else None,
                        first + 2 * plan.wins[0] if plan.wins[1] else None) if plan.win else (None, None)
         self.empty = (keys[:, :, :0], values[:, :, :0])
@@ -139,7 +142,10 @@ class DecodeStep:
         """Every field of both streams holds one row per encoded token (KIVI keys' scale and zero: per G tokens)
         from the same first token lo (what StepKV's record assumes: 0, or the tokens a sliding-window cache evicted;
         KIVI evicts whole groups, so its group fields start at row lo / G), and
-        both streams have the same count (MIXED, in_place.InPlace.mixed: each its own)."""
+        both streams have the same count (MIXED, in_place.InPlace.mixed: each its own); a ragged pair's plan
+        (cache/ragged_step.py) holds its fields from position 0 by construction."""
+        if getattr(plan, "ragged", False):
+            return True
         lo, q, qv = plan.rows[0].lo, plan.k._q, plan.v._q
         return (q == qv or plan.mixed) and all(r.lo * g == lo and r.n - r.lo == (q if i < plan.nrows else qv) // g
                                                for i, (r, g) in enumerate(zip(plan.rows, plan.per)))
@@ -173,7 +179,7 @@ class DecodeStep:
         before = (k.mark(), v.mark(), c.offset)
         ins = list(self.ins)
         lo = plan.rows[0].lo            # rows a sliding-window cache evicted (Stream.evict): skipped, not attended
-        ins[0] = km.count(k._q + lo)
+        ins[0] = km.count(plan.base() if self.ragged else k._q + lo)
         ins[1] = km.order(c._token)
         ins[2] = keys
         ins[self.slot_v] = values
@@ -187,10 +193,11 @@ class DecodeStep:
             kw_, vw_ = (w[1] if plan.wins[0] else None), (w[-1] if plan.wins[1] else None)
         else:
             if w:
-                ins[-4:] = w
+                ins[self.wslot:self.wslot + 4] = w
             ins[3], ins[self.slot_v + 1] = self.consts[fs[0]]
             kw_, vw_ = (w[1], w[3]) if w else (None, None)
-        qk, qv = k._q + fs[0], v._q + fs[1]
+        # (ragged: the attention's nenc is the rows' least boundary after the step, cache/ragged_step.py)
+        qk, qv = (plan.encoded, plan.encoded) if self.ragged else (k._q + fs[0], v._q + fs[1])
         c.offset += keys.shape[2]
         c._appends += 1
         if kattention.fuse_append():
@@ -198,8 +205,9 @@ class DecodeStep:
         else:
             (token,) = self.kernel(inputs=ins, **self.call)
             self._stored(token, before, c._appends)
-        return (StepKV(k, plan.kbufs, qk, token, self, lo, kw_, held[0]),
-                StepKV(v, plan.vbufs, qv, token, self, lo, vw_, held[1]))
+        kv = RaggedStepKV if self.ragged else StepKV
+        return (kv(k, plan.kbufs, qk, token, self, lo, kw_, held[0]),
+                kv(v, plan.vbufs, qv, token, self, lo, vw_, held[1]))
 
     def _stored(self, token: mx.array, before: tuple, index: int) -> None:
         """The chunk of `token`'s launch is in the buffers: the plan, the streams and the cache follow."""

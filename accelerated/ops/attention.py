@@ -138,6 +138,16 @@ class PackedRecord:
         return out
 
 
+@dataclasses.dataclass(frozen=True)
+class RaggedRecord(PackedRecord):
+    """A ragged B-row stream's record (accelerated/cache/ragged.py): `fields` from position 0 (KIVI keys' group rows
+    at each row's phase), `window` positions `encoded` .. T - 1 (encoded: the rows' least boundary; each row's own
+    encoded tokens end at its boundary, past it in some rows), `phases` each row's group phase ((B,) int32, made
+    once per layout) and `decoded()` every row's own tokens (float32 (B, H, T, d): what the ops path attends)."""
+    phases: mx.array | None = None
+    decoded: object = None
+
+
 # ---- one role's records in the attention's domain -------------------------------------------------------
 # key_queries(q32, p, d) -> the query forms the key scores need (rotated for the rotation family);
 # key_scores(qs, f, p, d) -> (B, H, NQ, Tb) scores of a block; value_parts(f, p, d) -> arrays (B, H, Tb, d)

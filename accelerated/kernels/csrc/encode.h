@@ -62,7 +62,11 @@
       // a token that is only checked (window tokens of a one-shot encode, a chunk's unflushed tokens)
 #include VQ_CHECK_ROW
 
+#ifdef VQ_ROW_ENCODES
+    } else if (VQ_ROW_ENCODES(b)) {     // (a ragged launch: only the rows whose group flushes now encode it)
+#else
     } else {
+#endif
 #include "encode_rotation.h"
 #include "encode_kivi_keys.h"
 #include "encode_groups.h"

@@ -43,7 +43,7 @@
               for (int j = 0; j < 8; ++j) {
                 const int c = ch * 8 + j;
                 const int64_t g = (int64_t)b * kgs_strides[0] + (int64_t)h * kgs_strides[1]
-                                  + (int64_t)(MK == 4 ? ttk / KG : ttk) * kgs_strides[2]
+                                  + (int64_t)(MK == 4 ? VQ_KGROW(ttk) : ttk) * kgs_strides[2]
                                   + (int64_t)(MK == 4 ? c : c / KG) * kgs_strides[3];
                 const float x = (float)vq_code<KB1>(row1, c) * static_cast<float>(kgs[g]);
                 v8[j] = (MK == 4) ? x + static_cast<float>(kgz[g])

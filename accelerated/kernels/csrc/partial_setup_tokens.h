@@ -35,6 +35,33 @@
     t0 = (s == S - 1) ? QLO : vq_min(QLO, lo0 + s * chunk);
     t1 = (s == S - 1) ? WQ : vq_min(QLO, t0 + chunk);
   }
+#elif VQ_RAGGED
+  // a ragged KIVI batch (accelerated/cache/ragged.py): row b's encoded tokens end at its own boundary QR,
+  // from its group phase rphase[b] (template RW: the windows' R, KG: the groups' G), at or past Q, the rows' least
+  // boundary (where the window's rows start); its window rows from max(QR, its start) on
+  const int vq_ph = (int)rphase[b];
+  const int vq_u = T - RW - vq_ph;
+  const int QR = vq_u >= 0 ? vq_ph + (vq_u / KG) * KG : 0;
+  const int vq_st = (int)rstart[b];
+  if (is_win) {
+    t0 = (QR > vq_st ? QR : vq_st) - Q;
+  } else {
+#if VQ_RAGGED_APPEND
+    // with the step's append inside: row b flushes a group where T - RW - its phase is a positive multiple of KG (its
+    // boundary moved from QO to QR; append_block encoded it); split S - 1 takes that group from the row's start on
+    // (empty where the row does not flush), splits 0 .. S - 2 its tokens before it
+    const int QO = (vq_u >= KG && vq_u % KG == 0) ? QR - KG : QR;
+    const int lo0 = vq_min(vq_st, QO);
+    const int chunk = (QO - lo0 + S - 2) / (S - 1);
+    t0 = (s == S - 1) ? vq_min(QR, QO > vq_st ? QO : vq_st) : vq_min(QO, lo0 + s * chunk);
+    t1 = (s == S - 1) ? QR : vq_min(QO, t0 + chunk);
+#else
+    const int lo0 = vq_min(vq_st, QR);
+    const int chunk = (QR - lo0 + S - 1) / S;
+    t0 = vq_min(QR, lo0 + s * chunk);
+    t1 = vq_min(QR, t0 + chunk);
+#endif
+  }
 #else
   if (!is_win) {
     // APPEND: split S - 1 takes the VQ_TENC tokens it encoded (append_block), splits 0 .. S - 2 the ones before

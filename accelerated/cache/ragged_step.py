@@ -1,0 +1,182 @@
+"""The in-place decode step of a ragged KIVI batch (cache/ragged.py's RaggedStream pair, KIVI in both roles with one
+group size G and one window R): the counterpart of accelerated/in_place.py's InPlace for kernels/decode_step.py.
+
+A step of one token per row stores, in one launch (kernels/append.py with `rphase`, or inside the attention's partial
+launch: attention_source.append_block's ragged scopes), the chunk into every row's window and, where the rows of one
+phase f flush (f = (idx' - R) mod G and x = idx' - R - G >= f: cache/ragged.py), their group x .. x + G - 1 into
+the fields (the kernel's rows read their phase: only those rows encode). The host knows the flush, x and the rows'
+least boundary after the step (the attention's nenc) from the paddings and the step count, no device read.
+
+Buffers (no full-size copy per flush; on a GPU the general path's commit writes into the same arrays where they have
+room: RaggedStream.commit's `writes`): each field of a stream is one array with
+room past every row's boundary (rows from position 0, group rows from group 0), written in place; the window is a view
+of a buffer (`_wbuf`, its first row `_ws` at position `_lo`) that a step extends by the chunk's row and whose first
+row moves by the change of the least boundary. Rows are only written past the state a mark or a view holds, so marks
+restore by their row counts. Anything else (another shape, a trim, the general path's commit) leaves the plan; the
+next check makes new buffers (one copy) where the old have no room.
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .. import layouts
+from ..kernels import append as fused
+from ..ops import record
+
+ROOM = 256          # positions a buffer grows by past what it must hold (as stream._Rows.step)
+
+
+def need(s, name: str, positions: int) -> int:
+    """Rows field `name` of ragged stream s needs to hold `positions` positions (group rows: one per G)."""
+    p = s.params
+    return positions // p.group_size + 1 if name in layouts.of(p).group_rows(p.role) else positions
+
+
+def _grown(a: mx.array, rows: int) -> mx.array:
+    out = mx.zeros((*a.shape[:2], rows, *a.shape[3:]), dtype=a.dtype)
+    if a.shape[2]:
+        out[:, :, :a.shape[2]] = a
+    return out
+
+
+def reserve(s, t: int) -> None:
+    """Give ragged stream s room for t more positions in place: its fields and its window in a buffer."""
+    s.sync()
+    p, (b, h, d), end = s.params, s._bhd, s._idx + t
+    shapes = record.expected_shapes(p, b, h, 0, d, 0)
+    kinds = {n: k for n, k, _ in record.layout(p)}
+    f = dict(s._f)
+    for name in record.field_names(p):
+        if name == "window":
+            continue
+        a = f.get(name)
+        if a is None:
+            a = mx.zeros(shapes[name], dtype=record.FIELD_DTYPES[kinds[name]])
+        if a.shape[2] < need(s, name, end):
+            a = _grown(a, need(s, name, end + ROOM))
+        f[name] = a
+    s._f = f
+    w, n = s._window, s._idx - s._lo
+    if s._wbuf is None or w is not s._wview or s._ws + n + t > s._wbuf.shape[2]:
+        s._wbuf, s._ws = _grown(w, n + t + ROOM), 0
+        s._window = s._wview = s._wbuf[:, :, :n]
+    mx.eval(s._wbuf, *s._f.values())
+
+
+class _NoEviction:
+    lo = 0          # (decode_step reads the rows a sliding-window cache evicted: none here)
+
+
+class RaggedInPlace:
+    """A ragged pair's in-place plan (the module): what kernels/decode_step.DecodeStep reads of in_place.InPlace."""
+
+    ragged = True
+    mixed = False
+    win = True
+    wins = (True, True)
+    rows = (_NoEviction(),)
+
+    __slots__ = ("k", "v", "kver", "vver", "shape", "dt", "t", "g", "r", "group", "groups", "kbufs", "vbufs",
+                 "phases", "phase_set", "next", "held", "flushing", "encoded", "idx1")
+
+    @classmethod
+    def check(cls, k, v, keys: mx.array, values: mx.array) -> "RaggedInPlace | None":
+        kp, vp = k.params, v.params
+        b, h, t, d = keys.shape
+        if not (getattr(v, "ragged", False) and kp.method == vp.method == "kivi" and kp.group_size == vp.group_size
+                and kp.window == vp.window and k._pads == v._pads and t == 1 and values.shape == keys.shape
+                and values.dtype == keys.dtype and k._bhd == v._bhd == (b, h, d) and k._window is not None
+                and v._window is not None and k._window.dtype == v._window.dtype == keys.dtype
+                and k._idx == v._idx and k._lo == v._lo and k._window.shape[2] > 0):
+            return None
+        g = kp.group_size
+        phases = [x % g for x in k._pads]
+        if kp.window == 0 and len(set(phases)) < 2:     # (a flush could leave no window: the launch needs one)
+            return None
+        if not fused.fits(b, h, max(k._idx, *(a.shape[2] for a in k._f.values())) + 2 * ROOM):
+            return None
+        for s in (k, v):
+            reserve(s, t)
+        p = cls()
+        p.k, p.v, p.kver, p.vver = k, v, k._version, v._version
+        p.shape, p.dt, p.t, p.g, p.r = keys.shape, keys.dtype, t, g, kp.window
+        p.group, p.groups = g, (g, g)
+        p.kbufs, p.vbufs = dict(k._f), dict(v._f)
+        p.phases, p.phase_set = k.phase_array(), frozenset(phases)
+        p.next = p.held = p.flushing = None
+        return p
+
+    def __deepcopy__(self, memo):
+        return None       # a copied cache has its own buffers: its next append checks again
+
+    def _room(self, s) -> bool:
+        end = s._idx + self.t
+        return (s._window is s._wview and s._ws + s._idx - s._lo + self.t <= s._wbuf.shape[2]
+                and all(a.shape[2] >= need(s, n, end) for n, a in s._f.items()))
+
+    def holds(self, k, v, keys: mx.array, values: mx.array) -> bool:
+        return (k is self.k and v is self.v and k._version == self.kver and v._version == self.vver
+                and keys.shape == self.shape and values.shape == self.shape and keys.dtype == self.dt
+                and values.dtype == self.dt and self._room(k) and self._room(v))
+
+    def base(self, role: int = 0) -> int:
+        """x: the first position of the group the next step's flushing rows encode (0 where none flushes)."""
+        return max(self.k._idx + self.t - self.r - self.g, 0)
+
+    def flushes(self) -> bool:
+        """Whether the next step flushes a group in some rows (of phase (idx' - R) mod G, where x >= it)."""
+        idx1 = self.k._idx + self.t
+        f = (idx1 - self.r) % self.g
+        return f in self.phase_set and idx1 - self.r - self.g >= f
+
+    def windows(self) -> tuple:
+        """The next launch's (kf, kw, vf, vw): each role's tokens at x .. x + G - 1 (where rows flush; else any row,
+        never read) and its window after the step (positions lo' .. idx'; lo' the rows' least boundary after it)."""
+        k, t, g = self.k, self.t, self.g
+        self.idx1 = idx1 = k._idx + t
+        self.encoded = lo1 = min(k.bounds(idx1))
+        flush = self.flushes()
+        x = self.base()
+        out, held = [], []
+        for s in (self.k, self.v):
+            ws, lo, n = s._ws, s._lo, s._idx - s._lo
+            kf = s._wbuf[:, :, ws + x - lo:ws + x - lo + g] if flush else s._wbuf[:, :, ws + n:ws + n + t]
+            kw = s._wbuf[:, :, ws + lo1 - lo:ws + n + t]
+            out += [kf, kw]
+            held.append(kw)
+        self.next, self.held, self.flushing = tuple(out), tuple(held), (g, g) if flush else (0, 0)
+        return self.next
+
+    def own(self) -> int:
+        """The chunk's tokens among those the next flush encodes (R = 0: its last, read from the chunk)."""
+        return self.t if self.r == 0 else 0
+
+    def stored(self, token: mx.array) -> None:
+        """Both streams now end with the chunk the launch of `token` stored; the plan follows."""
+        if self.next is None:
+            self.windows()
+        for s, w in zip((self.k, self.v), self.held):
+            s._ws += self.encoded - s._lo
+            s._window = s._wview = w
+            s._lo, s._idx = self.encoded, self.idx1
+            s._version += 1
+            s._token = token
+        self.kver, self.vver = self.k._version, self.v._version
+        self.next = self.held = None
+
+
+def append_in_place(k, v, keys: mx.array, values: mx.array, after: mx.array | None, plan=None):
+    """in_place.append_in_place for a ragged pair: (token, plan), or (None, None) with nothing changed."""
+    if plan is None or not plan.holds(k, v, keys, values):
+        plan = RaggedInPlace.check(k, v, keys, values)
+        if plan is None:
+            return None, None
+    w = plan.windows()
+    flush = plan.flushing[0]
+    token = fused.append(k.params, keys, plan.kbufs, v.params, values, plan.vbufs, plan.base(), after, windows=w,
+                         flushed=flush, own=plan.own() if flush else 0, rphase=plan.phases)
+    plan.stored(token)
+    return token, plan
+
+
+__all__ = ["RaggedInPlace", "append_in_place", "need", "reserve", "ROOM"]
