@@ -62,6 +62,8 @@ MAX_EXAMPLES_ENV = "VELOXQUANT_MAX_EXAMPLES"
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "method(name): a test of one method's own rule, collected only when --methods "
+                                       "selects it")
     if config.getoption("hypothesis_profile", None) is None:
         name = os.environ.get(PROFILE_ENV, "ci")
         settings.load_profile(name)
@@ -172,14 +174,25 @@ def _id_matches(sid: str, pattern: str) -> bool:
 
 
 @pytest.hookimpl(tryfirst=True)
-def _deselect_unread_codebooks(config, items) -> None:
-    """The exhaustive codebook cases only for the codebooks the selected methods read (spec/formats.toml
-    `tables`): a run restricted to turboquant does not list the residual codebook (turboquant_rvq's), nor a
-    kivi run any codebook."""
-    read = {t for m in selected_methods(config) for t in spec.method_info(m)["tables"]}
-    drop = [it for it in items
-            if getattr(it, "callspec", None) is not None and "codebook" in it.callspec.params
-            and it.callspec.params["codebook"][0] not in read]
+def _unselected(config, item) -> bool:
+    """Whether a --methods run leaves `item` out: a codebook no selected method reads (spec/formats.toml `tables`:
+    a turboquant run has no residual codebook, a kivi run none), a test of one method's own rule (the `method`
+    marker) for a method not selected, or a test parametrized by method with no selected method left in it (on a
+    run of every method, an empty parameter set stays a visible skip)."""
+    selected = selected_methods(config)
+    params = getattr(item, "callspec", None) and item.callspec.params
+    if params and "codebook" in params:
+        return params["codebook"][0] not in {t for m in selected for t in spec.method_info(m)["tables"]}
+    mark = item.get_closest_marker("method")
+    if mark is not None:
+        return mark.args[0] not in selected
+    return set(selected) != set(METHODS) and any(
+        m.name == "skip" and str(m.kwargs.get("reason", "")).startswith("got empty parameter set")
+        for m in item.iter_markers())
+
+
+def _deselect_unselected(config, items) -> None:
+    drop = [it for it in items if _unselected(config, it)]
     if drop:
         config.hook.pytest_deselected(items=drop)
         gone = set(map(id, drop))
@@ -187,7 +200,7 @@ def _deselect_unread_codebooks(config, items) -> None:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    _deselect_unread_codebooks(config, items)
+    _deselect_unselected(config, items)
     path, entries = _load_lists(config)
     used = [False] * len(entries)
     for item in items:

@@ -51,6 +51,7 @@ def test_attention(impl, ref, methods_ok, tally, method, dtype, data_, record_pr
                                      dtype, scale, mask)
 
 
+@pytest.mark.method("turboquant")
 @pytest.mark.parametrize("rep", [2, 3])
 def test_attention_gqa_head_mapping(impl, ref, methods_ok, rep):
     """Second, independent check of the GQA mapping (attention_checks.check_attention_head_mapping)."""

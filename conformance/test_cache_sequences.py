@@ -142,6 +142,7 @@ def test_long_stream_crosses_buffer_steps(impl, ref, methods_ok, tally, method, 
     checks.check_stream_replay(impl, ref, p, dtype, ops)
 
 
+@pytest.mark.method("kivi")
 @pytest.mark.parametrize("role", ["k", "v"])
 @pytest.mark.parametrize("kdtype", spec.DTYPES)
 def test_kivi_trim_puts_back_decoded(impl, methods_ok, tally, kdtype, role, record_property):

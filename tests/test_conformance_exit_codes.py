@@ -85,3 +85,16 @@ def test_a_restricted_run_collects_only_the_codebooks_its_methods_read(methods, 
     ids = [ln for ln in r.stdout.splitlines() if "test_codebook[" in ln]
     got = {ln.split("test_codebook[")[1].split("-")[0] for ln in ids}
     assert got == tables, f"--methods {methods}: codebooks {sorted(got)}, want {sorted(tables)}\n{r.stdout[-400:]}"
+
+
+@pytest.mark.parametrize("methods, absent, present", [
+    ("turboquant", ["test_kivi_trim_puts_back_decoded", "test_group_must_divide_head_dim"], ["test_attention_gqa_head_mapping"]),
+    ("kivi", ["test_attention_gqa_head_mapping"], ["test_kivi_trim_puts_back_decoded", "test_group_must_divide_head_dim"]),
+])
+def test_a_restricted_run_collects_no_other_methods_tests(methods, absent, present):
+    """--methods M: a test of another method's own rule (the `method` marker) and a method-parametrized test with no
+    selected method left are deselected, not skipped, so the report has nothing of the methods not asked for."""
+    r = _pytest("conformance/test_cache_sequences.py", "conformance/test_bad_input.py",
+                "conformance/test_attention.py", "--collect-only", "--methods", methods)
+    names = {ln.split("::")[-1].split("[")[0] for ln in r.stdout.splitlines() if "::" in ln}
+    assert not names & set(absent) and set(present) <= names, f"--methods {methods}: {sorted(names)}"
