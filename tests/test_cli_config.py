@@ -264,8 +264,10 @@ def test_mlx_affine_generates(tmp_path):
 # ---- the conformance report ---------------------------------------------------------------------------------
 def test_conformance_report_lists_selected_methods_and_skip_reasons(tmp_path, capsys):
     pytest.importorskip("hypothesis")
-    # tests written for one method (kivi's trim, turboquant's GQA mapping) and one with no selected method
-    k = "kivi_trim_puts_back_decoded or gqa_head_mapping or group_must_divide_head_dim"
+    # tests written for one method (kivi's trim, turboquant's GQA mapping), one with no selected method (kivi and
+    # mlx_affine's group rule), and one the reference skips with a reason (its replay compares against itself)
+    k = ("kivi_trim_puts_back_decoded or gqa_head_mapping or group_must_divide_head_dim "
+         "or histories_with_kept_tokens")
     report = tmp_path / "r.json"
     code, out, err = _cli(["conformance", "--impl", "reference", "--methods", "turboquant", "-k", k,
                            "--json", str(report)], capsys)
@@ -276,12 +278,16 @@ def test_conformance_report_lists_selected_methods_and_skip_reasons(tmp_path, ca
     assert "turboquant" in rows and "kivi" not in rows, table
     r = json.loads(report.read_text())
     assert {c["method"] for c in r["cells"]} <= {"turboquant", "-"}, r["cells"]
+    names = {t["id"].split("::")[-1].split("[")[0] for t in r["tests"]}
+    assert "test_attention_gqa_head_mapping" in names, names
+    assert not names & {"test_kivi_trim_puts_back_decoded", "test_group_must_divide_head_dim"}, \
+        "another method's tests are deselected, not reported as skips"
     skipped = [t for t in r["tests"] if t["outcome"] == "skipped"]
-    assert skipped, "the selection above includes skips (kivi's tests, an empty parametrization)"
+    assert skipped, "the selection above includes skips (the reference's replay of kept tokens)"
     for t in skipped:
         assert t["message"] and t["message"] != "(no reason given)", t
         assert _first(t["message"]) in out, t      # each reason is printed under the table
-    assert any("kivi not selected" in t["message"] for t in skipped)
+    assert not any("not selected" in t["message"] for t in skipped), skipped
     assert sum(c["skipped"] for c in r["cells"]) <= len(skipped)
 
 
