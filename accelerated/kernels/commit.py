@@ -103,10 +103,9 @@ def commit(writes: list, checks: list, after: mx.array | None = None, columns: i
         [a for _, a, _ in checks]
     call = dict(grid=(NT * ncol, len(writes) + len(checks), 1), threadgroup=(NT, 1, 1),
                 output_shapes=[(max(1, len(checks)), ncol)], output_dtypes=[mx.uint32])
-    launch = functools.partial(_kernel(wsig, csig, after is not None), **call)
     if after is None and kernel_cache.CACHE.recorder is not None and backend.backend() == "cuda":
         # the warm-up: a write list met only as a fresh cache's first store (no previous token) may follow a token
         # in a later turn (a mixed layer's chunk where both roles encode): record that variant too
-        _kernel(wsig, csig, True)(inputs=[km.order(mx.zeros((1, 1), dtype=mx.uint32))] + inputs, **call)
-    (out,) = launch(inputs=inputs)
+        _kernel(wsig, csig, True)(inputs=[mx.zeros((1, 1), dtype=mx.bool_)] + inputs, **call)
+    (out,) = _kernel(wsig, csig, after is not None)(inputs=inputs, **call)
     return out
