@@ -4,40 +4,15 @@ named with --bench-arms runs with its tuning knobs in effect for its own steps o
 and replaces the default arms; bad names are usage errors; knobs reach the cached launch plans."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
 import types
 
 import mlx.core as mx
 import pytest
 
 from veloxquant.tools.bench import arms as bench_arms
+from _bench_util import Benchmark, benchmark_module
 
 pytest.importorskip("mlx_lm")
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-class _Benchmark:
-    """What benchmarks/harness.py paired() uses of pytest-benchmark's fixture, running every round untimed."""
-    def __init__(self):
-        self.extra_info, self.stats, self.group = {}, None, None
-
-    def pedantic(self, target, setup, teardown, rounds, warmup_rounds):
-        for _ in range(rounds + warmup_rounds):
-            args, kw = setup()
-            target(*args, **kw)
-            teardown()
-
-
-def _benchmark_module(name: str, monkeypatch):
-    """benchmarks/<name>.py loaded as pytest loads it (benchmarks/ on sys.path for its `import harness`)."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    monkeypatch.delitem(sys.modules, "harness", raising=False)
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _bench(h, arms, suite):
@@ -60,9 +35,9 @@ def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch, suite):
         seen.append((tuning.current().fuse_combine, tuning.current().device_counts))
         return real(self, keys, values)
     monkeypatch.setattr(VeloxKVCache, "update_and_fetch", spy)
-    mod = _benchmark_module(suite, monkeypatch)
+    mod = benchmark_module(suite, monkeypatch)
     arm = "turboquant b4 [FUSE_COMBINE=1, DEVICE_COUNTS=0]"
-    bm = _Benchmark()
+    bm = Benchmark()
     name = "generate" if suite == "test_generate" else "decode_step"
     with mx.stream(mx.cpu):
         getattr(mod, suite)(bm, _bench(mod.harness, [arm], name), None, arm, 32)
@@ -73,7 +48,7 @@ def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch, suite):
 
 
 def test_named_arms_replace_the_default_ones(monkeypatch):
-    mod = _benchmark_module("test_decode_step", monkeypatch)
+    mod = benchmark_module("test_decode_step", monkeypatch)
     h = mod.harness
     named = ["turboquant b4", "turboquant b4 [FUSE_COMBINE=1]"]
     assert h.suite_arms(mod.ARMS, {}, False, named) == named
@@ -130,7 +105,7 @@ def test_launch_knobs_reach_cached_plans(monkeypatch):
                                           (["nope"], "unknown arm"), (["fp16 KVCache"], "every arm's baseline"),
                                           (["turboquant b4 [NOPE=1]"], "arm")])
 def test_bench_arms_option_checks_its_names(monkeypatch, names, error):
-    conf = _benchmark_module("conftest", monkeypatch)
+    conf = benchmark_module("conftest", monkeypatch)
     config = types.SimpleNamespace(getoption=lambda k: names if k == "--bench-arms" else None)
     if error is None:
         assert conf._named_arms(config) == names

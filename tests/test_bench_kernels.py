@@ -4,9 +4,6 @@ standing in for the GPU kernels (records, bytes moved, GB/s per arm), and its ta
 test, not a measurement). Also kernel_check's merge of per-method conformance reports."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
 import types
 
 import mlx.core as mx
@@ -14,28 +11,7 @@ import pytest
 
 from veloxquant.tools.bench import render as bench_render
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-class _Benchmark:
-    """What benchmarks/harness.py paired() uses of pytest-benchmark's fixture, running every round untimed."""
-    def __init__(self):
-        self.extra_info, self.stats, self.group = {}, None, None
-
-    def pedantic(self, target, setup, teardown, rounds, warmup_rounds):
-        for _ in range(rounds + warmup_rounds):
-            args, kw = setup()
-            target(*args, **kw)
-            teardown()
-
-
-def _module(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    monkeypatch.delitem(sys.modules, "harness", raising=False)
-    spec = importlib.util.spec_from_file_location("_bench_kernels", ROOT / "benchmarks" / "test_kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from _bench_util import Benchmark, benchmark_module
 
 
 def _bench(mod):
@@ -45,11 +21,11 @@ def _bench(mod):
 
 
 def test_skips_with_the_reason_where_the_kernels_cannot_run(monkeypatch):
-    mod = _module(monkeypatch)
+    mod = benchmark_module("test_kernels", monkeypatch)
     from veloxquant.accelerated import kernels
     monkeypatch.setattr(kernels, "available", lambda: (False, "no GPU backend in this MLX build"))
     with pytest.raises(pytest.skip.Exception, match="no GPU backend in this MLX build"):
-        mod.test_kernels(_Benchmark(), _bench(mod), None, "turboquant b4", "encode", 256)
+        mod.test_kernels(Benchmark(), _bench(mod), None, "turboquant b4", "encode", 256)
 
 
 @pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not installed: no CPU emulation")
@@ -58,11 +34,11 @@ def test_runs_every_case_with_emulated_kernels(monkeypatch, tune):
     CPU emulator standing in for the GPU kernels: catches errors before a GPU session."""
     import _kernel_emulator as ke
     ke.install(monkeypatch, tune, ke.build())
-    mod = _module(monkeypatch)
+    mod = benchmark_module("test_kernels", monkeypatch)
     monkeypatch.setattr(mod.harness, "POOL", 2)
     for label, (method, _kw) in mod.CASES.items():
         for op in ("encode", "decode"):
-            bm = _Benchmark()
+            bm = Benchmark()
             with mx.stream(mx.cpu):
                 mod.test_kernels(bm, _bench(mod), None, label, op, 8 * 64)
             e = bm.extra_info
