@@ -57,50 +57,58 @@ def _poisoned(rec: oatt.RaggedRecord, stream: ragged.RaggedStream) -> oatt.Ragge
 CASES = [("R0", 0, [37, 50, 64, 21]), ("R8", 8, [37, 50, 64, 5])]   # (R = 8: the 5-token row all window)
 
 
-@pytest.mark.parametrize("window, lengths", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_the_ragged_partial_attends_each_row_as_its_own_cache(window, lengths, monkeypatch, tune):
+@pytest.fixture
+def ragged_batch(monkeypatch, tune):
+    """make(window, lengths) -> (the ragged B-row cache merged from kivi2 caches of those lengths, the same
+    single caches again, the rows' left padding), with tuning's ragged on and 4 multiprocessors (split counts);
+    the launch plans made here cleared after."""
     tune(ragged=True, tokens_per_split=24)
     monkeypatch.setattr(katt, "_sm_count", lambda: 4)
     katt._static.cache_clear()
-    make = lambda: vc.KIVIKVCache(bits=2, group_size=G, seed=2, layer=1, window=window)   # noqa: E731
-    try:
+
+    def make_batch(window, lengths):
+        make = lambda: vc.KIVIKVCache(bits=2, group_size=G, seed=2, layer=1, window=window)   # noqa: E731
         batch = vc.KIVIKVCache.merge(filled_with(make, lengths, seed=7))
-        singles = filled_with(make, lengths, seed=7)
         assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
-        lp = batch.left_padding.tolist()
-        seen = set()
-        for step in range(G + 1):
-            k, v = kv(1, 900 + step, b=len(lengths))
-            mask = masks.row_starts(batch.make_mask(1))
-            assert type(mask) is oatt.RowStarts and list(mask.host) == lp
-            kk, vv = batch.update_and_fetch(k, v)
-            for i, c in enumerate(singles):
-                c.update_and_fetch(k[i:i + 1], v[i:i + 1])
-            if step % 4 and step != G:
-                continue
-            q = mx.random.normal((len(lengths), REP * H, 1, D), key=mx.random.key(40 + step)).astype(mx.float16)
-            kr, vr = kk.record, vv.record
-            assert isinstance(kr, oatt.RaggedRecord) and kr.encoded > 0, kr
-            seen.add(tuple(batch.inner._k.bounds()))
-            with pytest.MonkeyPatch.context() as m:
-                m.setattr(backend, "available", lambda: (True, "emulated"))
-                assert katt.supports(q, kr, vr, mask), "the kernels refuse the ragged step"
-                plan = katt.launch_plan(q, kr, vr, D ** -0.5, mask)
-            assert plan.key[7] and plan.key[8] and not plan.key[4] and "rphase" in plan.partial_names, plan.key
-            got = emu.emulate(q, _poisoned(kr, batch.inner._k), _poisoned(vr, batch.inner._v), D ** -0.5, mask,
-                              reverse=True)
-            ops = np.array(oatt.attention(q, *(oatt.PackedRecord(r.params, {}, r.decoded(), 0) for r in (kr, vr)),
-                                          D ** -0.5, mask))
-            for i, c in enumerate(singles):
-                want = f64_attention(np.array(q[i:i + 1].astype(mx.float32)), np.array(c._k.dequantized()),
-                                     np.array(c._v.dequantized()), D ** -0.5, False)
-                tol = 2e-3 * np.abs(want).max()
-                for out, what in ((got, "the ragged partial (emulated)"), (ops, "the ops path")):
-                    np.testing.assert_allclose(out[i:i + 1], want, rtol=0, atol=tol,
-                                               err_msg=f"step {step}: row {i}, {what} vs float64 over its own cache")
-        assert len({b for bs in seen for b in bs}) > len(lengths), "the steps never moved the rows' boundaries apart"
-    finally:
-        katt._static.cache_clear()
+        return batch, filled_with(make, lengths, seed=7), batch.left_padding.tolist()
+    yield make_batch
+    katt._static.cache_clear()
+
+
+@pytest.mark.parametrize("window, lengths", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_the_ragged_partial_attends_each_row_as_its_own_cache(window, lengths, ragged_batch):
+    batch, singles, lp = ragged_batch(window, lengths)
+    seen = set()
+    for step in range(G + 1):
+        k, v = kv(1, 900 + step, b=len(lengths))
+        mask = masks.row_starts(batch.make_mask(1))
+        assert type(mask) is oatt.RowStarts and list(mask.host) == lp
+        kk, vv = batch.update_and_fetch(k, v)
+        for i, c in enumerate(singles):
+            c.update_and_fetch(k[i:i + 1], v[i:i + 1])
+        if step % 4 and step != G:
+            continue
+        q = mx.random.normal((len(lengths), REP * H, 1, D), key=mx.random.key(40 + step)).astype(mx.float16)
+        kr, vr = kk.record, vv.record
+        assert isinstance(kr, oatt.RaggedRecord) and kr.encoded > 0, kr
+        seen.add(tuple(batch.inner._k.bounds()))
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(backend, "available", lambda: (True, "emulated"))
+            assert katt.supports(q, kr, vr, mask), "the kernels refuse the ragged step"
+            plan = katt.launch_plan(q, kr, vr, D ** -0.5, mask)
+        assert plan.key[7] and plan.key[8] and not plan.key[4] and "rphase" in plan.partial_names, plan.key
+        got = emu.emulate(q, _poisoned(kr, batch.inner._k), _poisoned(vr, batch.inner._v), D ** -0.5, mask,
+                          reverse=True)
+        ops = np.array(oatt.attention(q, *(oatt.PackedRecord(r.params, {}, r.decoded(), 0) for r in (kr, vr)),
+                                      D ** -0.5, mask))
+        for i, c in enumerate(singles):
+            want = f64_attention(np.array(q[i:i + 1].astype(mx.float32)), np.array(c._k.dequantized()),
+                                 np.array(c._v.dequantized()), D ** -0.5, False)
+            tol = 2e-3 * np.abs(want).max()
+            for out, what in ((got, "the ragged partial (emulated)"), (ops, "the ops path")):
+                np.testing.assert_allclose(out[i:i + 1], want, rtol=0, atol=tol,
+                                           err_msg=f"step {step}: row {i}, {what} vs float64 over its own cache")
+    assert len({b for bs in seen for b in bs}) > len(lengths), "the steps never moved the rows' boundaries apart"
 
 
 # ---- the step's append inside the ragged partial (APPEND + VQ_RAGGED: each row flushes its group at its own step) ----
@@ -153,41 +161,31 @@ def _fused_step(q, batch, before, x_new, mask):
 
 
 @pytest.mark.parametrize("window, lengths", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_the_ragged_partial_with_the_append_steps_each_row_as_its_own_cache(window, lengths, monkeypatch, tune):
+def test_the_ragged_partial_with_the_append_steps_each_row_as_its_own_cache(window, lengths, ragged_batch):
     """G + 1 decode steps of a ragged KIVI batch, each through the partial launch with its append inside: every row
     flushes its group at its own step, inside the launch (the others only copy the chunk into the window). After each
     step, each row's fields (from its first token to its own boundary) and its own window are, byte for byte, its
     single cache's after the same step, and its output is within the tolerance of float64 over that cache."""
-    tune(ragged=True, tokens_per_split=24)
-    monkeypatch.setattr(katt, "_sm_count", lambda: 4)
-    katt._static.cache_clear()
-    make = lambda: vc.KIVIKVCache(bits=2, group_size=G, seed=2, layer=1, window=window)   # noqa: E731
-    try:
-        batch = vc.KIVIKVCache.merge(filled_with(make, lengths, seed=7))
-        singles = filled_with(make, lengths, seed=7)
-        assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
-        lp = batch.left_padding.tolist()
-        flushed = set()
-        for step in range(G + 1):
-            k, v = kv(1, 900 + step, b=len(lengths))
-            mask = masks.row_starts(batch.make_mask(1))
-            before = [(s._window, s._lo) for s in (batch.inner._k, batch.inner._v)]
-            batch.update_and_fetch(k, v)
-            for i, c in enumerate(singles):
-                c.update_and_fetch(k[i:i + 1], v[i:i + 1])
-            q = mx.random.normal((len(lengths), REP * H, 1, D), key=mx.random.key(40 + step)).astype(mx.float16)
-            got, whole, token, summary, rows, x = _fused_step(q, batch, before, (k, v), mask)
-            flushed.update(rows)
-            assert not token.any() and not summary.any(), (step, token.tolist(), summary.tolist())
-            _rows_are_their_caches(batch.inner, whole, singles, lp, f"step {step}")
-            for i, c in enumerate(singles):
-                want = f64_attention(np.array(q[i:i + 1].astype(mx.float32)), np.array(c._k.dequantized()),
-                                     np.array(c._v.dequantized()), D ** -0.5, False)
-                np.testing.assert_allclose(got[i:i + 1], want, rtol=0, atol=2e-3 * np.abs(want).max(),
-                                           err_msg=f"step {step}: row {i} (flushing rows {rows}) vs float64")
-        assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
-    finally:
-        katt._static.cache_clear()
+    batch, singles, lp = ragged_batch(window, lengths)
+    flushed = set()
+    for step in range(G + 1):
+        k, v = kv(1, 900 + step, b=len(lengths))
+        mask = masks.row_starts(batch.make_mask(1))
+        before = [(s._window, s._lo) for s in (batch.inner._k, batch.inner._v)]
+        batch.update_and_fetch(k, v)
+        for i, c in enumerate(singles):
+            c.update_and_fetch(k[i:i + 1], v[i:i + 1])
+        q = mx.random.normal((len(lengths), REP * H, 1, D), key=mx.random.key(40 + step)).astype(mx.float16)
+        got, whole, token, summary, rows, x = _fused_step(q, batch, before, (k, v), mask)
+        flushed.update(rows)
+        assert not token.any() and not summary.any(), (step, token.tolist(), summary.tolist())
+        _rows_are_their_caches(batch.inner, whole, singles, lp, f"step {step}")
+        for i, c in enumerate(singles):
+            want = f64_attention(np.array(q[i:i + 1].astype(mx.float32)), np.array(c._k.dequantized()),
+                                 np.array(c._v.dequantized()), D ** -0.5, False)
+            np.testing.assert_allclose(got[i:i + 1], want, rtol=0, atol=2e-3 * np.abs(want).max(),
+                                       err_msg=f"step {step}: row {i} (flushing rows {rows}) vs float64")
+    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
 
 
 def _rows_are_their_caches(inner, whole, singles, lp, when):
