@@ -1,6 +1,6 @@
 """NVRTC through ctypes, with nothing else imported: a compile runs in this process or in a worker process of
 its own (kernel_cache compiles many variants at once in separate processes, since one process's NVRTC calls
-barely overlap; docs/benchmark-log.md, 2026-12-03 cold start)."""
+barely overlap; docs/benchmark-log.md, its cold-start entry)."""
 from __future__ import annotations
 
 import ctypes
