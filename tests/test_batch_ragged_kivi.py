@@ -1,6 +1,6 @@
 """A ragged KIVI batch (rows' lengths differing mod G) in one B-row cache: accelerated/cache/ragged.py's per-row
-group phase, behind tuning's `ragged` (off by default: the GPU kernels do not take the layout yet, so such a batch
-runs the ops path there; docs/ragged-kivi.md). KIVI in both roles and keys turboquant 3-bit beside values KIVI
+group phase, behind tuning's `ragged` (off by default; docs/ragged-kivi.md). On a GPU, KIVI in both roles steps through the
+fused decode step (VQ_RAGGED), the mixed pair through the general path and the ops attention. KIVI in both roles and keys turboquant 3-bit beside values KIVI
 2-bit, window 0 and 128.
 
 Oracle: each sequence's own single-sequence cache, driven with the same tokens: record bytes and nbytes of every
@@ -22,6 +22,7 @@ from veloxquant.accelerated.cache import ragged
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+from veloxquant.accelerated.attention import RaggedStepKV
 from veloxquant.accelerated.ops.attention import RaggedRecord, RowStarts
 from veloxquant.tools.quality import VOCAB, tiny_llama
 from _batch_util import D, H, filled_with, kv, record_bytes, saves_and_loads
@@ -71,12 +72,16 @@ def test_a_ragged_kivi_batch_is_one_cache_with_each_sequences_bytes(mixed, windo
     batch = type(singles[0]).merge(filled_with(lambda: kivi(mixed, window), lengths, seed=7))
     _same_rows(batch, singles, "merge")
     flushes = set()
+    before = batch.inner._v.bounds()
     for s in range(G + 3):
-        before = batch.inner._v.bounds()
         _step(batch, singles, *kv(1, 300 + s, b=3))
-        lp = batch.left_padding.tolist()      # (a boundary moving inside a row's padding encodes nothing of it)
-        flushes |= {i for i, (a, b) in enumerate(zip(before, batch.inner._v.bounds())) if b > max(a, lp[i])}
         _same_rows(batch, singles, f"decode step {s}")
+        # read after _same_rows: on a GPU the step's append waits for the attention launch (decode_step's pending
+        # append) and the streams' host state follows only once something reads the rows
+        after, lp = batch.inner._v.bounds(), batch.left_padding.tolist()
+        # (a boundary moving inside a row's padding encodes nothing of it)
+        flushes |= {i for i, (a, b) in enumerate(zip(before, after)) if b > max(a, lp[i])}
+        before = after
     assert flushes == {i for i, n in enumerate(lengths) if n + G + 3 >= window + G}, flushes
     batch.filter([0, 2])
     singles = [singles[0], singles[2]]
@@ -177,14 +182,14 @@ def test_batch_generate_with_ragged_prompts_gives_the_single_sequence_tokens():
 @pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
 @pytest.mark.parametrize("mixed, window", CONFIGS, ids=IDS)
 def test_gpu_a_ragged_kivi_batch_through_the_kernels(mixed, window, monkeypatch):
-    """On a GPU: a ragged batch's steps (their appends on the general path, the kernels' encode) leave each row its
-    own cache's bytes, and attend through the ragged partial (KIVI in both roles; the mixed pair: the ops path)
-    within the tolerance tier of each row's single cache (its own fused decode step)."""
+    """On a GPU: a ragged batch's steps leave each row its own cache's bytes and attend through the ragged partial
+    (KIVI in both roles: the first step through kernels.attention, the next ones through the fused decode step with
+    the append inside; the mixed pair: the ops path) within the tolerance tier of each row's single cache."""
     lengths = LENGTHS[window]
     batch = type(kivi(mixed, window)).merge(filled_with(lambda: kivi(mixed, window), lengths, seed=5))
     singles = filled_with(lambda: kivi(mixed, window), lengths, seed=5)
     assert ragged.is_ragged(batch.inner)
-    calls, real = [], katt.attention
+    calls, steps, real = [], [], katt.attention
 
     def spy(q, k, v, *a, **kw):
         calls.append(isinstance(k, RaggedRecord))
@@ -195,8 +200,11 @@ def test_gpu_a_ragged_kivi_batch_through_the_kernels(mixed, window, monkeypatch)
         k, v = kv(1, 80 + step, b=3)
         mask = batch.make_mask(1)
         kk, vv = batch.update_and_fetch(k, v)
+        n = len(calls)
         out = np.array(base.scaled_dot_product_attention(q, kk, vv, cache=batch, scale=D ** -0.5, mask=mask)
                        .astype(mx.float32))
+        # the batch's step (not its singles'): the ragged partial called, or the ragged fused decode step's records
+        steps.append(any(calls[n:]) or isinstance(kk, RaggedStepKV))
         for i, c in enumerate(singles):
             ks, vs = c.update_and_fetch(k[i:i + 1], v[i:i + 1])
             want = np.array(base.scaled_dot_product_attention(q[i:i + 1], ks, vs, cache=c, scale=D ** -0.5,
@@ -204,5 +212,4 @@ def test_gpu_a_ragged_kivi_batch_through_the_kernels(mixed, window, monkeypatch)
             np.testing.assert_allclose(out[i:i + 1], want, rtol=0, atol=2e-3 * np.abs(want).max(),
                                        err_msg=f"row {i} step {step}")
     _same_rows(batch, singles, "after the steps")
-    ragged_calls = sum(calls)
-    assert ragged_calls == (0 if mixed else G + 2), calls
+    assert sum(steps) == (0 if mixed else G + 2), steps

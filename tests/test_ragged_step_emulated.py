@@ -31,6 +31,7 @@ from veloxquant.accelerated.kernels import methods as km
 from _attention_util import f64_attention
 from _batch_util import D, H, filled_with, kv
 import _kernel_emulator as ke   # noqa: E402  (tests/ is on sys.path under pytest)
+import test_batch_ragged_kivi as rk
 from test_attention_kernels_emulated import CTYPES
 from test_rotating_step import install_backend, release_backend
 from test_rotating_step_emulated import _Combine, _Partial, _shared
@@ -300,3 +301,11 @@ def test_cuda_ragged_append_compiles(tmp_path):
                         str(tmp_path / "append_ragged.cubin")], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
     assert r.stderr.count(" 0 bytes spill stores") == 2 and r.stderr.count("append_ragged_") >= 2, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("window", [0, 128], ids=["R0", "R128"])
+def test_the_ragged_batch_checks_hold_through_the_fused_decode_step(bodies, window, tmp_path):
+    """test_batch_ragged_kivi's bytes-per-row checks (merge, G + 3 steps with every row's flush, filter, extend,
+    save/load) with the fused decode step the GPU takes (each step's append pending until something reads the rows)
+    instead of the ops path."""
+    rk.test_a_ragged_kivi_batch_is_one_cache_with_each_sequences_bytes(False, window, tmp_path)
