@@ -9,7 +9,7 @@ flush, nenc.
 Each row's stored bytes (RaggedStream.row: its fields to its own boundary and its own window) after every step are
 its single cache's (the MLX ops path, no kernels), and each row's output is within the emulated tests' tolerance of
 float64 over that single cache; every step after the first is one DecodeStep launch pair (partial + combine).
-`..._on_the_gpu`: the same steps with MLX's CUDA kernels (skipped without a CUDA backend; not yet run)."""
+`..._on_the_gpu`: the same steps with MLX's CUDA kernels (skipped without a CUDA backend)."""
 from __future__ import annotations
 
 import ctypes
