@@ -21,8 +21,9 @@ def _bench(h, arms, suite):
     return types.SimpleNamespace(device="cpu", sizes=sizes, named_arms=list(arms), gate=lambda *a: None)
 
 
+@pytest.mark.parametrize("base", ["turboquant b4", "keys turboquant b4 + values turboquant b2"])
 @pytest.mark.parametrize("suite", ["test_decode_step", "test_generate"])
-def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch, suite):
+def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch, suite, base):
     """--bench-arms "turboquant b4 [FUSE_COMBINE=1, DEVICE_COUNTS=0]": ours' steps (and the fill of its caches) run
     under those knobs, fp16's under the defaults, nothing is left changed; the arm records no `cache` settings (the
     quality recommendation must not take an A/B arm for the shipped configuration)."""
@@ -36,7 +37,7 @@ def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch, suite):
         return real(self, keys, values)
     monkeypatch.setattr(VeloxKVCache, "update_and_fetch", spy)
     mod = benchmark_module(suite, monkeypatch)
-    arm = "turboquant b4 [FUSE_COMBINE=1, DEVICE_COUNTS=0]"
+    arm = f"{base} [FUSE_COMBINE=1, DEVICE_COUNTS=0]"
     bm = Benchmark()
     name = "generate" if suite == "test_generate" else "decode_step"
     with mx.stream(mx.cpu):
@@ -102,6 +103,9 @@ def test_launch_knobs_reach_cached_plans(monkeypatch):
 
 
 @pytest.mark.parametrize("names, error", [(["turboquant b4", "rabitq [TC_CODES=1]"], None),
+                                          (["keys turboquant b3 + values turboquant b2",
+                                            "keys turboquant b3 + values turboquant b2 [TC_CODES=0]"], None),
+                                          (["keys turboquant b9 + values turboquant b2"], "unknown arm"),
                                           (["nope"], "unknown arm"), (["fp16 KVCache"], "every arm's baseline"),
                                           (["turboquant b4 [NOPE=1]"], "arm")])
 def test_bench_arms_option_checks_its_names(monkeypatch, names, error):

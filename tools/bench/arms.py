@@ -85,15 +85,17 @@ def settings(name: str) -> dict:
 
 
 def arm_names(selected) -> list[str]:
-    """Every arm (baselines first) where `selected` is None, else `selected` checked: known names, knobs only on
-    ours."""
+    """Every arm (baselines first) where `selected` is None, else `selected` checked: known names or an explicit
+    key/value configuration's name (kv_arms: "keys turboquant b3 + values turboquant b2"), knobs only on ours."""
     names = [*BASELINES, *OURS]
     if selected is None:
         return names
     for n in selected:
         base, kn = split(n)
-        if base not in names or (kn and base not in OURS):
-            raise ValueError(f"unknown arm {n!r}: arms are {names}, knobs only on ours")
+        ours = base in OURS or kv_arm_settings(base) is not None
+        if not (ours or base in names) or (kn and not ours):
+            raise ValueError(f"unknown arm {n!r}: arms are {names} or a --bench-kv configuration's name "
+                             "('keys METHOD bB + values METHOD bB'), knobs only on ours")
     return list(selected)
 
 
