@@ -756,6 +756,8 @@ TC_AFFINE_CASES = [
      ((1, 2, 4, 1, 600, 128), mx.float32, False, 1.0, "ramp")),
     (dict(bits=4, group_size=32), dict(bits=4, group_size=32), 5, (mx.float32, mx.float16),
      ((1, 1, 2, 2, 75, 64), mx.float32, True, 2.0, 1.0)),
+    (dict(bits=8, group_size=64), dict(bits=8, group_size=32), 0, (mx.bfloat16, mx.float32),
+     ((2, 1, 1, 1, 140, 64), mx.float16, False, 1.0, 1.0)),       # one query row; 8-bit value words whole at d = 64
 ]
 TC_AFFINE_IDS = [f"k{c[0]['bits']}g{c[0]['group_size']}-v{c[1]['bits']}g{c[1]['group_size']}-w{c[2]}"
                  f"-{str(c[3][0]).split('.')[-1]}-d{c[4][0][5]}" for c in TC_AFFINE_CASES]

@@ -264,7 +264,7 @@ def test_kernel_bodies_attend_the_held_tokens_on_the_tensor_core_loop(bodies, mo
 
 
 @pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
-@pytest.mark.parametrize("name,kw,max_size,steps", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name,kw,max_size,steps", CASES + TC_CASES, ids=[c[0] for c in CASES + TC_CASES])
 def test_gpu_sliding_window_decode_step_attends_the_held_tokens(tune, name, kw, max_size, steps):
     """The same steps with the real kernels (CUDA: the append inside the partial launch, tuning's default): outputs
     within the same budget of ops' attention over the held tokens, stored bytes one-shot encode's."""
