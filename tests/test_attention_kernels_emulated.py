@@ -621,15 +621,16 @@ def test_tensor_core_loop_on_the_gpu_within_the_attention_budget(case):
 
 
 def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquant", dict(bits=4))), window=0,
-                   xdtypes=(mx.float16, mx.float32)):
-    """`xdtypes`: the keys' and values' input dtypes (an mlx_affine record's scales and biases are in it)."""
+                   xdtypes=(mx.float16, mx.float32), kscale=1.0):
+    """`xdtypes`: the keys' and values' input dtypes (an mlx_affine record's scales and biases are in it); `kscale`:
+    the keys' magnitude."""
     from veloxquant.conformance.attention_checks import attention_budget, attention_f64
     (b, hkv, rep, lq, t, d), qdt, causal, qs, vs = case
     rng = np.random.default_rng(t + d)
     (km, kkw), (vm, vkw) = methods
     kp = spec.Params(km, role="k", window=window, seed=3, layer=1, **kkw).resolved()
     vp = spec.Params(vm, role="v", window=window, seed=3, layer=1, **vkw).resolved()
-    kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(xdtypes[0])
+    kx = mx.array((rng.standard_normal((b, hkv, t, d)) * kscale).astype(np.float32)).astype(xdtypes[0])
     vscale = np.logspace(-3, 3, t)[None, None, :, None] if vs == "ramp" else vs
     vx = mx.array((rng.standard_normal((b, hkv, t, d)) * vscale).astype(np.float32)).astype(xdtypes[1])
     q = mx.array((rng.standard_normal((b, hkv * rep, lq, d)) * qs).astype(np.float32)).astype(qdt)
@@ -743,15 +744,16 @@ def test_tensor_core_loop_for_kivi_on_the_gpu(case, tune):
 
 
 TC_AFFINE_CASES = [
-    # key kw, value kw, window, (keys', values' input dtype), (case as TC_CASES')
-    (dict(bits=4, group_size=64), dict(bits=4, group_size=64), 0, (mx.float32, mx.float32),
-     ((1, 2, 4, 1, 300, 128), mx.float32, False, 2.0, 1.0)),
+    # key kw, value kw, window, (keys', values' input dtype[, keys' magnitude: far outside float16's normal range, so
+    # that the chunks' powers of two must bring them into it]), (case as TC_CASES')
+    (dict(bits=4, group_size=64), dict(bits=4, group_size=64), 0, (mx.float32, mx.float32, 1e-7),
+     ((1, 2, 4, 1, 300, 128), mx.float32, False, 2e7, 1.0)),
     (dict(bits=2, group_size=32), dict(bits=2, group_size=32), 0, (mx.float16, mx.float32),
      ((2, 1, 4, 1, 260, 128), mx.float32, False, 1e-3, 300.0)),
     (dict(bits=4, group_size=32), dict(bits=2, group_size=64), 0, (mx.float16, mx.float16),
      ((1, 1, 2, 2, 75, 64), mx.float16, True, 2.0, 1.0)),
-    (dict(bits=4, group_size=128), dict(bits=2, group_size=64), 0, (mx.bfloat16, mx.bfloat16),
-     ((1, 1, 4, 2, 530, 128), mx.bfloat16, True, 40.0, 1e-3)),
+    (dict(bits=4, group_size=128), dict(bits=2, group_size=64), 0, (mx.bfloat16, mx.bfloat16, 3e5),
+     ((1, 1, 4, 2, 530, 128), mx.bfloat16, True, 1e-5, 1e-3)),
     (dict(bits=8, group_size=32), dict(bits=8, group_size=128), 0, (mx.float16, mx.float32),
      ((1, 2, 4, 1, 600, 128), mx.float32, False, 1.0, "ramp")),
     (dict(bits=4, group_size=32), dict(bits=4, group_size=32), 5, (mx.float32, mx.float16),
@@ -776,7 +778,8 @@ def test_tensor_core_loop_for_mlx_affine_within_the_attention_budget(case, tenso
     t = tuning.current()
     assert not katt._tensor_cores(kp, vp, d, bool(window), t.tc_codes, t.tc_kivi, t.tc_affine), "off: the scalar loop"
     tune(tc_affine=True)
-    _check_tc_case(c, emulate, (("mlx_affine", kkw), ("mlx_affine", vkw)), window=window, xdtypes=xdt)
+    _check_tc_case(c, emulate, (("mlx_affine", kkw), ("mlx_affine", vkw)), window=window, xdtypes=xdt[:2],
+                   kscale=(xdt + (1.0,))[2])
 
 
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
@@ -788,7 +791,8 @@ def test_tensor_core_loop_for_mlx_affine_on_the_gpu(case, tune):
     tune(tc_affine=True)
     katt._static.cache_clear()
     _check_tc_case(c, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)),
-                   (("mlx_affine", kkw), ("mlx_affine", vkw)), window=window, xdtypes=xdt)
+                   (("mlx_affine", kkw), ("mlx_affine", vkw)), window=window, xdtypes=xdt[:2],
+                   kscale=(xdt + (1.0,))[2])
 
 
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
