@@ -568,6 +568,20 @@ def test_row_starts_in_the_tensor_core_loop_for_kivi(tensor_cores, monkeypatch, 
     assert katt.launch_plan(*args).key[4], "not the tensor-core loop"
 
 
+def test_row_starts_in_the_tensor_core_loop_for_mlx_affine(tensor_cores, monkeypatch, tune):
+    """The mlx_affine tensor-core loop (tuning's tc_affine) with row starts inside a 16-token chunk and past a split,
+    with the rows below the starts as stored and with all their bits set (NaN scales and biases: never read)."""
+    tune(tokens_per_split=32, tc_affine=True)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 4)
+    case = (("mlx_affine", dict(bits=4, group_size=64)), ("mlx_affine", dict(bits=2, group_size=32)),
+            (2, 4, 1, 300, 128), [0, 7, 250], mx.float32, False)
+    for poison in (None, case[3]):
+        got, want, tol, args = _row_start_case(case, lambda q, k, v, scale, mask: emulate(
+            q, k, v, scale, mask, poison_below=poison))
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"tensor-core loop, poisoned below: {poison}")
+    assert katt.launch_plan(*args).key[4], "not the tensor-core loop"
+
+
 TC_SPLIT_FRACTION = 2.0 ** -6     # of conformance's attention budget, for float32 outputs (see the test)
 TC_CASES = [
     # (B, Hkv, rep, L, T, d), queries dtype, causal, query scale, value scale
@@ -606,16 +620,19 @@ def test_tensor_core_loop_on_the_gpu_within_the_attention_budget(case):
     _check_tc_case(case, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)))
 
 
-def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquant", dict(bits=4))), window=0):
+def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquant", dict(bits=4))), window=0,
+                   xdtypes=(mx.float16, mx.float32), kscale=1.0):
+    """`xdtypes`: the keys' and values' input dtypes (an mlx_affine record's scales and biases are in it); `kscale`:
+    the keys' magnitude."""
     from veloxquant.conformance.attention_checks import attention_budget, attention_f64
     (b, hkv, rep, lq, t, d), qdt, causal, qs, vs = case
     rng = np.random.default_rng(t + d)
     (km, kkw), (vm, vkw) = methods
     kp = spec.Params(km, role="k", window=window, seed=3, layer=1, **kkw).resolved()
     vp = spec.Params(vm, role="v", window=window, seed=3, layer=1, **vkw).resolved()
-    kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+    kx = mx.array((rng.standard_normal((b, hkv, t, d)) * kscale).astype(np.float32)).astype(xdtypes[0])
     vscale = np.logspace(-3, 3, t)[None, None, :, None] if vs == "ramp" else vs
-    vx = mx.array((rng.standard_normal((b, hkv, t, d)) * vscale).astype(np.float32))
+    vx = mx.array((rng.standard_normal((b, hkv, t, d)) * vscale).astype(np.float32)).astype(xdtypes[1])
     q = mx.array((rng.standard_normal((b, hkv * rep, lq, d)) * qs).astype(np.float32)).astype(qdt)
     k, v = _packed(kx, kp), _packed(vx, vp)
     scale = 1.0 / np.sqrt(d)
@@ -626,7 +643,9 @@ def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquan
     qf = np.array(q.astype(mx.float32)).astype(np.float64)
     k64, v64 = np.array(k.dequantized()).astype(np.float64), np.array(v.dequantized()).astype(np.float64)
     want, p, kr, vr = attention_f64(qf, k64, v64, scale, mask)      # conformance's oracle, GQA heads repeated
-    budget = attention_budget(qf, kr, vr, p, scale, True, True)
+    # mlx_affine: not rotated; float32 records' decode may skip the rounding of c s (GROUP_DECODE)
+    budget = attention_budget(qf, kr, vr, p, scale, km != "mlx_affine", vm != "mlx_affine",
+                              _affine_zero(k, t), _affine_zero(v, t))
     if qdt != mx.float32:       # the output is rounded to the queries' dtype
         budget = budget + np.abs(want) * (2.0 ** -11 if qdt == mx.float16 else 2.0 ** -8)
     ratio = np.abs(got - want) / budget
@@ -635,6 +654,14 @@ def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquan
     bound = TC_SPLIT_FRACTION if qdt == mx.float32 else 1.0
     assert ratio.max() <= bound, (f"tensor-core loop, case {case}: worst error / budget {ratio.max():.3g} > "
                                   f"{bound} at {np.unravel_index(ratio.argmax(), ratio.shape)}")
+
+
+def _affine_zero(r, t):
+    """|Bi| per decoded coordinate of a float32 mlx_affine record (attention_checks.group_zero_magnitude), else None."""
+    from veloxquant.conformance.attention_checks import group_zero_magnitude
+    if r.params.method != "mlx_affine" or r.fields["scales"].dtype != mx.float32:
+        return None
+    return group_zero_magnitude({"biases": np.array(r.fields["biases"])}, r.params, t)
 
 
 @pytest.mark.parametrize("case,window", [(TC_CASES[0], 32), (TC_CASES[1], 5), (TC_CASES[3], 1)],
@@ -716,6 +743,58 @@ def test_tensor_core_loop_for_kivi_on_the_gpu(case, tune):
                    (("kivi", kkw), ("kivi", vkw)), window=window)
 
 
+TC_AFFINE_CASES = [
+    # key kw, value kw, window, (keys', values' input dtype[, keys' magnitude: far outside float16's normal range, so
+    # that the chunks' powers of two must bring them into it]), (case as TC_CASES')
+    (dict(bits=4, group_size=64), dict(bits=4, group_size=64), 0, (mx.float32, mx.float32, 1e-7),
+     ((1, 2, 4, 1, 300, 128), mx.float32, False, 2e7, 1.0)),
+    (dict(bits=2, group_size=32), dict(bits=2, group_size=32), 0, (mx.float16, mx.float32),
+     ((2, 1, 4, 1, 260, 128), mx.float32, False, 1e-3, 300.0)),
+    (dict(bits=4, group_size=32), dict(bits=2, group_size=64), 0, (mx.float16, mx.float16),
+     ((1, 1, 2, 2, 75, 64), mx.float16, True, 2.0, 1.0)),
+    (dict(bits=4, group_size=128), dict(bits=2, group_size=64), 0, (mx.bfloat16, mx.bfloat16, 3e5),
+     ((1, 1, 4, 2, 530, 128), mx.bfloat16, True, 1e-5, 1e-3)),
+    (dict(bits=8, group_size=32), dict(bits=8, group_size=128), 0, (mx.float16, mx.float32),
+     ((1, 2, 4, 1, 600, 128), mx.float32, False, 1.0, "ramp")),
+    (dict(bits=4, group_size=32), dict(bits=4, group_size=32), 5, (mx.float32, mx.float16),
+     ((1, 1, 2, 2, 75, 64), mx.float32, True, 2.0, 1.0)),
+    (dict(bits=8, group_size=64), dict(bits=8, group_size=32), 0, (mx.bfloat16, mx.float32),
+     ((2, 1, 1, 1, 140, 64), mx.float16, False, 1.0, 1.0)),       # one query row; 8-bit value words whole at d = 64
+]
+TC_AFFINE_IDS = [f"k{c[0]['bits']}g{c[0]['group_size']}-v{c[1]['bits']}g{c[1]['group_size']}-w{c[2]}"
+                 f"-{str(c[3][0]).split('.')[-1]}-d{c[4][0][5]}" for c in TC_AFFINE_CASES]
+
+
+@pytest.mark.parametrize("case", TC_AFFINE_CASES, ids=TC_AFFINE_IDS)
+def test_tensor_core_loop_for_mlx_affine_within_the_attention_budget(case, tensor_cores, tune):
+    """tuning's tc_affine: mlx_affine keys (T(T(c s) + b) times a power of two per chunk in B) and values (the same
+    in A) in the tensor-core loop, float32 records as hi + lo parts, emulated, within the same bounds as turboquant
+    b4's; off, mlx_affine takes the scalar loop."""
+    kkw, vkw, window, xdt, c = case
+    d = c[0][5]
+    tune(tc_affine=False)
+    kp = spec.Params("mlx_affine", role="k", window=window, seed=3, layer=1, **kkw).resolved()
+    vp = spec.Params("mlx_affine", role="v", window=window, seed=3, layer=1, **vkw).resolved()
+    t = tuning.current()
+    assert not katt._tensor_cores(kp, vp, d, bool(window), t.tc_codes, t.tc_kivi, t.tc_affine), "off: the scalar loop"
+    tune(tc_affine=True)
+    _check_tc_case(c, emulate, (("mlx_affine", kkw), ("mlx_affine", vkw)), window=window, xdtypes=xdt[:2],
+                   kscale=(xdt + (1.0,))[2])
+
+
+@pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
+@pytest.mark.parametrize("case", TC_AFFINE_CASES, ids=TC_AFFINE_IDS)
+def test_tensor_core_loop_for_mlx_affine_on_the_gpu(case, tune):
+    """The tc_affine cases through the compiled kernel (the hardware's mma accumulation and NVRTC's contraction of
+    a float32 record's c s + b: the GROUP_DECODE term)."""
+    kkw, vkw, window, xdt, c = case
+    tune(tc_affine=True)
+    katt._static.cache_clear()
+    _check_tc_case(c, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)),
+                   (("mlx_affine", kkw), ("mlx_affine", vkw)), window=window, xdtypes=xdt[:2],
+                   kscale=(xdt + (1.0,))[2])
+
+
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
 @pytest.mark.parametrize("case", TC_CODE_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}-{c[1][0]}{c[1][1].get('bits', '')}"
                                                      f"-d{c[2][0][5]}" for c in TC_CODE_CASES])
@@ -733,6 +812,8 @@ APPEND_CASES = [
     (("turboquant_rvq", dict(bits=3, bits2=2)), ("turboquant_prod", dict(bits=3)), (2, 2, 2, 1, 40, 64),
      mx.bfloat16, False, False),
     (("rabitq", {}), ("mlx_affine", dict(bits=4, group_size=32)), (1, 2, 2, 3, 30, 64), mx.float16, False, True),
+    (("mlx_affine", dict(bits=4, group_size=64)), ("mlx_affine", dict(bits=2, group_size=32)), (1, 2, 4, 1, 70, 128),
+     mx.float16, True, False),
 ]
 
 
@@ -793,6 +874,8 @@ WINDOW_CASES = [
      mx.bfloat16, False, False),
     (("rabitq", {}), ("mlx_affine", dict(bits=4, group_size=32)), (1, 2, 2, 3, 30, 64, 3), mx.float16, True, False),
     (("mlx_affine", dict(bits=4, group_size=32)), ("rabitq", {}), (1, 1, 3, 1, 20, 64, 1), mx.float32, False, False),
+    (("mlx_affine", dict(bits=4, group_size=32)), ("mlx_affine", dict(bits=8, group_size=64)), (1, 1, 2, 2, 50, 64, 3),
+     mx.bfloat16, True, True),
 ]
 
 

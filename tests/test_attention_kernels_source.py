@@ -193,6 +193,30 @@ def test_cuda_kivi_tensor_core_partial_compiles_without_spills(tmp_path):
         assert not any(spills.values()), (arch, spills)
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_affine_tensor_core_partial_compiles_without_spills(tmp_path):
+    """The mlx_affine tensor-core partial (tuning's tc_affine, csrc/tc_affine_loop.cuh) as attention.py would launch
+    it: 2-, 4- and 8-bit codes, float16, bfloat16 and float32 records (one or two mmas per step), a window, combine
+    launched; sm_80 and sm_90, launch bounds as the turboquant loop's."""
+    header, partial = src.assemble("partial", "cuda", 5, 5, True, False, True)
+    body, names = "", []
+    for kb, vb, d, g, dt in [(4, 4, 128, 64, "__half"), (2, 2, 128, 32, "__half"), (8, 8, 128, 32, "__half"),
+                             (4, 2, 64, 32, "__nv_bfloat16"), (4, 4, 128, 64, "float")]:
+        types = dict(q="__half", kc1="uint32_t", vc1="uint32_t", kgs=dt, kgz=dt, vgs=dt, vgz=dt, kw=dt, vw=dt,
+                     flags="uint32_t", nenc="int32_t")
+        name = f"partial_tca_{d}_{kb}{vb}_{len(names)}"
+        names.append(name)
+        body += _kernel(name, partial, src.inputs("partial", 5, 5, True, False), src.PARTIAL_OUTPUTS, types,
+                        [("MK", 5), ("MV", 5), ("KB1", kb), ("KB2", 1), ("VB1", vb), ("VB2", 1), ("D", d), ("QB", 4),
+                         ("NT", tuning.DEFAULT.partial_threads), ("P", min(32, d // 8)), ("KG", g), ("VG", g),
+                         ("CAUSAL", 0), ("HASWIN", 1), ("PF", tuning.DEFAULT.tc_prefetch), ("FUSED", 0), ("APPEND", 0),
+                         ("OT", "__half")])
+        body += _UNDEF
+    for arch, spills in _local_memory(header, body, tmp_path / "attention_tca", r"partial_tca_\d+_\d+_\d+").items():
+        assert set(spills) == set(names), (arch, spills)
+        assert not any(spills.values()), (arch, spills)
+
+
 def _local_memory(header: str, body: str, stem, entry: str, bounds: bool = True) -> dict:
     """{arch: {kernel: local memory in bytes (stack frame + spill stores)}} of kernels compiled for sm_80 and sm_90,
     with `bounds` as the tensor-core partial is (launch bounds of tc_min_blocks threadgroups of partial_threads threads), else as

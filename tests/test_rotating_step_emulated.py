@@ -251,8 +251,20 @@ def test_kernel_bodies_attend_the_sliding_windows_held_tokens(bodies, name, kw, 
     _check_steps(name, kw, *_run(bodies, kw, max_size, steps)[1:])
 
 
+TC_CASES = [("mlx_affine-w4", dict(method="mlx_affine", bits=4, group_size=32, window=4), 24, 40)]
+
+
+@pytest.mark.parametrize("name,kw,max_size,steps", TC_CASES, ids=[c[0] for c in TC_CASES])
+def test_kernel_bodies_attend_the_held_tokens_on_the_tensor_core_loop(bodies, monkeypatch, name, kw, max_size, steps):
+    """The check above with the partial's tensor-core loop (tuning's tc_affine): the append inside, the row start past
+    the evicted rows and the exact window's split of the same launch around the mma loop's chunks."""
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)
+    _check_steps(name, kw, *_run(bodies, kw, max_size, steps)[1:])
+    assert bodies.launches and all(launch["key"][4] for launch in bodies.launches), "not the tensor-core loop"
+
+
 @pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
-@pytest.mark.parametrize("name,kw,max_size,steps", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name,kw,max_size,steps", CASES + TC_CASES, ids=[c[0] for c in CASES + TC_CASES])
 def test_gpu_sliding_window_decode_step_attends_the_held_tokens(tune, name, kw, max_size, steps):
     """The same steps with the real kernels (CUDA: the append inside the partial launch, tuning's default): outputs
     within the same budget of ops' attention over the held tokens, stored bytes one-shot encode's."""

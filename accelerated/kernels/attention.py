@@ -1,8 +1,8 @@
 """Fused decode attention over packed records (spec/attention.md): the `partial` and `combine` kernels of
 accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode); the
 combine is a second launch (on CUDA it can run inside the partial launch: tuning's fuse_combine, off by default).
-On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values without a window take the partial's
-tensor-core loop (accelerated/kernels/attention_tc.py; `_tensor_cores` says when).
+On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values take the partial's tensor-core loop, and
+by tuning's tc_* knobs other codes, KIVI and mlx_affine (attention_tc.py; `_tensor_cores` says when).
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
 at most accelerated.ops.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
@@ -214,7 +214,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     mixed = int(has_win) in src.MIXED_WINDOWS       # (the scalar loop: split S - 1 reads one role's window beside
     tc = tune.tensor_cores and not mixed and not ragged and _tensor_cores(kp, vp, d, has_win, tune.tc_codes,
-                                                          tune.tc_kivi)                 # records)
+                                                          tune.tc_kivi, tune.tc_affine)  # records)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
@@ -360,13 +360,17 @@ def _counts(n: int) -> mx.array:
 
 
 def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False,
-                  kivi: bool = False) -> bool:
+                  kivi: bool = False, affine: bool = False) -> bool:
     """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
     4-bit codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
     `codes` (tuning's tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
     at least one word); with `kivi` (tuning's tc_kivi) KIVI keys and values, both roles, 1-, 2- or 4-bit codes
-    (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word). The window split runs its exact tokens in
-    scalar arithmetic (csrc/tc_window.h)."""
+    (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with `affine` (tuning's tc_affine) mlx_affine
+    keys and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh). The window split runs its exact tokens
+    in scalar arithmetic (csrc/tc_window.h)."""
+    if kp.method == "mlx_affine" or vp.method == "mlx_affine":
+        return (affine and kp.method == vp.method == "mlx_affine" and d in (64, 128) and kp.bits in (2, 4, 8)
+                and vp.bits in (2, 4, 8) and _mma_available())
     if kp.method == "kivi" or vp.method == "kivi":
         return (kivi and kp.method == vp.method == "kivi" and d in (64, 128) and kp.bits in (1, 2, 4)
                 and vp.bits in (1, 2, 4) and kp.bits * d >= 128 and _mma_available())

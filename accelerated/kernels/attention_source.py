@@ -158,6 +158,9 @@ PARTIAL_TC_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
 # ... with KIVI records (MK = MV = 4: tuning's tc_kivi): the scales folded into the mma operands (tc_kivi_loop.cuh)
 PARTIAL_TC_KIVI_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_kivi_loop.cuh",
                                                  "VQ_COMBINE_ROWS": "combine_rows_strided.h"})
+# ... with mlx_affine records (MK = MV = 5: tuning's tc_affine): keys and values dequantized into the mma operands
+PARTIAL_TC_AFFINE_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_affine_loop.cuh",
+                                                   "VQ_COMBINE_ROWS": "combine_rows_strided.h"})
 COMBINE_BODY = loader.defines({"VQ_MAX_SPLITS": MAX_SPLITS}) + loader.text("combine.h")
 COMBINE_SUMMARY = loader.text("combine_summary.h")
 BODIES = {"partial": PARTIAL_BODY, "combine": COMBINE_BODY}
@@ -223,9 +226,12 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
 
 
 def partial_body(mk: int, mv: int, tc: bool) -> str:
-    """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's own)."""
+    """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's and
+    mlx_affine's own)."""
     if not tc:
         return PARTIAL_BODY
+    if mk == mv == METHOD_IDS["mlx_affine"]:
+        return PARTIAL_TC_AFFINE_BODY
     return PARTIAL_TC_KIVI_BODY if mk == mv == METHOD_IDS["kivi"] else PARTIAL_TC_BODY
 
 

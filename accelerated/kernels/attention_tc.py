@@ -26,6 +26,15 @@ shuffle from the lane that holds its table entry (the entry's hi and lo parts pa
 repeat lanes 0-15, so the shifted word needs no mask: a shuffle reads the low 5 bits of its lane operand), and
 two entries' parts are paired for a float16x2 operand with one byte permute.
 
+mlx_affine records (tuning's tc_affine, csrc/tc_affine_loop.cuh): a scale and bias per token and group of G >= 32
+coordinates cannot be folded into the query (one key k-step takes four lane quarters' coordinates, of up to four
+groups) nor into the probabilities (one value m-tile takes eight lane groups' coordinates), and separate score tiles per
+group scaled per token afterwards would skip the decode's roundings to the records' dtype, which 16-bit records must
+keep (spec/attention.md). So each element is dequantized in registers as the scalar loop does, x = T(T(c s) + b),
+times a power of two per chunk (keys: the chunk's largest (2^b - 1) |s| + |b| near 2^11; values: fv as above) into the
+B (keys) or A (values) operand. A 16-bit x so scaled is exact in float16 (only bits below 2^-24 are lost, which a lo
+part could not hold either): one mma per step; float32 records are split in hi and lo parts, two mmas per step.
+
 Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
 bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once
 (docs/decode-step-analysis.md, "Fifth pass").

@@ -1,0 +1,41 @@
+// tc_affine_loop.cuh's value sums of one chunk: O^T += V'^T P'^T, V' = T(T(c s) + b) fv dequantized in A, P' = p 2^10.
+    float ua[4];
+    for (int x = 0; x < 4; ++x) {
+      ua[x] = pa[x] * ftv;
+      if (part == 1) {
+        ua[x] -= vq_hround(ua[x]);
+      }
+    }
+    const uint32_t p0 = vq_h2(ua[0], ua[1]);
+    const uint32_t p1 = vq_h2(ua[2], ua[3]);
+    // m-tile mt: coordinates g * D / 8 + mt (rows g) and + D / 16 (rows g + 8), tokens as tc_loop_values.cuh's
+    for (int mt = 0; mt < MT; ++mt) {
+      const int wa = VWHOLE ? (VB1 * mt) / 32 : 0;
+      const int sa = VWHOLE ? (VB1 * mt) % 32 : vsh + VB1 * mt;
+      const int wb = VWHOLE ? (VB1 * (D / 16 + mt)) / 32 : 0;
+      const int sb = VWHOLE ? (VB1 * (D / 16 + mt)) % 32 : vsh + VB1 * (D / 16 + mt);
+      float ea[4];
+      float fb[4];
+      for (int x = 0; x < 4; ++x) {
+        const float xa_ = (float)((vwc[x][wa] >> sa) & VMASK) * vsc[x];
+        const float xb_ = (float)((vwc[x][wb] >> sb) & VMASK) * vsc[x];
+        ea[x] = vq_round_to(vgs[0], vq_round_to(vgs[0], xa_) + vzc[x]) * fv;
+        fb[x] = vq_round_to(vgs[0], vq_round_to(vgs[0], xb_) + vzc[x]) * fv;
+      }
+      if (VLO) {
+        uint32_t ah[4];
+        uint32_t al[4];
+        for (int i = 0; i < 2; ++i) {      // a0 / a2: rows g, tokens 2i; a1 / a3: rows g + 8
+          const float h0 = vq_hround(ea[2 * i]), h1 = vq_hround(ea[2 * i + 1]);
+          const float k0 = vq_hround(fb[2 * i]), k1 = vq_hround(fb[2 * i + 1]);
+          ah[2 * i] = vq_h2(h0, h1);
+          ah[2 * i + 1] = vq_h2(k0, k1);
+          al[2 * i] = vq_h2(ea[2 * i] - h0, ea[2 * i + 1] - h1);
+          al[2 * i + 1] = vq_h2(fb[2 * i] - k0, fb[2 * i + 1] - k1);
+        }
+        vq_mma(o[mt], ah[0], ah[1], ah[2], ah[3], p0, p1);
+        vq_mma(o[mt], al[0], al[1], al[2], al[3], p0, p1);
+      } else {
+        vq_mma(o[mt], vq_h2(ea[0], ea[1]), vq_h2(fb[0], fb[1]), vq_h2(ea[2], ea[3]), vq_h2(fb[2], fb[3]), p0, p1);
+      }
+    }
