@@ -151,10 +151,13 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
 HELPERS = loader.text("attention_helpers.h")
 MAX_SPLITS = 2048          # splits (S + 1 with the window) a combine launch takes: accelerated.kernels.attention
                            # caps them (tuning's max_threadgroups; the tensor-core loop's one wave is far fewer)
-# the partial's body with its scalar loop and fused combine (csrc/partial.h), or the tensor-core loop's (CUDA)
+# the partial's body with its scalar loop and fused combine (csrc/partial.h), or the tensor-core loop's (CUDA), its
+# code layout in four parts (codes in whole words or part of one)
+TC_WORDS = {"VQ_TC_SIZES": "tc_words_sizes.cuh", "VQ_TC_BASES": "tc_words_bases.cuh", "VQ_TC_KEYS": "tc_words_keys.cuh",
+            "VQ_TC_VALUES": "tc_words_values.cuh"}
 PARTIAL_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "partial_loop.h", "VQ_COMBINE_ROWS": "combine_rows.h"})
-PARTIAL_TC_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
-                                            "VQ_COMBINE_ROWS": "combine_rows_strided.h"})
+PARTIAL_TC_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh", "VQ_COMBINE_ROWS": "combine_rows_strided.h",
+                                            **TC_WORDS})
 # ... with KIVI records (MK = MV = 4: tuning's tc_kivi): the scales folded into the mma operands (tc_kivi_loop.cuh)
 PARTIAL_TC_KIVI_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_kivi_loop.cuh",
                                                  "VQ_COMBINE_ROWS": "combine_rows_strided.h"})

@@ -35,4 +35,3 @@ from __future__ import annotations
 from . import loader
 
 TC_CUDA_HEADER = loader.text("tc_header.cuh")     # the helpers: float16 pairs, mma.m16n8k16, power-of-two scales
-TC_LOOP = loader.text("tc_loop.cuh")              # steps 3-4 of the partial body (csrc/partial.h's VQ_PARTIAL_LOOP)
