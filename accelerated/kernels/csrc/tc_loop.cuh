@@ -43,4 +43,5 @@
 #undef TC_LOAD
 #undef VQ_TC_KWORDS
 #undef VQ_TC_VWORDS
+#undef VQ_TC_ALIGN
 #include "tc_loop_merge.cuh"
