@@ -58,6 +58,14 @@ def texts():
             variant = f"{mk}{mv} win={int(haswin)} fused={int(fused)} tc={int(tc)} append={int(app)} starts={int(starts)}"
             yield ("partial", variant, be), attention_source.assemble("partial", be, mk, mv, haswin, fused, tc, app,
                                                                        starts)
+        # the tensor-core loop that reads 3-bit codes (turboquant 0 and rabitq 2 in the other role)
+        for mk, mv, haswin, fused, app, starts in itertools.product((0, 2), (0, 2), *[(False, True)] * 4):
+            tens = getattr(attention_source, "TC_TENS", None)
+            if be != "cuda" or tens is None or (app and (fused or haswin)):
+                continue
+            variant = f"{mk}{mv} win={int(haswin)} fused={int(fused)} tc={tens} append={int(app)} starts={int(starts)}"
+            yield ("partial", variant, be), attention_source.assemble("partial", be, mk, mv, haswin, fused, tens, app,
+                                                                       starts)
         # MIXED (roles whose encoded counts differ): HASWIN 2-4 (attention_source.MIXED_WINDOWS), the scalar loop only;
         # the append with one role's window (kernels/append.py MIXED)
         for mk, mv, haswin, fused, app, starts in itertools.product(range(6), range(6),

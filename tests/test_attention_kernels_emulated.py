@@ -620,7 +620,7 @@ def test_tensor_core_loop_on_the_gpu_within_the_attention_budget(case):
     _check_tc_case(case, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)))
 
 
-def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquant", dict(bits=4))), window=0,
+def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquant", dict(bits=4))), window=0, tc=True,
                    xdtypes=(mx.float16, mx.float32), kscale=1.0):
     """`xdtypes`: the keys' and values' input dtypes (an mlx_affine record's scales and biases are in it); `kscale`:
     the keys' magnitude."""
@@ -638,7 +638,7 @@ def _check_tc_case(case, run, methods=(("turboquant", dict(bits=4)), ("turboquan
     scale = 1.0 / np.sqrt(d)
     mask = "causal" if causal else None
     plan = katt.launch_plan(q, k, v, scale, mask)
-    assert plan.key[4], f"launch_plan({methods}, d={d}) did not take the tensor-core loop: {plan.key}"
+    assert plan.key[4] == tc, f"launch_plan({methods}, d={d}) did not take the tensor-core loop {tc}: {plan.key}"
     got = run(q, k, v, scale, mask).astype(np.float64)
     qf = np.array(q.astype(mx.float32)).astype(np.float64)
     k64, v64 = np.array(k.dequantized()).astype(np.float64), np.array(v.dequantized()).astype(np.float64)
@@ -696,6 +696,45 @@ def test_tensor_core_loop_for_other_codes_within_the_attention_budget(case, tens
     assert not katt._tensor_cores(kp, vp, d, False, tuning.current().tc_codes), "tc_codes off: the scalar loop"
     tune(tc_codes=True)
     _check_tc_case(c, emulate, ((km, kkw), (vm, vkw)))
+
+
+TC3_CASES = [
+    # as TC_CODE_CASES: a role of 3-bit turboquant codes (tuning's tc_3bit)
+    (("turboquant", dict(bits=3)), ("turboquant", dict(bits=3)), ((1, 2, 4, 1, 300, 128), mx.float32, False, 2.0, 1.0)),
+    (("turboquant", dict(bits=3)), ("turboquant", dict(bits=2)), ((2, 1, 4, 1, 140, 128), mx.float32, False, 1e-3, 3e4)),
+    (("turboquant", dict(bits=4)), ("turboquant", dict(bits=3)), ((1, 2, 4, 1, 530, 128), mx.float32, False, 1.0, 1.0)),
+    (("turboquant", dict(bits=3)), ("rabitq", {}), ((1, 1, 4, 1, 100, 128), mx.float32, False, 1.0, 1.0)),
+    (("rabitq", {}), ("turboquant", dict(bits=3)), ((1, 2, 2, 1, 90, 128), mx.float32, False, 1.0, 1.0)),
+    (("turboquant", dict(bits=3)), ("turboquant", dict(bits=3)), ((1, 1, 2, 2, 75, 128), mx.bfloat16, True, 2.0, "ramp")),
+    (("turboquant", dict(bits=3)), ("turboquant", dict(bits=3)), ((1, 1, 2, 2, 75, 64), mx.float16, True, 2.0, 1.0)),
+    (("turboquant", dict(bits=3)), ("turboquant", dict(bits=4)), ((2, 1, 4, 1, 140, 64), mx.float32, False, 1.0, 1.0)),
+    (("turboquant", dict(bits=2)), ("turboquant", dict(bits=3)), ((1, 2, 4, 1, 90, 64), mx.float32, False, 1.0, "ramp")),
+]
+TC3_IDS = [f"{c[0][0]}{c[0][1].get('bits', '')}-{c[1][0]}{c[1][1].get('bits', '')}-d{c[2][0][5]}-{c[2][1]}"
+           .replace("turboquant", "tq").replace("mlx.core.", "") for c in TC3_CASES]
+
+
+@pytest.mark.parametrize("case", TC3_CASES, ids=TC3_IDS)
+def test_tensor_core_loop_for_3bit_codes_within_the_attention_budget(case, tensor_cores, tune):
+    """tuning's tc_3bit: 3-bit turboquant codes (10 to a word, a lane's codes from an offset inside its first word:
+    loaded raw, realigned per use, csrc/tc_tens_*.cuh) in either role beside 1-, 2-, 3- or 4-bit turboquant or rabitq
+    codes in the other, emulated, within the same bounds as turboquant b4's; off, they take the scalar loop."""
+    (km, kkw), (vm, vkw), c = case
+    d = c[0][5]
+    kp = spec.Params(km, role="k", window=0, seed=3, layer=1, **kkw).resolved()
+    vp = spec.Params(vm, role="v", window=0, seed=3, layer=1, **vkw).resolved()
+    tune(tc_3bit=False)
+    assert not katt._tensor_cores(kp, vp, d, False, True, True, tuning.current().tc_3bit), "tc_3bit off: the scalar loop"
+    tune(tc_3bit=True)
+    _check_tc_case(c, emulate, ((km, kkw), (vm, vkw)), tc=src.TC_TENS)
+
+
+@pytest.mark.parametrize("case,window", [(TC3_CASES[0], 32), (TC3_CASES[6], 5)], ids=["tq3-R32", "tq3-d64-R5-causal"])
+def test_tensor_core_loop_for_3bit_codes_with_a_window(case, window, tensor_cores, tune):
+    """3-bit records beside an exact window (its split in scalar arithmetic, csrc/tc_window.h) in the same bounds."""
+    (km, kkw), (vm, vkw), c = case
+    tune(tc_3bit=True)
+    _check_tc_case(c, emulate, ((km, kkw), (vm, vkw)), window=window, tc=src.TC_TENS)
 
 
 TC_KIVI_CASES = [
@@ -806,6 +845,17 @@ def test_tensor_core_loop_for_other_codes_on_the_gpu(case, monkeypatch, tune):
                    ((km, kkw), (vm, vkw)))
 
 
+@pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
+@pytest.mark.parametrize("case", TC3_CASES, ids=TC3_IDS)
+def test_tensor_core_loop_for_3bit_codes_on_the_gpu(case, tune):
+    """The tc_3bit cases through the compiled kernel (NVRTC's text, the hardware's mma accumulation)."""
+    tune(tc_3bit=True)
+    katt._static.cache_clear()
+    (km, kkw), (vm, vkw), c = case
+    _check_tc_case(c, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)),
+                   ((km, kkw), (vm, vkw)), tc=src.TC_TENS)
+
+
 APPEND_CASES = [
     # key method/kw, value method/kw, (B, Hkv, rep, L = t new tokens, T, d), x dtype, tensor cores, causal
     (("turboquant", dict(bits=4)), ("turboquant", dict(bits=4)), (1, 2, 4, 1, 70, 128), mx.float16, True, False),
@@ -814,16 +864,19 @@ APPEND_CASES = [
     (("rabitq", {}), ("mlx_affine", dict(bits=4, group_size=32)), (1, 2, 2, 3, 30, 64), mx.float16, False, True),
     (("mlx_affine", dict(bits=4, group_size=64)), ("mlx_affine", dict(bits=2, group_size=32)), (1, 2, 4, 1, 70, 128),
      mx.float16, True, False),
+    (("turboquant", dict(bits=3)), ("turboquant", dict(bits=2)), (1, 2, 4, 1, 70, 128), mx.float16, True, False),
+    (("turboquant", dict(bits=3)), ("rabitq", {}), (2, 2, 2, 2, 40, 64), mx.bfloat16, True, True),
 ]
 
 
-@pytest.mark.parametrize("case", APPEND_CASES, ids=[f"{c[0][0]}-{c[1][0]}-tc{int(c[4])}" for c in APPEND_CASES])
+@pytest.mark.parametrize("case", APPEND_CASES, ids=[f"{c[0][0]}{'3' * (c[0] == ('turboquant', dict(bits=3)))}-{c[1][0]}"
+                                                   f"-tc{int(c[4])}" for c in APPEND_CASES])
 def test_append_inside_the_partial_stores_the_append_bytes_and_attends_over_them(case, monkeypatch, tune):
     """APPEND (attention_source.append_block): split S - 1 encodes the last t tokens' keys and values into their rows
     of the buffers (poisoned with all ones first): the bytes of accelerated.ops' encode, bit for bit, every token
     checked (a clean token); the attention over all T tokens within the float64 budget; a NaN in one KV head's new
     key shows in that head's token slot only, and nothing is written past the encoded rows."""
-    tune(tokens_per_split=8)
+    tune(tokens_per_split=8, tc_3bit=True)
     monkeypatch.setattr(katt, "_mma_available", lambda: case[4])
     katt._static.cache_clear()
     try:
@@ -876,6 +929,7 @@ WINDOW_CASES = [
     (("mlx_affine", dict(bits=4, group_size=32)), ("rabitq", {}), (1, 1, 3, 1, 20, 64, 1), mx.float32, False, False),
     (("mlx_affine", dict(bits=4, group_size=32)), ("mlx_affine", dict(bits=8, group_size=64)), (1, 1, 2, 2, 50, 64, 3),
      mx.bfloat16, True, True),
+    (("turboquant", dict(bits=4)), ("turboquant", dict(bits=3)), (1, 2, 4, 1, 70, 128, 32), mx.float16, False, True),
 ]
 
 
@@ -1032,14 +1086,15 @@ def test_mixed_roles_through_one_partial(case, monkeypatch, tune):
         katt._static.cache_clear()
 
 
-@pytest.mark.parametrize("case", WINDOW_CASES, ids=[f"{c[0][0]}-{c[1][0]}-R{c[2][6]}-tc{int(c[5])}" for c in WINDOW_CASES])
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=[f"{c[0][0]}-{c[1][0]}{'3' * (c[1] == ('turboquant', dict(bits=3)))}"
+                                                   f"-R{c[2][6]}-tc{int(c[5])}" for c in WINDOW_CASES])
 def test_append_inside_the_partial_moves_exact_windows(case, monkeypatch, tune):
     """APPEND with exact windows (kernels/append.py WINDOWED): split S - 1 encodes the t tokens leaving each window
     into their rows of the records (poisoned first: the bytes of accelerated.ops' one-shot encode of all T tokens)
     and copies the chunk into the window's last t rows (poisoned first), which the window split of the same launch
     attends (reading them from the chunk); the window after the launch is one-shot encode's, the output within the
     float64 budget over all T tokens, a NaN in the values' chunk in that head's slot only."""
-    tune(tokens_per_split=8)
+    tune(tokens_per_split=8, tc_3bit=True)
     monkeypatch.setattr(katt, "_mma_available", lambda: case[5])
     katt._static.cache_clear()
     try:

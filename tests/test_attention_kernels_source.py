@@ -171,6 +171,32 @@ def test_cuda_tensor_core_partial_compiles_without_spills(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_3bit_tensor_core_partial_compiles_without_spills(tmp_path):
+    """The tensor-core partial with a role of 3-bit codes (tuning's tc_3bit, csrc/tc_tens_*.cuh: raw words realigned
+    per use, their indices constant after unrolling) as attention.py would launch it, the other role 1- to 4-bit
+    turboquant or rabitq, d = 128 and 64, combine launched and fused; sm_80 and sm_90 without local memory."""
+    body, names = "", []
+    for mk, mv, kb, vb, d, fused in [(0, 0, 3, 3, 128, 0), (0, 0, 3, 2, 128, 0), (0, 0, 4, 3, 128, 1),
+                                     (0, 2, 3, 1, 128, 0), (2, 0, 1, 3, 128, 0), (0, 0, 3, 3, 64, 0),
+                                     (0, 0, 2, 3, 64, 0)]:
+        header, partial = src.assemble("partial", "cuda", mk, mv, False, bool(fused), src.TC_TENS)
+        dt = "__half"
+        types = dict(q=dt, kc1="uint32_t", vc1="uint32_t", ks0="float", ks1="float", vs0="float", vs1="float",
+                     flags="uint32_t", nenc="int32_t", cnt="int32_t", out=dt)
+        name = f"partial_tc_{d}_{mk}{mv}{kb}{vb}{fused}"
+        names.append(name)
+        body += _kernel(name, partial, src.inputs("partial", mk, mv, False, bool(fused)),
+                        src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS, types,
+                        [("MK", mk), ("MV", mv), ("KB1", kb), ("KB2", 1), ("VB1", vb), ("VB2", 1), ("D", d), ("QB", 4),
+                         ("NT", tuning.DEFAULT.partial_threads), ("P", min(32, d // 8)), ("KG", 1), ("VG", 1), ("CAUSAL", 0),
+                         ("HASWIN", 0), ("PF", tuning.DEFAULT.tc_prefetch), ("FUSED", fused), ("APPEND", 0), ("OT", dt)])
+        body += _UNDEF
+    for arch, spills in _local_memory(header, body, tmp_path / "attention_tc3", r"partial_tc_\d+_\d+").items():
+        assert set(spills) == set(names), (arch, spills)
+        assert not any(spills.values()), (arch, spills)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 def test_cuda_kivi_tensor_core_partial_compiles_without_spills(tmp_path):
     """The KIVI tensor-core partial (tuning's tc_kivi, csrc/tc_kivi_loop.cuh) as attention.py would launch it:
     2- and 4-bit codes, a window, combine launched; sm_80 and sm_90, launch bounds as the turboquant loop's."""

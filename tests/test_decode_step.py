@@ -209,14 +209,15 @@ def test_step_kv_record_is_the_state_of_its_step(monkeypatch, gpu):
 @pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
 @pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
 @pytest.mark.parametrize("method, kw", [("turboquant", dict(bits=4)), ("rabitq", {}),
-                                        ("turboquant_prod", dict(bits=4)), ("mlx_affine", dict(bits=4, group_size=64))])
+                                        ("turboquant_prod", dict(bits=4)), ("mlx_affine", dict(bits=4, group_size=64)),
+                                        ("turboquant", dict(bits=3))])
 @pytest.mark.parametrize("window", [0, 32], ids=["w0", "w32"])
 def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, tune, method, kw, fuse_append, window):
     """Same kernels, same inputs: the attention outputs and the stored bytes are identical to the general
     path's, step by step (on the GPU: the launches as compiled). With the append inside the partial launch
     (fuse_append) the stored bytes are identical and the outputs agree within the attention tolerance (one split
-    more: another summation order)."""
-    tune(fuse_append=fuse_append)
+    more: another summation order). turboquant b3 with tuning's tc_3bit: its tensor-core loop (csrc/tc_tens_*.cuh)."""
+    tune(fuse_append=fuse_append, tc_3bit=True)
 
     def run(general):
         with monkeypatch.context() as m:

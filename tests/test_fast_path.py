@@ -177,6 +177,28 @@ def test_every_decode_step_takes_the_fast_path(cuda, paths, kw):
     _assert_fast(cuda, paths, caches, len(caches) * STEPS)
 
 
+@pytest.mark.parametrize("kw", [dict(key_method="turboquant", key_bits=3, value_method="turboquant", value_bits=2),
+                                dict(key_method="turboquant", key_bits=3, value_method="rabitq"),
+                                dict(key_method="turboquant", key_bits=4, value_method="turboquant", value_bits=3)],
+                         ids=["keys-turboquant3-values-turboquant2", "keys-turboquant3-values-rabitq",
+                              "keys-turboquant4-values-turboquant3"])
+def test_3bit_turboquant_steps_take_the_tensor_core_loop(cuda, paths, tune, kw):
+    """tuning's tc_3bit: the quality docs' recommended pair (keys turboquant 3 bits, values turboquant 2) and the
+    other pairs with a 3-bit role step on the fast path with the 3-bit tensor-core partial (its own kernel, name
+    ...c3) and the append inside it; off, the same steps take the scalar loop's partial."""
+    for on in (True, False):
+        tune(tc_3bit=on)
+        model = tiny_llama(64, layers=2)
+        caches = make_prompt_cache(model, **kw)
+        model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
+        _decode(model, caches, 1)
+        _reset(cuda, paths)
+        _decode(model, caches, 4)
+        _assert_fast(cuda, paths, caches, len(caches) * 4)
+        partials = {n for n in cuda if n.startswith("vq_attention_partial")}
+        assert partials and all(("t2c3a" in n) == on for n in partials), (on, partials)
+
+
 _BATCH_KIVI = ("KIVI prompts not whole groups apart (these are 37 tokens apart; whole groups apart: "
                "test_a_kivi_batch_whole_groups_apart_takes_one_fast_step_per_layer) still merge into a "
                "BatchVeloxKVCache (a cache, and launches, per sequence; batch_shared.eligible): a sequence's "

@@ -214,7 +214,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     mixed = int(has_win) in src.MIXED_WINDOWS       # (the scalar loop: split S - 1 reads one role's window beside
     tc = tune.tensor_cores and not mixed and not ragged and _tensor_cores(kp, vp, d, has_win, tune.tc_codes,
-                                                          tune.tc_kivi, tune.tc_affine)  # records)
+                                                          tune.tc_kivi, affine=tune.tc_affine, three=tune.tc_3bit)  # records)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
@@ -224,6 +224,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
         splits = max(1, min(q_enc_splits, tune.max_threadgroups // max(1, hkv * b * nqg)))
     kb1, kb2 = _bits(kp)
     vb1, vb2 = _bits(vp)
+    tc = src.TC_TENS if tc and 3 in (kb1, vb1) else tc          # the loop whose loads realign 3-bit codes
     mk, mv = layouts.of(kp).kernel_id, layouts.of(vp).kernel_id
     if (not layouts.of(kp).affine and max(kb1, kb2) > 5) or (not layouts.of(vp).affine and max(vb1, vb2) > 5):
         raise ValueError("the partial kernel's code tables hold at most 32 entries (one per lane)")
@@ -360,14 +361,15 @@ def _counts(n: int) -> mx.array:
 
 
 def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False,
-                  kivi: bool = False, affine: bool = False) -> bool:
+                  kivi: bool = False, affine: bool = False, three: bool = False) -> bool:
     """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
     4-bit codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
     `codes` (tuning's tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
-    at least one word); with `kivi` (tuning's tc_kivi) KIVI keys and values, both roles, 1-, 2- or 4-bit codes
-    (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with `affine` (tuning's tc_affine) mlx_affine
-    keys and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh). The window split runs its exact tokens
-    in scalar arithmetic (csrc/tc_window.h)."""
+    at least one word); with `three` (tuning's tc_3bit) also 3-bit turboquant codes in either role, beside any of
+    those in the other (csrc/tc_tens_*.cuh); with `kivi` (tuning's tc_kivi) KIVI keys and values, both roles, 1-, 2- or
+    4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with `affine` (tuning's tc_affine)
+    mlx_affine keys and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh). The window split runs its
+    exact tokens in scalar arithmetic (csrc/tc_window.h)."""
     if kp.method == "mlx_affine" or vp.method == "mlx_affine":
         return (affine and kp.method == vp.method == "mlx_affine" and d in (64, 128) and kp.bits in (2, 4, 8)
                 and vp.bits in (2, 4, 8) and _mma_available())
@@ -377,6 +379,8 @@ def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes
     def takes(p: spec.Params, keys: bool) -> bool:
         if p.method == "turboquant" and p.bits == 4:
             return True
+        if p.method == "turboquant" and p.bits == 3:
+            return three
         b = _bits(p)[0]
         return codes and p.method in ("turboquant", "rabitq") and b in (1, 2, 4) and (not keys or b * d >= 128)
     return d in (64, 128) and takes(kp, True) and takes(vp, False) and _mma_available()
@@ -428,7 +432,7 @@ def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, 
     ins = src.inputs(kind, mk, mv, haswin, fused, append, starts, ragged)
     outs = ((src.FUSED_OUTPUTS if fused else src.APPEND_OUTPUTS if append else src.PARTIAL_OUTPUTS)
             if kind == "partial" else src.COMBINE_APPEND_OUTPUTS if append else src.COMBINE_OUTPUTS)
-    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'a' if append else ''}{'r' if starts else ''}{'g' if ragged else ''}"
+    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'c3' if tc == src.TC_TENS else ''}{'a' if append else ''}{'r' if starts else ''}{'g' if ragged else ''}"
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "_a" if append else "")
     if be == "cuda":
         # a name of its own for a text the defaults do not make (the defaults' names stay as they were)

@@ -151,10 +151,19 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
 HELPERS = loader.text("attention_helpers.h")
 MAX_SPLITS = 2048          # splits (S + 1 with the window) a combine launch takes: accelerated.kernels.attention
                            # caps them (tuning's max_threadgroups; the tensor-core loop's one wave is far fewer)
-# the partial's body with its scalar loop and fused combine (csrc/partial.h), or the tensor-core loop's (CUDA)
+# the partial's body with its scalar loop and fused combine (csrc/partial.h), or the tensor-core loop's (CUDA), its
+# code layout in four parts: codes in whole words or part of one, or (a role's) 3-bit codes, 10 to a word
+TC_WORDS = {"VQ_TC_SIZES": "tc_words_sizes.cuh", "VQ_TC_BASES": "tc_words_bases.cuh", "VQ_TC_KEYS": "tc_words_keys.cuh",
+            "VQ_TC_VALUES": "tc_words_values.cuh"}
+TC_TENS_PARTS = {"VQ_TC_SIZES": "tc_tens_sizes.cuh", "VQ_TC_BASES": "tc_tens_bases.cuh", "VQ_TC_KEYS": "tc_tens_keys.cuh",
+                 "VQ_TC_VALUES": "tc_tens_values.cuh"}
+TC_TENS = 3                # `tc` of a partial whose tensor-core loop reads a role's 3-bit codes (PARTIAL_TC3_BODY)
 PARTIAL_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "partial_loop.h", "VQ_COMBINE_ROWS": "combine_rows.h"})
-PARTIAL_TC_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
-                                            "VQ_COMBINE_ROWS": "combine_rows_strided.h"})
+PARTIAL_TC_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh", "VQ_COMBINE_ROWS": "combine_rows_strided.h",
+                                            **TC_WORDS})
+# ... with a role of 3-bit codes (tc = TC_TENS: tuning's tc_3bit), 10 to a word: loaded raw, realigned per use
+PARTIAL_TC3_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh", "VQ_COMBINE_ROWS": "combine_rows_strided.h",
+                                             **TC_TENS_PARTS})
 # ... with KIVI records (MK = MV = 4: tuning's tc_kivi): the scales folded into the mma operands (tc_kivi_loop.cuh)
 PARTIAL_TC_KIVI_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_kivi_loop.cuh",
                                                  "VQ_COMBINE_ROWS": "combine_rows_strided.h"})
@@ -227,11 +236,13 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
 
 def partial_body(mk: int, mv: int, tc: bool) -> str:
     """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's and
-    mlx_affine's own)."""
+    mlx_affine's own; `tc` = TC_TENS: the one that reads 3-bit codes)."""
     if not tc:
         return PARTIAL_BODY
     if mk == mv == METHOD_IDS["mlx_affine"]:
         return PARTIAL_TC_AFFINE_BODY
+    if tc == TC_TENS:
+        return PARTIAL_TC3_BODY
     return PARTIAL_TC_KIVI_BODY if mk == mv == METHOD_IDS["kivi"] else PARTIAL_TC_BODY
 
 

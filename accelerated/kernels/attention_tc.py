@@ -1,7 +1,8 @@
 """Steps 3-4 of the attention `partial` kernel on tensor cores (CUDA, sm_80 and later): turboquant keys and values
-with 4-bit codes, no window split (accelerated/kernels/attention.py `_tensor_cores` says when). The setup
-(step 1-2: queries scaled, rotated into the keys' domain, in `sq`) and steps 5 and the fused combine are
-attention_source.py's (csrc/partial.h), unchanged; this loop (csrc/tc_loop.cuh) leaves `sacc` / `sml` as the scalar loop does.
+with 4-bit codes, and the other codes tuning's knobs admit (accelerated/kernels/attention.py `_tensor_cores` says
+when). The setup (step 1-2: queries scaled, rotated into the keys' domain, in `sq`) and steps 5 and the fused
+combine are attention_source.py's (csrc/partial.h), unchanged; this loop (csrc/tc_loop.cuh) leaves `sacc` / `sml` as
+the scalar loop does.
 
 Tolerance tier (spec/attention.md). Each warp takes 16 tokens at a time with mma.m16n8k16 (float16 operands,
 float32 accumulation). float16 alone would round each operand to 11 bits, so every operand is split in two
@@ -26,6 +27,15 @@ shuffle from the lane that holds its table entry (the entry's hi and lo parts pa
 repeat lanes 0-15, so the shifted word needs no mask: a shuffle reads the low 5 bits of its lane operand), and
 two entries' parts are paired for a float16x2 operand with one byte permute.
 
+How a lane finds its codes is the layout's part of the loop (csrc/tc_words_*.cuh: codes of 1, 2 or 4 bits, in whole
+words or part of one). With a role of 3-bit codes (tuning's tc_3bit; attention_source.TC_TENS, csrc/tc_tens_*.cuh,
+the other role as before) the coordinates stay the same, but 3-bit codes lie 10 to a word (2 zero bits on top,
+never straddling: spec/packing.md), so a lane's D/4 key codes (a group's D/8 value codes) start at an even code
+offset up to 8 inside a word and span up to (n + 17) / 10 words: those are loaded raw, one word at a time (a row is
+4 ceil(D / 10) bytes, not 8- or 16-byte aligned; the loads stop at the row's last word), and realigned where a code
+is read: word k of the realigned codes is (raw[k] >> 3 o) | (raw[k + 1] << (30 - 3 o)), code i at bit 3 (i % 10) of
+word i / 10, all indices constant after unrolling. Head dims 64 and 128 both, as for the other codes.
+
 mlx_affine records (tuning's tc_affine, csrc/tc_affine_loop.cuh): a scale and bias per token and group of G >= 32
 coordinates cannot be folded into the query (one key k-step takes four lane quarters' coordinates, of up to four
 groups) nor into the probabilities (one value m-tile takes eight lane groups' coordinates), and separate score tiles per
@@ -44,4 +54,3 @@ from __future__ import annotations
 from . import loader
 
 TC_CUDA_HEADER = loader.text("tc_header.cuh")     # the helpers: float16 pairs, mma.m16n8k16, power-of-two scales
-TC_LOOP = loader.text("tc_loop.cuh")              # steps 3-4 of the partial body (csrc/partial.h's VQ_PARTIAL_LOOP)

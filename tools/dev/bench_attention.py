@@ -1,7 +1,7 @@
 """The decode attention call alone under launch variants (a benchmark, not a test; needs the GPU kernels).
 
-Variants are accelerated.tuning knobs of the attention launch (KNOBS: tensor_cores, tc_prefetch, tc_min_blocks,
-tc_waves, tokens_per_split, long_split, prefetch, partial_threads, cold_loops, fuse_combine), each run under
+Variants are accelerated.tuning knobs of the attention launch (KNOBS: tensor_cores, tc_3bit, tc_prefetch,
+tc_min_blocks, tc_waves, tokens_per_split, long_split, prefetch, partial_threads, cold_loops, fuse_combine), each run under
 tuning.override, for one arm's caches at each context; 8-layer chains of `attention(...)` (each layer's output
 is the next layer's query), the variants interleaved in every repetition over a pool of 10 queries, medians per
 layer. Each variant's output on one layer is compared with the first variant's (max |difference|).
@@ -19,7 +19,7 @@ import time
 
 from .._env import utc_now_iso, versions
 
-KNOBS = ("tensor_cores", "tc_prefetch", "tc_min_blocks", "tc_waves", "tokens_per_split", "long_split", "prefetch",
+KNOBS = ("tensor_cores", "tc_3bit", "tc_prefetch", "tc_min_blocks", "tc_waves", "tokens_per_split", "long_split", "prefetch",
          "partial_threads", "cold_loops", "fuse_combine")
 PRESETS = {
     "tc-shape": [["scalar", {"tensor_cores": False}], ["tensor cores", {}],

@@ -7,12 +7,12 @@
     const int tb_ = t0 + 16 * (J); \
     for (int nt = 0; nt < 2; ++nt) { \
       const int t_ = tb_ + 8 * nt + g; \
-      vq_words<KWL>(kbase + (int64_t)(t_ < t1 ? t_ : t0) * kc1_strides[2], KWD[nt]); \
+      VQ_TC_KWORDS(kbase + (int64_t)(t_ < t1 ? t_ : t0) * kc1_strides[2], KWD[nt]); \
     } \
     for (int x = 0; x < 4; ++x) { \
       const int t_ = tb_ + 8 * (x >> 1) + 2 * tig + (x & 1); \
       const int64_t tt_ = (t_ < t1) ? t_ : t0; \
-      vq_words<VWL>(vbase + tt_ * vc1_strides[2], VWD[x]); \
+      VQ_TC_VWORDS(vbase + tt_ * vc1_strides[2], VWD[x]); \
       KN[x] = ks0[kso + tt_ * ks0_strides[2]]; \
       VN[x] = vs0[vso + tt_ * vs0_strides[2]]; \
       if (MK == 2) { \
@@ -41,4 +41,7 @@
 #include "tc_loop_values.cuh"
   }
 #undef TC_LOAD
+#undef VQ_TC_KWORDS
+#undef VQ_TC_VWORDS
+#undef VQ_TC_ALIGN
 #include "tc_loop_merge.cuh"

@@ -7,11 +7,7 @@
         sc[nt][i] = 0.0f;
       }
       for (int ks = 0; ks < KS; ++ks) {
-        const uint32_t w = kwc[nt][(4 * KB1 * ks) / 32] >> ((4 * KB1 * ks) % 32);
-        const uint32_t e0 = SHFL_IDX(tabk, w);
-        const uint32_t e1 = SHFL_IDX(tabk, w >> KB1);
-        const uint32_t e2 = SHFL_IDX(tabk, w >> (2 * KB1));
-        const uint32_t e3 = SHFL_IDX(tabk, w >> (3 * KB1));
+#include VQ_TC_KEYS
         vq_mma(sc[nt], qa[ks][0], 0u, qa[ks][1], 0u, vq_perm(e0, e1, 0x5410u), vq_perm(e2, e3, 0x5410u));
         vq_mma(sc[nt], qa[ks][0], 0u, qa[ks][1], 0u, vq_perm(e0, e1, 0x7632u), vq_perm(e2, e3, 0x7632u));
       }

@@ -1,9 +1,7 @@
 // tc_loop.cuh's setup: power-of-two scales, the query fragments qa, the code tables, the running state, row bases.
   // 3-4 on tensor cores (attention_tc.py): per warp, chunks of 16 tokens; lane = 4 g + tig; at most 4 query rows
   constexpr int KS = D / 16;              // k-steps of a score tile
-  constexpr int KWL = (KB1 * D) / 128;    // key words per lane and token (4 codes per k-step, D / 4 coordinates)
-  constexpr bool VWHOLE = VB1 * D >= 256; // a lane group's D / 8 value codes are whole words (else part of one)
-  constexpr int VWL = VWHOLE ? (VB1 * D) / 256 : 1;                  // value words per lane group (D / 8 codes)
+#include VQ_TC_SIZES
   constexpr int MT = D / 16;              // m-tiles of the value sums (coordinates in M)
   const int g = lane >> 2;
   const int tig = lane & 3;
@@ -65,12 +63,7 @@
       o[mt][i] = 0.0f;
     }
   }
-  const DEVICE uint32_t* kbase = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] + KWL * tig;
-  // a lane group's D / 8 value codes start at bit g * D / 8 * VB1 of the row: whole words at 4 bits, part of
-  // one below 32 bits a group (vsh: the group's first bit in its word)
-  const int vsh = VWHOLE ? 0 : (g * (D / 8) * VB1) % 32;
-  const DEVICE uint32_t* vbase = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1]
-                                 + (VWHOLE ? VWL * g : (g * (D / 8) * VB1) / 32);
+#include VQ_TC_BASES
   // rabitq (MK / MV = 2): a token's factor is g = (n s_d) / ip (0 where ip = 0), its codes' table the signs
   const int64_t kso1 = (MK == 2) ? (int64_t)b * ks1_strides[0] + (int64_t)h * ks1_strides[1] : 0;
   const int64_t vso1 = (MV == 2) ? (int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] : 0;
