@@ -1,8 +1,9 @@
 """Fused decode attention over packed records (spec/attention.md): the `partial` and `combine` kernels of
 accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode); the
 combine is a second launch (on CUDA it can run inside the partial launch: tuning's fuse_combine, off by default).
-On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values without a window take the partial's
-tensor-core loop (accelerated/kernels/attention_tc.py; `_tensor_cores` says when).
+On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values (and with tuning's tc_* knobs other
+widths, rabitq, turboquant_rvq and KIVI) take the partial's tensor-core loop (accelerated/kernels/attention_tc.py;
+`_tensor_cores` says when).
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
 at most accelerated.ops.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
@@ -214,7 +215,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     mixed = int(has_win) in src.MIXED_WINDOWS       # (the scalar loop: split S - 1 reads one role's window beside
     tc = tune.tensor_cores and not mixed and not ragged and _tensor_cores(kp, vp, d, has_win, tune.tc_codes,
-                                                          tune.tc_kivi)                 # records)
+                                                          tune.tc_kivi, tune.tc_two_stage)   # records)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
@@ -239,7 +240,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
         tmpl += [("KTS", append_ts[0]), ("VTS", append_ts[1]), *zip(("KXT", "VXT"), append_ts[2:] if has_win else ())] + [
             (f"{r}C{n}", c) for r, p in (("K", kp), ("V", vp)) for n, c in zip(("B1", "B2", "GS"), km.code_constants(p))]
     if tc:      # the tensor-core loop has no U, and its own prefetch depth
-        tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", tune.tc_prefetch)]
+        tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", _tc_prefetch(kp, vp, tune.tc_prefetch))]
     vparts = 2 if layouts.of(vp).sketch else 1
     if fused and append:
         raise ValueError("the append runs inside an unfused partial launch")
@@ -359,13 +360,32 @@ def _counts(n: int) -> mx.array:
     return a
 
 
+def _stream_bits(p: spec.Params) -> int:
+    """Code bits per coordinate the tensor-core loop loads for a role: both streams of turboquant_rvq."""
+    b1, b2 = _bits(p)
+    return b1 + (b2 if p.method == "turboquant_rvq" else 0)
+
+
+def _tc_prefetch(kp: spec.Params, vp: spec.Params, depth: int) -> int:
+    """The tensor-core loop's prefetch depth (template PF): tuning's tc_prefetch, lowered where a second code
+    stream (turboquant_rvq) would make the prefetched register sets larger than turboquant b4's at that depth
+    (8 code bits per coordinate over keys and values). Each chunk held ahead keeps its words in registers, beside
+    the accumulators and mma operands, within the 255 a thread has under the launch bounds: b4's depth is the one
+    measured (ptxas fits rvq 4+4 at depth 2 too, without spills; which depth is faster is for the H200 to say)."""
+    bits = _stream_bits(kp) + _stream_bits(vp)
+    if "turboquant_rvq" not in (kp.method, vp.method) or bits <= 8:
+        return depth
+    return max(1, depth * 8 // bits)
+
+
 def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False,
-                  kivi: bool = False) -> bool:
+                  kivi: bool = False, two: bool = False) -> bool:
     """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
     4-bit codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
     `codes` (tuning's tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
-    at least one word); with `kivi` (tuning's tc_kivi) KIVI keys and values, both roles, 1-, 2- or 4-bit codes
-    (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word). The window split runs its exact tokens in
+    at least one word); with `two` (tuning's tc_two_stage) turboquant_rvq in either role, both streams 1-, 2- or
+    4-bit (each its own mma pass: csrc/tc_two_*.cuh); with `kivi` (tuning's tc_kivi) KIVI keys and values, both
+    roles, 1-, 2- or 4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word). The window split runs its exact tokens in
     scalar arithmetic (csrc/tc_window.h)."""
     if kp.method == "kivi" or vp.method == "kivi":
         return (kivi and kp.method == vp.method == "kivi" and d in (64, 128) and kp.bits in (1, 2, 4)
@@ -373,6 +393,8 @@ def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes
     def takes(p: spec.Params, keys: bool) -> bool:
         if p.method == "turboquant" and p.bits == 4:
             return True
+        if p.method == "turboquant_rvq":
+            return two and all(b in (1, 2, 4) and (not keys or b * d >= 128) for b in _bits(p))
         b = _bits(p)[0]
         return codes and p.method in ("turboquant", "rabitq") and b in (1, 2, 4) and (not keys or b * d >= 128)
     return d in (64, 128) and takes(kp, True) and takes(vp, False) and _mma_available()

@@ -1,5 +1,6 @@
 """Steps 3-4 of the attention `partial` kernel on tensor cores (CUDA, sm_80 and later): turboquant keys and values
-with 4-bit codes, no window split (accelerated/kernels/attention.py `_tensor_cores` says when). The setup
+with 4-bit codes, no window split (accelerated/kernels/attention.py `_tensor_cores` says when; with tuning's knobs
+also other code widths, rabitq and turboquant_rvq). The setup
 (step 1-2: queries scaled, rotated into the keys' domain, in `sq`) and steps 5 and the fused combine are
 attention_source.py's (csrc/partial.h), unchanged; this loop (csrc/tc_loop.cuh) leaves `sacc` / `sml` as the scalar loop does.
 
@@ -26,6 +27,10 @@ shuffle from the lane that holds its table entry (the entry's hi and lo parts pa
 repeat lanes 0-15, so the shifted word needs no mask: a shuffle reads the low 5 bits of its lane operand), and
 two entries' parts are paired for a float16x2 operand with one byte permute.
 
+turboquant_rvq (TWO_STREAMS): a coordinate is (C1[i] + C2[k]) n, so each stream's codes are looked up in their own
+table (scaled by the one power of two that covers both) and take their own mma pass into the same score and value
+accumulators; the second stream's words follow the first's layout at their own width, loaded beside them.
+
 Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
 bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once
 (docs/decode-step-analysis.md, "Fifth pass").
@@ -35,4 +40,9 @@ from __future__ import annotations
 from . import loader
 
 TC_CUDA_HEADER = loader.text("tc_header.cuh")     # the helpers: float16 pairs, mma.m16n8k16, power-of-two scales
-TC_LOOP = loader.text("tc_loop.cuh")              # steps 3-4 of the partial body (csrc/partial.h's VQ_PARTIAL_LOOP)
+# the loop's hooks (computed includes) for a second code stream per role: turboquant_rvq's codes2 in the residual
+# table, each stream its own mma pass into the same accumulators (csrc/tc_two_*.cuh); nothing with one stream
+_HOOKS = ("VQ_TC_MAX2", "VQ_TC_TAKE2", "VQ_TC_SCORES2", "VQ_TC_VALUES2")
+ONE_STREAM = {"VQ_TC_STAGE2": "tc_stage1.cuh", **dict.fromkeys(_HOOKS, "tc_none.cuh")}
+TWO_STREAMS = {"VQ_TC_STAGE2": "tc_two_setup.cuh", **{n: f"tc_two_{n[6:-1].lower()}.cuh" for n in _HOOKS}}
+TC_LOOP = loader.text("tc_loop.cuh", ONE_STREAM)  # steps 3-4 of the partial body (csrc/partial.h's VQ_PARTIAL_LOOP)

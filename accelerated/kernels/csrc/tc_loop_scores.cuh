@@ -15,6 +15,7 @@
         vq_mma(sc[nt], qa[ks][0], 0u, qa[ks][1], 0u, vq_perm(e0, e1, 0x5410u), vq_perm(e2, e3, 0x5410u));
         vq_mma(sc[nt], qa[ks][0], 0u, qa[ks][1], 0u, vq_perm(e0, e1, 0x7632u), vq_perm(e2, e3, 0x7632u));
       }
+#include VQ_TC_SCORES2
     }
     // -- a row's two parts (lanes g, g ^ 4) summed, times norm and the scales' inverse; masked: -inf
     float xa[4];

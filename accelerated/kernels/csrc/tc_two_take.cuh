@@ -1,0 +1,23 @@
+      // the second stream's register sets (tc_two_setup.cuh), taken and shifted down as the first's
+      for (int nt = 0; nt < 2; ++nt) {
+        for (int i = 0; i < KWL2; ++i) {
+          kwc2[nt][i] = kwp2[0][nt][i];
+        }
+      }
+      for (int x = 0; x < 4; ++x) {
+        for (int i = 0; i < VWL2; ++i) {
+          vwc2[x][i] = vwp2[0][x][i];
+        }
+      }
+      for (int q = 0; q + 1 < PF; ++q) {
+        for (int nt = 0; nt < 2; ++nt) {
+          for (int i = 0; i < KWL2; ++i) {
+            kwp2[q][nt][i] = kwp2[q + 1][nt][i];
+          }
+        }
+        for (int x = 0; x < 4; ++x) {
+          for (int i = 0; i < VWL2; ++i) {
+            vwp2[q][x][i] = vwp2[q + 1][x][i];
+          }
+        }
+      }
