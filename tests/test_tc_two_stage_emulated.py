@@ -1,6 +1,7 @@
-"""turboquant_rvq on the partial kernel's tensor-core loop (tuning's tc_two_stage; csrc/tc_two_*.cuh): each code
-stream looked up in its own table (codes1 in gaussian[bits], codes2 in residual[bits][bits2]) and its own mma pass
-into the same score and value accumulators, emulated on the CPU (tests/test_attention_kernels_emulated.py's
+"""turboquant_rvq and turboquant_prod keys on the partial kernel's tensor-core loop (tuning's tc_two_stage;
+csrc/tc_two_*.cuh): rvq's code streams each looked up in its own table (codes1 in gaussian[bits], codes2 in
+residual[bits][bits2]) with its own mma pass into the same score and value accumulators, prod's QJL signs against
+the projected query into scores of their own (times gamma A_d), emulated on the CPU (tests/test_attention_kernels_emulated.py's
 emulator) against float64 within the bounds of turboquant b4's tensor-core cases; with the knob off, or a stream
 the loop's word layout does not hold (3 bits, a 1-bit key stream at d = 64), the scalar loop. The GPU twins run
 the same cases through the compiled kernel (skipped without an sm_80+ CUDA GPU)."""
@@ -37,6 +38,18 @@ TWO_STAGE_CASES = [
 ]
 
 
+PROD = "turboquant_prod"
+PROD_KEY_CASES = [
+    # prod keys (mse codes of bits - 1 bits, the QJL signs) beside other tensor-core values; d = 128 (a lane's D / 4
+    # signs at least one word)
+    ((PROD, dict(bits=3)), ("turboquant", dict(bits=4)), ((1, 2, 4, 1, 300, 128), mx.float32, False, 2.0, 1.0), 0),
+    ((PROD, dict(bits=5)), (RVQ, dict(bits=2, bits2=2)), ((2, 1, 1, 1, 40, 128), mx.float32, False, 1e-3, 3e4), 0),
+    ((PROD, dict(bits=2)), ("rabitq", {}), ((1, 1, 4, 1, 530, 128), mx.bfloat16, False, 40.0, 1e-3), 0),
+    ((PROD, dict(bits=3)), ("turboquant", dict(bits=2)), ((1, 1, 2, 2, 75, 128), mx.float16, True, 2.0, "ramp"), 0),
+    ((PROD, dict(bits=5)), ("turboquant", dict(bits=4)), ((1, 2, 4, 1, 300, 128), mx.float32, False, 1.0, 1.0), 32),
+]
+
+
 def _id(c) -> str:
     (km, kkw), (vm, vkw), case, window = c
     name = lambda m, kw: f"rvq{kw['bits']}+{kw['bits2']}" if m == RVQ else f"{m}{kw.get('bits', '')}"   # noqa: E731
@@ -56,7 +69,7 @@ def _plan(methods, case, window):
     return katt.launch_plan(q, _packed(x, kp), _packed(x, vp), 1.0 / np.sqrt(d), "causal" if case[2] else None)
 
 
-@pytest.mark.parametrize("c", TWO_STAGE_CASES, ids=[_id(c) for c in TWO_STAGE_CASES])
+@pytest.mark.parametrize("c", TWO_STAGE_CASES + PROD_KEY_CASES, ids=[_id(c) for c in TWO_STAGE_CASES + PROD_KEY_CASES])
 def test_two_stage_codes_on_the_tensor_core_loop_within_the_attention_budget(c, tensor_cores, tune):
     """tuning's tc_two_stage: both streams of turboquant_rvq (1-, 2- and 4-bit, in either role, beside other
     tensor-core methods, with a window split) through the tensor-core loop within turboquant b4's bounds; off,
@@ -69,39 +82,49 @@ def test_two_stage_codes_on_the_tensor_core_loop_within_the_attention_budget(c, 
     _check_tc_case(case, emulate, methods, window=window)
 
 
-@pytest.mark.parametrize("kkw,vkw,d", [(dict(bits=3, bits2=2), dict(bits=2, bits2=2), 128),
-                                       (dict(bits=2, bits2=2), dict(bits=2, bits2=3), 128),
-                                       (dict(bits=2, bits2=1), dict(bits=2, bits2=2), 64)],
-                         ids=["k3+2", "v2+3", "k2+1-d64"])
-def test_streams_the_loop_does_not_hold_take_the_scalar_loop(kkw, vkw, d, tensor_cores, tune):
-    """3-bit streams (not in the loop's word layout) and a key stream of fewer than 128 bits a token (a lane's
-    D / 4 codes less than one word) keep the scalar loop with tc_two_stage on."""
+@pytest.mark.parametrize("methods,d", [(((RVQ, dict(bits=3, bits2=2)), (RVQ, dict(bits=2, bits2=2))), 128),
+                                       (((RVQ, dict(bits=2, bits2=2)), (RVQ, dict(bits=2, bits2=3))), 128),
+                                       (((RVQ, dict(bits=2, bits2=1)), (RVQ, dict(bits=2, bits2=2))), 64),
+                                       (((PROD, dict(bits=4)), ("turboquant", dict(bits=4))), 128),
+                                       (((PROD, dict(bits=3)), ("turboquant", dict(bits=4))), 64),
+                                       ((("turboquant", dict(bits=4)), (PROD, dict(bits=3))), 128)],
+                         ids=["k3+2", "v2+3", "k2+1-d64", "prod4-keys", "prod3-keys-d64", "prod-values"])
+def test_streams_the_loop_does_not_hold_take_the_scalar_loop(methods, d, tensor_cores, tune):
+    """3-bit streams (not in the loop's word layout: prod b4's mse codes too), a key stream of fewer than 128 bits
+    a token (a lane's D / 4 codes less than one word: prod's signs at d = 64) and prod values (their sketch-domain
+    part) keep the scalar loop with tc_two_stage on."""
     tune(tc_two_stage=True)
-    assert not _plan(((RVQ, kkw), (RVQ, vkw)), ((1, 1, 2, 1, 0, d), mx.float32, False), 0).key[4]
+    assert not _plan(methods, ((1, 1, 2, 1, 0, d), mx.float32, False), 0).key[4]
 
 
-@pytest.mark.parametrize("kkw,vkw,want", [(dict(bits=2, bits2=2), dict(bits=2, bits2=2), 2),
-                                          (dict(bits=4, bits2=2), dict(bits=2, bits2=2), 1),
-                                          (dict(bits=4, bits2=4), dict(bits=4, bits2=4), 1)])
-def test_two_streams_prefetch_no_more_words_than_turboquant_b4(kkw, vkw, want, tensor_cores, tune):
+@pytest.mark.parametrize("methods,want", [(((RVQ, dict(bits=2, bits2=2)), (RVQ, dict(bits=2, bits2=2))), 2),
+                                          (((RVQ, dict(bits=4, bits2=2)), (RVQ, dict(bits=2, bits2=2))), 1),
+                                          (((RVQ, dict(bits=4, bits2=4)), (RVQ, dict(bits=4, bits2=4))), 1),
+                                          (((PROD, dict(bits=3)), ("turboquant", dict(bits=4))), 2),
+                                          (((PROD, dict(bits=5)), ("turboquant", dict(bits=4))), 1)],
+                         ids=["rvq2+2", "rvq4+2", "rvq4+4", "prod3-tq4", "prod5-tq4"])
+def test_two_streams_prefetch_no_more_words_than_turboquant_b4(methods, want, tensor_cores, tune):
     """The prefetch depth (template PF) of two-stream records: tuning's tc_prefetch (2) while keys and values
     together hold at most 8 code bits a coordinate (turboquant b4's register sets), fewer chunks beyond."""
     tune(tc_two_stage=True, tc_prefetch=2)
-    plan = _plan(((RVQ, kkw), (RVQ, vkw)), ((1, 1, 2, 1, 0, 128), mx.float32, False), 0)
+    plan = _plan(methods, ((1, 1, 2, 1, 0, 128), mx.float32, False), 0)
     assert plan.key[4] and dict(plan.partial_template)["PF"] == want, plan.partial_template
 
 
 APPEND_CASE = ((RVQ, dict(bits=2, bits2=2)), (RVQ, dict(bits=4, bits2=2)), (1, 2, 4, 1, 70, 128), mx.float16, True,
                False)
+PROD_APPEND_CASE = ((PROD, dict(bits=3)), ("turboquant", dict(bits=4)), (2, 2, 2, 1, 40, 128), mx.bfloat16, True,
+                    False)
 WINDOW_CASE = ((RVQ, dict(bits=2, bits2=2)), (RVQ, dict(bits=1, bits2=2)), (1, 1, 2, 2, 50, 64, 3), mx.float32, True,
                True)
 
 
-def test_append_inside_the_partial_on_the_two_stage_loop(monkeypatch, tune):
-    """The decode step's append inside the partial launch (APPEND) with rvq records on the tensor-core loop: the
-    appended rows are accelerated.ops' encode bit for bit and the attention over them within the float64 bound
-    (test_attention_kernels_emulated's check, with the case asserting the tensor-core loop)."""
-    _append_records(APPEND_CASE, monkeypatch, tune)
+@pytest.mark.parametrize("case", [APPEND_CASE, PROD_APPEND_CASE], ids=["rvq", "prod-keys"])
+def test_append_inside_the_partial_on_the_two_stage_loop(case, monkeypatch, tune):
+    """The decode step's append inside the partial launch (APPEND) with rvq records / prod keys on the tensor-core
+    loop: the appended rows are accelerated.ops' encode bit for bit and the attention over them within the float64
+    bound (test_attention_kernels_emulated's check, with the case asserting the tensor-core loop)."""
+    _append_records(case, monkeypatch, tune)
 
 
 def test_append_inside_the_partial_moves_exact_windows_on_the_two_stage_loop(monkeypatch, tune):
@@ -110,7 +133,7 @@ def test_append_inside_the_partial_moves_exact_windows_on_the_two_stage_loop(mon
 
 
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
-@pytest.mark.parametrize("c", TWO_STAGE_CASES, ids=[_id(c) for c in TWO_STAGE_CASES])
+@pytest.mark.parametrize("c", TWO_STAGE_CASES + PROD_KEY_CASES, ids=[_id(c) for c in TWO_STAGE_CASES + PROD_KEY_CASES])
 def test_two_stage_codes_on_the_gpu_within_the_attention_budget(c, tune):
     """The tc_two_stage cases through the compiled kernel (the hardware's mma accumulation)."""
     tune(tc_two_stage=True)
@@ -121,7 +144,7 @@ def test_two_stage_codes_on_the_gpu_within_the_attention_budget(c, tune):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 def test_cuda_two_stage_tensor_core_partial_compiles_without_spills(tmp_path):
-    """The tensor-core partial with turboquant_rvq records as attention.py launches it (its prefetch depth from
+    """The tensor-core partial with turboquant_rvq records and prod keys as attention.py launches it (its prefetch depth from
     _tc_prefetch, the launch bounds of tc_min_blocks threadgroups), the combine launched and fused, and with the
     decode step's append inside: sm_80 and sm_90, no local memory (the second stream's register sets must fit)."""
     from test_attention_kernels_source import _UNDEF, _kernel, _local_memory
@@ -129,13 +152,16 @@ def test_cuda_two_stage_tensor_core_partial_compiles_without_spills(tmp_path):
     header, body, names = "", "", []
     variants = [(1, 1, 2, 2, 2, 2, 128, False, False), (1, 1, 4, 4, 4, 4, 128, True, False),
                 (1, 1, 2, 2, 1, 2, 64, False, False), (0, 1, 4, 1, 2, 1, 64, False, False),
-                (1, 2, 2, 1, 1, 1, 128, False, False), (1, 1, 2, 2, 4, 2, 128, False, True)]
+                (1, 2, 2, 1, 1, 1, 128, False, False), (1, 1, 2, 2, 4, 2, 128, False, True),
+                (3, 0, 2, 1, 4, 1, 128, False, False), (3, 1, 4, 1, 2, 2, 128, True, False),
+                (3, 0, 2, 1, 4, 1, 128, False, True)]
     for i, (mk, mv, kb1, kb2, vb1, vb2, d, fused, append) in enumerate(variants):
         header, partial = src.assemble("partial", "cuda", mk, mv, False, fused, True, append)
         kp = spec.Params(RVQ, bits=kb1, bits2=kb2, role="k").resolved() if mk == 1 else \
+            spec.Params(PROD, bits=kb1 + 1, role="k").resolved() if mk == 3 else \
             spec.Params("turboquant" if mk == 0 else "rabitq", role="k", **(dict(bits=kb1) if mk == 0 else {})).resolved()
         vp = spec.Params(RVQ, bits=vb1, bits2=vb2, role="v").resolved() if mv == 1 else \
-            spec.Params("rabitq", role="v").resolved()
+            spec.Params("turboquant", bits=vb1, role="v").resolved() if mv == 0 else spec.Params("rabitq", role="v").resolved()
         dt = "__half"
         types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", ks0="float", ks1="float",
                      vs0="float", vs1="float", flags="bool" if append else "uint32_t", nenc="int32_t", cnt="int32_t",

@@ -155,7 +155,7 @@ MAX_SPLITS = 2048          # splits (S + 1 with the window) a combine launch tak
 PARTIAL_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "partial_loop.h", "VQ_COMBINE_ROWS": "combine_rows.h"})
 PARTIAL_TC_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
                                             "VQ_COMBINE_ROWS": "combine_rows_strided.h", **ONE_STREAM})
-# ... with a role's second code stream (turboquant_rvq's codes2: attention_tc.py TWO_STREAMS)
+# ... with a second code stream (turboquant_rvq's codes2, prod keys' QJL signs: attention_tc.py TWO_STREAMS)
 PARTIAL_TC_TWO_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
                                                 "VQ_COMBINE_ROWS": "combine_rows_strided.h", **TWO_STREAMS})
 # ... with KIVI records (MK = MV = 4: tuning's tc_kivi): the scales folded into the mma operands (tc_kivi_loop.cuh)
@@ -227,12 +227,14 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
 
 def partial_body(mk: int, mv: int, tc: bool) -> str:
     """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's own; with
-    a role's second code stream, turboquant_rvq's, its hooks bound to attention_tc.TWO_STREAMS)."""
+    a second code stream, turboquant_rvq's or turboquant_prod keys' QJL signs, its hooks bound to
+    attention_tc.TWO_STREAMS)."""
     if not tc:
         return PARTIAL_BODY
     if mk == mv == METHOD_IDS["kivi"]:
         return PARTIAL_TC_KIVI_BODY
-    return PARTIAL_TC_TWO_BODY if METHOD_IDS["turboquant_rvq"] in (mk, mv) else PARTIAL_TC_BODY
+    two = METHOD_IDS["turboquant_rvq"] in (mk, mv) or mk == METHOD_IDS["turboquant_prod"]
+    return PARTIAL_TC_TWO_BODY if two else PARTIAL_TC_BODY
 
 
 def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,

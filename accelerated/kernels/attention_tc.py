@@ -30,6 +30,8 @@ two entries' parts are paired for a float16x2 operand with one byte permute.
 turboquant_rvq (TWO_STREAMS): a coordinate is (C1[i] + C2[k]) n, so each stream's codes are looked up in their own
 table (scaled by the one power of two that covers both) and take their own mma pass into the same score and value
 accumulators; the second stream's words follow the first's layout at their own width, loaded beside them.
+turboquant_prod keys (TWO_STREAMS, MK = 3): the QJL signs take one mma per k-step against the projected query
+(setup's sq2, split and scaled as the query) into scores of their own, added with the token's gamma A_d.
 
 Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
 bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once
@@ -41,8 +43,9 @@ from . import loader
 
 TC_CUDA_HEADER = loader.text("tc_header.cuh")     # the helpers: float16 pairs, mma.m16n8k16, power-of-two scales
 # the loop's hooks (computed includes) for a second code stream per role: turboquant_rvq's codes2 in the residual
-# table, each stream its own mma pass into the same accumulators (csrc/tc_two_*.cuh); nothing with one stream
-_HOOKS = ("VQ_TC_MAX2", "VQ_TC_TAKE2", "VQ_TC_SCORES2", "VQ_TC_VALUES2")
+# table, each stream its own mma pass into the same accumulators, or turboquant_prod's QJL signs of the keys
+# (csrc/tc_two_*.cuh); nothing with one stream
+_HOOKS = ("VQ_TC_MAX2", "VQ_TC_TAKE2", "VQ_TC_SCORES2", "VQ_TC_XA2", "VQ_TC_VALUES2")
 ONE_STREAM = {"VQ_TC_STAGE2": "tc_stage1.cuh", **dict.fromkeys(_HOOKS, "tc_none.cuh")}
 TWO_STREAMS = {"VQ_TC_STAGE2": "tc_two_setup.cuh", **{n: f"tc_two_{n[6:-1].lower()}.cuh" for n in _HOOKS}}
 TC_LOOP = loader.text("tc_loop.cuh", ONE_STREAM)  # steps 3-4 of the partial body (csrc/partial.h's VQ_PARTIAL_LOOP)

@@ -25,3 +25,4 @@
       const float za = ya + SHFL_XOR(ya, 16);
       xa[x] = (t < t1 && (!CAUSAL || t <= qpa)) ? za * knc[x] * uka : NEG_INF;
     }
+#include VQ_TC_XA2

@@ -21,3 +21,10 @@
           }
         }
       }
+      // prod: the tokens' gamma A_d, taken and shifted as the norms
+      for (int x = 0; x < 4; ++x) {
+        knc2[x] = knp2[0][x];
+        for (int q = 0; q + 1 < PF; ++q) {
+          knp2[q][x] = knp2[q + 1][x];
+        }
+      }
