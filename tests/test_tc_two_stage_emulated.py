@@ -16,6 +16,7 @@ import pytest
 from veloxquant import spec
 from veloxquant.accelerated import tuning
 from veloxquant.accelerated.kernels import attention as katt
+from test_decode_step import gpu  # noqa: F401  (the recorded-launch fixture)
 from test_attention_kernels_emulated import (_REAL_MMA, _check_tc_case, _packed, emulate, tensor_cores,  # noqa: F401
                                              test_append_inside_the_partial_moves_exact_windows as _append_windows,
                                              test_append_inside_the_partial_stores_the_append_bytes_and_attends_over_them
@@ -182,3 +183,49 @@ def test_cuda_two_stage_tensor_core_partial_compiles_without_spills(tmp_path):
     for arch, spills in _local_memory(header, body, tmp_path / "attention_tc2", r"partial_tc2_\d+").items():
         assert set(spills) == set(names), (arch, spills)
         assert not any(spills.values()), (arch, spills)
+
+
+@pytest.mark.parametrize("methods", [((RVQ, dict(bits=2, bits2=2)), (RVQ, dict(bits=1, bits2=2))),
+                                     ((PROD, dict(bits=3)), (RVQ, dict(bits=4, bits2=4)))], ids=["rvq", "prod-keys"])
+def test_row_starts_in_the_two_stage_loop(methods, tensor_cores, monkeypatch, tune):
+    """Row starts (a left-padded batch) inside a 16-token chunk and past a split, on the two-stream loop, with the
+    rows below the starts as stored and with all their bits set."""
+    from test_attention_kernels_emulated import _row_start_case
+    tune(tokens_per_split=32, tc_two_stage=True)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 4)
+    case = (*methods, (2, 4, 1, 300, 128), [0, 7, 250], mx.float32, False)
+    for poison in (None, case[3]):
+        got, want, tol, args = _row_start_case(case, lambda q, k, v, scale, mask: emulate(
+            q, k, v, scale, mask, poison_below=poison))
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"two-stream loop, poisoned below: {poison}")
+    assert katt.launch_plan(*args).key[4], "not the tensor-core loop"
+
+
+@pytest.mark.parametrize("kw", [dict(method=RVQ, bits=2, bits2=2), dict(method=RVQ, bits=4, bits2=2)],
+                         ids=["rvq2+2", "rvq4+2"])
+def test_fused_decode_step_of_rvq_launches_the_two_stream_loop(kw, monkeypatch, tune, gpu):
+    """A turboquant_rvq cache's decode steps (recorded launches, tests/test_decode_step.py): with fuse_append the
+    fast path's partial carries the append (APPEND) and is the tensor-core kernel, launching what the general path
+    launches and keeping its state; with tc_two_stage off, the scalar loop's."""
+    from test_decode_step import _by_name, _launches, _run, _same
+    from veloxquant.accelerated.cache import VeloxKVCache
+
+    def make():
+        return VeloxKVCache(layer=0, seed=3, **kw)
+    for on in (True, False):
+        tune(fuse_append=True, tc_two_stage=on)
+        fast, _, _ = _run(monkeypatch, gpu, general=False, tensor_cores=True, make=make)
+        ref, _, _ = _run(monkeypatch, gpu, general=True, tensor_cores=True, make=make)
+        fused = 0
+        for i, (a, b) in enumerate(zip(fast, ref)):
+            assert a[1:] == b[1:], f"step {i}: (offset, key rows, value rows, chunks) {a[1:]} != {b[1:]}"
+            la, lb = _launches(a[0]), _launches(b[0])
+            if _by_name(la, "vq_append"):            # the first steps make the plan on the general path
+                _same(la, lb, f"step {i}")
+                continue
+            (p,) = _by_name(la, "vq_attention_partial")
+            tmpl = dict(p["template"])
+            assert tmpl["APPEND"] == 1 and tmpl["MK"] == tmpl["MV"] == 1, p["template"]
+            assert ("t" in p["name"].rsplit("_", 1)[1]) is on and ("U" not in tmpl) is on, (on, p["name"], tmpl)
+            fused += 1
+        assert fused >= 4, f"{fused} of 6 steps took the fused append"
