@@ -35,7 +35,7 @@ class Tuning:
     tc_codes: bool = True           # ... also for rabitq and 1- and 2-bit turboquant codes (else 4-bit turboquant only)
     tc_kivi: bool = True            # ... also KIVI keys and values, 1-, 2- or 4-bit
     tc_two_stage: bool = True       # ... also turboquant_rvq (two code streams, each 1-, 2- or 4-bit) and
-                                    # turboquant_prod keys (d = 128, bits 2, 3, 5: mse codes and QJL signs)
+                                    # turboquant_prod (bits 2, 3, 5: mse codes and QJL signs; keys at d = 128)
     tc_prefetch: int = 2            # chunks the tensor-core loop loads ahead while it scores one
     tc_min_blocks: int = 2          # threadgroups per multiprocessor the tensor-core partial is compiled for
     tc_waves: int = 1               # times the tensor-core loop's threadgroups fill the GPU (sets its split count)

@@ -1,7 +1,8 @@
-"""turboquant_rvq and turboquant_prod keys on the partial kernel's tensor-core loop (tuning's tc_two_stage;
+"""turboquant_rvq and turboquant_prod on the partial kernel's tensor-core loop (tuning's tc_two_stage;
 csrc/tc_two_*.cuh): rvq's code streams each looked up in its own table (codes1 in gaussian[bits], codes2 in
-residual[bits][bits2]) with its own mma pass into the same score and value accumulators, prod's QJL signs against
-the projected query into scores of their own (times gamma A_d), emulated on the CPU (tests/test_attention_kernels_emulated.py's
+residual[bits][bits2]) with its own mma pass into the same score and value accumulators; prod keys' QJL signs against
+the projected query into scores of their own (times gamma A_d), prod values' signs into a second value accumulator
+(the output's sketch-domain part), emulated on the CPU (tests/test_attention_kernels_emulated.py's
 emulator) against float64 within the bounds of turboquant b4's tensor-core cases; with the knob off, or a stream
 the loop's word layout does not hold (3 bits, a 1-bit key stream at d = 64), the scalar loop. The GPU twins run
 the same cases through the compiled kernel (skipped without an sm_80+ CUDA GPU)."""
@@ -49,6 +50,16 @@ PROD_KEY_CASES = [
     ((PROD, dict(bits=3)), ("turboquant", dict(bits=2)), ((1, 1, 2, 2, 75, 128), mx.float16, True, 2.0, "ramp"), 0),
     ((PROD, dict(bits=5)), ("turboquant", dict(bits=4)), ((1, 2, 4, 1, 300, 128), mx.float32, False, 1.0, 1.0), 32),
 ]
+PROD_VALUE_CASES = [
+    # prod values (mse codes, and the QJL signs into the output's sketch-domain part) beside tensor-core keys
+    (("turboquant", dict(bits=4)), (PROD, dict(bits=3)), ((1, 2, 4, 1, 300, 128), mx.float32, False, 2.0, 1.0), 0),
+    ((PROD, dict(bits=5)), (PROD, dict(bits=5)), ((1, 1, 4, 1, 600, 128), mx.float32, False, 1.0, "ramp"), 0),
+    ((RVQ, dict(bits=2, bits2=2)), (PROD, dict(bits=2)), ((1, 1, 2, 2, 75, 64), mx.float16, True, 2.0, 1.0), 0),
+    ((PROD, dict(bits=3)), (PROD, dict(bits=3)), ((2, 1, 1, 1, 40, 128), mx.float32, False, 1e-3, 3e4), 0),
+    (("turboquant", dict(bits=4)), (PROD, dict(bits=3)), ((1, 1, 4, 1, 530, 128), mx.bfloat16, False, 40.0, 1e-3), 16),
+]
+
+ALL_CASES = TWO_STAGE_CASES + PROD_KEY_CASES + PROD_VALUE_CASES
 
 
 def _id(c) -> str:
@@ -70,7 +81,7 @@ def _plan(methods, case, window):
     return katt.launch_plan(q, _packed(x, kp), _packed(x, vp), 1.0 / np.sqrt(d), "causal" if case[2] else None)
 
 
-@pytest.mark.parametrize("c", TWO_STAGE_CASES + PROD_KEY_CASES, ids=[_id(c) for c in TWO_STAGE_CASES + PROD_KEY_CASES])
+@pytest.mark.parametrize("c", ALL_CASES, ids=[_id(c) for c in ALL_CASES])
 def test_two_stage_codes_on_the_tensor_core_loop_within_the_attention_budget(c, tensor_cores, tune):
     """tuning's tc_two_stage: both streams of turboquant_rvq (1-, 2- and 4-bit, in either role, beside other
     tensor-core methods, with a window split) through the tensor-core loop within turboquant b4's bounds; off,
@@ -88,12 +99,12 @@ def test_two_stage_codes_on_the_tensor_core_loop_within_the_attention_budget(c, 
                                        (((RVQ, dict(bits=2, bits2=1)), (RVQ, dict(bits=2, bits2=2))), 64),
                                        (((PROD, dict(bits=4)), ("turboquant", dict(bits=4))), 128),
                                        (((PROD, dict(bits=3)), ("turboquant", dict(bits=4))), 64),
-                                       ((("turboquant", dict(bits=4)), (PROD, dict(bits=3))), 128)],
-                         ids=["k3+2", "v2+3", "k2+1-d64", "prod4-keys", "prod3-keys-d64", "prod-values"])
+                                       ((("turboquant", dict(bits=4)), (PROD, dict(bits=4))), 128)],
+                         ids=["k3+2", "v2+3", "k2+1-d64", "prod4-keys", "prod3-keys-d64", "prod4-values"])
 def test_streams_the_loop_does_not_hold_take_the_scalar_loop(methods, d, tensor_cores, tune):
-    """3-bit streams (not in the loop's word layout: prod b4's mse codes too), a key stream of fewer than 128 bits
-    a token (a lane's D / 4 codes less than one word: prod's signs at d = 64) and prod values (their sketch-domain
-    part) keep the scalar loop with tc_two_stage on."""
+    """3-bit streams (not in the loop's word layout: prod b4's mse codes too) and a key stream of fewer than 128
+    bits a token (a lane's D / 4 codes less than one word: prod's signs at d = 64) keep the scalar loop with
+    tc_two_stage on."""
     tune(tc_two_stage=True)
     assert not _plan(methods, ((1, 1, 2, 1, 0, d), mx.float32, False), 0).key[4]
 
@@ -102,11 +113,14 @@ def test_streams_the_loop_does_not_hold_take_the_scalar_loop(methods, d, tensor_
                                           (((RVQ, dict(bits=4, bits2=2)), (RVQ, dict(bits=2, bits2=2))), 1),
                                           (((RVQ, dict(bits=4, bits2=4)), (RVQ, dict(bits=4, bits2=4))), 1),
                                           (((PROD, dict(bits=3)), ("turboquant", dict(bits=4))), 2),
-                                          (((PROD, dict(bits=5)), ("turboquant", dict(bits=4))), 1)],
-                         ids=["rvq2+2", "rvq4+2", "rvq4+4", "prod3-tq4", "prod5-tq4"])
+                                          (((PROD, dict(bits=5)), ("turboquant", dict(bits=4))), 1),
+                                          ((("turboquant", dict(bits=4)), (PROD, dict(bits=3))), 0),
+                                          (((PROD, dict(bits=3)), (PROD, dict(bits=3))), 0)],
+                         ids=["rvq2+2", "rvq4+2", "rvq4+4", "prod3-tq4", "prod5-tq4", "tq4-prod3", "prod3-prod3"])
 def test_two_streams_prefetch_no_more_words_than_turboquant_b4(methods, want, tensor_cores, tune):
     """The prefetch depth (template PF) of two-stream records: tuning's tc_prefetch (2) while keys and values
-    together hold at most 8 code bits a coordinate (turboquant b4's register sets), fewer chunks beyond."""
+    together hold at most 8 code bits a coordinate (turboquant b4's register sets), fewer chunks beyond; prod
+    values (their second accumulator) 0."""
     tune(tc_two_stage=True, tc_prefetch=2)
     plan = _plan(methods, ((1, 1, 2, 1, 0, 128), mx.float32, False), 0)
     assert plan.key[4] and dict(plan.partial_template)["PF"] == want, plan.partial_template
@@ -116,13 +130,16 @@ APPEND_CASE = ((RVQ, dict(bits=2, bits2=2)), (RVQ, dict(bits=4, bits2=2)), (1, 2
                False)
 PROD_APPEND_CASE = ((PROD, dict(bits=3)), ("turboquant", dict(bits=4)), (2, 2, 2, 1, 40, 128), mx.bfloat16, True,
                     False)
+PROD_VALUES_APPEND_CASE = ((PROD, dict(bits=3)), (PROD, dict(bits=5)), (1, 2, 4, 1, 70, 128), mx.float16, True,
+                           False)
 WINDOW_CASE = ((RVQ, dict(bits=2, bits2=2)), (RVQ, dict(bits=1, bits2=2)), (1, 1, 2, 2, 50, 64, 3), mx.float32, True,
                True)
 
 
-@pytest.mark.parametrize("case", [APPEND_CASE, PROD_APPEND_CASE], ids=["rvq", "prod-keys"])
+@pytest.mark.parametrize("case", [APPEND_CASE, PROD_APPEND_CASE, PROD_VALUES_APPEND_CASE],
+                         ids=["rvq", "prod-keys", "prod"])
 def test_append_inside_the_partial_on_the_two_stage_loop(case, monkeypatch, tune):
-    """The decode step's append inside the partial launch (APPEND) with rvq records / prod keys on the tensor-core
+    """The decode step's append inside the partial launch (APPEND) with rvq / prod records on the tensor-core
     loop: the appended rows are accelerated.ops' encode bit for bit and the attention over them within the float64
     bound (test_attention_kernels_emulated's check, with the case asserting the tensor-core loop)."""
     _append_records(case, monkeypatch, tune)
@@ -134,7 +151,7 @@ def test_append_inside_the_partial_moves_exact_windows_on_the_two_stage_loop(mon
 
 
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
-@pytest.mark.parametrize("c", TWO_STAGE_CASES + PROD_KEY_CASES, ids=[_id(c) for c in TWO_STAGE_CASES + PROD_KEY_CASES])
+@pytest.mark.parametrize("c", ALL_CASES, ids=[_id(c) for c in ALL_CASES])
 def test_two_stage_codes_on_the_gpu_within_the_attention_budget(c, tune):
     """The tc_two_stage cases through the compiled kernel (the hardware's mma accumulation)."""
     tune(tc_two_stage=True)
@@ -155,13 +172,18 @@ def test_cuda_two_stage_tensor_core_partial_compiles_without_spills(tmp_path):
                 (1, 1, 2, 2, 1, 2, 64, False, False), (0, 1, 4, 1, 2, 1, 64, False, False),
                 (1, 2, 2, 1, 1, 1, 128, False, False), (1, 1, 2, 2, 4, 2, 128, False, True),
                 (3, 0, 2, 1, 4, 1, 128, False, False), (3, 1, 4, 1, 2, 2, 128, True, False),
-                (3, 0, 2, 1, 4, 1, 128, False, True)]
+                (3, 0, 2, 1, 4, 1, 128, False, True), (0, 3, 4, 1, 2, 1, 128, False, False),
+                (3, 3, 4, 1, 4, 1, 128, True, False), (1, 3, 2, 2, 1, 1, 64, False, True),
+                (3, 3, 2, 1, 2, 1, 128, False, False), (1, 3, 4, 4, 2, 1, 128, False, False),
+                (2, 3, 1, 1, 4, 1, 128, False, False)]
     for i, (mk, mv, kb1, kb2, vb1, vb2, d, fused, append) in enumerate(variants):
-        header, partial = src.assemble("partial", "cuda", mk, mv, False, fused, True, append)
+        h, partial = src.assemble("partial", "cuda", mk, mv, False, fused, True, append)
+        header = h if append or not header else header       # (an APPEND header holds the others' helpers too)
         kp = spec.Params(RVQ, bits=kb1, bits2=kb2, role="k").resolved() if mk == 1 else \
             spec.Params(PROD, bits=kb1 + 1, role="k").resolved() if mk == 3 else \
             spec.Params("turboquant" if mk == 0 else "rabitq", role="k", **(dict(bits=kb1) if mk == 0 else {})).resolved()
         vp = spec.Params(RVQ, bits=vb1, bits2=vb2, role="v").resolved() if mv == 1 else \
+            spec.Params(PROD, bits=vb1 + 1, role="v").resolved() if mv == 3 else \
             spec.Params("turboquant", bits=vb1, role="v").resolved() if mv == 0 else spec.Params("rabitq", role="v").resolved()
         dt = "__half"
         types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", ks0="float", ks1="float",
@@ -186,7 +208,9 @@ def test_cuda_two_stage_tensor_core_partial_compiles_without_spills(tmp_path):
 
 
 @pytest.mark.parametrize("methods", [((RVQ, dict(bits=2, bits2=2)), (RVQ, dict(bits=1, bits2=2))),
-                                     ((PROD, dict(bits=3)), (RVQ, dict(bits=4, bits2=4)))], ids=["rvq", "prod-keys"])
+                                     ((PROD, dict(bits=3)), (RVQ, dict(bits=4, bits2=4))),
+                                     (("turboquant", dict(bits=4)), (PROD, dict(bits=3)))],
+                         ids=["rvq", "prod-keys", "prod-values"])
 def test_row_starts_in_the_two_stage_loop(methods, tensor_cores, monkeypatch, tune):
     """Row starts (a left-padded batch) inside a 16-token chunk and past a split, on the two-stream loop, with the
     rows below the starts as stored and with all their bits set."""

@@ -372,6 +372,8 @@ def _tc_prefetch(kp: spec.Params, vp: spec.Params, depth: int) -> int:
     at that depth (8 code bits per coordinate over keys and values). Each chunk held ahead keeps its words in registers, beside
     the accumulators and mma operands, within the 255 a thread has under the launch bounds: b4's depth is the one
     measured (ptxas fits rvq 4+4 at depth 2 too, without spills; which depth is faster is for the H200 to say)."""
+    if vp.method == "turboquant_prod":     # o2, the sketch part's sums, takes D / 4 more registers a thread: at
+        return 0                           # depth 1 nvcc spilled some pairs (sm_80 / sm_90); 0 loads at a chunk's start
     bits = _stream_bits(kp) + _stream_bits(vp)
     if bits <= 8:           # every one-stream pair (turboquant b4's 8 at most)
         return depth
@@ -384,8 +386,8 @@ def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes
     4-bit codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
     `codes` (tuning's tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
     at least one word); with `two` (tuning's tc_two_stage) turboquant_rvq in either role, both streams 1-, 2- or
-    4-bit (each its own mma pass: csrc/tc_two_*.cuh), and turboquant_prod keys at d = 128 with 1-, 2- or 4-bit mse
-    codes (bits 2, 3, 5; their QJL signs a pass of their own); with `kivi` (tuning's tc_kivi) KIVI keys and values, both
+    4-bit (each its own mma pass: csrc/tc_two_*.cuh), and turboquant_prod with 1-, 2- or 4-bit mse codes (bits 2,
+    3, 5; their QJL signs a pass of their own; keys at d = 128); with `kivi` (tuning's tc_kivi) KIVI keys and values, both
     roles, 1-, 2- or 4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word). The window split runs its exact tokens in
     scalar arithmetic (csrc/tc_window.h)."""
     if kp.method == "kivi" or vp.method == "kivi":
@@ -394,9 +396,8 @@ def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes
     def takes(p: spec.Params, keys: bool) -> bool:
         if p.method == "turboquant" and p.bits == 4:
             return True
-        if p.method in ("turboquant_rvq", "turboquant_prod"):      # (prod's values: a sketch-domain part of their own)
-            return two and (keys or p.method != "turboquant_prod") and all(
-                b in (1, 2, 4) and (not keys or b * d >= 128) for b in _bits(p))
+        if p.method in ("turboquant_rvq", "turboquant_prod"):
+            return two and all(b in (1, 2, 4) and (not keys or b * d >= 128) for b in _bits(p))
         b = _bits(p)[0]
         return codes and p.method in ("turboquant", "rabitq") and b in (1, 2, 4) and (not keys or b * d >= 128)
     return d in (64, 128) and takes(kp, True) and takes(vp, False) and _mma_available()

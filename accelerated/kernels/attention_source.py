@@ -32,7 +32,7 @@ from __future__ import annotations
 from .. import layouts
 from . import append as kappend
 from . import loader, source
-from .attention_tc import ONE_STREAM, TC_CUDA_HEADER, TWO_STREAMS
+from .attention_tc import ONE_STREAM, PROD_VALUES, TC_CUDA_HEADER, TWO_STREAMS
 
 METHOD_IDS = layouts.KERNEL_IDS      # template MK / MV (one table: accelerated/layouts.py)
 
@@ -158,9 +158,11 @@ PARTIAL_TC_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
 # ... with a second code stream (turboquant_rvq's codes2, prod keys' QJL signs: attention_tc.py TWO_STREAMS)
 PARTIAL_TC_TWO_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
                                                 "VQ_COMBINE_ROWS": "combine_rows_strided.h", **TWO_STREAMS})
+PARTIAL_TC_PROD_VALUES_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
+                                                        "VQ_COMBINE_ROWS": "combine_rows_strided.h", **PROD_VALUES})
 # ... with KIVI records (MK = MV = 4: tuning's tc_kivi): the scales folded into the mma operands (tc_kivi_loop.cuh)
 PARTIAL_TC_KIVI_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_kivi_loop.cuh",
-                                                 "VQ_COMBINE_ROWS": "combine_rows_strided.h"})
+                                                 "VQ_COMBINE_ROWS": "combine_rows_strided.h", **ONE_STREAM})
 COMBINE_BODY = loader.defines({"VQ_MAX_SPLITS": MAX_SPLITS}) + loader.text("combine.h")
 COMBINE_SUMMARY = loader.text("combine_summary.h")
 BODIES = {"partial": PARTIAL_BODY, "combine": COMBINE_BODY}
@@ -227,12 +229,14 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
 
 def partial_body(mk: int, mv: int, tc: bool) -> str:
     """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's own; with
-    a second code stream, turboquant_rvq's or turboquant_prod keys' QJL signs, its hooks bound to
-    attention_tc.TWO_STREAMS)."""
+    a second code stream, turboquant_rvq's or turboquant_prod's QJL signs, its hooks bound to
+    attention_tc.TWO_STREAMS or, prod values, PROD_VALUES)."""
     if not tc:
         return PARTIAL_BODY
     if mk == mv == METHOD_IDS["kivi"]:
         return PARTIAL_TC_KIVI_BODY
+    if mv == METHOD_IDS["turboquant_prod"]:
+        return PARTIAL_TC_PROD_VALUES_BODY
     two = METHOD_IDS["turboquant_rvq"] in (mk, mv) or mk == METHOD_IDS["turboquant_prod"]
     return PARTIAL_TC_TWO_BODY if two else PARTIAL_TC_BODY
 

@@ -2,3 +2,4 @@
 #define TC_KEYS2(T, W)
 #define TC_VALUES2(T, W)
 #define TC_KNORM2(T, N)
+#define TC_VNORM2(T, N)

@@ -28,3 +28,10 @@
           knp2[q][x] = knp2[q + 1][x];
         }
       }
+      // prod values: the tokens' n gamma A_d, taken and shifted as the norms
+      for (int x = 0; x < 4; ++x) {
+        vnc2[x] = vnp2[0][x];
+        for (int q = 0; q + 1 < PF; ++q) {
+          vnp2[q][x] = vnp2[q + 1][x];
+        }
+      }
