@@ -2,8 +2,8 @@
 accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode); the
 combine is a second launch (on CUDA it can run inside the partial launch: tuning's fuse_combine, off by default).
 On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values (and with tuning's tc_* knobs other
-widths, rabitq, turboquant_rvq and KIVI) take the partial's tensor-core loop (accelerated/kernels/attention_tc.py;
-`_tensor_cores` says when).
+widths, rabitq, turboquant_rvq, turboquant_prod and KIVI) take the partial's tensor-core loop
+(accelerated/kernels/attention_tc.py; `_tensor_cores` says when).
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
 at most accelerated.ops.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
@@ -368,12 +368,14 @@ def _stream_bits(p: spec.Params) -> int:
 
 def _tc_prefetch(kp: spec.Params, vp: spec.Params, depth: int) -> int:
     """The tensor-core loop's prefetch depth (template PF): tuning's tc_prefetch, lowered where a second code
-    stream (turboquant_rvq, prod keys' signs) would make the prefetched register sets larger than turboquant b4's
-    at that depth (8 code bits per coordinate over keys and values). Each chunk held ahead keeps its words in registers, beside
-    the accumulators and mma operands, within the 255 a thread has under the launch bounds: b4's depth is the one
-    measured (ptxas fits rvq 4+4 at depth 2 too, without spills; which depth is faster is for the H200 to say)."""
-    if vp.method == "turboquant_prod":     # o2, the sketch part's sums, takes D / 4 more registers a thread: at
-        return 0                           # depth 1 nvcc spilled some pairs (sm_80 / sm_90); 0 loads at a chunk's start
+    stream (turboquant_rvq, prod's signs) would make the prefetched register sets larger than turboquant b4's at
+    that depth (8 code bits per coordinate over keys and values). Each chunk held ahead keeps its words in
+    registers, beside the accumulators and mma operands, within the 255 a thread has under the launch bounds: b4's
+    depth is the one measured (ptxas fits rvq 4+4 at depth 2 too, without spills; which depth is faster is for the
+    H200 to say). prod values: 0 (each chunk loaded at its start): their second accumulator takes D / 4 more
+    registers a thread, and at depth 1 nvcc spilled some pairs (sm_80 / sm_90)."""
+    if vp.method == "turboquant_prod":
+        return 0
     bits = _stream_bits(kp) + _stream_bits(vp)
     if bits <= 8:           # every one-stream pair (turboquant b4's 8 at most)
         return depth
@@ -387,9 +389,9 @@ def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes
     `codes` (tuning's tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
     at least one word); with `two` (tuning's tc_two_stage) turboquant_rvq in either role, both streams 1-, 2- or
     4-bit (each its own mma pass: csrc/tc_two_*.cuh), and turboquant_prod with 1-, 2- or 4-bit mse codes (bits 2,
-    3, 5; their QJL signs a pass of their own; keys at d = 128); with `kivi` (tuning's tc_kivi) KIVI keys and values, both
-    roles, 1-, 2- or 4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word). The window split runs its exact tokens in
-    scalar arithmetic (csrc/tc_window.h)."""
+    3, 5; their QJL signs a pass of their own; keys at d = 128); with `kivi` (tuning's tc_kivi) KIVI keys and
+    values, both roles, 1-, 2- or 4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word). The
+    window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h)."""
     if kp.method == "kivi" or vp.method == "kivi":
         return (kivi and kp.method == vp.method == "kivi" and d in (64, 128) and kp.bits in (1, 2, 4)
                 and vp.bits in (1, 2, 4) and kp.bits * d >= 128 and _mma_available())

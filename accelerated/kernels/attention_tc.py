@@ -1,6 +1,6 @@
 """Steps 3-4 of the attention `partial` kernel on tensor cores (CUDA, sm_80 and later): turboquant keys and values
 with 4-bit codes, no window split (accelerated/kernels/attention.py `_tensor_cores` says when; with tuning's knobs
-also other code widths, rabitq and turboquant_rvq). The setup
+also other code widths, rabitq, turboquant_rvq and turboquant_prod). The setup
 (step 1-2: queries scaled, rotated into the keys' domain, in `sq`) and steps 5 and the fused combine are
 attention_source.py's (csrc/partial.h), unchanged; this loop (csrc/tc_loop.cuh) leaves `sacc` / `sml` as the scalar loop does.
 
@@ -45,8 +45,8 @@ from . import loader
 
 TC_CUDA_HEADER = loader.text("tc_header.cuh")     # the helpers: float16 pairs, mma.m16n8k16, power-of-two scales
 # the loop's hooks (computed includes) for a second code stream per role: turboquant_rvq's codes2 in the residual
-# table, each stream its own mma pass into the same accumulators, or turboquant_prod's QJL signs of the keys
-# (csrc/tc_two_*.cuh); nothing with one stream
+# table, each stream its own mma pass into the same accumulators, or turboquant_prod's QJL signs (keys: scores of
+# their own; values: a second accumulator) (csrc/tc_two_*.cuh); nothing with one stream
 _HOOKS = ("VQ_TC_MAX2", "VQ_TC_TAKE2", "VQ_TC_SCORES2", "VQ_TC_XA2", "VQ_TC_SOFTMAX2", "VQ_TC_VALUES2")
 ONE_STREAM = {"VQ_TC_STAGE2": "tc_stage1.cuh", "VQ_TC_MERGE": "tc_loop_merge.cuh",
               **dict.fromkeys(_HOOKS, "tc_none.cuh")}
