@@ -2,7 +2,8 @@
 accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode); the
 combine is a second launch (on CUDA it can run inside the partial launch: tuning's fuse_combine, off by default).
 On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values take the partial's tensor-core loop, and
-by tuning's tc_* knobs other codes, KIVI and mlx_affine (attention_tc.py; `_tensor_cores` says when).
+by tuning's tc_* knobs other codes, turboquant_rvq, turboquant_prod, KIVI and mlx_affine (attention_tc.py;
+`_tensor_cores` says when).
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
 at most accelerated.ops.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
@@ -214,7 +215,8 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     mixed = int(has_win) in src.MIXED_WINDOWS       # (the scalar loop: split S - 1 reads one role's window beside
     tc = tune.tensor_cores and not mixed and not ragged and _tensor_cores(kp, vp, d, has_win, tune.tc_codes,
-                                                          tune.tc_kivi, affine=tune.tc_affine, three=tune.tc_3bit)  # records)
+                                                          tune.tc_kivi, affine=tune.tc_affine, three=tune.tc_3bit,
+                                                          two=tune.tc_two_stage)  # records)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
@@ -240,7 +242,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
         tmpl += [("KTS", append_ts[0]), ("VTS", append_ts[1]), *zip(("KXT", "VXT"), append_ts[2:] if has_win else ())] + [
             (f"{r}C{n}", c) for r, p in (("K", kp), ("V", vp)) for n, c in zip(("B1", "B2", "GS"), km.code_constants(p))]
     if tc:      # the tensor-core loop has no U, and its own prefetch depth
-        tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", tune.tc_prefetch)]
+        tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", _tc_prefetch(kp, vp, tune.tc_prefetch))]
     vparts = 2 if layouts.of(vp).sketch else 1
     if fused and append:
         raise ValueError("the append runs inside an unfused partial launch")
@@ -360,19 +362,47 @@ def _counts(n: int) -> mx.array:
     return a
 
 
+def _stream_bits(p: spec.Params) -> int:
+    """Code bits per coordinate the tensor-core loop loads for a role: both streams of turboquant_rvq and prod."""
+    b1, b2 = _bits(p)
+    return b1 + (b2 if p.method in ("turboquant_rvq", "turboquant_prod") else 0)
+
+
+def _tc_prefetch(kp: spec.Params, vp: spec.Params, depth: int) -> int:
+    """The tensor-core loop's prefetch depth (template PF): tuning's tc_prefetch, lowered where a second code
+    stream (turboquant_rvq, prod's signs) would make the prefetched register sets larger than turboquant b4's at
+    that depth (8 code bits per coordinate over keys and values). Each chunk held ahead keeps its words in
+    registers, beside the accumulators and mma operands, within the 255 a thread has under the launch bounds: b4's
+    depth is the one measured (ptxas fits rvq 4+4 at depth 2 too, without spills; which depth is faster is for the
+    H200 to say). prod values: 0 (each chunk loaded at its start): their second accumulator takes D / 4 more
+    registers a thread, and at depth 1 nvcc spilled some pairs (sm_80 / sm_90)."""
+    if vp.method == "turboquant_prod":
+        return 0
+    bits = _stream_bits(kp) + _stream_bits(vp)
+    if bits <= 8:           # every one-stream pair (turboquant b4's 8 at most)
+        return depth
+    return max(1, depth * 8 // bits)
+
+
 def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False,
-                  kivi: bool = False, affine: bool = False, three: bool = False) -> bool:
+                  kivi: bool = False, affine: bool = False, three: bool = False, two: bool = False) -> bool:
     """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
     4-bit codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
     `codes` (tuning's tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
     at least one word); with `three` (tuning's tc_3bit) also 3-bit turboquant codes in either role, beside any of
-    those in the other (csrc/tc_tens_*.cuh); with `kivi` (tuning's tc_kivi) KIVI keys and values, both roles, 1-, 2- or
-    4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with `affine` (tuning's tc_affine)
-    mlx_affine keys and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh). The window split runs its
-    exact tokens in scalar arithmetic (csrc/tc_window.h)."""
+    those in the other (csrc/tc_tens_*.cuh); with `two` (tuning's tc_two_stage) turboquant_rvq in either role, both
+    streams 1-, 2- or 4-bit (each its own mma pass: csrc/tc_two_*.cuh), and turboquant_prod with 1-, 2- or 4-bit mse
+    codes (bits 2, 3, 5; their QJL signs a pass of their own; keys at d = 128), beside any one-stream role but a 3-bit
+    one (the 3-bit layout has no second stream); with `kivi` (tuning's tc_kivi) KIVI keys and values, both roles, 1-,
+    2- or 4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with `affine` (tuning's
+    tc_affine) mlx_affine keys and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh). The window split
+    runs its exact tokens in scalar arithmetic (csrc/tc_window.h)."""
     if kp.method == "mlx_affine" or vp.method == "mlx_affine":
         return (affine and kp.method == vp.method == "mlx_affine" and d in (64, 128) and kp.bits in (2, 4, 8)
                 and vp.bits in (2, 4, 8) and _mma_available())
+    staged = {"turboquant_rvq", "turboquant_prod"}
+    if {kp.method, vp.method} & staged and 3 in (_bits(kp)[0], _bits(vp)[0]):
+        return False
     if kp.method == "kivi" or vp.method == "kivi":
         return (kivi and kp.method == vp.method == "kivi" and d in (64, 128) and kp.bits in (1, 2, 4)
                 and vp.bits in (1, 2, 4) and kp.bits * d >= 128 and _mma_available())
@@ -381,6 +411,8 @@ def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes
             return True
         if p.method == "turboquant" and p.bits == 3:
             return three
+        if p.method in ("turboquant_rvq", "turboquant_prod"):
+            return two and all(b in (1, 2, 4) and (not keys or b * d >= 128) for b in _bits(p))
         b = _bits(p)[0]
         return codes and p.method in ("turboquant", "rabitq") and b in (1, 2, 4) and (not keys or b * d >= 128)
     return d in (64, 128) and takes(kp, True) and takes(vp, False) and _mma_available()

@@ -32,7 +32,7 @@ from __future__ import annotations
 from .. import layouts
 from . import append as kappend
 from . import loader, source
-from .attention_tc import TC_CUDA_HEADER
+from .attention_tc import ONE_STREAM, PROD_VALUES, TC_CUDA_HEADER, TWO_STREAMS
 
 METHOD_IDS = layouts.KERNEL_IDS      # template MK / MV (one table: accelerated/layouts.py)
 
@@ -160,16 +160,22 @@ TC_TENS_PARTS = {"VQ_TC_SIZES": "tc_tens_sizes.cuh", "VQ_TC_BASES": "tc_tens_bas
 TC_TENS = 3                # `tc` of a partial whose tensor-core loop reads a role's 3-bit codes (PARTIAL_TC3_BODY)
 PARTIAL_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "partial_loop.h", "VQ_COMBINE_ROWS": "combine_rows.h"})
 PARTIAL_TC_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh", "VQ_COMBINE_ROWS": "combine_rows_strided.h",
-                                            **TC_WORDS})
+                                            **TC_WORDS, **ONE_STREAM})
 # ... with a role of 3-bit codes (tc = TC_TENS: tuning's tc_3bit), 10 to a word: loaded raw, realigned per use
 PARTIAL_TC3_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh", "VQ_COMBINE_ROWS": "combine_rows_strided.h",
-                                             **TC_TENS_PARTS})
+                                             **TC_TENS_PARTS, **ONE_STREAM})
+# ... with a second code stream (turboquant_rvq's codes2, prod keys' QJL signs: attention_tc.py TWO_STREAMS)
+PARTIAL_TC_TWO_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
+                                                "VQ_COMBINE_ROWS": "combine_rows_strided.h", **TC_WORDS, **TWO_STREAMS})
+PARTIAL_TC_PROD_VALUES_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
+                                                        "VQ_COMBINE_ROWS": "combine_rows_strided.h", **TC_WORDS,
+                                                        **PROD_VALUES})
 # ... with KIVI records (MK = MV = 4: tuning's tc_kivi): the scales folded into the mma operands (tc_kivi_loop.cuh)
 PARTIAL_TC_KIVI_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_kivi_loop.cuh",
-                                                 "VQ_COMBINE_ROWS": "combine_rows_strided.h"})
+                                                 "VQ_COMBINE_ROWS": "combine_rows_strided.h", **ONE_STREAM})
 # ... with mlx_affine records (MK = MV = 5: tuning's tc_affine): keys and values dequantized into the mma operands
 PARTIAL_TC_AFFINE_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_affine_loop.cuh",
-                                                   "VQ_COMBINE_ROWS": "combine_rows_strided.h"})
+                                                   "VQ_COMBINE_ROWS": "combine_rows_strided.h", **ONE_STREAM})
 COMBINE_BODY = loader.defines({"VQ_MAX_SPLITS": MAX_SPLITS}) + loader.text("combine.h")
 COMBINE_SUMMARY = loader.text("combine_summary.h")
 BODIES = {"partial": PARTIAL_BODY, "combine": COMBINE_BODY}
@@ -236,14 +242,20 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
 
 def partial_body(mk: int, mv: int, tc: bool) -> str:
     """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's and
-    mlx_affine's own; `tc` = TC_TENS: the one that reads 3-bit codes)."""
+    mlx_affine's own; `tc` = TC_TENS: the one that reads 3-bit codes; with a second code stream, turboquant_rvq's or
+    turboquant_prod's QJL signs, its hooks bound to attention_tc.TWO_STREAMS or, prod values, PROD_VALUES)."""
     if not tc:
         return PARTIAL_BODY
     if mk == mv == METHOD_IDS["mlx_affine"]:
         return PARTIAL_TC_AFFINE_BODY
+    if mk == mv == METHOD_IDS["kivi"]:
+        return PARTIAL_TC_KIVI_BODY
     if tc == TC_TENS:
         return PARTIAL_TC3_BODY
-    return PARTIAL_TC_KIVI_BODY if mk == mv == METHOD_IDS["kivi"] else PARTIAL_TC_BODY
+    if mv == METHOD_IDS["turboquant_prod"]:
+        return PARTIAL_TC_PROD_VALUES_BODY
+    two = METHOD_IDS["turboquant_rvq"] in (mk, mv) or mk == METHOD_IDS["turboquant_prod"]
+    return PARTIAL_TC_TWO_BODY if two else PARTIAL_TC_BODY
 
 
 def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,

@@ -45,6 +45,14 @@ times a power of two per chunk (keys: the chunk's largest (2^b - 1) |s| + |b| ne
 B (keys) or A (values) operand. A 16-bit x so scaled is exact in float16 (only bits below 2^-24 are lost, which a lo
 part could not hold either): one mma per step; float32 records are split in hi and lo parts, two mmas per step.
 
+turboquant_rvq (TWO_STREAMS): a coordinate is (C1[i] + C2[k]) n, so each stream's codes are looked up in their own
+table (scaled by the one power of two that covers both) and take their own mma pass into the same score and value
+accumulators; the second stream's words follow the first's layout at their own width, loaded beside them.
+turboquant_prod keys (TWO_STREAMS, MK = 3): the QJL signs take one mma per k-step against the projected query
+(setup's sq2, split and scaled as the query) into scores of their own, added with the token's gamma A_d. prod
+values (PROD_VALUES, MV = 3): the signs one mma per m-tile into a second accumulator o2 (the output's
+sketch-domain part, which the combine maps back), with P'' = p n gamma A_d scaled as P'.
+
 Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
 bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once
 (docs/decode-step-analysis.md, "Fifth pass").
@@ -54,3 +62,13 @@ from __future__ import annotations
 from . import loader
 
 TC_CUDA_HEADER = loader.text("tc_header.cuh")     # the helpers: float16 pairs, mma.m16n8k16, power-of-two scales
+# the loop's hooks (computed includes) for a second code stream per role: turboquant_rvq's codes2 in the residual
+# table, each stream its own mma pass into the same accumulators, or turboquant_prod's QJL signs (keys: scores of
+# their own; values: a second accumulator) (csrc/tc_two_*.cuh); nothing with one stream
+_HOOKS = ("VQ_TC_MAX2", "VQ_TC_TAKE2", "VQ_TC_SCORES2", "VQ_TC_XA2", "VQ_TC_SOFTMAX2", "VQ_TC_VALUES2")
+ONE_STREAM = {"VQ_TC_STAGE2": "tc_stage1.cuh", "VQ_TC_MERGE": "tc_loop_merge.cuh",
+              **dict.fromkeys(_HOOKS, "tc_none.cuh")}
+TWO_STREAMS = {"VQ_TC_STAGE2": "tc_two_setup.cuh", "VQ_TC_MERGE": "tc_loop_merge.cuh",
+               **{n: f"tc_two_{n[6:-1].lower()}.cuh" for n in _HOOKS}}
+# ... with prod values: two value parts a row merged (the one-part merge kept for the others: its registers)
+PROD_VALUES = {**TWO_STREAMS, "VQ_TC_MERGE": "tc_two_merge.cuh"}

@@ -1,18 +1,23 @@
 // Steps 3-4 of the partial kernel on tensor cores (CUDA sm_80+; accelerated/kernels/attention_tc.py says how).
 
 #include "tc_loop_setup.cuh"
+#include VQ_TC_STAGE2
   // one chunk's loads: key words of tokens tb + 8 nt + g; value words, key and value norms of the tokens of
   // slot x: tb + 8 (x / 2) + 2 tig + x % 2 (a score's C slot, a probability's B slot and a value's A slot)
-#define TC_LOAD(J, KWD, VWD, KN, VN) { \
+#define TC_LOAD(J, KWD, VWD, KN, VN, KWD2, VWD2, KN2, VN2) { \
     const int tb_ = t0 + 16 * (J); \
     for (int nt = 0; nt < 2; ++nt) { \
       const int t_ = tb_ + 8 * nt + g; \
       VQ_TC_KWORDS(kbase + (int64_t)(t_ < t1 ? t_ : t0) * kc1_strides[2], KWD[nt]); \
+      TC_KEYS2((int64_t)(t_ < t1 ? t_ : t0), KWD2[nt]) \
     } \
     for (int x = 0; x < 4; ++x) { \
       const int t_ = tb_ + 8 * (x >> 1) + 2 * tig + (x & 1); \
       const int64_t tt_ = (t_ < t1) ? t_ : t0; \
       VQ_TC_VWORDS(vbase + tt_ * vc1_strides[2], VWD[x]); \
+      TC_VALUES2(tt_, VWD2[x]) \
+      TC_KNORM2(tt_, KN2[x]) \
+      TC_VNORM2(tt_, VN2[x]) \
       KN[x] = ks0[kso + tt_ * ks0_strides[2]]; \
       VN[x] = vs0[vso + tt_ * vs0_strides[2]]; \
       if (MK == 2) { \
@@ -31,7 +36,7 @@
   float knc[4], vnc[4], knp[PFD][4], vnp[PFD][4];
   for (int q = 0; q < PF; ++q) {
     if (warp + q * NW < nch) {
-      TC_LOAD(warp + q * NW, kwp[q], vwp[q], knp[q], vnp[q])
+      TC_LOAD(warp + q * NW, kwp[q], vwp[q], knp[q], vnp[q], kwp2[q], vwp2[q], knp2[q], vnp2[q])
     }
   }
   for (int j = warp; j < nch; j += NW) {
@@ -44,4 +49,8 @@
 #undef VQ_TC_KWORDS
 #undef VQ_TC_VWORDS
 #undef VQ_TC_ALIGN
-#include "tc_loop_merge.cuh"
+#undef TC_KEYS2
+#undef TC_VALUES2
+#undef TC_KNORM2
+#undef TC_VNORM2
+#include VQ_TC_MERGE

@@ -26,9 +26,11 @@
           vnp[q][x] = vnp[q + 1][x];
         }
       }
+#include VQ_TC_TAKE2
       if (j + PF * NW < nch) {
-        TC_LOAD(j + PF * NW, kwp[PFD - 1], vwp[PFD - 1], knp[PFD - 1], vnp[PFD - 1])
+        TC_LOAD(j + PF * NW, kwp[PFD - 1], vwp[PFD - 1], knp[PFD - 1], vnp[PFD - 1], kwp2[PFD - 1], vwp2[PFD - 1],
+                knp2[PFD - 1], vnp2[PFD - 1])
       }
     } else {
-      TC_LOAD(j, kwc, vwc, knc, vnc)
+      TC_LOAD(j, kwc, vwc, knc, vnc, kwc2, vwc2, knc2, vnc2)
     }

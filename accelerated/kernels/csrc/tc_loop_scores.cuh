@@ -11,6 +11,7 @@
         vq_mma(sc[nt], qa[ks][0], 0u, qa[ks][1], 0u, vq_perm(e0, e1, 0x5410u), vq_perm(e2, e3, 0x5410u));
         vq_mma(sc[nt], qa[ks][0], 0u, qa[ks][1], 0u, vq_perm(e0, e1, 0x7632u), vq_perm(e2, e3, 0x7632u));
       }
+#include VQ_TC_SCORES2
     }
     // -- a row's two parts (lanes g, g ^ 4) summed, times norm and the scales' inverse; masked: -inf
     float xa[4];
@@ -20,3 +21,4 @@
       const float za = ya + SHFL_XOR(ya, 16);
       xa[x] = (t < t1 && (!CAUSAL || t <= qpa)) ? za * knc[x] * uka : NEG_INF;
     }
+#include VQ_TC_XA2

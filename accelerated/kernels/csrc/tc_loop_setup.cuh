@@ -22,6 +22,7 @@
   }
   float mtk = fabsf(rk1);
   float mtv = fabsf(rv1);
+#include VQ_TC_MAX2
   for (int o = 16; o > 0; o >>= 1) {
     mtk = vq_max(mtk, SHFL_XOR(mtk, o));
     mtv = vq_max(mtv, SHFL_XOR(mtv, o));

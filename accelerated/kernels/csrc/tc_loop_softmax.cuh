@@ -34,3 +34,4 @@
         o[mt][3] *= al1;
       }
     }
+#include VQ_TC_SOFTMAX2

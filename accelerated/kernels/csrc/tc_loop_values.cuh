@@ -17,4 +17,5 @@
              vq_perm(f2, f3, 0x5410u), p0, p1);
       vq_mma(o[mt], vq_perm(e0, e1, 0x7632u), vq_perm(f0, f1, 0x7632u), vq_perm(e2, e3, 0x7632u),
              vq_perm(f2, f3, 0x7632u), p0, p1);
+#include VQ_TC_VALUES2
     }
