@@ -19,7 +19,8 @@ def test_includes_are_spliced_recursively():
 
 def test_computed_includes_are_bound_by_the_caller():
     scalar = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "partial_loop.h", "VQ_COMBINE_ROWS": "combine_rows.h"})
-    from veloxquant.accelerated.kernels.attention_source import TC_WORDS as words
+    from veloxquant.accelerated.kernels.attention_source import ONE_STREAM, TC_WORDS
+    words = {**TC_WORDS, **ONE_STREAM}
     tc = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh", "VQ_COMBINE_ROWS": "combine_rows_strided.h", **words})
     assert loader.text("partial_loop.h")[:-1] in scalar and loader.text("tc_loop.cuh", words)[:-1] not in scalar
     assert loader.text("tc_loop.cuh", words)[:-1] in tc and "#include" not in tc
