@@ -63,7 +63,7 @@ ALL_CASES = TWO_STAGE_CASES + PROD_KEY_CASES + PROD_VALUE_CASES
 TQ = "turboquant"
 PROD3_CASES = [
     # prod b4 (3-bit mse codes in the 3-bit layout, the QJL signs in their own 1-bit one: tuning's tc_prod3) in
-    # either role, beside tensor-core methods in the other; and prod beside a 3-bit turboquant role
+    # either role or both, beside tensor-core methods in the other; and prod beside a 3-bit turboquant role
     ((PROD, dict(bits=4)), (TQ, dict(bits=4)), ((1, 2, 4, 1, 300, 128), mx.float32, False, 2.0, 1.0), 0),
     ((PROD, dict(bits=4)), (TQ, dict(bits=2)), ((1, 1, 2, 2, 75, 128), mx.float16, True, 2.0, "ramp"), 0),
     ((PROD, dict(bits=4)), ("rabitq", {}), ((1, 1, 4, 1, 530, 128), mx.bfloat16, False, 40.0, 1e-3), 0),
@@ -75,6 +75,10 @@ PROD3_CASES = [
     ((TQ, dict(bits=4)), (PROD, dict(bits=4)), ((1, 1, 2, 2, 75, 64), mx.float16, True, 2.0, 1.0), 5),
     ((PROD, dict(bits=5)), (TQ, dict(bits=3)), ((1, 1, 4, 1, 90, 128), mx.float32, False, 1.0, 1.0), 0),
     ((TQ, dict(bits=3)), (PROD, dict(bits=4)), ((1, 1, 2, 2, 75, 64), mx.float32, True, 2.0, 1.0), 0),
+    ((PROD, dict(bits=4)), (PROD, dict(bits=4)), ((1, 1, 4, 1, 600, 128), mx.float32, False, 1.0, "ramp"), 0),
+    ((PROD, dict(bits=4)), (PROD, dict(bits=4)), ((2, 1, 1, 1, 40, 128), mx.bfloat16, False, 1e-3, 3e4), 0),
+    ((PROD, dict(bits=4)), (PROD, dict(bits=4)), ((1, 1, 2, 2, 75, 128), mx.float16, True, 2.0, 1.0), 16),
+    ((PROD, dict(bits=3)), (PROD, dict(bits=4)), ((1, 2, 4, 1, 300, 128), mx.float32, False, 2.0, 1.0), 0),
 ]
 
 
@@ -134,9 +138,10 @@ def test_streams_the_loop_does_not_hold_take_the_scalar_loop(methods, d, tensor_
                                           (((PROD, dict(bits=3)), (PROD, dict(bits=3))), 0),
                                           (((PROD, dict(bits=4)), (TQ, dict(bits=4))), 1),
                                           (((PROD, dict(bits=5)), (TQ, dict(bits=3))), 1),
-                                          (((TQ, dict(bits=4)), (PROD, dict(bits=4))), 0)],
+                                          (((TQ, dict(bits=4)), (PROD, dict(bits=4))), 0),
+                                          (((PROD, dict(bits=4)), (PROD, dict(bits=4))), 0)],
                          ids=["rvq2+2", "rvq4+2", "rvq4+4", "prod3-tq4", "prod5-tq4", "tq4-prod3", "prod3-prod3",
-                              "prod4-tq4", "prod5-tq3", "tq4-prod4"])
+                              "prod4-tq4", "prod5-tq3", "tq4-prod4", "prod4-prod4"])
 def test_two_streams_prefetch_no_more_words_than_turboquant_b4(methods, want, tensor_cores, tune):
     """The prefetch depth (template PF) of two-stream records: tuning's tc_prefetch (2) while keys and values
     together hold at most 8 code bits a coordinate (turboquant b4's register sets), fewer chunks beyond; prod
@@ -163,13 +168,11 @@ def test_prod_b4_on_the_tensor_core_loop_within_the_attention_budget(c, tensor_c
                                        (((RVQ, dict(bits=3, bits2=2)), (PROD, dict(bits=3))), 128),
                                        (((RVQ, dict(bits=2, bits2=2)), (TQ, dict(bits=3))), 128),
                                        (((PROD, dict(bits=4)), (TQ, dict(bits=4))), 64),
-                                       (((PROD, dict(bits=4)), (PROD, dict(bits=4))), 128),
-                                       (((PROD, dict(bits=3)), (PROD, dict(bits=4))), 128)],
-                         ids=["prod4-rvq", "rvq3+2-prod3", "rvq-tq3", "prod4-keys-d64", "prod4-prod4", "prod3-prod4"])
+                                       (((PROD, dict(bits=4)), (PROD, dict(bits=4))), 64)],
+                         ids=["prod4-rvq", "rvq3+2-prod3", "rvq-tq3", "prod4-keys-d64", "prod4-prod4-d64"])
 def test_prod3_keeps_rvq_beside_3_bits_and_short_sign_words_on_the_scalar_loop(methods, d, tensor_cores, tune):
-    """tc_prod3 on: turboquant_rvq beside or with 3-bit codes, prod keys at d = 64 (a lane's D / 4 signs less
-    than one word), and prod in both roles with a 3-bit stream (nvcc spilled its registers) still take the scalar
-    loop."""
+    """tc_prod3 on: turboquant_rvq beside or with 3-bit codes, and prod keys at d = 64 (a lane's D / 4 signs less
+    than one word), still take the scalar loop."""
     tune(tc_two_stage=True, tc_prod3=True)
     assert not _plan(methods, ((1, 1, 2, 1, 0, d), mx.float32, False), 0).key[4]
 
@@ -181,7 +184,7 @@ PROD_APPEND_CASE = ((PROD, dict(bits=3)), ("turboquant", dict(bits=4)), (2, 2, 2
 PROD_VALUES_APPEND_CASE = ((PROD, dict(bits=3)), (PROD, dict(bits=5)), (1, 2, 4, 1, 70, 128), mx.float16, True,
                            False)
 PROD3_APPEND_CASES = [((PROD, dict(bits=4)), (TQ, dict(bits=4)), (2, 2, 2, 1, 40, 128), mx.bfloat16, True, False),
-                      ((PROD, dict(bits=4)), (TQ, dict(bits=3)), (1, 2, 4, 1, 70, 128), mx.float16, True, False),
+                      ((PROD, dict(bits=4)), (PROD, dict(bits=4)), (1, 2, 4, 1, 70, 128), mx.float16, True, False),
                       ((TQ, dict(bits=2)), (PROD, dict(bits=4)), (1, 2, 4, 1, 50, 64), mx.float32, True, True)]
 WINDOW_CASE = ((RVQ, dict(bits=2, bits2=2)), (RVQ, dict(bits=1, bits2=2)), (1, 1, 2, 2, 50, 64, 3), mx.float32, True,
                True)
@@ -196,7 +199,7 @@ def test_append_inside_the_partial_on_the_two_stage_loop(case, monkeypatch, tune
     _append_records(case, monkeypatch, tune)
 
 
-@pytest.mark.parametrize("case", PROD3_APPEND_CASES, ids=["prod4-keys", "prod4-tq3", "prod4-values-d64"])
+@pytest.mark.parametrize("case", PROD3_APPEND_CASES, ids=["prod4-keys", "prod4", "prod4-values-d64"])
 def test_append_inside_the_partial_on_the_prod_b4_loop(case, monkeypatch, tune):
     """... with prod b4 records on the 3-bit two-stream loop (tc_prod3)."""
     tune(tc_two_stage=True, tc_prod3=True)
@@ -284,14 +287,17 @@ def test_cuda_two_stage_tensor_core_partial_compiles_without_spills(tmp_path):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 def test_cuda_prod_b4_tensor_core_partial_compiles_without_spills(tmp_path):
     """... the 3-bit two-stream partials of tc_prod3: prod b4 keys beside turboquant 2 / 3 / 4 bits and rabitq, prod
-    b4 values beside turboquant 3 / 4 bits (d = 64 and 128), prod b3 / b5 keys beside 3-bit turboquant values;
-    launched, fused and with the append inside."""
+    b4 values beside turboquant 3 / 4 bits (d = 64 and 128), prod b4 both roles, prod b3 / b5 beside prod b4 or 3-bit
+    turboquant; launched, fused and with the append inside."""
     _compile_without_spills([(3, 0, 3, 1, 4, 1, 128, False, False), (3, 0, 3, 1, 4, 1, 128, True, False),
                              (3, 0, 3, 1, 4, 1, 128, False, True), (3, 2, 3, 1, 1, 1, 128, False, False),
                              (3, 0, 3, 1, 2, 1, 128, False, False), (3, 0, 3, 1, 3, 1, 128, False, False),
                              (0, 3, 4, 1, 3, 1, 128, False, False), (0, 3, 4, 1, 3, 1, 64, False, True),
                              (0, 3, 4, 1, 3, 1, 128, True, False), (0, 3, 3, 1, 3, 1, 64, False, False),
-                             (3, 0, 4, 1, 3, 1, 128, False, False), (3, 0, 2, 1, 3, 1, 128, False, False)],
+                             (3, 0, 4, 1, 3, 1, 128, False, False), (3, 0, 2, 1, 3, 1, 128, False, False),
+                             (3, 3, 3, 1, 3, 1, 128, False, False), (3, 3, 3, 1, 3, 1, 128, True, False),
+                             (3, 3, 3, 1, 3, 1, 128, False, True), (3, 3, 2, 1, 3, 1, 128, False, False),
+                             (3, 3, 3, 1, 4, 1, 128, False, False)],
                             tmp_path / "attention_tc2p3", katt.src.TC_TENS, "partial_tc2p3")
 
 

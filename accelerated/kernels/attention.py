@@ -398,8 +398,7 @@ def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes
     codes (bits 2, 3, 5; their QJL signs a pass of their own; keys at d = 128), beside any one-stream role but a 3-bit
     one; with `prod3` too (tuning's tc_prod3) turboquant_prod beside a 3-bit role or with 3-bit mse codes itself
     (bits 4: the 3-bit layout and the signs' stream in its own layout, attention_source.PARTIAL_TC3_TWO_BODY /
-    PARTIAL_TC3_PROD_VALUES_BODY) in one role, not both (nvcc spilled those registers), rvq with a 3-bit stream
-    still not; with `kivi` (tuning's tc_kivi) KIVI keys and
+    PARTIAL_TC3_PROD_VALUES_BODY), rvq with a 3-bit stream still not; with `kivi` (tuning's tc_kivi) KIVI keys and
     values, both roles, 1-, 2- or 4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with
     `affine` (tuning's tc_affine) mlx_affine keys and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh).
     The window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h)."""
@@ -408,7 +407,7 @@ def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes
                 and vp.bits in (2, 4, 8) and _mma_available())
     staged = {"turboquant_rvq", "turboquant_prod"}
     if {kp.method, vp.method} & staged and 3 in (_bits(kp)[0], _bits(vp)[0]) and \
-            not (prod3 and two and "turboquant_rvq" not in (kp.method, vp.method) and kp.method != vp.method):
+            not (prod3 and two and "turboquant_rvq" not in (kp.method, vp.method)):
         return False
     if kp.method == "kivi" or vp.method == "kivi":
         return (kivi and kp.method == vp.method == "kivi" and d in (64, 128) and kp.bits in (1, 2, 4)

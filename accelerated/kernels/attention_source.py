@@ -32,7 +32,7 @@ from __future__ import annotations
 from .. import layouts
 from . import append as kappend
 from . import loader, source
-from .attention_tc import ONE_STREAM, PROD3_KEYS, PROD_VALUES, TC_CUDA_HEADER, TWO_STREAMS
+from .attention_tc import ONE_STREAM, PROD3_KEYS, PROD3_VALUES, PROD_VALUES, TC_CUDA_HEADER, TWO_STREAMS
 
 METHOD_IDS = layouts.KERNEL_IDS      # template MK / MV (one table: accelerated/layouts.py)
 
@@ -177,7 +177,7 @@ PARTIAL_TC3_TWO_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh
                                                  **PROD3_KEYS})
 PARTIAL_TC3_PROD_VALUES_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
                                                          "VQ_COMBINE_ROWS": "combine_rows_strided.h", **TC_TENS_PARTS,
-                                                         **PROD_VALUES})
+                                                         **PROD3_VALUES})
 # ... with KIVI records (MK = MV = 4: tuning's tc_kivi): the scales folded into the mma operands (tc_kivi_loop.cuh)
 PARTIAL_TC_KIVI_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_kivi_loop.cuh",
                                                  "VQ_COMBINE_ROWS": "combine_rows_strided.h", **ONE_STREAM})

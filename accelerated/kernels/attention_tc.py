@@ -54,7 +54,7 @@ values (PROD_VALUES, MV = 3): the signs one mma per m-tile into a second accumul
 sketch-domain part, which the combine maps back), with P'' = p n gamma A_d scaled as P'.
 prod b4 (tuning's tc_prod3): its 3-bit mse codes in the 3-bit layout (attention_source.TC_TENS_PARTS) and its signs in
 their own 1-bit one (tc_two_setup.cuh's KWL2 / VWL2 and row bases), prod keys beside a 3-bit role with the scores'
-n-tile loop unrolled (PROD3_KEYS); both roles prod with a 3-bit stream stay on the scalar loop (nvcc spilled them).
+n-tile loop unrolled (PROD3_KEYS, PROD3_VALUES).
 
 Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
 bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once
@@ -81,3 +81,6 @@ assert set(TWO_STREAMS) == set(ONE_STREAM)
 PROD_VALUES = {**TWO_STREAMS, "VQ_TC_MERGE": "tc_two_merge.cuh"}
 # ... prod keys beside a 3-bit role (tc_prod3): the scores' n-tile loop unrolled (csrc/tc_prod3_unroll.cuh)
 PROD3_KEYS = {**TWO_STREAMS, "VQ_TC_UNROLL_NT": "tc_prod3_unroll.cuh"}
+# ... prod values with 3-bit codes (tc_prod3): the same unroll; prod keys' signs against a query fragment made from
+# shared memory at each k-step (csrc/tc_prod3_scores.cuh: the register copy spilled beside the second accumulator)
+PROD3_VALUES = {**PROD_VALUES, "VQ_TC_UNROLL_NT": "tc_prod3_unroll.cuh", "VQ_TC_SCORES2": "tc_prod3_scores.cuh"}
