@@ -252,7 +252,7 @@ def partial_body(mk: int, mv: int, tc: bool) -> str:
     """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's and
     mlx_affine's own; `tc` = TC_TENS: the one that reads 3-bit codes, also beside prod's signs; with a second code
     stream, turboquant_rvq's or turboquant_prod's QJL signs, its hooks bound to attention_tc.TWO_STREAMS or, prod
-    values, PROD_VALUES)."""
+    values, PROD_VALUES; beside 3-bit codes PROD3_KEYS / PROD3_VALUES)."""
     if not tc:
         return PARTIAL_BODY
     if mk == mv == METHOD_IDS["mlx_affine"]:

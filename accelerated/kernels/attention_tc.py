@@ -53,8 +53,9 @@ turboquant_prod keys (TWO_STREAMS, MK = 3): the QJL signs take one mma per k-ste
 values (PROD_VALUES, MV = 3): the signs one mma per m-tile into a second accumulator o2 (the output's
 sketch-domain part, which the combine maps back), with P'' = p n gamma A_d scaled as P'.
 prod b4 (tuning's tc_prod3): its 3-bit mse codes in the 3-bit layout (attention_source.TC_TENS_PARTS) and its signs in
-their own 1-bit one (tc_two_setup.cuh's KWL2 / VWL2 and row bases), prod keys beside a 3-bit role with the scores'
-n-tile loop unrolled (PROD3_KEYS, PROD3_VALUES).
+their own 1-bit one (tc_two_setup.cuh's KWL2 / VWL2 and row bases), the scores' n-tile loop unrolled (PROD3_KEYS,
+PROD3_VALUES); with prod in both roles the keys' projected-query fragment is made from shared memory at each k-step
+(tc_prod3_scores.cuh), which leaves the registers for the values' second accumulator.
 
 Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
 bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once
