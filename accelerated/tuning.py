@@ -38,6 +38,8 @@ class Tuning:
     tc_3bit: bool = True            # ... also 3-bit turboquant codes in either role
     tc_two_stage: bool = True       # ... also turboquant_rvq (two code streams, each 1-, 2- or 4-bit) and
                                     # turboquant_prod (bits 2, 3, 5: mse codes and QJL signs; keys at d = 128)
+    tc_prod3: bool = False          # ... also turboquant_prod with 3-bit mse codes (bits 4) or beside a 3-bit role
+                                    # (the 3-bit layout beside the QJL signs; off until its GPU twins pass)
     tc_prefetch: int = 2            # chunks the tensor-core loop loads ahead while it scores one
     tc_min_blocks: int = 2          # threadgroups per multiprocessor the tensor-core partial is compiled for
     tc_waves: int = 1               # times the tensor-core loop's threadgroups fill the GPU (sets its split count)

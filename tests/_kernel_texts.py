@@ -58,8 +58,8 @@ def texts():
             variant = f"{mk}{mv} win={int(haswin)} fused={int(fused)} tc={int(tc)} append={int(app)} starts={int(starts)}"
             yield ("partial", variant, be), attention_source.assemble("partial", be, mk, mv, haswin, fused, tc, app,
                                                                        starts)
-        # the tensor-core loop that reads 3-bit codes (turboquant 0 and rabitq 2 in the other role)
-        for mk, mv, haswin, fused, app, starts in itertools.product((0, 2), (0, 2), *[(False, True)] * 4):
+        # the tensor-core loop that reads 3-bit codes (turboquant 0 and rabitq 2 in the other role; prod 3: tc_prod3)
+        for mk, mv, haswin, fused, app, starts in itertools.product((0, 2, 3), (0, 2, 3), *[(False, True)] * 4):
             tens = getattr(attention_source, "TC_TENS", None)
             if be != "cuda" or tens is None or (app and (fused or haswin)):
                 continue

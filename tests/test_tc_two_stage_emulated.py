@@ -60,6 +60,26 @@ PROD_VALUE_CASES = [
 ]
 
 ALL_CASES = TWO_STAGE_CASES + PROD_KEY_CASES + PROD_VALUE_CASES
+TQ = "turboquant"
+PROD3_CASES = [
+    # prod b4 (3-bit mse codes in the 3-bit layout, the QJL signs in their own 1-bit one: tuning's tc_prod3) in
+    # either role or both, beside tensor-core methods in the other; and prod beside a 3-bit turboquant role
+    ((PROD, dict(bits=4)), (TQ, dict(bits=4)), ((1, 2, 4, 1, 300, 128), mx.float32, False, 2.0, 1.0), 0),
+    ((PROD, dict(bits=4)), (TQ, dict(bits=2)), ((1, 1, 2, 2, 75, 128), mx.float16, True, 2.0, "ramp"), 0),
+    ((PROD, dict(bits=4)), ("rabitq", {}), ((1, 1, 4, 1, 530, 128), mx.bfloat16, False, 40.0, 1e-3), 0),
+    ((TQ, dict(bits=4)), (PROD, dict(bits=4)), ((1, 2, 4, 1, 300, 128), mx.float32, False, 2.0, 1.0), 0),
+    ((TQ, dict(bits=4)), (PROD, dict(bits=4)), ((2, 1, 4, 1, 140, 64), mx.float16, True, 1.0, "ramp"), 0),
+    ((PROD, dict(bits=4)), (TQ, dict(bits=3)), ((1, 1, 4, 1, 600, 128), mx.float32, False, 1.0, "ramp"), 0),
+    ((TQ, dict(bits=4)), (PROD, dict(bits=4)), ((2, 1, 1, 1, 40, 128), mx.bfloat16, False, 1e-3, 3e4), 0),
+    ((PROD, dict(bits=4)), (TQ, dict(bits=4)), ((1, 2, 4, 1, 300, 128), mx.float32, False, 1.0, 1.0), 32),
+    ((TQ, dict(bits=4)), (PROD, dict(bits=4)), ((1, 1, 2, 2, 75, 64), mx.float16, True, 2.0, 1.0), 5),
+    ((PROD, dict(bits=5)), (TQ, dict(bits=3)), ((1, 1, 4, 1, 90, 128), mx.float32, False, 1.0, 1.0), 0),
+    ((TQ, dict(bits=3)), (PROD, dict(bits=4)), ((1, 1, 2, 2, 75, 64), mx.float32, True, 2.0, 1.0), 0),
+    ((PROD, dict(bits=4)), (PROD, dict(bits=4)), ((1, 1, 4, 1, 600, 128), mx.float32, False, 1.0, "ramp"), 0),
+    ((PROD, dict(bits=4)), (PROD, dict(bits=4)), ((2, 1, 1, 1, 40, 128), mx.bfloat16, False, 1e-3, 3e4), 0),
+    ((PROD, dict(bits=4)), (PROD, dict(bits=4)), ((1, 1, 2, 2, 75, 128), mx.float16, True, 2.0, 1.0), 16),
+    ((PROD, dict(bits=3)), (PROD, dict(bits=4)), ((1, 2, 4, 1, 300, 128), mx.float32, False, 2.0, 1.0), 0),
+]
 
 
 def _id(c) -> str:
@@ -115,15 +135,46 @@ def test_streams_the_loop_does_not_hold_take_the_scalar_loop(methods, d, tensor_
                                           (((PROD, dict(bits=3)), ("turboquant", dict(bits=4))), 2),
                                           (((PROD, dict(bits=5)), ("turboquant", dict(bits=4))), 1),
                                           ((("turboquant", dict(bits=4)), (PROD, dict(bits=3))), 0),
-                                          (((PROD, dict(bits=3)), (PROD, dict(bits=3))), 0)],
-                         ids=["rvq2+2", "rvq4+2", "rvq4+4", "prod3-tq4", "prod5-tq4", "tq4-prod3", "prod3-prod3"])
+                                          (((PROD, dict(bits=3)), (PROD, dict(bits=3))), 0),
+                                          (((PROD, dict(bits=4)), (TQ, dict(bits=4))), 1),
+                                          (((PROD, dict(bits=5)), (TQ, dict(bits=3))), 1),
+                                          (((TQ, dict(bits=4)), (PROD, dict(bits=4))), 0),
+                                          (((PROD, dict(bits=4)), (PROD, dict(bits=4))), 0)],
+                         ids=["rvq2+2", "rvq4+2", "rvq4+4", "prod3-tq4", "prod5-tq4", "tq4-prod3", "prod3-prod3",
+                              "prod4-tq4", "prod5-tq3", "tq4-prod4", "prod4-prod4"])
 def test_two_streams_prefetch_no_more_words_than_turboquant_b4(methods, want, tensor_cores, tune):
     """The prefetch depth (template PF) of two-stream records: tuning's tc_prefetch (2) while keys and values
     together hold at most 8 code bits a coordinate (turboquant b4's register sets), fewer chunks beyond; prod
-    values (their second accumulator) 0."""
-    tune(tc_two_stage=True, tc_prefetch=2)
+    values (their second accumulator) 0; prod keys beside a 3-bit role (tc_prod3) at most 1."""
+    tune(tc_two_stage=True, tc_prefetch=2, tc_prod3=True)
     plan = _plan(methods, ((1, 1, 2, 1, 0, 128), mx.float32, False), 0)
     assert plan.key[4] and dict(plan.partial_template)["PF"] == want, plan.partial_template
+
+
+@pytest.mark.parametrize("c", PROD3_CASES, ids=[_id(c) for c in PROD3_CASES])
+def test_prod_b4_on_the_tensor_core_loop_within_the_attention_budget(c, tensor_cores, tune):
+    """tuning's tc_prod3: prod b4 keys (d = 128) and values (d = 64, 128), its 3-bit mse codes realigned from raw
+    words and its signs from their own words (attention_source.PARTIAL_TC3_TWO_BODY / PARTIAL_TC3_PROD_VALUES_BODY),
+    within turboquant b4's bounds; off, the same calls take the scalar loop."""
+    methods, case, window = c[:2], c[2], c[3]
+    tune(tc_two_stage=True, tc_prod3=False)
+    assert not _plan(methods, case, window).key[4], "tc_prod3 off: the scalar loop"
+    tune(tc_prod3=True)
+    assert _plan(methods, case, window).key[4] == katt.src.TC_TENS, "tc_prod3 on: the 3-bit tensor-core loop"
+    _check_tc_case(case, emulate, methods, window=window, tc=katt.src.TC_TENS)
+
+
+@pytest.mark.parametrize("methods,d", [(((PROD, dict(bits=4)), (RVQ, dict(bits=2, bits2=2))), 128),
+                                       (((RVQ, dict(bits=3, bits2=2)), (PROD, dict(bits=3))), 128),
+                                       (((RVQ, dict(bits=2, bits2=2)), (TQ, dict(bits=3))), 128),
+                                       (((PROD, dict(bits=4)), (TQ, dict(bits=4))), 64),
+                                       (((PROD, dict(bits=4)), (PROD, dict(bits=4))), 64)],
+                         ids=["prod4-rvq", "rvq3+2-prod3", "rvq-tq3", "prod4-keys-d64", "prod4-prod4-d64"])
+def test_prod3_keeps_rvq_beside_3_bits_and_short_sign_words_on_the_scalar_loop(methods, d, tensor_cores, tune):
+    """tc_prod3 on: turboquant_rvq beside or with 3-bit codes, and prod keys at d = 64 (a lane's D / 4 signs less
+    than one word), still take the scalar loop."""
+    tune(tc_two_stage=True, tc_prod3=True)
+    assert not _plan(methods, ((1, 1, 2, 1, 0, d), mx.float32, False), 0).key[4]
 
 
 APPEND_CASE = ((RVQ, dict(bits=2, bits2=2)), (RVQ, dict(bits=4, bits2=2)), (1, 2, 4, 1, 70, 128), mx.float16, True,
@@ -132,6 +183,9 @@ PROD_APPEND_CASE = ((PROD, dict(bits=3)), ("turboquant", dict(bits=4)), (2, 2, 2
                     False)
 PROD_VALUES_APPEND_CASE = ((PROD, dict(bits=3)), (PROD, dict(bits=5)), (1, 2, 4, 1, 70, 128), mx.float16, True,
                            False)
+PROD3_APPEND_CASES = [((PROD, dict(bits=4)), (TQ, dict(bits=4)), (2, 2, 2, 1, 40, 128), mx.bfloat16, True, False),
+                      ((PROD, dict(bits=4)), (PROD, dict(bits=4)), (1, 2, 4, 1, 70, 128), mx.float16, True, False),
+                      ((TQ, dict(bits=2)), (PROD, dict(bits=4)), (1, 2, 4, 1, 50, 64), mx.float32, True, True)]
 WINDOW_CASE = ((RVQ, dict(bits=2, bits2=2)), (RVQ, dict(bits=1, bits2=2)), (1, 1, 2, 2, 50, 64, 3), mx.float32, True,
                True)
 
@@ -142,6 +196,13 @@ def test_append_inside_the_partial_on_the_two_stage_loop(case, monkeypatch, tune
     """The decode step's append inside the partial launch (APPEND) with rvq / prod records on the tensor-core
     loop: the appended rows are accelerated.ops' encode bit for bit and the attention over them within the float64
     bound (test_attention_kernels_emulated's check, with the case asserting the tensor-core loop)."""
+    _append_records(case, monkeypatch, tune)
+
+
+@pytest.mark.parametrize("case", PROD3_APPEND_CASES, ids=["prod4-keys", "prod4", "prod4-values-d64"])
+def test_append_inside_the_partial_on_the_prod_b4_loop(case, monkeypatch, tune):
+    """... with prod b4 records on the 3-bit two-stream loop (tc_prod3)."""
+    tune(tc_two_stage=True, tc_prod3=True)
     _append_records(case, monkeypatch, tune)
 
 
@@ -160,24 +221,25 @@ def test_two_stage_codes_on_the_gpu_within_the_attention_budget(c, tune):
                    c[:2], window=c[3])
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
-def test_cuda_two_stage_tensor_core_partial_compiles_without_spills(tmp_path):
-    """The tensor-core partial with turboquant_rvq records and prod keys as attention.py launches it (its prefetch depth from
-    _tc_prefetch, the launch bounds of tc_min_blocks threadgroups), the combine launched and fused, and with the
-    decode step's append inside: sm_80 and sm_90, no local memory (the second stream's register sets must fit)."""
+@pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
+@pytest.mark.parametrize("c", PROD3_CASES, ids=[_id(c) for c in PROD3_CASES])
+def test_prod_b4_on_the_gpu_within_the_attention_budget(c, tune):
+    """The tc_prod3 cases through the compiled kernel (the hardware's mma accumulation)."""
+    tune(tc_two_stage=True, tc_prod3=True)
+    katt._static.cache_clear()
+    _check_tc_case(c[2], lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)),
+                   c[:2], window=c[3], tc=katt.src.TC_TENS)
+
+
+def _compile_without_spills(variants, stem, tc, prefix):
+    """Each variant (MK, MV, KB1, KB2, VB1, VB2, D, FUSED, APPEND) compiled as attention.py launches it with loop `tc`
+    (its prefetch depth from _tc_prefetch, the launch bounds of tc_min_blocks threadgroups): sm_80 and sm_90, no
+    local memory."""
     from test_attention_kernels_source import _UNDEF, _kernel, _local_memory
     src = katt.src
     header, body, names = "", "", []
-    variants = [(1, 1, 2, 2, 2, 2, 128, False, False), (1, 1, 4, 4, 4, 4, 128, True, False),
-                (1, 1, 2, 2, 1, 2, 64, False, False), (0, 1, 4, 1, 2, 1, 64, False, False),
-                (1, 2, 2, 1, 1, 1, 128, False, False), (1, 1, 2, 2, 4, 2, 128, False, True),
-                (3, 0, 2, 1, 4, 1, 128, False, False), (3, 1, 4, 1, 2, 2, 128, True, False),
-                (3, 0, 2, 1, 4, 1, 128, False, True), (0, 3, 4, 1, 2, 1, 128, False, False),
-                (3, 3, 4, 1, 4, 1, 128, True, False), (1, 3, 2, 2, 1, 1, 64, False, True),
-                (3, 3, 2, 1, 2, 1, 128, False, False), (1, 3, 4, 4, 2, 1, 128, False, False),
-                (2, 3, 1, 1, 4, 1, 128, False, False)]
     for i, (mk, mv, kb1, kb2, vb1, vb2, d, fused, append) in enumerate(variants):
-        h, partial = src.assemble("partial", "cuda", mk, mv, False, fused, True, append)
+        h, partial = src.assemble("partial", "cuda", mk, mv, False, fused, tc, append)
         header = h if append or not header else header       # (an APPEND header holds the others' helpers too)
         kp = spec.Params(RVQ, bits=kb1, bits2=kb2, role="k").resolved() if mk == 1 else \
             spec.Params(PROD, bits=kb1 + 1, role="k").resolved() if mk == 3 else \
@@ -198,13 +260,45 @@ def test_cuda_two_stage_tensor_core_partial_compiles_without_spills(tmp_path):
                 (f"{r}C{n}", c) for r, p in (("K", kp), ("V", vp)) for n, c in zip(("B1", "B2", "GS"),
                                                                                    katt.km.code_constants(p))]
         outs = src.APPEND_OUTPUTS if append else src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS
-        name = f"partial_tc2_{i}"
+        name = f"{prefix}_{i}"
         names.append(name)
         body += _kernel(name, partial, src.inputs("partial", mk, mv, False, fused, append), outs, types, tmpl)
         body += _UNDEF + ("#undef cnt\n#undef out\n" if not fused else "")
-    for arch, spills in _local_memory(header, body, tmp_path / "attention_tc2", r"partial_tc2_\d+").items():
+    for arch, spills in _local_memory(header, body, stem, prefix + r"_\d+").items():
         assert set(spills) == set(names), (arch, spills)
         assert not any(spills.values()), (arch, spills)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_two_stage_tensor_core_partial_compiles_without_spills(tmp_path):
+    """The tensor-core partial with turboquant_rvq records and prod keys as attention.py launches it (its prefetch depth from
+    _tc_prefetch, the launch bounds of tc_min_blocks threadgroups), the combine launched and fused, and with the
+    decode step's append inside: sm_80 and sm_90, no local memory (the second stream's register sets must fit)."""
+    _compile_without_spills([(1, 1, 2, 2, 2, 2, 128, False, False), (1, 1, 4, 4, 4, 4, 128, True, False),
+                             (1, 1, 2, 2, 1, 2, 64, False, False), (0, 1, 4, 1, 2, 1, 64, False, False),
+                             (1, 2, 2, 1, 1, 1, 128, False, False), (1, 1, 2, 2, 4, 2, 128, False, True),
+                             (3, 0, 2, 1, 4, 1, 128, False, False), (3, 1, 4, 1, 2, 2, 128, True, False),
+                             (3, 0, 2, 1, 4, 1, 128, False, True), (0, 3, 4, 1, 2, 1, 128, False, False),
+                             (3, 3, 4, 1, 4, 1, 128, True, False), (1, 3, 2, 2, 1, 1, 64, False, True),
+                             (3, 3, 2, 1, 2, 1, 128, False, False), (1, 3, 4, 4, 2, 1, 128, False, False),
+                             (2, 3, 1, 1, 4, 1, 128, False, False)], tmp_path / "attention_tc2", True, "partial_tc2")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_prod_b4_tensor_core_partial_compiles_without_spills(tmp_path):
+    """... the 3-bit two-stream partials of tc_prod3: prod b4 keys beside turboquant 2 / 3 / 4 bits and rabitq, prod
+    b4 values beside turboquant 3 / 4 bits (d = 64 and 128), prod b4 both roles, prod b3 / b5 beside prod b4 or 3-bit
+    turboquant; launched, fused and with the append inside."""
+    _compile_without_spills([(3, 0, 3, 1, 4, 1, 128, False, False), (3, 0, 3, 1, 4, 1, 128, True, False),
+                             (3, 0, 3, 1, 4, 1, 128, False, True), (3, 2, 3, 1, 1, 1, 128, False, False),
+                             (3, 0, 3, 1, 2, 1, 128, False, False), (3, 0, 3, 1, 3, 1, 128, False, False),
+                             (0, 3, 4, 1, 3, 1, 128, False, False), (0, 3, 4, 1, 3, 1, 64, False, True),
+                             (0, 3, 4, 1, 3, 1, 128, True, False), (0, 3, 3, 1, 3, 1, 64, False, False),
+                             (3, 0, 4, 1, 3, 1, 128, False, False), (3, 0, 2, 1, 3, 1, 128, False, False),
+                             (3, 3, 3, 1, 3, 1, 128, False, False), (3, 3, 3, 1, 3, 1, 128, True, False),
+                             (3, 3, 3, 1, 3, 1, 128, False, True), (3, 3, 2, 1, 3, 1, 128, False, False),
+                             (3, 3, 3, 1, 4, 1, 128, False, False)],
+                            tmp_path / "attention_tc2p3", katt.src.TC_TENS, "partial_tc2p3")
 
 
 @pytest.mark.parametrize("methods", [((RVQ, dict(bits=2, bits2=2)), (RVQ, dict(bits=1, bits2=2))),

@@ -216,7 +216,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     mixed = int(has_win) in src.MIXED_WINDOWS       # (the scalar loop: split S - 1 reads one role's window beside
     tc = tune.tensor_cores and not mixed and not ragged and _tensor_cores(kp, vp, d, has_win, tune.tc_codes,
                                                           tune.tc_kivi, affine=tune.tc_affine, three=tune.tc_3bit,
-                                                          two=tune.tc_two_stage)  # records)
+                                                          two=tune.tc_two_stage, prod3=tune.tc_prod3)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
@@ -378,6 +378,8 @@ def _tc_prefetch(kp: spec.Params, vp: spec.Params, depth: int) -> int:
     registers a thread, and at depth 1 nvcc spilled some pairs (sm_80 / sm_90)."""
     if vp.method == "turboquant_prod":
         return 0
+    if kp.method == "turboquant_prod" and 3 in (_bits(kp)[0], _bits(vp)[0]):
+        return min(depth, 1)        # (tc_prod3: a 3-bit role's raw words beside the signs' spilled at two, nvcc sm_90)
     bits = _stream_bits(kp) + _stream_bits(vp)
     if bits <= 8:           # every one-stream pair (turboquant b4's 8 at most)
         return depth
@@ -385,7 +387,8 @@ def _tc_prefetch(kp: spec.Params, vp: spec.Params, depth: int) -> int:
 
 
 def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False,
-                  kivi: bool = False, affine: bool = False, three: bool = False, two: bool = False) -> bool:
+                  kivi: bool = False, affine: bool = False, three: bool = False, two: bool = False,
+                  prod3: bool = False) -> bool:
     """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
     4-bit codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
     `codes` (tuning's tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
@@ -393,15 +396,18 @@ def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes
     those in the other (csrc/tc_tens_*.cuh); with `two` (tuning's tc_two_stage) turboquant_rvq in either role, both
     streams 1-, 2- or 4-bit (each its own mma pass: csrc/tc_two_*.cuh), and turboquant_prod with 1-, 2- or 4-bit mse
     codes (bits 2, 3, 5; their QJL signs a pass of their own; keys at d = 128), beside any one-stream role but a 3-bit
-    one (the 3-bit layout has no second stream); with `kivi` (tuning's tc_kivi) KIVI keys and values, both roles, 1-,
-    2- or 4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with `affine` (tuning's
-    tc_affine) mlx_affine keys and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh). The window split
-    runs its exact tokens in scalar arithmetic (csrc/tc_window.h)."""
+    one; with `prod3` too (tuning's tc_prod3) turboquant_prod beside a 3-bit role or with 3-bit mse codes itself
+    (bits 4: the 3-bit layout and the signs' stream in its own layout, attention_source.PARTIAL_TC3_TWO_BODY /
+    PARTIAL_TC3_PROD_VALUES_BODY), rvq with a 3-bit stream still not; with `kivi` (tuning's tc_kivi) KIVI keys and
+    values, both roles, 1-, 2- or 4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with
+    `affine` (tuning's tc_affine) mlx_affine keys and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh).
+    The window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h)."""
     if kp.method == "mlx_affine" or vp.method == "mlx_affine":
         return (affine and kp.method == vp.method == "mlx_affine" and d in (64, 128) and kp.bits in (2, 4, 8)
                 and vp.bits in (2, 4, 8) and _mma_available())
     staged = {"turboquant_rvq", "turboquant_prod"}
-    if {kp.method, vp.method} & staged and 3 in (_bits(kp)[0], _bits(vp)[0]):
+    if {kp.method, vp.method} & staged and 3 in (_bits(kp)[0], _bits(vp)[0]) and \
+            not (prod3 and two and "turboquant_rvq" not in (kp.method, vp.method)):
         return False
     if kp.method == "kivi" or vp.method == "kivi":
         return (kivi and kp.method == vp.method == "kivi" and d in (64, 128) and kp.bits in (1, 2, 4)
@@ -412,7 +418,8 @@ def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes
         if p.method == "turboquant" and p.bits == 3:
             return three
         if p.method in ("turboquant_rvq", "turboquant_prod"):
-            return two and all(b in (1, 2, 4) and (not keys or b * d >= 128) for b in _bits(p))
+            ok = (1, 2, 3, 4) if prod3 and p.method == "turboquant_prod" else (1, 2, 4)
+            return two and all(b in ok and (not keys or b * d >= 128) for b in _bits(p))
         b = _bits(p)[0]
         return codes and p.method in ("turboquant", "rabitq") and b in (1, 2, 4) and (not keys or b * d >= 128)
     return d in (64, 128) and takes(kp, True) and takes(vp, False) and _mma_available()

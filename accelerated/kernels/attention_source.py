@@ -32,7 +32,7 @@ from __future__ import annotations
 from .. import layouts
 from . import append as kappend
 from . import loader, source
-from .attention_tc import ONE_STREAM, PROD_VALUES, TC_CUDA_HEADER, TWO_STREAMS
+from .attention_tc import ONE_STREAM, PROD3_KEYS, PROD3_VALUES, PROD_VALUES, TC_CUDA_HEADER, TWO_STREAMS
 
 METHOD_IDS = layouts.KERNEL_IDS      # template MK / MV (one table: accelerated/layouts.py)
 
@@ -170,6 +170,14 @@ PARTIAL_TC_TWO_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh"
 PARTIAL_TC_PROD_VALUES_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
                                                         "VQ_COMBINE_ROWS": "combine_rows_strided.h", **TC_WORDS,
                                                         **PROD_VALUES})
+# ... with 3-bit codes in the first stream and prod's QJL signs as the second (tc = TC_TENS, tuning's tc_prod3: prod
+# b4's mse codes): the second stream keeps its own 1-bit layout (tc_two_setup.cuh's KWL2 / VWL2 / kbase2 / vbase2)
+PARTIAL_TC3_TWO_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
+                                                 "VQ_COMBINE_ROWS": "combine_rows_strided.h", **TC_TENS_PARTS,
+                                                 **PROD3_KEYS})
+PARTIAL_TC3_PROD_VALUES_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_loop.cuh",
+                                                         "VQ_COMBINE_ROWS": "combine_rows_strided.h", **TC_TENS_PARTS,
+                                                         **PROD3_VALUES})
 # ... with KIVI records (MK = MV = 4: tuning's tc_kivi): the scales folded into the mma operands (tc_kivi_loop.cuh)
 PARTIAL_TC_KIVI_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_kivi_loop.cuh",
                                                  "VQ_COMBINE_ROWS": "combine_rows_strided.h", **ONE_STREAM})
@@ -242,19 +250,21 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
 
 def partial_body(mk: int, mv: int, tc: bool) -> str:
     """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's and
-    mlx_affine's own; `tc` = TC_TENS: the one that reads 3-bit codes; with a second code stream, turboquant_rvq's or
-    turboquant_prod's QJL signs, its hooks bound to attention_tc.TWO_STREAMS or, prod values, PROD_VALUES)."""
+    mlx_affine's own; `tc` = TC_TENS: the one that reads 3-bit codes, also beside prod's signs; with a second code
+    stream, turboquant_rvq's or turboquant_prod's QJL signs, its hooks bound to attention_tc.TWO_STREAMS or, prod
+    values, PROD_VALUES; beside 3-bit codes PROD3_KEYS / PROD3_VALUES)."""
     if not tc:
         return PARTIAL_BODY
     if mk == mv == METHOD_IDS["mlx_affine"]:
         return PARTIAL_TC_AFFINE_BODY
     if mk == mv == METHOD_IDS["kivi"]:
         return PARTIAL_TC_KIVI_BODY
-    if tc == TC_TENS:
-        return PARTIAL_TC3_BODY
-    if mv == METHOD_IDS["turboquant_prod"]:
+    prod = METHOD_IDS["turboquant_prod"]
+    if tc == TC_TENS:       # (prod b4: 3-bit mse codes beside the signs' stream; rvq keeps 3-bit streams scalar)
+        return PARTIAL_TC3_PROD_VALUES_BODY if mv == prod else PARTIAL_TC3_TWO_BODY if mk == prod else PARTIAL_TC3_BODY
+    if mv == prod:
         return PARTIAL_TC_PROD_VALUES_BODY
-    two = METHOD_IDS["turboquant_rvq"] in (mk, mv) or mk == METHOD_IDS["turboquant_prod"]
+    two = METHOD_IDS["turboquant_rvq"] in (mk, mv) or mk == prod
     return PARTIAL_TC_TWO_BODY if two else PARTIAL_TC_BODY
 
 

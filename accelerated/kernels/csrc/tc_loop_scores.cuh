@@ -2,6 +2,7 @@
     const int tb = t0 + 16 * j;
     // -- scores S = Q K^T: two n-tiles of 8 tokens, each k-step twice (the keys' hi parts, then their lo parts)
     float sc[2][4];
+#include VQ_TC_UNROLL_NT
     for (int nt = 0; nt < 2; ++nt) {
       for (int i = 0; i < 4; ++i) {
         sc[nt][i] = 0.0f;
