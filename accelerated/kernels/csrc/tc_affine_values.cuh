@@ -23,18 +23,7 @@
         fb[x] = vq_round_to(vgs[0], vq_round_to(vgs[0], xb_) + vzc[x]) * fv;
       }
       if (VLO) {
-        uint32_t ah[4];
-        uint32_t al[4];
-        for (int i = 0; i < 2; ++i) {      // a0 / a2: rows g, tokens 2i; a1 / a3: rows g + 8
-          const float h0 = vq_hround(ea[2 * i]), h1 = vq_hround(ea[2 * i + 1]);
-          const float k0 = vq_hround(fb[2 * i]), k1 = vq_hround(fb[2 * i + 1]);
-          ah[2 * i] = vq_h2(h0, h1);
-          ah[2 * i + 1] = vq_h2(k0, k1);
-          al[2 * i] = vq_h2(ea[2 * i] - h0, ea[2 * i + 1] - h1);
-          al[2 * i + 1] = vq_h2(fb[2 * i] - k0, fb[2 * i + 1] - k1);
-        }
-        vq_mma(o[mt], ah[0], ah[1], ah[2], ah[3], p0, p1);
-        vq_mma(o[mt], al[0], al[1], al[2], al[3], p0, p1);
+#include "tc_values_hilo.cuh"
       } else {
         vq_mma(o[mt], vq_h2(ea[0], ea[1]), vq_h2(fb[0], fb[1]), vq_h2(ea[2], ea[3]), vq_h2(fb[2], fb[3]), p0, p1);
       }
