@@ -35,15 +35,15 @@ def pytest_addoption(parser):
                 help="the batch benchmarks' (prompt length, prompts), e.g. 8192x8 32768x4 (default: the device's "
                      "configs, benchmarks/harness.py SIZES)")
     g.addoption("--bench-kv", nargs="+", default=None, metavar="KEYMETHOD:BITS/VALUEMETHOD:BITS",
-                help="add an arm per explicit key/value configuration at window 0 to the decode-step and generate "
-                     "benchmarks (every device), e.g. turboquant:3/turboquant:2 turboquant_rvq:2+1/kivi:4; named "
+                help="add an arm per explicit key/value configuration at window 0 to the decode-step, generate and "
+                     "batch benchmarks (every device), e.g. turboquant:3/turboquant:2 turboquant_rvq:2+1/kivi:4; named "
                      "like the mixed arm, 'keys turboquant b3 + values turboquant b2' (tools/bench/kv_arms.py). "
                      "`python -m veloxquant.tools.quality.retrieval_doc --json Q.json ... --bench-kv` prints the "
                      "quality recommendation's")
     g.addoption("--bench-kv-only", action="store_true",
-                help="with --bench-kv: the decode-step and generate benchmarks measure those arms alone")
+                help="with --bench-kv: the decode-step, generate and batch benchmarks measure those arms alone")
     g.addoption("--bench-arms", nargs="+", default=None, metavar="ARM",
-                help="the decode-step and generate benchmarks measure these arms (tools/bench/arms.py: ours, with tuning "
+                help="the decode-step, generate and batch benchmarks measure these arms (tools/bench/arms.py: ours, with tuning "
                      "knobs for an A/B in one run, e.g. 'turboquant b4' 'turboquant b4 [FUSE_COMBINE=1]' (the fields "
                      "of accelerated/tuning.py's Tuning, in effect while that arm's caches are filled and stepped), or "
                      "mlx-lm's 'mlx q4 QuantizedKVCache') instead of the device's default arms, each against fp16")

@@ -64,7 +64,7 @@ GPU_SUITE_ARMS = {"decode_step": [*ALL_ARMS, *MLX_Q], "generate": [*ALL_ARMS, *M
 
 
 # the suites that take --bench-kv's arms (explicit key/value configurations, tools/bench/kv_arms.py)
-KV_SUITES = ("decode_step", "generate")
+KV_SUITES = ("decode_step", "generate", "batch_generate")
 
 
 def suite_arms(default: list[str], kv: dict, only: bool, named: list[str] | tuple = ()) -> list[str]:

@@ -20,15 +20,15 @@ import harness
 
 pytest.importorskip("mlx_lm")
 SUITE = "batch_generate"
+ARMS = [*harness.ALL_ARMS, *harness.MLX_Q]      # the `arm` parameters, with --bench-arms' and --bench-kv's (conftest.py)
 
 
-@pytest.mark.parametrize("arm", [*harness.ALL_ARMS, *harness.MLX_Q])
 def test_batch_generate(benchmark, bench, request, arm, batch_config):
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache as fp16_cache
 
     from veloxquant.tools.bench import arms as bench_arms
-    harness.skip_unless_measured(bench.device, SUITE, arm)
+    harness.skip_unless_measured(bench.device, SUITE, arm, bench.named_arms)
     sz = bench.sizes[SUITE]
     t, n_seq = batch_config
     model, args = harness.model(sz["layers"], sz["shape"])
@@ -36,7 +36,8 @@ def test_batch_generate(benchmark, bench, request, arm, batch_config):
                for j in range(n_seq)]
     fp16 = harness.shared(SUITE, (t, n_seq, sz["layers"], sz["shape"]),
                           lambda: [harness.prefill_model(model, p[:-1], fp16_cache(model)) for p in prompts])
-    ours = [harness.fill_from(harness.make_caches(arm, model, sz["layers"]), c) for c in fp16]
+    with bench_arms.knobs(arm):      # an arm's tuning knobs (--bench-arms "kivi b4 (window 128) [RAGGED=1]")
+        ours = [harness.fill_from(harness.make_caches(arm, model, sz["layers"]), c) for c in fp16]
     offsets = [[c.offset for c in seq] for seq in (*fp16, *ours)]
     tps = {"ours": [], "fp16": []}
     paths = {}
@@ -44,7 +45,8 @@ def test_batch_generate(benchmark, bench, request, arm, batch_config):
     def run(key, caches):
         def go(i):
             last = [[(int(p[-1].item()) + i) % args.vocab_size] for p in prompts]
-            r, seen = bench_arms.batch_run(model, last, sz["tokens"], caches)
+            with bench_arms.knobs(arm if key == "ours" else "fp16"):
+                r, seen = bench_arms.batch_run(model, last, sz["tokens"], caches)
             tps[key].append(r.stats.generation_tps)
             if key == "ours":
                 paths.update(seen)
@@ -53,7 +55,8 @@ def test_batch_generate(benchmark, bench, request, arm, batch_config):
     benchmark.group = f"batch_generate, {sz['layers']}-layer llama ({sz['shape']}), {n_seq} prompts of about {t} " \
                       f"tokens, {sz['tokens']} tokens each"
     res = harness.paired(benchmark, run("ours", ours), {"fp16": run("fp16", fp16)}, rounds=sz["rounds"],
-                         warmup=sz["warmup"], info=dict(suite=SUITE, arm=arm, context=t, batch=n_seq,
+                         warmup=sz["warmup"], info=dict(suite=SUITE, arm=arm, **harness.cache_settings(arm), context=t,
+                                                        batch=n_seq,
                                                         layers=sz["layers"], tokens=sz["tokens"], shape=sz["shape"]))
     after = [[c.offset for c in seq] for seq in (*fp16, *ours)]
     assert after == offsets, "batch_generate changed the prompt caches it was given: the rounds would not be alike"

@@ -22,7 +22,7 @@ def _bench(h, arms, suite):
 
 
 @pytest.mark.parametrize("base", ["turboquant b4", "keys turboquant b4 + values turboquant b2"])
-@pytest.mark.parametrize("suite", ["test_decode_step", "test_generate"])
+@pytest.mark.parametrize("suite", ["test_decode_step", "test_generate", "test_batch_generate"])
 def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch, suite, base):
     """--bench-arms "turboquant b4 [FUSE_COMBINE=1, DEVICE_COUNTS=0]": ours' steps (and the fill of its caches) run
     under those knobs, fp16's under the defaults, nothing is left changed; the arm records no `cache` settings (the
@@ -36,13 +36,28 @@ def test_an_arm_with_knobs_sets_them_for_its_steps_only(monkeypatch, suite, base
         seen.append((tuning.current().fuse_combine, tuning.current().device_counts))
         return real(self, keys, values)
     monkeypatch.setattr(VeloxKVCache, "update_and_fetch", spy)
+    batches = []       # (knobs, ours) of each batch_generate call: the batch caches are not VeloxKVCaches
+    real_run = bench_arms.batch_run
+
+    def run_spy(model, prompts, tokens, caches):
+        ours = caches is not None and isinstance(caches[0][0], VeloxKVCache)
+        batches.append(((tuning.current().fuse_combine, tuning.current().device_counts), ours))
+        return real_run(model, prompts, tokens, caches)
+    monkeypatch.setattr(bench_arms, "batch_run", run_spy)
     mod = benchmark_module(suite, monkeypatch)
     arm = f"{base} [FUSE_COMBINE=1, DEVICE_COUNTS=0]"
     bm = Benchmark()
-    name = "generate" if suite == "test_generate" else "decode_step"
+    name = suite.removeprefix("test_")
     with mx.stream(mx.cpu):
-        getattr(mod, suite)(bm, _bench(mod.harness, [arm], name), None, arm, 32)
+        try:
+            getattr(mod, suite)(bm, _bench(mod.harness, [arm], name), None, arm,
+                                (32, 2) if name == "batch_generate" else 32)
+        except pytest.skip.Exception as e:      # an arm named with --bench-arms must run
+            pytest.fail(f"{suite} skipped the named arm {arm!r}: {e}")
     assert seen and set(seen) == {(True, False)}, seen
+    if name == "batch_generate":
+        assert {ours for _, ours in batches} == {True, False}, batches
+        assert all(k == ((True, False) if ours else (False, True)) for k, ours in batches), batches
     assert tuning.current() == tuning.DEFAULT
     assert bm.extra_info["arm"] == arm and "cache" not in bm.extra_info, bm.extra_info
     assert mod.harness.cache_settings("turboquant b4") == {"cache": {"method": "turboquant", "bits": 4}}

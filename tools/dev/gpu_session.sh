@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The H200 checks that wait for a GPU, one stage per device call (each under the 600 s limit), logs and JSON under
+# $OUT. Run on the device after MLX is installed (DEVELOPERS.md, "The H200"):
+#   export PYTHONPATH=/tmp/site:$PWD && bash tools/dev/gpu_session.sh STAGE
+# Stages, in the order that keeps a short budget useful:
+#   twins   the GPU twins of tensor-core loops that are off until they pass (tuning's tc_prod3, tc_mixed,
+#           tc_ragged), and the GPU tests of caches changed since their last GPU run            (~3 min)
+#   ab      each such knob on and off in the same rounds, decode step + generate at 32k, and the ragged KIVI
+#           batches                                                                              (~8 min)
+#   gate    decode step + generate at 32k and the batches against benchmarks/baselines/h200.json (~9 min)
+#   cold    a fresh process's first request, ours against fp16                                    (~3 min)
+#   kernels the kernel suite (tools/dev/kernel_check: compile, GPU tests, conformance, benchmark) (~8 min)
+# A stage's failures do not stop it; its log ends with each command's exit status. The JSON files carry this
+# machine's stale .git: correct versions.git / commit_info to the tree carried before committing them.
+set -uo pipefail
+stage=${1:?stage: twins, ab, gate, cold or kernels}
+out=${OUT:?run it on the device: OUT is the folder that comes back}
+log="$out/$stage.log"
+export PYTHONUNBUFFERED=1
+step() {    # step NAME COMMAND...: run, log, keep going
+  local name=$1; shift
+  echo "=== $name: $*" >>"$log"
+  local t0=$SECONDS
+  "$@" >>"$log" 2>&1
+  echo "=== $name: rc $? in $((SECONDS - t0)) s" | tee -a "$log"
+}
+bench=(python3 -m pytest -q -p no:cacheprovider --device gpu)
+case $stage in
+  twins)
+    step twins python3 -m pytest -q -p no:cacheprovider -k on_the_gpu \
+      tests/test_tc_two_stage_emulated.py $(ls tests/test_tc_mixed_emulated.py tests/test_tc_ragged_kivi_emulated.py 2>/dev/null)
+    step caches python3 -m pytest -q -p no:cacheprovider tests/test_rotating_cache.py tests/test_batch_ragged_kivi.py
+    ;;
+  ab)
+    step ab-32k "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
+      --bench-arms 'turboquant_prod b4' 'turboquant_prod b4 [TC_PROD3=1]' \
+      'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 [TC_MIXED=1]' \
+      --bench-partial "$out/h200-ab-32k.json"
+    step ab-ragged "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 32768x4 \
+      --bench-arms 'kivi b4 (window 128)' 'kivi b4 (window 128) [RAGGED=1]' 'kivi b4 (window 128) [RAGGED=1, TC_RAGGED=1]' \
+      --bench-partial "$out/h200-ab-ragged.json"
+    ;;
+  gate)
+    step gate-32k "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
+      --bench-gate benchmarks/baselines/h200.json --bench-partial "$out/h200-gate-32k.json"
+    step gate-batch "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 32768x4 8192x8 \
+      --bench-gate benchmarks/baselines/h200.json --bench-partial "$out/h200-gate-batch.json"
+    ;;
+  cold)
+    step cold "${bench[@]}" benchmarks/test_cold_start.py --bench-partial "$out/h200-cold-start.json"
+    ;;
+  kernels)
+    step kernels python3 -m veloxquant.tools.dev.kernel_check --out "$out/kernels"
+    ;;
+  *)
+    echo "unknown stage $stage: twins, ab, gate, cold or kernels" >&2
+    exit 2
+    ;;
+esac
+tail -n 3 "$log"
