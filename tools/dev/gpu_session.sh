@@ -8,12 +8,14 @@
 #   ab      each such knob on and off in the same rounds, decode step + generate at 32k, and the ragged KIVI
 #           batches                                                                              (~8 min)
 #   gate    decode step + generate at 32k and the batches against benchmarks/baselines/h200.json (~9 min)
+#   split   per generated token, the host's time and the GPU's (tools/dev/generate_split.py) with each
+#           tensor-core knob on and off: which side sets generate's pace at 32k                    (~3 min)
 #   cold    a fresh process's first request, ours against fp16                                    (~3 min)
 #   kernels the kernel suite (tools/dev/kernel_check: compile, GPU tests, conformance, benchmark) (~8 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The JSON files carry this
 # machine's stale .git: correct versions.git / commit_info to the tree carried before committing them.
 set -uo pipefail
-stage=${1:?stage: twins, ab, gate, cold or kernels}
+stage=${1:?stage: twins, ab, gate, split, cold or kernels}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 export PYTHONUNBUFFERED=1
@@ -46,6 +48,12 @@ case $stage in
     step gate-batch "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 32768x4 8192x8 \
       --bench-gate benchmarks/baselines/h200.json --bench-partial "$out/h200-gate-batch.json"
     ;;
+  split)
+    step split python3 -m veloxquant.tools.dev.generate_split --context 32768 --arms 'fp16 KVCache' 'turboquant b4' \
+      'turboquant_rvq 2+2' 'turboquant_rvq 2+2 [TC_TWO_STAGE=0]' 'keys turboquant b3 + values turboquant b2' \
+      'keys turboquant b3 + values turboquant b2 [TC_3BIT=0]' 'mlx_affine b4' 'mlx_affine b4 [TC_AFFINE=0]' \
+      --json "$out/h200-generate-split.json"
+    ;;
   cold)
     step cold "${bench[@]}" benchmarks/test_cold_start.py --bench-partial "$out/h200-cold-start.json"
     ;;
@@ -53,7 +61,7 @@ case $stage in
     step kernels python3 -m veloxquant.tools.dev.kernel_check --out "$out/kernels"
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, gate, cold or kernels" >&2
+    echo "unknown stage $stage: twins, ab, gate, split, cold or kernels" >&2
     exit 2
     ;;
 esac
