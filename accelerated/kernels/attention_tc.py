@@ -85,3 +85,20 @@ PROD3_KEYS = {**TWO_STREAMS, "VQ_TC_UNROLL_NT": "tc_prod3_unroll.cuh"}
 # ... prod values with 3-bit codes (tc_prod3): the same unroll; prod keys' signs against a query fragment made from
 # shared memory at each k-step (csrc/tc_prod3_scores.cuh: the register copy spilled beside the second accumulator)
 PROD3_VALUES = {**PROD_VALUES, "VQ_TC_UNROLL_NT": "tc_prod3_unroll.cuh", "VQ_TC_SCORES2": "tc_prod3_scores.cuh"}
+
+
+def mixed_pair(kp, vp) -> bool:
+    """Whether a pair of roles' params (spec.Params) is the one TC_MIX's loop is for: turboquant keys, KIVI values."""
+    return kp.method == "turboquant" and vp.method == "kivi"
+
+
+def mixed_takes(kp, vp, d: int, has_win, codes: bool, three: bool) -> bool:
+    """Whether TC_MIX's loop (csrc/tc_mixed_loop.cuh) takes a mixed_pair: head dim 64 or 128; keys of 4 bits, 3 with
+    tuning's tc_3bit, 1 or 2 with tc_codes (a lane's D / 4 codes at least one word); KIVI values of 1, 2 or 4 bits; no
+    window, both roles' of one length, or a MIXED partial with the values' window only (HASWIN 3: split S - 1 reads the
+    values' window beside the keys' records; keys exact there, HASWIN 2 / 4, would need rotating: the scalar loop)."""
+    kb = kp.bits
+    if not mixed_pair(kp, vp):
+        return False
+    keys = kb == 4 or (kb == 3 and three) or (kb in (1, 2) and codes and kb * d >= 128)
+    return d in (64, 128) and keys and vp.bits in (1, 2, 4) and int(has_win) in (0, 1, 3)

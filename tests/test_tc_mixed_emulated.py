@@ -1,0 +1,201 @@
+"""Turboquant keys beside KIVI values on the partial kernel's tensor-core loop (tuning's tc_mixed; attention_source.
+TC_MIX, csrc/tc_mixed_*.cuh): the keys' score pass in the 3-bit layout or whole words (tc_tens_*.cuh), the values'
+m-tiles as KIVI's (tc_kivi_values.cuh), and a MIXED partial's split S - 1 (the values' window beside the keys'
+records, every row the append encodes: attention_source.MIXED_WINDOWS, HASWIN 3) in scalar arithmetic inside the
+tensor-core kernel (csrc/tc_mixed_split.h). Emulated on the CPU (tests/test_attention_kernels_emulated.py's
+emulator) against float64 within the bounds of turboquant b4's tensor-core cases; the append inside the partial (the
+fused decode step) bit for bit; which pairs take the loop with the knob on and off; an nvcc compile without local
+memory. The GPU twins run the same cases through the compiled kernel (skipped without an sm_80+ CUDA GPU)."""
+from __future__ import annotations
+
+import shutil
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from veloxquant import spec
+from veloxquant.accelerated import attention as aatt
+from veloxquant.accelerated.kernels import attention as katt
+from test_attention_kernels_emulated import (MIXED_CASES, TC_SPLIT_FRACTION, _REAL_MMA, _packed, emulate,  # noqa: F401
+                                             tensor_cores, test_mixed_roles_through_one_partial as _mixed_roles)
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
+
+src = katt.src
+TQ = "turboquant"
+# keys' bits, values' (bits, group size, window), (B, Hkv, rep, L, T, d), queries dtype, causal, query scale, value
+# scale, how: "mixed" (the MIXED partial, HASWIN 3), "aligned" (accelerated.attention.aligned: the keys' tokens past
+# the values' prefix decoded into a window of the same length, HASWIN 1), "plain" (equal counts, no window: HASWIN 0)
+CASES = [
+    (3, (2, 32, 128), (1, 2, 4, 1, 128 + 300 + 7, 128), mx.float32, False, 2.0, 1.0, "mixed"),
+    (3, (2, 32, 128), (1, 2, 4, 1, 128 + 64, 64), mx.float32, False, 1.0, "ramp", "mixed"),
+    (3, (1, 32, 32), (1, 1, 2, 2, 32 + 75 + 9, 64), mx.float16, True, 2.0, 1.0, "mixed"),
+    (3, (4, 64, 128), (2, 1, 4, 1, 128 + 140 + 20, 128), mx.bfloat16, False, 40.0, 1e-3, "mixed"),
+    (3, (2, 16, 0), (1, 1, 4, 1, 300 + 11, 128), mx.float32, False, 1e-3, 300.0, "mixed"),
+    (4, (2, 32, 128), (1, 2, 4, 1, 128 + 530 + 3, 128), mx.float32, False, 1.0, 1.0, "mixed"),
+    (4, (4, 32, 32), (1, 1, 2, 2, 32 + 75, 64), mx.float16, True, 2.0, "ramp", "mixed"),
+    (2, (1, 32, 128), (1, 2, 4, 1, 128 + 90 + 30, 128), mx.float32, False, 1.0, 1.0, "mixed"),
+    (3, (2, 32, 0), (1, 2, 4, 1, 256, 128), mx.float32, False, 2.0, 1.0, "plain"),
+    (3, (4, 32, 0), (1, 1, 2, 2, 96, 64), mx.float16, True, 2.0, 1.0, "plain"),
+    (3, (2, 32, 128), (1, 2, 4, 1, 128 + 300 + 7, 128), mx.float32, False, 2.0, 1.0, "aligned"),
+    (4, (1, 32, 32), (1, 1, 2, 2, 32 + 75 + 9, 64), mx.float32, True, 2.0, "ramp", "aligned"),
+]
+
+
+def _id(c) -> str:
+    kb, (vb, g, r), shape, qdt, causal, *_, how = c
+    return f"tq{kb}-kivi{vb}g{g}R{r}-d{shape[5]}-{str(qdt).replace('mlx.core.', '')}-{how}"
+
+
+def _records(c):
+    """(q, k, v, scale, mask, mixed) of a case: turboquant keys with no window, KIVI values with theirs."""
+    kb, (vb, g, r), (b, hkv, rep, lq, t, d), qdt, causal, qs, vs, how = c
+    rng = np.random.default_rng(t + d + r)
+    kp = spec.Params(TQ, role="k", window=0, seed=3, layer=1, bits=kb).resolved()
+    vp = spec.Params("kivi", role="v", window=r, seed=3, layer=1, bits=vb, group_size=g).resolved()
+    kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
+    vscale = np.logspace(-3, 3, t)[None, None, :, None] if vs == "ramp" else vs
+    vx = mx.array((rng.standard_normal((b, hkv, t, d)) * vscale).astype(np.float32)).astype(mx.float32)
+    q = mx.array((rng.standard_normal((b, hkv * rep, lq, d)) * qs).astype(np.float32)).astype(qdt)
+    k, v = _packed(kx, kp), _packed(vx, vp)
+    if how == "aligned":
+        k, v = aatt.aligned(k, v)
+    assert (k.encoded == v.encoded) == (how != "mixed"), "the case's records"
+    return q, k, v, 1.0 / np.sqrt(d), "causal" if causal else None, how == "mixed"
+
+
+HASWIN = {"mixed": 3, "aligned": 1, "plain": 0}
+
+
+def _check(c, run):
+    """The case through `run(q, k, v, scale, mask, mixed)` on the TC_MIX loop, against float64 over the records'
+    decode within conformance's attention budget (TC_SPLIT_FRACTION of it for float32 queries, as turboquant b4's
+    tensor-core cases)."""
+    from veloxquant.conformance.attention_checks import attention_budget, attention_f64
+    q, k, v, scale, mask, mixed = _records(c)
+    plan = katt.launch_plan(q, k, v, scale, mask, mixed=mixed)
+    assert plan.key[4] == src.TC_MIX and int(plan.key[2]) == HASWIN[c[-1]], plan.key
+    got = run(q, k, v, scale, mask, mixed).astype(np.float64)
+    qf = np.array(q.astype(mx.float32)).astype(np.float64)
+    k64, v64 = np.array(k.dequantized()).astype(np.float64), np.array(v.dequantized()).astype(np.float64)
+    want, p, kr, vr = attention_f64(qf, k64, v64, scale, mask)
+    budget = attention_budget(qf, kr, vr, p, scale, True, False)
+    if c[3] != mx.float32:
+        budget = budget + np.abs(want) * (2.0 ** -11 if c[3] == mx.float16 else 2.0 ** -8)
+    ratio = np.abs(got - want) / budget
+    bound = TC_SPLIT_FRACTION if c[3] == mx.float32 else 1.0
+    assert ratio.max() <= bound, (f"TC_MIX loop, case {_id(c)}: worst error / budget {ratio.max():.3g} > {bound} at "
+                                  f"{np.unravel_index(ratio.argmax(), ratio.shape)}")
+
+
+@pytest.mark.parametrize("c", CASES, ids=[_id(c) for c in CASES])
+def test_turboquant_keys_kivi_values_on_the_tensor_core_loop_within_the_attention_budget(c, tensor_cores, tune):
+    """tuning's tc_mixed: turboquant 2-, 3- and 4-bit keys beside KIVI 1-, 2- and 4-bit values (groups 16-64,
+    windows 0-128), d = 64 and 128, float32 / float16 / bfloat16 queries, causal, value norms 1e-3 .. 1e3 in a split:
+    the MIXED partial (its split S - 1 in scalar arithmetic in the tensor-core kernel), aligned records (the window
+    split) and equal counts; within turboquant b4's bounds. Off, the same calls take the scalar loop."""
+    q, k, v, scale, mask, mixed = _records(c)
+    tune(tc_mixed=False, tokens_per_split=64)
+    assert not katt.launch_plan(q, k, v, scale, mask, mixed=mixed).key[4], "tc_mixed off: the scalar loop"
+    tune(tc_mixed=True)
+    _check(c, lambda q, k, v, scale, mask, mixed: emulate(q, k, v, scale, mask, mixed=mixed))
+
+
+@pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
+@pytest.mark.parametrize("c", CASES, ids=[_id(c) for c in CASES])
+def test_turboquant_keys_kivi_values_on_the_gpu_within_the_attention_budget(c, tune):
+    """The tc_mixed cases through the compiled kernel (the hardware's mma accumulation)."""
+    tune(tc_mixed=True, tokens_per_split=64)
+    katt._static.cache_clear()
+    _check(c, lambda q, k, v, scale, mask, mixed: np.array(
+        katt.attention(q, k, v, scale, mask, mixed=mixed).astype(mx.float32)))
+
+
+APPEND_CASES = [c for c in MIXED_CASES if c[0][0] == TQ and c[1][0] == "kivi" and c[0][2] == 0] + [
+    # keys (method, kw, R), values (method, kw, R), (B, Hkv, rep, T, d), x dtype, causal: T after the step
+    ((TQ, dict(bits=4), 0), ("kivi", dict(bits=4, group_size=64), 128), (1, 2, 2, 128 + 128, 128), mx.float16, False),
+    ((TQ, dict(bits=3), 0), ("kivi", dict(bits=1, group_size=32), 128), (1, 2, 4, 128 + 64 + 5, 128), mx.float32,
+     False),
+    ((TQ, dict(bits=2), 0), ("kivi", dict(bits=2, group_size=16), 32), (2, 1, 2, 32 + 48, 128), mx.bfloat16, True),
+]
+
+
+@pytest.mark.parametrize("case", APPEND_CASES, ids=[f"tq{c[0][1]['bits']}-kivi{c[1][1]['bits']}g{c[1][1]['group_size']}"
+                                                   f"R{c[1][2]}-T{c[2][3]}-d{c[2][4]}" for c in APPEND_CASES])
+def test_append_inside_the_partial_on_the_tc_mixed_loop(case, monkeypatch, tune):
+    """The fused decode step's launch (the append inside the MIXED partial) on the TC_MIX loop: split S - 1 encodes
+    the keys' token and, at a flush, the values' group leaving the window into their rows (poisoned first: bit for
+    bit accelerated.ops' one-shot encode), copies the chunk into the values' window, and attends those rows and the
+    window in scalar arithmetic beside the encoded splits' mma loop; blocks in both orders; the output within the
+    float64 bound (tests/test_attention_kernels_emulated.py's MIXED check, with this loop asserted)."""
+    seen = []
+    plan = katt.launch_plan
+
+    def spy(*a, **kw):
+        out = plan(*a, **kw)
+        seen.append(out.key)
+        return out
+    monkeypatch.setattr(katt, "launch_plan", spy)
+    tune(tc_mixed=True)
+    _mixed_roles(case, monkeypatch, tune, tc=src.TC_MIX)
+    appended = [k for k in seen if k[6]]
+    assert appended and all(k[4] == src.TC_MIX and k[2] == 3 for k in seen), seen
+
+
+def _takes(kp, vp, d, how, **knobs):
+    """The `tc` of the launch plan of a small call with these roles' records ("mixed": the MIXED partial)."""
+    rng = np.random.default_rng(7)
+    x = mx.array(rng.standard_normal((1, 1, 200, d)).astype(np.float32))
+    q = mx.array(rng.standard_normal((1, 2, 1, d)).astype(np.float32))
+    k, v = _packed(x, kp), _packed(x, vp)
+    if how == "aligned":
+        k, v = aatt.aligned(k, v)
+    return katt.launch_plan(q, k, v, 1.0, None, mixed=how == "mixed").key[4]
+
+
+def _p(method, role, window=0, **kw):
+    return spec.Params(method, role=role, window=window, seed=3, layer=1, **kw).resolved()
+
+
+@pytest.mark.parametrize("kp,vp,d,how", [
+    (_p(TQ, "k", bits=3), _p("kivi", "v", 128, bits=2, group_size=32), 128, "mixed"),    # the recommended pair
+    (_p(TQ, "k", bits=3), _p("kivi", "v", 128, bits=2, group_size=32), 64, "aligned"),
+    (_p(TQ, "k", bits=4), _p("kivi", "v", 32, bits=1, group_size=16), 64, "mixed"),
+    (_p(TQ, "k", bits=2), _p("kivi", "v", 0, bits=4, group_size=64), 128, "mixed"),
+    (_p(TQ, "k", bits=1), _p("kivi", "v", 128, bits=2, group_size=32), 128, "mixed"),
+], ids=["tq3-kivi2-R128", "tq3-kivi2-d64-aligned", "tq4-kivi1", "tq2-kivi4-R0", "tq1-kivi2-d128"])
+def test_turboquant_keys_beside_kivi_values_take_the_loop_with_tc_mixed(kp, vp, d, how, tensor_cores, tune):
+    """With tuning's tc_mixed on, turboquant keys (4 bits; 3 with tc_3bit, 1 or 2 with tc_codes and at least 128 bits a
+    token) beside KIVI 1-, 2- or 4-bit values take TC_MIX, as the MIXED partial with the values' window or aligned;
+    off (the default), the scalar loop; and with the keys' own knob off (tc_3bit, tc_codes), the scalar loop."""
+    assert not tuning_default().tc_mixed, "tc_mixed is off until its GPU twins have run on the H200"
+    assert not _takes(kp, vp, d, how), "tc_mixed off: the scalar loop"
+    tune(tc_mixed=True)
+    assert _takes(kp, vp, d, how) == src.TC_MIX
+    if kp.bits != 4:
+        tune(**({"tc_3bit": False} if kp.bits == 3 else {"tc_codes": False}))
+        assert not _takes(kp, vp, d, how), "the keys' layout knob off: the scalar loop"
+
+
+@pytest.mark.parametrize("kp,vp,d,how", [
+    (_p(TQ, "k", 32, bits=3), _p("kivi", "v", 128, bits=2, group_size=32), 128, "mixed"),   # HASWIN 4: exact keys
+    (_p(TQ, "k", 32, bits=4), _p("rabitq", "v"), 64, "mixed"),                             # HASWIN 2
+    (_p(TQ, "k", bits=1), _p("kivi", "v", 128, bits=2, group_size=32), 64, "mixed"),       # 64 bits a token
+    (_p(TQ, "k", bits=3), _p("kivi", "v", 128, bits=3, group_size=32), 128, "mixed"),      # 3-bit KIVI values
+    (_p(TQ, "k", bits=3), _p("kivi", "v", 128, bits=2, group_size=32), 256, "mixed"),
+    (_p("kivi", "k", 128, bits=2, group_size=32), _p(TQ, "v", bits=3), 128, "mixed"),      # the roles swapped
+    (_p("rabitq", "k"), _p("kivi", "v", 128, bits=2, group_size=32), 128, "mixed"),
+    (_p("turboquant_prod", "k", bits=4), _p("kivi", "v", 128, bits=2, group_size=32), 128, "mixed"),
+], ids=["keys-window-HASWIN4", "tq4-rabitq-HASWIN2", "tq1-d64", "kivi3-values", "d256", "kivi-keys-tq-values",
+        "rabitq-keys", "prod4-keys"])
+def test_pairs_tc_mixed_does_not_hold_stay_on_the_scalar_loop(kp, vp, d, how, tensor_cores, tune):
+    """tc_mixed on: MIXED partials with exact keys in split S - 1 (HASWIN 2 and 4: the keys would need rotating there),
+    codes outside the loops' layouts, other head dims and other pairs keep the scalar loop."""
+    tune(tc_mixed=True, tc_prod3=True)
+    assert not _takes(kp, vp, d, how)
+
+
+def tuning_default():
+    from veloxquant.accelerated import tuning
+    return tuning.DEFAULT
