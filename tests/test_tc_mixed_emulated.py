@@ -199,3 +199,49 @@ def test_pairs_tc_mixed_does_not_hold_stay_on_the_scalar_loop(kp, vp, d, how, te
 def tuning_default():
     from veloxquant.accelerated import tuning
     return tuning.DEFAULT
+
+
+# (keys' bits, values' bits and group, D, HASWIN, FUSED, APPEND, input dtype) as attention.py and the fused decode
+# step launch TC_MIX
+NVCC_VARIANTS = [(3, 2, 32, 128, 3, False, True, "__half"), (3, 2, 32, 128, 3, False, False, "__half"),
+                 (3, 2, 32, 64, 3, False, True, "__half"), (3, 1, 32, 128, 3, False, True, "__nv_bfloat16"),
+                 (4, 4, 64, 128, 3, False, True, "__half"), (4, 2, 32, 64, 3, True, False, "__half"),
+                 (2, 4, 32, 128, 3, False, True, "__half"), (3, 2, 32, 128, 1, True, False, "__half"),
+                 (3, 4, 128, 128, 0, False, False, "__nv_bfloat16"), (4, 1, 16, 64, 1, False, False, "__half")]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_tc_mixed_partial_compiles_without_spills(tmp_path):
+    """The TC_MIX partial as attention.py launches it (its prefetch depth from _tc_prefetch, the launch bounds of
+    tc_min_blocks threadgroups): tq 2 / 3 / 4-bit keys beside KIVI 1 / 2 / 4-bit values, d 64 and 128, the MIXED
+    partial (HASWIN 3) with the decode step's append inside and without, the combine fused, aligned windows and none:
+    sm_80 and sm_90, no local memory (split S - 1's scalar arithmetic must not cost the mma loop registers)."""
+    from veloxquant.accelerated import tuning
+    from veloxquant.accelerated.kernels import methods as km
+    from test_attention_kernels_source import _UNDEF, _kernel, _local_memory
+    header, body, names = "", "", []
+    for i, (kb, vb, vg, d, haswin, fused, append, dt) in enumerate(NVCC_VARIANTS):
+        h, partial = src.assemble("partial", "cuda", 0, 4, haswin, fused, src.TC_MIX, append)
+        header = h if append or not header else header       # (an APPEND header holds the others' helpers too)
+        kp = spec.Params(TQ, bits=kb, role="k").resolved()
+        vp = spec.Params("kivi", bits=vb, group_size=vg, window=128, role="v").resolved()
+        types = dict(q=dt, kc1="uint32_t", ks0="float", vc1="uint32_t", vgs="__half", vgz="__half", kw=dt, vw=dt,
+                     flags="bool" if append else "uint32_t", nenc="int32_t", cnt="int32_t", out=dt, kx=dt, vx=dt,
+                     vf=dt, kconst="uint32_t", vconst="uint32_t", token="bool")
+        tmpl = [("MK", 0), ("MV", 4), ("KB1", kb), ("KB2", 1), ("VB1", vb), ("VB2", 1), ("D", d), ("QB", 4),
+                ("NT", tuning.DEFAULT.partial_threads), ("P", min(32, d // 8)), ("KG", 1), ("VG", vg), ("CAUSAL", 0),
+                ("HASWIN", haswin), ("FUSED", int(fused)), ("APPEND", int(append)), ("OT", dt)]
+        if append:
+            tmpl += [("KTS", "float"), ("VTS", "__half"), ("KXT", dt), ("VXT", dt)] + [
+                (f"{r}C{n}", c) for r, p in (("K", kp), ("V", vp)) for n, c in zip(("B1", "B2", "GS"),
+                                                                                   km.code_constants(p))]
+        tmpl += [("PF", katt._tc_prefetch(kp, vp, tuning.DEFAULT.tc_prefetch))]
+        outs = src.APPEND_OUTPUTS if append else src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS
+        name = f"partial_tcmix_{i}"
+        names.append(name)
+        body += _kernel(name, partial, src.inputs("partial", 0, 4, haswin, fused, append), outs, types, tmpl)
+        body += _UNDEF + ("#undef cnt\n#undef out\n" if not fused else "") + "".join(
+            f"#undef {n}\n#undef {n}_strides\n" for n in ("kx", "vx", "vf"))
+    for arch, spills in _local_memory(header, body, tmp_path / "attention_tcmix", r"partial_tcmix_\d+").items():
+        assert set(spills) == set(names), (arch, spills)
+        assert not any(spills.values()), (arch, spills)
