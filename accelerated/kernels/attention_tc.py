@@ -57,6 +57,16 @@ their own 1-bit one (tc_two_setup.cuh's KWL2 / VWL2 and row bases), the scores' 
 PROD3_VALUES); with prod in both roles the keys' projected-query fragment is made from shared memory at each k-step
 (tc_prod3_scores.cuh), which leaves the registers for the values' second accumulator.
 
+Turboquant keys beside KIVI values (tuning's tc_mixed; attention_source.TC_MIX, csrc/tc_mixed_*.cuh: the recommended
+quality configuration, keys turboquant 3-bit with R = 0 and values KIVI 2-bit with R = 128): the keys' score pass as
+above in the 3-bit or word layout, the values' m-tiles as KIVI's (s code + z dequantized into A, hi and lo parts), the
+chunks from t0 (neither role groups tokens). Their encoded counts differ (attention_source.MIXED_WINDOWS, HASWIN 3:
+the values' window only): split S - 1 of that MIXED partial, the rows the append encodes and the values' window rows
+beside the keys' records, takes no mma chunk but runs in scalar arithmetic in the same kernel as the window split
+does (csrc/tc_mixed_split.h: a few hundred tokens at most, some exact); the encoded splits, the common prefix, run on
+the tensor cores. Exact keys in split S - 1 (HASWIN 2, 4: a keys' window) would need rotating into the keys' domain
+there: those MIXED partials keep the scalar loop.
+
 Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
 bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once
 (docs/decode-step-analysis.md, "Fifth pass").
