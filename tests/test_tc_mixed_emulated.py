@@ -102,6 +102,15 @@ def test_turboquant_keys_kivi_values_on_the_tensor_core_loop_within_the_attentio
     _check(c, lambda q, k, v, scale, mask, mixed: emulate(q, k, v, scale, mask, mixed=mixed))
 
 
+@pytest.mark.parametrize("c", [CASES[0], CASES[2], CASES[10]], ids=[_id(c) for c in (CASES[0], CASES[2], CASES[10])])
+def test_turboquant_keys_kivi_values_with_the_combine_fused(c, tensor_cores, tune):
+    """... with the combine inside the partial launch (tuning's fuse_combine: the last block of a query group merges
+    the splits, split S - 1's scalar state among them)."""
+    tune(tc_mixed=True, tokens_per_split=64, fuse_combine=True)
+    assert katt.launch_plan(*_records(c)[:5], mixed=c[-1] == "mixed").fused
+    _check(c, lambda q, k, v, scale, mask, mixed: emulate(q, k, v, scale, mask, mixed=mixed))
+
+
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
 @pytest.mark.parametrize("c", CASES, ids=[_id(c) for c in CASES])
 def test_turboquant_keys_kivi_values_on_the_gpu_within_the_attention_budget(c, tune):
