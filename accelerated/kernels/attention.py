@@ -2,8 +2,8 @@
 accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode); the
 combine is a second launch (on CUDA it can run inside the partial launch: tuning's fuse_combine, off by default).
 On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values take the partial's tensor-core loop, and
-by tuning's tc_* knobs other codes, turboquant_rvq, turboquant_prod, KIVI and mlx_affine (attention_tc.py;
-`_tensor_cores` says when).
+by tuning's tc_* knobs other codes, turboquant_rvq, turboquant_prod, KIVI, mlx_affine and turboquant keys beside KIVI
+values (attention_tc.py; `_tensor_cores` says when).
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
 at most accelerated.ops.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
