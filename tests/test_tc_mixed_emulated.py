@@ -25,8 +25,9 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 src = katt.src
 TQ = "turboquant"
 # keys' bits, values' (bits, group size, window), (B, Hkv, rep, L, T, d), queries dtype, causal, query scale, value
-# scale, how: "mixed" (the MIXED partial, HASWIN 3), "aligned" (accelerated.attention.aligned: the keys' tokens past
-# the values' prefix decoded into a window of the same length, HASWIN 1), "plain" (equal counts, no window: HASWIN 0)
+# scale, how: "mixed" (the MIXED partial, HASWIN 3; "mixed-kR": the keys with a window of R too, HASWIN 4),
+# "aligned" (accelerated.attention.aligned: the keys' tokens past the values' prefix decoded into a window of the
+# same length, HASWIN 1), "plain" (equal counts, no window: HASWIN 0)
 CASES = [
     (3, (2, 32, 128), (1, 2, 4, 1, 128 + 300 + 7, 128), mx.float32, False, 2.0, 1.0, "mixed"),
     (3, (2, 32, 128), (1, 2, 4, 1, 128 + 64, 64), mx.float32, False, 1.0, "ramp", "mixed"),
@@ -38,6 +39,11 @@ CASES = [
     (2, (1, 32, 128), (1, 2, 4, 1, 128 + 90 + 30, 128), mx.float32, False, 1.0, 1.0, "mixed"),
     (3, (2, 32, 128), (2, 2, 1, 1, 128 + 100 + 3, 128), mx.float32, False, 1.0, 1.0, "mixed"),     # one query row
     (4, (2, 64, 128), (1, 1, 3, 1, 128 + 200 + 50, 64), mx.float32, True, 2.0, 1.0, "mixed"),      # three
+    (3, (2, 32, 32), (1, 2, 4, 1, 32 + 300 + 9, 128), mx.float32, False, 2.0, 1.0, "mixed-k32"),
+    (3, (2, 32, 32), (1, 1, 2, 2, 32 + 96, 64), mx.float16, True, 2.0, "ramp", "mixed-k32"),    # the counts meet
+    (4, (4, 64, 128), (2, 1, 4, 1, 128 + 140 + 20, 128), mx.bfloat16, False, 40.0, 1e-3, "mixed-k16"),
+    (2, (1, 32, 0), (1, 2, 4, 1, 300 + 7, 128), mx.float32, True, 1.0, "ramp", "mixed-k32"),    # the keys' window
+    (3, (2, 32, 32), (1, 1, 2, 2, 64 + 75 + 9, 64), mx.float32, True, 2.0, 1.0, "mixed-k64"),     # the longer one
     (3, (2, 32, 0), (1, 2, 4, 1, 256, 128), mx.float32, False, 2.0, 1.0, "plain"),
     (3, (4, 32, 0), (1, 1, 2, 2, 96, 64), mx.float16, True, 2.0, 1.0, "plain"),
     (3, (2, 32, 128), (1, 2, 4, 1, 128 + 300 + 7, 128), mx.float32, False, 2.0, 1.0, "aligned"),
@@ -54,7 +60,8 @@ def _records(c):
     """(q, k, v, scale, mask, mixed) of a case: turboquant keys with no window, KIVI values with theirs."""
     kb, (vb, g, r), (b, hkv, rep, lq, t, d), qdt, causal, qs, vs, how = c
     rng = np.random.default_rng(t + d + r)
-    kp = spec.Params(TQ, role="k", window=0, seed=3, layer=1, bits=kb).resolved()
+    kr = int(how.split("-k")[1]) if "-k" in how else 0
+    kp = spec.Params(TQ, role="k", window=kr, seed=3, layer=1, bits=kb).resolved()
     vp = spec.Params("kivi", role="v", window=r, seed=3, layer=1, bits=vb, group_size=g).resolved()
     kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
     vscale = np.logspace(-3, 3, t)[None, None, :, None] if vs == "ramp" else vs
@@ -63,8 +70,8 @@ def _records(c):
     k, v = _packed(kx, kp), _packed(vx, vp)
     if how == "aligned":
         k, v = aatt.aligned(k, v)
-    assert (k.encoded == v.encoded) == (how != "mixed"), "the case's records"
-    return q, k, v, 1.0 / np.sqrt(d), "causal" if causal else None, how == "mixed"
+    assert (k.encoded == v.encoded) == (how != "mixed") or kr, "the case's records"
+    return q, k, v, 1.0 / np.sqrt(d), "causal" if causal else None, how.startswith("mixed")
 
 
 HASWIN = {"mixed": 3, "aligned": 1, "plain": 0}
@@ -77,7 +84,7 @@ def _check(c, run):
     from veloxquant.conformance.attention_checks import attention_budget, attention_f64
     q, k, v, scale, mask, mixed = _records(c)
     plan = katt.launch_plan(q, k, v, scale, mask, mixed=mixed)
-    assert plan.key[4] == src.TC_MIX and int(plan.key[2]) == HASWIN[c[-1]], plan.key
+    assert plan.key[4] == src.TC_MIX and int(plan.key[2]) == HASWIN[c[-1].split("-k")[0]] + ("-k" in c[-1]), plan.key
     got = run(q, k, v, scale, mask, mixed).astype(np.float64)
     qf = np.array(q.astype(mx.float32)).astype(np.float64)
     k64, v64 = np.array(k.dequantized()).astype(np.float64), np.array(v.dequantized()).astype(np.float64)
@@ -123,17 +130,20 @@ def test_turboquant_keys_kivi_values_on_the_gpu_within_the_attention_budget(c, t
         katt.attention(q, k, v, scale, mask, mixed=mixed).astype(mx.float32)))
 
 
-APPEND_CASES = [c for c in MIXED_CASES if c[0][0] == TQ and c[1][0] == "kivi" and c[0][2] == 0] + [
+APPEND_CASES = [c for c in MIXED_CASES if c[0][0] == TQ and c[1][0] == "kivi"] + [
     # keys (method, kw, R), values (method, kw, R), (B, Hkv, rep, T, d), x dtype, causal: T after the step
     ((TQ, dict(bits=4), 0), ("kivi", dict(bits=4, group_size=64), 128), (1, 2, 2, 128 + 128, 128), mx.float16, False),
     ((TQ, dict(bits=3), 0), ("kivi", dict(bits=1, group_size=32), 128), (1, 2, 4, 128 + 64 + 5, 128), mx.float32,
      False),
     ((TQ, dict(bits=2), 0), ("kivi", dict(bits=2, group_size=16), 32), (2, 1, 2, 32 + 48, 128), mx.bfloat16, True),
+    ((TQ, dict(bits=4), 16), ("kivi", dict(bits=4, group_size=64), 128), (1, 2, 2, 128 + 128, 128), mx.float16, False),
+    ((TQ, dict(bits=3), 8), ("kivi", dict(bits=1, group_size=16), 0), (1, 2, 4, 64 + 5, 128), mx.float32, True),
 ]
 
 
-@pytest.mark.parametrize("case", APPEND_CASES, ids=[f"tq{c[0][1]['bits']}-kivi{c[1][1]['bits']}g{c[1][1]['group_size']}"
-                                                   f"R{c[1][2]}-T{c[2][3]}-d{c[2][4]}" for c in APPEND_CASES])
+@pytest.mark.parametrize("case", APPEND_CASES, ids=[f"tq{c[0][1]['bits']}R{c[0][2]}-kivi{c[1][1]['bits']}"
+                                                   f"g{c[1][1]['group_size']}R{c[1][2]}-T{c[2][3]}-d{c[2][4]}"
+                                                   for c in APPEND_CASES])
 def test_append_inside_the_partial_on_the_tc_mixed_loop(case, monkeypatch, tune):
     """The fused decode step's launch (the append inside the MIXED partial) on the TC_MIX loop: split S - 1 encodes
     the keys' token and, at a flush, the values' group leaving the window into their rows (poisoned first: bit for
@@ -151,7 +161,7 @@ def test_append_inside_the_partial_on_the_tc_mixed_loop(case, monkeypatch, tune)
     tune(tc_mixed=True)
     _mixed_roles(case, monkeypatch, tune, tc=src.TC_MIX)
     appended = [k for k in seen if k[6]]
-    assert appended and all(k[4] == src.TC_MIX and k[2] == 3 for k in seen), seen
+    assert appended and all(k[4] == src.TC_MIX and k[2] == (4 if case[0][2] else 3) for k in seen), seen
 
 
 def _takes(kp, vp, d, how, **knobs):
@@ -175,11 +185,13 @@ def _p(method, role, window=0, **kw):
     (_p(TQ, "k", bits=4), _p("kivi", "v", 32, bits=1, group_size=16), 64, "mixed"),
     (_p(TQ, "k", bits=2), _p("kivi", "v", 0, bits=4, group_size=64), 128, "mixed"),
     (_p(TQ, "k", bits=1), _p("kivi", "v", 128, bits=2, group_size=32), 128, "mixed"),
-], ids=["tq3-kivi2-R128", "tq3-kivi2-d64-aligned", "tq4-kivi1", "tq2-kivi4-R0", "tq1-kivi2-d128"])
+    (_p(TQ, "k", 32, bits=3), _p("kivi", "v", 32, bits=2, group_size=32), 128, "mixed"),    # HASWIN 4
+], ids=["tq3-kivi2-R128", "tq3-kivi2-d64-aligned", "tq4-kivi1", "tq2-kivi4-R0", "tq1-kivi2-d128", "tq3R32-kivi2R32"])
 def test_turboquant_keys_beside_kivi_values_take_the_loop_with_tc_mixed(kp, vp, d, how, tensor_cores, tune):
     """With tuning's tc_mixed on, turboquant keys (4 bits; 3 with tc_3bit, 1 or 2 with tc_codes and at least 128 bits a
     token) beside KIVI 1-, 2- or 4-bit values take TC_MIX, as the MIXED partial with the values' window or aligned;
-    off (the default), the scalar loop; and with the keys' own knob off (tc_3bit, tc_codes), the scalar loop."""
+    off (the default), the scalar loop; and with the keys' own knob off (tc_3bit, tc_codes), the scalar loop. With
+    a window on both roles (HASWIN 4) too."""
     assert not tuning_default().tc_mixed, "tc_mixed is off until its GPU twins have run on the H200"
     assert not _takes(kp, vp, d, how), "tc_mixed off: the scalar loop"
     tune(tc_mixed=True)
@@ -190,19 +202,18 @@ def test_turboquant_keys_beside_kivi_values_take_the_loop_with_tc_mixed(kp, vp, 
 
 
 @pytest.mark.parametrize("kp,vp,d,how", [
-    (_p(TQ, "k", 32, bits=3), _p("kivi", "v", 128, bits=2, group_size=32), 128, "mixed"),   # HASWIN 4: exact keys
-    (_p(TQ, "k", 32, bits=4), _p("rabitq", "v"), 64, "mixed"),                             # HASWIN 2
+    (_p(TQ, "k", 32, bits=4), _p("rabitq", "v"), 64, "mixed"),                             # HASWIN 2, not KIVI
     (_p(TQ, "k", bits=1), _p("kivi", "v", 128, bits=2, group_size=32), 64, "mixed"),       # 64 bits a token
     (_p(TQ, "k", bits=3), _p("kivi", "v", 128, bits=3, group_size=32), 128, "mixed"),      # 3-bit KIVI values
     (_p(TQ, "k", bits=3), _p("kivi", "v", 128, bits=2, group_size=32), 256, "mixed"),
     (_p("kivi", "k", 128, bits=2, group_size=32), _p(TQ, "v", bits=3), 128, "mixed"),      # the roles swapped
     (_p("rabitq", "k"), _p("kivi", "v", 128, bits=2, group_size=32), 128, "mixed"),
     (_p("turboquant_prod", "k", bits=4), _p("kivi", "v", 128, bits=2, group_size=32), 128, "mixed"),
-], ids=["keys-window-HASWIN4", "tq4-rabitq-HASWIN2", "tq1-d64", "kivi3-values", "d256", "kivi-keys-tq-values",
+], ids=["tq4-rabitq-HASWIN2", "tq1-d64", "kivi3-values", "d256", "kivi-keys-tq-values",
         "rabitq-keys", "prod4-keys"])
 def test_pairs_tc_mixed_does_not_hold_stay_on_the_scalar_loop(kp, vp, d, how, tensor_cores, tune):
-    """tc_mixed on: MIXED partials with exact keys in split S - 1 (HASWIN 2 and 4: the keys would need rotating there),
-    codes outside the loops' layouts, other head dims and other pairs keep the scalar loop."""
+    """tc_mixed on: other MIXED pairs, codes outside the loops' layouts, other head dims and the roles swapped keep
+    the scalar loop."""
     tune(tc_mixed=True, tc_prod3=True)
     assert not _takes(kp, vp, d, how)
 
@@ -218,14 +229,16 @@ NVCC_VARIANTS = [(3, 2, 32, 128, 3, False, True, "__half"), (3, 2, 32, 128, 3, F
                  (3, 2, 32, 64, 3, False, True, "__half"), (3, 1, 32, 128, 3, False, True, "__nv_bfloat16"),
                  (4, 4, 64, 128, 3, False, True, "__half"), (4, 2, 32, 64, 3, True, False, "__half"),
                  (2, 4, 32, 128, 3, False, True, "__half"), (3, 2, 32, 128, 1, True, False, "__half"),
-                 (3, 4, 128, 128, 0, False, False, "__nv_bfloat16"), (4, 1, 16, 64, 1, False, False, "__half")]
+                 (3, 4, 128, 128, 0, False, False, "__nv_bfloat16"), (4, 1, 16, 64, 1, False, False, "__half"),
+                 (3, 2, 32, 128, 4, False, True, "__half"), (4, 4, 64, 64, 4, False, True, "__nv_bfloat16"),
+                 (3, 2, 32, 128, 4, True, False, "__half")]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 def test_cuda_tc_mixed_partial_compiles_without_spills(tmp_path):
     """The TC_MIX partial as attention.py launches it (its prefetch depth from _tc_prefetch, the launch bounds of
     tc_min_blocks threadgroups): tq 2 / 3 / 4-bit keys beside KIVI 1 / 2 / 4-bit values, d 64 and 128, the MIXED
-    partial (HASWIN 3) with the decode step's append inside and without, the combine fused, aligned windows and none:
+    partial (HASWIN 3, 4) with the decode step's append inside and without, the combine fused, aligned windows and none:
     sm_80 and sm_90, no local memory (split S - 1's scalar arithmetic must not cost the mma loop registers)."""
     from veloxquant.accelerated import tuning
     from veloxquant.accelerated.kernels import methods as km
@@ -238,7 +251,7 @@ def test_cuda_tc_mixed_partial_compiles_without_spills(tmp_path):
         vp = spec.Params("kivi", bits=vb, group_size=vg, window=128, role="v").resolved()
         types = dict(q=dt, kc1="uint32_t", ks0="float", vc1="uint32_t", vgs="__half", vgz="__half", kw=dt, vw=dt,
                      flags="bool" if append else "uint32_t", nenc="int32_t", cnt="int32_t", out=dt, kx=dt, vx=dt,
-                     vf=dt, kconst="uint32_t", vconst="uint32_t", token="bool")
+                     kf=dt, vf=dt, kconst="uint32_t", vconst="uint32_t", token="bool")
         tmpl = [("MK", 0), ("MV", 4), ("KB1", kb), ("KB2", 1), ("VB1", vb), ("VB2", 1), ("D", d), ("QB", 4),
                 ("NT", tuning.DEFAULT.partial_threads), ("P", min(32, d // 8)), ("KG", 1), ("VG", vg), ("CAUSAL", 0),
                 ("HASWIN", haswin), ("FUSED", int(fused)), ("APPEND", int(append)), ("OT", dt)]
@@ -252,24 +265,26 @@ def test_cuda_tc_mixed_partial_compiles_without_spills(tmp_path):
         names.append(name)
         body += _kernel(name, partial, src.inputs("partial", 0, 4, haswin, fused, append), outs, types, tmpl)
         body += _UNDEF + ("#undef cnt\n#undef out\n" if not fused else "") + "".join(
-            f"#undef {n}\n#undef {n}_strides\n" for n in ("kx", "vx", "vf"))
+            f"#undef {n}\n#undef {n}_strides\n" for n in ("kx", "vx", "kf", "vf"))
     for arch, spills in _local_memory(header, body, tmp_path / "attention_tcmix", r"partial_tcmix_\d+").items():
         assert set(spills) == set(names), (arch, spills)
         assert not any(spills.values()), (arch, spills)
 
 
 GPU_STEP_CASES = [("tq3-kivi2", dict(key_method=TQ, key_bits=3, value_method="kivi", value_bits=2)),
-                  ("tq4-kivi4-g64", dict(key_method=TQ, key_bits=4, value_method="kivi", value_bits=4, group_size=64))]
+                  ("tq4-kivi4-g64", dict(key_method=TQ, key_bits=4, value_method="kivi", value_bits=4, group_size=64)),
+                  ("tq3-kivi2-w32", dict(key_method=TQ, key_bits=3, value_method="kivi", value_bits=2, window=32))]
 
 
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
 @pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
 @pytest.mark.parametrize("name, kw", GPU_STEP_CASES, ids=[c[0] for c in GPU_STEP_CASES])
 def test_tc_mixed_decode_steps_on_the_gpu_match_the_scalar_loop(monkeypatch, tune, name, kw, fuse_append):
-    """A cache of the recommended quality configuration (and tq4 + KIVI 4) on the GPU: a 300-token prefill, then 200
-    decode steps (several KIVI flushes) through the DecodeStep's MIXED launch, with tc_mixed on (every partial launched
-    is TC_MIX's) and off (the scalar loop's): the stored bytes identical, the outputs within the attention tolerance;
-    then tests/test_decode_step.py's comparison with the general path, knob on."""
+    """A cache of the recommended quality configuration (tq4 + KIVI 4; both with a window of 32: HASWIN 4) on the
+    GPU: a 300-token prefill, then 200 decode steps (several KIVI flushes) through the DecodeStep's MIXED launch, with
+    tc_mixed on (every partial launched is TC_MIX's) and off (the scalar loop's): the stored bytes identical, the
+    outputs within the attention tolerance; then tests/test_decode_step.py's comparison with the general path, knob
+    on."""
     from veloxquant.accelerated.cache import VeloxKVCache
     from test_decode_step import _layer, _x, test_gpu_mixed_decode_step_matches_the_general_path as general
     loops = []

@@ -403,8 +403,8 @@ def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes
     values, both roles, 1-, 2- or 4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with
     `affine` (tuning's tc_affine) mlx_affine keys and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh);
     with `mixed` (tuning's tc_mixed) turboquant keys beside KIVI values (attention_tc.mixed_takes), also as a MIXED
-    partial with the values' window only (HASWIN 3; other MIXED partials: the scalar loop). The window split runs its
-    exact tokens in scalar arithmetic (csrc/tc_window.h)."""
+    partial (HASWIN 3, 4; other MIXED pairs: the scalar loop). The window split runs its exact tokens in scalar
+    arithmetic (csrc/tc_window.h, tc_mixed_split.h)."""
     if attention_tc.mixed_pair(kp, vp) or int(has_win) in src.MIXED_WINDOWS:
         return mixed and attention_tc.mixed_takes(kp, vp, d, has_win, codes, three) and _mma_available()
     if kp.method == "mlx_affine" or vp.method == "mlx_affine":

@@ -62,10 +62,10 @@ quality configuration, keys turboquant 3-bit with R = 0 and values KIVI 2-bit wi
 above in the 3-bit or word layout, the values' m-tiles as KIVI's (s code + z dequantized into A, hi and lo parts), the
 chunks from t0 (neither role groups tokens). Their encoded counts differ (attention_source.MIXED_WINDOWS, HASWIN 3:
 the values' window only): split S - 1 of that MIXED partial, the rows the append encodes and the values' window rows
-beside the keys' records, takes no mma chunk but runs in scalar arithmetic in the same kernel as the window split
-does (csrc/tc_mixed_split.h: a few hundred tokens at most, some exact); the encoded splits, the common prefix, run on
-the tensor cores. Exact keys in split S - 1 (HASWIN 2, 4: a keys' window) would need rotating into the keys' domain
-there: those MIXED partials keep the scalar loop.
+beside the keys' records, takes no mma chunk but runs in scalar arithmetic in the same kernel, with the window split
+(csrc/tc_mixed_split.h: a few hundred tokens at most, some exact; each window from its own rows); the encoded splits,
+the common prefix, run on the tensor cores. With a keys' window too (HASWIN 4) an exact key there is dotted with the
+query as given (a rotation keeps dot products; the scalar loop rotates the key instead).
 
 Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
 bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once
@@ -105,10 +105,9 @@ def mixed_pair(kp, vp) -> bool:
 def mixed_takes(kp, vp, d: int, has_win, codes: bool, three: bool) -> bool:
     """Whether TC_MIX's loop (csrc/tc_mixed_loop.cuh) takes a mixed_pair: head dim 64 or 128; keys of 4 bits, 3 with
     tuning's tc_3bit, 1 or 2 with tc_codes (a lane's D / 4 codes at least one word); KIVI values of 1, 2 or 4 bits; no
-    window, both roles' of one length, or a MIXED partial with the values' window only (HASWIN 3: split S - 1 reads the
-    values' window beside the keys' records; keys exact there, HASWIN 2 / 4, would need rotating: the scalar loop)."""
+    window, both roles' of one length, or a MIXED partial (HASWIN 3: the values' window only; 4: both roles', apart)."""
     kb = kp.bits
     if not mixed_pair(kp, vp):
         return False
     keys = kb == 4 or (kb == 3 and three) or (kb in (1, 2) and codes and kb * d >= 128)
-    return d in (64, 128) and keys and vp.bits in (1, 2, 4) and int(has_win) in (0, 1, 3)
+    return d in (64, 128) and keys and vp.bits in (1, 2, 4) and int(has_win) in (0, 1, 3, 4)
