@@ -1,8 +1,8 @@
 // Steps 3-4 of the partial kernel on tensor cores for turboquant keys beside KIVI values (attention_tc.py): the keys'
 // score pass as tc_loop.cuh's (csrc/tc_tens_*.cuh: 3-bit codes or whole words), the values' m-tiles as
 // tc_kivi_loop.cuh's (s code + z dequantized into A). KIVI values hold no group of tokens, so chunks start at t0.
-  // split S - 1 of a MIXED partial (every row the append encodes, one role's window beside the other's records) runs
-  // in scalar arithmetic with the window split (tc_mixed_split.h, over xt0 .. xt1 - 1): the mma loop takes no chunk there
+  // split S - 1 of a MIXED partial (every row the append encodes, one role's window beside the other's records)
+  // runs in scalar arithmetic with the window split (tc_mixed_split.h, over xt0 .. xt1 - 1): no mma chunk there
   const bool is_mix = VQ_MIXED && s == S - 1;
   const int xt0 = t0;
   const int xt1 = t1;
