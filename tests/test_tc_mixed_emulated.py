@@ -312,3 +312,43 @@ def test_tc_mixed_decode_steps_on_the_gpu_match_the_scalar_loop(monkeypatch, tun
     tune(tc_mixed=True)
     katt._static.cache_clear()
     general(monkeypatch, tune, name, kw, fuse_append)
+
+
+def test_row_starts_on_the_tc_mixed_loop(tensor_cores, monkeypatch, tune):
+    """TC_MIX with row starts (a left-padded batch, equal counts: KIVI's window empty) inside a 16-token chunk and past
+    a split, with the rows below the starts as stored and with all their bits set."""
+    from test_attention_kernels_emulated import _row_start_case
+    tune(tokens_per_split=32, tc_mixed=True)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 4)
+    case = ((TQ, dict(bits=3)), ("kivi", dict(bits=2, group_size=32)), (2, 4, 1, 320, 128), [0, 7, 250], mx.float32,
+            False)
+    for poison in (None, case[3]):
+        got, want, tol, args = _row_start_case(case, lambda q, k, v, scale, mask: emulate(
+            q, k, v, scale, mask, poison_below=poison))
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"TC_MIX loop, poisoned below: {poison}")
+    assert katt.launch_plan(*args).key[4] == src.TC_MIX and katt.launch_plan(*args).key[7], "not TC_MIX with starts"
+
+
+def test_row_starts_in_a_mixed_partial_on_the_tc_mixed_loop(tensor_cores, monkeypatch, tune):
+    """... and in a MIXED partial (keys tq3 with R = 0, values KIVI 2 with R = 128: HASWIN 3), the starts within the
+    common encoded prefix (kernels.attention.supports), a split cut by them, the rows below them poisoned."""
+    from veloxquant.accelerated.ops import attention as oatt
+    from test_attention_kernels_emulated import f64_attention
+    tune(tokens_per_split=32, tc_mixed=True)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 4)
+    starts, t, d = [0, 7, 150], 128 + 200 + 9, 128
+    rng = np.random.default_rng(11)
+    kp = spec.Params(TQ, role="k", window=0, seed=4, layer=3, bits=3).resolved()
+    vp = spec.Params("kivi", role="v", window=128, seed=4, layer=3, bits=2, group_size=32).resolved()
+    kx, vx = (mx.array(rng.standard_normal((3, 2, t, d)).astype(np.float32)).astype(mx.float16) for _ in range(2))
+    q = mx.array(rng.standard_normal((3, 8, 1, d)).astype(np.float32))
+    k, v = _packed(kx, kp), _packed(vx, vp)
+    mask = oatt.RowStarts(mx.array(starts, dtype=mx.int32), False, host=tuple(starts))
+    assert max(starts) <= min(k.encoded, v.encoded), "supports: row starts within the common prefix"
+    assert katt.launch_plan(q, k, v, d ** -0.5, mask, mixed=True).key[4] == src.TC_MIX
+    qf, kd, vd = np.array(q), np.array(k.dequantized()), np.array(v.dequantized())
+    want = np.concatenate([f64_attention(qf[i:i + 1], kd[i:i + 1, :, s0:], vd[i:i + 1, :, s0:], d ** -0.5, False)
+                           for i, s0 in enumerate(starts)])
+    for poison in (None, starts):
+        got = emulate(q, k, v, d ** -0.5, mask, poison_below=poison, mixed=True)
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max(), err_msg=f"poisoned: {poison}")
