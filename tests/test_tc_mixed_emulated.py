@@ -1,8 +1,8 @@
 """Turboquant keys beside KIVI values on the partial kernel's tensor-core loop (tuning's tc_mixed; attention_source.
 TC_MIX, csrc/tc_mixed_*.cuh): the keys' score pass in the 3-bit layout or whole words (tc_tens_*.cuh), the values'
 m-tiles as KIVI's (tc_kivi_values.cuh), and a MIXED partial's split S - 1 (the values' window beside the keys'
-records, every row the append encodes: attention_source.MIXED_WINDOWS, HASWIN 3) in scalar arithmetic inside the
-tensor-core kernel (csrc/tc_mixed_split.h). Emulated on the CPU (tests/test_attention_kernels_emulated.py's
+records, every row the append encodes: attention_source.MIXED_WINDOWS, HASWIN 3; with the keys' window too,
+HASWIN 4) and the window split in scalar arithmetic inside the tensor-core kernel (csrc/tc_mixed_split.h). Emulated on the CPU (tests/test_attention_kernels_emulated.py's
 emulator) against float64 within the bounds of turboquant b4's tensor-core cases; the append inside the partial (the
 fused decode step) bit for bit; which pairs take the loop with the knob on and off; an nvcc compile without local
 memory. The GPU twins run the same cases through the compiled kernel (skipped without an sm_80+ CUDA GPU)."""
@@ -57,7 +57,7 @@ def _id(c) -> str:
 
 
 def _records(c):
-    """(q, k, v, scale, mask, mixed) of a case: turboquant keys with no window, KIVI values with theirs."""
+    """(q, k, v, scale, mask, mixed) of a case: turboquant keys (no window, or "mixed-kR"'s R), KIVI values."""
     kb, (vb, g, r), (b, hkv, rep, lq, t, d), qdt, causal, qs, vs, how = c
     rng = np.random.default_rng(t + d + r)
     kr = int(how.split("-k")[1]) if "-k" in how else 0
@@ -111,7 +111,10 @@ def test_turboquant_keys_kivi_values_on_the_tensor_core_loop_within_the_attentio
     _check(c, lambda q, k, v, scale, mask, mixed: emulate(q, k, v, scale, mask, mixed=mixed))
 
 
-@pytest.mark.parametrize("c", [CASES[0], CASES[2], CASES[12]], ids=[_id(c) for c in (CASES[0], CASES[2], CASES[12])])
+FUSED_CASES = [CASES[0]] + [next(c for c in CASES if how in c[-1]) for how in ("-k", "plain", "aligned")]
+
+
+@pytest.mark.parametrize("c", FUSED_CASES, ids=[_id(c) for c in FUSED_CASES])
 def test_turboquant_keys_kivi_values_with_the_combine_fused(c, tensor_cores, tune):
     """... with the combine inside the partial launch (tuning's fuse_combine: the last block of a query group merges
     the splits, split S - 1's scalar state among them)."""
