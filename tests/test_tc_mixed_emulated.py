@@ -1,11 +1,12 @@
 """Turboquant keys beside KIVI values on the partial kernel's tensor-core loop (tuning's tc_mixed; attention_source.
 TC_MIX, csrc/tc_mixed_*.cuh): the keys' score pass in the 3-bit layout or whole words (tc_tens_*.cuh), the values'
 m-tiles as KIVI's (tc_kivi_values.cuh), and a MIXED partial's split S - 1 (the values' window beside the keys'
-records, every row the append encodes: attention_source.MIXED_WINDOWS, HASWIN 3; with the keys' window too,
-HASWIN 4) and the window split in scalar arithmetic inside the tensor-core kernel (csrc/tc_mixed_split.h). Emulated on the CPU (tests/test_attention_kernels_emulated.py's
-emulator) against float64 within the bounds of turboquant b4's tensor-core cases; the append inside the partial (the
-fused decode step) bit for bit; which pairs take the loop with the knob on and off; an nvcc compile without local
-memory. The GPU twins run the same cases through the compiled kernel (skipped without an sm_80+ CUDA GPU)."""
+records, every row the append encodes: attention_source.MIXED_WINDOWS, HASWIN 3; with the keys' window too, HASWIN
+4) and the window split in scalar arithmetic inside the tensor-core kernel (csrc/tc_mixed_split.h). Emulated on the
+CPU (tests/test_attention_kernels_emulated.py's emulator) against float64 within the bounds of turboquant b4's
+tensor-core cases; the append inside the partial (the fused decode step) bit for bit; which pairs take the loop with
+the knob on and off; an nvcc compile without local memory. The GPU twins run the same cases through the compiled
+kernel (skipped without an sm_80+ CUDA GPU)."""
 from __future__ import annotations
 
 import shutil
