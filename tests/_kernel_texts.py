@@ -76,6 +76,15 @@ def texts():
             variant = f"{mk}{mv} win={haswin} fused={int(fused)} tc=0 append={int(app)} starts={int(starts)}"
             yield ("partial", variant, be), attention_source.assemble("partial", be, mk, mv, haswin, fused, False, app,
                                                                        starts)
+        # turboquant keys (0) beside KIVI values (4) on their tensor-core loop (TC_MIX: tuning's tc_mixed), no window,
+        # one window, and MIXED with the values' window only (HASWIN 3)
+        for haswin, fused, app, starts in itertools.product((0, 1, 3), *[(False, True)] * 3):
+            mixed_tc = getattr(attention_source, "TC_MIX", None)
+            if be != "cuda" or mixed_tc is None or (app and (fused or haswin == 1)):
+                continue
+            variant = f"04 win={haswin} fused={int(fused)} tc={mixed_tc} append={int(app)} starts={int(starts)}"
+            yield ("partial", variant, be), attention_source.assemble("partial", be, 0, 4, haswin, fused, mixed_tc, app,
+                                                                       starts)
         if hasattr(append, "MIXED"):
             for mk, mv, apart, win in itertools.product(METHODS, METHODS, (False, True), ((True, False), (False, True))):
                 yield ("append", f"{mk}/{mv}/apart={int(apart)}/win={int(win[0])}{int(win[1])}", be), \

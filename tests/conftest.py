@@ -41,6 +41,7 @@ SLOW: tuple[str, ...] = (
     "tests/test_attention_kernels_source.py::test_cuda_scalar_partial_of_turboquant_prod_b4_keeps_to_registers",
     "tests/test_tc_two_stage_emulated.py::test_cuda_two_stage_tensor_core_partial_compiles_without_spills",
     "tests/test_tc_two_stage_emulated.py::test_cuda_prod_b4_tensor_core_partial_compiles_without_spills",
+    "tests/test_tc_mixed_emulated.py::test_cuda_tc_mixed_partial_compiles_without_spills",
     "tests/test_kernels_source.py::test_cuda_resources_no_spills",
     "tests/test_kernels_source.py::test_cuda_source_compiles_without_fma",
     "tests/test_kernels_glue.py::test_launch_fits_ptxas_registers",

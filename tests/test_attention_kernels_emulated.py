@@ -1026,7 +1026,7 @@ def test_append_inside_the_partial_moves_kivi_windows_on_the_tensor_core_loop(ca
 
 @pytest.mark.parametrize("case", MIXED_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}R{c[0][2]}-{c[1][0]}R{c[1][2]}"
                                                    f"-T{c[2][3]}" for c in MIXED_CASES])
-def test_mixed_roles_through_one_partial(case, monkeypatch, tune):
+def test_mixed_roles_through_one_partial(case, monkeypatch, tune, tc=False):
     """MIXED (attention_source.MIXED_WINDOWS): keys and values of different methods or windows in one layer have
     encoded counts of their own (keys turboquant 3-bit with R = 0 and values KIVI 2-bit with R = 128 or 32, the
     recommended quality configuration; keys with a window of 32 beside rabitq values with none). The partial takes
@@ -1034,9 +1034,9 @@ def test_mixed_roles_through_one_partial(case, monkeypatch, tune):
     other's window (no decode of the cache, no concatenation), the window split both windows from their own rows.
     Without the append and with it (split S - 1 encodes each role's own rows: the keys' token, the values' group at
     a flush or none, bit for bit accelerated.ops' one-shot encode, blocks in both orders), within the float64
-    budget over all T tokens."""
+    budget over all T tokens. `tc`: the loop the case takes (tests/test_tc_mixed_emulated.py: tuning's tc_mixed)."""
     tune(tokens_per_split=16)
-    monkeypatch.setattr(katt, "_mma_available", lambda: True)    # (MIXED never takes the tensor-core loop)
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)    # (MIXED: the scalar loop but with tuning's tc_mixed)
     katt._static.cache_clear()
     try:
         (km, kkw, kr), (vm, vkw, vr), (b, hkv, rep, t, d), xdt, causal = case
@@ -1054,7 +1054,7 @@ def test_mixed_roles_through_one_partial(case, monkeypatch, tune):
                              scale, causal)
         tol = 2e-3 * np.abs(want).max()
         plan = katt.launch_plan(q, k, v, scale, mask, mixed=True)
-        assert plan.key[2] in src.MIXED_WINDOWS and not plan.key[4], f"not the MIXED scalar partial: {plan.key}"
+        assert plan.key[2] in src.MIXED_WINDOWS and plan.key[4] == tc, f"not the MIXED partial's loop {tc}: {plan.key}"
         got = emulate(q, k, v, scale, mask, mixed=True)
         np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg="MIXED partial vs float64")
         # the append inside: each role's tokens leaving its window (none without one), the tokens it encodes

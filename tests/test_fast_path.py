@@ -298,6 +298,31 @@ def test_a_sliding_window_cache_takes_the_fast_path(cuda, paths, kw):
     _assert_fast(cuda, paths, caches, len(caches) * STEPS)
     assert all(r.lo for c in caches for r in c._k._rows.values()), "no evicted rows under the steps"
 
+@pytest.mark.parametrize("kw", [dict(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2),
+                                dict(key_method="turboquant", key_bits=4, value_method="kivi", value_bits=4),
+                                dict(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2,
+                                     window=32)],
+                         ids=["keys-turboquant3-values-kivi2", "keys-turboquant4-values-kivi4", "tq3-kivi2-window32"])
+def test_mixed_steps_take_the_tc_mixed_loop(cuda, paths, tune, kw):
+    """tuning's tc_mixed: the recommended quality configuration (keys turboquant 3 bits, values KIVI 2 bits with
+    their window: the MIXED partial, HASWIN 3; with a window of 32 on both roles, HASWIN 4) steps on the fast path with
+    the TC_MIX tensor-core partial (its own kernel, name ...t2mx) and the append inside it; off, the same steps take
+    the scalar loop's MIXED partial."""
+    for on in (True, False):
+        tune(tc_mixed=on)
+        model = tiny_llama(64, layers=2)
+        caches = make_prompt_cache(model, **kw)
+        model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
+        _decode(model, caches, 1)
+        _reset(cuda, paths)
+        _decode(model, caches, 4)
+        _assert_fast(cuda, paths, caches, len(caches) * 4)
+        partials = {n for n in cuda if n.startswith("vq_attention_partial")}
+        haswin = "4" if "window" in kw else "3"
+        assert partials and all(n.split("_")[3][:3] == "04" + haswin and ("t2mxa" in n) == on for n in partials), \
+            (on, partials)
+
+
 
 def test_mixed_methods_attend_through_the_kernels_without_decoding_the_cache(cuda, paths, monkeypatch):
     """Keys turboquant 3-bit (R = 0) and values KIVI 2-bit (R = 128, groups of 32): the roles' encoded prefixes

@@ -2,8 +2,8 @@
 accelerated/kernels/attention_source.py, launched on views of the caches' buffers (no copy, no decode); the
 combine is a second launch (on CUDA it can run inside the partial launch: tuning's fuse_combine, off by default).
 On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values take the partial's tensor-core loop, and
-by tuning's tc_* knobs other codes, turboquant_rvq, turboquant_prod, KIVI and mlx_affine (attention_tc.py;
-`_tensor_cores` says when).
+by tuning's tc_* knobs other codes, turboquant_rvq, turboquant_prod, KIVI, mlx_affine and turboquant keys beside KIVI
+values (attention_tc.py; `_tensor_cores` says when).
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
 at most accelerated.ops.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
@@ -22,7 +22,7 @@ from ... import spec
 from .. import layouts, tuning
 from . import append as kappend
 from . import attention_source as src
-from . import backend, kernel_cache, loader
+from . import attention_tc, backend, kernel_cache, loader
 from . import methods as km
 from ..ops import codebooks, prng
 from ..ops.attention import MAX_PACKED_QUERIES, PackedRecord, RaggedRecord, RowStarts, Views
@@ -213,20 +213,21 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     nc = d // (8 * p_lanes)
     parts = 2 if layouts.of(kp).sketch or layouts.of(vp).sketch else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
-    mixed = int(has_win) in src.MIXED_WINDOWS       # (the scalar loop: split S - 1 reads one role's window beside
-    tc = tune.tensor_cores and not mixed and not ragged and _tensor_cores(kp, vp, d, has_win, tune.tc_codes,
-                                                          tune.tc_kivi, affine=tune.tc_affine, three=tune.tc_3bit,
-                                                          two=tune.tc_two_stage, prod3=tune.tc_prod3)
+    mixed = int(has_win) in src.MIXED_WINDOWS       # (split S - 1 reads one role's window beside the other's records)
+    tc = tune.tensor_cores and not ragged and _tensor_cores(kp, vp, d, has_win, tune.tc_codes, tune.tc_kivi,
+                                                            tune.tc_affine, tune.tc_3bit, tune.tc_two_stage,
+                                                            tune.tc_prod3, tune.tc_mixed)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
     if tc:      # q_fine: splits of tokens_per_split tokens, fewer where one wave of threadgroups is full
-        splits = max(1, min(q_fine, tune.tc_waves * tc_blocks * _sm_count() // max(1, hkv * b * nqg) - 1 - int(append)))
+        fill = tune.tc_waves * tc_blocks * _sm_count() // max(1, hkv * b * nqg)
+        splits = max(1, min(q_fine, fill - 1 - int(append or mixed)))
     else:
         splits = max(1, min(q_enc_splits, tune.max_threadgroups // max(1, hkv * b * nqg)))
     kb1, kb2 = _bits(kp)
     vb1, vb2 = _bits(vp)
-    tc = src.TC_TENS if tc and 3 in (kb1, vb1) else tc          # the loop whose loads realign 3-bit codes
+    tc = src.TC_MIX if tc and attention_tc.mixed_pair(kp, vp) else src.TC_TENS if tc and 3 in (kb1, vb1) else tc
     mk, mv = layouts.of(kp).kernel_id, layouts.of(vp).kernel_id
     if (not layouts.of(kp).affine and max(kb1, kb2) > 5) or (not layouts.of(vp).affine and max(vb1, vb2) > 5):
         raise ValueError("the partial kernel's code tables hold at most 32 entries (one per lane)")
@@ -388,7 +389,7 @@ def _tc_prefetch(kp: spec.Params, vp: spec.Params, depth: int) -> int:
 
 def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False,
                   kivi: bool = False, affine: bool = False, three: bool = False, two: bool = False,
-                  prod3: bool = False) -> bool:
+                  prod3: bool = False, mixed: bool = False) -> bool:
     """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
     4-bit codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
     `codes` (tuning's tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
@@ -400,8 +401,12 @@ def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes
     (bits 4: the 3-bit layout and the signs' stream in its own layout, attention_source.PARTIAL_TC3_TWO_BODY /
     PARTIAL_TC3_PROD_VALUES_BODY), rvq with a 3-bit stream still not; with `kivi` (tuning's tc_kivi) KIVI keys and
     values, both roles, 1-, 2- or 4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with
-    `affine` (tuning's tc_affine) mlx_affine keys and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh).
-    The window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h)."""
+    `affine` (tuning's tc_affine) mlx_affine keys and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh);
+    with `mixed` (tuning's tc_mixed) turboquant keys beside KIVI values (attention_tc.mixed_takes), also as a MIXED
+    partial (HASWIN 3, 4; other MIXED pairs: the scalar loop). The window split runs its exact tokens in scalar
+    arithmetic (csrc/tc_window.h, tc_mixed_split.h)."""
+    if attention_tc.mixed_pair(kp, vp) or int(has_win) in src.MIXED_WINDOWS:
+        return mixed and attention_tc.mixed_takes(kp, vp, d, has_win, codes, three) and _mma_available()
     if kp.method == "mlx_affine" or vp.method == "mlx_affine":
         return (affine and kp.method == vp.method == "mlx_affine" and d in (64, 128) and kp.bits in (2, 4, 8)
                 and vp.bits in (2, 4, 8) and _mma_available())
@@ -471,7 +476,7 @@ def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, 
     ins = src.inputs(kind, mk, mv, haswin, fused, append, starts, ragged)
     outs = ((src.FUSED_OUTPUTS if fused else src.APPEND_OUTPUTS if append else src.PARTIAL_OUTPUTS)
             if kind == "partial" else src.COMBINE_APPEND_OUTPUTS if append else src.COMBINE_OUTPUTS)
-    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'c3' if tc == src.TC_TENS else ''}{'a' if append else ''}{'r' if starts else ''}{'g' if ragged else ''}"
+    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'c3' if tc == src.TC_TENS else 'mx' if tc == src.TC_MIX else ''}{'a' if append else ''}{'r' if starts else ''}{'g' if ragged else ''}"
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "_a" if append else "")
     if be == "cuda":
         # a name of its own for a text the defaults do not make (the defaults' names stay as they were)

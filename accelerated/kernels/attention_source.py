@@ -181,6 +181,12 @@ PARTIAL_TC3_PROD_VALUES_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_
 # ... with KIVI records (MK = MV = 4: tuning's tc_kivi): the scales folded into the mma operands (tc_kivi_loop.cuh)
 PARTIAL_TC_KIVI_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_kivi_loop.cuh",
                                                  "VQ_COMBINE_ROWS": "combine_rows_strided.h", **ONE_STREAM})
+# ... with turboquant keys beside KIVI values (tc = TC_MIX: tuning's tc_mixed): the keys' score pass in the 3-bit or
+# word layout, KIVI's value m-tiles; a MIXED partial's split S - 1 in scalar arithmetic (csrc/tc_mixed_split.h)
+TC_MIX = 4
+PARTIAL_TC_MIXED_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_mixed_loop.cuh",
+                                                  "VQ_COMBINE_ROWS": "combine_rows_strided.h", **TC_TENS_PARTS,
+                                                  **ONE_STREAM})
 # ... with mlx_affine records (MK = MV = 5: tuning's tc_affine): keys and values dequantized into the mma operands
 PARTIAL_TC_AFFINE_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_affine_loop.cuh",
                                                    "VQ_COMBINE_ROWS": "combine_rows_strided.h", **ONE_STREAM})
@@ -250,11 +256,14 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
 
 def partial_body(mk: int, mv: int, tc: bool) -> str:
     """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's and
-    mlx_affine's own; `tc` = TC_TENS: the one that reads 3-bit codes, also beside prod's signs; with a second code
-    stream, turboquant_rvq's or turboquant_prod's QJL signs, its hooks bound to attention_tc.TWO_STREAMS or, prod
-    values, PROD_VALUES; beside 3-bit codes PROD3_KEYS / PROD3_VALUES)."""
+    mlx_affine's own; `tc` = TC_MIX: turboquant keys beside KIVI values; `tc` = TC_TENS: the one that reads 3-bit
+    codes, also beside prod's signs; with a second code stream, turboquant_rvq's or turboquant_prod's QJL signs, its
+    hooks bound to attention_tc.TWO_STREAMS or, prod values, PROD_VALUES; beside 3-bit codes PROD3_KEYS /
+    PROD3_VALUES)."""
     if not tc:
         return PARTIAL_BODY
+    if tc == TC_MIX:      # (turboquant keys, KIVI values)
+        return PARTIAL_TC_MIXED_BODY
     if mk == mv == METHOD_IDS["mlx_affine"]:
         return PARTIAL_TC_AFFINE_BODY
     if mk == mv == METHOD_IDS["kivi"]:

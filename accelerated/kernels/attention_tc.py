@@ -57,6 +57,16 @@ their own 1-bit one (tc_two_setup.cuh's KWL2 / VWL2 and row bases), the scores' 
 PROD3_VALUES); with prod in both roles the keys' projected-query fragment is made from shared memory at each k-step
 (tc_prod3_scores.cuh), which leaves the registers for the values' second accumulator.
 
+Turboquant keys beside KIVI values (tuning's tc_mixed; attention_source.TC_MIX, csrc/tc_mixed_*.cuh: the recommended
+quality configuration, keys turboquant 3-bit with R = 0 and values KIVI 2-bit with R = 128): the keys' score pass as
+above in the 3-bit or word layout, the values' m-tiles as KIVI's (s code + z dequantized into A, hi and lo parts), the
+chunks from t0 (neither role groups tokens). Their encoded counts differ (attention_source.MIXED_WINDOWS, HASWIN 3:
+the values' window only): split S - 1 of that MIXED partial, the rows the append encodes and the values' window rows
+beside the keys' records, takes no mma chunk but runs in scalar arithmetic in the same kernel, with the window split
+(csrc/tc_mixed_split.h: a few hundred tokens at most, some exact; each window from its own rows); the encoded splits,
+the common prefix, run on the tensor cores. With a keys' window too (HASWIN 4) an exact key there is dotted with the
+query as given (a rotation keeps dot products; the scalar loop rotates the key instead).
+
 Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
 bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once
 (docs/decode-step-analysis.md, "Fifth pass").
@@ -85,3 +95,19 @@ PROD3_KEYS = {**TWO_STREAMS, "VQ_TC_UNROLL_NT": "tc_prod3_unroll.cuh"}
 # ... prod values with 3-bit codes (tc_prod3): the same unroll; prod keys' signs against a query fragment made from
 # shared memory at each k-step (csrc/tc_prod3_scores.cuh: the register copy spilled beside the second accumulator)
 PROD3_VALUES = {**PROD_VALUES, "VQ_TC_UNROLL_NT": "tc_prod3_unroll.cuh", "VQ_TC_SCORES2": "tc_prod3_scores.cuh"}
+
+
+def mixed_pair(kp, vp) -> bool:
+    """Whether a pair of roles' params (spec.Params) is the one TC_MIX's loop is for: turboquant keys, KIVI values."""
+    return kp.method == "turboquant" and vp.method == "kivi"
+
+
+def mixed_takes(kp, vp, d: int, has_win, codes: bool, three: bool) -> bool:
+    """Whether TC_MIX's loop (csrc/tc_mixed_loop.cuh) takes a mixed_pair: head dim 64 or 128; keys of 4 bits, 3 with
+    tuning's tc_3bit, 1 or 2 with tc_codes (a lane's D / 4 codes at least one word); KIVI values of 1, 2 or 4 bits; no
+    window, both roles' of one length, or a MIXED partial (HASWIN 3: the values' window only; 4: both roles', apart)."""
+    kb = kp.bits
+    if not mixed_pair(kp, vp):
+        return False
+    keys = kb == 4 or (kb == 3 and three) or (kb in (1, 2) and codes and kb * d >= 128)
+    return d in (64, 128) and keys and vp.bits in (1, 2, 4) and int(has_win) in (0, 1, 3, 4)

@@ -49,20 +49,4 @@
         }
       }
     }
-    if (lane == 0) {
-      for (int r = 0; r < QB; ++r) {
-        swm[warp * 4 + r] = wm[r];
-        swl[warp * 4 + r] = wl[r];
-      }
-    }
-    BARRIER();
-    for (int r = 0; r < QB; ++r) {
-      float mx = NEG_INF;
-      for (int w = 0; w < NW; ++w) {
-        mx = vq_max(mx, swm[w * 4 + r]);
-      }
-      const float f = (wm[r] == NEG_INF) ? 0.0f : vq_exp2(wm[r] - mx);
-      for (int j = 0; j < WJ; ++j) {
-        swo[(warp * QB + r) * D + lane + 32 * j] = wo[r][j] * f;
-      }
-    }
+#include "tc_window_end.h"

@@ -1,0 +1,59 @@
+// Steps 3-4 of the partial kernel on tensor cores for turboquant keys beside KIVI values (attention_tc.py): the keys'
+// score pass as tc_loop.cuh's (csrc/tc_tens_*.cuh: 3-bit codes or whole words), the values' m-tiles as
+// tc_kivi_loop.cuh's (s code + z dequantized into A). KIVI values hold no group of tokens, so chunks start at t0.
+  // split S - 1 of a MIXED partial (every row the append encodes, one role's window beside the other's records)
+  // runs in scalar arithmetic with the window split (tc_mixed_split.h, over xt0 .. xt1 - 1): no mma chunk there
+  const bool is_mix = VQ_MIXED && s == S - 1;
+  const int xt0 = t0;
+  const int xt1 = t1;
+  if (is_mix) {
+    t1 = t0;
+  }
+#include "tc_loop_setup.cuh"
+  constexpr uint32_t VMASK = (1u << VB1) - 1u;
+  // a lane group's D / 8 value coordinates lie in one coordinate group (D / 8 <= 16 <= VG): one (s, z) per token
+  const int64_t vgo = (int64_t)b * vgs_strides[0] + (int64_t)h * vgs_strides[1]
+                      + (int64_t)((g * (D / 8)) / VG) * vgs_strides[3];
+  // one chunk's loads (tokens past t1 read token t0's rows): key words and norms KN as tc_loop.cuh's; per value
+  // slot x the token's words, scale VS, zero VZ and VN, the chunk's largest (2^VB1 - 1) |s| + |z| over the warp
+#define TC_LOAD(J, KWD, KN, VWD, VS, VZ, VN) { \
+    const int tb_ = t0 + 16 * (J); \
+    for (int nt = 0; nt < 2; ++nt) { \
+      const int t_ = tb_ + 8 * nt + g; \
+      VQ_TC_KWORDS(kbase + (int64_t)(t_ < t1 ? t_ : t0) * kc1_strides[2], KWD[nt]); \
+    } \
+    float bd_ = 0.0f; \
+    for (int x = 0; x < 4; ++x) { \
+      const int t_ = tb_ + 8 * (x >> 1) + 2 * tig + (x & 1); \
+      const int64_t tt_ = (t_ < t1) ? t_ : t0; \
+      KN[x] = ks0[kso + tt_ * ks0_strides[2]]; \
+      VQ_TC_VWORDS(vbase + tt_ * vc1_strides[2], VWD[x]); \
+      VS[x] = static_cast<float>(vgs[vgo + tt_ * vgs_strides[2]]); \
+      VZ[x] = static_cast<float>(vgz[vgo + tt_ * vgs_strides[2]]); \
+      bd_ = vq_max(bd_, (float)VMASK * fabsf(VS[x]) + fabsf(VZ[x])); \
+    } \
+    for (int o_ = 4; o_ < 32; o_ <<= 1) { \
+      bd_ = vq_max(bd_, SHFL_XOR(bd_, o_)); \
+    } \
+    for (int x = 0; x < 4; ++x) { \
+      VN[x] = bd_; \
+    } }
+  constexpr int PFD = (PF > 0) ? PF : 1;
+  uint32_t kwc[2][KWL], vwc[4][VWL], kwp[PFD][2][KWL], vwp[PFD][4][VWL];
+  float knc[4], vsc[4], vzc[4], vnc[4], knp[PFD][4], vsp[PFD][4], vzp[PFD][4], vnp[PFD][4];
+  for (int q = 0; q < PF; ++q) {
+    if (warp + q * NW < nch) {
+      TC_LOAD(warp + q * NW, kwp[q], knp[q], vwp[q], vsp[q], vzp[q], vnp[q])
+    }
+  }
+  for (int j = warp; j < nch; j += NW) {
+#include "tc_mixed_loads.cuh"
+#include "tc_loop_scores.cuh"
+#include "tc_loop_softmax.cuh"
+#include "tc_kivi_values.cuh"
+  }
+#undef TC_LOAD
+#undef VQ_TC_KWORDS
+#undef VQ_TC_VWORDS
+#undef VQ_TC_ALIGN
+#include "tc_mixed_merge.cuh"

@@ -1,0 +1,50 @@
+// The scalar splits of a MIXED partial (attention_source.MIXED_WINDOWS, HASWIN 3 / 4) on the tensor-core kernel of
+// turboquant keys and KIVI values (tc_mixed_loop.cuh): the window split (tokens 0 .. t1 - 1, each role's window from
+// its own row tt + KWO / tt + VWO, at position WQ + tt) and split S - 1 (xt0 .. xt1 - 1: the rows this launch's
+// append encodes and one role's window beside the other's records). Few tokens, some exact, so scalar arithmetic as
+// partial_loop.h attends them, laid out as tc_window.h's: warp w takes tokens w, w + NW, ..., lane l coordinates
+// l + 32 j. Encoded keys dot sq (rotated in split S - 1); exact keys the scaled query as given, qx (a rotation keeps
+// dot products: partial_loop.h rotates the key instead, its query registers being rotated).
+    constexpr int WJ = D / 32;
+    float wm[QB];
+    float wl[QB];
+    float wo[QB][WJ];
+    float qx[QB][WJ];
+    for (int r = 0; r < QB; ++r) {
+      wm[r] = NEG_INF;
+      wl[r] = 0.0f;
+      const int qr_ = qg * QB + r;
+      const int64_t qo = (int64_t)b * q_strides[0] + (int64_t)(h * rep + qr_ / L) * q_strides[1]
+                         + (int64_t)(qr_ % L) * q_strides[2];
+      for (int j = 0; j < WJ; ++j) {
+        wo[r][j] = 0.0f;
+        qx[r][j] = qr_ < nq ? static_cast<float>(q[qo + (int64_t)(lane + 32 * j) * q_strides[3]]) * f_scale[0] : 0.0f;
+      }
+    }
+    const int64_t vgb = (int64_t)b * vgs_strides[0] + (int64_t)h * vgs_strides[1];
+    const int x0 = is_win ? t0 : xt0;
+    const int x1 = is_win ? t1 : xt1;
+    for (int tt = x0 + warp; tt < x1; tt += NW) {
+#include "tc_mixed_token.h"
+      for (int r = 0; r < QB; ++r) {
+        float dot = 0.0f;
+        for (int j = 0; j < WJ; ++j) {
+          dot += (kex ? qx[r][j] : sq[r * D + lane + 32 * j]) * kv[j];
+        }
+        for (int o2 = 16; o2 > 0; o2 >>= 1) {
+          dot += SHFL_XOR(dot, o2);
+        }
+        dot = kex ? dot : dot * kn;
+        if (qg * QB + r < nq && (!CAUSAL || (is_win ? WQ + tt : tt) <= qpos[r])) {
+          const float mn = vq_max(wm[r], dot);
+          const float al = (wm[r] == NEG_INF) ? 0.0f : vq_exp2(wm[r] - mn);
+          const float p = vq_exp2(dot - mn);
+          wl[r] = wl[r] * al + p;
+          for (int j = 0; j < WJ; ++j) {
+            wo[r][j] = wo[r][j] * al + p * vv[j];
+          }
+          wm[r] = mn;
+        }
+      }
+    }
+#include "tc_window_end.h"
