@@ -40,6 +40,8 @@ class Tuning:
                                     # turboquant_prod (bits 2, 3, 5: mse codes and QJL signs; keys at d = 128)
     tc_prod3: bool = False          # ... also turboquant_prod with 3-bit mse codes (bits 4) or beside a 3-bit role
                                     # (the 3-bit layout beside the QJL signs; off until its GPU twins pass)
+    tc_ragged: bool = False         # ... also a ragged KIVI batch's rows (each its own group phase: tc_kivi's loop;
+                                    # off until its GPU twins pass)
     tc_prefetch: int = 2            # chunks the tensor-core loop loads ahead while it scores one
     tc_min_blocks: int = 2          # threadgroups per multiprocessor the tensor-core partial is compiled for
     tc_waves: int = 1               # times the tensor-core loop's threadgroups fill the GPU (sets its split count)

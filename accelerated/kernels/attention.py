@@ -203,7 +203,8 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     keys' and values' side dtypes (with a window, and the chunks' dtypes) of a launch with the decode step's append
     inside (APPEND): one split more (S - 1, the appended tokens), its inputs and the append's token as a third output. `starts`: the launch takes each
     batch row's first attended token (input `rstart`: a RowStarts mask, a left-padded batch); `ragged`: KIVI rows of
-    their own group phase (input `rphase`, template RW: cache/ragged.py), the scalar loop."""
+    their own group phase (input `rphase`, template RW: cache/ragged.py), the scalar loop, or with tuning's tc_ragged
+    the KIVI tensor-core loop where `_tensor_cores` admits the pair (its chunks and key groups from each row's phase)."""
     append = append_ts is not None
     tune = tune or tuning.current()
     tc_blocks, nt = tune.tc_min_blocks, tune.partial_threads
@@ -214,9 +215,9 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     parts = 2 if layouts.of(kp).sketch or layouts.of(vp).sketch else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     mixed = int(has_win) in src.MIXED_WINDOWS       # (the scalar loop: split S - 1 reads one role's window beside
-    tc = tune.tensor_cores and not mixed and not ragged and _tensor_cores(kp, vp, d, has_win, tune.tc_codes,
-                                                          tune.tc_kivi, affine=tune.tc_affine, three=tune.tc_3bit,
-                                                          two=tune.tc_two_stage, prod3=tune.tc_prod3)
+    tc = tune.tensor_cores and not mixed and (not ragged or tune.tc_ragged) and \
+        _tensor_cores(kp, vp, d, has_win, tune.tc_codes, tune.tc_kivi, affine=tune.tc_affine, three=tune.tc_3bit,
+                      two=tune.tc_two_stage, prod3=tune.tc_prod3)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
