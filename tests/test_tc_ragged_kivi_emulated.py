@@ -1,0 +1,230 @@
+"""A ragged KIVI batch's rows (accelerated/cache/ragged.py: each row's key groups from its own phase) on the partial
+kernel's KIVI tensor-core loop (tuning's tc_ragged; csrc/tc_kivi_*.cuh under VQ_RAGGED: a threadgroup's tokens are
+one row's, its 16-token chunks start at the row's phase mod 16 and a chunk's key group is (t - phase) / G), run by
+the kernel bodies on the CPU (tests/test_attention_kernels_emulated.py's emulator).
+
+The records are the ragged B-row cache's own (merge of single caches of lengths differing mod G, then decode steps
+crossing every row's flush), every byte a row must not read poisoned (tests/test_batch_ragged_kivi_kernels_emulated):
+per row, the output is within conformance's attention budget of float64 over its single cache (the tensor-core
+cases' bound), and within float rounding of the ragged scalar loop's output over the same records. The fused decode
+step (the append inside, each row flushing at its own step) runs through the library's DecodeStep with every launch
+run by its body (tests/test_ragged_step_emulated.py's `bodies`). `..._on_the_gpu_...`: the same through MLX's CUDA
+kernels (skipped without an sm_80+ CUDA GPU); nvcc: the new texts compile for sm_80 / sm_90 without local memory.
+"""
+from __future__ import annotations
+
+import shutil
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated import layouts, tuning
+from veloxquant.accelerated.cache import masks, ragged
+from veloxquant.accelerated.kernels import attention as katt
+from veloxquant.accelerated.kernels import backend
+from veloxquant.accelerated.ops import attention as oatt
+from veloxquant.conformance.attention_checks import attention_budget, attention_f64
+import test_attention_kernels_emulated as emu   # noqa: E402  (tests/ is on sys.path under pytest)
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
+
+H, REP = 2, 2
+# id, key bits, value bits, G, d, window, lengths (left paddings, phases), queries dtype: KIVI 1-, 2- and 4-bit where
+# tc_kivi admits them (a lane's D / 4 key codes at least one word: 1-bit keys at d = 128 only)
+CASES = [
+    ("k2v2-g16-d64-R0", 2, 2, 16, 64, 0, [37, 50, 64, 21], mx.float32),    # paddings 27, 14, 0, 43: phases 11, 14, 0, 11
+    ("k4v2-g32-d64-R8", 4, 2, 32, 64, 8, [37, 50, 90, 21], mx.float16),    # 53, 40, 0, 69: phases 21, 8, 0, 5
+    ("k1v4-g32-d128-R0", 1, 4, 32, 128, 0, [37, 64, 90, 45], mx.float32),  # 53, 26, 0, 45: 21, 26, 0, 13
+    ("k2v1-g16-d128-R5", 2, 1, 16, 128, 5, [40, 57, 66], mx.bfloat16),     # 26, 9, 0: 10, 9, 0
+    ("k4v4-g16-d128-R0", 4, 4, 16, 128, 0, [30, 63, 47, 8], mx.float32),   # 33, 0, 16, 55: 1, 0, 0, 7
+]
+IDS = [c[0] for c in CASES]
+TC_SPLIT_FRACTION = emu.TC_SPLIT_FRACTION
+SAME = 2.0 ** -16           # tensor-core vs scalar loop, of the row's largest |output| (float32 queries)
+
+
+def kv(t: int, seed: int, b: int, d: int):
+    k = mx.random.normal((b, H, t, d), key=mx.random.key(seed)).astype(mx.float16)
+    v = mx.random.normal((b, H, t, d), key=mx.random.key(seed + 1000)).astype(mx.float16)
+    return k, v
+
+
+def _make(case):
+    _, kb, vb, g, d, window, lengths, _ = case
+    return lambda: vc.KIVIKVCache(key_bits=kb, value_bits=vb, group_size=g, seed=2, layer=1, window=window)
+
+
+def _filled(case) -> list:
+    d, lengths = case[4], case[6]
+    caches = []
+    for i, t in enumerate(lengths):
+        c = _make(case)()
+        c.update_and_fetch(*kv(t, 7 + i, 1, d))
+        caches.append(c)
+    return caches
+
+
+@pytest.fixture
+def ragged_tc(monkeypatch, tune):
+    """tuning's ragged and tc_ragged on, splits of 24 tokens (the rows' starts and groups fall inside splits), the
+    tensor-core loop as sm_80+ takes it and 16 multiprocessors (3 encoded splits of 4 rows); plans cleared after."""
+    tune(ragged=True, tc_ragged=True, tokens_per_split=24)
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 16)
+    katt._static.cache_clear()
+    yield
+    katt._static.cache_clear()
+
+
+def _poisoned(rec: oatt.RaggedRecord, stream: ragged.RaggedStream) -> oatt.RaggedRecord:
+    """rec with every byte no row may read all bits set: per row, field rows below its first token (group rows below
+    its first group) and past its own boundary, window slots below its own window."""
+    p, pads, bnd = stream.params, stream._pads, stream.bounds()
+    g = p.group_size
+    ph = ragged.phases(pads, p)
+    grouped = layouts.of(p).group_rows(p.role)
+    fields = {}
+    for name, a in rec.fields.items():
+        n = np.array(a).copy()
+        for i, (pad, bi, f) in enumerate(zip(pads, bnd, ph)):
+            lo, hi = ((pad - f) // g, max(bi - f, 0) // g) if name in grouped else (pad, bi)
+            n[i, :, :lo].view(np.uint8)[...] = 0xFF
+            n[i, :, max(hi, lo):].view(np.uint8)[...] = 0xFF
+        fields[name] = mx.array(n)
+    w = np.array(rec.window).copy()
+    for i, (pad, bi) in enumerate(zip(pads, bnd)):
+        w[i, :, :max(bi, pad) - rec.encoded].view(np.uint8)[...] = 0xFF
+    return oatt.RaggedRecord(rec.params, fields, mx.array(w), rec.encoded, rec.decode_tokens, None, rec.phases,
+                             rec.decoded)
+
+
+def _plan(q, kr, vr, mask) -> katt.Plan:
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(backend, "available", lambda: (True, "emulated"))
+        assert katt.supports(q, kr, vr, mask), "the kernels refuse the ragged step"
+        return katt.launch_plan(q, kr, vr, q.shape[-1] ** -0.5, mask)
+
+
+def _within_budget(got, q, single, scale, qdt, what):
+    """got (1, Hq, 1, d) within conformance's attention budget of float64 over the single cache `single`."""
+    qf = np.array(q.astype(mx.float32)).astype(np.float64)
+    k64, v64 = (np.array(s.dequantized()).astype(np.float64) for s in (single._k, single._v))
+    want, p, kr, vr = attention_f64(qf, k64, v64, scale)
+    budget = attention_budget(qf, kr, vr, p, scale, True, True)
+    if qdt != mx.float32:       # the output is rounded to the queries' dtype
+        budget = budget + np.abs(want) * (2.0 ** -11 if qdt == mx.float16 else 2.0 ** -8)
+    ratio = np.abs(got.astype(np.float64) - want) / budget
+    bound = TC_SPLIT_FRACTION if qdt == mx.float32 else 1.0
+    assert ratio.max() <= bound, f"{what}: worst error / budget {ratio.max():.3g} > {bound}"
+    return ratio.max()
+
+
+def _steps(case, on_step, steps: int | None = None) -> set:
+    """Decode steps of the case's ragged batch (G + 1 unless `steps`), its single caches stepped alike; on_step(step,
+    q, the step's RaggedRecords, mask, singles, the batch) at every third step and the last; returns the boundaries seen."""
+    _, _, _, g, d, _, lengths, qdt = case
+    batch = vc.KIVIKVCache.merge(_filled(case))
+    assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
+    singles = _filled(case)
+    seen = set()
+    steps = g + 1 if steps is None else steps
+    for step in range(steps):
+        k, v = kv(1, 900 + step, len(lengths), d)
+        mask = masks.row_starts(batch.make_mask(1))
+        kk, vv = batch.update_and_fetch(k, v)
+        for i, c in enumerate(singles):
+            c.update_and_fetch(k[i:i + 1], v[i:i + 1])
+        seen.update(batch.inner._k.bounds())
+        if step % 3 and step != steps - 1:
+            continue
+        q = mx.random.normal((len(lengths), REP * H, 1, d), key=mx.random.key(40 + step)).astype(qdt)
+        on_step(step, q, kk.record, vv.record, mask, singles, batch)
+    return seen
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_ragged_rows_on_the_tensor_core_loop_within_the_attention_budget(case, ragged_tc):
+    """Each row of the ragged batch through the tensor-core loop (emulated, blocks reversed, every unread byte
+    poisoned) within the attention budget of float64 over its single cache, and within float rounding of the ragged
+    scalar loop's output over the same records (tc_ragged off: the scalar loop)."""
+    worst = []
+    qdt = case[7]
+
+    def check(step, q, kr, vr, mask, singles, batch):
+        d = q.shape[-1]
+        plan = _plan(q, kr, vr, mask)
+        assert plan.key[4] is True and plan.key[7] and plan.key[8], f"not the ragged tensor-core loop: {plan.key}"
+        pk, pv = _poisoned(kr, batch.inner._k), _poisoned(vr, batch.inner._v)
+        got = emu.emulate(q, pk, pv, d ** -0.5, mask, reverse=True)
+        with tuning.override(tc_ragged=False):
+            assert not _plan(q, kr, vr, mask).key[4], "tc_ragged off: the scalar loop"
+            scalar = emu.emulate(q, pk, pv, d ** -0.5, mask, reverse=True)
+        for i, c in enumerate(singles):
+            worst.append(_within_budget(got[i:i + 1], q[i:i + 1], c, d ** -0.5, qdt, f"step {step}: row {i}"))
+            if qdt == mx.float32:
+                tol = SAME * np.abs(scalar[i]).max()
+            else:       # (both rounded to the queries' dtype: one unit in its last place apart at most)
+                tol = np.abs(scalar[i]).max() * (2.0 ** -10 if qdt == mx.float16 else 2.0 ** -7)
+            np.testing.assert_allclose(got[i], scalar[i], rtol=0, atol=tol,
+                                       err_msg=f"step {step}: row {i}, tensor-core vs scalar ragged loop")
+    seen = _steps(case, check)
+    assert len(seen) > len(case[6]), "the steps never moved the rows' boundaries apart"
+    assert worst, "no row checked"
+
+
+def _kernels(monkeypatch) -> list:
+    """(name, header, source) of each partial kernel katt._kernel compiles from here on (CUDA recorded, not run)."""
+    seen = []
+    monkeypatch.setattr(backend, "_gpu_backend", lambda: ("cuda", "recorded"))
+    monkeypatch.setattr(backend, "available", lambda: (True, "recorded"))
+    monkeypatch.setattr(backend, "cuda_kernel", lambda **kw: seen.append((kw["name"], kw["header"], kw["source"]))
+                        or object())
+    katt._compiled.cache_clear()
+    return seen
+
+
+def test_tc_ragged_picks_the_loop_of_ragged_launches_only(ragged_tc):
+    """The knob: with tc_ragged on a ragged KIVI batch's partial is the tensor-core loop (its own plan key and compiled
+    kernel: the 't' and 'g' of its name, the KIVI tensor-core body with VQ_RAGGED 1), off the ragged scalar loop; the
+    pair tc_kivi refuses (1-bit keys at d = 64), tc_kivi off or tensor_cores off keep the scalar loop; a single KIVI
+    cache's launch is the same with the knob on or off."""
+    case = CASES[0]
+    plans = {}
+
+    def record(step, q, kr, vr, mask, singles, batch):
+        for on in (True, False):
+            with tuning.override(tc_ragged=on):
+                plans[on] = _plan(q, kr, vr, mask)
+                plans[on, "single"] = katt.launch_plan(q[:1], *(oatt.PackedRecord(s.params, *_fields(s)) for s in
+                                                                (singles[0]._k, singles[0]._v)), case[4] ** -0.5)
+        for knob in ("tc_kivi", "tensor_cores"):
+            with tuning.override(**{knob: False}):
+                assert not _plan(q, kr, vr, mask).key[4], f"{knob} off: the scalar loop"
+    _steps(case, record, steps=1)
+    on, off = plans[True], plans[False]
+    assert on.key[4] is True and on.key[7:] == (True, True) and "U" not in dict(on.partial_template), on.key
+    assert off.key[4] is False and off.key[7:] == (True, True) and "U" in dict(off.partial_template), off.key
+    assert dict(on.partial_template)["RW"] == dict(off.partial_template)["RW"] == case[5]
+    assert plans[True, "single"].key == plans[False, "single"].key and plans[True, "single"].key[4]
+    d1 = CASES[0][:1] + (1, 2, 16, 64, 0, [37, 50], mx.float32)       # (1-bit keys at d = 64: tc_kivi refuses)
+    _steps(d1, lambda step, q, kr, vr, mask, *_: _assert_scalar(_plan(q, kr, vr, mask)), steps=1)
+    with pytest.MonkeyPatch.context() as m:
+        seen = _kernels(m)
+        katt._kernel("partial", *on.key)
+        katt._kernel("partial", *off.key)
+        katt._compiled.cache_clear()
+    (n_on, h_on, s_on), (n_off, _, s_off) = seen
+    assert n_on != n_off and n_on.endswith("g") and "t2" in n_on and "t" not in n_off.split("_")[3], (n_on, n_off)
+    assert "#define VQ_RAGGED 1" in s_on and "kgrp = VQ_KGROW(tb)" in s_on and "mma" in h_on, n_on
+    assert "kgrp" not in s_off, n_off
+
+
+def _assert_scalar(plan):
+    assert plan.key[4] is False and plan.key[8], plan.key
+
+
+def _fields(s):
+    r = s.record()
+    return {n: a for n, a in r.items() if n != "window"}, r["window"], s._q, s._method.decode_tokens
