@@ -27,6 +27,9 @@ from veloxquant.accelerated.kernels import backend
 from veloxquant.accelerated.ops import attention as oatt
 from veloxquant.conformance.attention_checks import attention_budget, attention_f64
 import test_attention_kernels_emulated as emu   # noqa: E402  (tests/ is on sys.path under pytest)
+import test_ragged_step_emulated as rs
+from _batch_util import filled_with
+from test_ragged_step_emulated import bodies  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 
@@ -149,6 +152,12 @@ def test_ragged_rows_on_the_tensor_core_loop_within_the_attention_budget(case, r
     """Each row of the ragged batch through the tensor-core loop (emulated, blocks reversed, every unread byte
     poisoned) within the attention budget of float64 over its single cache, and within float rounding of the ragged
     scalar loop's output over the same records (tc_ragged off: the scalar loop)."""
+    _check_rows(case, lambda q, k, v, scale, mask: emu.emulate(q, k, v, scale, mask, reverse=True))
+
+
+def _check_rows(case, run):
+    """The ragged batch's steps (_steps), each checked step's output through run(q, k, v, scale, mask) with the
+    tensor-core loop and with the scalar one (see the test above)."""
     worst = []
     qdt = case[7]
 
@@ -157,10 +166,10 @@ def test_ragged_rows_on_the_tensor_core_loop_within_the_attention_budget(case, r
         plan = _plan(q, kr, vr, mask)
         assert plan.key[4] is True and plan.key[7] and plan.key[8], f"not the ragged tensor-core loop: {plan.key}"
         pk, pv = _poisoned(kr, batch.inner._k), _poisoned(vr, batch.inner._v)
-        got = emu.emulate(q, pk, pv, d ** -0.5, mask, reverse=True)
+        got = run(q, pk, pv, d ** -0.5, mask)
         with tuning.override(tc_ragged=False):
             assert not _plan(q, kr, vr, mask).key[4], "tc_ragged off: the scalar loop"
-            scalar = emu.emulate(q, pk, pv, d ** -0.5, mask, reverse=True)
+            scalar = run(q, pk, pv, d ** -0.5, mask)
         for i, c in enumerate(singles):
             worst.append(_within_budget(got[i:i + 1], q[i:i + 1], c, d ** -0.5, qdt, f"step {step}: row {i}"))
             if qdt == mx.float32:
@@ -172,6 +181,16 @@ def test_ragged_rows_on_the_tensor_core_loop_within_the_attention_budget(case, r
     seen = _steps(case, check)
     assert len(seen) > len(case[6]), "the steps never moved the rows' boundaries apart"
     assert worst, "no row checked"
+
+
+@pytest.mark.skipif(not emu._REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_ragged_rows_on_the_tensor_core_loop_on_the_gpu_within_the_attention_budget(case, tune):
+    """The same cases through MLX's CUDA kernels (the hardware's mma accumulation), the batch stepped by the GPU's own
+    fused decode step."""
+    tune(ragged=True, tc_ragged=True, tokens_per_split=24)
+    katt._static.cache_clear()
+    _check_rows(case, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)))
 
 
 def _kernels(monkeypatch) -> list:
@@ -228,3 +247,72 @@ def _assert_scalar(plan):
 def _fields(s):
     r = s.record()
     return {n: a for n, a in r.items() if n != "window"}, r["window"], s._q, s._method.decode_tokens
+
+
+# ---- the fused decode step (the append inside, each row flushing at its own step) on the tensor-core loop ----
+STEP_CASES = [("g16-R0", 16, 0, [37, 50, 64, 21]), ("g32-R8", 32, 8, [37, 50, 90, 21])]   # (phases 11 14 0 11; 21 8 0 5)
+
+
+@pytest.fixture
+def tc_bodies(bodies, monkeypatch, tune):
+    """tests/test_ragged_step_emulated.py's `bodies` (every launch run by its body) with the tensor-core loop as sm_80+
+    takes it, tuning's tc_ragged on and 32 multiprocessors (several encoded splits)."""
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 32)
+    tune(tc_ragged=True)
+    katt._static.cache_clear()
+    yield bodies
+    katt._static.cache_clear()
+
+
+def _fused_steps(g: int, window: int, lengths: list) -> set:
+    """G + 2 decode steps of a ragged KIVI 2-bit batch (d = 64) through DecodeStep, each row's bytes and output checked
+    against its single cache after every step (tests/test_ragged_step_emulated.py's _step); the rows that flushed."""
+    make = lambda: vc.KIVIKVCache(bits=2, group_size=g, seed=2, layer=1, window=window)   # noqa: E731
+    steps = g + 2
+    want = rs._singles(make, lengths, [900 + s for s in range(steps)])
+    batch = vc.KIVIKVCache.merge(filled_with(make, lengths, seed=7))
+    assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
+    flushed = set()
+    for step in range(steps):
+        before = batch.inner._k.bounds()
+        kk = rs._step(batch, 900 + step, want[step], f"step {step}")
+        assert (kk.step is not None) == (step > 0), f"step {step}: DecodeStep {kk.step}"
+        flushed.update(i for i, (b0, b1) in enumerate(zip(before, batch.inner._k.bounds())) if b1 > b0)
+    return flushed
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["tc_ragged", "tc_ragged-off"])
+@pytest.mark.parametrize("g, window, lengths", [c[1:] for c in STEP_CASES], ids=[c[0] for c in STEP_CASES])
+def test_a_ragged_batch_steps_through_the_fused_decode_step_on_the_tensor_core_loop(tc_bodies, g, window, lengths,
+                                                                                    on, tune):
+    """The library's DecodeStep over a ragged batch, every launch run by its body: with tc_ragged every fused step's
+    partial (the append inside) is the ragged tensor-core kernel, off the ragged scalar one; each row's bytes and
+    output are its single cache's after every step (each row flushing at its own step)."""
+    tune(tc_ragged=on)
+    flushed = _fused_steps(g, window, lengths)
+    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
+    fused_steps = [x for x in tc_bodies.launches if x["key"][6]]
+    assert len(fused_steps) == g + 1, tc_bodies.launches
+    assert all(x["key"][7] and x["key"][8] and x["key"][4] is on for x in fused_steps), tc_bodies.launches
+
+
+@pytest.mark.skipif(not emu._REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
+@pytest.mark.parametrize("g, window, lengths", [c[1:] for c in STEP_CASES], ids=[c[0] for c in STEP_CASES])
+def test_a_ragged_batch_steps_through_the_fused_decode_step_on_the_gpu_tensor_core_loop(g, window, lengths,
+                                                                                       monkeypatch, tune):
+    """The same steps with MLX's CUDA kernels: the fused steps' partial is the ragged tensor-core kernel (its compiled
+    name: 't' and 'g'), each row's bytes and output its single cache's."""
+    tune(ragged=True, tc_ragged=True)
+    katt._static.cache_clear()
+    names = []
+    compiled = katt._compiled
+
+    def record(kind, *args):
+        k = compiled(kind, *args)
+        names.append((kind, args))
+        return k
+    monkeypatch.setattr(katt, "_compiled", record)
+    assert _fused_steps(g, window, lengths) == set(range(len(lengths)))
+    ragged_tc = [a for kind, a in names if kind == "partial" and a[4] and a[6] and a[-1]]   # (tc, append, ragged)
+    assert ragged_tc, f"no ragged tensor-core partial launched: {names}"
