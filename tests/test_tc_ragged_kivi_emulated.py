@@ -316,3 +316,76 @@ def test_a_ragged_batch_steps_through_the_fused_decode_step_on_the_gpu_tensor_co
     assert _fused_steps(g, window, lengths) == set(range(len(lengths)))
     ragged_tc = [a for kind, a in names if kind == "partial" and a[4] and a[6] and a[-1]]   # (tc, append, ragged)
     assert ragged_tc, f"no ragged tensor-core partial launched: {names}"
+
+
+# ---- nvcc: the ragged tensor-core partial as attention.py launches it, sm_80 / sm_90, no local memory ----
+COMPILE_CASES = [   # key bits, value bits, G, d, window, append inside
+    (2, 2, 32, 128, 8, False), (2, 2, 32, 128, 8, True), (4, 4, 32, 128, 0, True), (1, 4, 32, 128, 128, True),
+    (2, 2, 16, 64, 8, True), (4, 2, 16, 64, 0, False),
+]
+_CUDA_TYPES = {mx.float16: "__half", mx.bfloat16: "__nv_bfloat16", mx.float32: "float"}
+
+
+def _launched(kb, vb, g, d, window, append):
+    """(header, source, input names, outputs, template) of the ragged tensor-core partial _static plans for a batch of
+    4 rows, 8 KV heads (GQA 4) and float16 queries and chunks, tuning's defaults with tc_ragged on."""
+    from veloxquant import spec
+    kp, vp = (spec.Params("kivi", bits=b, group_size=g, window=window, role=r).resolved() for b, r in ((kb, "k"),
+                                                                                                        (vb, "v")))
+    f16 = mx.float16
+    st = katt._static(kp, vp, 4, 32, 1, d, 8, 16, True, False, f16, d ** -0.5, False, 16,
+                      tuning.DEFAULT.replace(tc_ragged=True), (f16, f16, f16, f16) if append else None, True, True)
+    assert st.key[4] is True and st.key[8], st.key
+    header, source = katt.src.assemble("partial", "cuda", 4, 4, True, False, True, append, True, True)
+    tmpl = [(n, _CUDA_TYPES.get(v, v)) for n, v in st.template]
+    return header, source, st.names, st.template, tmpl
+
+
+def _resources(text: str, stem) -> dict:
+    """{arch: (registers, stack frame bytes, spill store bytes, spill load bytes)} of the one kernel in `text`."""
+    import re
+    import subprocess
+    cu = stem.with_suffix(".cu")
+    cu.write_text(text)
+    out = {}
+    for arch in ("sm_80", "sm_90"):
+        r = subprocess.run(["nvcc", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o",
+                            str(stem.parent / f"{stem.name}_{arch}.cubin")], capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-4000:]
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads.*?Used (\d+) "
+                      r"registers", r.stderr, re.S)
+        assert m, r.stderr[-2000:]
+        out[arch] = (int(m.group(4)), int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    return out
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+@pytest.mark.parametrize("case", COMPILE_CASES, ids=[f"k{c[0]}v{c[1]}-g{c[2]}-d{c[3]}-R{c[4]}{'-append' if c[5] else ''}"
+                                                     for c in COMPILE_CASES])
+def test_cuda_ragged_tensor_core_partial_compiles_without_spills(case, monkeypatch, tmp_path):
+    """The ragged tensor-core partial (tc_ragged) as attention.py launches it (its template from _static: prefetch
+    depth, launch bounds of tc_min_blocks threadgroups), without and with the decode step's append inside: sm_80 and
+    sm_90, no stack frame and no spills."""
+    from test_attention_kernels_source import _kernel
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 132)
+    katt._static.cache_clear()
+    try:
+        header, source, names, _, tmpl = _launched(*case)
+    finally:
+        katt._static.cache_clear()
+    append = case[5]
+    dt = "__half"
+    types = dict(q=dt, kc1="uint32_t", vc1="uint32_t", kgs=dt, kgz=dt, vgs=dt, vgz=dt, kw=dt, vw=dt, kx=dt, vx=dt,
+                 kf=dt, vf=dt, kconst="uint32_t", vconst="uint32_t", flags="bool" if append else "uint32_t",
+                 nenc="int32_t", rstart="int32_t", rphase="int32_t", token="bool")
+    outs = katt.src.APPEND_OUTPUTS if append else katt.src.PARTIAL_OUTPUTS
+    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
+            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
+            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header
+            + katt._bounds(tuning.DEFAULT.partial_threads, tuning.DEFAULT.tc_min_blocks)
+            + "namespace mlx::core::cu {\n" + _kernel("partial_tc_ragged", source, names, outs, types, tmpl) + "}\n")
+    res = _resources(text, tmp_path / "partial_tc_ragged")
+    print(case, res)
+    for arch, (regs, stack, stores, loads) in res.items():
+        assert stack == stores == loads == 0 and regs <= 255, (arch, regs, stack, stores, loads)
