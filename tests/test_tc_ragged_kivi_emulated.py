@@ -6,9 +6,10 @@ the kernel bodies on the CPU (tests/test_attention_kernels_emulated.py's emulato
 The records are the ragged B-row cache's own (merge of single caches of lengths differing mod G, then decode steps
 crossing every row's flush), every byte a row must not read poisoned (tests/test_batch_ragged_kivi_kernels_emulated):
 per row, the output is within conformance's attention budget of float64 over its single cache (the tensor-core
-cases' bound), and within float rounding of the ragged scalar loop's output over the same records. The fused decode
-step (the append inside, each row flushing at its own step) runs through the library's DecodeStep with every launch
-run by its body (tests/test_ragged_step_emulated.py's `bodies`). `..._on_the_gpu_...`: the same through MLX's CUDA
+cases' bound), and within float rounding of the ragged scalar loop's output over the same records. The launch with
+the step's append inside (each row flushing at its own step) runs as tests/test_batch_ragged_kivi_kernels_emulated.py
+runs it (blocks reversed and in order), and through the library's DecodeStep with every launch run by its body
+(tests/test_ragged_step_emulated.py's `bodies`). `..._on_the_gpu_...`: the same through MLX's CUDA
 kernels (skipped without an sm_80+ CUDA GPU); nvcc: the new texts compile for sm_80 / sm_90 without local memory.
 """
 from __future__ import annotations
@@ -27,9 +28,11 @@ from veloxquant.accelerated.kernels import backend
 from veloxquant.accelerated.ops import attention as oatt
 from veloxquant.conformance.attention_checks import attention_budget, attention_f64
 import test_attention_kernels_emulated as emu   # noqa: E402  (tests/ is on sys.path under pytest)
+import test_batch_ragged_kivi_kernels_emulated as rb
 import test_ragged_step_emulated as rs
 from _batch_util import filled_with
-from test_ragged_step_emulated import bodies  # noqa: F401  (the fixture)
+from test_batch_ragged_kivi_kernels_emulated import ragged_batch  # noqa: F401  (fixtures)
+from test_ragged_step_emulated import bodies  # noqa: F401
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 
@@ -318,6 +321,28 @@ def test_a_ragged_batch_steps_through_the_fused_decode_step_on_the_gpu_tensor_co
     ragged_tc = [a for kind, a in names if kind == "partial" and a[4] and a[6] and a[-1]]   # (tc, append, ragged)
     assert ragged_tc, f"no ragged tensor-core partial launched: {names}"
 
+
+
+@pytest.mark.parametrize("window, lengths", [c[1:] for c in rb.CASES], ids=[c[0] for c in rb.CASES])
+def test_the_partial_with_the_append_inside_on_the_tensor_core_loop(window, lengths, ragged_batch, monkeypatch,
+                                                                    tune):
+    """tests/test_batch_ragged_kivi_kernels_emulated.py's launch with the step's append inside (each row flushing at
+    its own step; blocks reversed, and at a flush in order too: the same output), on the tensor-core loop: each row's
+    bytes after the launch and its output are its single cache's."""
+    tune(tc_ragged=True)
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 32)
+    katt._static.cache_clear()
+    keys = []
+    launch_plan = katt.launch_plan
+
+    def plan(*a, **kw):
+        p = launch_plan(*a, **kw)
+        keys.append(p.key)
+        return p
+    monkeypatch.setattr(katt, "launch_plan", plan)
+    rb.test_the_ragged_partial_with_the_append_steps_each_row_as_its_own_cache(window, lengths, ragged_batch)
+    assert keys and all(k[4] is True and k[6] and k[8] for k in keys), keys
 
 # ---- nvcc: the ragged tensor-core partial as attention.py launches it, sm_80 / sm_90, no local memory ----
 COMPILE_CASES = [   # key bits, value bits, G, d, window, append inside
