@@ -42,6 +42,8 @@ class Tuning:
                                     # (the 3-bit layout beside the QJL signs; off until its GPU twins pass)
     tc_mixed: bool = False          # ... also turboquant keys (1-4 bits) beside KIVI values (1, 2, 4 bits), a MIXED
                                     # partial's split S - 1 in scalar arithmetic (off until its GPU twins pass)
+    tc_ragged: bool = False         # ... also a ragged KIVI batch's rows (each its own group phase: tc_kivi's loop;
+                                    # off until its GPU twins pass)
     tc_prefetch: int = 2            # chunks the tensor-core loop loads ahead while it scores one
     tc_min_blocks: int = 2          # threadgroups per multiprocessor the tensor-core partial is compiled for
     tc_waves: int = 1               # times the tensor-core loop's threadgroups fill the GPU (sets its split count)

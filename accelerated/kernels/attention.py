@@ -5,10 +5,10 @@ On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values take t
 by tuning's tc_* knobs other codes, turboquant_rvq, turboquant_prod, KIVI, mlx_affine and turboquant keys beside KIVI
 values (attention_tc.py; `_tensor_cores` says when).
 
-`supports(queries, k, v, mask)` says whether the kernels take a call (GPU backend present, query blocks of
-at most accelerated.ops.attention.MAX_PACKED_QUERIES rows, mask None or "causal", power-of-two head dim, both
-records with the same encoded prefix, or roles whose prefixes may differ: the MIXED partial, `mixed=True`); `attention(...)` runs them. `launch_plan(...)` is the pure
-description of the launches (inputs, templates, grids), shared with the CPU emulation test.
+`supports(queries, k, v, mask)` says whether the kernels take a call (a GPU backend, query blocks of at most
+accelerated.ops.attention.MAX_PACKED_QUERIES rows, mask None or "causal", a power-of-two head dim, records with one
+encoded prefix, or with `mixed=True` prefixes that differ: the MIXED partial); `attention(...)` runs them;
+`launch_plan(...)` describes the launches (inputs, templates, grids), shared with the CPU emulation test.
 """
 from __future__ import annotations
 
@@ -199,11 +199,12 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             tune: tuning.Tuning | None = None, append_ts: tuple | None = None, starts: bool = False,
             ragged: bool = False) -> _Static:
     """Everything of a plan but the per-step arrays, cached per shape (a decode step builds none of it) and per
-    tuning `tune` (default: tuning.current(); a benchmark arm that changes a knob gets its own plans). `append_ts`: the
-    keys' and values' side dtypes (with a window, and the chunks' dtypes) of a launch with the decode step's append
-    inside (APPEND): one split more (S - 1, the appended tokens), its inputs and the append's token as a third output. `starts`: the launch takes each
-    batch row's first attended token (input `rstart`: a RowStarts mask, a left-padded batch); `ragged`: KIVI rows of
-    their own group phase (input `rphase`, template RW: cache/ragged.py), the scalar loop."""
+    tuning `tune` (default: tuning.current(); an arm that changes a knob gets its own plans). `append_ts`: the keys'
+    and values' side dtypes (with a window, and the chunks' dtypes) of a launch with the decode step's append inside
+    (APPEND): one split more (S - 1, the appended tokens), its inputs and the append's token as a third output.
+    `starts`: each batch row's first attended token (input `rstart`: a left-padded batch); `ragged`: KIVI rows of
+    their own group phase (input `rphase`, template RW: cache/ragged.py), the scalar loop, or with tuning's
+    tc_ragged the KIVI tensor-core loop (its chunks and key groups from each row's phase)."""
     append = append_ts is not None
     tune = tune or tuning.current()
     tc_blocks, nt = tune.tc_min_blocks, tune.partial_threads
@@ -214,9 +215,9 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     parts = 2 if layouts.of(kp).sketch or layouts.of(vp).sketch else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     mixed = int(has_win) in src.MIXED_WINDOWS       # (split S - 1 reads one role's window beside the other's records)
-    tc = tune.tensor_cores and not ragged and _tensor_cores(kp, vp, d, has_win, tune.tc_codes, tune.tc_kivi,
-                                                            tune.tc_affine, tune.tc_3bit, tune.tc_two_stage,
-                                                            tune.tc_prod3, tune.tc_mixed)
+    rag_tc = not ragged or (tune.tc_ragged and kp.method == vp.method == "kivi")
+    tc = tune.tensor_cores and rag_tc and _tensor_cores(kp, vp, d, has_win, tune.tc_codes, tune.tc_kivi, tune.tc_affine,
+                                                        tune.tc_3bit, tune.tc_two_stage, tune.tc_prod3, tune.tc_mixed)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
@@ -390,21 +391,20 @@ def _tc_prefetch(kp: spec.Params, vp: spec.Params, depth: int) -> int:
 def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False,
                   kivi: bool = False, affine: bool = False, three: bool = False, two: bool = False,
                   prod3: bool = False, mixed: bool = False) -> bool:
-    """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with
-    4-bit codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with
-    `codes` (tuning's tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes
-    at least one word); with `three` (tuning's tc_3bit) also 3-bit turboquant codes in either role, beside any of
-    those in the other (csrc/tc_tens_*.cuh); with `two` (tuning's tc_two_stage) turboquant_rvq in either role, both
-    streams 1-, 2- or 4-bit (each its own mma pass: csrc/tc_two_*.cuh), and turboquant_prod with 1-, 2- or 4-bit mse
-    codes (bits 2, 3, 5; their QJL signs a pass of their own; keys at d = 128), beside any one-stream role but a 3-bit
-    one; with `prod3` too (tuning's tc_prod3) turboquant_prod beside a 3-bit role or with 3-bit mse codes itself
-    (bits 4: the 3-bit layout and the signs' stream in its own layout, attention_source.PARTIAL_TC3_TWO_BODY /
-    PARTIAL_TC3_PROD_VALUES_BODY), rvq with a 3-bit stream still not; with `kivi` (tuning's tc_kivi) KIVI keys and
-    values, both roles, 1-, 2- or 4-bit codes (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with
-    `affine` (tuning's tc_affine) mlx_affine keys and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh);
-    with `mixed` (tuning's tc_mixed) turboquant keys beside KIVI values (attention_tc.mixed_takes), also as a MIXED
-    partial (HASWIN 3, 4; other MIXED pairs: the scalar loop). The window split runs its exact tokens in scalar
-    arithmetic (csrc/tc_window.h, tc_mixed_split.h)."""
+    """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with 4-bit
+    codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with `codes` (tuning's tc_codes) also
+    rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes at least one word); with `three`
+    (tuning's tc_3bit) also 3-bit turboquant codes in either role, beside any of those in the other
+    (csrc/tc_tens_*.cuh); with `two` (tuning's tc_two_stage) turboquant_rvq in either role, both streams 1-, 2- or 4-bit
+    (each its own mma pass: csrc/tc_two_*.cuh), and turboquant_prod with 1-, 2- or 4-bit mse codes (bits 2, 3, 5; their
+    QJL signs a pass of their own; keys at d = 128), beside any one-stream role but a 3-bit one; with `prod3` too
+    (tuning's tc_prod3) turboquant_prod beside a 3-bit role or with 3-bit mse codes itself (bits 4: the 3-bit layout and
+    the signs' stream in its own layout, attention_source.PARTIAL_TC3_TWO_BODY / PARTIAL_TC3_PROD_VALUES_BODY), rvq with
+    a 3-bit stream still not; with `kivi` (tuning's tc_kivi) KIVI keys and values, both roles, 1-, 2- or 4-bit codes
+    (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with `affine` (tuning's tc_affine) mlx_affine keys
+    and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh); with `mixed` (tuning's tc_mixed) turboquant keys
+    beside KIVI values (attention_tc.mixed_takes), also as a MIXED partial (HASWIN 3, 4; other MIXED pairs: the scalar
+    loop). The window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h, tc_mixed_split.h)."""
     if attention_tc.mixed_pair(kp, vp) or int(has_win) in src.MIXED_WINDOWS:
         return mixed and attention_tc.mixed_takes(kp, vp, d, has_win, codes, three) and _mma_available()
     if kp.method == "mlx_affine" or vp.method == "mlx_affine":

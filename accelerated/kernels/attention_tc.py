@@ -45,6 +45,12 @@ times a power of two per chunk (keys: the chunk's largest (2^b - 1) |s| + |b| ne
 B (keys) or A (values) operand. A 16-bit x so scaled is exact in float16 (only bits below 2^-24 are lost, which a lo
 part could not hold either): one mma per step; float32 records are split in hi and lo parts, two mmas per step.
 
+Ragged KIVI rows (tuning's tc_ragged; accelerated/cache/ragged.py: each batch row's key groups start at its own
+phase f): a threadgroup's tokens are one row's, so f is uniform in it; under VQ_RAGGED the KIVI loop's 16-token chunks
+start at t0 rounded down to f mod 16 (G a multiple of 16: a chunk lies in one of the row's groups) and a chunk's
+group row is (t - f) / G (VQ_KGROW, the scalar loop's); the splits, the window split and the append are the ragged
+scalar partial's (csrc/partial_setup_tokens.h).
+
 turboquant_rvq (TWO_STREAMS): a coordinate is (C1[i] + C2[k]) n, so each stream's codes are looked up in their own
 table (scaled by the one power of two that covers both) and take their own mma pass into the same score and value
 accumulators; the second stream's words follow the first's layout at their own width, loaded beside them.

@@ -1,7 +1,7 @@
 // tc_kivi_loop.cuh's scores of one chunk: the query fragments rebuilt for a new key group, S on tensor cores, masked.
     const int tb = ta + 16 * j;
-    if (tb / KG != kgrp) {                // warp-uniform: the chunk's tokens lie in one group
-      kgrp = tb / KG;
+    if (VQ_KGROW(tb) != kgrp) {           // warp-uniform: the chunk's tokens lie in one group (ragged: from the
+      kgrp = VQ_KGROW(tb);                // row's phase)
       const int64_t go = kgo + (int64_t)kgrp * kgs_strides[2];
       // a = q s[grp] over this lane's coordinates tig * D / 4 + 4 ks + e; zq = q . z[grp] summed over the row's
       // lanes tig; a power of two per row puts its largest |a| near 2^11 (lanes g and g ^ 4 find the same)

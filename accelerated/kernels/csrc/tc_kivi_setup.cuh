@@ -15,8 +15,15 @@
   const bool has_a = ra < QB;
   // chunks of 16 tokens from t0 rounded down to 16, so that a chunk lies in one key group (KG a multiple of 16);
   // the tokens below t0 are the split before's (masked)
+#if VQ_RAGGED
+  // ... a ragged row's groups start at its phase vq_ph (partial_setup_tokens.h): t0 rounded down to vq_ph mod 16;
+  // an empty range takes no chunk (its rounded start may lie below the row's first group)
+  const int ta = t0 - ((t0 - vq_ph) & 15);
+  const int nch = (is_win || t1 <= t0) ? 0 : (t1 - ta + 15) / 16;
+#else
   const int ta = t0 - (t0 & 15);
   const int nch = is_win ? 0 : (t1 - ta + 15) / 16;
+#endif
   const float ftv = 1024.0f;              // P' = p * 2^10 (p <= 1); the values' A scale fv as the norms' scale
   const float lane_code = (float)(lane % (1 << KB1));
   const uint32_t tabk = vq_h2(lane_code, 0.0f);
