@@ -31,8 +31,7 @@ case $stage in
   twins)
     step twins python3 -m pytest -q -p no:cacheprovider -k on_the_gpu \
       tests/test_tc_two_stage_emulated.py tests/test_tc_mixed_emulated.py tests/test_tc_ragged_kivi_emulated.py
-    step caches python3 -m pytest -q -p no:cacheprovider tests/test_rotating_cache.py tests/test_batch_ragged_kivi.py \
-      tests/test_fast_path.py
+    step caches python3 -m pytest -q -p no:cacheprovider tests/test_rotating_cache.py tests/test_batch_ragged_kivi.py
     ;;
   ab)
     step ab-32k "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
