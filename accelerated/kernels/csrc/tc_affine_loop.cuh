@@ -40,11 +40,23 @@
       TC_LOAD(warp + q * NW, kwp[q], ksp[q], kzp[q], vwp[q], vsp[q], vzp[q], vnp[q])
     }
   }
+  // the chunk's loads (tc_loads.cuh): the side registers each key and value slot takes and shifts
+#define TC_PF PFA
+#define TC_KSIDES(F, i) F(ks, i) F(kz, i)
+#define TC_XSIDES(F, i) F(vs, i) F(vz, i) F(vn, i)
+#define TC_LOAD_NEXT TC_LOAD(j + PFA * NW, kwp[PFD - 1], ksp[PFD - 1], kzp[PFD - 1], vwp[PFD - 1], vsp[PFD - 1], \
+                             vzp[PFD - 1], vnp[PFD - 1])
+#define TC_LOAD_NOW TC_LOAD(j, kwc, ksc, kzc, vwc, vsc, vzc, vnc)
   for (int j = warp; j < nch; j += NW) {
-#include "tc_affine_loads.cuh"
+#include "tc_loads.cuh"
 #include "tc_affine_scores.cuh"
 #include "tc_loop_softmax.cuh"
 #include "tc_affine_values.cuh"
   }
 #undef TC_LOAD
+#undef TC_PF
+#undef TC_KSIDES
+#undef TC_XSIDES
+#undef TC_LOAD_NEXT
+#undef TC_LOAD_NOW
 #include "tc_loop_merge.cuh"

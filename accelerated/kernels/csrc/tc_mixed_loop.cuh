@@ -46,13 +46,25 @@
       TC_LOAD(warp + q * NW, kwp[q], knp[q], vwp[q], vsp[q], vzp[q], vnp[q])
     }
   }
+  // the chunk's loads (tc_loads.cuh): the side registers each key and value slot takes and shifts
+#define TC_PF PF
+#define TC_KSIDES(F, i)
+#define TC_XSIDES(F, i) F(kn, i) F(vs, i) F(vz, i) F(vn, i)
+#define TC_LOAD_NEXT TC_LOAD(j + PF * NW, kwp[PFD - 1], knp[PFD - 1], vwp[PFD - 1], vsp[PFD - 1], vzp[PFD - 1], \
+                             vnp[PFD - 1])
+#define TC_LOAD_NOW TC_LOAD(j, kwc, knc, vwc, vsc, vzc, vnc)
   for (int j = warp; j < nch; j += NW) {
-#include "tc_mixed_loads.cuh"
+#include "tc_loads.cuh"
 #include "tc_loop_scores.cuh"
 #include "tc_loop_softmax.cuh"
 #include "tc_kivi_values.cuh"
   }
 #undef TC_LOAD
+#undef TC_PF
+#undef TC_KSIDES
+#undef TC_XSIDES
+#undef TC_LOAD_NEXT
+#undef TC_LOAD_NOW
 #undef VQ_TC_KWORDS
 #undef VQ_TC_VWORDS
 #undef VQ_TC_ALIGN
