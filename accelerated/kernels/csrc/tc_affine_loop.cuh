@@ -40,7 +40,7 @@
       TC_LOAD(warp + q * NW, kwp[q], ksp[q], kzp[q], vwp[q], vsp[q], vzp[q], vnp[q])
     }
   }
-  // the chunk's loads (tc_loads.cuh): the side registers each key and value slot takes and shifts
+  // tc_loads.cuh's parameters: the side registers each key and value slot takes and shifts
 #define TC_PF PFA
 #define TC_KSIDES(F, i) F(ks, i) F(kz, i)
 #define TC_XSIDES(F, i) F(vs, i) F(vz, i) F(vn, i)
@@ -54,9 +54,4 @@
 #include "tc_affine_values.cuh"
   }
 #undef TC_LOAD
-#undef TC_PF
-#undef TC_KSIDES
-#undef TC_XSIDES
-#undef TC_LOAD_NEXT
-#undef TC_LOAD_NOW
 #include "tc_loop_merge.cuh"

@@ -34,7 +34,7 @@
       TC_LOAD(warp + q * NW, kwp[q], vwp[q], vsp[q], vzp[q], vnp[q])
     }
   }
-  // the chunk's loads (tc_loads.cuh): the side registers each key and value slot takes and shifts
+  // tc_loads.cuh's parameters: the side registers each key and value slot takes and shifts
 #define TC_PF PF
 #define TC_KSIDES(F, i)
 #define TC_XSIDES(F, i) F(vs, i) F(vz, i) F(vn, i)
@@ -47,9 +47,4 @@
 #include "tc_kivi_values.cuh"
   }
 #undef TC_LOAD
-#undef TC_PF
-#undef TC_KSIDES
-#undef TC_XSIDES
-#undef TC_LOAD_NEXT
-#undef TC_LOAD_NOW
 #include "tc_loop_merge.cuh"

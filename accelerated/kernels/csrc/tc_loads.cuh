@@ -40,3 +40,8 @@
     }
 #undef TC_TAKE
 #undef TC_SHIFT
+#undef TC_PF
+#undef TC_KSIDES
+#undef TC_XSIDES
+#undef TC_LOAD_NEXT
+#undef TC_LOAD_NOW

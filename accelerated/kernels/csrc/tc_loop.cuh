@@ -39,7 +39,7 @@
       TC_LOAD(warp + q * NW, kwp[q], vwp[q], knp[q], vnp[q], kwp2[q], vwp2[q], knp2[q], vnp2[q])
     }
   }
-  // the chunk's loads (tc_loads.cuh): the side registers each key and value slot takes and shifts
+  // tc_loads.cuh's parameters: the side registers each key and value slot takes and shifts
 #define TC_PF PF
 #define TC_KSIDES(F, i)
 #define TC_XSIDES(F, i) F(kn, i) F(vn, i)
@@ -53,11 +53,6 @@
 #include "tc_loop_values.cuh"
   }
 #undef TC_LOAD
-#undef TC_PF
-#undef TC_KSIDES
-#undef TC_XSIDES
-#undef TC_LOAD_NEXT
-#undef TC_LOAD_NOW
 #undef VQ_TC_KWORDS
 #undef VQ_TC_VWORDS
 #undef VQ_TC_ALIGN
