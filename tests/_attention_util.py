@@ -1,5 +1,6 @@
-"""Helpers shared by the attention tests: a packed record from accelerated.ops' one-shot encode, and the
-float64 attention oracle (GQA by repeating KV heads, optional causal mask; spec/attention.md)."""
+"""Helpers shared by the attention tests: a packed record from accelerated.ops' one-shot encode, the
+float64 attention oracle (GQA by repeating KV heads, optional causal mask; spec/attention.md), and a spy on the
+kernels' launch plans."""
 from __future__ import annotations
 
 import mlx.core as mx
@@ -28,3 +29,17 @@ def f64_attention(q, k, v, scale, causal):
     s -= s.max(-1, keepdims=True)
     p = np.exp(s)
     return np.einsum("bhqk,bhkd->bhqd", p / p.sum(-1, keepdims=True), v)
+
+
+def plan_keys(monkeypatch) -> list:
+    """The keys of the launch plans accelerated.kernels.attention.launch_plan makes from now on, in order (a spy)."""
+    from veloxquant.accelerated.kernels import attention as katt
+    keys = []
+    plan = katt.launch_plan
+
+    def spy(*a, **kw):
+        out = plan(*a, **kw)
+        keys.append(out.key)
+        return out
+    monkeypatch.setattr(katt, "launch_plan", spy)
+    return keys

@@ -30,6 +30,7 @@ from veloxquant.conformance.attention_checks import attention_budget, attention_
 import test_attention_kernels_emulated as emu   # noqa: E402  (tests/ is on sys.path under pytest)
 import test_batch_ragged_kivi_kernels_emulated as rb
 import test_ragged_step_emulated as rs
+from _attention_util import plan_keys
 from _batch_util import filled_with, poisoned
 from test_batch_ragged_kivi_kernels_emulated import ragged_batch  # noqa: F401  (fixtures)
 from test_ragged_step_emulated import bodies  # noqa: F401
@@ -313,14 +314,7 @@ def test_the_partial_with_the_append_inside_on_the_tensor_core_loop(window, leng
     monkeypatch.setattr(katt, "_mma_available", lambda: True)
     monkeypatch.setattr(katt, "_sm_count", lambda: 32)
     katt._static.cache_clear()
-    keys = []
-    launch_plan = katt.launch_plan
-
-    def plan(*a, **kw):
-        p = launch_plan(*a, **kw)
-        keys.append(p.key)
-        return p
-    monkeypatch.setattr(katt, "launch_plan", plan)
+    keys = plan_keys(monkeypatch)
     rb.test_the_ragged_partial_with_the_append_steps_each_row_as_its_own_cache(window, lengths, ragged_batch)
     assert keys and all(k[4] is True and k[6] and k[8] for k in keys), keys
 
