@@ -30,7 +30,7 @@ from veloxquant.conformance.attention_checks import attention_budget, attention_
 import test_attention_kernels_emulated as emu   # noqa: E402  (tests/ is on sys.path under pytest)
 import test_batch_ragged_kivi_kernels_emulated as rb
 import test_ragged_step_emulated as rs
-from _attention_util import plan_keys
+from _attention_util import plan_keys, ptxas
 from _batch_util import filled_with, poisoned
 from test_batch_ragged_kivi_kernels_emulated import ragged_batch  # noqa: F401  (fixtures)
 from test_ragged_step_emulated import bodies  # noqa: F401
@@ -344,17 +344,11 @@ def _launched(kb, vb, g, d, window, append):
 def _resources(text: str, stem) -> dict:
     """{arch: (registers, stack frame bytes, spill store bytes, spill load bytes)} of the one kernel in `text`."""
     import re
-    import subprocess
-    cu = stem.with_suffix(".cu")
-    cu.write_text(text)
     out = {}
-    for arch in ("sm_80", "sm_90"):
-        r = subprocess.run(["nvcc", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o",
-                            str(stem.parent / f"{stem.name}_{arch}.cubin")], capture_output=True, text=True, timeout=900)
-        assert r.returncode == 0, r.stderr[-4000:]
+    for arch, log in ptxas(text, stem).items():
         m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads.*?Used (\d+) "
-                      r"registers", r.stderr, re.S)
-        assert m, r.stderr[-2000:]
+                      r"registers", log, re.S)
+        assert m, log[-2000:]
         out[arch] = (int(m.group(4)), int(m.group(1)), int(m.group(2)), int(m.group(3)))
     return out
 
