@@ -13,7 +13,12 @@
   constexpr bool KLO = sizeof(kgs[0]) > 2;
   constexpr bool VLO = sizeof(vgs[0]) > 2;
 #include "tc_lanes.cuh"
+  float fqa = 1.0f;
+#define VQ_TC_Q sq
+#define VQ_TC_FQ fqa
+#define VQ_TC_QA(ks) qa[ks]
 #include "tc_query_scale.cuh"
+  uint32_t qa[KS][2];
 #include "tc_query_frag.cuh"
   const float uka = 1.0f / fqa;           // exact: a power of two
   const float ftv = 1024.0f;              // P' = p * 2^10 (p <= 1); the values' A scale fv as the norms' scale

@@ -5,6 +5,10 @@
   constexpr int MT = D / 16;              // m-tiles of the value sums (coordinates in M)
 #include "tc_lanes.cuh"
   // scales (powers of two): this lane's query row, the code tables (the value norms' below, as they come)
+  float fqa = 1.0f;
+#define VQ_TC_Q sq
+#define VQ_TC_FQ fqa
+#define VQ_TC_QA(ks) qa[ks]
 #include "tc_query_scale.cuh"
   float mtk = fabsf(rk1);
   float mtv = fabsf(rv1);
@@ -18,6 +22,7 @@
   const int nch = is_win ? 0 : (t1 - t0 + 15) / 16;    // the window split: tc_window.h
   const int64_t kso = (int64_t)b * ks0_strides[0] + (int64_t)h * ks0_strides[1];
   const int64_t vso = (int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1];
+  uint32_t qa[KS][2];
 #include "tc_query_frag.cuh"
   // code tables: entry lane % 16 (4-bit codes), scaled, its float16 hi and lo parts in one word
   const float tk = rk1 * ftk;
