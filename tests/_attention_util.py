@@ -1,5 +1,6 @@
-"""Helpers shared by the attention tests: a packed record from accelerated.ops' one-shot encode, and the
-float64 attention oracle (GQA by repeating KV heads, optional causal mask; spec/attention.md)."""
+"""Helpers shared by the attention tests: a packed record from accelerated.ops' one-shot encode, the
+float64 attention oracle (GQA by repeating KV heads, optional causal mask; spec/attention.md), and a spy on the
+kernels' launch plans, nvcc's ptxas report of a kernel text."""
 from __future__ import annotations
 
 import mlx.core as mx
@@ -28,3 +29,32 @@ def f64_attention(q, k, v, scale, causal):
     s -= s.max(-1, keepdims=True)
     p = np.exp(s)
     return np.einsum("bhqk,bhkd->bhqd", p / p.sum(-1, keepdims=True), v)
+
+
+def plan_keys(monkeypatch) -> list:
+    """The keys of the launch plans accelerated.kernels.attention.launch_plan makes from now on, in order (a spy)."""
+    from veloxquant.accelerated.kernels import attention as katt
+    keys = []
+    plan = katt.launch_plan
+
+    def spy(*a, **kw):
+        out = plan(*a, **kw)
+        keys.append(out.key)
+        return out
+    monkeypatch.setattr(katt, "launch_plan", spy)
+    return keys
+
+
+def ptxas(text: str, stem) -> dict:
+    """{arch: ptxas' -v report} of the CUDA source `text` (written to stem.cu, the cubins beside it) compiled by nvcc
+    for sm_80 and sm_90; a failed compile fails the test with its log's end."""
+    import subprocess
+    cu = stem.with_suffix(".cu")
+    cu.write_text(text)
+    out = {}
+    for arch in ("sm_80", "sm_90"):
+        r = subprocess.run(["nvcc", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o",
+                            str(stem.parent / f"{stem.name}_{arch}.cubin")], capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-4000:]
+        out[arch] = r.stderr
+    return out

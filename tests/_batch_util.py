@@ -1,9 +1,14 @@
 """Helpers of the batch-cache tests (tests/test_batch_cache.py: a cache per sequence; tests/test_batch_shared.py:
-one B-row cache): keys and values, record bytes, prefilled single caches, the batched appends both run."""
+one B-row cache): keys and values, record bytes, prefilled single caches, the batched appends both run; a ragged
+record with the bytes no row may read poisoned (the ragged KIVI kernels' tests)."""
 from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
+
+from veloxquant.accelerated import layouts
+from veloxquant.accelerated.cache import ragged
+from veloxquant.accelerated.ops import attention as oatt
 
 H, D = 2, 64
 
@@ -68,3 +73,25 @@ def saves_and_loads(batch, cls, path: str, offsets: list, meta: bool = True) -> 
     assert loaded.left_padding.tolist() == batch.left_padding.tolist() and loaded.size() == batch.size()
     assert [record_bytes(loaded.extract(i), meta) for i in range(len(offsets))] == \
         [record_bytes(batch.extract(i), meta) for i in range(len(offsets))]
+
+
+def poisoned(rec: oatt.RaggedRecord, stream: ragged.RaggedStream) -> oatt.RaggedRecord:
+    """rec with every byte no row may read all bits set: per row, field rows below its first token (group rows below
+    its first group) and past its own boundary, window slots below its own window."""
+    p, pads, bnd = stream.params, stream._pads, stream.bounds()
+    g = p.group_size
+    ph = ragged.phases(pads, p)
+    grouped = layouts.of(p).group_rows(p.role)
+    fields = {}
+    for name, a in rec.fields.items():
+        n = np.array(a).copy()
+        for i, (pad, bi, f) in enumerate(zip(pads, bnd, ph)):
+            lo, hi = ((pad - f) // g, max(bi - f, 0) // g) if name in grouped else (pad, bi)
+            n[i, :, :lo].view(np.uint8)[...] = 0xFF
+            n[i, :, max(hi, lo):].view(np.uint8)[...] = 0xFF
+        fields[name] = mx.array(n)
+    w = np.array(rec.window).copy()
+    for i, (pad, bi) in enumerate(zip(pads, bnd)):
+        w[i, :, :max(bi, pad) - rec.encoded].view(np.uint8)[...] = 0xFF
+    return oatt.RaggedRecord(rec.params, fields, mx.array(w), rec.encoded, rec.decode_tokens, None, rec.phases,
+                             rec.decoded)

@@ -14,6 +14,7 @@ import pytest
 from veloxquant.accelerated import tuning
 from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.kernels import commit
+from _attention_util import ptxas
 
 MACROS = ("TID", "BLOCK_X", "BLOCK_Y", "BLOCK_Z", "NBLOCK_X", "NBLOCK_Y", "NBLOCK_Z", "SHARED", "BARRIER",
           "SHFL_XOR", "SHFL_IDX", "WARP_SYNC")
@@ -255,17 +256,9 @@ def _local_memory(header: str, body: str, stem, entry: str, bounds: bool = True)
             "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header
             + (katt._bounds(tuning.DEFAULT.partial_threads, tuning.DEFAULT.tc_min_blocks) if bounds else "")
             + "namespace mlx::core::cu {\n" + body + "}\n")
-    cu = stem.with_suffix(".cu")
-    cu.write_text(text)
-    out = {}
-    for arch in ("sm_80", "sm_90"):
-        r = subprocess.run(["nvcc", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o",
-                            str(stem.parent / f"{stem.name}_{arch}.cubin")], capture_output=True, text=True, timeout=900)
-        assert r.returncode == 0, r.stderr[-4000:]
-        out[arch] = {m.group(1): int(m.group(2)) + int(m.group(3)) for m in re.finditer(
-            rf"Compiling entry function '[^']*({entry})[^']*'.*?(\d+) bytes stack frame, (\d+) bytes spill stores",
-            r.stderr, re.S)}
-    return out
+    return {arch: {m.group(1): int(m.group(2)) + int(m.group(3)) for m in re.finditer(
+        rf"Compiling entry function '[^']*({entry})[^']*'.*?(\d+) bytes stack frame, (\d+) bytes spill stores",
+        log, re.S)} for arch, log in ptxas(text, stem).items()}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")

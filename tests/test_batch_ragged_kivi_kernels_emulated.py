@@ -24,34 +24,13 @@ from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend
 from veloxquant.accelerated.ops import attention as oatt
 from _attention_util import f64_attention
-from _batch_util import D, H, filled_with, kv
+from _batch_util import D, H, filled_with, kv, poisoned
 import test_attention_kernels_emulated as emu   # noqa: E402  (tests/ is on sys.path under pytest)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 
 G = 16
 REP = 2
-
-
-def _poisoned(rec: oatt.RaggedRecord, stream: ragged.RaggedStream) -> oatt.RaggedRecord:
-    """rec with every byte no row may read set to all ones: per row, field rows below its first token and past its
-    own boundary, window slots outside its own window."""
-    p, pads, bnd = stream.params, stream._pads, stream.bounds()
-    ph = ragged.phases(pads, p)
-    grouped = layouts.of(p).group_rows(p.role)
-    fields = {}
-    for name, a in rec.fields.items():
-        n = np.array(a).copy()
-        for i, (pad, bi, f) in enumerate(zip(pads, bnd, ph)):
-            lo, hi = ((pad - f) // G, max(bi - f, 0) // G) if name in grouped else (pad, bi)
-            n[i, :, :lo].view(np.uint8)[...] = 0xFF
-            n[i, :, max(hi, lo):].view(np.uint8)[...] = 0xFF
-        fields[name] = mx.array(n)
-    w = np.array(rec.window).copy()
-    for i, (pad, bi) in enumerate(zip(pads, bnd)):
-        w[i, :, :max(bi, pad) - rec.encoded].view(np.uint8)[...] = 0xFF
-    return oatt.RaggedRecord(rec.params, fields, mx.array(w), rec.encoded, rec.decode_tokens, None, rec.phases,
-                             rec.decoded)
 
 
 CASES = [("R0", 0, [37, 50, 64, 21]), ("R8", 8, [37, 50, 64, 5])]   # (R = 8: the 5-token row all window)
@@ -97,7 +76,7 @@ def test_the_ragged_partial_attends_each_row_as_its_own_cache(window, lengths, r
             assert katt.supports(q, kr, vr, mask), "the kernels refuse the ragged step"
             plan = katt.launch_plan(q, kr, vr, D ** -0.5, mask)
         assert plan.key[7] and plan.key[8] and not plan.key[4] and "rphase" in plan.partial_names, plan.key
-        got = emu.emulate(q, _poisoned(kr, batch.inner._k), _poisoned(vr, batch.inner._v), D ** -0.5, mask,
+        got = emu.emulate(q, poisoned(kr, batch.inner._k), poisoned(vr, batch.inner._v), D ** -0.5, mask,
                           reverse=True)
         ops = np.array(oatt.attention(q, *(oatt.PackedRecord(r.params, {}, r.decoded(), 0) for r in (kr, vr)),
                                       D ** -0.5, mask))
@@ -121,9 +100,9 @@ def _flush(stream: ragged.RaggedStream, idx: int) -> tuple[list[int], int]:
 
 
 def _appended(rec, stream, rows: list, x: int) -> oatt.RaggedRecord:
-    """rec (the state after the step) poisoned as _poisoned does, and the rows the launch's append writes (the flushing
+    """rec (the state after the step) poisoned as poisoned does, and the rows the launch's append writes (the flushing
     rows' codes and values' scale / zero x .. x + G - 1, their keys' group row x // G) all bits set too."""
-    rec = _poisoned(rec, stream)
+    rec = poisoned(rec, stream)
     grouped = layouts.of(stream.params).group_rows(stream.params.role)
     fields = {}
     for name, a in rec.fields.items():

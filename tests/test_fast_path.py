@@ -165,6 +165,21 @@ def _assert_fast(cuda, paths, caches, layer_steps):
     assert partials == layer_steps, f"{partials} partial launches for {layer_steps} layer steps"
 
 
+def _partials_with(cuda, paths, tune, knob: str, kw):
+    """(on, the partial kernels' names) of 4 fast decode steps of a tiny llama with caches of `kw`, tuning's `knob`
+    on and then off (each launch checked by _assert_fast)."""
+    for on in (True, False):
+        tune(**{knob: on})
+        model = tiny_llama(64, layers=2)
+        caches = make_prompt_cache(model, **kw)
+        model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
+        _decode(model, caches, 1)
+        _reset(cuda, paths)
+        _decode(model, caches, 4)
+        _assert_fast(cuda, paths, caches, len(caches) * 4)
+        yield on, {n for n in cuda if n.startswith("vq_attention_partial")}
+
+
 @pytest.mark.parametrize("kw", [pytest.param(kw, id=i, marks=m or ()) for i, kw, m in CONFIGS])
 def test_every_decode_step_takes_the_fast_path(cuda, paths, kw):
     model = tiny_llama(64, layers=2)
@@ -186,16 +201,7 @@ def test_3bit_turboquant_steps_take_the_tensor_core_loop(cuda, paths, tune, kw):
     """tuning's tc_3bit: the quality docs' recommended pair (keys turboquant 3 bits, values turboquant 2) and the
     other pairs with a 3-bit role step on the fast path with the 3-bit tensor-core partial (its own kernel, name
     ...c3) and the append inside it; off, the same steps take the scalar loop's partial."""
-    for on in (True, False):
-        tune(tc_3bit=on)
-        model = tiny_llama(64, layers=2)
-        caches = make_prompt_cache(model, **kw)
-        model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
-        _decode(model, caches, 1)
-        _reset(cuda, paths)
-        _decode(model, caches, 4)
-        _assert_fast(cuda, paths, caches, len(caches) * 4)
-        partials = {n for n in cuda if n.startswith("vq_attention_partial")}
+    for on, partials in _partials_with(cuda, paths, tune, "tc_3bit", kw):
         assert partials and all(("t2c3a" in n) == on for n in partials), (on, partials)
 
 
@@ -308,16 +314,7 @@ def test_mixed_steps_take_the_tc_mixed_loop(cuda, paths, tune, kw):
     their window: the MIXED partial, HASWIN 3; with a window of 32 on both roles, HASWIN 4) steps on the fast path with
     the TC_MIX tensor-core partial (its own kernel, name ...t2mx) and the append inside it; off, the same steps take
     the scalar loop's MIXED partial."""
-    for on in (True, False):
-        tune(tc_mixed=on)
-        model = tiny_llama(64, layers=2)
-        caches = make_prompt_cache(model, **kw)
-        model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
-        _decode(model, caches, 1)
-        _reset(cuda, paths)
-        _decode(model, caches, 4)
-        _assert_fast(cuda, paths, caches, len(caches) * 4)
-        partials = {n for n in cuda if n.startswith("vq_attention_partial")}
+    for on, partials in _partials_with(cuda, paths, tune, "tc_mixed", kw):
         haswin = "4" if "window" in kw else "3"
         assert partials and all(n.split("_")[3][:3] == "04" + haswin and ("t2mxa" in n) == on for n in partials), \
             (on, partials)

@@ -18,6 +18,7 @@ import pytest
 from veloxquant import spec
 from veloxquant.accelerated import attention as aatt
 from veloxquant.accelerated.kernels import attention as katt
+from _attention_util import plan_keys
 from test_attention_kernels_emulated import (MIXED_CASES, TC_SPLIT_FRACTION, _REAL_MMA, _packed, emulate,  # noqa: F401
                                              tensor_cores, test_mixed_roles_through_one_partial as _mixed_roles)
 
@@ -154,14 +155,7 @@ def test_append_inside_the_partial_on_the_tc_mixed_loop(case, monkeypatch, tune)
     bit accelerated.ops' one-shot encode), copies the chunk into the values' window, and attends those rows and the
     window in scalar arithmetic beside the encoded splits' mma loop; blocks in both orders; the output within the
     float64 bound (tests/test_attention_kernels_emulated.py's MIXED check, with this loop asserted)."""
-    seen = []
-    plan = katt.launch_plan
-
-    def spy(*a, **kw):
-        out = plan(*a, **kw)
-        seen.append(out.key)
-        return out
-    monkeypatch.setattr(katt, "launch_plan", spy)
+    seen = plan_keys(monkeypatch)
     tune(tc_mixed=True)
     _mixed_roles(case, monkeypatch, tune, tc=src.TC_MIX)
     appended = [k for k in seen if k[6]]

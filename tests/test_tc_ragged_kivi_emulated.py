@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import veloxquant.accelerated.cache as vc
-from veloxquant.accelerated import layouts, tuning
+from veloxquant.accelerated import tuning
 from veloxquant.accelerated.cache import masks, ragged
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend
@@ -30,7 +30,8 @@ from veloxquant.conformance.attention_checks import attention_budget, attention_
 import test_attention_kernels_emulated as emu   # noqa: E402  (tests/ is on sys.path under pytest)
 import test_batch_ragged_kivi_kernels_emulated as rb
 import test_ragged_step_emulated as rs
-from _batch_util import filled_with
+from _attention_util import plan_keys, ptxas
+from _batch_util import filled_with, poisoned
 from test_batch_ragged_kivi_kernels_emulated import ragged_batch  # noqa: F401  (fixtures)
 from test_ragged_step_emulated import bodies  # noqa: F401
 
@@ -84,28 +85,6 @@ def ragged_tc(monkeypatch, tune):
     katt._static.cache_clear()
     yield
     katt._static.cache_clear()
-
-
-def _poisoned(rec: oatt.RaggedRecord, stream: ragged.RaggedStream) -> oatt.RaggedRecord:
-    """rec with every byte no row may read all bits set: per row, field rows below its first token (group rows below
-    its first group) and past its own boundary, window slots below its own window."""
-    p, pads, bnd = stream.params, stream._pads, stream.bounds()
-    g = p.group_size
-    ph = ragged.phases(pads, p)
-    grouped = layouts.of(p).group_rows(p.role)
-    fields = {}
-    for name, a in rec.fields.items():
-        n = np.array(a).copy()
-        for i, (pad, bi, f) in enumerate(zip(pads, bnd, ph)):
-            lo, hi = ((pad - f) // g, max(bi - f, 0) // g) if name in grouped else (pad, bi)
-            n[i, :, :lo].view(np.uint8)[...] = 0xFF
-            n[i, :, max(hi, lo):].view(np.uint8)[...] = 0xFF
-        fields[name] = mx.array(n)
-    w = np.array(rec.window).copy()
-    for i, (pad, bi) in enumerate(zip(pads, bnd)):
-        w[i, :, :max(bi, pad) - rec.encoded].view(np.uint8)[...] = 0xFF
-    return oatt.RaggedRecord(rec.params, fields, mx.array(w), rec.encoded, rec.decode_tokens, None, rec.phases,
-                             rec.decoded)
 
 
 def _plan(q, kr, vr, mask) -> katt.Plan:
@@ -171,7 +150,7 @@ def _check_rows(case, run):
         d = q.shape[-1]
         plan = _plan(q, kr, vr, mask)
         assert plan.key[4] is True and plan.key[7] and plan.key[8], f"not the ragged tensor-core loop: {plan.key}"
-        pk, pv = _poisoned(kr, batch.inner._k), _poisoned(vr, batch.inner._v)
+        pk, pv = poisoned(kr, batch.inner._k), poisoned(vr, batch.inner._v)
         got = run(q, pk, pv, d ** -0.5, mask)
         with tuning.override(tc_ragged=False):
             assert not _plan(q, kr, vr, mask).key[4], "tc_ragged off: the scalar loop"
@@ -335,14 +314,7 @@ def test_the_partial_with_the_append_inside_on_the_tensor_core_loop(window, leng
     monkeypatch.setattr(katt, "_mma_available", lambda: True)
     monkeypatch.setattr(katt, "_sm_count", lambda: 32)
     katt._static.cache_clear()
-    keys = []
-    launch_plan = katt.launch_plan
-
-    def plan(*a, **kw):
-        p = launch_plan(*a, **kw)
-        keys.append(p.key)
-        return p
-    monkeypatch.setattr(katt, "launch_plan", plan)
+    keys = plan_keys(monkeypatch)
     rb.test_the_ragged_partial_with_the_append_steps_each_row_as_its_own_cache(window, lengths, ragged_batch)
     assert keys and all(k[4] is True and k[6] and k[8] for k in keys), keys
 
@@ -372,17 +344,11 @@ def _launched(kb, vb, g, d, window, append):
 def _resources(text: str, stem) -> dict:
     """{arch: (registers, stack frame bytes, spill store bytes, spill load bytes)} of the one kernel in `text`."""
     import re
-    import subprocess
-    cu = stem.with_suffix(".cu")
-    cu.write_text(text)
     out = {}
-    for arch in ("sm_80", "sm_90"):
-        r = subprocess.run(["nvcc", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-cubin", str(cu), "-o",
-                            str(stem.parent / f"{stem.name}_{arch}.cubin")], capture_output=True, text=True, timeout=900)
-        assert r.returncode == 0, r.stderr[-4000:]
+    for arch, log in ptxas(text, stem).items():
         m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads.*?Used (\d+) "
-                      r"registers", r.stderr, re.S)
-        assert m, r.stderr[-2000:]
+                      r"registers", log, re.S)
+        assert m, log[-2000:]
         out[arch] = (int(m.group(4)), int(m.group(1)), int(m.group(2)), int(m.group(3)))
     return out
 

@@ -61,7 +61,7 @@ sketch-domain part, which the combine maps back), with P'' = p n gamma A_d scale
 prod b4 (tuning's tc_prod3): its 3-bit mse codes in the 3-bit layout (attention_source.TC_TENS_PARTS) and its signs in
 their own 1-bit one (tc_two_setup.cuh's KWL2 / VWL2 and row bases), the scores' n-tile loop unrolled (PROD3_KEYS,
 PROD3_VALUES); with prod in both roles the keys' projected-query fragment is made from shared memory at each k-step
-(tc_prod3_scores.cuh), which leaves the registers for the values' second accumulator.
+(tc_prod3_signs.cuh), which leaves the registers for the values' second accumulator.
 
 Turboquant keys beside KIVI values (tuning's tc_mixed; attention_source.TC_MIX, csrc/tc_mixed_*.cuh: the recommended
 quality configuration, keys turboquant 3-bit with R = 0 and values KIVI 2-bit with R = 128): the keys' score pass as
@@ -85,22 +85,25 @@ TC_CUDA_HEADER = loader.text("tc_header.cuh")     # the helpers: float16 pairs, 
 # the loop's hooks (computed includes) for a second code stream per role: turboquant_rvq's codes2 in the residual
 # table, each stream its own mma pass into the same accumulators, or turboquant_prod's QJL signs (keys: scores of
 # their own; values: a second accumulator) (csrc/tc_two_*.cuh); nothing with one stream
-_HOOKS = ("VQ_TC_MAX2", "VQ_TC_TAKE2", "VQ_TC_SCORES2", "VQ_TC_XA2", "VQ_TC_SOFTMAX2", "VQ_TC_VALUES2")
+_HOOKS = ("VQ_TC_MAX2", "VQ_TC_TAKE2", "VQ_TC_SCORES2", "VQ_TC_SIGNS", "VQ_TC_XA2", "VQ_TC_SOFTMAX2",
+          "VQ_TC_VALUES2")
 ONE_STREAM = {"VQ_TC_STAGE2": "tc_stage1.cuh", "VQ_TC_MERGE": "tc_loop_merge.cuh", "VQ_TC_UNROLL_NT": "tc_none.cuh",
               **dict.fromkeys(_HOOKS, "tc_none.cuh")}
 TWO_STREAMS = {"VQ_TC_STAGE2": "tc_two_setup.cuh", "VQ_TC_MERGE": "tc_loop_merge.cuh",     # (names spelled out: the
                "VQ_TC_MAX2": "tc_two_max.cuh", "VQ_TC_TAKE2": "tc_two_take.cuh",        # dead-source test looks
                "VQ_TC_SCORES2": "tc_two_scores.cuh", "VQ_TC_XA2": "tc_two_xa.cuh",      # for them)
                "VQ_TC_SOFTMAX2": "tc_two_softmax.cuh", "VQ_TC_VALUES2": "tc_two_values.cuh",
-               "VQ_TC_UNROLL_NT": "tc_none.cuh"}
+               "VQ_TC_SIGNS": "tc_two_qb2.cuh", "VQ_TC_UNROLL_NT": "tc_none.cuh"}
 assert set(TWO_STREAMS) == set(ONE_STREAM)
 # ... with prod values: two value parts a row merged (the one-part merge kept for the others: its registers)
 PROD_VALUES = {**TWO_STREAMS, "VQ_TC_MERGE": "tc_two_merge.cuh"}
 # ... prod keys beside a 3-bit role (tc_prod3): the scores' n-tile loop unrolled (csrc/tc_prod3_unroll.cuh)
 PROD3_KEYS = {**TWO_STREAMS, "VQ_TC_UNROLL_NT": "tc_prod3_unroll.cuh"}
-# ... prod values with 3-bit codes (tc_prod3): the same unroll; prod keys' signs against a query fragment made from
-# shared memory at each k-step (csrc/tc_prod3_scores.cuh: the register copy spilled beside the second accumulator)
-PROD3_VALUES = {**PROD_VALUES, "VQ_TC_UNROLL_NT": "tc_prod3_unroll.cuh", "VQ_TC_SCORES2": "tc_prod3_scores.cuh"}
+# ... prod values with 3-bit codes (tc_prod3): the same unroll; prod keys' signs alone (no rvq keys beside them)
+# against a query fragment made from shared memory at each k-step (csrc/tc_prod3_signs.cuh: the register copy
+# spilled beside the second accumulator)
+PROD3_VALUES = {**PROD_VALUES, "VQ_TC_UNROLL_NT": "tc_prod3_unroll.cuh", "VQ_TC_SCORES2": "tc_two_signs.cuh",
+                "VQ_TC_SIGNS": "tc_prod3_signs.cuh"}
 
 
 def mixed_pair(kp, vp) -> bool:

@@ -6,56 +6,24 @@
   // exact in float16 (its 8 or 11 bits; only bits below float16's 2^-24 are lost, which a lo part could not hold
   // either), so 16-bit records take one mma per step; float32 records two (hi and lo parts, as tc_loop.cuh's)
   constexpr int KS = D / 16;
-  constexpr int KWL = (KB1 * D) / 128;
-  constexpr bool VWHOLE = VB1 * D >= 256;
-  constexpr int VWL = VWHOLE ? (VB1 * D) / 256 : 1;
+#include "tc_words_sizes.cuh"
   constexpr int MT = D / 16;
   constexpr uint32_t KMASK = (1u << KB1) - 1u;
   constexpr uint32_t VMASK = (1u << VB1) - 1u;
   constexpr bool KLO = sizeof(kgs[0]) > 2;
   constexpr bool VLO = sizeof(vgs[0]) > 2;
-  const int g = lane >> 2;
-  const int tig = lane & 3;
-  const int part = g >> 2;
-  const int ra = g & 3;
-  const bool has_a = ra < QB;
+#include "tc_lanes.cuh"
   float fqa = 1.0f;
-  for (int r = 0; r < QB; ++r) {
-    float mx = 0.0f;
-    for (int c = lane; c < D; c += 32) {
-      mx = vq_max(mx, fabsf(sq[r * D + c]));
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      mx = vq_max(mx, SHFL_XOR(mx, o));
-    }
-    fqa = (r == ra) ? vq_pow2_for(mx, 11) : fqa;
-  }
+#define VQ_TC_Q sq
+#define VQ_TC_FQ fqa
+#define VQ_TC_QA(ks) qa[ks]
+#include "tc_query_scale.cuh"
   uint32_t qa[KS][2];
-  for (int ks = 0; ks < KS; ++ks) {
-    for (int jp = 0; jp < 2; ++jp) {
-      const int c = tig * (D / 4) + 4 * ks + 2 * jp;
-      float x0 = has_a ? sq[ra * D + c] * fqa : 0.0f;
-      float x1 = has_a ? sq[ra * D + c + 1] * fqa : 0.0f;
-      if (part == 1) {
-        x0 -= vq_hround(x0);
-        x1 -= vq_hround(x1);
-      }
-      qa[ks][jp] = vq_h2(x0, x1);
-    }
-  }
+#include "tc_query_frag.cuh"
   const float uka = 1.0f / fqa;           // exact: a power of two
   const float ftv = 1024.0f;              // P' = p * 2^10 (p <= 1); the values' A scale fv as the norms' scale
   const int nch = is_win ? 0 : (t1 - t0 + 15) / 16;    // the window split: tc_window.h
-  const int qpa = qpos[has_a ? ra : 0];
-  float m_a = NEG_INF;
-  float l_a = 0.0f;
-  float fv = 0.0f;
-  float o[MT][4];
-  for (int mt = 0; mt < MT; ++mt) {
-    for (int i = 0; i < 4; ++i) {
-      o[mt][i] = 0.0f;
-    }
-  }
+#include "tc_state.cuh"
   // a lane quarter's D / 4 key coordinates lie in one group (D / 4 <= 32 <= G): one (s, b) per token
   const DEVICE uint32_t* kbase = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] + KWL * tig;
   const int64_t kgo = (int64_t)b * kgs_strides[0] + (int64_t)h * kgs_strides[1]

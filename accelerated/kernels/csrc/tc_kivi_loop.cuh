@@ -1,6 +1,7 @@
 // Steps 3-4 of the partial kernel on tensor cores for KIVI records (attention_tc.py; tc_loop.cuh's structure).
 
 #include "tc_kivi_setup.cuh"
+#include "tc_vgroup.cuh"
   // one chunk's loads (tokens outside t0 .. t1 - 1 read token t0's rows: those below t0 may be a row start's
   // unwritten rows, and a NaN value times p = 0 is NaN): key words as tc_loop.cuh; per value slot x the token's words, its scale VS and zero VZ
   // (this lane group's coordinate group) and VN: the largest |v| any lane's group can take in this chunk's
@@ -16,16 +17,9 @@
       const int t_ = tb_ + 8 * (x >> 1) + 2 * tig + (x & 1); \
       const int64_t tt_ = (t_ >= t0 && t_ < t1) ? t_ : t0; \
       vq_words<VWL>(vbase + tt_ * vc1_strides[2], VWD[x]); \
-      VS[x] = static_cast<float>(vgs[vgo + tt_ * vgs_strides[2]]); \
-      VZ[x] = static_cast<float>(vgz[vgo + tt_ * vgs_strides[2]]); \
-      bd_ = vq_max(bd_, (float)VMASK * fabsf(VS[x]) + fabsf(VZ[x])); \
+      TC_VGROUP(VS, VZ) \
     } \
-    for (int o_ = 4; o_ < 32; o_ <<= 1) { \
-      bd_ = vq_max(bd_, SHFL_XOR(bd_, o_)); \
-    } \
-    for (int x = 0; x < 4; ++x) { \
-      VN[x] = bd_; \
-    } }
+    TC_VNORM(VN) }
   constexpr int PFD = (PF > 0) ? PF : 1;
   uint32_t kwc[2][KWL], vwc[4][VWL], kwp[PFD][2][KWL], vwp[PFD][4][VWL];
   float vsc[4], vzc[4], vnc[4], vsp[PFD][4], vzp[PFD][4], vnp[PFD][4];
@@ -34,11 +28,19 @@
       TC_LOAD(warp + q * NW, kwp[q], vwp[q], vsp[q], vzp[q], vnp[q])
     }
   }
+  // tc_loads.cuh's parameters: the side registers each key and value slot takes and shifts
+#define TC_PF PF
+#define TC_KSIDES(F, i)
+#define TC_XSIDES(F, i) F(vs, i) F(vz, i) F(vn, i)
+#define TC_LOAD_NEXT TC_LOAD(j + PF * NW, kwp[PFD - 1], vwp[PFD - 1], vsp[PFD - 1], vzp[PFD - 1], vnp[PFD - 1])
+#define TC_LOAD_NOW TC_LOAD(j, kwc, vwc, vsc, vzc, vnc)
   for (int j = warp; j < nch; j += NW) {
-#include "tc_kivi_loads.cuh"
+#include "tc_loads.cuh"
 #include "tc_kivi_scores.cuh"
 #include "tc_loop_softmax.cuh"
 #include "tc_kivi_values.cuh"
   }
 #undef TC_LOAD
+#undef TC_VGROUP
+#undef TC_VNORM
 #include "tc_loop_merge.cuh"

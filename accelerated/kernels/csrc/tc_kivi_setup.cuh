@@ -3,16 +3,10 @@
   // scales (rebuilt per group, kgrp), the B operand the codes as float16 integers (exact: no lo part), plus
   // zq = q . z[grp] per row; values v = s code + z per token and group of VG coordinates, dequantized into A
   constexpr int KS = D / 16;
-  constexpr int KWL = (KB1 * D) / 128;
-  constexpr bool VWHOLE = VB1 * D >= 256;
-  constexpr int VWL = VWHOLE ? (VB1 * D) / 256 : 1;
+#include "tc_words_sizes.cuh"
   constexpr int MT = D / 16;
   constexpr uint32_t VMASK = (1u << VB1) - 1u;
-  const int g = lane >> 2;
-  const int tig = lane & 3;
-  const int part = g >> 2;
-  const int ra = g & 3;
-  const bool has_a = ra < QB;
+#include "tc_lanes.cuh"
   // chunks of 16 tokens from t0 rounded down to 16, so that a chunk lies in one key group (KG a multiple of 16);
   // the tokens below t0 are the split before's (masked)
 #if VQ_RAGGED
@@ -27,16 +21,7 @@
   const float ftv = 1024.0f;              // P' = p * 2^10 (p <= 1); the values' A scale fv as the norms' scale
   const float lane_code = (float)(lane % (1 << KB1));
   const uint32_t tabk = vq_h2(lane_code, 0.0f);
-  const int qpa = qpos[has_a ? ra : 0];
-  float m_a = NEG_INF;
-  float l_a = 0.0f;
-  float fv = 0.0f;
-  float o[MT][4];
-  for (int mt = 0; mt < MT; ++mt) {
-    for (int i = 0; i < 4; ++i) {
-      o[mt][i] = 0.0f;
-    }
-  }
+#include "tc_state.cuh"
   uint32_t qa[KS][2];
   float uka = 0.0f;                       // 1 / the row's power of two of the scaled query, this group's
   float zq = 0.0f;                        // q . z[grp] of the row, this group's

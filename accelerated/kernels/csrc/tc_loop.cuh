@@ -39,8 +39,15 @@
       TC_LOAD(warp + q * NW, kwp[q], vwp[q], knp[q], vnp[q], kwp2[q], vwp2[q], knp2[q], vnp2[q])
     }
   }
+  // tc_loads.cuh's parameters: the side registers each key and value slot takes and shifts
+#define TC_PF PF
+#define TC_KSIDES(F, i)
+#define TC_XSIDES(F, i) F(kn, i) F(vn, i)
+#define TC_LOAD_NEXT TC_LOAD(j + PF * NW, kwp[PFD - 1], vwp[PFD - 1], knp[PFD - 1], vnp[PFD - 1], kwp2[PFD - 1], \
+                             vwp2[PFD - 1], knp2[PFD - 1], vnp2[PFD - 1])
+#define TC_LOAD_NOW TC_LOAD(j, kwc, vwc, knc, vnc, kwc2, vwc2, knc2, vnc2)
   for (int j = warp; j < nch; j += NW) {
-#include "tc_loop_loads.cuh"
+#include "tc_loads.cuh"
 #include "tc_loop_scores.cuh"
 #include "tc_loop_softmax.cuh"
 #include "tc_loop_values.cuh"

@@ -14,6 +14,7 @@
   // a lane group's D / 8 value coordinates lie in one coordinate group (D / 8 <= 16 <= VG): one (s, z) per token
   const int64_t vgo = (int64_t)b * vgs_strides[0] + (int64_t)h * vgs_strides[1]
                       + (int64_t)((g * (D / 8)) / VG) * vgs_strides[3];
+#include "tc_vgroup.cuh"
   // one chunk's loads (tokens past t1 read token t0's rows): key words and norms KN as tc_loop.cuh's; per value
   // slot x the token's words, scale VS, zero VZ and VN, the chunk's largest (2^VB1 - 1) |s| + |z| over the warp
 #define TC_LOAD(J, KWD, KN, VWD, VS, VZ, VN) { \
@@ -28,16 +29,9 @@
       const int64_t tt_ = (t_ < t1) ? t_ : t0; \
       KN[x] = ks0[kso + tt_ * ks0_strides[2]]; \
       VQ_TC_VWORDS(vbase + tt_ * vc1_strides[2], VWD[x]); \
-      VS[x] = static_cast<float>(vgs[vgo + tt_ * vgs_strides[2]]); \
-      VZ[x] = static_cast<float>(vgz[vgo + tt_ * vgs_strides[2]]); \
-      bd_ = vq_max(bd_, (float)VMASK * fabsf(VS[x]) + fabsf(VZ[x])); \
+      TC_VGROUP(VS, VZ) \
     } \
-    for (int o_ = 4; o_ < 32; o_ <<= 1) { \
-      bd_ = vq_max(bd_, SHFL_XOR(bd_, o_)); \
-    } \
-    for (int x = 0; x < 4; ++x) { \
-      VN[x] = bd_; \
-    } }
+    TC_VNORM(VN) }
   constexpr int PFD = (PF > 0) ? PF : 1;
   uint32_t kwc[2][KWL], vwc[4][VWL], kwp[PFD][2][KWL], vwp[PFD][4][VWL];
   float knc[4], vsc[4], vzc[4], vnc[4], knp[PFD][4], vsp[PFD][4], vzp[PFD][4], vnp[PFD][4];
@@ -46,13 +40,22 @@
       TC_LOAD(warp + q * NW, kwp[q], knp[q], vwp[q], vsp[q], vzp[q], vnp[q])
     }
   }
+  // tc_loads.cuh's parameters: the side registers each key and value slot takes and shifts
+#define TC_PF PF
+#define TC_KSIDES(F, i)
+#define TC_XSIDES(F, i) F(kn, i) F(vs, i) F(vz, i) F(vn, i)
+#define TC_LOAD_NEXT TC_LOAD(j + PF * NW, kwp[PFD - 1], knp[PFD - 1], vwp[PFD - 1], vsp[PFD - 1], vzp[PFD - 1], \
+                             vnp[PFD - 1])
+#define TC_LOAD_NOW TC_LOAD(j, kwc, knc, vwc, vsc, vzc, vnc)
   for (int j = warp; j < nch; j += NW) {
-#include "tc_mixed_loads.cuh"
+#include "tc_loads.cuh"
 #include "tc_loop_scores.cuh"
 #include "tc_loop_softmax.cuh"
 #include "tc_kivi_values.cuh"
   }
 #undef TC_LOAD
+#undef TC_VGROUP
+#undef TC_VNORM
 #undef VQ_TC_KWORDS
 #undef VQ_TC_VWORDS
 #undef VQ_TC_ALIGN

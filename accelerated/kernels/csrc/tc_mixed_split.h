@@ -36,14 +36,7 @@
         }
         dot = kex ? dot : dot * kn;
         if (qg * QB + r < nq && (!CAUSAL || (is_win ? WQ + tt : tt) <= qpos[r])) {
-          const float mn = vq_max(wm[r], dot);
-          const float al = (wm[r] == NEG_INF) ? 0.0f : vq_exp2(wm[r] - mn);
-          const float p = vq_exp2(dot - mn);
-          wl[r] = wl[r] * al + p;
-          for (int j = 0; j < WJ; ++j) {
-            wo[r][j] = wo[r][j] * al + p * vv[j];
-          }
-          wm[r] = mn;
+#include "tc_window_step.h"
         }
       }
     }

@@ -1,9 +1,6 @@
 // tc_loop_values.cuh's value codes of m-tile mt with a 3-bit role (tc_tens_sizes.cuh): 3-bit codes mt and
 // D / 16 + mt from the realigned words, else tc_words_values.cuh's (word index constant, shift from vsh).
-      const int wa = VWHOLE ? (VB1 * mt) / 32 : 0;
-      const int sa = VWHOLE ? (VB1 * mt) % 32 : vsh + VB1 * mt;
-      const int wb = VWHOLE ? (VB1 * (D / 16 + mt)) / 32 : 0;
-      const int sb = VWHOLE ? (VB1 * (D / 16 + mt)) % 32 : vsh + VB1 * (D / 16 + mt);
+#include "tc_values_at.cuh"
 #define VQ_TC_V(x, i, wi, si) \
   ((VB1 == 3) ? VQ_TC_ALIGN(vwc[x], VWL, (i) / 10, vsh) >> (3 * ((i) % 10)) : vwc[x][wi] >> (si))
       const uint32_t e0 = SHFL_IDX(tabv, VQ_TC_V(0, mt, wa, sa));

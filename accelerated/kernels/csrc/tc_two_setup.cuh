@@ -36,28 +36,11 @@
   float fqb = 1.0f;
   uint32_t qb2[MK == 3 ? KS : 1][2];
   if (MK == 3) {
-    for (int r = 0; r < QB; ++r) {
-      float mx = 0.0f;
-      for (int c = lane; c < D; c += 32) {
-        mx = vq_max(mx, fabsf(sq2[r * D + c]));
-      }
-      for (int o = 16; o > 0; o >>= 1) {
-        mx = vq_max(mx, SHFL_XOR(mx, o));
-      }
-      fqb = (r == ra) ? vq_pow2_for(mx, 11) : fqb;
-    }
-    for (int ks = 0; ks < KS; ++ks) {
-      for (int jp = 0; jp < 2; ++jp) {
-        const int c = tig * (D / 4) + 4 * ks + 2 * jp;
-        float x0 = has_a ? sq2[ra * D + c] * fqb : 0.0f;
-        float x1 = has_a ? sq2[ra * D + c + 1] * fqb : 0.0f;
-        if (part == 1) {
-          x0 -= vq_hround(x0);
-          x1 -= vq_hround(x1);
-        }
-        qb2[ks % (MK == 3 ? KS : 1)][jp] = vq_h2(x0, x1);
-      }
-    }
+#define VQ_TC_Q sq2
+#define VQ_TC_FQ fqb
+#define VQ_TC_QA(ks) qb2[ks % (MK == 3 ? KS : 1)]
+#include "tc_query_scale.cuh"
+#include "tc_query_frag.cuh"
   }
   const float ukb = 1.0f / fqb;           // exact: a power of two
   float sc2[2][4];                        // prod: a chunk's QJL scores
