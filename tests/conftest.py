@@ -28,6 +28,7 @@ SLOW: tuple[str, ...] = (
     "tests/test_commit_kernel_emulated.py",
     "tests/test_kernels_emulated.py",
     "tests/test_kernels_head_dims.py",
+    "tests/test_tc_ragged_kivi_emulated.py",
     "tests/test_kernels_glue.py::test_one_shot_matches_ops",
     "tests/test_kernels_glue.py::test_faults_raise_like_ops",
     "tests/test_kernels_glue.py::test_deferred_faults_are_recorded_not_raised",
