@@ -3,7 +3,7 @@ accelerated/kernels/attention_source.py, launched on views of the caches' buffer
 combine is a second launch (on CUDA it can run inside the partial launch: tuning's fuse_combine, off by default).
 On CUDA GPUs with mma.m16n8k16 (sm_80+), turboquant 4-bit keys and values take the partial's tensor-core loop, and
 by tuning's tc_* knobs other codes, turboquant_rvq, turboquant_prod, KIVI, mlx_affine and turboquant keys beside KIVI
-values (attention_tc.py; `_tensor_cores` says when).
+values (attention_tc.py; `_tensor_cores` says when, by attention_tc.takes).
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (a GPU backend, query blocks of at most
 accelerated.ops.attention.MAX_PACKED_QUERIES rows, mask None or "causal", a power-of-two head dim, records with one
@@ -391,43 +391,10 @@ def _tc_prefetch(kp: spec.Params, vp: spec.Params, depth: int) -> int:
 def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False,
                   kivi: bool = False, affine: bool = False, three: bool = False, two: bool = False,
                   prod3: bool = False, mixed: bool = False) -> bool:
-    """Whether the partial kernel takes the tensor-core loop (attention_tc.py): turboquant keys and values with 4-bit
-    codes, head dim 64 or 128, on a CUDA GPU with mma.m16n8k16 (sm_80 and later); with `codes` (tuning's tc_codes) also
-    rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes at least one word); with `three`
-    (tuning's tc_3bit) also 3-bit turboquant codes in either role, beside any of those in the other
-    (csrc/tc_tens_*.cuh); with `two` (tuning's tc_two_stage) turboquant_rvq in either role, both streams 1-, 2- or 4-bit
-    (each its own mma pass: csrc/tc_two_*.cuh), and turboquant_prod with 1-, 2- or 4-bit mse codes (bits 2, 3, 5; their
-    QJL signs a pass of their own; keys at d = 128), beside any one-stream role but a 3-bit one; with `prod3` too
-    (tuning's tc_prod3) turboquant_prod beside a 3-bit role or with 3-bit mse codes itself (bits 4: the 3-bit layout and
-    the signs' stream in its own layout, attention_source.PARTIAL_TC3_TWO_BODY / PARTIAL_TC3_PROD_VALUES_BODY), rvq with
-    a 3-bit stream still not; with `kivi` (tuning's tc_kivi) KIVI keys and values, both roles, 1-, 2- or 4-bit codes
-    (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with `affine` (tuning's tc_affine) mlx_affine keys
-    and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh); with `mixed` (tuning's tc_mixed) turboquant keys
-    beside KIVI values (attention_tc.mixed_takes), also as a MIXED partial (HASWIN 3, 4; other MIXED pairs: the scalar
-    loop). The window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h, tc_mixed_split.h)."""
-    if attention_tc.mixed_pair(kp, vp) or int(has_win) in src.MIXED_WINDOWS:
-        return mixed and attention_tc.mixed_takes(kp, vp, d, has_win, codes, three) and _mma_available()
-    if kp.method == "mlx_affine" or vp.method == "mlx_affine":
-        return (affine and kp.method == vp.method == "mlx_affine" and d in (64, 128) and kp.bits in (2, 4, 8)
-                and vp.bits in (2, 4, 8) and _mma_available())
-    staged = {"turboquant_rvq", "turboquant_prod"}
-    if {kp.method, vp.method} & staged and 3 in (_bits(kp)[0], _bits(vp)[0]) and \
-            not (prod3 and two and "turboquant_rvq" not in (kp.method, vp.method)):
-        return False
-    if kp.method == "kivi" or vp.method == "kivi":
-        return (kivi and kp.method == vp.method == "kivi" and d in (64, 128) and kp.bits in (1, 2, 4)
-                and vp.bits in (1, 2, 4) and kp.bits * d >= 128 and _mma_available())
-    def takes(p: spec.Params, keys: bool) -> bool:
-        if p.method == "turboquant" and p.bits == 4:
-            return True
-        if p.method == "turboquant" and p.bits == 3:
-            return three
-        if p.method in ("turboquant_rvq", "turboquant_prod"):
-            ok = (1, 2, 3, 4) if prod3 and p.method == "turboquant_prod" else (1, 2, 4)
-            return two and all(b in ok and (not keys or b * d >= 128) for b in _bits(p))
-        b = _bits(p)[0]
-        return codes and p.method in ("turboquant", "rabitq") and b in (1, 2, 4) and (not keys or b * d >= 128)
-    return d in (64, 128) and takes(kp, True) and takes(vp, False) and _mma_available()
+    """Whether the partial kernel takes the tensor-core loop: a pair of roles its loops hold (attention_tc.takes, by
+    the tc_* knobs given) on a CUDA GPU with mma.m16n8k16 (sm_80 and later)."""
+    return attention_tc.takes(kp, vp, d, has_win, int(has_win) in src.MIXED_WINDOWS, codes, kivi, affine, three, two,
+                              prod3, mixed) and _mma_available()
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,6 +1,6 @@
 """Steps 3-4 of the attention `partial` kernel on tensor cores (CUDA, sm_80 and later): turboquant keys and values
-with 4-bit codes, and the other codes tuning's knobs admit (accelerated/kernels/attention.py `_tensor_cores` says
-when). The setup (step 1-2: queries scaled, rotated into the keys' domain, in `sq`) and steps 5 and the fused
+with 4-bit codes, and the other codes tuning's knobs admit (`takes` below says which pairs; attention.py's
+`_tensor_cores` adds the GPU's mma). The setup (step 1-2: queries scaled, rotated into the keys' domain, in `sq`) and steps 5 and the fused
 combine are attention_source.py's (csrc/partial.h), unchanged; this loop (csrc/tc_loop.cuh) leaves `sacc` / `sml` as
 the scalar loop does.
 
@@ -79,6 +79,7 @@ bounds), the next tc_prefetch chunks' loads in flight in registers, and as many 
 """
 from __future__ import annotations
 
+from .. import layouts
 from . import loader
 
 TC_CUDA_HEADER = loader.text("tc_header.cuh")     # the helpers: float16 pairs, mma.m16n8k16, power-of-two scales
@@ -120,3 +121,49 @@ def mixed_takes(kp, vp, d: int, has_win, codes: bool, three: bool) -> bool:
         return False
     keys = kb == 4 or (kb == 3 and three) or (kb in (1, 2) and codes and kb * d >= 128)
     return d in (64, 128) and keys and vp.bits in (1, 2, 4) and int(has_win) in (0, 1, 3, 4)
+
+
+def _code_bits(p) -> tuple[int, int]:
+    """(bits of codes1, bits of codes2) of a role (layouts.Layout.code_bits)."""
+    return layouts.of(p).code_bits(p)
+
+
+def takes(kp, vp, d: int, has_win, mixed_launch: bool, codes: bool = False, kivi: bool = False, affine: bool = False,
+          three: bool = False, two: bool = False, prod3: bool = False, mixed: bool = False) -> bool:
+    """Whether a loop of this module holds a pair of roles (spec.Params; `mixed_launch`: a MIXED partial, the roles'
+    encoded counts apart): turboquant keys and values with 4-bit codes, head dim 64 or 128; with `codes` (tuning's
+    tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes at least one word);
+    with `three` (tuning's tc_3bit) also 3-bit turboquant codes in either role, beside any of those in the other
+    (csrc/tc_tens_*.cuh); with `two` (tuning's tc_two_stage) turboquant_rvq in either role, both streams 1-, 2- or 4-bit
+    (each its own mma pass: csrc/tc_two_*.cuh), and turboquant_prod with 1-, 2- or 4-bit mse codes (bits 2, 3, 5; their
+    QJL signs a pass of their own; keys at d = 128), beside any one-stream role but a 3-bit one; with `prod3` too
+    (tuning's tc_prod3) turboquant_prod beside a 3-bit role or with 3-bit mse codes itself (bits 4: the 3-bit layout and
+    the signs' stream in its own layout, attention_source.PARTIAL_TC3_TWO_BODY / PARTIAL_TC3_PROD_VALUES_BODY), rvq with
+    a 3-bit stream still not; with `kivi` (tuning's tc_kivi) KIVI keys and values, both roles, 1-, 2- or 4-bit codes
+    (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with `affine` (tuning's tc_affine) mlx_affine keys
+    and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh); with `mixed` (tuning's tc_mixed) turboquant keys
+    beside KIVI values (mixed_takes), also as a MIXED partial (HASWIN 3, 4; other MIXED pairs: the scalar loop). The
+    window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h, tc_mixed_split.h)."""
+    if mixed_pair(kp, vp) or mixed_launch:
+        return mixed and mixed_takes(kp, vp, d, has_win, codes, three)
+    if kp.method == "mlx_affine" or vp.method == "mlx_affine":
+        return (affine and kp.method == vp.method == "mlx_affine" and d in (64, 128) and kp.bits in (2, 4, 8)
+                and vp.bits in (2, 4, 8))
+    staged = {"turboquant_rvq", "turboquant_prod"}
+    if {kp.method, vp.method} & staged and 3 in (_code_bits(kp)[0], _code_bits(vp)[0]) and \
+            not (prod3 and two and "turboquant_rvq" not in (kp.method, vp.method)):
+        return False
+    if kp.method == "kivi" or vp.method == "kivi":
+        return (kivi and kp.method == vp.method == "kivi" and d in (64, 128) and kp.bits in (1, 2, 4)
+                and vp.bits in (1, 2, 4) and kp.bits * d >= 128)
+    def role(p, keys: bool) -> bool:
+        if p.method == "turboquant" and p.bits == 4:
+            return True
+        if p.method == "turboquant" and p.bits == 3:
+            return three
+        if p.method in ("turboquant_rvq", "turboquant_prod"):
+            ok = (1, 2, 3, 4) if prod3 and p.method == "turboquant_prod" else (1, 2, 4)
+            return two and all(b in ok and (not keys or b * d >= 128) for b in _code_bits(p))
+        b = _code_bits(p)[0]
+        return codes and p.method in ("turboquant", "rabitq") and b in (1, 2, 4) and (not keys or b * d >= 128)
+    return d in (64, 128) and role(kp, True) and role(vp, False)
