@@ -77,9 +77,9 @@ def texts():
             yield ("partial", variant, be), attention_source.assemble("partial", be, mk, mv, haswin, fused, False, app,
                                                                        starts)
         # turboquant keys (0) beside KIVI values (4) on their tensor-core loop (TC_MIX: tuning's tc_mixed), no window,
-        # one window, and MIXED with the values' window only (HASWIN 3)
-        for haswin, fused, app, starts in itertools.product((0, 1, 3), *[(False, True)] * 3):
-            mixed_tc = getattr(attention_source, "TC_MIX", None)
+        # one window, and MIXED with the values' window only (HASWIN 3) or both roles' apart (HASWIN 4)
+        mixed_tc = getattr(attention_source, "TC_MIX", None)
+        for haswin, fused, app, starts in itertools.product((0, 1, 3, 4), *[(False, True)] * 3):
             if be != "cuda" or mixed_tc is None or (app and (fused or haswin == 1)):
                 continue
             variant = f"04 win={haswin} fused={int(fused)} tc={mixed_tc} append={int(app)} starts={int(starts)}"

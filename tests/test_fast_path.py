@@ -304,6 +304,7 @@ def test_a_sliding_window_cache_takes_the_fast_path(cuda, paths, kw):
     _assert_fast(cuda, paths, caches, len(caches) * STEPS)
     assert all(r.lo for c in caches for r in c._k._rows.values()), "no evicted rows under the steps"
 
+
 @pytest.mark.parametrize("kw", [dict(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2),
                                 dict(key_method="turboquant", key_bits=4, value_method="kivi", value_bits=4),
                                 dict(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2,
@@ -318,7 +319,6 @@ def test_mixed_steps_take_the_tc_mixed_loop(cuda, paths, tune, kw):
         haswin = "4" if "window" in kw else "3"
         assert partials and all(n.split("_")[3][:3] == "04" + haswin and ("t2mxa" in n) == on for n in partials), \
             (on, partials)
-
 
 
 def test_mixed_methods_attend_through_the_kernels_without_decoding_the_cache(cuda, paths, monkeypatch):

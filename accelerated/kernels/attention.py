@@ -73,11 +73,6 @@ def _dummy(rank: int, dtype=mx.float32) -> mx.array:
     return a
 
 
-def _bits(p: spec.Params) -> tuple[int, int]:
-    """(bits of codes1, bits of codes2): the encode kernels' widths (layouts.Layout.code_bits)."""
-    return layouts.of(p).code_bits(p)
-
-
 @functools.lru_cache(maxsize=None)
 def _sign_table() -> mx.array:
     """The table of 1-bit sign codes (rabitq's codes, turboquant_prod's QJL bits): 0 -> +1, 1 -> -1."""
@@ -226,8 +221,8 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
         splits = max(1, min(q_fine, fill - 1 - int(append or mixed)))
     else:
         splits = max(1, min(q_enc_splits, tune.max_threadgroups // max(1, hkv * b * nqg)))
-    kb1, kb2 = _bits(kp)
-    vb1, vb2 = _bits(vp)
+    kb1, kb2 = km._code_bits(kp)
+    vb1, vb2 = km._code_bits(vp)
     tc = src.TC_MIX if tc and attention_tc.mixed_pair(kp, vp) else src.TC_TENS if tc and 3 in (kb1, vb1) else tc
     mk, mv = layouts.of(kp).kernel_id, layouts.of(vp).kernel_id
     if (not layouts.of(kp).affine and max(kb1, kb2) > 5) or (not layouts.of(vp).affine and max(vb1, vb2) > 5):
@@ -366,7 +361,7 @@ def _counts(n: int) -> mx.array:
 
 def _stream_bits(p: spec.Params) -> int:
     """Code bits per coordinate the tensor-core loop loads for a role: both streams of turboquant_rvq and prod."""
-    b1, b2 = _bits(p)
+    b1, b2 = km._code_bits(p)
     return b1 + (b2 if p.method in ("turboquant_rvq", "turboquant_prod") else 0)
 
 
@@ -380,7 +375,7 @@ def _tc_prefetch(kp: spec.Params, vp: spec.Params, depth: int) -> int:
     registers a thread, and at depth 1 nvcc spilled some pairs (sm_80 / sm_90)."""
     if vp.method == "turboquant_prod":
         return 0
-    if kp.method == "turboquant_prod" and 3 in (_bits(kp)[0], _bits(vp)[0]):
+    if kp.method == "turboquant_prod" and 3 in (km._code_bits(kp)[0], km._code_bits(vp)[0]):
         return min(depth, 1)        # (tc_prod3: a 3-bit role's raw words beside the signs' spilled at two, nvcc sm_90)
     bits = _stream_bits(kp) + _stream_bits(vp)
     if bits <= 8:           # every one-stream pair (turboquant b4's 8 at most)

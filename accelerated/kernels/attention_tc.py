@@ -1,8 +1,8 @@
 """Steps 3-4 of the attention `partial` kernel on tensor cores (CUDA, sm_80 and later): turboquant keys and values
 with 4-bit codes, and the other codes tuning's knobs admit (`takes` below says which pairs; attention.py's
-`_tensor_cores` adds the GPU's mma). The setup (step 1-2: queries scaled, rotated into the keys' domain, in `sq`) and steps 5 and the fused
-combine are attention_source.py's (csrc/partial.h), unchanged; this loop (csrc/tc_loop.cuh) leaves `sacc` / `sml` as
-the scalar loop does.
+`_tensor_cores` adds the GPU's mma). The setup (step 1-2: queries scaled, rotated into the keys' domain, in `sq`)
+and steps 5 and the fused combine are attention_source.py's (csrc/partial.h), unchanged; this loop
+(csrc/tc_loop.cuh) leaves `sacc` / `sml` as the scalar loop does.
 
 Tolerance tier (spec/attention.md). Each warp takes 16 tokens at a time with mma.m16n8k16 (float16 operands,
 float32 accumulation). float16 alone would round each operand to 11 bits, so every operand is split in two
@@ -79,8 +79,8 @@ bounds), the next tc_prefetch chunks' loads in flight in registers, and as many 
 """
 from __future__ import annotations
 
-from .. import layouts
 from . import loader
+from .methods import _code_bits
 
 TC_CUDA_HEADER = loader.text("tc_header.cuh")     # the helpers: float16 pairs, mma.m16n8k16, power-of-two scales
 # the loop's hooks (computed includes) for a second code stream per role: turboquant_rvq's codes2 in the residual
@@ -121,11 +121,6 @@ def mixed_takes(kp, vp, d: int, has_win, codes: bool, three: bool) -> bool:
         return False
     keys = kb == 4 or (kb == 3 and three) or (kb in (1, 2) and codes and kb * d >= 128)
     return d in (64, 128) and keys and vp.bits in (1, 2, 4) and int(has_win) in (0, 1, 3, 4)
-
-
-def _code_bits(p) -> tuple[int, int]:
-    """(bits of codes1, bits of codes2) of a role (layouts.Layout.code_bits)."""
-    return layouts.of(p).code_bits(p)
 
 
 def takes(kp, vp, d: int, has_win, mixed_launch: bool, codes: bool = False, kivi: bool = False, affine: bool = False,
