@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import spec
-
 REGIMES = ("normal", "scaled", "huge", "tiny", "subnormal", "zeros", "raw", "mixed", "grid")
 
 

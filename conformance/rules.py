@@ -82,7 +82,6 @@ def problems(rules=None, spec_dir=None, root=None, suite_dir=None, cases=None) -
     """Everything that breaks the index: an id in spec/ text missing from rules.toml or the reverse, a rule
     pinned by nothing (and not `unpinnable`), a selector that selects no golden case, a test that does not
     exist, a golden case flag naming an unknown rule (`R-…` flags)."""
-    from . import golden_format as golden
     rules = load() if rules is None else rules
     out = []
     in_text = spec_ids(spec_dir)

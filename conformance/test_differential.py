@@ -6,7 +6,6 @@ KIVI's rint) and chunkings. Each test is one (method, bits, dtype) cell of the r
 """
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, strategies as st
 
 from . import checks, strategies

@@ -64,7 +64,7 @@ class Stream:
     def append(self, x) -> None:
         """Append a chunk (B, H, t, d). Validates everything before changing any state."""
         # 1. validate the chunk (dtype, shape, finiteness, head dim, agreement with earlier chunks).
-        xf = numerics.check_x(x, self.dtype, self.params)
+        numerics.check_x(x, self.dtype, self.params)
         if self._window is not None:
             b, h, _t, d = self._window.shape
             if (x.shape[0], x.shape[1], x.shape[3]) != (b, h, d):

@@ -19,7 +19,7 @@ from mlx_lm.models import cache as mlx_cache
 
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import tuning
-from veloxquant.accelerated.cache import batch_shared, masks
+from veloxquant.accelerated.cache import masks
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
 from veloxquant.accelerated.ops.attention import RowStarts

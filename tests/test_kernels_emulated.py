@@ -17,7 +17,6 @@ import pytest
 
 from veloxquant import spec
 from veloxquant.accelerated import ops
-from veloxquant.accelerated.kernels import methods as km
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 

@@ -87,29 +87,6 @@ def tools_graph(root: pathlib.Path = ROOT) -> dict[str, set[str]]:
     return graph
 
 
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}
-
-    def visit(m, stack):
-        state[m] = 1
-        for n in sorted(graph[m]):
-            if state.get(n) == 1:
-                return stack[stack.index(n):] + [n]
-            if n not in state:
-                found = visit(n, stack + [n])
-                if found:
-                    return found
-        state[m] = 2
-        return None
-
-    for m in sorted(graph):
-        if m not in state:
-            found = visit(m, [m])
-            if found:
-                return found
-    return None
-
-
 def test_tools_have_no_import_cycle():
     graph = tools_graph()
     assert len(graph) > 40 and "tools.bench.arms" in graph, sorted(graph)   # the rooms are seen, not only tools/*.py

@@ -22,7 +22,7 @@ from ... import spec
 from .. import layouts, tuning
 from . import append as kappend
 from . import attention_source as src
-from . import attention_tc, backend, kernel_cache, loader
+from . import attention_tc, backend, loader
 from . import methods as km
 from ..ops import codebooks, prng
 from ..ops.attention import MAX_PACKED_QUERIES, PackedRecord, RaggedRecord, RowStarts, Views

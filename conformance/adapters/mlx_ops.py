@@ -5,8 +5,6 @@ import importlib
 
 import numpy as np
 
-from ... import spec
-
 from . import _mx
 from .base import Implementation, StreamHandle, Unsupported
 

@@ -6,9 +6,8 @@ import copy
 import numpy as np
 
 from ... import spec
-from ...spec import Params
 
-from .base import Implementation, StreamHandle, Unsupported
+from .base import Implementation, StreamHandle
 
 
 class _RefStream(StreamHandle):

@@ -50,7 +50,7 @@ def method_kw(method: str, d: int) -> dict | None:
     return kw
 
 
-def _raw(a) -> "np.ndarray":
+def _raw(a):
     import mlx.core as mx
     import numpy as np
     return np.array(a.view(mx.uint16) if a.dtype == mx.bfloat16 else a).view(np.uint8)

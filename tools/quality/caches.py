@@ -4,8 +4,6 @@ bits-per-coordinate count of a configuration.
 """
 from __future__ import annotations
 
-import numpy as np
-
 KIVI_GROUP, AFFINE_GROUP = 32, 32  # one group_size for both (the caches take one); 32 is allowed for both
 
 
