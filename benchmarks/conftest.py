@@ -198,7 +198,8 @@ def _record_each(request, pytestconfig):
     b.done.append(bm.stats.as_dict(include_data=False, stats=True))
     import pytest_benchmark
     out = {"datetime": b.started, "version": pytest_benchmark.__version__, "partial": True,
-           "machine_info": {}, "commit_info": {}, "benchmarks": b.done, "veloxquant": _meta(pytestconfig)}
+           "machine_info": {}, "commit_info": _told_commit() or {}, "benchmarks": b.done,
+           "veloxquant": _meta(pytestconfig)}
     tmp = b.partial.with_name(b.partial.name + ".tmp")
     tmp.write_text(json.dumps(out, indent=1, default=str))
     os.replace(tmp, b.partial)
@@ -222,5 +223,14 @@ def _meta(config) -> dict:
     return b._meta
 
 
+def _told_commit() -> dict | None:
+    """pytest-benchmark's commit_info where VELOXQUANT_GIT names the tree (tools/_env.py: a copy of the tree whose
+    .git is stale, as on the GPU machine, would otherwise record that .git's commit)."""
+    told = os.environ.get("VELOXQUANT_GIT")
+    return {"id": told, "dirty": False, "source": "VELOXQUANT_GIT"} if told else None
+
+
 def pytest_benchmark_update_json(config, benchmarks, output_json):
     output_json["veloxquant"] = _meta(config)
+    if _told_commit():
+        output_json["commit_info"] = _told_commit()

@@ -131,3 +131,20 @@ def test_bench_arms_option_checks_its_names(monkeypatch, names, error):
     else:
         with pytest.raises(pytest.UsageError, match=error):
             conf._named_arms(config)
+
+
+@pytest.mark.parametrize("told", [None, "abc1234"])
+def test_a_told_commit_names_the_tree_in_the_json(monkeypatch, told):
+    """VELOXQUANT_GIT (the GPU machine's tree, whose .git is stale) replaces pytest-benchmark's commit_info; unset,
+    pytest-benchmark's own stays."""
+    conf = benchmark_module("conftest", monkeypatch)
+    monkeypatch.setattr(conf, "_meta", lambda config: {"m": 1})
+    if told:
+        monkeypatch.setenv("VELOXQUANT_GIT", told)
+    else:
+        monkeypatch.delenv("VELOXQUANT_GIT", raising=False)
+    out = {"commit_info": {"id": "0123456789abcdef", "dirty": True}}
+    conf.pytest_benchmark_update_json(None, [], out)
+    assert out["veloxquant"] == {"m": 1}
+    assert out["commit_info"] == ({"id": told, "dirty": False, "source": "VELOXQUANT_GIT"} if told
+                                  else {"id": "0123456789abcdef", "dirty": True}), out["commit_info"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 checks that wait for a GPU, one stage per device call (each under the 600 s limit), logs and JSON under
 # $OUT. Run on the device after MLX is installed (DEVELOPERS.md, "The H200"):
-#   export PYTHONPATH=/tmp/site:$PWD && bash tools/dev/gpu_session.sh STAGE
+#   export PYTHONPATH=/tmp/site:$PWD VELOXQUANT_GIT=<this tree's short hash> && bash tools/dev/gpu_session.sh STAGE
 # Stages, in the order that keeps a short budget useful:
 #   twins   the GPU twins of tensor-core loops that are off until they pass (tuning's tc_prod3, tc_mixed,
 #           tc_ragged), and the GPU tests of caches changed since their last GPU run            (~3 min)
@@ -12,12 +12,13 @@
 #           tensor-core knob on and off: which side sets generate's pace at 32k                    (~3 min)
 #   cold    a fresh process's first request, ours against fp16                                    (~3 min)
 #   kernels the kernel suite (tools/dev/kernel_check: compile, GPU tests, conformance, benchmark) (~8 min)
-# A stage's failures do not stop it; its log ends with each command's exit status. The JSON files carry this
-# machine's stale .git: correct versions.git / commit_info to the tree carried before committing them.
+# A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
+# VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
 stage=${1:?stage: twins, ab, gate, split, cold or kernels}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
+[ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
 export PYTHONUNBUFFERED=1
 step() {    # step NAME COMMAND...: run, log, keep going
   local name=$1; shift
