@@ -7,5 +7,5 @@
 - quality/: `veloxquant quality`, `distortion`, the trained byte-level models and their training;
 - dev/: development tools run from a checkout (GPU probes, kernel checks); not shipped in the wheel.
 
-_env.py (versions, git revision, time) is shared by all of them.
+_env.py (run_record: command, date, device, versions) is shared by all of them.
 """

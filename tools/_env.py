@@ -1,19 +1,24 @@
-"""Run environment recorded in every tool's JSON output (versions, git revision, UTC time).
+"""Run environment recorded in every tool's JSON output (command, UTC time, device, versions, git revision).
 
-Shared by tools/bench/, tools/quality/ and tools/cli/conformance.py so that their reports name the same
-things the same way. Nothing here raises for a missing piece: absent packages and git give None.
+Shared by tools/bench/, tools/quality/, tools/dev/ and tools/cli/conformance.py so that their reports name the same
+things the same way: `run_record` opens a record. Nothing here raises for a missing piece: absent packages and git
+give None.
 """
 from __future__ import annotations
 
 import datetime
 import pathlib
 import platform
+import shlex
 import subprocess
+import sys
 from importlib import metadata
 
 import numpy as np
 
 from .. import spec
+from .bench.harness import device_info   # a leaf that imports MLX only when called
+
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -21,6 +26,20 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def utc_now_iso() -> str:
     """The current UTC time, ISO 8601 to the second (`2026-11-29T16:32:06+00:00`)."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def command_line(prog: str, argv=None, quote: bool = False) -> str:
+    """`prog` and its arguments (`argv`, by default this process's sys.argv[1:]) as one line; `quote` shell-quotes
+    each argument, so that the line pastes back into a shell."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return " ".join([prog, *(map(shlex.quote, args) if quote else args)])
+
+
+def run_record(prog: str, argv=None, device=None, quote: bool = False) -> dict:
+    """What every tool's JSON record names, in these keys: "command" (`command_line(prog, argv, quote)`), "date",
+    "device" (`device` where given, else `device_info()`, which imports MLX) and "versions"."""
+    return {"command": command_line(prog, argv, quote), "date": utc_now_iso(),
+            "device": device_info() if device is None else device, "versions": versions()}
 
 
 def versions(extra: dict | None = None) -> dict:
