@@ -21,11 +21,10 @@ from __future__ import annotations
 import gc
 import json
 import pathlib
-import shlex
 import sys
 import time
 
-from .._env import utc_now_iso, versions
+from .._env import run_record
 
 SHAPES = {   # llama.ModelArgs; "llama3-8b": Llama-3-8B's layer (vocabulary cut to 4096), "small": for tests
     "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
@@ -180,13 +179,13 @@ def run(args) -> int:
         return 2
     import mlx.core as mx
 
-    from .harness import device_info, use_device
+    from .harness import use_device
     if not use_device(args.device, "memory"):
         return 2
     log = lambda *a: print(*a, flush=True)   # noqa: E731
-    res = {"command": " ".join(["veloxquant", "memory", *map(shlex.quote, sys.argv[2:])]), "date": utc_now_iso(),
-           "device": device_info(), "versions": versions(), "shape": args.shape, "shape_args": SHAPES[args.shape],
-           "layers": args.layers, "prefill_step": args.prefill_step, "decode_tokens": args.decode_tokens, "rows": []}
+    res = {**run_record("veloxquant memory", sys.argv[2:], quote=True), "shape": args.shape,
+           "shape_args": SHAPES[args.shape], "layers": args.layers, "prefill_step": args.prefill_step,
+           "decode_tokens": args.decode_tokens, "rows": []}
     res["device"]["type"] = "gpu" if mx.default_device().type == mx.DeviceType.gpu else "cpu"
     model = build_model(args.shape, args.layers)
     log(f"memory: {args.layers}-layer {args.shape} model, weights {mx.get_active_memory() / MB:.0f} MB active")

@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from .._env import utc_now_iso, versions
+from .._env import run_record
 
 KNOBS = ("tensor_cores", "tc_3bit", "tc_prefetch", "tc_min_blocks", "tc_waves", "tokens_per_split", "long_split", "prefetch",
          "partial_threads", "cold_loops", "fuse_combine")
@@ -74,7 +74,6 @@ def main(argv=None) -> int:
     from ...accelerated import tuning
     from ...accelerated.kernels import attention as katt
     from ...accelerated.kernels import backend
-    from ..bench.harness import device_info
     from ..bench.arms import make as _make, prefill as _prefill
     from ..bench.harness import B, D, HKV, HQ
     if backend.backend() is None:
@@ -122,8 +121,7 @@ def main(argv=None) -> int:
         del caches, kv
         mx.clear_cache()
     if args.json:
-        out = {"command": " ".join(["python3 -m veloxquant.tools.dev.bench_attention"] + (argv or sys.argv[1:])),
-               "date": utc_now_iso(), "device": device_info(), "versions": versions(), "arm": args.arm,
+        out = {**run_record("python3 -m veloxquant.tools.dev.bench_attention", argv or None), "arm": args.arm,
                "layers": args.layers, "reps": args.reps, "rows": rows,
                "note": "attention call alone (partial + fused combine), host build and launch included, "
                        "8-layer chains; compare variants within one run only"}

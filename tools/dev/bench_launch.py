@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 
-from .._env import utc_now_iso, versions
+from .._env import run_record
 
 N = 1024
 BODY = "unsigned i = blockIdx.x * blockDim.x + threadIdx.x; if (i < %d) out[i] = inp[i] + 1.0f;" % N
@@ -76,9 +76,7 @@ def main(argv=None) -> int:
     res["builtin add"] = _measure(add)
     print("builtin add", {k: round(v, 2) for k, v in res["builtin add"].items()}, flush=True)
     if args.json:
-        from ..bench.harness import device_info
-        out = {"command": " ".join(["python3 -m veloxquant.tools.dev.bench_launch"] + (argv or sys.argv[1:])),
-               "date": utc_now_iso(), "device": device_info(), "versions": versions(), "us": res}
+        out = {**run_record("python3 -m veloxquant.tools.dev.bench_launch", argv or None), "us": res}
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
     return 0

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import statistics
 import sys
 import time
@@ -114,12 +113,10 @@ def main(argv=None) -> int:
     bd.arm_names(a.arms)            # bad names and knobs fail before the model is made
     res = measure(a.arms, a.context, a.layers, a.tokens, a.rounds)
     if a.json:
-        from .._env import utc_now_iso, versions
-        from ..bench.harness import device_info
+        from .._env import run_record
         with open(a.json, "w") as f:
-            json.dump({"schema": "veloxquant-generate-split/1", "date": utc_now_iso(), "device": device_info(),
-                       "versions": versions(), "command": "python3 -m veloxquant.tools.dev.generate_split "
-                       + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),
+            json.dump({"schema": "veloxquant-generate-split/1",
+                       **run_record("python3 -m veloxquant.tools.dev.generate_split", argv, quote=True),
                        "unit": "seconds per generated token", "context": a.context, "layers": a.layers,
                        "tokens": a.tokens, "rounds": a.rounds, "arms": res}, f, indent=1)
             f.write("\n")

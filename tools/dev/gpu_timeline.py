@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shlex
 import statistics
 import sys
 
@@ -140,11 +139,9 @@ def main(argv=None) -> int:
     res = measure(a.arms, a.context, a.layers, a.steps)
     if a.json:
         with open(a.json, "w") as f:
-            from .._env import utc_now_iso, versions
-            from ..bench.harness import device_info
-            json.dump({"schema": "veloxquant-gpu-timeline/1", "date": utc_now_iso(), "device": device_info(),
-                       "versions": versions(), "command": "python3 -m veloxquant.tools.dev.gpu_timeline "
-                       + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),
+            from .._env import run_record
+            json.dump({"schema": "veloxquant-gpu-timeline/1",
+                       **run_record("python3 -m veloxquant.tools.dev.gpu_timeline", argv, quote=True),
                        "unit": "us: per layer and launch, the median over steps of the time from the previous "
                                "launch's stamp to this one's",
                        "context": a.context, "layers": a.layers, "steps": a.steps, "arms": res}, f, indent=1)

@@ -104,11 +104,10 @@ def main(argv=None) -> int:
     import mlx.core as mx
     mx.set_default_device(mx.cpu)
     _stand_ins()
-    from .._env import utc_now_iso, versions
-    from ..bench.harness import device_info
+    from .._env import run_record
     rows = measure(args.batch_sizes, args.context, args.layers, args.steps)
-    res = {"command": " ".join(["python -m veloxquant.tools.dev.host_build", *sys.argv[1:]]), "date": utc_now_iso(),
-           "device": device_info(), "versions": versions(), "what": "host build of one layer's decode step with "
+    res = {**run_record("python -m veloxquant.tools.dev.host_build"),
+           "what": "host build of one layer's decode step with "
            "stand-in kernels (turboquant b4, 32 query / 8 KV heads, d = 128, float16): Python and MLX graph calls only",
            "context": args.context, "layers": args.layers, "rows": rows}
     if args.json:

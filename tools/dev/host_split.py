@@ -171,8 +171,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import mlx.core as mx
 
-    from .._env import utc_now_iso, versions
-    from ..bench.harness import device_info
+    from .._env import run_record
     if args.stand_ins:
         from . import host_build
         mx.set_default_device(mx.cpu)
@@ -185,8 +184,7 @@ def main(argv=None) -> int:
     probe = _Probe()
     probe.install()
     rows = measure(args.arms, args.contexts, args.layers, args.steps, probe, gated=not args.stand_ins)
-    res = {"command": " ".join(["python -m veloxquant.tools.dev.host_split", *sys.argv[1:]]), "date": utc_now_iso(),
-           "device": device_info(), "versions": versions(), "stand_ins": args.stand_ins, "rows": rows}
+    res = {**run_record("python -m veloxquant.tools.dev.host_split"), "stand_ins": args.stand_ins, "rows": rows}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
