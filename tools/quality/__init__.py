@@ -24,7 +24,7 @@ import numpy as np
 
 from ... import spec
 
-from .._env import utc_now_iso, versions
+from .._env import run_record
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_METHODS = ("turboquant", "turboquant_rvq", "turboquant_prod", "kivi", "rabitq")
@@ -223,12 +223,11 @@ def run(args) -> int:
             print(f"{method:<16} {bits:>4} {d:>4} {r['bits_per_coord']:>10.3f} {r['kl_mean']:>10.3e} "
                   f"{r['kl_max']:>10.3e} {r['top1_agree']:>6.1%}   [{done}/{total}, "
                   f"{time.time() - t0:.0f}s]", flush=True)
+    rec = run_record("veloxquant", device=str(mx.default_device()))
+    rec["command"] = getattr(args, "command_line", None) or rec["command"]   # as `python -m` ran it (__main__.py)
     result = {
         "tool": "veloxquant quality",
-        "command": getattr(args, "command_line", None) or " ".join(["veloxquant", *sys.argv[1:]]),
-        "date": utc_now_iso(),
-        "versions": versions(),
-        "device": str(mx.default_device()),
+        **rec,
         "settings": {"model": "mlx_lm llama, random init, 2 layers, hidden 256, 4 query / 2 KV heads, "
                               f"vocab {VOCAB}, float16",
                      "reference": "mlx_lm KVCache (float16)", "head_dims": args.head_dims,

@@ -26,6 +26,7 @@ from .distortion_measure import (SPREAD_GRID, qjl_ablation, retrieval_activation
                                  trained_activations, trained_rows)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+PROG = "veloxquant distortion"   # the command its records name, however it was started
 
 SYNTH_DIMS = (64, 128, 256)
 TRAINED_DIMS = (64, 128)
@@ -69,7 +70,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from .._env import utc_now_iso, versions
+    from .._env import run_record
 
     if args.from_json is not None:
         return rerender(args)
@@ -126,10 +127,8 @@ def run(args) -> int:
     rec = recommend(kl, BUDGETS, (64, 128), rows) if kl else []
     import platform
 
-    result = {"tool": "veloxquant distortion", "command": "veloxquant distortion " + " ".join(sys.argv[2:] if
-              len(sys.argv) > 1 and sys.argv[1] == "distortion" else sys.argv[1:]),
-              "date": utc_now_iso(), "versions": versions(), "machine": f"{platform.machine()} {platform.node()}",
-              "device": _device(), "wall_s": round(time.time() - t_start, 1),
+    result = {"tool": "veloxquant distortion", **run_record(PROG, _argv(), device=_device()),
+              "machine": f"{platform.machine()} {platform.node()}", "wall_s": round(time.time() - t_start, 1),
               "settings": {"dims": args.dims, "tokens": args.tokens, "heads": args.heads, "trained": args.trained,
                            "sequences": args.sequences, "length": args.length, "seed": args.seed,
                            "ablation_vectors": args.ablation_vectors, "spread_seeds": args.spread_seeds,
@@ -150,7 +149,7 @@ def run(args) -> int:
 
 def update(args, grid) -> int:
     """--update JSON: the retrieval model's rows measured and put into an existing run's JSON (re-rendered)."""
-    from .._env import utc_now_iso, versions
+    from .._env import command_line, utc_now_iso, versions
 
     if not args.update.is_file():
         print(f"--update: {args.update} does not exist", file=sys.stderr)
@@ -174,8 +173,7 @@ def update(args, grid) -> int:
     rel = model.relative_to(ROOT) if model.is_relative_to(ROOT) else model
     res["updates"] = [u for u in res.get("updates", []) if u["data"] != RETRIEVAL_DATA] + [{
         "data": RETRIEVAL_DATA, "model": str(rel), "date": utc_now_iso(), "versions": versions(),
-        "wall_s": round(time.time() - t0, 1), "command": "veloxquant distortion " + " ".join(
-            sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "distortion" else sys.argv[1:])}]
+        "wall_s": round(time.time() - t0, 1), "command": command_line(PROG, _argv())}]
     args.update.write_text(json.dumps(res, indent=1) + "\n")
     print(f"rewrote {args.update} ({len(new)} rows of {RETRIEVAL_DATA})")
     if args.markdown is None:
@@ -217,13 +215,19 @@ def rerender(args) -> int:
     kl = trained_kl(args.quality_json)
     result["recommendation"] = recommend(kl, BUDGETS, (64, 128), result["rows"]) if kl else []
     result["kl_additivity"] = additivity(kl)
-    result["recommendation_command"] = "veloxquant distortion " + " ".join(
-        sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "distortion" else sys.argv[1:])
+    from .._env import command_line
+
+    result["recommendation_command"] = command_line(PROG, _argv())
     args.from_json.write_text(json.dumps(result, indent=1) + "\n")
     print(f"rewrote {args.from_json} (recommendation)")
     from . import distortion_doc as doc
 
     return doc.write_docs(result, args.from_json, args.markdown)
+
+
+def _argv() -> list[str]:
+    """This command's arguments, run as `veloxquant distortion ...` or as `python -m ...distortion ...`."""
+    return sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "distortion" else sys.argv[1:]
 
 
 def _device() -> str:

@@ -163,11 +163,12 @@ def result_dict(args, plan: Plan, tally: Tally, partial: bool) -> dict:
     rows = [_row(key, c) for key, c in tally.cells.items()]
     wall = time.time() - plan.t_start
     cfg_json = plan.cfg_json
-    result = {
+    rec = _env.run_record("python -m veloxquant.tools.quality.retrieval", args.argv or None, device=plan.device)
+    result = {   # the shared record split: the command on top, the rest under "run"
         "tool": "python -m veloxquant.tools.quality.retrieval run",
-        "command": " ".join(["python -m veloxquant.tools.quality.retrieval", *(args.argv or sys.argv[1:])]),
-        "run": {"date": _env.utc_now_iso(), "device": plan.device, "host": platform.node(),
-                "gpu": os.environ.get("VELOXQUANT_GPU_NAME") or _gpu_name(), "versions": _env.versions(),
+        "command": rec["command"],
+        "run": {"date": rec["date"], "device": rec["device"], "host": platform.node(),
+                "gpu": os.environ.get("VELOXQUANT_GPU_NAME") or _gpu_name(), "versions": rec["versions"],
                 "wall_s": round(wall, 1), "partial": partial, "setup_s": round(plan.setup_s, 1),
                 "budget_s": args.budget_seconds},
         "settings": {"contexts": args.contexts, "first_round": args.first_round,

@@ -269,10 +269,10 @@ def run(args) -> int:
             parts = pool.map(_shard, [(i, jobs, plain_blocks, settings, t0) for i in range(jobs)])
     rows = [r for _, r in sorted((x for part in parts for x in part), key=lambda x: x[0])]
     wall = time.time() - t0
+    rec = _env().run_record("veloxquant", device=str(mx.default_device()))
+    rec["command"] = getattr(args, "command_line", None) or rec["command"]   # as `python -m` ran it
     result = {
-        "tool": "veloxquant quality --model trained",
-        "command": getattr(args, "command_line", None) or " ".join(["veloxquant", *sys.argv[1:]]),
-        "date": _env().utc_now_iso(), "versions": _env().versions(), "device": str(mx.default_device()),
+        "tool": "veloxquant quality --model trained", **rec,
         "wall_s": round(wall, 1),
         # The machine's share matters for wall time: BLAS preloaded (see DEVELOPERS.md) and load averages.
         "ld_preload": os.environ.get("LD_PRELOAD"), "loadavg_start": load0, "loadavg_end": os.getloadavg()[0],

@@ -306,8 +306,10 @@ def cmd_train(args) -> int:
     rec["heldout"] = {"length": EVAL_LEN, "sequences": EVAL_SEQUENCES, "seed": EVAL_SEED,
                       "dtype": "float16", "unit": "nats per byte"}
     rec["model_args"] = {k: v for k, v in dataclasses.asdict(model_args(args.head_dim)).items() if v is not None}
-    rec["versions"] = _versions()
-    rec["command"] = " ".join(["python -m veloxquant.tools.quality.trained_model", *sys.argv[1:]])
+    from .._env import command_line, versions
+
+    rec["versions"] = versions()
+    rec["command"] = command_line("python -m veloxquant.tools.quality.trained_model")
     out_dir = args.out_dir or TRAINED_DIR
     wpath, rpath = (out_dir / p.name for p in (weights_path(args.head_dim), record_path(args.head_dim)))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -337,12 +339,6 @@ def cmd_check(args) -> int:
 # through BLAS); the margin is for other MLX versions and backends, whose float16 kernels round
 # differently. Zeroing one layer's MLP output moves a window by 0.026-0.06; random weights by > 3.
 HELDOUT_TOLERANCE = 0.01
-
-
-def _versions() -> dict:
-    from .._env import versions
-
-    return versions()
 
 
 def add_arguments(p) -> None:
