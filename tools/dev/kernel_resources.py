@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from ...accelerated.kernels import source
+from .._env import command_line
 
 CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 # (method, bits, bits2, group) of the benchmark cases (benchmarks/test_kernels.py)
@@ -189,8 +190,8 @@ def main(argv=None) -> int:
         print(" | ".join(f"{r.get(c, '')}" if not isinstance(r.get(c), float) else f"{r[c]:.2f}" for c in cols))
     if a.json:
         nv = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-        meta = {"schema": "veloxquant-kernel-resources/1", "command": " ".join(["python3 -m veloxquant.tools.dev.kernel_resources"]
-                                                                              + sys.argv[1:]),
+        meta = {"schema": "veloxquant-kernel-resources/1",
+                "command": command_line("python3 -m veloxquant.tools.dev.kernel_resources"),
                 "nvcc": nv[-1] if nv else None, "arch": "sm_90", "block_threads": 256, "rows": rows}
         Path(a.json).write_text(json.dumps(meta, indent=1) + "\n")
     return 0

@@ -18,7 +18,6 @@ Usage (H200): PYTHONUNBUFFERED=1 python3 -m veloxquant.tools.dev.thorough_check 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import pathlib
@@ -28,12 +27,14 @@ import sys
 import time
 
 from ... import spec
+from .._env import command_line, utc_now_iso
 
 TEST = "conformance/test_differential.py::test_encode_decode"
 DTYPES = ("float16", "bfloat16", "float32")
 # bits run first within a method's group: the widths caches use most (4 bits) before the rest
 HEADLINE_BITS = (4, 2, 3, 8, 1, 5, 6, 7)
 SCHEMA = "veloxquant-thorough-differential/1"
+PROG = "veloxquant.tools.dev.thorough_check"
 ROOT = pathlib.Path(__file__).resolve().parents[2]     # the folder holding conformance/ (source tree or installed)
 
 _CELL = re.compile(r"test_encode_decode\[([A-Za-z0-9_.-]+)\]")
@@ -161,8 +162,7 @@ def run(args) -> dict:
     skip = done_cells(args.done)
     cells = [c for c in all_cells(args.methods) if c not in skip]
     groups = plan(cells, args.jobs)
-    meta = {"schema": SCHEMA, "command": " ".join(["veloxquant.tools.dev.thorough_check", *sys.argv[1:]]),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    meta = {"schema": SCHEMA, "command": command_line(PROG), "date": utc_now_iso(),
             "git": _git(), "impl": args.impl, "device": args.device, "profile": "thorough",
             "max_examples_per_cell": args.max_examples or 10_000, "jobs": args.jobs, "deadline_s": args.deadline,
             "skipped_as_done": sorted(skip)}
@@ -235,7 +235,7 @@ def from_logs(args) -> dict:
                     cells[c] = e
             for c in _CELL.findall(text):   # named but unreported: cut
                 cells.setdefault(c, {"status": "cut", "group": path.stem})
-    return {"schema": SCHEMA, "command": " ".join(["veloxquant.tools.dev.thorough_check", *sys.argv[1:]]),
+    return {"schema": SCHEMA, "command": command_line(PROG),
             "profile": "thorough", "counts": _counts(cells), "cells": cells}
 
 
