@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shlex
-import sys
 import time
 
 import pytest
@@ -207,13 +205,13 @@ def _record_each(request, pytestconfig):
 
 def _meta(config) -> dict:
     """The run's context for the renderer and the gate: the command, device, versions, sizes, bands, warm-up."""
-    from veloxquant.tools._env import versions
+    from veloxquant.tools._env import command_line, versions
     from veloxquant.tools.bench.harness import device_info
     b = config._veloxquant_bench
     if getattr(b, "_meta", None) is None:
         info = device_info()
         info["type"] = b.device
-        b._meta = {"command": " ".join(["pytest", *map(shlex.quote, sys.argv[1:])]),
+        b._meta = {"command": command_line("pytest", quote=True),
                    "device": info, "versions": versions(), "sizes": b.sizes, "bands": harness.BANDS,
                    "warmup": harness.WARMUP_NOTE,
                    **({"contexts": b.contexts} if b.contexts else {}), "batches": b.batches,
