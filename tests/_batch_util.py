@@ -1,7 +1,10 @@
 """Helpers of the batch-cache tests (tests/test_batch_cache.py: a cache per sequence; tests/test_batch_shared.py:
 one B-row cache): keys and values, record bytes, prefilled single caches, the batched appends both run; a ragged
-record with the bytes no row may read poisoned (the ragged KIVI kernels' tests)."""
+record with the bytes no row may read poisoned (the ragged KIVI kernels' tests); the mask types our attention is
+handed, each row's attention against its single cache's, a merged batch of prompt caches after a chunk."""
 from __future__ import annotations
+
+import contextlib
 
 import mlx.core as mx
 import numpy as np
@@ -95,3 +98,61 @@ def poisoned(rec: oatt.RaggedRecord, stream: ragged.RaggedStream) -> oatt.Ragged
         w[i, :, :max(bi, pad) - rec.encoded].view(np.uint8)[...] = 0xFF
     return oatt.RaggedRecord(rec.params, fields, mx.array(w), rec.encoded, rec.decode_tokens, None, rec.phases,
                              rec.decoded)
+
+
+@contextlib.contextmanager
+def masks_attended():
+    """The types of the masks the hooked dispatch hands our attention (accelerated.cache.integration.attend), in order."""
+    import veloxquant.accelerated.cache.integration as hook
+    seen, real = [], hook.attend
+
+    def spy(q, k, v, scale, mask=None, sinks=None):
+        seen.append(type(mask))
+        return real(q, k, v, scale, mask)
+    hook.attend = spy
+    try:
+        yield seen
+    finally:
+        hook.attend = real
+
+
+def attends_like_singles(batch, singles, steps: int) -> list:
+    """`steps` decode steps through a 3-row `batch` and through each of its `singles`: each row's attention output is
+    its single cache's within the tier's float32 tolerance. The mask types attended (the batch's calls; the singles'
+    are None), in order."""
+    from mlx_lm.models import base
+    with masks_attended() as seen:
+        for step in range(steps):
+            q = mx.random.normal((3, 2 * H, 1, D), key=mx.random.key(70 + step)).astype(mx.float32)
+            k, v = kv(1, 80 + step, b=3)
+            mask = batch.make_mask(1)
+            kk, vv = batch.update_and_fetch(k, v)
+            out = np.array(base.scaled_dot_product_attention(q, kk, vv, cache=batch, scale=D ** -0.5, mask=mask))
+            for i, c in enumerate(singles):
+                ks, vs = c.update_and_fetch(k[i:i + 1], v[i:i + 1])
+                want = np.array(base.scaled_dot_product_attention(q[i:i + 1], ks, vs, cache=c, scale=D ** -0.5,
+                                                                  mask=None))
+                np.testing.assert_allclose(out[i:i + 1], want, rtol=0, atol=1e-5, err_msg=f"row {i} step {step}")
+    return seen
+
+
+def merged_after_a_chunk(model, make_cache):
+    """Histories of 30, 9 and 17 tokens, each prefilled into its own prompt cache (`make_cache()`), the caches merged
+    layer by layer, then a right-padded chunk of 2, 6 and 1 real tokens through the merged batch (finalized):
+    (single caches, batch caches, chunk tokens, chunk lengths, the chunk's batched logits)."""
+    from veloxquant.tools.quality import VOCAB
+    prompts = [mx.random.randint(0, VOCAB, (n,), key=mx.random.key(40 + n)) for n in (30, 9, 17)]
+    singles = []
+    for p in prompts:
+        c = make_cache()
+        model(p[None], cache=c)
+        singles.append(c)
+    batch = [layer[0].merge(list(layer)) for layer in zip(*singles)]
+    chunk_lengths = [2, 6, 1]
+    chunk = mx.random.randint(0, VOCAB, (3, 6), key=mx.random.key(9))
+    for c in batch:
+        c.prepare(lengths=chunk_lengths, right_padding=[6 - n for n in chunk_lengths])
+    out = model(chunk, cache=batch)
+    for c in batch:
+        c.finalize()
+    return singles, batch, chunk, chunk_lengths, out

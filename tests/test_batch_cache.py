@@ -17,7 +17,8 @@ from mlx_lm.models import cache as mlx_cache
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.tools.quality import VOCAB, tiny_llama
-from _batch_util import D, H, appends_like_singles, filled_with, kv, record_bytes, saves_and_loads
+from _batch_util import (D, H, appends_like_singles, filled_with, kv, merged_after_a_chunk, record_bytes,
+                         saves_and_loads)
 
 SETTINGS = {
     "turboquant": dict(bits=4, window=4),
@@ -139,21 +140,8 @@ def test_batched_attention_rows_equal_single_sequence_attention(method, fp16_lay
     logits of its single-sequence cache. With an fp16 first layer, mlx-lm's BatchKVCache makes the mask and
     our layers cut each sequence's part out of it (the general path)."""
     model = tiny_llama(64, seed=3)
-    hist = [30, 9, 17]
-    prompts = [mx.random.randint(0, VOCAB, (n,), key=mx.random.key(40 + n)) for n in hist]
-    singles = []
-    for p in prompts:
-        c = vc.make_prompt_cache(model, method=method, fp16_layers=fp16_layers, **SETTINGS[method])
-        model(p[None], cache=c)
-        singles.append(c)
-    batch = [layer[0].merge(list(layer)) for layer in zip(*singles)]
-    chunk_lengths = [2, 6, 1]
-    chunk = mx.random.randint(0, VOCAB, (3, 6), key=mx.random.key(9))
-    for c in batch:
-        c.prepare(lengths=chunk_lengths, right_padding=[6 - n for n in chunk_lengths])
-    out = model(chunk, cache=batch)
-    for c in batch:
-        c.finalize()
+    singles, batch, chunk, chunk_lengths, out = merged_after_a_chunk(
+        model, lambda: vc.make_prompt_cache(model, method=method, fp16_layers=fp16_layers, **SETTINGS[method]))
     step = mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(10))
     out_step = model(step, cache=batch)
     for i, c in enumerate(singles):

@@ -25,8 +25,8 @@ from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
 from veloxquant.accelerated.attention import RaggedStepKV
 from veloxquant.accelerated.ops.attention import RaggedRecord, RowStarts
 from veloxquant.tools.quality import VOCAB, tiny_llama
-from _batch_util import D, H, filled_with, kv, record_bytes, saves_and_loads
-from test_batch_shared import LOGPROB_ATOL, _Tok, masks_attended
+from _batch_util import D, H, attends_like_singles, filled_with, kv, record_bytes, saves_and_loads
+from test_batch_shared import LOGPROB_ATOL, _Tok
 
 G = 32
 LENGTHS = {0: [37, 50, 64], 128: [37, 50 + 128, 64 + 128]}   # R = 128: one row still all window, two flushing
@@ -111,18 +111,7 @@ def test_a_ragged_kivi_batch_attends_each_row_as_its_own_cache(mixed, window):
     batch = type(kivi(mixed, window)).merge(filled_with(lambda: kivi(mixed, window), lengths, seed=5))
     singles = filled_with(lambda: kivi(mixed, window), lengths, seed=5)
     assert ragged.is_ragged(batch.inner)
-    with masks_attended() as seen:
-        for step in range(G + 2):
-            q = mx.random.normal((3, 2 * H, 1, D), key=mx.random.key(70 + step)).astype(mx.float32)
-            k, v = kv(1, 80 + step, b=3)
-            mask = batch.make_mask(1)
-            kk, vv = batch.update_and_fetch(k, v)
-            out = np.array(base.scaled_dot_product_attention(q, kk, vv, cache=batch, scale=D ** -0.5, mask=mask))
-            for i, c in enumerate(singles):
-                ks, vs = c.update_and_fetch(k[i:i + 1], v[i:i + 1])
-                want = np.array(base.scaled_dot_product_attention(q[i:i + 1], ks, vs, cache=c, scale=D ** -0.5,
-                                                                  mask=None))
-                np.testing.assert_allclose(out[i:i + 1], want, rtol=0, atol=1e-5, err_msg=f"row {i} step {step}")
+    seen = attends_like_singles(batch, singles, G + 2)
     assert seen.count(RowStarts) == G + 2, seen
 
 

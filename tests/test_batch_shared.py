@@ -8,8 +8,6 @@ attention tier's tolerance, greedy tokens of mlx_lm.batch_generate; (4) float64 
 """
 from __future__ import annotations
 
-import contextlib
-
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -24,7 +22,8 @@ from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
 from veloxquant.accelerated.ops.attention import RowStarts
 from veloxquant.tools.quality import VOCAB, tiny_llama
-from _batch_util import D, H, appends_like_singles, filled_with, kv, saves_and_loads
+from _batch_util import (D, H, appends_like_singles, attends_like_singles, filled_with, kv, masks_attended,
+                         merged_after_a_chunk, saves_and_loads)
 from _batch_util import record_bytes as _record_bytes
 
 SETTINGS = {      # per-token methods, no window: what merge puts in one B-row cache
@@ -45,22 +44,6 @@ LOGPROB_ATOL = 2.0 ** -6
 # batched matmuls round otherwise: fp16_gap > 0), that layer quantizes slightly different keys and values, and a
 # code that flips moves the logits by O(2^-6) on the tiny llama; a wrong attention moves them O(1)
 CODE_FLIP_ATOL = 2.0 ** -5
-
-
-@contextlib.contextmanager
-def masks_attended():
-    """The types of the masks the hooked dispatch hands our attention (accelerated.cache.integration.attend), in order."""
-    import veloxquant.accelerated.cache.integration as hook
-    seen, real = [], hook.attend
-
-    def spy(q, k, v, scale, mask=None, sinks=None):
-        seen.append(type(mask))
-        return real(q, k, v, scale, mask)
-    hook.attend = spy
-    try:
-        yield seen
-    finally:
-        hook.attend = real
 
 
 def cache(method, **kw):
@@ -366,21 +349,7 @@ def _batched_and_single_logits(model, make_cache):
     """One forward over a merged batch of caches from `make_cache` (histories of different lengths, then a
     right-padded chunk, then decode steps) and each sequence's own cache through the same tokens: (batched logits
     per sequence, single logits per sequence, the batch caches, the single caches, the masks the steps attended)."""
-    hist = [30, 9, 17]
-    prompts = [mx.random.randint(0, VOCAB, (n,), key=mx.random.key(40 + n)) for n in hist]
-    singles = []
-    for p in prompts:
-        c = make_cache()
-        model(p[None], cache=c)
-        singles.append(c)
-    batch = [layer[0].merge(list(layer)) for layer in zip(*singles)]
-    chunk_lengths = [2, 6, 1]
-    chunk = mx.random.randint(0, VOCAB, (3, 6), key=mx.random.key(9))
-    for c in batch:
-        c.prepare(lengths=chunk_lengths, right_padding=[6 - n for n in chunk_lengths])
-    out = model(chunk, cache=batch)
-    for c in batch:
-        c.finalize()
+    singles, batch, chunk, chunk_lengths, out = merged_after_a_chunk(model, make_cache)
     steps = [mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(10 + s)) for s in range(3)]
     with masks_attended() as masks:
         outs = [model(s, cache=batch) for s in steps]
@@ -587,16 +556,5 @@ def test_a_kivi_batch_attends_each_row_as_its_own_cache(window, mixed):
     batch = type(kivi()).merge(filled_kivi(lengths, seed=5, window=window, mixed=mixed))
     singles = filled_kivi(lengths, seed=5, window=window, mixed=mixed)
     assert isinstance(batch, SharedBatchVeloxKVCache)
-    with masks_attended() as seen:
-        for step in range(G + 2):
-            q = mx.random.normal((3, 2 * H, 1, D), key=mx.random.key(70 + step)).astype(mx.float32)
-            k, v = kv(1, 80 + step, b=3)
-            mask = batch.make_mask(1)
-            kk, vv = batch.update_and_fetch(k, v)
-            out = np.array(base.scaled_dot_product_attention(q, kk, vv, cache=batch, scale=D ** -0.5, mask=mask))
-            for i, c in enumerate(singles):
-                ks, vs = c.update_and_fetch(k[i:i + 1], v[i:i + 1])
-                want = np.array(base.scaled_dot_product_attention(q[i:i + 1], ks, vs, cache=c, scale=D ** -0.5,
-                                                                  mask=None))
-                np.testing.assert_allclose(out[i:i + 1], want, rtol=0, atol=1e-5, err_msg=f"row {i} step {step}")
+    seen = attends_like_singles(batch, singles, G + 2)
     assert seen.count(RowStarts) == G + 2, seen          # the batch's calls (the singles': None)
