@@ -17,40 +17,13 @@ from mlx_lm.models import cache as mlx_cache
 
 import veloxquant.accelerated.cache as vc
 from veloxquant import reference
-from veloxquant.tools.quality import VOCAB, kl_divergence, teacher_forced_logits, tiny_llama
-
-# kivi values need G to divide d (methods/kivi.md): G = 16 divides both 80 and 96.
-SETTINGS = {
-    "turboquant": dict(bits=4),
-    "turboquant_rvq": dict(bits=2),
-    "turboquant_prod": dict(bits=3),
-    "kivi": dict(bits=2, group_size=16, window=0),
-    "rabitq": dict(bits=1),
-}
-# The bounds of tests/test_mlx_lm_integration.py (measured there at d = 64, 128, with 4-7x headroom):
-# the quantizers' per-coordinate error does not depend on d, so the same bounds hold at 80 and 96.
-KL_MEAN_BOUND = {"turboquant": 0.05, "turboquant_rvq": 0.1, "turboquant_prod": 0.15, "kivi": 0.3,
-                 "rabitq": 0.6}
-METHODS = list(SETTINGS)
-PROMPT = 40
+from veloxquant.tools.quality import VOCAB, teacher_forced_logits, tiny_llama
+from _mlx_lm_util import KL_MEAN_BOUND, METHODS, PROMPT, as_bits, caches_for, next_token_kl, tokens
 
 
 @pytest.fixture(scope="module", params=[96, 80])
 def model(request):
     return tiny_llama(request.param, seed=0)
-
-
-def tokens(n, seed):
-    return mx.random.randint(0, VOCAB, (n,), key=mx.random.key(seed))
-
-
-def as_bits(a) -> np.ndarray:
-    a = mx.array(a) if not isinstance(a, mx.array) else a
-    return np.array(a.view({1: mx.uint8, 2: mx.uint16, 4: mx.uint32}[a.itemsize]))
-
-
-def caches_for(model, method, **kw):
-    return vc.make_prompt_cache(model, method=method, seed=5, **{**SETTINGS[method], **kw})
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -93,11 +66,7 @@ def test_layer0_records_are_the_reference_encode(model, method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_next_token_kl_vs_fp16(model, method):
-    seq = tokens(PROMPT + 12, 2)
-    ref = teacher_forced_logits(model, [mlx_cache.KVCache() for _ in model.layers], seq, PROMPT)
-    got = teacher_forced_logits(model, caches_for(model, method), seq, PROMPT)
-    kl = kl_divergence(np.array(ref), np.array(got))
-    assert np.all(np.isfinite(kl))
+    kl = next_token_kl(model, method)
     assert 0 < kl.mean() < KL_MEAN_BOUND[method], (method, kl.mean())
 
 

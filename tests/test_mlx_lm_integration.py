@@ -13,45 +13,15 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models import cache as mlx_cache
 
 import veloxquant.accelerated.cache as vc
-from veloxquant.tools.quality import VOCAB, kl_divergence, teacher_forced_logits, tiny_llama
+from veloxquant.tools.quality import VOCAB, kl_divergence, tiny_llama
+from _mlx_lm_util import KL_MEAN_BOUND, METHODS, PROMPT, as_bits, caches_for, next_token_kl, tokens
 
-SETTINGS = {
-    "turboquant": dict(bits=4),
-    "turboquant_rvq": dict(bits=2),
-    "turboquant_prod": dict(bits=3),
-    "kivi": dict(bits=2, group_size=16, window=0),
-    "rabitq": dict(bits=1),
-}
-# Loose upper bounds on the mean next-token KL (nats) vs the fp16 KVCache on these random models, about
-# 4-7x the values measured when written (see docs/quality.md). A broken cache (zeroed keys, random values,
-# or swapped heads, i.e. a wrong head_offset) measures about 0.8-0.9 here, above every bound.
-KL_MEAN_BOUND = {
-    "turboquant": 0.05,       # 4 bits: measured ~0.007-0.009
-    "turboquant_rvq": 0.1,    # 2 + 2 bits: ~0.02
-    "turboquant_prod": 0.15,  # 2 + 1 bits: ~0.03-0.04
-    "kivi": 0.3,              # 2 bits, G = 16: ~0.07
-    "rabitq": 0.6,            # 1 bit: ~0.25-0.33
-}
-METHODS = list(SETTINGS)
 HEAD_DIMS = [64, 128]
-PROMPT = 40
 
 
 @pytest.fixture(scope="module", params=HEAD_DIMS)
 def model(request):
     return tiny_llama(request.param, seed=0)
-
-
-def tokens(n, seed):
-    return mx.random.randint(0, VOCAB, (n,), key=mx.random.key(seed))
-
-
-def as_bits(a: mx.array) -> np.ndarray:
-    return np.array(a.view({2: mx.uint16, 4: mx.uint32}[a.itemsize]))
-
-
-def caches_for(model, method, **kw):
-    return vc.make_prompt_cache(model, method=method, seed=5, **{**SETTINGS[method], **kw})
 
 
 def run_generate(model, prompt, caches, n, **kw):
@@ -84,11 +54,7 @@ def test_generate_step(model, method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_next_token_kl_vs_fp16(model, method):
-    seq = tokens(PROMPT + 12, 2)
-    ref = teacher_forced_logits(model, [mlx_cache.KVCache() for _ in model.layers], seq, PROMPT)
-    got = teacher_forced_logits(model, caches_for(model, method), seq, PROMPT)
-    kl = kl_divergence(np.array(ref), np.array(got))
-    assert np.all(np.isfinite(kl))
+    kl = next_token_kl(model, method)
     assert kl.mean() > 0, "the compressed cache changed nothing: is it being used?"
     assert kl.mean() < KL_MEAN_BOUND[method], (method, kl.mean())
 
