@@ -1,7 +1,9 @@
 """Helpers shared by the attention tests: a packed record from accelerated.ops' one-shot encode, the
 float64 attention oracle (GQA by repeating KV heads, optional causal mask; spec/attention.md), and a spy on the
-kernels' launch plans, nvcc's ptxas report of a kernel text."""
+kernels' launch plans and on the attention path taken, nvcc's ptxas report of a kernel text."""
 from __future__ import annotations
+
+import contextlib
 
 import mlx.core as mx
 import numpy as np
@@ -43,6 +45,22 @@ def plan_keys(monkeypatch) -> list:
         return out
     monkeypatch.setattr(katt, "launch_plan", spy)
     return keys
+
+
+@contextlib.contextmanager
+def paths_taken():
+    """The path accelerated.attention.path chooses at each call while open ("decoded", "ops", "kernels"), in order."""
+    from veloxquant.accelerated import attention as attn
+    seen, real = [], attn.path
+
+    def spy(*a, **k):
+        seen.append(real(*a, **k))
+        return seen[-1]
+    attn.path = spy
+    try:
+        yield seen
+    finally:
+        attn.path = real
 
 
 def ptxas(text: str, stem) -> dict:

@@ -17,7 +17,6 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models import cache as mlx_cache
 
-import veloxquant.accelerated.attention as attn
 import veloxquant.accelerated.cache as vc
 from veloxquant import spec
 from veloxquant.accelerated import kernels
@@ -27,7 +26,7 @@ from veloxquant.accelerated.ops import attention as oatt
 from veloxquant.accelerated.ops import numerics
 from veloxquant.tools.quality import VOCAB, tiny_llama
 
-from _attention_util import f64_attention, packed
+from _attention_util import f64_attention, packed, paths_taken
 
 GPU, WHY = kernels.available()
 SETTINGS = {
@@ -128,19 +127,9 @@ def test_fault_flags_one_launch_equal_ops():
 def test_packed_path_is_taken(model):
     """mlx-lm's llama attention reaches accelerated.attention for packed caches (kernels on a GPU, the ops
     path on the CPU), and the decoded path only for the prompt."""
-    seen = []
-    real = attn.path
-
-    def spy(*a, **k):
-        seen.append(real(*a, **k))
-        return seen[-1]
-
-    attn.path = spy
-    try:
+    with paths_taken() as seen:
         caches = vc.make_prompt_cache(model, method="turboquant", bits=4)
         list(generate_step(mx.arange(40) % VOCAB, model, max_tokens=6, prompt_cache=caches))
-    finally:
-        attn.path = real
     n_layers = len(model.layers)
     assert seen[:n_layers] == ["decoded"] * n_layers           # the 40-token prompt
     assert set(seen[n_layers:]) == {"kernels" if GPU else "ops"}

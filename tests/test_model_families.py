@@ -14,8 +14,8 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models import cache as mlx_cache
 
-import veloxquant.accelerated.attention as attn
 import veloxquant.accelerated.cache as vc
+from _attention_util import paths_taken
 
 VOCAB = 256
 COMMON = dict(hidden_size=128, num_hidden_layers=2, intermediate_size=256, num_attention_heads=4,
@@ -60,18 +60,8 @@ def test_family_attends_over_packed_records(family):
         caches = vc.make_prompt_cache(model, method="turboquant", bits=4, seed=3, compress_sliding=False)
         ours = [c for c in caches if isinstance(c, vc.VeloxKVCache)]
         assert any(isinstance(c, mlx_cache.RotatingKVCache) for c in caches)
-    seen = []
-    real = attn.path
-
-    def spy(*a, **k):
-        seen.append(real(*a, **k))
-        return seen[-1]
-
-    attn.path = spy
-    try:
+    with paths_taken() as seen:
         packed = [(t, lp) for t, lp in generate_step(prompt, model, max_tokens=12, prompt_cache=caches)]
-    finally:
-        attn.path = real
     if family in PACKED:
         assert seen.count("decoded") == len(ours) and len(seen) > len(ours)   # prompt decoded; steps packed
     else:
