@@ -494,6 +494,18 @@ def _by_name(launches, prefix):
     return [x for x in launches if x["name"].startswith(prefix)]
 
 
+def _fused_steps(fast, ref):
+    """(step, fast launches, general launches) of each step the fast path fused: every step keeps the general path's
+    state, and a step that still made the plan (an append launched) launches what the general path launches."""
+    for i, (a, b) in enumerate(zip(fast, ref)):
+        assert a[1:] == b[1:], f"step {i}: (offset, key rows, value rows, chunks) {a[1:]} != {b[1:]}"
+        la, lb = _launches(a[0]), _launches(b[0])
+        if _by_name(la, "vq_append"):            # the first steps make the plan on the general path
+            _same(la, lb, f"step {i}")
+            continue
+        yield i, la, lb
+
+
 @pytest.mark.parametrize("tensor_cores", [False, True])
 def test_fused_append_is_the_general_paths_append_inside_the_partial_launch(monkeypatch, tune, gpu, tensor_cores):
     """tuning's fuse_append: each step makes two launches (the partial with APPEND, the combine) where the
@@ -509,12 +521,7 @@ def test_fused_append_is_the_general_paths_append_inside_the_partial_launch(monk
     ref, _, cr = _run(monkeypatch, gpu, general=True, tensor_cores=tensor_cores)
     assert len(fast) == len(ref) == 6
     fused_steps = 0
-    for i, (a, b) in enumerate(zip(fast, ref)):
-        assert a[1:] == b[1:], f"step {i}: (offset, key rows, value rows, chunks) {a[1:]} != {b[1:]}"
-        la, lb = _launches(a[0]), _launches(b[0])
-        if _by_name(la, "vq_append"):            # the first steps make the plan on the general path
-            _same(la, lb, f"step {i}")
-            continue
+    for i, la, lb in _fused_steps(fast, ref):
         fused_steps += 1
         assert [x["name"].split("_")[2] for x in la] == ["partial", "combine"], [x["name"] for x in la]
         p, app, pr = la[0], _by_name(lb, "vq_append")[0], _by_name(lb, "vq_attention_partial")[0]
