@@ -150,9 +150,15 @@ def merged_after_a_chunk(model, make_cache):
     batch = [layer[0].merge(list(layer)) for layer in zip(*singles)]
     chunk_lengths = [2, 6, 1]
     chunk = mx.random.randint(0, VOCAB, (3, 6), key=mx.random.key(9))
+    return singles, batch, chunk, chunk_lengths, chunk_through(model, batch, chunk, chunk_lengths)
+
+
+def chunk_through(model, batch, chunk, lengths):
+    """A right-padded chunk (`lengths[i]` real tokens in row i) through the model over a batch of layer caches,
+    which are then finalized: the chunk's logits."""
     for c in batch:
-        c.prepare(lengths=chunk_lengths, right_padding=[6 - n for n in chunk_lengths])
+        c.prepare(lengths=lengths, right_padding=[chunk.shape[1] - n for n in lengths])
     out = model(chunk, cache=batch)
     for c in batch:
         c.finalize()
-    return singles, batch, chunk, chunk_lengths, out
+    return out

@@ -18,6 +18,7 @@ from mlx_lm.models import cache as mlx_cache
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import ops
 from veloxquant.tools.quality import teacher_forced_logits
+from _batch_util import chunk_through
 from test_batch_shared import CODE_FLIP_ATOL
 
 MAX = 16
@@ -257,12 +258,7 @@ def _rotating_batch_flow(model, make):
         keep(model(tok, cache=batch), tok, [1, 1, 1])
     lengths = [3, 6, 1]
     chunk = mx.random.randint(0, VOCAB, (3, 6), key=mx.random.key(9))
-    for c in batch:
-        c.prepare(lengths=lengths, right_padding=[6 - n for n in lengths])
-    out = model(chunk, cache=batch)
-    for c in batch:
-        c.finalize()
-    keep(out, chunk, lengths)
+    keep(chunk_through(model, batch, chunk, lengths), chunk, lengths)
     tok = mx.random.randint(0, VOCAB, (3, 1), key=mx.random.key(200))
     keep(model(tok, cache=batch), tok, [1, 1, 1])
     return batch, pairs
