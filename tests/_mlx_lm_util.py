@@ -1,6 +1,6 @@
 """Helpers of the tests of our caches inside random mlx-lm llama models (tests/test_mlx_lm_integration.py at head
 dims 64 and 128, tests/test_mlx_lm_head_dims.py at 80 and 96): the methods' settings, the KL bounds, tokens, the
-caches, bit views and the next-token KL against mlx-lm's fp16 KVCache."""
+caches, bit views, the next-token KL against mlx-lm's fp16 KVCache and a save / load round trip."""
 from __future__ import annotations
 
 import mlx.core as mx
@@ -55,3 +55,15 @@ def next_token_kl(model, method) -> np.ndarray:
     kl = kl_divergence(np.array(ref), np.array(got))
     assert np.all(np.isfinite(kl))
     return kl
+
+
+def saved_and_loaded(model, method, path: str):
+    """`method`'s caches behind a plain KVCache first layer, prefilled with PROMPT - 1 tokens, saved to `path` and
+    loaded back (the same classes, or the assertion says so): (the caches, the loaded caches, the prompt)."""
+    a = caches_for(model, method, fp16_layers=(1, 0))
+    prompt = tokens(PROMPT, 3)
+    mx.eval(model(prompt[None, :-1], cache=a))
+    mlx_cache.save_prompt_cache(path, a)
+    b = mlx_cache.load_prompt_cache(path)
+    assert [type(c) for c in b] == [type(c) for c in a]
+    return a, b, prompt

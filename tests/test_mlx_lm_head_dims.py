@@ -18,7 +18,8 @@ from mlx_lm.models import cache as mlx_cache
 import veloxquant.accelerated.cache as vc
 from veloxquant import reference
 from veloxquant.tools.quality import VOCAB, teacher_forced_logits, tiny_llama
-from _mlx_lm_util import KL_MEAN_BOUND, METHODS, PROMPT, as_bits, caches_for, next_token_kl, tokens
+from _mlx_lm_util import (KL_MEAN_BOUND, METHODS, PROMPT, as_bits, caches_for, next_token_kl, saved_and_loaded,
+                          tokens)
 
 
 @pytest.fixture(scope="module", params=[96, 80])
@@ -72,13 +73,7 @@ def test_next_token_kl_vs_fp16(model, method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_save_load_round_trip(model, method, tmp_path):
-    a = caches_for(model, method, fp16_layers=(1, 0))
-    prompt = tokens(PROMPT, 3)
-    mx.eval(model(prompt[None, :-1], cache=a))
-    path = str(tmp_path / "prompt.safetensors")
-    mlx_cache.save_prompt_cache(path, a)
-    b = mlx_cache.load_prompt_cache(path)
-    assert [type(c) for c in b] == [type(c) for c in a]
+    a, b, prompt = saved_and_loaded(model, method, str(tmp_path / "prompt.safetensors"))
     for x, y in zip(a[1].state[:2], b[1].state[:2]):       # identical bytes after load
         assert list(x) == list(y)
         for name in x:

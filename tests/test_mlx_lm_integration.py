@@ -14,7 +14,8 @@ from mlx_lm.models import cache as mlx_cache
 
 import veloxquant.accelerated.cache as vc
 from veloxquant.tools.quality import VOCAB, kl_divergence, tiny_llama
-from _mlx_lm_util import KL_MEAN_BOUND, METHODS, PROMPT, as_bits, caches_for, next_token_kl, tokens
+from _mlx_lm_util import (KL_MEAN_BOUND, METHODS, PROMPT, as_bits, caches_for, next_token_kl, saved_and_loaded,
+                          tokens)
 
 HEAD_DIMS = [64, 128]
 
@@ -62,14 +63,8 @@ def test_next_token_kl_vs_fp16(model, method):
 @pytest.mark.parametrize("method", METHODS)
 def test_saved_cache_continues_identically(model, method, tmp_path):
     # The first layer stays a plain KVCache: the file mixes mlx-lm's class and ours.
-    a = caches_for(model, method, fp16_layers=(1, 0))
+    a, b, prompt = saved_and_loaded(model, method, str(tmp_path / "prompt.safetensors"))
     assert type(a[0]) is mlx_cache.KVCache and type(a[1]) is vc.CLASS_BY_METHOD[method]
-    prompt = tokens(PROMPT, 3)
-    mx.eval(model(prompt[None, :-1], cache=a))
-    path = str(tmp_path / "prompt.safetensors")
-    mlx_cache.save_prompt_cache(path, a)
-    b = mlx_cache.load_prompt_cache(path)
-    assert [type(c) for c in b] == [type(c) for c in a]
     assert b[1].nbytes == a[1].nbytes and b[1].offset == a[1].offset == PROMPT - 1
     toks_a, lps_a = run_generate(model, prompt[-1:], a, 6)
     toks_b, lps_b = run_generate(model, prompt[-1:], b, 6)
