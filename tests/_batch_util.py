@@ -102,7 +102,8 @@ def poisoned(rec: oatt.RaggedRecord, stream: ragged.RaggedStream) -> oatt.Ragged
 
 @contextlib.contextmanager
 def masks_attended():
-    """The types of the masks the hooked dispatch hands our attention (accelerated.cache.integration.attend), in order."""
+    """The types of the masks the hooked dispatch hands our attention (accelerated.cache.integration.attend), in
+    order."""
     import veloxquant.accelerated.cache.integration as hook
     seen, real = [], hook.attend
 

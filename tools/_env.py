@@ -1,8 +1,8 @@
 """Run environment recorded in every tool's JSON output (command, UTC time, device, versions, git revision).
 
 Shared by tools/bench/, tools/quality/, tools/dev/ and tools/cli/conformance.py so that their reports name the same
-things the same way: `run_record` opens a record. Nothing here raises for a missing piece: absent packages and git
-give None.
+things the same way: `run_record` opens a record. The versions never raise for a missing piece: absent packages
+and git give None (run_record's default device description needs MLX).
 """
 from __future__ import annotations
 
