@@ -284,17 +284,20 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     `append`: the decode step's append inside (APPEND, append_block); for the combine: it also takes a chunk's
     token (an APPEND partial's or the append kernel's) and writes its summary (COMBINE_SUMMARY); `ragged`: rows of
     their own KIVI group phase (the scalar loop or, KIVI both roles, the tensor-core loop: tuning's tc_ragged; with row
-    starts, no MIXED window; with the append, each row flushes its group at its own step: append_block)."""
+    starts; with the append, each row flushes its group at its own step: append_block; a MIXED window: per-token keys
+    beside KIVI values, the values' phase, on the scalar loop without the append)."""
     header, prelude = PRELUDES[backend]
     if tc and (backend != "cuda" or kind != "partial"):
         raise ValueError("the tensor-core loop is a CUDA partial kernel's")
     if append and fused:
         raise ValueError("the append runs inside an unfused partial launch")
     kivi = mk == mv == METHOD_IDS["kivi"]
-    if ragged and ((tc and (tc is not True or not kivi)) or not starts or int(haswin) in MIXED_WINDOWS
-                   or (append and not haswin)):
-        raise ValueError("ragged: the scalar loop or KIVI's tensor-core loop, with row starts, without a MIXED window "
-                         "(the append: with one)")
+    # MIXED ragged: per-token keys beside KIVI values (the values' phase), the scalar loop, the append outside
+    mixed = int(haswin) in MIXED_WINDOWS
+    bad_mixed = mixed and (tc or append or mv != METHOD_IDS["kivi"] or mk == METHOD_IDS["kivi"])
+    if ragged and ((tc and (tc is not True or not kivi)) or not starts or bad_mixed or (append and not haswin)):
+        raise ValueError("ragged: the scalar loop or KIVI's tensor-core loop, with row starts (the append: with a "
+                         "window); MIXED: per-token keys beside KIVI values on the scalar loop, the append outside")
     pre = ""
     if append and kind == "partial":
         eh, em = encode_macros(backend)
