@@ -128,7 +128,8 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
                 lines.append(f"#define VQ_{r.upper()}TENC " + (role_meta.format(5) if append else "0"))
                 lines.append(f"#define VQ_{r.upper()}WOWN " + (role_meta.format(7) if append else "0"))
         lines.append(f"#define VQ_STARTS {int(starts)}")
-        # a ragged KIVI batch (cache/ragged.py): each row's group phase; KIVI keys' group row of token t from it
+        # a ragged KIVI batch (cache/ragged.py): each row's group phase; KIVI keys' group row of token t from it (a
+        # MIXED window: the KIVI values' phase, each row's ranges in csrc/partial_setup_mixed_ragged.h)
         lines.append(f"#define VQ_RAGGED {int(ragged)}")
         if ragged:              # ... with the step's append inside: the flushing rows' group (append_block)
             lines.append(f"#define VQ_RAGGED_APPEND {int(append)}")

@@ -13,14 +13,6 @@
   // split S - 1 from QLO: every row this launch's append encodes (VQ_KTENC / VQ_VTENC of each role), and the
   // tokens of one role's records beside the other's window, up to WQ
   const int QLO = vq_min(QK - VQ_KTENC, QV - VQ_VTENC);
-#if VQ_RAGGED
-  // ragged rows (accelerated/cache/ragged.py): the values (KIVI; template RW: their R, VG: their G) end their encoded
-  // tokens at row b's own boundary QVR, from its group phase, at or past QV (where their window's rows start); the
-  // keys are per token (phase 0): every row's end at QK
-  const int vq_ph = (int)rphase[b];
-  const int vq_u = Q + R - RW - vq_ph;
-  const int QVR = vq_u >= 0 ? vq_ph + (vq_u / VG) * VG : 0;
-#endif
 #else
   // no window: kw is a stand-in; VQ_WOWN: kw's first rows that are the chunk's own tokens encoded by this launch
   // (KIVI with window 0 at a flush: kw is the chunk's row the append writes, and the window after it is empty)
@@ -36,22 +28,7 @@
   int t0 = 0;
   int t1 = vq_min(RK, RV);
 #if VQ_MIXED && VQ_RAGGED
-  {
-    // row b: splits 0 .. S - 2 its tokens from its start that both roles hold encoded (up to E), split S - 1 those
-    // one role holds exact (keys' window, values' window past QVR) up to WR, the window split from WR: both exact
-    const int vq_st = (int)rstart[b];
-    const int E = vq_min(QK, QVR);
-    const int WR0 = WQ > QVR ? WQ : QVR;
-    const int WR = WR0 > vq_st ? WR0 : vq_st;
-    if (is_win) {
-      t0 = WR - WQ;
-    } else {
-      const int lo0 = vq_min(vq_st, E);
-      const int chunk = (E - lo0 + S - 2) / (S - 1);
-      t0 = (s == S - 1) ? (E > vq_st ? E : vq_st) : vq_min(E, lo0 + s * chunk);
-      t1 = (s == S - 1) ? WR : vq_min(E, t0 + chunk);
-    }
-  }
+#include "partial_setup_mixed_ragged.h"
 #elif VQ_MIXED
   if (!is_win) {
     const int SO = S - 1;
