@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from test_fast_path import PROMPT, STEPS, _merge_prefilled, _reset, cuda, paths   # noqa: F401  (fixtures)
+from test_fast_path import (PROMPT, STEPS, _assert_batch_steps_fast, _merge_prefilled, _reset, cuda,  # noqa: F401
+                            paths)   # (fixtures)
 
 MIXED = dict(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2)
 
@@ -22,7 +23,8 @@ def _ragged_mixed_batch():
 def test_a_ragged_mixed_batch_attends_through_the_ragged_mixed_partial(cuda, paths, tune, monkeypatch):  # noqa: F811
     """Prompts 200 and 163 (37 apart: the values' groups of 32 at different phases): every decode step of every
     layer attends through one ragged MIXED partial launch (VQ_RAGGED with HASWIN 3: the keys' records beside the
-    values' window, each row at its own boundary) and its combine; never the ops path, nothing decoded."""
+    values' window, each row at its own boundary) and its combine; never the ops path, nothing decoded (the in-place
+    step: test_a_ragged_mixed_batch_takes_one_fast_step_per_layer)."""
     import mlx.core as mx
     from veloxquant.accelerated.cache import ragged
     tune(ragged=True)
@@ -37,6 +39,15 @@ def test_a_ragged_mixed_batch_attends_through_the_ragged_mixed_partial(cuda, pat
     layer_steps = len(merged) * STEPS
     partials = [n for n in cuda if n.startswith("vq_attention_partial")]
     assert len(partials) == layer_steps, f"{len(partials)} partial launches for {layer_steps} layer steps"
-    assert all(n.split("_")[3] == "0430rg" for n in partials), sorted(set(partials))
+    # (the first step's append is the append kernel's own launch, the later ones inside the partial: "a")
+    assert all(n.split("_")[3] in ("0430rg", "0430arg") for n in partials), sorted(set(partials))
     assert sum(n.startswith("vq_attention_combine") for n in cuda) == layer_steps
     assert not paths["path"] and not paths["decoded"] and not decoded, (paths["path"], paths["decoded"], decoded)
+
+
+def test_a_ragged_mixed_batch_takes_one_fast_step_per_layer(cuda, paths, tune):  # noqa: F811
+    """... and each step of it is one DecodeStep launch pair per layer (cache/ragged_step.py's RaggedMixedInPlace: the
+    keys' token in every row and each row's values group flush inside the partial launch's append, APPEND + VQ_RAGGED
+    + MIXED), nothing else."""
+    tune(ragged=True)
+    _assert_batch_steps_fast(*_ragged_mixed_batch(), cuda, paths)

@@ -8,7 +8,13 @@
     // row b: splits 0 .. S - 2 its tokens from its start that both roles hold encoded (up to E), split S - 1 those
     // one role holds exact (keys' window, values' window past QVR) up to WR, the window split from WR: both exact
     const int vq_st = (int)rstart[b];
+#if VQ_RAGGED_APPEND
+    // with the step's append inside: what it encodes (the keys' token, a flushing row's values group, from QVR - VG)
+    // goes to split S - 1, which wrote it
+    const int E = vq_min(QK - VQ_KTENC, (vq_u >= VG && vq_u % VG == 0) ? QVR - VG : QVR);
+#else
     const int E = vq_min(QK, QVR);
+#endif
     const int WR0 = WQ > QVR ? WQ : QVR;
     const int WR = WR0 > vq_st ? WR0 : vq_st;
     if (is_win) {
