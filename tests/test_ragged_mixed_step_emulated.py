@@ -35,7 +35,8 @@ class _MixedAppend(rse._Append):
             return super()._lib(inputs, template)
 
 
-CASES = [("g16-R8", 16, 8, [37, 50, 64, 21]), ("g32-R128", 32, 128, [200, 163, 181, 150])]
+# (g16-R8: the 55-token row's phase flushes at the plan's first step, the append kernel's own launch)
+CASES = [("g16-R8", 16, 8, [37, 50, 64, 21, 55]), ("g32-R128", 32, 128, [200, 163, 181, 150])]
 
 
 @pytest.mark.parametrize("g, window, lengths", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
