@@ -129,30 +129,30 @@ def test_the_ragged_mixed_pair_is_refused_where_the_loop_does_not_hold_it(ragged
         assert not katt.supports(q, *swapped, mask, True), "KIVI keys beside turboquant values taken"
 
 
-# (key bits, value bits, G, keys' window, values' window, d): HASWIN 3 (the recommended pair) and 4
-COMPILE_CASES = [(3, 2, 32, 0, 128, 128), (4, 4, 16, 32, 32, 64)]
-
-
-def _compiled_resources(kp, vp, d, ragged: bool, stem) -> dict:
+def _compiled_resources(kp, vp, d, ragged: bool, stem, append: bool = False) -> dict:
     """{arch: (registers, stack frame, spill stores, spill loads)} of the MIXED partial for kp / vp with row starts as
-    attention.py launches it (template from _static: 4 rows, 8 KV heads, GQA 4, float16), `ragged` or not."""
+    attention.py launches it (template from _static: 4 rows, 8 KV heads, GQA 4, float16), `ragged` or not, with the
+    decode step's append inside or not."""
     import re
     from veloxquant.accelerated import tuning
     from _attention_util import ptxas
     from test_attention_kernels_source import _kernel
     haswin = katt.mixed_windows(kp, vp)
-    st = katt._static(kp, vp, 4, 32, 1, d, 8, 16, haswin, False, mx.float16, d ** -0.5, False, 16,
-                      tuning.DEFAULT.replace(ragged=True), None, True, ragged)
+    f16 = mx.float16
+    st = katt._static(kp, vp, 4, 32, 1, d, 8, 16, haswin, False, f16, d ** -0.5, False, 16,
+                      tuning.DEFAULT.replace(ragged=True), (f16,) * 4 if append else None, True, ragged)
     assert st.key[2] == haswin and not st.key[4] and (st.key[8:] == (True,)) == ragged, st.key
-    header, source = katt.src.assemble("partial", "cuda", 0, 4, haswin, False, False, False, True, ragged)
+    header, source = katt.src.assemble("partial", "cuda", 0, 4, haswin, False, False, append, True, ragged)
     h = "__half"
-    types = dict(q=h, kc1="uint32_t", ks0=h, kw=h, vc1="uint32_t", vgs=h, vgz=h, vw=h, flags="uint32_t",
-                 nenc="int32_t", rstart="int32_t", rphase="int32_t")
+    types = dict(q=h, kc1="uint32_t", ks0=h, kw=h, vc1="uint32_t", vgs=h, vgz=h, vw=h, kx=h, vx=h, vf=h,
+                 kconst="uint32_t", vconst="uint32_t", flags="bool" if append else "uint32_t", nenc="int32_t",
+                 rstart="int32_t", rphase="int32_t", token="bool")
+    outs = katt.src.APPEND_OUTPUTS if append else katt.src.PARTIAL_OUTPUTS
     tmpl = [(n, h if v == mx.float16 else v) for n, v in st.template]
     text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
             "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
             "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n"
-            + _kernel("partial_mixed", source, st.names, katt.src.PARTIAL_OUTPUTS, types, tmpl) + "}\n")
+            + _kernel("partial_mixed", source, st.names, outs, types, tmpl) + "}\n")
     out = {}
     for arch, log in ptxas(text, stem).items():
         m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads.*?Used (\d+) "
@@ -162,24 +162,25 @@ def _compiled_resources(kp, vp, d, ragged: bool, stem) -> dict:
     return out
 
 
-# (key bits, value bits, G, keys' window, values' window, d): HASWIN 3 (the recommended pair) and 4
-COMPILE_CASES = [(3, 2, 32, 0, 128, 128), (4, 4, 16, 32, 32, 64)]
+# (key bits, value bits, G, keys' window, values' window, d, the append inside): HASWIN 3 (the recommended pair, also
+# with the append: cache/ragged_step.py's mixed plan) and 4
+COMPILE_CASES = [(3, 2, 32, 0, 128, 128, False), (3, 2, 32, 0, 128, 128, True), (4, 4, 16, 32, 32, 64, False)]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 @pytest.mark.parametrize("case", COMPILE_CASES, ids=[f"tq{c[0]}-kivi{c[1]}-g{c[2]}-k{c[3]}-R{c[4]}-d{c[5]}"
-                                                     for c in COMPILE_CASES])
+                                                     f"{'-append' if c[6] else ''}" for c in COMPILE_CASES])
 def test_cuda_ragged_mixed_partial_compiles_without_spills(case, monkeypatch, tmp_path):
-    """The ragged MIXED partial: sm_80 and sm_90, no spills and no stack frame beyond the one the MIXED scalar loop
-    with row starts (a left-padded batch's) already has (its rotation of split S - 1's exact tokens)."""
+    """The ragged MIXED partial (without and with the append inside): sm_80 and sm_90, no spills and no stack frame
+    beyond the one the MIXED scalar loop with row starts (a left-padded batch's) already has, at the same template."""
     from veloxquant import spec
-    kb, vb, g, kw, vw, d = case
+    kb, vb, g, kw, vw, d, append = case
     kp = spec.Params("turboquant", bits=kb, window=kw, role="k").resolved()
     vp = spec.Params("kivi", bits=vb, group_size=g, window=vw, role="v").resolved()
     monkeypatch.setattr(katt, "_sm_count", lambda: 132)
     katt._static.cache_clear()
     try:
-        plain, rag = (_compiled_resources(kp, vp, d, r, tmp_path / f"mixed_{int(r)}") for r in (False, True))
+        plain, rag = (_compiled_resources(kp, vp, d, r, tmp_path / f"mixed_{int(r)}", append) for r in (False, True))
     finally:
         katt._static.cache_clear()
     print(case, "registers, stack frame, spill stores, spill loads: starts", plain, "ragged", rag)

@@ -8,6 +8,7 @@ each row's output is within the emulated tests' tolerance of float64 over that s
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import types
 
 import pytest
@@ -63,3 +64,37 @@ def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step(bodies, monkey
     fused_steps = [x for x in bodies.launches if x["key"][6]]
     assert len(fused_steps) == steps - 1 and all(x["key"][2] == 3 and x["key"][7] and x["key"][-1]
                                                  for x in fused_steps), sorted({x["key"] for x in bodies.launches})
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_ragged_mixed_append_compiles(tmp_path):
+    """The append kernel alone for the mixed plan (kernels/append.py MIXED, the values' window only, with rphase:
+    turboquant 3-bit keys, KIVI 2-bit values) as mx.fast.cuda_kernel wraps it, both role layouts: sm_90, no spills."""
+    import subprocess
+    import test_attention_kernels_source as tas
+    from veloxquant import spec
+    from veloxquant.accelerated import tuning
+    from veloxquant.accelerated.kernels import source
+    kp = spec.Params("turboquant", bits=3, window=0, role="k").resolved()
+    vp = spec.Params("kivi", bits=2, group_size=32, window=128, role="v").resolved()
+    body, header = "", ""
+    for apart in (False, True):
+        header, text = fused.assemble("cuda", "turboquant", "kivi", apart, (False, True), True)
+        names = fused.inputs("turboquant", "kivi", (False, True), True)
+        types_ = {n: "int32_t" if n in ("base", "vbase", "rphase") else "bool" if n in ("after", "flags") else
+                  "uint32_t" if n.endswith(("const", "codes1", "codes2")) else "__half" for n in names + ["flags"]}
+        body += tas._kernel(f"append_mixed_ragged_{int(apart)}", text, names, fused.OUTPUTS, types_,
+                            [("KM", source.METHOD_IDS["turboquant"]), ("VM", source.METHOD_IDS["kivi"]), ("D", 128),
+                             ("KTS", "__half"), ("VTS", "__half"), ("VXT", "__half"),
+                             *fused.code_template(kp, vp, tuning.DEFAULT.specialize_rows)])
+        body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n#undef VQ_ROW_ENCODES\n"
+    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
+            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
+            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n" + body + "}\n")
+    f = tmp_path / "append_mixed_ragged.cu"
+    f.write_text(text)
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(f), "-o",
+                        str(tmp_path / "append_mixed_ragged.cubin")], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stderr.count(" 0 bytes spill stores") == 2 and r.stderr.count("append_mixed_ragged_") >= 2, \
+        r.stderr[-2000:]
