@@ -37,18 +37,26 @@ class _MixedAppend(rse._Append):
 
 
 # (g16-R8: the 55-token row's phase flushes at the plan's first step, the append kernel's own launch)
-CASES = [("g16-R8", 16, 8, [37, 50, 64, 21, 55]), ("g32-R128", 32, 128, [200, 163, 181, 150])]
+# (fuse_append off: every step's append is the kernel's own launch, then the ragged MIXED partial without it)
+CASES = [("g16-R8", 16, 8, [37, 50, 64, 21, 55], True), ("g32-R128", 32, 128, [200, 163, 181, 150], True),
+         ("g16-R8-append-alone", 16, 8, [37, 50, 64, 21, 55], False)]
 
 
-@pytest.mark.parametrize("g, window, lengths", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step(bodies, monkeypatch, g, window, lengths):  # noqa: F811
-    monkeypatch.setattr(rse, "_Append", _MixedAppend)
-
+def _maker(g: int, window: int):
     def make():
         c = vc.VeloxKVCache(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2, group_size=g,
                             seed=2, layer=1, window=window)
         c.key_params = dataclasses.replace(c.key_params, window=0)     # (the recommended pair: keys R = 0)
         return c
+    return make
+
+
+@pytest.mark.parametrize("g, window, lengths, inside", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step(bodies, monkeypatch, tune, g, window, lengths,  # noqa: F811
+                                                                  inside):
+    monkeypatch.setattr(rse, "_Append", _MixedAppend)
+    tune(fuse_append=inside)
+    make = _maker(g, window)
     steps = g + 2
     want = rse._singles(make, lengths, [900 + s for s in range(steps)])
     batch = vc.VeloxKVCache.merge(filled_with(make, lengths, seed=7))
@@ -60,10 +68,36 @@ def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step(bodies, monkey
         assert (kk.step is not None) == (step > 0), f"step {step}: DecodeStep {kk.step}"
         flushed.update(i for i, (b0, b1) in enumerate(zip(before, batch.inner._v.bounds())) if b1 > b0)
     assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
-    assert bodies.appends == 1, f"{bodies.appends} append launches alone (the plan's first step only)"
+    assert bodies.appends == (1 if inside else steps), f"{bodies.appends} append launches alone"
     fused_steps = [x for x in bodies.launches if x["key"][6]]
-    assert len(fused_steps) == steps - 1 and all(x["key"][2] == 3 and x["key"][7] and x["key"][-1]
-                                                 for x in fused_steps), sorted({x["key"] for x in bodies.launches})
+    assert len(fused_steps) == (steps - 1 if inside else 0), sorted({x["key"] for x in bodies.launches})
+    assert len(bodies.launches) == steps and all(x["key"][2] == 3 and x["key"][7] and x["key"][-1]
+                                                 for x in bodies.launches), sorted({x["key"] for x in bodies.launches})
+
+
+def test_a_rejected_mixed_step_rolls_every_row_back(bodies, monkeypatch):  # noqa: F811
+    """A NaN in one row's keys, stored by a fused step of the mixed plan: the deferred check raises at a later step with
+    every row back before that chunk (marks over the in-place buffers), and the steps after it (a new plan) keep each
+    row its single cache's bytes."""
+    monkeypatch.setattr(rse, "_Append", _MixedAppend)
+    g, lengths = 16, [37, 50, 64, 21, 55]
+    make = _maker(g, 8)
+    good = 5
+    seeds = [900 + n for n in range(good)] + list(range(910, 910 + g))
+    want = rse._singles(make, lengths, seeds)
+    batch = vc.VeloxKVCache.merge(filled_with(make, lengths, seed=7))
+    for n in range(good):
+        rse._step(batch, seeds[n], want[n], f"step {n}")
+    kk = rse._step(batch, 905, want[0], "the bad step", bad=True)
+    assert kk.step is not None, "the bad chunk did not take the fused step"
+    with pytest.raises(ValueError, match="keys"):
+        for s in range(3):
+            batch.update_and_fetch(*rse.kv(1, 906 + s, b=len(lengths)))
+        batch.check()
+    assert batch.offset.tolist() == [64 + good - p for p in batch.left_padding.tolist()]
+    for n in range(good, len(seeds)):
+        rse._step(batch, seeds[n], want[n], f"step {n} after the rollback")
+    assert bodies.appends >= 2, f"{bodies.appends} append launches alone"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
