@@ -1,5 +1,6 @@
 """The in-place decode step of a ragged KIVI batch (cache/ragged.py's RaggedStream pair, KIVI in both roles with one
-group size G and one window R): the counterpart of accelerated/in_place.py's InPlace for kernels/decode_step.py.
+group size G and one window R; or RaggedMixedInPlace: turboquant keys with R = 0 beside KIVI values with R > 0): the
+counterpart of accelerated/in_place.py's InPlace for kernels/decode_step.py.
 
 A step of one token per row stores, in one launch (kernels/append.py with `rphase`, or inside the attention's partial
 launch: attention_source.append_block's ragged scopes), the chunk into every row's window and, where the rows of one
