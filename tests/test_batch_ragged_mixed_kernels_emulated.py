@@ -186,3 +186,42 @@ def test_cuda_ragged_mixed_partial_compiles_without_spills(case, monkeypatch, tm
     print(case, "registers, stack frame, spill stores, spill loads: starts", plain, "ragged", rag)
     for arch, (regs, stack, stores, loads) in rag.items():
         assert stores == loads == 0 and regs <= 255 and stack <= plain[arch][1], (arch, rag, plain)
+
+
+# (HASWIN, the append inside): the recommended pair's texts (with and without the append) and keys with a window
+METAL_CASES = [(3, False), (3, True), (4, False)]
+
+
+@pytest.mark.parametrize("case", METAL_CASES, ids=[f"haswin{c[0]}{'-append' if c[1] else ''}" for c in METAL_CASES])
+def test_metal_ragged_mixed_partial_compiles_against_shim(case, tmp_path):
+    """The ragged MIXED partial as Metal would get it (tests/metal_shim.h: a syntax check of the Metal names, nothing
+    more; no Apple GPU has run it), its template from _static (turboquant 3-bit keys, KIVI 2-bit values, d = 128)."""
+    import test_kernels_source as tks
+    from veloxquant import spec
+    from veloxquant.accelerated import tuning
+    from test_attention_kernels_source import _metal_kernel
+    haswin, append = case
+    kp = spec.Params("turboquant", bits=3, window=0 if haswin == 3 else 32, role="k").resolved()
+    vp = spec.Params("kivi", bits=2, group_size=32, window=128, role="v").resolved()
+    assert katt.mixed_windows(kp, vp) == haswin
+    f16 = mx.float16
+    katt._static.cache_clear()
+    try:
+        st = katt._static(kp, vp, 4, 32, 1, 128, 8, 16, haswin, False, f16, 128 ** -0.5, False, 16,
+                          tuning.DEFAULT.replace(ragged=True), (f16,) * 4 if append else None, True, True)
+    finally:
+        katt._static.cache_clear()
+    header, source = katt.src.assemble("partial", "metal", 0, 4, haswin, False, False, append, True, True)
+    types = dict(q="half", kc1="uint32_t", ks0="half", kw="half", vc1="uint32_t", vgs="half", vgz="half", vw="half",
+                 kx="half", vx="half", kf="half", vf="half", kconst="uint32_t", vconst="uint32_t",
+                 flags="bool" if append else "uint32_t", nenc="int32_t", rstart="int32_t", rphase="int32_t",
+                 token="bool")
+    tmpl = [(n, "half" if v == f16 else "float" if v == mx.float32 else v) for n, v in st.template]
+    outs = katt.src.APPEND_OUTPUTS if append else katt.src.PARTIAL_OUTPUTS
+    text = header + _metal_kernel("partial_mixed_ragged", source, st.names, outs, types, tmpl)   # (the append: with
+    # the encode header in `header`)
+    r = tks._gxx_metal(text, tmp_path)
+    assert r.returncode == 0, r.stderr[-4000:]
+    # the Metal rules the shim cannot see: nothing the row-starts MIXED partial's text does not already show
+    plain = katt.src.assemble("partial", "metal", 0, 4, haswin, False, False, append, True, False)[1]
+    assert set(tks.metal_rule_violations(source)) <= set(tks.metal_rule_violations(plain))
