@@ -1,7 +1,7 @@
 """A ragged KIVI batch (rows' lengths differing mod G) in one B-row cache: accelerated/cache/ragged.py's per-row
-group phase, behind tuning's `ragged` (off by default; docs/ragged-kivi.md). On a GPU, KIVI in both roles steps through the
-fused decode step (VQ_RAGGED), the mixed pair through the general path's append and the ragged MIXED partial. KIVI in both roles and keys turboquant 3-bit beside values KIVI
-2-bit, window 0 and 128.
+group phase, behind tuning's `ragged` (off by default; docs/ragged-kivi.md). On a GPU, KIVI in both roles steps through
+the fused decode step (VQ_RAGGED), the mixed pair (its window in both roles here) through the general path's append and
+the ragged MIXED partial. KIVI in both roles and keys turboquant 3-bit beside values KIVI 2-bit, window 0 and 128.
 
 Oracle: each sequence's own single-sequence cache, driven with the same tokens: record bytes and nbytes of every
 row after merge (the prefill) and after each decode step (flushes in every row among them, each at its own step),

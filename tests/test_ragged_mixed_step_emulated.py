@@ -52,8 +52,8 @@ def _maker(g: int, window: int):
 
 
 @pytest.mark.parametrize("g, window, lengths, inside", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step(bodies, monkeypatch, tune, g, window, lengths,  # noqa: F811
-                                                                  inside):
+def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step(bodies, monkeypatch, tune,  # noqa: F811
+                                                                  g, window, lengths, inside):
     monkeypatch.setattr(rse, "_Append", _MixedAppend)
     tune(fuse_append=inside)
     make = _maker(g, window)
@@ -124,7 +124,8 @@ def test_cuda_ragged_mixed_append_compiles(tmp_path):
         body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n#undef VQ_ROW_ENCODES\n"
     text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
             "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
-            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n" + body + "}\n")
+            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n" + body
+            + "}\n")
     f = tmp_path / "append_mixed_ragged.cu"
     f.write_text(text)
     r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(f), "-o",

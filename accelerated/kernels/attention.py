@@ -302,7 +302,8 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
             v.sync()
     flags = km.order(flags)
     arrays = {"q": queries, "f_c": st.consts, "nenc": km.count(q_enc), "flags": flags, "kw": kw, "vw": vw,
-              "cnt": st.counts, "rstart": mask.starts if starts else None, "rphase": (v if mixed else k).phases if ragged else None,
+              "cnt": st.counts, "rstart": mask.starts if starts else None,
+              "rphase": (v if mixed else k).phases if ragged else None,      # (MIXED: the KIVI values' phases)
               **_record_inputs(k, "k"),
               **_record_inputs(v, "v"), **(extra or {})}
     return [arrays[n] for n in st.names], st
