@@ -181,10 +181,12 @@ def _decoded_rows(queries, k, v, scale: float, rows: RowStarts) -> mx.array:
 
 
 def _ragged(queries, k: RaggedRecord, v: RaggedRecord, scale: float, mask) -> mx.array:
-    """Ragged KIVI rows (accelerated/cache/ragged.py): the kernels' ragged partial where they take the call, else the
-    ops path over every row's tokens decoded (a record with nothing encoded)."""
-    if queries.shape[2] <= MAX_PACKED_QUERIES and kernel_attention.supports(queries, k, v, mask):
-        return kernel_attention.attention(queries, k, v, scale, mask)
+    """Ragged KIVI rows (accelerated/cache/ragged.py): the kernels' ragged partial where they take the call (per-token
+    keys beside KIVI values: its MIXED form), else the ops path over every row's tokens decoded (a record with nothing
+    encoded)."""
+    mixed = kernel_attention.mixed_windows(k.params, v.params) > 0     # (per-token keys beside KIVI values)
+    if queries.shape[2] <= MAX_PACKED_QUERIES and kernel_attention.supports(queries, k, v, mask, mixed):
+        return kernel_attention.attention(queries, k, v, scale, mask, mixed=mixed)
     k, v = (PackedKV(PackedRecord(r.params, {}, r.decoded(), 0, r.decode_tokens)) for r in (k, v))
     return attend(queries, k, v, scale, mask)
 

@@ -1,7 +1,7 @@
 """A ragged KIVI batch (rows' lengths differing mod G) in one B-row cache: accelerated/cache/ragged.py's per-row
-group phase, behind tuning's `ragged` (off by default; docs/ragged-kivi.md). On a GPU, KIVI in both roles steps through the
-fused decode step (VQ_RAGGED), the mixed pair through the general path and the ops attention. KIVI in both roles and keys turboquant 3-bit beside values KIVI
-2-bit, window 0 and 128.
+group phase, behind tuning's `ragged` (off by default; docs/ragged-kivi.md). On a GPU, KIVI in both roles steps through
+the fused decode step (VQ_RAGGED), the mixed pair (its window in both roles here) through the general path's append and
+the ragged MIXED partial. KIVI in both roles and keys turboquant 3-bit beside values KIVI 2-bit, window 0 and 128.
 
 Oracle: each sequence's own single-sequence cache, driven with the same tokens: record bytes and nbytes of every
 row after merge (the prefill) and after each decode step (flushes in every row among them, each at its own step),
@@ -173,7 +173,8 @@ def test_batch_generate_with_ragged_prompts_gives_the_single_sequence_tokens():
 def test_gpu_a_ragged_kivi_batch_through_the_kernels(mixed, window, monkeypatch):
     """On a GPU: a ragged batch's steps leave each row its own cache's bytes and attend through the ragged partial
     (KIVI in both roles: the first step through kernels.attention, the next ones through the fused decode step with
-    the append inside; the mixed pair: the ops path) within the tolerance tier of each row's single cache."""
+    the append inside; the mixed pair: kernels.attention's ragged MIXED partial every step, the append on the general
+    path) within the tolerance tier of each row's single cache."""
     lengths = LENGTHS[window]
     batch = type(kivi(mixed, window)).merge(filled_with(lambda: kivi(mixed, window), lengths, seed=5))
     singles = filled_with(lambda: kivi(mixed, window), lengths, seed=5)
@@ -201,4 +202,4 @@ def test_gpu_a_ragged_kivi_batch_through_the_kernels(mixed, window, monkeypatch)
             np.testing.assert_allclose(out[i:i + 1], want, rtol=0, atol=2e-3 * np.abs(want).max(),
                                        err_msg=f"row {i} step {step}")
     _same_rows(batch, singles, "after the steps")
-    assert sum(steps) == (0 if mixed else G + 2), steps
+    assert sum(steps) == G + 2, steps

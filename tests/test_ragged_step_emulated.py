@@ -229,8 +229,8 @@ def test_a_rejected_fused_step_rolls_every_row_back(bodies):
 
 
 def test_a_mixed_ragged_batch_stores_its_rows_in_place_on_the_general_path(bodies, monkeypatch):
-    """Keys turboquant 3-bit beside values KIVI 2-bit (no fused step for ragged rows: the general path, attention on
-    the ops path): on a GPU's general path the flushed rows go through the checks' commit launch into the fields' own
+    """Keys turboquant 3-bit beside values KIVI 2-bit (no fused step for ragged rows: the general path's append,
+    attention through the ragged MIXED partial, its body here): on a GPU's general path the flushed rows go through the checks' commit launch into the fields' own
     arrays (RaggedStream.commit's `writes`; here its body, test_window_step._Commit), so each field's array is made at
     most once more (when it first grows, with room) instead of copied at every flush; each row's bytes stay its single
     cache's after every step."""
@@ -255,6 +255,8 @@ def test_a_mixed_ragged_batch_stores_its_rows_in_place_on_the_general_path(bodie
         kk = _step(batch, seed, want[n], f"step {n}")
         assert kk.step is None, "a mixed ragged pair took a DecodeStep"
         note()
+    assert len(bodies.launches) == len(seeds) and all(x["key"][2] == 4 and x["key"][-1] for x in bodies.launches), \
+        f"not one ragged MIXED partial (HASWIN 4) per step: {sorted({x['key'] for x in bodies.launches})}"
     made = {key: len({id(a) for a in arrays}) for key, arrays in seen.items()}
     assert all(m <= 2 for m in made.values()), f"field arrays made per field over {len(seeds)} steps: {made}"
     assert made[("k", "codes")] == 2, made       # (the keys flush every step: one growth, then in place)

@@ -17,7 +17,8 @@ cache's does. The host knows every row's padding and the step count: which rows 
 A step's flushing rows (one phase) all encode the same positions b_i .. b'_i - 1 into the same group row.
 
 `RaggedStream` stores the layout; its appends run the general path (the method's encode_chunk per flushing phase,
-new arrays per flush) or, for KIVI in both roles, the in-place step of cache/ragged_step.py (in_place.append_in_place
+new arrays per flush) or, for KIVI in both roles (and turboquant keys with R = 0 beside KIVI values with R > 0), the
+in-place step of cache/ragged_step.py (in_place.append_in_place
 hands a ragged pair to it: buffers with room, one launch per step, the decode step's append inside the attention's
 partial launch), and its record
 (ops.attention.RaggedRecord) goes to the kernels' ragged partial (VQ_RAGGED: the scalar loop reads each row up to

@@ -1,5 +1,6 @@
 """The in-place decode step of a ragged KIVI batch (cache/ragged.py's RaggedStream pair, KIVI in both roles with one
-group size G and one window R): the counterpart of accelerated/in_place.py's InPlace for kernels/decode_step.py.
+group size G and one window R; or RaggedMixedInPlace: turboquant keys with R = 0 beside KIVI values with R > 0): the
+counterpart of accelerated/in_place.py's InPlace for kernels/decode_step.py.
 
 A step of one token per row stores, in one launch (kernels/append.py with `rphase`, or inside the attention's partial
 launch: attention_source.append_block's ragged scopes), the chunk into every row's window and, where the rows of one
@@ -83,6 +84,8 @@ class RaggedInPlace:
     def check(cls, k, v, keys: mx.array, values: mx.array) -> "RaggedInPlace | None":
         kp, vp = k.params, v.params
         b, h, t, d = keys.shape
+        if kp.method != "kivi":
+            return RaggedMixedInPlace.check(k, v, keys, values)
         if not (getattr(v, "ragged", False) and kp.method == vp.method == "kivi" and kp.group_size == vp.group_size
                 and kp.window == vp.window and k._pads == v._pads and t == 1 and values.shape == keys.shape
                 and values.dtype == keys.dtype and k._bhd == v._bhd == (b, h, d) and k._window is not None
@@ -122,6 +125,10 @@ class RaggedInPlace:
     def base(self, role: int = 0) -> int:
         """x: the first position of the group the next step's flushing rows encode (0 where none flushes)."""
         return max(self.k._idx + self.t - self.r - self.g, 0)
+
+    def counts(self) -> tuple[int, int]:
+        """(keys', values') encoded counts after the next step as the attention reads them: the rows' least boundary."""
+        return self.encoded, self.encoded
 
     def flushes(self) -> bool:
         """Whether the next step flushes a group in some rows (of phase (idx' - R) mod G, where x >= it)."""
@@ -165,6 +172,77 @@ class RaggedInPlace:
         self.next = self.held = None
 
 
+class RaggedMixedInPlace(RaggedInPlace):
+    """The mixed pair's plan (the recommended quality configuration: turboquant keys per token with R = 0, phase 0 in
+    every row, beside KIVI values with R > 0 of each row's own phase): per step the keys encode the chunk's token in
+    every row at position idx (no window), the values flush per phase as KIVI's plan does (append.MIXED with rphase:
+    the values' pair (vf, vw), then their first row vbase = x; RAGGED_ENCODES holds for the keys' rows too, their
+    group size 1 and phase 0). In the attention launch the partial is MIXED (HASWIN 3) with the append inside."""
+
+    mixed = True
+    wins = (False, True)
+
+    @classmethod
+    def check(cls, k, v, keys: mx.array, values: mx.array) -> "RaggedMixedInPlace | None":
+        kp, vp = k.params, v.params
+        b, h, t, d = keys.shape
+        if not (getattr(v, "ragged", False) and kp.method == "turboquant" and kp.window == 0 and vp.method == "kivi"
+                and vp.window > 0 and k._pads == v._pads and t == 1 and values.shape == keys.shape
+                and values.dtype == keys.dtype and k._bhd == v._bhd == (b, h, d) and k._window is not None
+                and v._window is not None and v._window.dtype == keys.dtype and k._idx == v._idx == k._lo
+                and k._window.shape[2] == 0 and v._window.shape[2] > 0):
+            return None
+        if not fused.fits(b, h, max(k._idx, *(a.shape[2] for a in (*k._f.values(), *v._f.values()))) + 2 * ROOM):
+            return None
+        for s in (k, v):
+            reserve(s, t)
+        p = cls()
+        g = vp.group_size
+        p.k, p.v, p.kver, p.vver = k, v, k._version, v._version
+        p.shape, p.dt, p.t, p.g, p.r = keys.shape, keys.dtype, t, g, vp.window
+        p.group, p.groups = g, (0, g)
+        p.kbufs, p.vbufs = dict(k._f), dict(v._f)
+        p.phases, p.phase_set = v.phase_array(), frozenset(x % g for x in v._pads)
+        p.next = p.held = p.flushing = None
+        return p
+
+    def base(self, role: int = 0) -> int:
+        """The keys' first row: the chunk's position (role 1: the values' x, as KIVI's plan)."""
+        return super().base() if role else self.k._idx
+
+    def counts(self) -> tuple[int, int]:
+        return self.idx1, self.encoded
+
+    def windows(self) -> tuple:
+        """The next launch's (vf, vw) (KIVI's plan for the values); held: (the keys' window of no rows, vw)."""
+        k, v, t = self.k, self.v, self.t
+        self.idx1 = idx1 = k._idx + t
+        self.encoded = lo1 = min(v.bounds(idx1))
+        flush = self.flushes()
+        x, ws, lo, n = self.base(1), v._ws, v._lo, v._idx - v._lo
+        vf = v._wbuf[:, :, ws + x - lo:ws + x - lo + self.g] if flush else v._wbuf[:, :, ws + n:ws + n + t]
+        vw = v._wbuf[:, :, ws + lo1 - lo:ws + n + t]
+        self.next, self.held, self.flushing = (vf, vw), (k._window, vw), (t, self.g if flush else 0)
+        return self.next
+
+    def own(self) -> int:
+        return 0
+
+    def stored(self, token: mx.array) -> None:
+        if self.next is None:
+            self.windows()
+        k, v = self.k, self.v
+        k._lo = k._idx = self.idx1
+        v._ws += self.encoded - v._lo
+        v._window = v._wview = self.held[1]
+        v._lo, v._idx = self.encoded, self.idx1
+        for s in (k, v):
+            s._version += 1
+            s._token = token
+        self.kver, self.vver = k._version, v._version
+        self.next = self.held = None
+
+
 def append_in_place(k, v, keys: mx.array, values: mx.array, after: mx.array | None, plan=None):
     """in_place.append_in_place for a ragged pair: (token, plan), or (None, None) with nothing changed."""
     if plan is None or not plan.holds(k, v, keys, values):
@@ -172,6 +250,11 @@ def append_in_place(k, v, keys: mx.array, values: mx.array, after: mx.array | No
         if plan is None:
             return None, None
     w = plan.windows()
+    if plan.mixed:      # (append.MIXED: each role's tokens encoded, the values' first row)
+        token = fused.append(k.params, keys, plan.kbufs, v.params, values, plan.vbufs, plan.base(), after, windows=w,
+                             flushed=plan.flushing, own=(0, 0), vbase=plan.base(1), rphase=plan.phases)
+        plan.stored(token)
+        return token, plan
     flush = plan.flushing[0]
     token = fused.append(k.params, keys, plan.kbufs, v.params, values, plan.vbufs, plan.base(), after, windows=w,
                          flushed=flush, own=plan.own() if flush else 0, rphase=plan.phases)
@@ -179,4 +262,4 @@ def append_in_place(k, v, keys: mx.array, values: mx.array, after: mx.array | No
     return token, plan
 
 
-__all__ = ["RaggedInPlace", "append_in_place", "need", "reserve", "ROOM"]
+__all__ = ["RaggedInPlace", "RaggedMixedInPlace", "append_in_place", "need", "reserve", "ROOM"]

@@ -51,11 +51,15 @@ def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask, mixed: b
     kb, kh = k.window.shape[:2]
     starts = isinstance(mask, RowStarts)
     if isinstance(k, RaggedRecord) or isinstance(v, RaggedRecord):      # (cache/ragged.py: rows of their own phase)
-        return (not mixed and isinstance(k, RaggedRecord) and isinstance(v, RaggedRecord) and starts
-                and k.params.method == v.params.method == "kivi" and k.params.group_size == v.params.group_size
-                and k.params.window == v.params.window and k.encoded == v.encoded > 0 and l <= MAX_PACKED_QUERIES
-                and tuple(mask.starts.shape) == (b,) and k.window.shape == v.window.shape and _pow2(d)
-                and 16 <= d <= 1024 and hq % kh == 0 and b == kb)
+        ok = (isinstance(k, RaggedRecord) and isinstance(v, RaggedRecord) and starts and l <= MAX_PACKED_QUERIES
+              and tuple(mask.starts.shape) == (b,) and _pow2(d) and 16 <= d <= 1024 and hq % kh == 0 and b == kb)
+        if mixed:       # (turboquant keys per token beside KIVI values of their own phase: the MIXED partial)
+            return (ok and k.params.method == "turboquant" and v.params.method == "kivi"
+                    and mixed_windows(k.params, v.params) > 0 and min(k.encoded, v.encoded) > 0
+                    and k.window.shape[:2] == v.window.shape[:2])
+        return (ok and k.params.method == v.params.method == "kivi" and k.params.group_size == v.params.group_size
+                and k.params.window == v.params.window and k.encoded == v.encoded > 0
+                and k.window.shape == v.window.shape)
     return (l <= MAX_PACKED_QUERIES and (mask is None or (isinstance(mask, str) and mask == "causal") or starts)
             and (not starts or tuple(mask.starts.shape) == (b,))
             # row starts mask encoded tokens only: with a window, only where they are known not to reach it
@@ -231,7 +235,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", nt), ("P", p_lanes),
             ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
             ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", tune.prefetch), ("FUSED", int(fused)),
-            ("APPEND", int(append)), ("OT", qdtype)] + ([("RW", kp.window)] if ragged else [])
+            ("APPEND", int(append)), ("OT", qdtype)] + ([("RW", (vp if mixed else kp).window)] if ragged else [])
     if append:      # the encode body's side dtypes and code constants (compiled in: the staging for 3/5/6/7-bit
                     # packing, 16 KB of threadgroup memory, is dead code for the others)
         # with a window, also the chunk's element types (the append copies it into the window: kernels/append.py
@@ -298,7 +302,8 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
             v.sync()
     flags = km.order(flags)
     arrays = {"q": queries, "f_c": st.consts, "nenc": km.count(q_enc), "flags": flags, "kw": kw, "vw": vw,
-              "cnt": st.counts, "rstart": mask.starts if starts else None, "rphase": k.phases if ragged else None,
+              "cnt": st.counts, "rstart": mask.starts if starts else None,
+              "rphase": (v if mixed else k).phases if ragged else None,      # (MIXED: the KIVI values' phases)
               **_record_inputs(k, "k"),
               **_record_inputs(v, "v"), **(extra or {})}
     return [arrays[n] for n in st.names], st

@@ -128,7 +128,8 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
                 lines.append(f"#define VQ_{r.upper()}TENC " + (role_meta.format(5) if append else "0"))
                 lines.append(f"#define VQ_{r.upper()}WOWN " + (role_meta.format(7) if append else "0"))
         lines.append(f"#define VQ_STARTS {int(starts)}")
-        # a ragged KIVI batch (cache/ragged.py): each row's group phase; KIVI keys' group row of token t from it
+        # a ragged KIVI batch (cache/ragged.py): each row's group phase; KIVI keys' group row of token t from it (a
+        # MIXED window: the KIVI values' phase, each row's ranges in csrc/partial_setup_mixed_ragged.h)
         lines.append(f"#define VQ_RAGGED {int(ragged)}")
         if ragged:              # ... with the step's append inside: the flushing rows' group (append_block)
             lines.append(f"#define VQ_RAGGED_APPEND {int(append)}")
@@ -240,8 +241,9 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
         base = "nenc[0] - meta[5]" if kivi else f"nenc[0] - (int){r}x_shape[2]"
         if mixed:      # (MIXED: the role's own count; meta[5] is the tokens it encodes, t or KIVI's 0 / G)
             base = f"{_role_count(r)} - meta[5]"
-        if ragged:
-            base = "(nenc[0] + (int)kw_shape[2] - RW - KG)"
+        if ragged:      # (MIXED: the per-token keys' base as above; the KIVI values' x from T = nenc + their window)
+            base = base if mixed and r == "k" else "(nenc[0] + (int)vw_shape[2] - RW - VG)" if mixed \
+                else "(nenc[0] + (int)kw_shape[2] - RW - KG)"
         win = wins[index]
         scopes.append(kappend.scope(R, index, m=str(m), codes=(f"{R}CB1", f"{R}CB2", f"{R}CGS"), ts=f"{R}TS",
                                     x=f"{r}f" if win else f"{r}x", const=f"{r}const", out=out, fault="token",
@@ -284,17 +286,21 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     `append`: the decode step's append inside (APPEND, append_block); for the combine: it also takes a chunk's
     token (an APPEND partial's or the append kernel's) and writes its summary (COMBINE_SUMMARY); `ragged`: rows of
     their own KIVI group phase (the scalar loop or, KIVI both roles, the tensor-core loop: tuning's tc_ragged; with row
-    starts, no MIXED window; with the append, each row flushes its group at its own step: append_block)."""
+    starts; with the append, each row flushes its group at its own step: append_block; a MIXED window: per-token keys
+    beside KIVI values, the values' phase, on the scalar loop, the append inside with the values' window only)."""
     header, prelude = PRELUDES[backend]
     if tc and (backend != "cuda" or kind != "partial"):
         raise ValueError("the tensor-core loop is a CUDA partial kernel's")
     if append and fused:
         raise ValueError("the append runs inside an unfused partial launch")
     kivi = mk == mv == METHOD_IDS["kivi"]
-    if ragged and ((tc and (tc is not True or not kivi)) or not starts or int(haswin) in MIXED_WINDOWS
-                   or (append and not haswin)):
-        raise ValueError("ragged: the scalar loop or KIVI's tensor-core loop, with row starts, without a MIXED window "
-                         "(the append: with one)")
+    # MIXED ragged: per-token keys beside KIVI values (the values' phase), the scalar loop; the append inside with the
+    # values' window only (HASWIN 3: cache/ragged_step.py's mixed plan)
+    mixed = int(haswin) in MIXED_WINDOWS
+    bad_mixed = mixed and (tc or mv != METHOD_IDS["kivi"] or mk == METHOD_IDS["kivi"] or (append and int(haswin) != 3))
+    if ragged and ((tc and (tc is not True or not kivi)) or not starts or bad_mixed or (append and not haswin)):
+        raise ValueError("ragged: the scalar loop or KIVI's tensor-core loop, with row starts (the append: with a "
+                         "window); MIXED: per-token keys beside KIVI values on the scalar loop (the append: HASWIN 3)")
     pre = ""
     if append and kind == "partial":
         eh, em = encode_macros(backend)

@@ -104,7 +104,7 @@ class DecodeStep:
             owns = [t if g and p.window == 0 else 0 for g, p in zip(plan.groups, (kp, vp))]
             self.consts = {(a, c): fused._static(kp, vp, b, h, t, d, keys.dtype, values.dtype, (a, c),
                                                  (owns[0] if a and plan.groups[0] else 0,
-                                                  owns[1] if c and plan.groups[1] else 0))[4:6]
+                                                  owns[1] if c and plan.groups[1] else 0), ragged=rg)[4:6]
                            for a in per[0] for c in per[1]}
         else:
             self.consts = {t: (kc, vc)} if not plan.group else {
@@ -187,17 +187,18 @@ class DecodeStep:
         held = plan.held if w else (None, None)      # the windows after the step (not the launch's: KIVI R = 0)
         t = keys.shape[2]
         fs = plan.flushing if w else (t, t)          # tokens this step encodes, per role
-        if self.mixed:      # (append.MIXED: the windowed role's views, then the values' first row)
-            ins[len(ins) - len(w) - 1:] = [*w, km.count(v._q + lo)]
+        if self.mixed:      # (append.MIXED: the windowed role's views, then the values' first row; ragged: rphase last)
+            end = len(ins) - int(self.ragged)
+            ins[end - len(w) - 1:end] = [*w, km.count(plan.base(1) if self.ragged else v._q + lo)]
             ins[3], ins[self.slot_v + 1] = self.consts[fs]
-            kw_, vw_ = (w[1] if plan.wins[0] else None), (w[-1] if plan.wins[1] else None)
+            kw_, vw_ = (w[1] if plan.wins[0] else held[0] if self.ragged else None), (w[-1] if plan.wins[1] else None)
         else:
             if w:
                 ins[self.wslot:self.wslot + 4] = w
             ins[3], ins[self.slot_v + 1] = self.consts[fs[0]]
             kw_, vw_ = (w[1], w[3]) if w else (None, None)
         # (ragged: the attention's nenc is the rows' least boundary after the step, cache/ragged_step.py)
-        qk, qv = (plan.encoded, plan.encoded) if self.ragged else (k._q + fs[0], v._q + fs[1])
+        qk, qv = plan.counts() if self.ragged else (k._q + fs[0], v._q + fs[1])
         c.offset += keys.shape[2]
         c._appends += 1
         if kattention.fuse_append():

@@ -9,7 +9,11 @@
       float vfac = 1.0f;
       float vfac2 = 0.0f;
 #if VQ_MIXED
+#if VQ_RAGGED
+      const bool vex = is_win || tt >= QVR;       // (ragged: past the row's own records; window rows from QV on)
+#else
       const bool vex = is_win || tt >= QV;        // exact: the window split, or split S - 1 past the values' records
+#endif
       const int vwr = is_win ? tt + VWO : tt - QV;
 #else
       const bool vex = is_win;

@@ -27,7 +27,9 @@
   const bool is_win = (s == S);
   int t0 = 0;
   int t1 = vq_min(RK, RV);
-#if VQ_MIXED
+#if VQ_MIXED && VQ_RAGGED
+#include "partial_setup_mixed_ragged.h"
+#elif VQ_MIXED
   if (!is_win) {
     const int SO = S - 1;
     const int lo0 = VQ_STARTS ? vq_min((int)rstart[b], QLO) : 0;

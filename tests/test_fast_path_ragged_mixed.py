@@ -1,0 +1,53 @@
+"""The recommended quality configuration (keys turboquant 3-bit, R = 0; values KIVI 2-bit, R = 128, G = 32) in a ragged
+batch (tuning's ragged: accelerated/cache/ragged.py; docs/ragged-kivi.md), with tests/test_fast_path.py's stand-in CUDA
+backend (recorded launches): which launches its decode steps make."""
+from __future__ import annotations
+
+import pytest
+
+from test_fast_path import (PROMPT, STEPS, _assert_batch_steps_fast, _merge_prefilled, _reset, cuda,  # noqa: F401
+                            paths)   # (fixtures)
+
+MIXED = dict(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2)
+
+
+def _ragged_mixed_batch():
+    from veloxquant.accelerated.cache import ragged
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    model, merged = _merge_prefilled(MIXED, (PROMPT, PROMPT - 37))
+    assert all(type(c) is SharedBatchVeloxKVCache and c._seq is None and ragged.is_ragged(c.inner) for c in merged), \
+        "not one ragged B-row cache per layer"
+    return model, merged
+
+
+def test_a_ragged_mixed_batch_attends_through_the_ragged_mixed_partial(cuda, paths, tune, monkeypatch):  # noqa: F811
+    """Prompts 200 and 163 (37 apart: the values' groups of 32 at different phases): every decode step of every
+    layer attends through one ragged MIXED partial launch (VQ_RAGGED with HASWIN 3: the keys' records beside the
+    values' window, each row at its own boundary) and its combine; never the ops path, nothing decoded (the in-place
+    step: test_a_ragged_mixed_batch_takes_one_fast_step_per_layer)."""
+    import mlx.core as mx
+    from veloxquant.accelerated.cache import ragged
+    tune(ragged=True)
+    decoded = []
+    real = ragged.RaggedStream.dequantized
+    monkeypatch.setattr(ragged.RaggedStream, "dequantized", lambda self: decoded.append(1) or real(self))
+    model, merged = _ragged_mixed_batch()
+    q = mx.array([[1], [1]])
+    _reset(cuda, paths)
+    for i in range(STEPS):
+        model(q + i, cache=merged)
+    layer_steps = len(merged) * STEPS
+    partials = [n for n in cuda if n.startswith("vq_attention_partial")]
+    assert len(partials) == layer_steps, f"{len(partials)} partial launches for {layer_steps} layer steps"
+    # (the first step's append is the append kernel's own launch, the later ones inside the partial: "a")
+    assert all(n.split("_")[3] in ("0430rg", "0430arg") for n in partials), sorted(set(partials))
+    assert sum(n.startswith("vq_attention_combine") for n in cuda) == layer_steps
+    assert not paths["path"] and not paths["decoded"] and not decoded, (paths["path"], paths["decoded"], decoded)
+
+
+def test_a_ragged_mixed_batch_takes_one_fast_step_per_layer(cuda, paths, tune):  # noqa: F811
+    """... and each step of it is one DecodeStep launch pair per layer (cache/ragged_step.py's RaggedMixedInPlace: the
+    keys' token in every row and each row's values group flush inside the partial launch's append, APPEND + VQ_RAGGED
+    + MIXED), nothing else."""
+    tune(ragged=True)
+    _assert_batch_steps_fast(*_ragged_mixed_batch(), cuda, paths)

@@ -1,0 +1,135 @@
+"""The mixed pair's in-place step in a ragged batch (cache/ragged_step.py's RaggedMixedInPlace: turboquant keys per
+token with R = 0 beside KIVI values of each row's own phase) through the library's own DecodeStep, every launch run by
+its kernel body on the CPU (tests/test_ragged_step_emulated.py's `bodies`): the plan's first step the append kernel
+alone (kernels/append.py MIXED with rphase), every later one the ragged MIXED partial with the append inside (APPEND +
+VQ_RAGGED + HASWIN 3) and its combine. The bodies write into the cache's own buffers, so what is checked is what the
+host planned: each row's stored bytes after every step are, byte for byte, its single cache's (the MLX ops path), and
+each row's output is within the emulated tests' tolerance of float64 over that single cache."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import types
+
+import pytest
+
+import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated.cache import ragged
+from veloxquant.accelerated.kernels import append as fused
+from _batch_util import filled_with
+import test_ragged_step_emulated as rse
+from test_ragged_step_emulated import bodies   # noqa: F401  (the fixture)
+
+
+class _MixedAppend(rse._Append):
+    """The append kernel's MIXED ragged variant (vq_append_turboquant_kivi_m01_g) run by its body."""
+
+    def __init__(self, ns, name, names):
+        assert name.startswith("vq_append_turboquant_kivi") and "_m01" in name and name.endswith("_g"), name
+        self.ns, self.names = ns, list(names)
+        self.apart, self.ragged = "_apart" in name, True
+
+    def _lib(self, inputs, template):
+        text = fused.body("turboquant", "kivi", self.apart, (False, True), True)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(rse, "fused", types.SimpleNamespace(body=lambda *a: text))
+            return super()._lib(inputs, template)
+
+
+# (g16-R8: the 55-token row's phase flushes at the plan's first step, the append kernel's own launch)
+# (fuse_append off: every step's append is the kernel's own launch, then the ragged MIXED partial without it)
+CASES = [("g16-R8", 16, 8, [37, 50, 64, 21, 55], True), ("g32-R128", 32, 128, [200, 163, 181, 150], True),
+         ("g16-R8-append-alone", 16, 8, [37, 50, 64, 21, 55], False)]
+
+
+def _maker(g: int, window: int):
+    def make():
+        c = vc.VeloxKVCache(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2, group_size=g,
+                            seed=2, layer=1, window=window)
+        c.key_params = dataclasses.replace(c.key_params, window=0)     # (the recommended pair: keys R = 0)
+        return c
+    return make
+
+
+@pytest.mark.parametrize("g, window, lengths, inside", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step(bodies, monkeypatch, tune,  # noqa: F811
+                                                                  g, window, lengths, inside):
+    monkeypatch.setattr(rse, "_Append", _MixedAppend)
+    tune(fuse_append=inside)
+    make = _maker(g, window)
+    steps = g + 2
+    want = rse._singles(make, lengths, [900 + s for s in range(steps)])
+    batch = vc.VeloxKVCache.merge(filled_with(make, lengths, seed=7))
+    assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
+    flushed = set()
+    for step in range(steps):
+        before = batch.inner._v.bounds()
+        kk = rse._step(batch, 900 + step, want[step], f"step {step}")
+        assert (kk.step is not None) == (step > 0), f"step {step}: DecodeStep {kk.step}"
+        flushed.update(i for i, (b0, b1) in enumerate(zip(before, batch.inner._v.bounds())) if b1 > b0)
+    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
+    assert bodies.appends == (1 if inside else steps), f"{bodies.appends} append launches alone"
+    fused_steps = [x for x in bodies.launches if x["key"][6]]
+    assert len(fused_steps) == (steps - 1 if inside else 0), sorted({x["key"] for x in bodies.launches})
+    assert len(bodies.launches) == steps and all(x["key"][2] == 3 and x["key"][7] and x["key"][-1]
+                                                 for x in bodies.launches), sorted({x["key"] for x in bodies.launches})
+
+
+def test_a_rejected_mixed_step_rolls_every_row_back(bodies, monkeypatch):  # noqa: F811
+    """A NaN in one row's keys, stored by a fused step of the mixed plan: the deferred check raises at a later step with
+    every row back before that chunk (marks over the in-place buffers), and the steps after it (a new plan) keep each
+    row its single cache's bytes."""
+    monkeypatch.setattr(rse, "_Append", _MixedAppend)
+    g, lengths = 16, [37, 50, 64, 21, 55]
+    make = _maker(g, 8)
+    good = 5
+    seeds = [900 + n for n in range(good)] + list(range(910, 910 + g))
+    want = rse._singles(make, lengths, seeds)
+    batch = vc.VeloxKVCache.merge(filled_with(make, lengths, seed=7))
+    for n in range(good):
+        rse._step(batch, seeds[n], want[n], f"step {n}")
+    kk = rse._step(batch, 905, want[0], "the bad step", bad=True)
+    assert kk.step is not None, "the bad chunk did not take the fused step"
+    with pytest.raises(ValueError, match="keys"):
+        for s in range(3):
+            batch.update_and_fetch(*rse.kv(1, 906 + s, b=len(lengths)))
+        batch.check()
+    assert batch.offset.tolist() == [64 + good - p for p in batch.left_padding.tolist()]
+    for n in range(good, len(seeds)):
+        rse._step(batch, seeds[n], want[n], f"step {n} after the rollback")
+    assert bodies.appends >= 2, f"{bodies.appends} append launches alone"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_ragged_mixed_append_compiles(tmp_path):
+    """The append kernel alone for the mixed plan (kernels/append.py MIXED, the values' window only, with rphase:
+    turboquant 3-bit keys, KIVI 2-bit values) as mx.fast.cuda_kernel wraps it, both role layouts: sm_90, no spills."""
+    import subprocess
+    import test_attention_kernels_source as tas
+    from veloxquant import spec
+    from veloxquant.accelerated import tuning
+    from veloxquant.accelerated.kernels import source
+    kp = spec.Params("turboquant", bits=3, window=0, role="k").resolved()
+    vp = spec.Params("kivi", bits=2, group_size=32, window=128, role="v").resolved()
+    body, header = "", ""
+    for apart in (False, True):
+        header, text = fused.assemble("cuda", "turboquant", "kivi", apart, (False, True), True)
+        names = fused.inputs("turboquant", "kivi", (False, True), True)
+        types_ = {n: "int32_t" if n in ("base", "vbase", "rphase") else "bool" if n in ("after", "flags") else
+                  "uint32_t" if n.endswith(("const", "codes1", "codes2")) else "__half" for n in names + ["flags"]}
+        body += tas._kernel(f"append_mixed_ragged_{int(apart)}", text, names, fused.OUTPUTS, types_,
+                            [("KM", source.METHOD_IDS["turboquant"]), ("VM", source.METHOD_IDS["kivi"]), ("D", 128),
+                             ("KTS", "__half"), ("VTS", "__half"), ("VXT", "__half"),
+                             *fused.code_template(kp, vp, tuning.DEFAULT.specialize_rows)])
+        body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n#undef VQ_ROW_ENCODES\n"
+    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
+            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
+            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n" + body
+            + "}\n")
+    f = tmp_path / "append_mixed_ragged.cu"
+    f.write_text(text)
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(f), "-o",
+                        str(tmp_path / "append_mixed_ragged.cubin")], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stderr.count(" 0 bytes spill stores") == 2 and r.stderr.count("append_mixed_ragged_") >= 2, \
+        r.stderr[-2000:]
