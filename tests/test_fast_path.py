@@ -210,9 +210,10 @@ _BATCH_KIVI = ("KIVI prompts not whole groups apart (these are 37 tokens apart; 
                "BatchVeloxKVCache (a cache, and launches, per sequence; batch_shared.eligible): a sequence's "
                "window holds R .. R + G - 1 tokens by its length mod G and its "
                "key groups start at its own first token, so in one left-padded stream the rows' windows start at "
-               "different positions, which the partial cannot take (its row starts mask encoded tokens only: "
-               "kernels.attention.supports): kernel body work (a start per row for the window, and a flush per row "
-               "inside the append)")
+               "different positions, which the default partial cannot take (its row starts mask encoded tokens only: "
+               "kernels.attention.supports). With tuning.ragged (off until its H200 A/B against a cache per sequence) "
+               "they are one B-row cache on one fast step per layer, each row flushing at its own step: "
+               "test_a_ragged_kivi_batch_takes_one_fast_step_per_layer, tests/test_fast_path_ragged_mixed.py")
 
 
 def _batch_mark(name, mark):
