@@ -5,8 +5,9 @@
 # Stages, in the order that keeps a short budget useful:
 #   twins   the GPU twins of tensor-core loops that are off until they pass (tuning's tc_prod3, tc_mixed,
 #           tc_ragged), and the GPU tests of caches changed since their last GPU run            (~3 min)
-#   ab      each such knob on and off in the same rounds, decode step + generate at 32k, and the ragged KIVI
-#           batches                                                                              (~8 min)
+#   ab      each such knob on and off in the same rounds, decode step + generate at 32k           (~5 min)
+#   ragged  batches of ragged prompts, 8k x 8 and 32k x 4: KIVI and the mixed pair per sequence against
+#           tuning's ragged (one B-row cache) and its tensor-core loops                            (~6 min)
 #   gate    decode step + generate at 32k and the batches against benchmarks/baselines/h200.json (~9 min)
 #   split   per generated token, the host's time and the GPU's (tools/dev/generate_split.py) with each
 #           tensor-core knob on and off: which side sets generate's pace at 32k                    (~3 min)
@@ -15,7 +16,7 @@
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, gate, split, cold or kernels}
+stage=${1:?stage: twins, ab, ragged, gate, split, cold or kernels}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -39,9 +40,15 @@ case $stage in
       --bench-arms 'turboquant_prod b4' 'turboquant_prod b4 [TC_PROD3=1]' \
       'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 [TC_MIXED=1]' \
       --bench-partial "$out/h200-ab-32k.json"
-    step ab-ragged "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 32768x4 \
+    ;;
+  ragged)
+    step ragged-kivi "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 32768x4 \
       --bench-arms 'kivi b4 (window 128)' 'kivi b4 (window 128) [RAGGED=1]' 'kivi b4 (window 128) [RAGGED=1, TC_RAGGED=1]' \
-      --bench-partial "$out/h200-ab-ragged.json"
+      --bench-partial "$out/h200-ragged-kivi.json"
+    step ragged-mixed "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 \
+      --bench-arms 'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 [RAGGED=1]' \
+      'keys turboquant b3 + values kivi b2 [RAGGED=1, TC_MIXED=1, TC_RAGGED=1]' \
+      --bench-partial "$out/h200-ragged-mixed.json"
     ;;
   gate)
     step gate-32k "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
@@ -62,7 +69,7 @@ case $stage in
     step kernels python3 -m veloxquant.tools.dev.kernel_check --out "$out/kernels"
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, gate, split, cold or kernels" >&2
+    echo "unknown stage $stage: twins, ab, ragged, gate, split, cold or kernels" >&2
     exit 2
     ;;
 esac
