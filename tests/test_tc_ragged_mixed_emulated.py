@@ -214,3 +214,65 @@ def test_a_ragged_mixed_batch_steps_on_the_gpu_tensor_core_loop(g, window, lengt
         rse._step(batch, 900 + step, want[step], f"step {step}")
     fused = [a for kind, a in names if kind == "partial" and a[6]]
     assert fused and all(a[4] == src.TC_MIX and a[-1] for a in fused), names
+
+
+# ---- nvcc: TC_MIX's ragged partial as attention.py launches it, against the row-starts TC_MIX partial ----
+# (key bits, value bits, G, keys' window, values' window, d, the append inside): the recommended pair (HASWIN 3, with
+# and without the append) and keys with a window (HASWIN 4) at d = 64
+COMPILE_CASES = [(3, 2, 32, 0, 128, 128, False), (3, 2, 32, 0, 128, 128, True), (4, 4, 16, 32, 32, 64, False)]
+
+
+def _resources(kp, vp, d, ragged_: bool, stem, append: bool) -> dict:
+    """{arch: (registers, stack frame, spill stores, spill loads)} of TC_MIX's MIXED partial with row starts as
+    attention.py launches it (template from _static: 4 rows, 8 KV heads, GQA 4, float16; tc_ragged and tc_mixed on),
+    `ragged_` or not, with the decode step's append inside or not."""
+    import re
+    from _attention_util import ptxas
+    from test_attention_kernels_source import _kernel
+    haswin = katt.mixed_windows(kp, vp)
+    f16 = mx.float16
+    tune = tuning.DEFAULT.replace(ragged=True, tc_ragged=True, tc_mixed=True)
+    st = katt._static(kp, vp, 4, 32, 1, d, 8, 16, haswin, False, f16, d ** -0.5, False, 16, tune,
+                      (f16,) * 4 if append else None, True, ragged_)
+    assert st.key[2] == haswin and st.key[4] == src.TC_MIX and (st.key[8:] == (True,)) == ragged_, st.key
+    header, source = src.assemble("partial", "cuda", 0, 4, haswin, False, src.TC_MIX, append, True, ragged_)
+    h = "__half"
+    types = dict(q=h, kc1="uint32_t", ks0=h, kw=h, vc1="uint32_t", vgs=h, vgz=h, vw=h, kx=h, vx=h, kf=h, vf=h,
+                 kconst="uint32_t", vconst="uint32_t", flags="bool" if append else "uint32_t", nenc="int32_t",
+                 rstart="int32_t", rphase="int32_t", token="bool")
+    outs = src.APPEND_OUTPUTS if append else src.PARTIAL_OUTPUTS
+    tmpl = [(n, h if v == f16 else v) for n, v in st.template]
+    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
+            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
+            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header
+            + katt._bounds(tuning.DEFAULT.partial_threads, tuning.DEFAULT.tc_min_blocks)
+            + "namespace mlx::core::cu {\n" + _kernel("partial_tc_mixed", source, st.names, outs, types, tmpl) + "}\n")
+    out = {}
+    for arch, log in ptxas(text, stem).items():
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads.*?Used (\d+) "
+                      r"registers", log, re.S)
+        assert m, log[-2000:]
+        out[arch] = (int(m.group(4)), int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    return out
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+@pytest.mark.parametrize("case", COMPILE_CASES, ids=[f"tq{c[0]}-kivi{c[1]}-g{c[2]}-k{c[3]}-R{c[4]}-d{c[5]}"
+                                                     f"{'-append' if c[6] else ''}" for c in COMPILE_CASES])
+def test_cuda_ragged_tc_mixed_partial_compiles_without_spills(case, monkeypatch, tmp_path):
+    """TC_MIX's ragged partial (without and with the append inside): sm_80 and sm_90, no spills and no stack frame
+    beyond the row-starts TC_MIX partial's at the same template."""
+    from veloxquant import spec
+    kb, vb, g, kw, vw, d, append = case
+    kp = spec.Params("turboquant", bits=kb, window=kw, role="k").resolved()
+    vp = spec.Params("kivi", bits=vb, group_size=g, window=vw, role="v").resolved()
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 132)
+    katt._static.cache_clear()
+    try:
+        plain, rag = (_resources(kp, vp, d, r, tmp_path / f"tcmix_{int(r)}", append) for r in (False, True))
+    finally:
+        katt._static.cache_clear()
+    print(case, "registers, stack frame, spill stores, spill loads: starts", plain, "ragged", rag)
+    for arch, (regs, stack, stores, loads) in rag.items():
+        assert stores == loads == 0 and regs <= 255 and stack <= plain[arch][1], (arch, rag, plain)

@@ -300,7 +300,8 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     mixed = int(haswin) in MIXED_WINDOWS
     bad_mixed = mixed and ((tc and tc != TC_MIX) or mv != METHOD_IDS["kivi"] or mk == METHOD_IDS["kivi"]
                            or (append and int(haswin) != 3))
-    bad_tc = tc and not ((tc is True and kivi) or (tc == TC_MIX and mixed))
+    tc_mix = tc == TC_MIX and mk == METHOD_IDS["turboquant"] and int(haswin) in (3, 4)     # (mixed_takes)
+    bad_tc = tc and not ((tc is True and kivi) or tc_mix)
     if ragged and (bad_tc or not starts or bad_mixed or (append and not haswin)):
         raise ValueError("ragged: the scalar loop or KIVI's tensor-core loop, with row starts (the append: with a "
                          "window); MIXED: per-token keys beside KIVI values on the scalar loop or TC_MIX's (the "
