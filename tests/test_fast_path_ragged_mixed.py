@@ -51,3 +51,18 @@ def test_a_ragged_mixed_batch_takes_one_fast_step_per_layer(cuda, paths, tune): 
     + MIXED), nothing else."""
     tune(ragged=True)
     _assert_batch_steps_fast(*_ragged_mixed_batch(), cuda, paths)
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["tc", "tc-off"])
+def test_the_ragged_mixed_fast_step_takes_the_tensor_core_loop_with_the_knobs(cuda, paths, tune, on):  # noqa: F811
+    """With tc_ragged and tc_mixed on, every fast layer step's partial (the append inside) is TC_MIX's ragged kernel
+    (name tag 't', 'mx', 'a', 'g'); with tc_ragged off (tc_mixed on) the ragged scalar MIXED partial."""
+    tune(ragged=True, tc_mixed=True, tc_ragged=on)
+    _assert_batch_steps_fast(*_ragged_mixed_batch(), cuda, paths)
+    tags = {n.split("_")[3] for n in cuda if n.startswith("vq_attention_partial")}
+    assert len(tags) == 1, tags
+    tag = tags.pop()
+    if on:
+        assert tag.startswith("0430t") and tag.endswith("mxarg"), tag
+    else:
+        assert tag == "0430arg", tag

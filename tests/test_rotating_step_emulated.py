@@ -20,6 +20,7 @@ apart), MLX's launch and the GPU's memory model; a GPU run checks those (tests/t
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import types
 
@@ -59,7 +60,10 @@ def _key(name: str) -> tuple:
     tag = name.removeprefix("vq_attention_partial_").split("_")[0]
     mk, mv, haswin, fused_, rest = int(tag[0]), int(tag[1]), int(tag[2]), int(tag[3]), tag[4:]
     tc = rest.startswith("t")
-    blocks = int("".join(c for c in rest[1:] if c.isdigit()) or 0) if tc else 0
+    blocks = int(re.match(r"t(\d*)", rest).group(1) or 0) if tc else 0
+    if tc and ("mx" in rest or "c3" in rest):     # (TC_MIX's or TC_TENS's loop: their tags)
+        tc = katt.src.TC_MIX if "mx" in rest else katt.src.TC_TENS
+        rest = rest.replace("mx", "").replace("c3", "")
     return mk, mv, haswin, fused_, tc, blocks, "a" in rest, "r" in rest
 
 

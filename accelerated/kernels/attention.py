@@ -203,7 +203,8 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     (APPEND): one split more (S - 1, the appended tokens), its inputs and the append's token as a third output.
     `starts`: each batch row's first attended token (input `rstart`: a left-padded batch); `ragged`: KIVI rows of
     their own group phase (input `rphase`, template RW: cache/ragged.py), the scalar loop, or with tuning's
-    tc_ragged the KIVI tensor-core loop (its chunks and key groups from each row's phase)."""
+    tc_ragged the KIVI tensor-core loop (its chunks and key groups from each row's phase), or for turboquant keys
+    beside KIVI values (a MIXED partial) with tc_mixed too TC_MIX's loop (the ragged scalar partial's ranges)."""
     append = append_ts is not None
     tune = tune or tuning.current()
     tc_blocks, nt = tune.tc_min_blocks, tune.partial_threads
@@ -214,7 +215,9 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     parts = 2 if layouts.of(kp).sketch or layouts.of(vp).sketch else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     mixed = int(has_win) in src.MIXED_WINDOWS       # (split S - 1 reads one role's window beside the other's records)
-    rag_tc = not ragged or (tune.tc_ragged and kp.method == vp.method == "kivi")
+    # ragged rows on tensor cores (tc_ragged): KIVI's loop, or TC_MIX's for the mixed pair's MIXED partial
+    rag_tc = not ragged or (tune.tc_ragged and (kp.method == vp.method == "kivi"
+                                                or (mixed and attention_tc.mixed_pair(kp, vp))))
     tc = tune.tensor_cores and rag_tc and _tensor_cores(kp, vp, d, has_win, tune.tc_codes, tune.tc_kivi, tune.tc_affine,
                                                         tune.tc_3bit, tune.tc_two_stage, tune.tc_prod3, tune.tc_mixed)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8

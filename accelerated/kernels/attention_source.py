@@ -287,20 +287,25 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     token (an APPEND partial's or the append kernel's) and writes its summary (COMBINE_SUMMARY); `ragged`: rows of
     their own KIVI group phase (the scalar loop or, KIVI both roles, the tensor-core loop: tuning's tc_ragged; with row
     starts; with the append, each row flushes its group at its own step: append_block; a MIXED window: per-token keys
-    beside KIVI values, the values' phase, on the scalar loop, the append inside with the values' window only)."""
+    beside KIVI values, the values' phase, on the scalar loop or TC_MIX's, the append inside with the values' window
+    only)."""
     header, prelude = PRELUDES[backend]
     if tc and (backend != "cuda" or kind != "partial"):
         raise ValueError("the tensor-core loop is a CUDA partial kernel's")
     if append and fused:
         raise ValueError("the append runs inside an unfused partial launch")
     kivi = mk == mv == METHOD_IDS["kivi"]
-    # MIXED ragged: per-token keys beside KIVI values (the values' phase), the scalar loop; the append inside with the
-    # values' window only (HASWIN 3: cache/ragged_step.py's mixed plan)
+    # MIXED ragged: per-token keys beside KIVI values (the values' phase), the scalar loop or TC_MIX's; the append
+    # inside with the values' window only (HASWIN 3: cache/ragged_step.py's mixed plan)
     mixed = int(haswin) in MIXED_WINDOWS
-    bad_mixed = mixed and (tc or mv != METHOD_IDS["kivi"] or mk == METHOD_IDS["kivi"] or (append and int(haswin) != 3))
-    if ragged and ((tc and (tc is not True or not kivi)) or not starts or bad_mixed or (append and not haswin)):
+    bad_mixed = mixed and ((tc and tc != TC_MIX) or mv != METHOD_IDS["kivi"] or mk == METHOD_IDS["kivi"]
+                           or (append and int(haswin) != 3))
+    tc_mix = tc == TC_MIX and mk == METHOD_IDS["turboquant"] and int(haswin) in (3, 4)     # (mixed_takes)
+    bad_tc = tc and not ((tc is True and kivi) or tc_mix)
+    if ragged and (bad_tc or not starts or bad_mixed or (append and not haswin)):
         raise ValueError("ragged: the scalar loop or KIVI's tensor-core loop, with row starts (the append: with a "
-                         "window); MIXED: per-token keys beside KIVI values on the scalar loop (the append: HASWIN 3)")
+                         "window); MIXED: per-token keys beside KIVI values on the scalar loop or TC_MIX's (the "
+                         "append: HASWIN 3)")
     pre = ""
     if append and kind == "partial":
         eh, em = encode_macros(backend)

@@ -71,7 +71,10 @@ the values' window only): split S - 1 of that MIXED partial, the rows the append
 beside the keys' records, takes no mma chunk but runs in scalar arithmetic in the same kernel, with the window split
 (csrc/tc_mixed_split.h: a few hundred tokens at most, some exact; each window from its own rows); the encoded splits,
 the common prefix, run on the tensor cores. With a keys' window too (HASWIN 4) an exact key there is dotted with the
-query as given (a rotation keeps dot products; the scalar loop rotates the key instead).
+query as given (a rotation keeps dot products; the scalar loop rotates the key instead). Ragged rows of that pair
+(tuning's tc_ragged with tc_mixed; cache/ragged.py: the values' groups from each row's phase) take the same loop under
+VQ_RAGGED: neither role groups tokens, so the chunks need no phase shift; each row's ranges are the ragged scalar MIXED
+partial's (csrc/partial_setup_mixed_ragged.h) and split S - 1 reads a value exact past its row's own boundary QVR.
 
 Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
 bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once

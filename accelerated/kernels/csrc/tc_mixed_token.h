@@ -3,7 +3,11 @@
 // the rows this launch's append writes into the window (partial_loop.h does the same); else its records (rows
 // clamped to readable ones where exact: the lookups shuffle, so every lane takes them).
       const bool kex = is_win || tt >= QK;
+#if VQ_RAGGED
+      const bool vex = is_win || tt >= QVR;     // (ragged: past the row's own records; window rows from QV on)
+#else
       const bool vex = is_win || tt >= QV;
+#endif
       const int kwr = is_win ? tt + KWO : tt - QK;
       const int vwr = is_win ? tt + VWO : tt - QV;
       const int kq_nw = kwr - (RK - VQ_TNEW);
