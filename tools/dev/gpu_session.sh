@@ -4,7 +4,7 @@
 #   export PYTHONPATH=/tmp/site:$PWD VELOXQUANT_GIT=<this tree's short hash> && bash tools/dev/gpu_session.sh STAGE
 # Stages, in the order that keeps a short budget useful:
 #   twins   the GPU twins of tensor-core loops that are off until they pass (tuning's tc_prod3, tc_mixed,
-#           tc_ragged), and the GPU tests of caches changed since their last GPU run            (~3 min)
+#           tc_ragged, and the last two together), and the GPU tests of caches changed since their last GPU run            (~3 min)
 #   ab      each such knob on and off in the same rounds, decode step + generate at 32k           (~5 min)
 #   ragged  batches of ragged prompts, 8k x 8 and 32k x 4: KIVI and the mixed pair per sequence against
 #           tuning's ragged (one B-row cache) and its tensor-core loops                            (~6 min)
@@ -32,7 +32,8 @@ bench=(python3 -m pytest -q -p no:cacheprovider --device gpu)
 case $stage in
   twins)
     step twins python3 -m pytest -q -p no:cacheprovider -k on_the_gpu \
-      tests/test_tc_two_stage_emulated.py tests/test_tc_mixed_emulated.py tests/test_tc_ragged_kivi_emulated.py
+      tests/test_tc_two_stage_emulated.py tests/test_tc_mixed_emulated.py tests/test_tc_ragged_kivi_emulated.py \
+      tests/test_tc_ragged_mixed_emulated.py
     step caches python3 -m pytest -q -p no:cacheprovider tests/test_rotating_cache.py tests/test_batch_ragged_kivi.py
     ;;
   ab)
