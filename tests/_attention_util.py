@@ -63,6 +63,24 @@ def paths_taken():
         attn.path = real
 
 
+# MLX's CUDA JIT puts the fp16/bf16 types and its Shape / Strides before a kernel's header: a unit nvcc compiles alone
+CUDA_UNIT_PRELUDE = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
+                     "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
+                     "using Strides = cuda::std::array<int64_t, 10>;\n}\n")
+
+
+def resources(text: str, stem) -> dict:
+    """{arch: (registers, stack frame bytes, spill store bytes, spill load bytes)} of the one kernel in `text`."""
+    import re
+    out = {}
+    for arch, log in ptxas(text, stem).items():
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads.*?Used (\d+) "
+                      r"registers", log, re.S)
+        assert m, log[-2000:]
+        out[arch] = (int(m.group(4)), int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    return out
+
+
 def ptxas(text: str, stem) -> dict:
     """{arch: ptxas' -v report} of the CUDA source `text` (written to stem.cu, the cubins beside it) compiled by nvcc
     for sm_80 and sm_90; a failed compile fails the test with its log's end."""

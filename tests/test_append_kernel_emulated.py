@@ -20,6 +20,7 @@ from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.kernels import source
 
 import _kernel_emulator as ke   # noqa: E402  (tests/ is on sys.path under pytest)
+from _attention_util import CUDA_UNIT_PRELUDE
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 
@@ -410,9 +411,7 @@ def test_cuda_append_compiles(tmp_path):
                             [("KM", source.METHOD_IDS[mk]), ("VM", source.METHOD_IDS[mv]), ("D", 128), ("KTS", tk),
                              ("VTS", tv), *fused.code_template(_params(mk), _params(mv), ROWS)])
         body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n"
-    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
-            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
-            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n" + body + "}\n")
+    text = (CUDA_UNIT_PRELUDE + header + "namespace mlx::core::cu {\n" + body + "}\n")
     f = tmp_path / "append.cu"
     f.write_text(text)
     r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(f), "-o",

@@ -14,7 +14,7 @@ import pytest
 from veloxquant.accelerated import tuning
 from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.kernels import commit
-from _attention_util import ptxas
+from _attention_util import CUDA_UNIT_PRELUDE, ptxas
 
 MACROS = ("TID", "BLOCK_X", "BLOCK_Y", "BLOCK_Z", "NBLOCK_X", "NBLOCK_Y", "NBLOCK_Z", "SHARED", "BARRIER",
           "SHFL_XOR", "SHFL_IDX", "WARP_SYNC")
@@ -116,9 +116,7 @@ def test_cuda_sources_compile(tmp_path):
     body += _kernel("commit", csrc, ["w0d", "w0s", "w1d", "w1s", "c0", "c1"], ["out"],
                     dict(w0d="uint32_t", w0s="uint32_t", w1d="float", w1s="float", c0="__half", c1="uint32_t",
                          out="uint32_t"), [])
-    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
-            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
-            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header
+    text = (CUDA_UNIT_PRELUDE + header
             + "namespace mlx::core::cu {\n" + body + "}\n")
     cu = tmp_path / "attention.cu"
     cu.write_text(text)
@@ -251,9 +249,7 @@ def _local_memory(header: str, body: str, stem, entry: str, bounds: bool = True)
     register array indexed at run time (rabitq's value words through vsh, 2026-12-01: 60 local loads per chunk),
     a loop over one left rolled (turboquant_prod's values loop) or the IEEE division's slow-path call."""
     from veloxquant.accelerated.kernels import attention as katt
-    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
-            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
-            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header
+    text = (CUDA_UNIT_PRELUDE + header
             + (katt._bounds(tuning.DEFAULT.partial_threads, tuning.DEFAULT.tc_min_blocks) if bounds else "")
             + "namespace mlx::core::cu {\n" + body + "}\n")
     return {arch: {m.group(1): int(m.group(2)) + int(m.group(3)) for m in re.finditer(
@@ -357,9 +353,7 @@ def test_cold_loops_make_the_tensor_core_partial_smaller(tmp_path):
                     ("PF", tuning.DEFAULT.tc_prefetch), ("FUSED", 1), ("APPEND", 0), ("OT", dt)]) + _UNDEF
     sizes = {}
     for cold in (False, True):
-        text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
-                "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
-                "using Strides = cuda::std::array<int64_t, 10>;\n}\n"
+        text = (CUDA_UNIT_PRELUDE
                 + ('#define VQ_COLD _Pragma("unroll 1")\n' if cold else "") + header
                 + katt._bounds(tuning.DEFAULT.partial_threads, tuning.DEFAULT.tc_min_blocks) + "namespace mlx::core::cu {\n" + body + "}\n")
         cu, cubin = tmp_path / f"tc_{cold}.cu", tmp_path / f"tc_{cold}.cubin"

@@ -24,6 +24,7 @@ from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend
 from veloxquant.accelerated.ops import attention as oatt
 from veloxquant.conformance.attention_checks import attention_budget, attention_f64
+from _attention_util import CUDA_UNIT_PRELUDE, resources
 from _batch_util import poisoned
 import test_attention_kernels_emulated as emu   # noqa: E402  (tests/ is on sys.path under pytest)
 
@@ -133,9 +134,7 @@ def _compiled_resources(kp, vp, d, ragged: bool, stem, append: bool = False) -> 
     """{arch: (registers, stack frame, spill stores, spill loads)} of the MIXED partial for kp / vp with row starts as
     attention.py launches it (template from _static: 4 rows, 8 KV heads, GQA 4, float16), `ragged` or not, with the
     decode step's append inside or not."""
-    import re
     from veloxquant.accelerated import tuning
-    from _attention_util import ptxas
     from test_attention_kernels_source import _kernel
     haswin = katt.mixed_windows(kp, vp)
     f16 = mx.float16
@@ -149,17 +148,9 @@ def _compiled_resources(kp, vp, d, ragged: bool, stem, append: bool = False) -> 
                  rstart="int32_t", rphase="int32_t", token="bool")
     outs = katt.src.APPEND_OUTPUTS if append else katt.src.PARTIAL_OUTPUTS
     tmpl = [(n, h if v == mx.float16 else v) for n, v in st.template]
-    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
-            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
-            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n"
+    text = (CUDA_UNIT_PRELUDE + header + "namespace mlx::core::cu {\n"
             + _kernel("partial_mixed", source, st.names, outs, types, tmpl) + "}\n")
-    out = {}
-    for arch, log in ptxas(text, stem).items():
-        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads.*?Used (\d+) "
-                      r"registers", log, re.S)
-        assert m, log[-2000:]
-        out[arch] = (int(m.group(4)), int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    return out
+    return resources(text, stem)
 
 
 # (key bits, value bits, G, keys' window, values' window, d, the append inside): HASWIN 3 (the recommended pair, also

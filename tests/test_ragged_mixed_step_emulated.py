@@ -16,6 +16,7 @@ import pytest
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated.cache import ragged
 from veloxquant.accelerated.kernels import append as fused
+from _attention_util import CUDA_UNIT_PRELUDE
 from _batch_util import filled_with
 import test_ragged_step_emulated as rse
 from test_ragged_step_emulated import bodies   # noqa: F401  (the fixture)
@@ -122,9 +123,7 @@ def test_cuda_ragged_mixed_append_compiles(tmp_path):
                              ("KTS", "__half"), ("VTS", "__half"), ("VXT", "__half"),
                              *fused.code_template(kp, vp, tuning.DEFAULT.specialize_rows)])
         body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n#undef VQ_ROW_ENCODES\n"
-    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
-            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
-            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n" + body
+    text = (CUDA_UNIT_PRELUDE + header + "namespace mlx::core::cu {\n" + body
             + "}\n")
     f = tmp_path / "append_mixed_ragged.cu"
     f.write_text(text)

@@ -28,7 +28,7 @@ from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend
 from veloxquant.accelerated.kernels import methods as km
-from _attention_util import f64_attention
+from _attention_util import CUDA_UNIT_PRELUDE, f64_attention
 from _batch_util import D, H, filled_with, kv
 import _kernel_emulator as ke   # noqa: E402  (tests/ is on sys.path under pytest)
 import test_batch_ragged_kivi as rk
@@ -294,9 +294,7 @@ def test_cuda_ragged_append_compiles(tmp_path):
                              ("KTS", "__half"), ("VTS", "__half"), ("KXT", "__half"), ("VXT", "__half"),
                              *fused.code_template(kp, vp, tuning.DEFAULT.specialize_rows)])
         body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n#undef VQ_ROW_ENCODES\n"
-    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
-            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
-            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header + "namespace mlx::core::cu {\n" + body + "}\n")
+    text = (CUDA_UNIT_PRELUDE + header + "namespace mlx::core::cu {\n" + body + "}\n")
     f = tmp_path / "append_ragged.cu"
     f.write_text(text)
     r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(f), "-o",

@@ -30,7 +30,7 @@ from veloxquant.conformance.attention_checks import attention_budget, attention_
 import test_attention_kernels_emulated as emu   # noqa: E402  (tests/ is on sys.path under pytest)
 import test_batch_ragged_kivi_kernels_emulated as rb
 import test_ragged_step_emulated as rs
-from _attention_util import plan_keys, ptxas
+from _attention_util import CUDA_UNIT_PRELUDE, plan_keys, resources
 from _batch_util import filled_with, poisoned
 from test_batch_ragged_kivi_kernels_emulated import ragged_batch  # noqa: F401  (fixtures)
 from test_ragged_step_emulated import bodies  # noqa: F401
@@ -341,18 +341,6 @@ def _launched(kb, vb, g, d, window, append):
     return header, source, st.names, st.template, tmpl
 
 
-def _resources(text: str, stem) -> dict:
-    """{arch: (registers, stack frame bytes, spill store bytes, spill load bytes)} of the one kernel in `text`."""
-    import re
-    out = {}
-    for arch, log in ptxas(text, stem).items():
-        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads.*?Used (\d+) "
-                      r"registers", log, re.S)
-        assert m, log[-2000:]
-        out[arch] = (int(m.group(4)), int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    return out
-
-
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 @pytest.mark.parametrize("case", COMPILE_CASES, ids=[f"k{c[0]}v{c[1]}-g{c[2]}-d{c[3]}-R{c[4]}{'-append' if c[5] else ''}"
                                                      for c in COMPILE_CASES])
@@ -374,12 +362,10 @@ def test_cuda_ragged_tensor_core_partial_compiles_without_spills(case, monkeypat
                  kf=dt, vf=dt, kconst="uint32_t", vconst="uint32_t", flags="bool" if append else "uint32_t",
                  nenc="int32_t", rstart="int32_t", rphase="int32_t", token="bool")
     outs = katt.src.APPEND_OUTPUTS if append else katt.src.PARTIAL_OUTPUTS
-    text = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda/std/array>\n#include <cstdint>\n"
-            "namespace mlx::core::cu {\nusing Shape = cuda::std::array<int32_t, 10>;\n"
-            "using Strides = cuda::std::array<int64_t, 10>;\n}\n" + header
+    text = (CUDA_UNIT_PRELUDE + header
             + katt._bounds(tuning.DEFAULT.partial_threads, tuning.DEFAULT.tc_min_blocks)
             + "namespace mlx::core::cu {\n" + _kernel("partial_tc_ragged", source, names, outs, types, tmpl) + "}\n")
-    res = _resources(text, tmp_path / "partial_tc_ragged")
+    res = resources(text, tmp_path / "partial_tc_ragged")
     print(case, res)
     for arch, (regs, stack, stores, loads) in res.items():
         assert stack == stores == loads == 0 and regs <= 255, (arch, regs, stack, stores, loads)
