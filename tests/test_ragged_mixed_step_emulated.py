@@ -14,7 +14,6 @@ import types
 import pytest
 
 import veloxquant.accelerated.cache as vc
-from veloxquant.accelerated.cache import ragged
 from veloxquant.accelerated.kernels import append as fused
 from _attention_util import CUDA_UNIT_PRELUDE
 from _batch_util import filled_with
@@ -57,17 +56,8 @@ def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step(bodies, monkey
                                                                   g, window, lengths, inside):
     monkeypatch.setattr(rse, "_Append", _MixedAppend)
     tune(fuse_append=inside)
-    make = _maker(g, window)
     steps = g + 2
-    want = rse._singles(make, lengths, [900 + s for s in range(steps)])
-    batch = vc.VeloxKVCache.merge(filled_with(make, lengths, seed=7))
-    assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
-    flushed = set()
-    for step in range(steps):
-        before = batch.inner._v.bounds()
-        kk = rse._step(batch, 900 + step, want[step], f"step {step}")
-        assert (kk.step is not None) == (step > 0), f"step {step}: DecodeStep {kk.step}"
-        flushed.update(i for i, (b0, b1) in enumerate(zip(before, batch.inner._v.bounds())) if b1 > b0)
+    flushed = rse.fused_steps(_maker(g, window), lengths, steps, role="_v")
     assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
     assert bodies.appends == (1 if inside else steps), f"{bodies.appends} append launches alone"
     fused_steps = [x for x in bodies.launches if x["key"][6]]

@@ -163,17 +163,22 @@ def test_a_ragged_batch_steps_through_the_fused_decode_step_on_the_gpu(window, l
 def _steps(window: int, lengths: list) -> set:
     """G + 2 decode steps of the ragged batch of `lengths` (KIVI 2-bit, G = 16, window R) against each row's single
     cache (see the module); returns the rows that flushed."""
-    make = lambda: vc.KIVIKVCache(bits=2, group_size=G, seed=2, layer=1, window=window)   # noqa: E731
-    steps = G + 2
+    return fused_steps(lambda: vc.KIVIKVCache(bits=2, group_size=G, seed=2, layer=1, window=window), lengths, G + 2)
+
+
+def fused_steps(make, lengths: list, steps: int, role: str = "_k") -> set:
+    """`steps` decode steps of the ragged batch merged from `make`'s single caches of `lengths`, each row's bytes and
+    output checked against its single cache after every step (_step), every step but the first a DecodeStep; the
+    rows whose `role` stream ("_k" or "_v") flushed."""
     want = _singles(make, lengths, [900 + s for s in range(steps)])
-    batch = vc.KIVIKVCache.merge(filled_with(make, lengths, seed=7))
+    batch = vc.VeloxKVCache.merge(filled_with(make, lengths, seed=7))
     assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
     flushed = set()
     for step in range(steps):
-        before = batch.inner._k.bounds()
+        before = getattr(batch.inner, role).bounds()
         kk = _step(batch, 900 + step, want[step], f"step {step}")
         assert (kk.step is not None) == (step > 0), f"step {step}: DecodeStep {kk.step}"
-        flushed.update(i for i, (b0, b1) in enumerate(zip(before, batch.inner._k.bounds())) if b1 > b0)
+        flushed.update(i for i, (b0, b1) in enumerate(zip(before, getattr(batch.inner, role).bounds())) if b1 > b0)
     return flushed
 
 

@@ -31,7 +31,7 @@ import test_attention_kernels_emulated as emu   # noqa: E402  (tests/ is on sys.
 import test_batch_ragged_kivi_kernels_emulated as rb
 import test_ragged_step_emulated as rs
 from _attention_util import CUDA_UNIT_PRELUDE, plan_keys, resources
-from _batch_util import filled_with, poisoned
+from _batch_util import poisoned
 from test_batch_ragged_kivi_kernels_emulated import ragged_batch  # noqa: F401  (fixtures)
 from test_ragged_step_emulated import bodies  # noqa: F401
 
@@ -253,18 +253,7 @@ def tc_bodies(bodies, monkeypatch, tune):
 def _fused_steps(g: int, window: int, lengths: list) -> set:
     """G + 2 decode steps of a ragged KIVI 2-bit batch (d = 64) through DecodeStep, each row's bytes and output checked
     against its single cache after every step (tests/test_ragged_step_emulated.py's _step); the rows that flushed."""
-    make = lambda: vc.KIVIKVCache(bits=2, group_size=g, seed=2, layer=1, window=window)   # noqa: E731
-    steps = g + 2
-    want = rs._singles(make, lengths, [900 + s for s in range(steps)])
-    batch = vc.KIVIKVCache.merge(filled_with(make, lengths, seed=7))
-    assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
-    flushed = set()
-    for step in range(steps):
-        before = batch.inner._k.bounds()
-        kk = rs._step(batch, 900 + step, want[step], f"step {step}")
-        assert (kk.step is not None) == (step > 0), f"step {step}: DecodeStep {kk.step}"
-        flushed.update(i for i, (b0, b1) in enumerate(zip(before, batch.inner._k.bounds())) if b1 > b0)
-    return flushed
+    return rs.fused_steps(lambda: vc.KIVIKVCache(bits=2, group_size=g, seed=2, layer=1, window=window), lengths, g + 2)
 
 
 @pytest.mark.parametrize("on", [True, False], ids=["tc_ragged", "tc_ragged-off"])
