@@ -70,13 +70,12 @@ def kernel(kind: str, method: str, dtype_name: str):
 # ---- CUDA launches with the kernel text in included files ---------------------------------------------------
 # MLX's CUDA custom kernel copies its whole text (header + source) into every launch's primitive and hashes it
 # in every evaluation (mlx/backend/cuda/custom_kernel.cpp: build_kernel per call, std::hash of the source per
-# eval_gpu). Measured on the H200 (MLX 0.32.4, 2026-12-01, 16 launches per evaluation): 4.7 us per launch with a
-# one-line source, 11.3 us with 32 KB, 18.6 us with 64 KB; our append kernel is 55 KB, the partial 30 KB. So on
-# CUDA the text goes into files named by their content's hash and the launch's source is a few lines that
-# #include them (NVRTC reads absolute paths): the compiled code is the same, the module name (MLX's compile
-# cache key) still changes with the content because the file name does. Template arguments are written into
-# that short source as the constexpr lines MLX would emit, one kernel object per combination, so a call does
-# not format them either.
+# eval_gpu): a launch's host cost grows with its source's length (docs/decode-step-analysis.md: our 30-55 KB
+# kernels cost several times a one-line source's). So on CUDA the text goes into files named by their content's
+# hash and the launch's source is a few lines that #include them (NVRTC reads absolute paths): the compiled code
+# is the same, the module name (MLX's compile cache key) still changes with the content because the file name
+# does. Template arguments are written into that short source as the constexpr lines MLX would emit, one kernel
+# object per combination, so a call does not format them either.
 INCLUDE_TEXT = True
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./-]+$")
 _CUDA_TYPES = {mx.float16: "__half", mx.bfloat16: "__nv_bfloat16", mx.float32: "float", mx.bool_: "bool",

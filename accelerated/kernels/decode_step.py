@@ -1,9 +1,8 @@
 """The decode step of a VeloxKVCache on the GPU kernels with the per-shape work done once (a host-time path).
 
-Measured on the H200's host (2026-12-01, 8 layers, turboquant b4): building one layer's step took ~105 µs of
-Python against fp16 KVCache + SDPA's ~26 µs, while the GPU evaluation of both was about the same (87 vs 90 µs
-per layer at 4k context); in generation the build is not hidden (MLX encodes on the same thread). The general
-path re-derives, at every step, what an in-place append and its attention launch are: ~75 Python calls per
+Building one layer's step on the general path cost several times fp16 KVCache + SDPA's host time while the GPU
+evaluation of both was about the same (docs/decode-step-analysis.md has the measurements); in generation the
+build is not hidden (MLX encodes on the same thread). The general path re-derives, at every step, what an in-place append and its attention launch are: ~75 Python calls per
 layer. `DecodeStep` is made once per `in_place.InPlace` plan (both streams' buffers, shapes and dtypes fixed)
 and does per step only what changes: the new token's arrays, the row counts, the chunk record of the deferred
 checks, and the attention launch's query, encoded count and token (its per-shape part cached per split

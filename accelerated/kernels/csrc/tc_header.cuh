@@ -16,8 +16,8 @@ __device__ inline float vq_pow2_for(float mx, int e) {
 }
 #define VQ_ANY(p) (__any_sync(0xffffffffu, (p)) != 0)
 // a / b for a rabitq factor (n s_d) / ip, ip in (0, 1]: the fast division (reciprocal and product, about 2 ulp;
-// attention is the tolerance tier). The IEEE division's slow-path call made the chunk loop 1169 SASS instructions
-// with 60 local-memory loads against turboquant b4's 834 and none (sm_90, nvcc 13.0, 2026-12-01)
+// attention is the tolerance tier). The IEEE division's slow-path call spilled the chunk loop to local memory
+// (docs/decode-step-analysis.md, the rabitq tensor-core loop)
 __device__ inline float vq_fdiv(float a, float b) { return __fdividef(a, b); }
 // D += A B: A 16 x 16 (rows g, g + 8; k 2 tig .. 2 tig + 1, 2 tig + 8 .. 2 tig + 9), B 16 x 8 (k as A's, column g)
 __device__ inline void vq_mma(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
