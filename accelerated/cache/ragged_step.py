@@ -68,6 +68,15 @@ class _NoEviction:
     lo = 0          # (decode_step reads the rows a sliding-window cache evicted: none here)
 
 
+def _pair(k, v, keys: mx.array, values: mx.array) -> bool:
+    """What every ragged plan needs of the pair and the chunk: ragged streams of one layout (paddings, shape, step
+    count), both with a window array, one token per row, keys and values of one shape and dtype."""
+    b, h, t, d = keys.shape
+    return (getattr(v, "ragged", False) and k._pads == v._pads and t == 1 and values.shape == keys.shape
+            and values.dtype == keys.dtype and k._bhd == v._bhd == (b, h, d) and k._window is not None
+            and v._window is not None and k._idx == v._idx)
+
+
 class RaggedInPlace:
     """A ragged pair's in-place plan (the module): what kernels/decode_step.DecodeStep reads of in_place.InPlace."""
 
@@ -83,29 +92,34 @@ class RaggedInPlace:
     @classmethod
     def check(cls, k, v, keys: mx.array, values: mx.array) -> "RaggedInPlace | None":
         kp, vp = k.params, v.params
-        b, h, t, d = keys.shape
         if kp.method != "kivi":
             return RaggedMixedInPlace.check(k, v, keys, values)
-        if not (getattr(v, "ragged", False) and kp.method == vp.method == "kivi" and kp.group_size == vp.group_size
-                and kp.window == vp.window and k._pads == v._pads and t == 1 and values.shape == keys.shape
-                and values.dtype == keys.dtype and k._bhd == v._bhd == (b, h, d) and k._window is not None
-                and v._window is not None and k._window.dtype == v._window.dtype == keys.dtype
-                and k._idx == v._idx and k._lo == v._lo and k._window.shape[2] > 0):
+        if not (_pair(k, v, keys, values) and vp.method == "kivi" and kp.group_size == vp.group_size
+                and kp.window == vp.window and k._window.dtype == v._window.dtype == keys.dtype and k._lo == v._lo
+                and k._window.shape[2] > 0):
             return None
         g = kp.group_size
         phases = [x % g for x in k._pads]
         if kp.window == 0 and len(set(phases)) < 2:     # (a flush could leave no window: the launch needs one)
             return None
-        if not fused.fits(b, h, max(k._idx, *(a.shape[2] for a in k._f.values())) + 2 * ROOM):
+        return cls._made(k, v, keys, g, kp.window, (g, g), k.phase_array(), k._pads)
+
+    @classmethod
+    def _made(cls, k, v, keys: mx.array, g: int, r: int, groups: tuple, phases: mx.array, pads: list):
+        """The plan over both streams' buffers, each given room first (`reserve`); None where a buffer's rows would
+        not fit the body's int32 addressing. g, r: the flushing role's G and R; groups: (keys', values') G, 0 for a
+        per-token role (DecodeStep's consts); phases: the rows' group phases (input rphase), from the paddings `pads`."""
+        b, h, t, _ = keys.shape
+        if not fused.fits(b, h, max(k._idx, *(a.shape[2] for a in (*k._f.values(), *v._f.values()))) + 2 * ROOM):
             return None
         for s in (k, v):
             reserve(s, t)
         p = cls()
         p.k, p.v, p.kver, p.vver = k, v, k._version, v._version
-        p.shape, p.dt, p.t, p.g, p.r = keys.shape, keys.dtype, t, g, kp.window
-        p.group, p.groups = g, (g, g)
+        p.shape, p.dt, p.t, p.g, p.r = keys.shape, keys.dtype, t, g, r
+        p.group, p.groups = g, groups
         p.kbufs, p.vbufs = dict(k._f), dict(v._f)
-        p.phases, p.phase_set = k.phase_array(), frozenset(phases)
+        p.phases, p.phase_set = phases, frozenset(x % g for x in pads)
         p.next = p.held = p.flushing = None
         return p
 
@@ -185,26 +199,11 @@ class RaggedMixedInPlace(RaggedInPlace):
     @classmethod
     def check(cls, k, v, keys: mx.array, values: mx.array) -> "RaggedMixedInPlace | None":
         kp, vp = k.params, v.params
-        b, h, t, d = keys.shape
-        if not (getattr(v, "ragged", False) and kp.method == "turboquant" and kp.window == 0 and vp.method == "kivi"
-                and vp.window > 0 and k._pads == v._pads and t == 1 and values.shape == keys.shape
-                and values.dtype == keys.dtype and k._bhd == v._bhd == (b, h, d) and k._window is not None
-                and v._window is not None and v._window.dtype == keys.dtype and k._idx == v._idx == k._lo
+        if not (_pair(k, v, keys, values) and kp.method == "turboquant" and kp.window == 0 and vp.method == "kivi"
+                and vp.window > 0 and v._window.dtype == keys.dtype and k._idx == k._lo
                 and k._window.shape[2] == 0 and v._window.shape[2] > 0):
             return None
-        if not fused.fits(b, h, max(k._idx, *(a.shape[2] for a in (*k._f.values(), *v._f.values()))) + 2 * ROOM):
-            return None
-        for s in (k, v):
-            reserve(s, t)
-        p = cls()
-        g = vp.group_size
-        p.k, p.v, p.kver, p.vver = k, v, k._version, v._version
-        p.shape, p.dt, p.t, p.g, p.r = keys.shape, keys.dtype, t, g, vp.window
-        p.group, p.groups = g, (0, g)
-        p.kbufs, p.vbufs = dict(k._f), dict(v._f)
-        p.phases, p.phase_set = v.phase_array(), frozenset(x % g for x in v._pads)
-        p.next = p.held = p.flushing = None
-        return p
+        return cls._made(k, v, keys, vp.group_size, vp.window, (0, vp.group_size), v.phase_array(), v._pads)
 
     def base(self, role: int = 0) -> int:
         """The keys' first row: the chunk's position (role 1: the values' x, as KIVI's plan)."""
