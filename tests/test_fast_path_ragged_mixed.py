@@ -66,3 +66,23 @@ def test_the_ragged_mixed_fast_step_takes_the_tensor_core_loop_with_the_knobs(cu
         assert tag.startswith("0430t") and tag.endswith("mxarg"), tag
     else:
         assert tag == "0430arg", tag
+
+
+def test_a_windowed_ragged_mixed_batch_takes_one_fast_step_per_layer(cuda, paths, tune):  # noqa: F811
+    """The mixed pair with one window for both roles (window 32: turboquant keys with R = 32 beside KIVI values with
+    R = 32, G = 32; the MIXED partial's HASWIN 4): each step one DecodeStep launch pair per layer
+    (RaggedMixedWindowsInPlace: the keys' oldest window token and each row's values group flush inside the partial
+    launch's append), its partial the ragged scalar MIXED kernel with both windows and the append inside (tag
+    0440arg), nothing else, nothing decoded; with tc_ragged and tc_mixed on, the same (the tensor-core loop does not
+    take this launch)."""
+    from veloxquant.accelerated.cache import ragged
+    from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+    for knobs in ({}, dict(tc_ragged=True, tc_mixed=True)):
+        tune(ragged=True, **knobs)
+        model, merged = _merge_prefilled({**MIXED, "window": 32}, (PROMPT, PROMPT - 37))
+        assert all(type(c) is SharedBatchVeloxKVCache and ragged.is_ragged(c.inner) for c in merged), \
+            "not one ragged B-row cache per layer"
+        assert all(c.inner._k.params.window == c.inner._v.params.window == 32 for c in merged)
+        _assert_batch_steps_fast(model, merged, cuda, paths)
+        tags = {n.split("_")[3] for n in cuda if n.startswith("vq_attention_partial")}
+        assert tags == {"0440arg"}, (knobs, tags)

@@ -22,15 +22,17 @@ from test_ragged_step_emulated import bodies   # noqa: F401  (the fixture)
 
 
 class _MixedAppend(rse._Append):
-    """The append kernel's MIXED ragged variant (vq_append_turboquant_kivi_m01_g) run by its body."""
+    """The append kernel's MIXED ragged variant (vq_append_turboquant_kivi_m01_g, or _m11_g with the keys' window too)
+    run by its body."""
 
     def __init__(self, ns, name, names):
-        assert name.startswith("vq_append_turboquant_kivi") and "_m01" in name and name.endswith("_g"), name
+        assert name.startswith("vq_append_turboquant_kivi") and name.endswith("_g"), name
+        assert "_m01" in name or "_m11" in name, name
         self.ns, self.names = ns, list(names)
-        self.apart, self.ragged = "_apart" in name, True
+        self.apart, self.ragged, self.win = "_apart" in name, True, ("_m11" in name, True)
 
     def _lib(self, inputs, template):
-        text = fused.body("turboquant", "kivi", self.apart, (False, True), True)
+        text = fused.body("turboquant", "kivi", self.apart, self.win, True)
         with pytest.MonkeyPatch.context() as m:
             m.setattr(rse, "fused", types.SimpleNamespace(body=lambda *a: text))
             return super()._lib(inputs, template)
@@ -40,13 +42,20 @@ class _MixedAppend(rse._Append):
 # (fuse_append off: every step's append is the kernel's own launch, then the ragged MIXED partial without it)
 CASES = [("g16-R8", 16, 8, [37, 50, 64, 21, 55], True), ("g32-R128", 32, 128, [200, 163, 181, 150], True),
          ("g16-R8-append-alone", 16, 8, [37, 50, 64, 21, 55], False)]
+# the keys with a window too (kwin: RaggedMixedWindowsInPlace, the MIXED partial's HASWIN 4): g16-R8-K8 one window for
+# both roles, as a user's window applies to both; g16-R8-K12 the keys' the wider (their boundary below the values'
+# least one); g32-R32-K32 the benchmarks' window 32
+WINDOWED_CASES = [("g16-R8-K8", 16, 8, 8, [37, 50, 64, 21, 55], True),
+                  ("g16-R8-K12", 16, 8, 12, [37, 50, 64, 21, 55], True),
+                  ("g32-R32-K32", 32, 32, 32, [200, 163, 181, 150], True),
+                  ("g16-R8-K8-append-alone", 16, 8, 8, [37, 50, 64, 21, 55], False)]
 
 
-def _maker(g: int, window: int):
+def _maker(g: int, window: int, kwin: int = 0):
     def make():
         c = vc.VeloxKVCache(key_method="turboquant", key_bits=3, value_method="kivi", value_bits=2, group_size=g,
                             seed=2, layer=1, window=window)
-        c.key_params = dataclasses.replace(c.key_params, window=0)     # (the recommended pair: keys R = 0)
+        c.key_params = dataclasses.replace(c.key_params, window=kwin)     # (the recommended pair: keys R = 0)
         return c
     return make
 
@@ -54,25 +63,64 @@ def _maker(g: int, window: int):
 @pytest.mark.parametrize("g, window, lengths, inside", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step(bodies, monkeypatch, tune,  # noqa: F811
                                                                   g, window, lengths, inside):
+    _fused_steps(bodies, monkeypatch, tune, g, window, 0, lengths, inside)
+
+
+@pytest.mark.parametrize("g, window, kwin, lengths, inside", [c[1:] for c in WINDOWED_CASES],
+                         ids=[c[0] for c in WINDOWED_CASES])
+def test_a_windowed_ragged_mixed_batch_steps_through_the_fused_decode_step(bodies, monkeypatch, tune,  # noqa: F811
+                                                                           g, window, kwin, lengths, inside):
+    """The keys with a window of their own (each step their oldest window token encoded in every row, the chunk
+    copied into their window: append.MIXED's (kf, kw, vf, vw); the partial HASWIN 4 with the append inside)."""
+    _fused_steps(bodies, monkeypatch, tune, g, window, kwin, lengths, inside)
+
+
+def _fused_steps(bodies, monkeypatch, tune, g, window, kwin, lengths, inside):  # noqa: F811
+    """G + 2 steps of rse.fused_steps (each row's bytes and output its single cache's after every step), every row's
+    values flushing; the first step's append the kernel's own launch, every later one inside the ragged MIXED partial
+    (HASWIN 3, or 4 with the keys' window kwin) unless `inside` is off."""
     monkeypatch.setattr(rse, "_Append", _MixedAppend)
     tune(fuse_append=inside)
     steps = g + 2
-    flushed = rse.fused_steps(_maker(g, window), lengths, steps, role="_v")
+    flushed = rse.fused_steps(_maker(g, window, kwin), lengths, steps, role="_v")
     assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
     assert bodies.appends == (1 if inside else steps), f"{bodies.appends} append launches alone"
     fused_steps = [x for x in bodies.launches if x["key"][6]]
     assert len(fused_steps) == (steps - 1 if inside else 0), sorted({x["key"] for x in bodies.launches})
-    assert len(bodies.launches) == steps and all(x["key"][2] == 3 and x["key"][7] and x["key"][-1]
+    haswin = 4 if kwin else 3
+    assert len(bodies.launches) == steps and all(x["key"][2] == haswin and x["key"][7] and x["key"][-1]
                                                  for x in bodies.launches), sorted({x["key"] for x in bodies.launches})
 
 
-def test_a_rejected_mixed_step_rolls_every_row_back(bodies, monkeypatch):  # noqa: F811
-    """A NaN in one row's keys, stored by a fused step of the mixed plan: the deferred check raises at a later step with
-    every row back before that chunk (marks over the in-place buffers), and the steps after it (a new plan) keep each
-    row its single cache's bytes."""
+@pytest.mark.parametrize("g, window, kwin, lengths", [c[1:5] for c in WINDOWED_CASES[:3]],
+                         ids=[c[0] for c in WINDOWED_CASES[:3]])
+def test_a_windowed_ragged_mixed_batch_steps_through_the_fused_decode_step_on_the_gpu(g, window, kwin, lengths, tune,
+                                                                                      monkeypatch):
+    """The same steps on a CUDA GPU (MLX's CUDA build, the kernels compiled and launched by MLX): each row's bytes and
+    output its single cache's after every step, the fused steps' partial the ragged MIXED kernel with both windows and
+    the append inside (skipped without a CUDA backend)."""
+    from veloxquant.accelerated.kernels import attention as katt
+    from veloxquant.accelerated.kernels import backend
+    if not backend.available()[0] or backend.backend() != "cuda":
+        pytest.skip("no CUDA GPU backend here")
+    tune(ragged=True, fuse_append=True)
+    names = []
+    compiled = katt._compiled
+    monkeypatch.setattr(katt, "_compiled", lambda kind, *args: names.append((kind, args)) or compiled(kind, *args))
+    flushed = rse.fused_steps(_maker(g, window, kwin), lengths, g + 2, role="_v")
+    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
+    fused_ = [a for kind, a in names if kind == "partial" and a[6]]
+    assert fused_ and all(a[2] == 4 and a[-1] for a in fused_), names
+
+
+@pytest.mark.parametrize("kwin", [0, 8], ids=["keys-R0", "keys-R8"])
+def test_a_rejected_mixed_step_rolls_every_row_back(bodies, monkeypatch, kwin):  # noqa: F811
+    """A NaN in one row's keys, stored by a fused step of the mixed plan (keys-R8: the windowed plan's, the NaN copied
+    into the keys' window): the deferred check raises at a later step with every row back before that chunk (marks
+    over the in-place buffers), and the steps after it (a new plan) keep each row its single cache's bytes."""
     monkeypatch.setattr(rse, "_Append", _MixedAppend)
     g, lengths = 16, [37, 50, 64, 21, 55]
-    make = _maker(g, 8)
+    make = _maker(g, 8, kwin)
     good = 5
     seeds = [900 + n for n in range(good)] + list(range(910, 910 + g))
     want = rse._singles(make, lengths, seeds)
@@ -92,25 +140,28 @@ def test_a_rejected_mixed_step_rolls_every_row_back(bodies, monkeypatch):  # noq
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
-def test_cuda_ragged_mixed_append_compiles(tmp_path):
-    """The append kernel alone for the mixed plan (kernels/append.py MIXED, the values' window only, with rphase:
-    turboquant 3-bit keys, KIVI 2-bit values) as mx.fast.cuda_kernel wraps it, both role layouts: sm_90, no spills."""
+@pytest.mark.parametrize("win", [(False, True), (True, True)], ids=["values-window", "both-windows"])
+def test_cuda_ragged_mixed_append_compiles(tmp_path, win):
+    """The append kernel alone for the mixed plans (kernels/append.py MIXED with rphase, the values' window only or
+    both roles': turboquant 3-bit keys, KIVI 2-bit values) as mx.fast.cuda_kernel wraps it, both role layouts: sm_90,
+    no spills."""
     import subprocess
     import test_attention_kernels_source as tas
     from veloxquant import spec
     from veloxquant.accelerated import tuning
     from veloxquant.accelerated.kernels import source
-    kp = spec.Params("turboquant", bits=3, window=0, role="k").resolved()
+    kp = spec.Params("turboquant", bits=3, window=32 if win[0] else 0, role="k").resolved()
     vp = spec.Params("kivi", bits=2, group_size=32, window=128, role="v").resolved()
     body, header = "", ""
     for apart in (False, True):
-        header, text = fused.assemble("cuda", "turboquant", "kivi", apart, (False, True), True)
-        names = fused.inputs("turboquant", "kivi", (False, True), True)
+        header, text = fused.assemble("cuda", "turboquant", "kivi", apart, win, True)
+        names = fused.inputs("turboquant", "kivi", win, True)
         types_ = {n: "int32_t" if n in ("base", "vbase", "rphase") else "bool" if n in ("after", "flags") else
                   "uint32_t" if n.endswith(("const", "codes1", "codes2")) else "__half" for n in names + ["flags"]}
         body += tas._kernel(f"append_mixed_ragged_{int(apart)}", text, names, fused.OUTPUTS, types_,
                             [("KM", source.METHOD_IDS["turboquant"]), ("VM", source.METHOD_IDS["kivi"]), ("D", 128),
-                             ("KTS", "__half"), ("VTS", "__half"), ("VXT", "__half"),
+                             ("KTS", "__half"), ("VTS", "__half"), *([("KXT", "__half")] if win[0] else []),
+                             ("VXT", "__half"),
                              *fused.code_template(kp, vp, tuning.DEFAULT.specialize_rows)])
         body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n#undef VQ_ROW_ENCODES\n"
     text = (CUDA_UNIT_PRELUDE + header + "namespace mlx::core::cu {\n" + body

@@ -23,7 +23,7 @@ import pytest
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import attention as vattention
 from veloxquant.accelerated import kernels, ops
-from veloxquant.accelerated.cache import masks, ragged
+from veloxquant.accelerated.cache import masks, ragged, ragged_step
 from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend
@@ -234,14 +234,16 @@ def test_a_rejected_fused_step_rolls_every_row_back(bodies):
 
 
 def test_a_mixed_ragged_batch_stores_its_rows_in_place_on_the_general_path(bodies, monkeypatch):
-    """Keys turboquant 3-bit beside values KIVI 2-bit (no fused step for ragged rows: the general path's append,
-    attention through the ragged MIXED partial, its body here): on a GPU's general path the flushed rows go through the checks' commit launch into the fields' own
-    arrays (RaggedStream.commit's `writes`; here its body, test_window_step._Commit), so each field's array is made at
-    most once more (when it first grows, with room) instead of copied at every flush; each row's bytes stay its single
-    cache's after every step."""
+    """Keys turboquant 3-bit beside values KIVI 2-bit, window 8 in both roles, on the general path (its in-place plan,
+    ragged_step.RaggedMixedWindowsInPlace, refused here: the general path's append, attention through the ragged MIXED
+    partial, its body here): on a GPU's general path the flushed rows go through the checks' commit launch into the
+    fields' own arrays (RaggedStream.commit's `writes`; here its body, test_window_step._Commit), so each field's
+    array is made at most once more (when it first grows, with room) instead of copied at every flush; each row's
+    bytes stay its single cache's after every step."""
     # (the ops path's decode of every row's tokens: accelerated.ops' bytes, no decode kernel stood in here)
     monkeypatch.setattr(km.KernelMethod, "decode_tokens",
                         lambda self, fields, p, d: ops.method_module(p.method).decode_tokens(fields, p, d))
+    monkeypatch.setattr(ragged_step.RaggedMixedWindowsInPlace, "check", classmethod(lambda *a: None))
     lengths = [37, 50, 64, 21]
     make = lambda: vc.VeloxKVCache(key_method="turboquant", key_bits=3, value_method="kivi",   # noqa: E731
                                    value_bits=2, group_size=G, seed=2, layer=1, window=8)

@@ -108,7 +108,8 @@ class RaggedInPlace:
     def _made(cls, k, v, keys: mx.array, g: int, r: int, groups: tuple, phases: mx.array, pads: list):
         """The plan over both streams' buffers, each given room first (`reserve`); None where a buffer's rows would
         not fit the body's int32 addressing. g, r: the flushing role's G and R; groups: (keys', values') G, 0 for a
-        per-token role (DecodeStep's consts); phases: the rows' group phases (input rphase), from the paddings `pads`."""
+        per-token role (DecodeStep's consts); phases: the rows' group phases (input rphase), from the paddings
+        `pads`."""
         b, h, t, _ = keys.shape
         if not fused.fits(b, h, max(k._idx, *(a.shape[2] for a in (*k._f.values(), *v._f.values()))) + 2 * ROOM):
             return None
@@ -199,6 +200,8 @@ class RaggedMixedInPlace(RaggedInPlace):
     @classmethod
     def check(cls, k, v, keys: mx.array, values: mx.array) -> "RaggedMixedInPlace | None":
         kp, vp = k.params, v.params
+        if kp.window > 0 and cls is RaggedMixedInPlace:
+            return RaggedMixedWindowsInPlace.check(k, v, keys, values)
         if not (_pair(k, v, keys, values) and kp.method == "turboquant" and kp.window == 0 and vp.method == "kivi"
                 and vp.window > 0 and v._window.dtype == keys.dtype and k._idx == k._lo
                 and k._window.shape[2] == 0 and v._window.shape[2] > 0):
@@ -242,6 +245,54 @@ class RaggedMixedInPlace(RaggedInPlace):
         self.next = self.held = None
 
 
+class RaggedMixedWindowsInPlace(RaggedMixedInPlace):
+    """The mixed pair with a window in both roles (one window for the layer, e.g. 32: turboquant keys with R_k > 0
+    beside KIVI values with R > 0; the MIXED partial's HASWIN 4). The keys' stream has phase 0 in every row, so its
+    window is the same positions in every row (idx - R_k .. idx - 1, taken once full: idx >= R_k) and moves by the
+    chunk's token each step: its oldest token, at x_k = idx' - R_k - 1 (kf), is encoded at that position and the
+    chunk is copied into the window's last row, as a single sequence's MIXED window does (append.MIXED with both
+    roles' pairs: (kf, kw, vf, vw), then vbase); the values as RaggedMixedInPlace's. RAGGED_ENCODES gates the keys'
+    rows by the values' phases too: a row skips x_k only where x_k < its phase <= its padding (a position it never
+    holds)."""
+
+    wins = (True, True)
+
+    @classmethod
+    def check(cls, k, v, keys: mx.array, values: mx.array) -> "RaggedMixedWindowsInPlace | None":
+        kp, vp = k.params, v.params
+        if not (_pair(k, v, keys, values) and kp.method == "turboquant" and kp.window > 0 and vp.method == "kivi"
+                and vp.window > 0 and k._window.dtype == v._window.dtype == keys.dtype
+                and k._idx - k._lo == k._window.shape[2] == kp.window and v._window.shape[2] > 0):
+            return None
+        return cls._made(k, v, keys, vp.group_size, vp.window, (0, vp.group_size), v.phase_array(), v._pads)
+
+    def base(self, role: int = 0) -> int:
+        """The keys' first row: their window's oldest token, which leaves it (role 1: the values' x)."""
+        return super().base(1) if role else self.k._lo
+
+    def counts(self) -> tuple[int, int]:
+        return self.idx1 - self.k.params.window, self.encoded
+
+    def windows(self) -> tuple:
+        """The next launch's (kf, kw, vf, vw): the keys' oldest window row and their window after the step (its rows
+        past kf, the chunk's last), the values' pair as RaggedMixedInPlace's; held: (kw, vw)."""
+        vf, vw = super().windows()
+        k = self.k
+        ws, n = k._ws, k._idx - k._lo
+        kf, kw = k._wbuf[:, :, ws:ws + self.t], k._wbuf[:, :, ws + self.t:ws + n + self.t]
+        self.next, self.held = (kf, kw, vf, vw), (kw, vw)
+        return self.next
+
+    def stored(self, token: mx.array) -> None:
+        if self.next is None:
+            self.windows()
+        k, kw, lo = self.k, self.held[0], self.k._lo
+        super().stored(token)
+        k._ws += self.t
+        k._window = k._wview = kw
+        k._lo = lo + self.t
+
+
 def append_in_place(k, v, keys: mx.array, values: mx.array, after: mx.array | None, plan=None):
     """in_place.append_in_place for a ragged pair: (token, plan), or (None, None) with nothing changed."""
     if plan is None or not plan.holds(k, v, keys, values):
@@ -261,4 +312,5 @@ def append_in_place(k, v, keys: mx.array, values: mx.array, after: mx.array | No
     return token, plan
 
 
-__all__ = ["RaggedInPlace", "RaggedMixedInPlace", "append_in_place", "need", "reserve", "ROOM"]
+__all__ = ["RaggedInPlace", "RaggedMixedInPlace", "RaggedMixedWindowsInPlace", "append_in_place", "need", "reserve",
+           "ROOM"]
