@@ -154,8 +154,9 @@ def _compiled_resources(kp, vp, d, ragged: bool, stem, append: bool = False) -> 
 
 
 # (key bits, value bits, G, keys' window, values' window, d, the append inside): HASWIN 3 (the recommended pair, also
-# with the append: cache/ragged_step.py's mixed plan) and 4
-COMPILE_CASES = [(3, 2, 32, 0, 128, 128, False), (3, 2, 32, 0, 128, 128, True), (4, 4, 16, 32, 32, 64, False)]
+# with the append: cache/ragged_step.py's mixed plan) and 4 (also with the append: its windowed plan)
+COMPILE_CASES = [(3, 2, 32, 0, 128, 128, False), (3, 2, 32, 0, 128, 128, True), (4, 4, 16, 32, 32, 64, False),
+                 (3, 2, 32, 32, 32, 128, True)]     # (the last: one window 32 for both roles, the windowed plan's)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
@@ -179,8 +180,8 @@ def test_cuda_ragged_mixed_partial_compiles_without_spills(case, monkeypatch, tm
         assert stores == loads == 0 and regs <= 255 and stack <= plain[arch][1], (arch, rag, plain)
 
 
-# (HASWIN, the append inside): the recommended pair's texts (with and without the append) and keys with a window
-METAL_CASES = [(3, False), (3, True), (4, False)]
+# (HASWIN, the append inside): the recommended pair's texts and keys with a window (each with and without the append)
+METAL_CASES = [(3, False), (3, True), (4, False), (4, True)]
 
 
 @pytest.mark.parametrize("case", METAL_CASES, ids=[f"haswin{c[0]}{'-append' if c[1] else ''}" for c in METAL_CASES])
