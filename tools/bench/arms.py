@@ -35,6 +35,10 @@ OURS = {   # arm name -> make_prompt_cache-style settings (about 4 bits per coor
     "kivi b2 (window 32)": dict(method="kivi", bits=2, group_size=32, window=32),
     "rabitq (window 32)": dict(method="rabitq", bits=1, window=32),
     "mlx_affine b4 (window 32)": dict(method="mlx_affine", bits=4, group_size=64, window=32),
+    # the mixed pair with one window for both roles (turboquant keys R = 32 beside KIVI values R = 32: a ragged batch's
+    # windowed in-place step, cache/ragged_step.py RaggedMixedWindowsInPlace)
+    "keys turboquant b3 + values kivi b2 (window 32)": dict(method=None, key_method="turboquant", key_bits=3,
+                                                            value_method="kivi", value_bits=2, window=32),
 }
 # The arms a quick CPU run measures (a 2-core CI machine); the others run with --device gpu.
 QUICK = ("turboquant b4", "kivi b4 (window 128)")

@@ -33,7 +33,7 @@ case $stage in
   twins)
     step twins python3 -m pytest -q -p no:cacheprovider -k on_the_gpu \
       tests/test_tc_two_stage_emulated.py tests/test_tc_mixed_emulated.py tests/test_tc_ragged_kivi_emulated.py \
-      tests/test_tc_ragged_mixed_emulated.py
+      tests/test_tc_ragged_mixed_emulated.py tests/test_ragged_mixed_step_emulated.py
     step caches python3 -m pytest -q -p no:cacheprovider tests/test_rotating_cache.py tests/test_batch_ragged_kivi.py
     ;;
   ab)
@@ -49,6 +49,7 @@ case $stage in
     step ragged-mixed "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 \
       --bench-arms 'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 [RAGGED=1]' \
       'keys turboquant b3 + values kivi b2 [RAGGED=1, TC_MIXED=1, TC_RAGGED=1]' \
+      'keys turboquant b3 + values kivi b2 (window 32)' 'keys turboquant b3 + values kivi b2 (window 32) [RAGGED=1]' \
       --bench-partial "$out/h200-ragged-mixed.json"
     ;;
   gate)
