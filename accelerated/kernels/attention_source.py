@@ -241,8 +241,11 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
         base = "nenc[0] - meta[5]" if kivi else f"nenc[0] - (int){r}x_shape[2]"
         if mixed:      # (MIXED: the role's own count; meta[5] is the tokens it encodes, t or KIVI's 0 / G)
             base = f"{_role_count(r)} - meta[5]"
-        if ragged:      # (MIXED: the per-token keys' base as above; the KIVI values' x from T = nenc + their window)
-            base = base if mixed and r == "k" else "(nenc[0] + (int)vw_shape[2] - RW - VG)" if mixed \
+        if ragged:      # (MIXED: the per-token keys' base as above; the KIVI values' x from T = nenc + their window, or
+                        # with both roles' windows, HASWIN 4, T = nenc + the longer window: the keys' may start below)
+            vt = "(int)vw_shape[2]" if int(haswin) != 4 else \
+                "((int)kw_shape[2] > (int)vw_shape[2] ? (int)kw_shape[2] : (int)vw_shape[2])"
+            base = base if mixed and r == "k" else f"(nenc[0] + {vt} - RW - VG)" if mixed \
                 else "(nenc[0] + (int)kw_shape[2] - RW - KG)"
         win = wins[index]
         scopes.append(kappend.scope(R, index, m=str(m), codes=(f"{R}CB1", f"{R}CB2", f"{R}CGS"), ts=f"{R}TS",
