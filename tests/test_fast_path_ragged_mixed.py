@@ -86,3 +86,18 @@ def test_a_windowed_ragged_mixed_batch_takes_one_fast_step_per_layer(cuda, paths
         _assert_batch_steps_fast(model, merged, cuda, paths)
         tags = {n.split("_")[3] for n in cuda if n.startswith("vq_attention_partial")}
         assert tags == {"0440arg"}, (knobs, tags)
+
+
+def test_a_ragged_mixed_batch_without_windows_takes_one_fast_step_per_layer(cuda, paths, tune):  # noqa: F811
+    """The mixed pair at window 0 (turboquant keys R = 0 beside KIVI values R = 0, G = 32: the values' window holds
+    each row's unflushed group, up to G - 1 tokens): each step one DecodeStep launch pair per layer
+    (RaggedMixedInPlace; at a row's flush the group's last value is the chunk's own), its partial the ragged scalar
+    MIXED kernel with the append inside in its OWN text (tag 0430arog), nothing else, nothing decoded."""
+    from veloxquant.accelerated.cache import ragged
+    tune(ragged=True)
+    model, merged = _merge_prefilled({**MIXED, "window": 0}, (PROMPT, PROMPT - 37))
+    assert all(ragged.is_ragged(c.inner) and c.inner._v.params.window == c.inner._k.params.window == 0
+               for c in merged), "not one ragged B-row cache per layer with no windows"
+    _assert_batch_steps_fast(model, merged, cuda, paths)
+    tags = {n.split("_")[3] for n in cuda if n.startswith("vq_attention_partial")}
+    assert tags == {"0430arog"}, tags

@@ -14,6 +14,7 @@ import types
 import pytest
 
 import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import append as fused
 from _attention_util import CUDA_UNIT_PRELUDE
 from _batch_util import filled_with
@@ -51,6 +52,10 @@ WINDOWED_CASES = [("g16-R8-K8", 16, 8, 8, [37, 50, 64, 21, 55], True),
                   ("g16-R8-K40", 16, 8, 40, [37, 50, 64, 21, 55], True),
                   ("g32-R32-K32", 32, 32, 32, [200, 163, 181, 150], True),
                   ("g16-R8-K8-append-alone", 16, 8, 8, [37, 50, 64, 21, 55], False)]
+# the values without a window (R = 0, the "window 0" setting; keys R = 0: RaggedMixedInPlace with its OWN texts, a
+# flush's last value the chunk's own): rows of two or more phases (one phase: refused)
+R0_CASES = [("g16-R0", 16, [37, 50, 64, 21, 55], True), ("g32-R0", 32, [200, 163, 181, 150], True),
+            ("g16-R0-append-alone", 16, [37, 50, 64, 21, 55], False)]
 
 
 def _maker(g: int, window: int, kwin: int = 0):
@@ -77,6 +82,17 @@ def test_a_windowed_ragged_mixed_batch_steps_through_the_fused_decode_step(bodie
     _fused_steps(bodies, monkeypatch, tune, g, window, kwin, lengths, inside)
 
 
+@pytest.mark.parametrize("g, lengths, inside", [c[1:] for c in R0_CASES], ids=[c[0] for c in R0_CASES])
+def test_a_ragged_mixed_batch_without_windows_steps_through_the_fused_decode_step(bodies, monkeypatch, tune,  # noqa
+                                                                                  g, lengths, inside):
+    """The values with R = 0 (keys R = 0 too): a flushing row's group ends with the chunk's own value (the append reads
+    it from the chunk), which the window after the step keeps for the rows that do not flush; the fused partial is the
+    OWN text (tag 'og': no window rows as the values' own)."""
+    _fused_steps(bodies, monkeypatch, tune, g, 0, 0, lengths, inside)
+    if inside:
+        assert all(x["key"][8] == katt.src.OWN for x in bodies.launches if x["key"][6]), bodies.launches
+
+
 def _fused_steps(bodies, monkeypatch, tune, g, window, kwin, lengths, inside):  # noqa: F811
     """G + 2 steps of rse.fused_steps (each row's bytes and output its single cache's after every step), every row's
     values flushing; the first step's append the kernel's own launch, every later one inside the ragged MIXED partial
@@ -94,14 +110,16 @@ def _fused_steps(bodies, monkeypatch, tune, g, window, kwin, lengths, inside):  
                                                  for x in bodies.launches), sorted({x["key"] for x in bodies.launches})
 
 
-@pytest.mark.parametrize("g, window, kwin, lengths", [c[1:5] for c in WINDOWED_CASES if c[5]],
-                         ids=[c[0] for c in WINDOWED_CASES if c[5]])
-def test_a_windowed_ragged_mixed_batch_steps_through_the_fused_decode_step_on_the_gpu(g, window, kwin, lengths, tune,
-                                                                                      monkeypatch):
-    """The same steps on a CUDA GPU (MLX's CUDA build, the kernels compiled and launched by MLX): each row's bytes and
-    output its single cache's after every step, the fused steps' partial the ragged MIXED kernel with both windows and
-    the append inside (skipped without a CUDA backend)."""
-    from veloxquant.accelerated.kernels import attention as katt
+GPU_CASES = [(c[0], *c[1:5]) for c in WINDOWED_CASES if c[5]] + [(c[0], c[1], 0, 0, c[2]) for c in R0_CASES if c[3]]
+
+
+@pytest.mark.parametrize("g, window, kwin, lengths", [c[1:] for c in GPU_CASES], ids=[c[0] for c in GPU_CASES])
+def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step_on_the_gpu(g, window, kwin, lengths, tune,
+                                                                             monkeypatch):
+    """The windowed and the window-0 steps on a CUDA GPU (MLX's CUDA build, the kernels compiled and launched by MLX):
+    each row's bytes and output its single cache's after every step, the fused steps' partial the ragged MIXED kernel
+    with the append inside (HASWIN 4 with the keys' window; at window 0 HASWIN 3's OWN text) (skipped without a CUDA
+    backend)."""
     from veloxquant.accelerated.kernels import backend
     if not backend.available()[0] or backend.backend() != "cuda":
         pytest.skip("no CUDA GPU backend here")
@@ -112,7 +130,8 @@ def test_a_windowed_ragged_mixed_batch_steps_through_the_fused_decode_step_on_th
     flushed = rse.fused_steps(_maker(g, window, kwin), lengths, g + 2, role="_v")
     assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
     fused_ = [a for kind, a in names if kind == "partial" and a[6]]
-    assert fused_ and all(a[2] == 4 and a[-1] for a in fused_), names
+    want = (4, True) if kwin else (3, katt.src.OWN)
+    assert fused_ and all((a[2], a[-1]) == want for a in fused_), names
 
 
 @pytest.mark.parametrize("kwin", [0, 8], ids=["keys-R0", "keys-R8"])

@@ -44,7 +44,8 @@ REP = 2
 class _RaggedPartial(_Partial):
     def __init__(self, ns, name, names):
         super().__init__(ns, name, names)
-        self.key = self.key + (name.endswith("g"),)      # (kernels.attention._compiled's tag: 'g' ragged)
+        # (kernels.attention._compiled's tag: 'g' ragged, 'og' the mixed pair's values with R = 0: attention_source.OWN)
+        self.key = self.key + (katt.src.OWN if name.endswith("og") else name.endswith("g"),)
 
 
 class _Append:

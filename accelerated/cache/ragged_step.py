@@ -203,9 +203,11 @@ class RaggedMixedInPlace(RaggedInPlace):
         if kp.window > 0 and cls is RaggedMixedInPlace:
             return RaggedMixedWindowsInPlace.check(k, v, keys, values)
         if not (_pair(k, v, keys, values) and kp.method == "turboquant" and kp.window == 0 and vp.method == "kivi"
-                and vp.window > 0 and v._window.dtype == keys.dtype and k._idx == k._lo
+                and v._window.dtype == keys.dtype and k._idx == k._lo
                 and k._window.shape[2] == 0 and v._window.shape[2] > 0):
             return None
+        if vp.window == 0 and len({x % vp.group_size for x in v._pads}) < 2:    # (as KIVI's: a flush could leave
+            return None                                                         # no window)
         return cls._made(k, v, keys, vp.group_size, vp.window, (0, vp.group_size), v.phase_array(), v._pads)
 
     def base(self, role: int = 0) -> int:
@@ -229,6 +231,11 @@ class RaggedMixedInPlace(RaggedInPlace):
 
     def own(self) -> int:
         return 0
+
+    def owns(self) -> tuple[int, int]:
+        """(keys', values') tokens of the chunk among those the next launch encodes from a window: the values' last
+        with R = 0 at a flush (read from the chunk: meta[7]; the partial's OWN texts take it as no window row)."""
+        return 0, self.t if self.r == 0 and self.flushing[1] else 0
 
     def stored(self, token: mx.array) -> None:
         if self.next is None:
@@ -302,7 +309,7 @@ def append_in_place(k, v, keys: mx.array, values: mx.array, after: mx.array | No
     w = plan.windows()
     if plan.mixed:      # (append.MIXED: each role's tokens encoded, the values' first row)
         token = fused.append(k.params, keys, plan.kbufs, v.params, values, plan.vbufs, plan.base(), after, windows=w,
-                             flushed=plan.flushing, own=(0, 0), vbase=plan.base(1), rphase=plan.phases)
+                             flushed=plan.flushing, own=plan.owns(), vbase=plan.base(1), rphase=plan.phases)
         plan.stored(token)
         return token, plan
     flush = plan.flushing[0]

@@ -215,9 +215,11 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     parts = 2 if layouts.of(kp).sketch or layouts.of(vp).sketch else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     mixed = int(has_win) in src.MIXED_WINDOWS       # (split S - 1 reads one role's window beside the other's records)
+    if ragged and append and mixed and vp.method == "kivi" and vp.window == 0:
+        ragged = src.OWN      # (the mixed pair's values with R = 0: texts of their own, attention_source.OWN)
     # ragged rows on tensor cores (tc_ragged): KIVI's loop, or TC_MIX's for the mixed pair's MIXED partial
     # (not the windowed mixed plan's HASWIN 4 with the append inside: the scalar loop only)
-    rag_tc = not ragged or (tune.tc_ragged and (kp.method == vp.method == "kivi"
+    rag_tc = not ragged or (ragged != src.OWN and tune.tc_ragged and (kp.method == vp.method == "kivi"
                                                 or (mixed and attention_tc.mixed_pair(kp, vp)
                                                     and not (append and int(has_win) == 4))))
     tc = tune.tensor_cores and rag_tc and _tensor_cores(kp, vp, d, has_win, tune.tc_codes, tune.tc_kivi, tune.tc_affine,
@@ -261,7 +263,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     if append:
         outs.append(((2, b * hkv, 2), mx.bool_))
     grid = (nt * (splits + 1), hkv, b * nqg)
-    key = (mk, mv, has_win, fused, tc, tc_blocks if tc else 0, append, starts) + ((True,) if ragged else ())
+    key = (mk, mv, has_win, fused, tc, tc_blocks if tc else 0, append, starts) + ((ragged,) if ragged else ())
     return _Static(_constants(kp, vp, hkv, d, scale), src.inputs("partial", mk, mv, has_win, fused, append, starts,
                                                                  ragged),
                    tmpl, grid, outs, [("MV", mv), ("D", d), ("CNT", cthreads), ("OT", qdtype)], (cthreads * nq, hkv, b),
@@ -448,7 +450,7 @@ def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, 
     ins = src.inputs(kind, mk, mv, haswin, fused, append, starts, ragged)
     outs = ((src.FUSED_OUTPUTS if fused else src.APPEND_OUTPUTS if append else src.PARTIAL_OUTPUTS)
             if kind == "partial" else src.COMBINE_APPEND_OUTPUTS if append else src.COMBINE_OUTPUTS)
-    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'c3' if tc == src.TC_TENS else 'mx' if tc == src.TC_MIX else ''}{'a' if append else ''}{'r' if starts else ''}{'g' if ragged else ''}"
+    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'c3' if tc == src.TC_TENS else 'mx' if tc == src.TC_MIX else ''}{'a' if append else ''}{'r' if starts else ''}{'o' if ragged == src.OWN else ''}{'g' if ragged else ''}"
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "_a" if append else "")
     if be == "cuda":
         # a name of its own for a text the defaults do not make (the defaults' names stay as they were)

@@ -68,6 +68,11 @@ _CONSTS = {
 # A MIXED partial takes both windows (a role without one: a view of no rows) and a split S - 1 of its own
 # (csrc/partial_setup.h): every row its append encodes and one role's records beside the other's window.
 MIXED_WINDOWS = {2: (True, False), 3: (False, True), 4: (True, True)}
+# `ragged` of a MIXED partial with the append inside whose KIVI values have R = 0 (cache/ragged_step.py's mixed plan):
+# a flush's last value is the chunk's own, which the append reads from the chunk (meta[7]) while the window after the
+# step keeps the chunk's row for the rows that do not flush; so its texts take no window rows as the values' own
+# (VQ_VWOWN 0, and the keys' count without meta[7]: _role_count)
+OWN = 2
 
 
 def role_windows(haswin: int) -> tuple[bool, bool]:
@@ -126,11 +131,12 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
             for r in "kv":
                 role_meta = _role_meta(r)
                 lines.append(f"#define VQ_{r.upper()}TENC " + (role_meta.format(5) if append else "0"))
-                lines.append(f"#define VQ_{r.upper()}WOWN " + (role_meta.format(7) if append else "0"))
+                lines.append(f"#define VQ_{r.upper()}WOWN " + (role_meta.format(7) if append and ragged != OWN
+                                                              else "0"))
         lines.append(f"#define VQ_STARTS {int(starts)}")
         # a ragged KIVI batch (cache/ragged.py): each row's group phase; KIVI keys' group row of token t from it (a
         # MIXED window: the KIVI values' phase, each row's ranges in csrc/partial_setup_mixed_ragged.h)
-        lines.append(f"#define VQ_RAGGED {int(ragged)}")
+        lines.append(f"#define VQ_RAGGED {int(bool(ragged))}")
         if ragged:              # ... with the step's append inside: the flushing rows' group (append_block)
             lines.append(f"#define VQ_RAGGED_APPEND {int(append)}")
         lines.append("#define VQ_KGROW(t) " + ("((t) - vq_ph) / KG" if ragged else "t / KG"))
@@ -211,10 +217,10 @@ def _role_meta(r: str) -> str:
     return f"((int){r}const[2 * (int){r}x_shape[1] * ((D + 31) / 32) + VQ_CONST_META + {{}}])"
 
 
-def _role_count(r: str) -> str:
+def _role_count(r: str, own: bool = True) -> str:
     """MIXED: role r's encoded tokens after the launch from nenc (the roles' common prefix) and the windows' rows:
-    Q + max(RK, RV) - R_r (csrc/partial_setup.h QK, QV)."""
-    rk, rv = (f"((int){x}w_shape[2] - {_role_meta(x).format(7)})" for x in "kv")
+    Q + max(RK, RV) - R_r (csrc/partial_setup.h QK, QV); `own` False: no window rows are a role's own (OWN)."""
+    rk, rv = (f"((int){x}w_shape[2] - {_role_meta(x).format(7)})" if own else f"((int){x}w_shape[2])" for x in "kv")
     return f"(nenc[0] + ({rk} > {rv} ? {rk} : {rv}) - {rk if r == 'k' else rv})"
 
 
@@ -240,7 +246,7 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
         # KIVI (windowed): the launch encodes meta's Q tokens (0, or a group leaving the window), not the chunk's t
         base = "nenc[0] - meta[5]" if kivi else f"nenc[0] - (int){r}x_shape[2]"
         if mixed:      # (MIXED: the role's own count; meta[5] is the tokens it encodes, t or KIVI's 0 / G)
-            base = f"{_role_count(r)} - meta[5]"
+            base = f"{_role_count(r, ragged != OWN)} - meta[5]"
         if ragged:      # (MIXED: the per-token keys' base as above; the KIVI values' x from T = nenc + their window, or
                         # with both roles' windows, HASWIN 4, T = nenc + the longer window: the keys' may start below)
             vt = "(int)vw_shape[2]" if int(haswin) != 4 else \
@@ -306,6 +312,8 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
                            or (append and (int(haswin) not in (3, 4) or (tc and int(haswin) == 4))))
     tc_mix = tc == TC_MIX and mk == METHOD_IDS["turboquant"] and int(haswin) in (3, 4)     # (mixed_takes)
     bad_tc = tc and not ((tc is True and kivi) or tc_mix)
+    if ragged == OWN and (tc or not append or int(haswin) != 3):
+        raise ValueError("ragged OWN: the MIXED partial with the append inside and the values' window only (HASWIN 3)")
     if ragged and (bad_tc or not starts or bad_mixed or (append and not haswin)):
         raise ValueError("ragged: the scalar loop or KIVI's tensor-core loop, with row starts (the append: with a "
                          "window); MIXED: per-token keys beside KIVI values on the scalar loop or TC_MIX's (the "
