@@ -140,8 +140,10 @@ def _compiled_resources(kp, vp, d, ragged: bool, stem, append: bool = False) -> 
     f16 = mx.float16
     st = katt._static(kp, vp, 4, 32, 1, d, 8, 16, haswin, False, f16, d ** -0.5, False, 16,
                       tuning.DEFAULT.replace(ragged=True), (f16,) * 4 if append else None, True, ragged)
-    assert st.key[2] == haswin and not st.key[4] and (st.key[8:] == (True,)) == ragged, st.key
-    header, source = katt.src.assemble("partial", "cuda", 0, 4, haswin, False, False, append, True, ragged)
+    assert st.key[2] == haswin and not st.key[4] and bool(st.key[8:]) == ragged, st.key
+    # (the ragged text _static picks: the values with R = 0 and the append, attention_source.OWN's)
+    header, source = katt.src.assemble("partial", "cuda", 0, 4, haswin, False, False, append, True,
+                                       st.key[8] if ragged else False)
     h = "__half"
     types = dict(q=h, kc1="uint32_t", ks0=h, kw=h, vc1="uint32_t", vgs=h, vgz=h, vw=h, kx=h, vx=h, vf=h,
                  kconst="uint32_t", vconst="uint32_t", flags="bool" if append else "uint32_t", nenc="int32_t",
@@ -156,7 +158,8 @@ def _compiled_resources(kp, vp, d, ragged: bool, stem, append: bool = False) -> 
 # (key bits, value bits, G, keys' window, values' window, d, the append inside): HASWIN 3 (the recommended pair, also
 # with the append: cache/ragged_step.py's mixed plan) and 4 (also with the append: its windowed plan)
 COMPILE_CASES = [(3, 2, 32, 0, 128, 128, False), (3, 2, 32, 0, 128, 128, True), (4, 4, 16, 32, 32, 64, False),
-                 (3, 2, 32, 32, 32, 128, True)]     # (the last: one window 32 for both roles, the windowed plan's)
+                 (3, 2, 32, 32, 32, 128, True),     # (one window 32 for both roles, the windowed plan's)
+                 (3, 2, 32, 0, 0, 128, True)]       # (window 0: the values' OWN text)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
@@ -180,11 +183,13 @@ def test_cuda_ragged_mixed_partial_compiles_without_spills(case, monkeypatch, tm
         assert stores == loads == 0 and regs <= 255 and stack <= plain[arch][1], (arch, rag, plain)
 
 
-# (HASWIN, the append inside): the recommended pair's texts and keys with a window (each with and without the append)
-METAL_CASES = [(3, False), (3, True), (4, False), (4, True)]
+# (HASWIN, the append inside, the values' window): the recommended pair's texts and keys with a window (each with and
+# without the append), and window 0 with the append (the values' OWN text)
+METAL_CASES = [(3, False, 128), (3, True, 128), (4, False, 128), (4, True, 128), (3, True, 0)]
 
 
-@pytest.mark.parametrize("case", METAL_CASES, ids=[f"haswin{c[0]}{'-append' if c[1] else ''}" for c in METAL_CASES])
+@pytest.mark.parametrize("case", METAL_CASES, ids=[f"haswin{c[0]}{'-append' if c[1] else ''}{'-R0' if not c[2] else ''}"
+                                                   for c in METAL_CASES])
 def test_metal_ragged_mixed_partial_compiles_against_shim(case, tmp_path):
     """The ragged MIXED partial as Metal would get it (tests/metal_shim.h: a syntax check of the Metal names, nothing
     more; no Apple GPU has run it), its template from _static (turboquant 3-bit keys, KIVI 2-bit values, d = 128)."""
@@ -192,9 +197,9 @@ def test_metal_ragged_mixed_partial_compiles_against_shim(case, tmp_path):
     from veloxquant import spec
     from veloxquant.accelerated import tuning
     from test_attention_kernels_source import _metal_kernel
-    haswin, append = case
+    haswin, append, vwin = case
     kp = spec.Params("turboquant", bits=3, window=0 if haswin == 3 else 32, role="k").resolved()
-    vp = spec.Params("kivi", bits=2, group_size=32, window=128, role="v").resolved()
+    vp = spec.Params("kivi", bits=2, group_size=32, window=vwin, role="v").resolved()
     assert katt.mixed_windows(kp, vp) == haswin
     f16 = mx.float16
     katt._static.cache_clear()
@@ -203,7 +208,7 @@ def test_metal_ragged_mixed_partial_compiles_against_shim(case, tmp_path):
                           tuning.DEFAULT.replace(ragged=True), (f16,) * 4 if append else None, True, True)
     finally:
         katt._static.cache_clear()
-    header, source = katt.src.assemble("partial", "metal", 0, 4, haswin, False, False, append, True, True)
+    header, source = katt.src.assemble("partial", "metal", 0, 4, haswin, False, False, append, True, st.key[8])
     types = dict(q="half", kc1="uint32_t", ks0="half", kw="half", vc1="uint32_t", vgs="half", vgz="half", vw="half",
                  kx="half", vx="half", kf="half", vf="half", kconst="uint32_t", vconst="uint32_t",
                  flags="bool" if append else "uint32_t", nenc="int32_t", rstart="int32_t", rphase="int32_t",
