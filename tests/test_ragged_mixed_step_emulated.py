@@ -53,9 +53,10 @@ WINDOWED_CASES = [("g16-R8-K8", 16, 8, 8, [37, 50, 64, 21, 55], True),
                   ("g32-R32-K32", 32, 32, 32, [200, 163, 181, 150], True),
                   ("g16-R8-K8-append-alone", 16, 8, 8, [37, 50, 64, 21, 55], False)]
 # the values without a window (R = 0, the "window 0" setting; keys R = 0: RaggedMixedInPlace with its OWN texts, a
-# flush's last value the chunk's own): rows of two or more phases (one phase: refused)
-R0_CASES = [("g16-R0", 16, [37, 50, 64, 21, 55], True), ("g32-R0", 32, [200, 163, 181, 150], True),
-            ("g16-R0-append-alone", 16, [37, 50, 64, 21, 55], False)]
+# flush's last value the chunk's own): rows of two or more phases (one phase: refused); g16: the 47-token row's
+# phase flushes at the plan's first step (the append kernel alone, its own value: RaggedMixedInPlace.owns)
+R0_CASES = [("g16-R0", 16, [37, 50, 64, 21, 47], True), ("g32-R0", 32, [200, 163, 181, 150], True),
+            ("g16-R0-append-alone", 16, [37, 50, 64, 21, 47], False)]
 
 
 def _maker(g: int, window: int, kwin: int = 0):
