@@ -10,6 +10,7 @@ d)` mirror accelerated.kernels.methods.KernelMethod (same inputs, template const
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import pathlib
@@ -239,21 +240,30 @@ def cpp_source(dims=None, bodies=None) -> str:
             .replace("@ENC_DISPATCH@", ed).replace("@DEC_DISPATCH@", dd))
 
 
-def compile_library(text: str, prefix: str = "veloxquant-kemu", folder: pathlib.Path | None = None) -> ctypes.CDLL:
-    """Compile C++ emulator text (or reuse the library, keyed by the text's hash) with the exact-arithmetic
-    flags (no FMA contraction, no fast math)."""
+EXACT_FLAGS = ("-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math")
+
+
+def compile_library(text: str, prefix: str = "veloxquant-kemu", folder: pathlib.Path | None = None,
+                    flags: tuple[str, ...] = EXACT_FLAGS) -> ctypes.CDLL:
+    """Compile C++ emulator text (or reuse the library, keyed by the text's hash) with `flags` (default: the
+    exact-arithmetic ones, no FMA contraction, no fast math). Safe for processes sharing the folder (pytest -n):
+    one compiles a text while the others wait on its lock file, and files appear only whole (os.replace)."""
     key = hashlib.sha256(text.encode()).hexdigest()[:16]
     folder = folder or pathlib.Path(os.environ.get("VELOXQUANT_KEMU_DIR", tempfile.gettempdir()))
     so = folder / f"{prefix}-{key}.so"
     if not so.exists():
-        cpp = folder / f"{prefix}-{key}.cpp"
-        cpp.write_text(text)
-        tmp = folder / f"{prefix}-{key}.{os.getpid()}.so"
-        r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
-                            "-pthread", str(cpp), "-o", str(tmp)], capture_output=True, text=True, timeout=900)
-        if r.returncode != 0:
-            raise RuntimeError(r.stderr[-6000:])
-        os.replace(tmp, so)
+        with open(folder / f"{prefix}-{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not so.exists():
+                tmp = folder / f"{prefix}-{key}.{os.getpid()}"
+                cpp = tmp.with_suffix(tmp.suffix + ".cpp")
+                cpp.write_text(text)
+                r = subprocess.run(["g++", *flags, "-shared", "-fPIC", "-pthread", str(cpp), "-o", str(tmp)],
+                                   capture_output=True, text=True, timeout=900)
+                if r.returncode != 0:
+                    raise RuntimeError(r.stderr[-6000:])
+                os.replace(cpp, folder / f"{prefix}-{key}.cpp")
+                os.replace(tmp, so)
     return ctypes.CDLL(str(so))
 
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import methods as km_
 from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.ops import attention as oatt
+import _kernel_emulator as ke
 from _attention_util import f64_attention, packed
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
@@ -303,15 +302,7 @@ def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
 def _compile(text: str) -> ctypes.CDLL:
     d = Path(tempfile.gettempdir()) / "vq_attention_emulated"
     d.mkdir(exist_ok=True)
-    tag = hashlib.sha256(text.encode()).hexdigest()[:16]
-    so = d / f"k_{tag}.so"
-    if not so.exists():
-        cpp = d / f"k_{tag}.cpp"
-        cpp.write_text(text)
-        r = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", str(cpp), "-o", str(so)],
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-4000:]
-    return ctypes.CDLL(str(so))
+    return ke.compile_library(text, prefix="k", folder=d, flags=("-std=c++20", "-O1"))
 
 
 def _strided(a: mx.array, pad: int) -> np.ndarray:
