@@ -1,8 +1,9 @@
 """The kernel bodies of accelerated.kernels.source compiled as C++20 on the CPU, run with one std::thread per
 GPU thread: warps of 32 lanes whose shuffles, votes and warp syncs go through a per-warp exchange slot and a
 std::barrier, threadgroups whose barrier is a std::barrier, threadgroup memory as function statics (one
-threadgroup runs at a time). Float helpers are plain binary32 operators compiled with -ffp-contract=off
-(no FMA); float16 is GCC's _Float16 (RNE conversions), bfloat16 a struct with an RNE conversion.
+threadgroup runs at a time, the launch's threads running each in turn). Float helpers are plain binary32 operators
+compiled with -ffp-contract=off (no FMA); float16 is GCC's _Float16 (RNE conversions), bfloat16 a struct with an
+RNE conversion.
 
 Used by tests/test_kernels_emulated.py. `Emulator.encode(x, p, q, check_from, ...)` and `.decode(fields, p,
 d)` mirror accelerated.kernels.methods.KernelMethod (same inputs, template constants, output shapes).
@@ -93,8 +94,8 @@ template <> vq_bf16 vq_to<vq_bf16>(float f) {
 using Shape = std::array<int32_t, 10>;
 using Strides = std::array<int64_t, 10>;
 
-static thread_local int vq_lane, vq_warp, vq_tid;
-static int vq_group, vq_ngroups, vq_nwarps;
+static thread_local int vq_lane, vq_warp, vq_tid, vq_group;     // vq_group: each thread's (run_grid)
+static int vq_ngroups, vq_nwarps;
 static std::barrier<>* vq_block_bar;
 struct VqWarp { std::barrier<>* bar; uint32_t slot[32]; };
 static VqWarp* vq_warps;
@@ -140,24 +141,25 @@ static void dec_thread(const uint32_t* codes1, Shape codes1_shape, const uint32_
 @DECODE@
 }
 
+// the groups one after the other; the warps * 32 threads (made once per launch, not per group) run every group in
+// turn, a group starting once every thread is done with the one before (the `next` barrier)
 template <typename F>
 static void run_grid(int groups, int warps, F f) {
   vq_ngroups = groups; vq_nwarps = warps;
-  for (int g = 0; g < groups; ++g) {
-    vq_group = g;
-    std::barrier<> block(warps * 32);
-    vq_block_bar = &block;
-    std::vector<std::barrier<>*> bars;
-    std::vector<VqWarp> ws(warps);
-    for (int w = 0; w < warps; ++w) { ws[w].bar = new std::barrier<>(32); }
-    vq_warps = ws.data();
-    std::vector<std::thread> th;
-    for (int t = 0; t < warps * 32; ++t) {
-      th.emplace_back([&f, t] { vq_tid = t; vq_lane = t & 31; vq_warp = t >> 5; f(); });
-    }
-    for (auto& t : th) t.join();
-    for (auto& w : ws) delete w.bar;
+  std::barrier<> block(warps * 32), next(warps * 32);
+  vq_block_bar = &block;
+  std::vector<VqWarp> ws(warps);
+  for (int w = 0; w < warps; ++w) { ws[w].bar = new std::barrier<>(32); }
+  vq_warps = ws.data();
+  std::vector<std::thread> th;
+  for (int t = 0; t < warps * 32; ++t) {
+    th.emplace_back([&f, &next, groups, t] {
+      vq_tid = t; vq_lane = t & 31; vq_warp = t >> 5;
+      for (int g = 0; g < groups; ++g) { vq_group = g; f(); next.arrive_and_wait(); }
+    });
   }
+  for (auto& t : th) t.join();
+  for (auto& w : ws) delete w.bar;
 }
 
 static Shape shape_of(const int64_t* s) { Shape r{}; for (int i = 0; i < 4; ++i) r[i] = (int32_t)s[i]; return r; }

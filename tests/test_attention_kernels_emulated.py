@@ -75,7 +75,8 @@ struct vq_bf16 {
   operator float() const { uint32_t u = (uint32_t)bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
 };
 static thread_local int vq_tid;
-static int vq_bx, vq_by, vq_bz, vq_nx, vq_ny, vq_nz;
+static thread_local int vq_bx, vq_by, vq_bz;     // each thread's block (vq_run)
+static int vq_nx, vq_ny, vq_nz;
 static std::barrier<>* vq_bar;
 static std::barrier<>* vq_warp_bar[32];
 static float vq_xchg[1024];
@@ -184,23 +185,28 @@ static inline float vq_round_to(_Float16, float x) { return (float)(_Float16)x; 
 static inline float vq_round_to(vq_bf16, float x) { return (float)vq_bf16(x); }
 @HELPERS@
 // blocks of a launch run one after the other, in x order or (vq_reverse) against it: a GPU gives no order, so a block
-// that reads what another block of the launch writes shows in one of the two
+// that reads what another block of the launch writes shows in one of the two. The launch's nt threads run every block
+// in turn (threads made once per launch, not per block): a block starts once every thread is done with the one before
+// (the `next` barrier), as when each block's threads were joined before the next block's started.
 static int vq_reverse = 0;
 extern "C" void vq_set_reverse(int r) { vq_reverse = r; }
 template <typename F>
 static void vq_run(int nt, int gx, int gy, int gz, F f) {
   vq_nx = gx; vq_ny = gy; vq_nz = gz;
-  for (int z = 0; z < gz; ++z) for (int y = 0; y < gy; ++y) for (int x = 0; x < gx; ++x) {
-    vq_bx = vq_reverse ? gx - 1 - x : x; vq_by = y; vq_bz = z;
-    std::barrier<> bar(nt);
-    vq_bar = &bar;
-    std::vector<std::barrier<>*> wb;
-    for (int w = 0; w < (nt + 31) / 32; ++w) { wb.push_back(new std::barrier<>(std::min(32, nt - 32 * w))); vq_warp_bar[w] = wb.back(); }
-    std::vector<std::thread> ths;
-    for (int i = 0; i < nt; ++i) ths.emplace_back(f, i);
-    for (auto& t : ths) t.join();
-    for (auto* p : wb) delete p;
-  }
+  std::barrier<> bar(nt), next(nt);
+  vq_bar = &bar;
+  std::vector<std::barrier<>*> wb;
+  for (int w = 0; w < (nt + 31) / 32; ++w) { wb.push_back(new std::barrier<>(std::min(32, nt - 32 * w))); vq_warp_bar[w] = wb.back(); }
+  std::vector<std::thread> ths;
+  for (int i = 0; i < nt; ++i) ths.emplace_back([&, i] {
+    for (int z = 0; z < gz; ++z) for (int y = 0; y < gy; ++y) for (int x = 0; x < gx; ++x) {
+      vq_bx = vq_reverse ? gx - 1 - x : x; vq_by = y; vq_bz = z;
+      f(i);
+      next.arrive_and_wait();
+    }
+  });
+  for (auto& t : ths) t.join();
+  for (auto* p : wb) delete p;
 }
 """
 
