@@ -142,10 +142,11 @@ def _compiled_resources(kp, vp, d, ragged: bool, stem, append: bool = False) -> 
                       tuning.DEFAULT.replace(ragged=True), (f16,) * 4 if append else None, True, ragged)
     assert st.key[2] == haswin and not st.key[4] and bool(st.key[8:]) == ragged, st.key
     # (the ragged text _static picks: the values with R = 0 and the append, attention_source.OWN's)
-    header, source = katt.src.assemble("partial", "cuda", 0, 4, haswin, False, False, append, True,
+    header, source = katt.src.assemble("partial", "cuda", st.key[0], 4, haswin, False, False, append, True,
                                        st.key[8] if ragged else False)
     h = "__half"
-    types = dict(q=h, kc1="uint32_t", ks0=h, kw=h, vc1="uint32_t", vgs=h, vgz=h, vw=h, kx=h, vx=h, vf=h,
+    types = dict(q=h, kc1="uint32_t", kc2="uint32_t", ks0=h, ks1=h, kgs=h, kgz=h, kw=h, vc1="uint32_t", vgs=h,
+                 vgz=h, vw=h, kx=h, vx=h, vf=h,
                  kconst="uint32_t", vconst="uint32_t", flags="bool" if append else "uint32_t", nenc="int32_t",
                  rstart="int32_t", rphase="int32_t", token="bool")
     outs = katt.src.APPEND_OUTPUTS if append else katt.src.PARTIAL_OUTPUTS
@@ -179,6 +180,26 @@ def test_cuda_ragged_mixed_partial_compiles_without_spills(case, monkeypatch, tm
     finally:
         katt._static.cache_clear()
     print(case, "registers, stack frame, spill stores, spill loads: starts", plain, "ragged", rag)
+    for arch, (regs, stack, stores, loads) in rag.items():
+        assert stores == loads == 0 and regs <= 255 and stack <= plain[arch][1], (arch, rag, plain)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+@pytest.mark.parametrize("kw", [0, 32], ids=["haswin3", "haswin4"])
+def test_cuda_ragged_mixed_partial_of_rabitq_keys_compiles_without_spills(kw, monkeypatch, tmp_path):
+    """The ragged MIXED partial with the append inside for rabitq keys (1 bit, R = 0 or 32) beside KIVI 2-bit values
+    (G = 32, R = 128 / 32), d = 128: cache/ragged_step.py's mixed plans take any per-token key method; sm_80 and
+    sm_90, no spills and no stack frame beyond the MIXED scalar loop's with row starts at the same template."""
+    from veloxquant import spec
+    kp = spec.Params("rabitq", bits=1, window=kw, role="k").resolved()
+    vp = spec.Params("kivi", bits=2, group_size=32, window=kw or 128, role="v").resolved()
+    monkeypatch.setattr(katt, "_sm_count", lambda: 132)
+    katt._static.cache_clear()
+    try:
+        plain, rag = (_compiled_resources(kp, vp, 128, r, tmp_path / f"rabitq_{int(r)}", True) for r in (False, True))
+    finally:
+        katt._static.cache_clear()
+    print("rabitq keys R", kw, "registers, stack frame, spill stores, spill loads: starts", plain, "ragged", rag)
     for arch, (regs, stack, stores, loads) in rag.items():
         assert stores == loads == 0 and regs <= 255 and stack <= plain[arch][1], (arch, rag, plain)
 

@@ -101,3 +101,30 @@ def test_a_ragged_mixed_batch_without_windows_takes_one_fast_step_per_layer(cuda
     _assert_batch_steps_fast(model, merged, cuda, paths)
     tags = {n.split("_")[3] for n in cuda if n.startswith("vq_attention_partial")}
     assert tags == {"0430arog"}, tags
+
+
+# (method, bits) of the other per-token key methods: rabitq has 1-bit codes only (mlx_affine keys: not taken)
+KEY_METHODS = [("turboquant_rvq", 3), ("turboquant_prod", 3), ("rabitq", 1)]
+
+
+@pytest.mark.parametrize("method, bits", KEY_METHODS, ids=[m for m, _ in KEY_METHODS])
+def test_a_ragged_mixed_batch_of_any_per_token_keys_takes_one_fast_step_per_layer(cuda, paths, tune,  # noqa: F811
+                                                                                  method, bits):
+    """The mixed plans (RaggedMixedInPlace, and RaggedMixedWindowsInPlace at window 32; window 0 too) take any
+    per-token key method beside KIVI values, not only turboquant's: each step one DecodeStep launch pair per layer, its
+    partial the ragged scalar MIXED kernel of that key method (the tag's first digit: MK) with the append inside (at
+    window 0 its OWN text), nothing decoded; with tc_ragged and tc_mixed on, still the scalar loop (TC_MIX's loop is
+    turboquant keys' only)."""
+    from veloxquant.accelerated import layouts
+    from veloxquant.accelerated.cache import ragged
+    mk = layouts.layout(method).kernel_id
+    for window, knobs in ((None, {}), (None, dict(tc_ragged=True, tc_mixed=True)), (32, {}), (0, {})):
+        tune(ragged=True, **knobs)
+        kw = {**MIXED, "key_method": method, "key_bits": bits, **({} if window is None else {"window": window})}
+        model, merged = _merge_prefilled(kw, (PROMPT, PROMPT - 37))
+        assert all(ragged.is_ragged(c.inner) and c.inner._k.params.method == method for c in merged), \
+            "not one ragged B-row cache per layer"
+        _assert_batch_steps_fast(model, merged, cuda, paths)
+        tags = {n.split("_")[3] for n in cuda if n.startswith("vq_attention_partial")}
+        want = f"{mk}440arg" if window else f"{mk}430arog" if window == 0 else f"{mk}430arg"
+        assert tags == {want}, (window, knobs, tags)

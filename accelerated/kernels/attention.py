@@ -44,6 +44,13 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
+def keyed_mixed(kp: spec.Params) -> bool:
+    """Whether a ragged MIXED partial takes these keys beside KIVI values: a per-token method without groups
+    (turboquant, turboquant_rvq, rabitq, turboquant_prod; not KIVI, not mlx_affine: cache/ragged_step.py)."""
+    lay = layouts.of(kp)
+    return lay.per_token and not lay.affine
+
+
 def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask, mixed: bool = False) -> bool:
     if not backend.available()[0]:
         return False
@@ -53,8 +60,8 @@ def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask, mixed: b
     if isinstance(k, RaggedRecord) or isinstance(v, RaggedRecord):      # (cache/ragged.py: rows of their own phase)
         ok = (isinstance(k, RaggedRecord) and isinstance(v, RaggedRecord) and starts and l <= MAX_PACKED_QUERIES
               and tuple(mask.starts.shape) == (b,) and _pow2(d) and 16 <= d <= 1024 and hq % kh == 0 and b == kb)
-        if mixed:       # (turboquant keys per token beside KIVI values of their own phase: the MIXED partial)
-            return (ok and k.params.method == "turboquant" and v.params.method == "kivi"
+        if mixed:       # (keys of a per-token method beside KIVI values of their own phase: the MIXED partial)
+            return (ok and keyed_mixed(k.params) and v.params.method == "kivi"
                     and mixed_windows(k.params, v.params) > 0 and min(k.encoded, v.encoded) > 0
                     and k.window.shape[:2] == v.window.shape[:2])
         return (ok and k.params.method == v.params.method == "kivi" and k.params.group_size == v.params.group_size
