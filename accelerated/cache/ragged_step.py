@@ -22,6 +22,7 @@ import mlx.core as mx
 
 from .. import layouts
 from ..kernels import append as fused
+from ..kernels.attention import keyed_mixed
 from ..ops import record
 
 ROOM = 256          # positions a buffer grows by past what it must hold (as stream._Rows.step)
@@ -66,14 +67,6 @@ def reserve(s, t: int) -> None:
 
 class _NoEviction:
     lo = 0          # (decode_step reads the rows a sliding-window cache evicted: none here)
-
-
-def _keys(kp) -> bool:
-    """Whether the mixed plans take these keys' params: a per-token method without groups (turboquant,
-    turboquant_rvq, rabitq, turboquant_prod: the MIXED partial's and append's texts take the key method as MK); not
-    KIVI's, nor mlx_affine's (keys' groups of coordinates of their own size: a ragged step's bytes differ where it is
-    not the values' G, tests/test_ragged_mixed_step_emulated.py)."""
-    return layouts.of(kp).per_token and not layouts.of(kp).affine
 
 
 def _pair(k, v, keys: mx.array, values: mx.array) -> bool:
@@ -210,7 +203,7 @@ class RaggedMixedInPlace(RaggedInPlace):
         kp, vp = k.params, v.params
         if kp.window > 0 and cls is RaggedMixedInPlace:
             return RaggedMixedWindowsInPlace.check(k, v, keys, values)
-        if not (_pair(k, v, keys, values) and _keys(kp) and kp.window == 0 and vp.method == "kivi"
+        if not (_pair(k, v, keys, values) and keyed_mixed(kp) and kp.window == 0 and vp.method == "kivi"
                 and v._window.dtype == keys.dtype and k._idx == k._lo
                 and k._window.shape[2] == 0 and v._window.shape[2] > 0):
             return None
@@ -275,7 +268,7 @@ class RaggedMixedWindowsInPlace(RaggedMixedInPlace):
     @classmethod
     def check(cls, k, v, keys: mx.array, values: mx.array) -> "RaggedMixedWindowsInPlace | None":
         kp, vp = k.params, v.params
-        if not (_pair(k, v, keys, values) and _keys(kp) and kp.window > 0 and vp.method == "kivi"
+        if not (_pair(k, v, keys, values) and keyed_mixed(kp) and kp.window > 0 and vp.method == "kivi"
                 and vp.window > 0 and k._window.dtype == v._window.dtype == keys.dtype
                 and k._idx - k._lo == k._window.shape[2] == kp.window and v._window.shape[2] > 0):
             return None
