@@ -62,11 +62,10 @@ R0_CASES = [("g16-R0", 16, [37, 50, 64, 21, 47], True), ("g32-R0", 32, [200, 163
             ("g16-R0-append-alone", 16, [37, 50, 64, 21, 47], False)]
 
 
-def _maker(g: int, window: int, kwin: int = 0, key_method: str = "turboquant", key_bits: int = 3, kg: int = 0):
-    def make():     # (kg: the keys' own group size, mlx_affine's coordinate groups; the values' G is g)
+def _maker(g: int, window: int, kwin: int = 0, key_method: str = "turboquant", key_bits: int = 3):
+    def make():
         c = vc.VeloxKVCache(key_method=key_method, key_bits=key_bits, value_method="kivi", value_bits=2,
-                            group_size=kg or g, seed=2, layer=1, window=window)
-        c.value_params = dataclasses.replace(c.value_params, group_size=g)
+                            group_size=g, seed=2, layer=1, window=window)
         c.key_params = dataclasses.replace(c.key_params, window=kwin)     # (the recommended pair: keys R = 0)
         return c
     return make
@@ -99,30 +98,30 @@ def test_a_ragged_mixed_batch_without_windows_steps_through_the_fused_decode_ste
 
 
 # the other per-token key methods beside KIVI values (the same plans and texts, MK the key method's id): (method,
-# bits, the keys' group size where they have one); rabitq's codes 1-bit only (mlx_affine keys: not taken, see ragged_step)
-KEY_METHODS = [("turboquant_rvq", 3, 0), ("turboquant_prod", 3, 0), ("rabitq", 1, 0)]
+# bits); rabitq's codes 1-bit only (mlx_affine keys: not taken, kernels.attention.keyed_mixed)
+KEY_METHODS = [("turboquant_rvq", 3), ("turboquant_prod", 3), ("rabitq", 1)]
 
 
 @pytest.mark.parametrize("kwin", [0, 8], ids=["keys-R0", "keys-R8"])
-@pytest.mark.parametrize("method, bits, kg", KEY_METHODS, ids=[m for m, _, _ in KEY_METHODS])
+@pytest.mark.parametrize("method, bits", KEY_METHODS, ids=[m for m, _ in KEY_METHODS])
 def test_a_ragged_mixed_batch_of_other_keys_steps_through_the_fused_decode_step(bodies, monkeypatch, tune,  # noqa
-                                                                                method, bits, kg, kwin):
+                                                                                method, bits, kwin):
     """Keys of another per-token method (R = 0: RaggedMixedInPlace, HASWIN 3; R = 8: RaggedMixedWindowsInPlace,
     HASWIN 4) beside KIVI values G = 16, R = 8: each row's bytes and output its single cache's after every step, every
     fused step's partial of that key method (MK)."""
-    _fused_steps(bodies, monkeypatch, tune, 16, 8, kwin, [37, 50, 64, 21, 55], True, method, bits, kg)
+    _fused_steps(bodies, monkeypatch, tune, 16, 8, kwin, [37, 50, 64, 21, 55], True, method, bits)
     assert {x["key"][0] for x in bodies.launches} == {layouts.KERNEL_IDS[method]}, bodies.launches
 
 
 def _fused_steps(bodies, monkeypatch, tune, g, window, kwin, lengths, inside,  # noqa: F811
-                 key_method="turboquant", key_bits=3, kg=0):
+                 key_method="turboquant", key_bits=3):
     """G + 2 steps of rse.fused_steps (each row's bytes and output its single cache's after every step), every row's
     values flushing; the first step's append the kernel's own launch, every later one inside the ragged MIXED partial
     (HASWIN 3, or 4 with the keys' window kwin) unless `inside` is off."""
     monkeypatch.setattr(rse, "_Append", _MixedAppend)
     tune(fuse_append=inside)
     steps = g + 2
-    flushed = rse.fused_steps(_maker(g, window, kwin, key_method, key_bits, kg), lengths, steps, role="_v")
+    flushed = rse.fused_steps(_maker(g, window, kwin, key_method, key_bits), lengths, steps, role="_v")
     assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
     assert bodies.appends == (1 if inside else steps), f"{bodies.appends} append launches alone"
     fused_steps = [x for x in bodies.launches if x["key"][6]]
