@@ -73,34 +73,51 @@ def test_a_windowed_ragged_mixed_batch_takes_one_fast_step_per_layer(cuda, paths
     R = 32, G = 32; the MIXED partial's HASWIN 4): each step one DecodeStep launch pair per layer
     (RaggedMixedWindowsInPlace: the keys' oldest window token and each row's values group flush inside the partial
     launch's append), its partial the ragged scalar MIXED kernel with both windows and the append inside (tag
-    0440arg), nothing else, nothing decoded; with tc_ragged and tc_mixed on, the same (the tensor-core loop does not
-    take this launch)."""
+    0440arg), nothing else, nothing decoded; with tc_ragged and tc_mixed on, the same on TC_MIX's tensor-core loop
+    (tag 't', 'mx', 'a', 'g'), with either knob off the scalar one."""
     from veloxquant.accelerated.cache import ragged
     from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
-    for knobs in ({}, dict(tc_ragged=True, tc_mixed=True)):
+    for knobs in KNOBS:
         tune(ragged=True, **knobs)
         model, merged = _merge_prefilled({**MIXED, "window": 32}, (PROMPT, PROMPT - 37))
         assert all(type(c) is SharedBatchVeloxKVCache and ragged.is_ragged(c.inner) for c in merged), \
             "not one ragged B-row cache per layer"
         assert all(c.inner._k.params.window == c.inner._v.params.window == 32 for c in merged)
         _assert_batch_steps_fast(model, merged, cuda, paths)
-        tags = {n.split("_")[3] for n in cuda if n.startswith("vq_attention_partial")}
-        assert tags == {"0440arg"}, (knobs, tags)
+        _assert_tag(cuda, "0440", "arg", knobs)
+
+
+# tc_ragged and tc_mixed: both on (TC_MIX's loop), either off or none (the scalar loop)
+KNOBS = ({}, dict(tc_ragged=True, tc_mixed=True), dict(tc_ragged=False, tc_mixed=True),
+         dict(tc_ragged=True, tc_mixed=False))
+
+
+def _assert_tag(cuda, head: str, tail: str, knobs: dict) -> None:
+    """Every partial launch of the recorded steps one kernel: TC_MIX's (head, 't<blocks>mx', tail) with both knobs on,
+    else the scalar one (head + tail)."""
+    tags = {n.split("_")[3] for n in cuda if n.startswith("vq_attention_partial")}
+    assert len(tags) == 1, (knobs, tags)
+    tag = tags.pop()
+    if knobs.get("tc_ragged") and knobs.get("tc_mixed"):
+        assert tag.startswith(head + "t") and tag.endswith("mx" + tail), (knobs, tag)
+    else:
+        assert tag == head + tail, (knobs, tag)
 
 
 def test_a_ragged_mixed_batch_without_windows_takes_one_fast_step_per_layer(cuda, paths, tune):  # noqa: F811
     """The mixed pair at window 0 (turboquant keys R = 0 beside KIVI values R = 0, G = 32: the values' window holds
     each row's unflushed group, up to G - 1 tokens): each step one DecodeStep launch pair per layer
     (RaggedMixedInPlace; at a row's flush the group's last value is the chunk's own), its partial the ragged scalar
-    MIXED kernel with the append inside in its OWN text (tag 0430arog), nothing else, nothing decoded."""
+    MIXED kernel with the append inside in its OWN text (tag 0430arog), nothing else, nothing decoded; with tc_ragged
+    and tc_mixed on, the OWN text on TC_MIX's tensor-core loop (tag 't', 'mx', 'a', 'og')."""
     from veloxquant.accelerated.cache import ragged
-    tune(ragged=True)
-    model, merged = _merge_prefilled({**MIXED, "window": 0}, (PROMPT, PROMPT - 37))
-    assert all(ragged.is_ragged(c.inner) and c.inner._v.params.window == c.inner._k.params.window == 0
-               for c in merged), "not one ragged B-row cache per layer with no windows"
-    _assert_batch_steps_fast(model, merged, cuda, paths)
-    tags = {n.split("_")[3] for n in cuda if n.startswith("vq_attention_partial")}
-    assert tags == {"0430arog"}, tags
+    for knobs in KNOBS:
+        tune(ragged=True, **knobs)
+        model, merged = _merge_prefilled({**MIXED, "window": 0}, (PROMPT, PROMPT - 37))
+        assert all(ragged.is_ragged(c.inner) and c.inner._v.params.window == c.inner._k.params.window == 0
+                   for c in merged), "not one ragged B-row cache per layer with no windows"
+        _assert_batch_steps_fast(model, merged, cuda, paths)
+        _assert_tag(cuda, "0430", "arog", knobs)
 
 
 # (method, bits) of the other per-token key methods: rabitq has 1-bit codes only (mlx_affine keys: not taken)

@@ -15,6 +15,7 @@ row's bytes and output its single cache's at every step. `..._on_the_gpu_...`: t
 from __future__ import annotations
 
 import shutil
+import types
 
 import mlx.core as mx
 import numpy as np
@@ -217,10 +218,79 @@ def test_a_ragged_mixed_batch_steps_on_the_gpu_tensor_core_loop(g, window, lengt
     assert fused and all(a[4] == src.TC_MIX and a[-1] for a in fused), names
 
 
+# ---- the windowed plan (HASWIN 4) and window 0 (OWN's texts) with the append inside, on TC_MIX's loop ----
+# tests/test_ragged_mixed_step_emulated.py's cases with the append inside: (g, values' window, keys' window, lengths);
+# K12 the keys' window the wider, K40 the keys' boundary below the values' least one, g32-R32-K32 the benchmarks'
+# window 32; R0: the values' own flushed token from the chunk (attention_source.OWN)
+APPEND_CASES = [c[:5] for c in rms.WINDOWED_CASES if c[5] and c[0] != "g16-R8-K8"] + \
+    [(c[0], c[1], 0, 0, c[2]) for c in rms.R0_CASES if c[3]]
+
+
+def _outputs(monkeypatch) -> list:
+    """Every attention output of tests/test_ragged_step_emulated.py's _step, in order (recorded as it returns)."""
+    outs = []
+    real = rse.vattention.attend
+    monkeypatch.setattr(rse, "vattention", types.SimpleNamespace(
+        attend=lambda *a, **kw: outs.append(np.array(real(*a, **kw).astype(mx.float32))) or mx.array(outs[-1])))
+    return outs
+
+
+@pytest.mark.parametrize("g, window, kwin, lengths", [c[1:] for c in APPEND_CASES], ids=[c[0] for c in APPEND_CASES])
+def test_a_windowed_or_window_0_ragged_mixed_batch_steps_on_the_tensor_core_loop(
+        bodies, monkeypatch, tune, g, window, kwin, lengths):  # noqa: F811
+    """The library's DecodeStep, every launch by its body, G + 2 steps with every row's values flushing (each row's
+    bytes its single cache's and its output within float64's tolerance after every step: rms._fused_steps), with
+    tc_ragged and tc_mixed on: every fused step's partial TC_MIX's ragged loop with the append inside (HASWIN 4, or
+    OWN's text at window 0); the same steps with tc_ragged off (the ragged scalar partial) give each step's outputs
+    within float rounding (one float16 unit of the row's largest output)."""
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 32)
+    outs = _outputs(monkeypatch)
+    got = {}
+    for on in (True, False):
+        tune(tc_ragged=on, tc_mixed=True)
+        katt._static.cache_clear()
+        outs.clear()
+        bodies.launches.clear()
+        bodies.appends = 0
+        rms._fused_steps(bodies, monkeypatch, tune, g, window, kwin, lengths, True)
+        fused_ = [x["key"] for x in bodies.launches if x["key"][6]]
+        want = (4 if kwin else 3, src.TC_MIX if on else False, True if kwin else src.OWN)
+        assert fused_ and all((k[2], k[4], k[8]) == want for k in fused_), sorted(set(fused_), key=str)
+        got[on] = list(outs)
+    katt._static.cache_clear()
+    assert len(got[True]) == len(got[False]) == g + 2
+    for step, (a, b) in enumerate(zip(got[True], got[False])):
+        for i in range(len(lengths)):
+            np.testing.assert_allclose(a[i], b[i], rtol=0, atol=np.abs(b[i]).max() * 2.0 ** -10,
+                                       err_msg=f"step {step}: row {i}, TC_MIX vs the ragged scalar MIXED partial")
+
+
+@pytest.mark.skipif(not emu._REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
+@pytest.mark.parametrize("g, window, kwin, lengths", [c[1:] for c in APPEND_CASES], ids=[c[0] for c in APPEND_CASES])
+def test_a_windowed_or_window_0_ragged_mixed_batch_steps_on_the_gpu_tensor_core_loop(g, window, kwin, lengths,
+                                                                                    monkeypatch, tune):
+    """The same steps with MLX's CUDA kernels (the GPU's fused decode step): each row's bytes and output its single
+    cache's after every step, the fused steps' partial TC_MIX's ragged kernel with the append inside (HASWIN 4, or
+    OWN's text at window 0)."""
+    tune(ragged=True, tc_ragged=True, tc_mixed=True, fuse_append=True)
+    katt._static.cache_clear()
+    names = []
+    compiled = katt._compiled
+    monkeypatch.setattr(katt, "_compiled", lambda kind, *args: names.append((kind, args)) or compiled(kind, *args))
+    flushed = rse.fused_steps(rms._maker(g, window, kwin), lengths, g + 2, role="_v")
+    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
+    fused_ = [a for kind, a in names if kind == "partial" and a[6]]
+    want = (4, True) if kwin else (3, src.OWN)
+    assert fused_ and all(a[4] == src.TC_MIX and (a[2], a[-1]) == want for a in fused_), names
+
+
 # ---- nvcc: TC_MIX's ragged partial as attention.py launches it, against the row-starts TC_MIX partial ----
 # (key bits, value bits, G, keys' window, values' window, d, the append inside): the recommended pair (HASWIN 3, with
-# and without the append) and keys with a window (HASWIN 4) at d = 64
-COMPILE_CASES = [(3, 2, 32, 0, 128, 128, False), (3, 2, 32, 0, 128, 128, True), (4, 4, 16, 32, 32, 64, False)]
+# and without the append) and keys with a window (HASWIN 4) at d = 64; with the append inside, the pair at window 32
+# (HASWIN 4: the windowed plan) and at window 0 (OWN's text)
+COMPILE_CASES = [(3, 2, 32, 0, 128, 128, False), (3, 2, 32, 0, 128, 128, True), (4, 4, 16, 32, 32, 64, False),
+                 (3, 2, 32, 32, 32, 128, True), (3, 2, 32, 0, 0, 128, True)]
 
 
 def _resources(kp, vp, d, ragged_: bool, stem, append: bool) -> dict:
@@ -233,8 +303,10 @@ def _resources(kp, vp, d, ragged_: bool, stem, append: bool) -> dict:
     tune = tuning.DEFAULT.replace(ragged=True, tc_ragged=True, tc_mixed=True)
     st = katt._static(kp, vp, 4, 32, 1, d, 8, 16, haswin, False, f16, d ** -0.5, False, 16, tune,
                       (f16,) * 4 if append else None, True, ragged_)
-    assert st.key[2] == haswin and st.key[4] == src.TC_MIX and (st.key[8:] == (True,)) == ragged_, st.key
-    header, source = src.assemble("partial", "cuda", 0, 4, haswin, False, src.TC_MIX, append, True, ragged_)
+    assert st.key[2] == haswin and st.key[4] == src.TC_MIX and bool(st.key[8:]) == ragged_, st.key
+    rag = st.key[8] if ragged_ else False     # (values with R = 0 and the append: OWN's text)
+    assert (rag == src.OWN) == (ragged_ and append and vp.window == 0), st.key
+    header, source = src.assemble("partial", "cuda", 0, 4, haswin, False, src.TC_MIX, append, True, rag)
     h = "__half"
     types = dict(q=h, kc1="uint32_t", ks0=h, kw=h, vc1="uint32_t", vgs=h, vgz=h, vw=h, kx=h, vx=h, kf=h, vf=h,
                  kconst="uint32_t", vconst="uint32_t", flags="bool" if append else "uint32_t", nenc="int32_t",

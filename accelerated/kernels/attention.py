@@ -226,11 +226,10 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     mixed = int(has_win) in src.MIXED_WINDOWS       # (split S - 1 reads one role's window beside the other's records)
     if ragged and append and mixed and vp.method == "kivi" and vp.window == 0:
         ragged = src.OWN      # (the mixed pair's values with R = 0: texts of their own, attention_source.OWN)
-    # ragged rows on tensor cores (tc_ragged): KIVI's loop, or TC_MIX's for the mixed pair's MIXED partial
-    # (not the windowed mixed plan's HASWIN 4 with the append inside: the scalar loop only)
-    rag_tc = not ragged or (ragged != src.OWN and tune.tc_ragged and (kp.method == vp.method == "kivi"
-                                                or (mixed and attention_tc.mixed_pair(kp, vp)
-                                                    and not (append and int(has_win) == 4))))
+    # ragged rows on tensor cores (tc_ragged): KIVI's loop, or TC_MIX's for the mixed pair's MIXED partial (HASWIN 3
+    # or 4, the append inside or not, OWN's texts too: the ranges and the append are the scalar partial's)
+    rag_tc = not ragged or (tune.tc_ragged and (kp.method == vp.method == "kivi"
+                                                or (mixed and attention_tc.mixed_pair(kp, vp))))
     tc = tune.tensor_cores and rag_tc and _tensor_cores(kp, vp, d, has_win, tune.tc_codes, tune.tc_kivi, tune.tc_affine,
                                                         tune.tc_3bit, tune.tc_two_stage, tune.tc_prod3, tune.tc_mixed)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8

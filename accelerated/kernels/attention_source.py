@@ -297,7 +297,7 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     their own KIVI group phase (the scalar loop or, KIVI both roles, the tensor-core loop: tuning's tc_ragged; with row
     starts; with the append, each row flushes its group at its own step: append_block; a MIXED window: per-token keys
     beside KIVI values, the values' phase, on the scalar loop or TC_MIX's, the append inside with the values' window
-    (HASWIN 3) or, on the scalar loop, both roles' (HASWIN 4))."""
+    (HASWIN 3, also OWN's) or both roles' (HASWIN 4))."""
     header, prelude = PRELUDES[backend]
     if tc and (backend != "cuda" or kind != "partial"):
         raise ValueError("the tensor-core loop is a CUDA partial kernel's")
@@ -305,19 +305,20 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
         raise ValueError("the append runs inside an unfused partial launch")
     kivi = mk == mv == METHOD_IDS["kivi"]
     # MIXED ragged: per-token keys beside KIVI values (the values' phase), the scalar loop or TC_MIX's; the append
-    # inside with the values' window (HASWIN 3: cache/ragged_step.py's mixed plan) or both roles' (HASWIN 4, the scalar
-    # loop: its windowed plan)
+    # inside with the values' window (HASWIN 3: cache/ragged_step.py's mixed plan) or both roles' (HASWIN 4: its
+    # windowed plan)
     mixed = int(haswin) in MIXED_WINDOWS
     bad_mixed = mixed and ((tc and tc != TC_MIX) or mv != METHOD_IDS["kivi"] or mk == METHOD_IDS["kivi"]
-                           or (append and (int(haswin) not in (3, 4) or (tc and int(haswin) == 4))))
+                           or (append and int(haswin) not in (3, 4)))
     tc_mix = tc == TC_MIX and mk == METHOD_IDS["turboquant"] and int(haswin) in (3, 4)     # (mixed_takes)
     bad_tc = tc and not ((tc is True and kivi) or tc_mix)
-    if ragged == OWN and (tc or not append or int(haswin) != 3):
-        raise ValueError("ragged OWN: the MIXED partial with the append inside and the values' window only (HASWIN 3)")
+    if ragged == OWN and ((tc and not tc_mix) or not append or int(haswin) != 3):
+        raise ValueError("ragged OWN: the MIXED partial with the append inside and the values' window only (HASWIN 3), "
+                         "the scalar loop or TC_MIX's")
     if ragged and (bad_tc or not starts or bad_mixed or (append and not haswin)):
         raise ValueError("ragged: the scalar loop or KIVI's tensor-core loop, with row starts (the append: with a "
                          "window); MIXED: per-token keys beside KIVI values on the scalar loop or TC_MIX's (the "
-                         "append: HASWIN 3)")
+                         "append: HASWIN 3 or 4)")
     pre = ""
     if append and kind == "partial":
         eh, em = encode_macros(backend)
