@@ -50,6 +50,7 @@ case $stage in
       --bench-arms 'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 [RAGGED=1]' \
       'keys turboquant b3 + values kivi b2 [RAGGED=1, TC_MIXED=1, TC_RAGGED=1]' \
       'keys turboquant b3 + values kivi b2 (window 32)' 'keys turboquant b3 + values kivi b2 (window 32) [RAGGED=1]' \
+      'keys turboquant b3 + values kivi b2 (window 32) [RAGGED=1, TC_MIXED=1, TC_RAGGED=1]' \
       --bench-partial "$out/h200-ragged-mixed.json"
     ;;
   gate)
