@@ -53,6 +53,13 @@ def keyed_mixed(kp: spec.Params) -> bool:
     return lay.per_token and not lay.affine
 
 
+def kivi_keyed(kp: spec.Params, vp: spec.Params) -> bool:
+    """Whether a ragged MIXED partial (and cache/ragged_step.py's RaggedKiviKeysInPlace) takes KIVI keys of each row's
+    own phase beside these values: a per-token method without groups (the texts take it as MV; VQ_RKEYS)."""
+    lay = layouts.of(vp)
+    return kp.method == "kivi" and lay.per_token and not lay.affine
+
+
 def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask, mixed: bool = False) -> bool:
     if not backend.available()[0]:
         return False
@@ -63,7 +70,7 @@ def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask, mixed: b
         ok = (isinstance(k, RaggedRecord) and isinstance(v, RaggedRecord) and starts and l <= MAX_PACKED_QUERIES
               and tuple(mask.starts.shape) == (b,) and _pow2(d) and 16 <= d <= 1024 and hq % kh == 0 and b == kb)
         if mixed:       # (keys of a per-token method beside KIVI values of their own phase: the MIXED partial)
-            return (ok and keyed_mixed(k.params) and v.params.method == "kivi"
+            return (ok and ((keyed_mixed(k.params) and v.params.method == "kivi") or kivi_keyed(k.params, v.params))
                     and mixed_windows(k.params, v.params) > 0 and min(k.encoded, v.encoded) > 0
                     and k.window.shape[:2] == v.window.shape[:2])
         return (ok and k.params.method == v.params.method == "kivi" and k.params.group_size == v.params.group_size
@@ -224,10 +231,12 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     parts = 2 if layouts.of(kp).sketch or layouts.of(vp).sketch else 1
     qb = 1 << (max(nq, 1) - 1).bit_length()               # next power of two >= nq
     mixed = int(has_win) in src.MIXED_WINDOWS       # (split S - 1 reads one role's window beside the other's records)
-    if ragged and append and mixed and vp.method == "kivi" and vp.window == 0:
-        ragged = src.OWN      # (the mixed pair's values with R = 0: texts of their own, attention_source.OWN)
+    rp = kp if mixed and kp.method == "kivi" else vp if mixed else kp     # (the role of the rows' phases)
+    if ragged and append and mixed and rp.method == "kivi" and rp.window == 0:
+        ragged = src.OWN      # (the mixed pair's KIVI role with R = 0: texts of their own, attention_source.OWN)
     # ragged rows on tensor cores (tc_ragged): KIVI's loop, or TC_MIX's for the mixed pair's MIXED partial (HASWIN 3
-    # or 4, the append inside or not, OWN's texts too: the ranges and the append are the scalar partial's)
+    # or 4, the append inside or not, OWN's texts too: the ranges and the append are the scalar partial's; KIVI keys
+    # beside per-token values are no mixed_pair: the scalar loop)
     rag_tc = not ragged or (tune.tc_ragged and (kp.method == vp.method == "kivi"
                                                 or (mixed and attention_tc.mixed_pair(kp, vp))))
     tc = tune.tensor_cores and rag_tc and _tensor_cores(kp, vp, d, has_win, tune.tc_codes, tune.tc_kivi, tune.tc_affine,
@@ -250,7 +259,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
             ("VB1", vb1), ("VB2", vb2), ("D", d), ("QB", qb), ("NT", nt), ("P", p_lanes),
             ("KG", kp.group_size or 1), ("VG", vp.group_size or 1), ("CAUSAL", int(causal)),
             ("HASWIN", int(has_win)), ("U", _tokens_per_lane(kp, vp)), ("PF", tune.prefetch), ("FUSED", int(fused)),
-            ("APPEND", int(append)), ("OT", qdtype)] + ([("RW", (vp if mixed else kp).window)] if ragged else [])
+            ("APPEND", int(append)), ("OT", qdtype)] + ([("RW", rp.window)] if ragged else [])
     if append:      # the encode body's side dtypes and code constants (compiled in: the staging for 3/5/6/7-bit
                     # packing, 16 KB of threadgroup memory, is dead code for the others)
         # with a window, also the chunk's element types (the append copies it into the window: kernels/append.py
@@ -318,7 +327,8 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
     flags = km.order(flags)
     arrays = {"q": queries, "f_c": st.consts, "nenc": km.count(q_enc), "flags": flags, "kw": kw, "vw": vw,
               "cnt": st.counts, "rstart": mask.starts if starts else None,
-              "rphase": (v if mixed else k).phases if ragged else None,      # (MIXED: the KIVI values' phases)
+              # (MIXED: the KIVI role's phases, the values' unless the keys are KIVI)
+              "rphase": (v if mixed and k.params.method != "kivi" else k).phases if ragged else None,
               **_record_inputs(k, "k"),
               **_record_inputs(v, "v"), **(extra or {})}
     return [arrays[n] for n in st.names], st

@@ -75,6 +75,12 @@ MIXED_WINDOWS = {2: (True, False), 3: (False, True), 4: (True, True)}
 OWN = 2
 
 
+def rkeyed(mk: int, mv: int) -> bool:
+    """Whether a MIXED pair's KIVI role is its keys (beside values of a per-token method): in a ragged text the rows'
+    phases are the keys' (VQ_RKEYS, csrc/partial_setup_mixed_ragged.h), else the values'."""
+    return mk == METHOD_IDS["kivi"] and mv != METHOD_IDS["kivi"]
+
+
 def role_windows(haswin: int) -> tuple[bool, bool]:
     """(keys, values) with an exact window the append inside moves, for a HASWIN code."""
     return MIXED_WINDOWS.get(int(haswin), (bool(haswin), bool(haswin)))
@@ -137,8 +143,11 @@ def aliases(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
         # a ragged KIVI batch (cache/ragged.py): each row's group phase; KIVI keys' group row of token t from it (a
         # MIXED window: the KIVI values' phase, each row's ranges in csrc/partial_setup_mixed_ragged.h)
         lines.append(f"#define VQ_RAGGED {int(bool(ragged))}")
-        if ragged:              # ... with the step's append inside: the flushing rows' group (append_block)
-            lines.append(f"#define VQ_RAGGED_APPEND {int(append)}")
+        if ragged:              # ... with the step's append inside: the flushing rows' group (append_block); KIVI keys
+                                # beside per-token values (VQ_RKEYS: the keys' phase, their records to each row's QKR)
+            rkeys = mixed and rkeyed(mk, mv)
+            lines += [f"#define VQ_RAGGED_APPEND {int(append)}", f"#define VQ_RKEYS {int(rkeys)}",
+                      f"#define VQ_QKR {'QKR' if rkeys else 'QK'}"]
         lines.append("#define VQ_KGROW(t) " + ("((t) - vq_ph) / KG" if ragged else "t / KG"))
         if not starts:          # (code VQ_STARTS = 0 never runs)
             lines.append("#define rstart nenc")
@@ -247,11 +256,12 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
         base = "nenc[0] - meta[5]" if kivi else f"nenc[0] - (int){r}x_shape[2]"
         if mixed:      # (MIXED: the role's own count; meta[5] is the tokens it encodes, t or KIVI's 0 / G)
             base = f"{_role_count(r, ragged != OWN)} - meta[5]"
-        if ragged:      # (MIXED: the per-token keys' base as above; the KIVI values' x from T = nenc + their window, or
-                        # with both roles' windows, HASWIN 4, T = nenc + the longer window: the keys' may start below)
-            vt = "(int)vw_shape[2]" if int(haswin) != 4 else \
+        if ragged:      # (MIXED: the per-token role's base as above; the KIVI role's x from T = nenc + its window, or
+                        # with both roles' windows, HASWIN 4, T = nenc + the longer window: the other's may start below)
+            kr = "k" if rkeyed(mk, mv) else "v"        # (the KIVI role of a MIXED pair)
+            vt = f"(int){kr}w_shape[2]" if int(haswin) != 4 else \
                 "((int)kw_shape[2] > (int)vw_shape[2] ? (int)kw_shape[2] : (int)vw_shape[2])"
-            base = base if mixed and r == "k" else f"(nenc[0] + {vt} - RW - VG)" if mixed \
+            base = base if mixed and r != kr else f"(nenc[0] + {vt} - RW - {R}G)" if mixed \
                 else "(nenc[0] + (int)kw_shape[2] - RW - KG)"
         win = wins[index]
         scopes.append(kappend.scope(R, index, m=str(m), codes=(f"{R}CB1", f"{R}CB2", f"{R}CGS"), ts=f"{R}TS",
@@ -306,15 +316,18 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     kivi = mk == mv == METHOD_IDS["kivi"]
     # MIXED ragged: per-token keys beside KIVI values (the values' phase), the scalar loop or TC_MIX's; the append
     # inside with the values' window (HASWIN 3: cache/ragged_step.py's mixed plan) or both roles' (HASWIN 4: its
-    # windowed plan)
+    # windowed plan); or KIVI keys beside per-token values, the keys' phase (rkeyed, the scalar loop): the append with
+    # the keys' window (HASWIN 2) or both roles' (4)
     mixed = int(haswin) in MIXED_WINDOWS
-    bad_mixed = mixed and ((tc and tc != TC_MIX) or mv != METHOD_IDS["kivi"] or mk == METHOD_IDS["kivi"]
-                           or (append and int(haswin) not in (3, 4)))
+    rkeys = rkeyed(mk, mv)
+    pair = rkeys or (mv == METHOD_IDS["kivi"] and mk != METHOD_IDS["kivi"])
+    bad_mixed = mixed and ((tc and tc != TC_MIX) or not pair
+                           or (append and int(haswin) not in ((2, 4) if rkeys else (3, 4))))
     tc_mix = tc == TC_MIX and mk == METHOD_IDS["turboquant"] and int(haswin) in (3, 4)     # (mixed_takes)
     bad_tc = tc and not ((tc is True and kivi) or tc_mix)
-    if ragged == OWN and ((tc and not tc_mix) or not append or int(haswin) != 3):
-        raise ValueError("ragged OWN: the MIXED partial with the append inside and the values' window only (HASWIN 3), "
-                         "the scalar loop or TC_MIX's")
+    if ragged == OWN and ((tc and not tc_mix) or not append or int(haswin) != (2 if rkeys else 3)):
+        raise ValueError("ragged OWN: the MIXED partial with the append inside and the KIVI role's window only "
+                         "(HASWIN 3; KIVI keys: 2), the scalar loop or TC_MIX's")
     if ragged and (bad_tc or not starts or bad_mixed or (append and not haswin)):
         raise ValueError("ragged: the scalar loop or KIVI's tensor-core loop, with row starts (the append: with a "
                          "window); MIXED: per-token keys beside KIVI values on the scalar loop or TC_MIX's (the "

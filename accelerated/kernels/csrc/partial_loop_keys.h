@@ -11,7 +11,11 @@
       kfac[u] = 1.0f;
       kfac2[u] = 0.0f;
 #if VQ_MIXED
+#if VQ_RAGGED
+      const bool kex = is_win || tt >= VQ_QKR;    // (ragged KIVI keys, VQ_RKEYS: past the row's own records, QKR)
+#else
       const bool kex = is_win || tt >= QK;        // exact: the window split, or split S - 1 past the keys' records
+#endif
       const int kwr = is_win ? tt + KWO : tt - QK;    // its row of the keys' window
 #else
       const bool kex = is_win;
