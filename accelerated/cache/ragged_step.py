@@ -22,7 +22,7 @@ import mlx.core as mx
 
 from .. import layouts
 from ..kernels import append as fused
-from ..kernels.attention import keyed_mixed
+from ..kernels.attention import keyed_mixed, kivi_keyed
 from ..ops import record
 
 ROOM = 256          # positions a buffer grows by past what it must hold (as stream._Rows.step)
@@ -95,6 +95,8 @@ class RaggedInPlace:
         kp, vp = k.params, v.params
         if kp.method != "kivi":
             return RaggedMixedInPlace.check(k, v, keys, values)
+        if vp.method != "kivi":
+            return RaggedKiviKeysInPlace.check(k, v, keys, values)
         if not (_pair(k, v, keys, values) and vp.method == "kivi" and kp.group_size == vp.group_size
                 and kp.window == vp.window and k._window.dtype == v._window.dtype == keys.dtype and k._lo == v._lo
                 and k._window.shape[2] > 0):
@@ -301,6 +303,118 @@ class RaggedMixedWindowsInPlace(RaggedMixedInPlace):
         k._lo = lo + self.t
 
 
+class RaggedKiviKeysInPlace(RaggedInPlace):
+    """KIVI keys of each row's own phase (G, R) beside values of a per-token method with R = 0 (phase 0 in every row,
+    no window): RaggedMixedInPlace with the roles' parts swapped. Per step the keys flush per phase as KIVI's plan
+    does ((kf, kw), their first row base() = x) and the values encode the chunk's token in every row at position idx
+    (vbase); append.MIXED with rphase the keys' phases (RAGGED_ENCODES holds for the values' rows: group size 1,
+    x >= the phase). In the attention launch the MIXED partial (HASWIN 2, VQ_RKEYS) with the append inside; with the
+    keys' R = 0 its OWN text (a flush's last key the chunk's own, read from the chunk: `owns`)."""
+
+    mixed = True
+    wins = (True, False)
+
+    @classmethod
+    def check(cls, k, v, keys: mx.array, values: mx.array) -> "RaggedKiviKeysInPlace | None":
+        kp, vp = k.params, v.params
+        if vp.window > 0 and cls is RaggedKiviKeysInPlace:
+            return RaggedKiviKeysWindowsInPlace.check(k, v, keys, values)
+        if not (_pair(k, v, keys, values) and kivi_keyed(kp, vp) and vp.window == 0
+                and k._window.dtype == keys.dtype and v._idx == v._lo and v._window.shape[2] == 0
+                and k._window.shape[2] > 0):
+            return None
+        if kp.window == 0 and len({x % kp.group_size for x in k._pads}) < 2:    # (as KIVI's: a flush could leave
+            return None                                                         # no window)
+        return cls._made(k, v, keys, kp.group_size, kp.window, (kp.group_size, 0), k.phase_array(), k._pads)
+
+    def base(self, role: int = 0) -> int:
+        """The keys' x, as KIVI's plan (role 1: the values' first row, the chunk's position)."""
+        return self.v._idx if role else super().base()
+
+    def counts(self) -> tuple[int, int]:
+        return self.encoded, self.idx1
+
+    def windows(self) -> tuple:
+        """The next launch's (kf, kw) (KIVI's plan for the keys); held: (kw, the values' window of no rows)."""
+        k, t = self.k, self.t
+        self.idx1 = idx1 = k._idx + t
+        self.encoded = lo1 = min(k.bounds(idx1))
+        flush = self.flushes()
+        x, ws, lo, n = self.base(), k._ws, k._lo, k._idx - k._lo
+        kf = k._wbuf[:, :, ws + x - lo:ws + x - lo + self.g] if flush else k._wbuf[:, :, ws + n:ws + n + t]
+        kw = k._wbuf[:, :, ws + lo1 - lo:ws + n + t]
+        self.next, self.held, self.flushing = (kf, kw), (kw, self.v._window), (self.g if flush else 0, t)
+        return self.next
+
+    def own(self) -> int:
+        return 0
+
+    def owns(self) -> tuple[int, int]:
+        """(keys', values') tokens of the chunk among those the next launch encodes from a window: the keys' last with
+        R = 0 at a flush (read from the chunk: meta[7]; the partial's OWN texts take it as no window row)."""
+        return self.t if self.r == 0 and self.flushing[0] else 0, 0
+
+    def stored(self, token: mx.array) -> None:
+        if self.next is None:
+            self.windows()
+        k, v = self.k, self.v
+        k._ws += self.encoded - k._lo
+        k._window = k._wview = self.held[0]
+        k._lo, k._idx = self.encoded, self.idx1
+        v._lo = v._idx = self.idx1
+        for s in (k, v):
+            s._version += 1
+            s._token = token
+        self.kver, self.vver = k._version, v._version
+        self.next = self.held = None
+
+
+class RaggedKiviKeysWindowsInPlace(RaggedKiviKeysInPlace):
+    """RaggedKiviKeysInPlace with the values' window too (R_v > 0, e.g. one window 32 for the layer; the MIXED
+    partial's HASWIN 4): RaggedMixedWindowsInPlace's keys' part for the values. Their window is the same positions in
+    every row (idx - R_v .. idx - 1, taken once full) and moves by the chunk's token each step: its oldest token, at
+    x_v = idx' - R_v - 1 (vf, `base(1)`), is encoded at that position and the chunk is copied into the window's last
+    row (append.MIXED with both roles' pairs (kf, kw, vf, vw)); RAGGED_ENCODES gates the values' rows by the keys'
+    phases: a row skips x_v only where x_v < its phase <= its padding (a position it never holds)."""
+
+    wins = (True, True)
+
+    @classmethod
+    def check(cls, k, v, keys: mx.array, values: mx.array) -> "RaggedKiviKeysWindowsInPlace | None":
+        kp, vp = k.params, v.params
+        if not (_pair(k, v, keys, values) and kivi_keyed(kp, vp) and vp.window > 0 and kp.window > 0
+                and k._window.dtype == v._window.dtype == keys.dtype and k._window.shape[2] > 0
+                and v._idx - v._lo == v._window.shape[2] == vp.window):
+            return None
+        return cls._made(k, v, keys, kp.group_size, kp.window, (kp.group_size, 0), k.phase_array(), k._pads)
+
+    def base(self, role: int = 0) -> int:
+        """The keys' x (role 1: the values' window's oldest token, which leaves it)."""
+        return self.v._lo if role else super().base()
+
+    def counts(self) -> tuple[int, int]:
+        return self.encoded, self.idx1 - self.v.params.window
+
+    def windows(self) -> tuple:
+        """The next launch's (kf, kw, vf, vw): the keys' pair as RaggedKiviKeysInPlace's, the values' oldest window
+        row and their window after the step (its rows past vf, the chunk's last); held: (kw, vw)."""
+        kf, kw = super().windows()
+        v = self.v
+        ws, n = v._ws, v._idx - v._lo
+        vf, vw = v._wbuf[:, :, ws:ws + self.t], v._wbuf[:, :, ws + self.t:ws + n + self.t]
+        self.next, self.held = (kf, kw, vf, vw), (kw, vw)
+        return self.next
+
+    def stored(self, token: mx.array) -> None:
+        if self.next is None:
+            self.windows()
+        v, vw, lo = self.v, self.held[1], self.v._lo
+        super().stored(token)
+        v._ws += self.t
+        v._window = v._wview = vw
+        v._lo = lo + self.t
+
+
 def append_in_place(k, v, keys: mx.array, values: mx.array, after: mx.array | None, plan=None):
     """in_place.append_in_place for a ragged pair: (token, plan), or (None, None) with nothing changed."""
     if plan is None or not plan.holds(k, v, keys, values):
@@ -320,5 +434,5 @@ def append_in_place(k, v, keys: mx.array, values: mx.array, after: mx.array | No
     return token, plan
 
 
-__all__ = ["RaggedInPlace", "RaggedMixedInPlace", "RaggedMixedWindowsInPlace", "append_in_place", "need", "reserve",
-           "ROOM"]
+__all__ = ["RaggedInPlace", "RaggedKiviKeysInPlace", "RaggedKiviKeysWindowsInPlace", "RaggedMixedInPlace",
+           "RaggedMixedWindowsInPlace", "append_in_place", "need", "reserve", "ROOM"]

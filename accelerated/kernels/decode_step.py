@@ -190,7 +190,8 @@ class DecodeStep:
             end = len(ins) - int(self.ragged)
             ins[end - len(w) - 1:end] = [*w, km.count(plan.base(1) if self.ragged else v._q + lo)]
             ins[3], ins[self.slot_v + 1] = self.consts[fs]
-            kw_, vw_ = (w[1] if plan.wins[0] else held[0] if self.ragged else None), (w[-1] if plan.wins[1] else None)
+            kw_, vw_ = (w[1] if plan.wins[0] else held[0] if self.ragged else None), \
+                (w[-1] if plan.wins[1] else held[1] if self.ragged else None)
         else:
             if w:
                 ins[self.wslot:self.wslot + 4] = w
