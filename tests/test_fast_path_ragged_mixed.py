@@ -145,3 +145,32 @@ def test_a_ragged_mixed_batch_of_any_per_token_keys_takes_one_fast_step_per_laye
         tags = {n.split("_")[3] for n in cuda if n.startswith("vq_attention_partial")}
         want = f"{mk}440arg" if window else f"{mk}430arog" if window == 0 else f"{mk}430arg"
         assert tags == {want}, (window, knobs, tags)
+
+
+# KIVI keys beside per-token values (method, bits)
+VALUE_METHODS = [("turboquant", 3), ("turboquant_rvq", 3), ("turboquant_prod", 3), ("rabitq", 1)]
+
+
+@pytest.mark.parametrize("method, bits", VALUE_METHODS, ids=[m for m, _ in VALUE_METHODS])
+def test_a_ragged_batch_of_kivi_keys_beside_per_token_values_takes_one_fast_step_per_layer(cuda, paths, tune,  # noqa
+                                                                                           method, bits):
+    """KIVI 2-bit keys (G = 32, each row's own phase) beside per-token values (cache/ragged_step.py's
+    RaggedKiviKeysInPlace; RaggedKiviKeysWindowsInPlace with the values' window): each step one DecodeStep launch pair
+    per layer, its partial the ragged scalar MIXED kernel (VQ_RKEYS) with the append inside, nothing else, nothing
+    decoded. Windows: the defaults (keys R = 128, values R = 0: the keys' window only, tag 4{MV}20arg), the same with
+    tc_ragged and tc_mixed on, window 32 in both roles (HASWIN 4: 4{MV}40arg), window 0 (the OWN text: 4{MV}20arog)."""
+    from veloxquant.accelerated import layouts
+    from veloxquant.accelerated.cache import ragged
+    mv = layouts.layout(method).kernel_id
+    for window, knobs in ((None, {}), (None, dict(tc_ragged=True, tc_mixed=True)), (32, {}), (0, {})):
+        tune(ragged=True, **knobs)
+        kw = dict(key_method="kivi", key_bits=2, value_method=method, value_bits=bits,
+                  **({} if window is None else {"window": window}))
+        model, merged = _merge_prefilled(kw, (PROMPT, PROMPT - 37))
+        wins = (128, 0) if window is None else (window, window)
+        assert all(ragged.is_ragged(c.inner) and (c.inner._k.params.window, c.inner._v.params.window) == wins
+                   for c in merged), "not one ragged B-row cache per layer with KIVI keys"
+        _assert_batch_steps_fast(model, merged, cuda, paths)
+        tags = {n.split("_")[3] for n in cuda if n.startswith("vq_attention_partial")}
+        want = f"4{mv}40arg" if window else f"4{mv}20arog" if window == 0 else f"4{mv}20arg"
+        assert tags == {want}, (window, knobs, tags)

@@ -33,7 +33,8 @@ case $stage in
   twins)
     step twins python3 -m pytest -q -p no:cacheprovider -k on_the_gpu \
       tests/test_tc_two_stage_emulated.py tests/test_tc_mixed_emulated.py tests/test_tc_ragged_kivi_emulated.py \
-      tests/test_tc_ragged_mixed_emulated.py tests/test_ragged_mixed_step_emulated.py
+      tests/test_tc_ragged_mixed_emulated.py tests/test_ragged_mixed_step_emulated.py \
+      tests/test_ragged_kivi_keys_step_emulated.py
     step caches python3 -m pytest -q -p no:cacheprovider tests/test_rotating_cache.py tests/test_batch_ragged_kivi.py
     ;;
   ab)
