@@ -32,6 +32,7 @@ SLOW: tuple[str, ...] = (
     "tests/test_tc_ragged_mixed_emulated.py",
     "tests/test_batch_ragged_mixed_kernels_emulated.py",
     "tests/test_ragged_mixed_step_emulated.py",
+    "tests/test_ragged_kivi_keys_step_emulated.py",
     "tests/test_ragged_step_emulated.py",
     "tests/test_kernels_glue.py::test_one_shot_matches_ops",
     "tests/test_kernels_glue.py::test_faults_raise_like_ops",
