@@ -1,0 +1,115 @@
+"""The non-ragged mixed pair's fused decode step (accelerated/in_place.py's InPlace with `mixed`, kernels/decode_step.py)
+with keys of their own coordinate groups (mlx_affine, G_k 32 or 64) beside KIVI values (G 16 or 32), through the
+library's own DecodeStep with every launch run by its kernel body on the CPU (tests/test_ragged_step_emulated.py's
+`bodies`): the plan's first step the append kernel alone (kernels/append.py MIXED, no rphase), every later one the
+MIXED partial with the append inside and its combine. A single cache, and a B-row batch whose rows are whole value
+groups apart (cache/batch_shared.py: the row starts mask). After every step each row's stored bytes (from its first
+position) and window are its single cache's (the MLX ops path), and its output is within the emulated tests' tolerance
+of float64 over that single cache. The ragged plans' counterpart: tests/test_ragged_mixed_step_emulated.py."""
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import veloxquant.accelerated.cache as vc
+from veloxquant.accelerated import attention as vattention
+from veloxquant.accelerated import layouts
+from veloxquant.accelerated.cache import masks
+from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
+from veloxquant.accelerated.kernels import append as fused
+from _attention_util import f64_attention
+from _batch_util import D, H, filled_with, kv
+import test_ragged_step_emulated as rse
+from test_ragged_step_emulated import bodies   # noqa: F401  (the fixture)
+
+REP = 2
+
+
+class _MixedAppend(rse._Append):
+    """The append kernel's MIXED variant without rphase (vq_append_mlx_affine_kivi_m01, or _m11 with the keys'
+    window) run by its body."""
+
+    def __init__(self, ns, name, names):
+        rest = name.removeprefix("vq_append_")
+        self.mk = rest[:rest.find("_kivi")]
+        assert self.mk in layouts.KERNEL_IDS and self.mk != "kivi" and not name.endswith("_g"), name
+        assert "_m01" in name or "_m11" in name, name
+        self.ns, self.names = ns, list(names)
+        self.apart, self.ragged, self.win = "_apart" in name, False, ("_m11" in name, True)
+
+    def _lib(self, inputs, template):
+        text = fused.body(self.mk, "kivi", self.apart, self.win, False)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(rse, "fused", types.SimpleNamespace(body=lambda *a: text))
+            return super()._lib(inputs, template)
+
+
+def _maker(kg: int, g: int, window: int, kwin: int):
+    def make():
+        c = vc.VeloxKVCache(key_method="mlx_affine", key_bits=4, value_method="kivi", value_bits=2, group_size=kg,
+                            seed=2, layer=1, window=window)
+        c.value_params = dataclasses.replace(c.value_params, group_size=g)     # (the values' own G)
+        c.key_params = dataclasses.replace(c.key_params, window=kwin)
+        return c
+    return make
+
+
+def _rows(c, b: int, lp: list) -> list:
+    """Each row's (keys' record, values' record) from its first position: the B-row cache's rows past their left
+    padding (a group field's rows past lp / G)."""
+    out = []
+    for i in range(b):
+        per_role = []
+        for s in (c._k, c._v):
+            p, rec = s.params, s.record()
+            group = layouts.of(p).group_rows(p.role)
+            per_role.append({n: a[i:i + 1] if n == "window" else
+                             a[i:i + 1, :, lp[i] // (p.group_size if n in group else 1):] for n, a in rec.items()})
+        out.append(per_role)
+    return out
+
+
+# (id, keys' G, values' G, values' R, keys' R, lengths): the first length puts the values' first step at a flush
+CASES = [("kg32-g16-R8", 32, 16, 8, 0, [55]), ("kg32-g16-R8-K8", 32, 16, 8, 8, [55]),
+         ("kg64-g32-R32-K32", 64, 32, 32, 32, [95]),
+         ("kg32-g16-R8-batch", 32, 16, 8, 0, [55, 23, 39]), ("kg64-g32-R32-K32-batch", 64, 32, 32, 32, [95, 31, 63])]
+
+
+@pytest.mark.parametrize("kg, g, window, kwin, lengths", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_mixed_affine_keys_step_as_their_own_cache_through_the_fused_decode_step(bodies, monkeypatch,  # noqa: F811
+                                                                                 kg, g, window, kwin, lengths):
+    """G + 2 steps (every row's values flush once at least): each row's bytes and output its single cache's after
+    every step; every step but the first one DecodeStep with the append inside the MIXED partial."""
+    monkeypatch.setattr(rse, "_Append", _MixedAppend)
+    make = _maker(kg, g, window, kwin)
+    steps = g + 2
+    want = rse._singles(make, lengths, [900 + s for s in range(steps)])
+    caches = filled_with(make, lengths, seed=7)
+    c = vc.VeloxKVCache.merge(caches) if len(lengths) > 1 else caches[0]
+    lp = [max(lengths) - n for n in lengths]
+    if len(lengths) > 1:
+        assert isinstance(c, SharedBatchVeloxKVCache) and c.left_padding.tolist() == lp, "not one B-row cache"
+    inner = getattr(c, "inner", c)
+    for step in range(steps):
+        k, v = kv(1, 900 + step, b=len(lengths))
+        q = mx.random.normal((len(lengths), REP * H, 1, D), key=mx.random.key(900 + step)).astype(mx.float16)
+        mask = masks.row_starts(c.make_mask(1)) if len(lengths) > 1 else None
+        kk, vv = c.update_and_fetch(k, v)
+        assert (kk.step is not None) == (step > 0), f"step {step}: DecodeStep {kk.step}"
+        out = np.array(vattention.attend(q, kk, vv, D ** -0.5, mask).astype(mx.float32))
+        for i, ((kd, vd, krec, vrec), mine) in enumerate(zip(want[step], _rows(inner, len(lengths), lp))):
+            for role, rec, got in (("k", krec, mine[0]), ("v", vrec, mine[1])):
+                for name, a in rec.items():
+                    assert np.array_equal(np.array(got[name]).view(np.uint8), np.array(a).view(np.uint8)), \
+                        f"step {step}: row {i} {role} {name} differs from its single cache's"
+            ref = f64_attention(np.array(q[i:i + 1].astype(mx.float32)), kd, vd, D ** -0.5, False)
+            np.testing.assert_allclose(out[i:i + 1], ref, rtol=0, atol=2e-3 * np.abs(ref).max(),
+                                       err_msg=f"step {step}: row {i} vs float64 over its single cache")
+    assert bodies.appends == 1, f"{bodies.appends} append launches alone"
+    fused_steps = [x for x in bodies.launches if x["key"][6]]
+    assert len(fused_steps) == steps - 1 and all(x["key"][2] == (4 if kwin else 3) for x in bodies.launches), \
+        sorted({x["key"] for x in bodies.launches})
