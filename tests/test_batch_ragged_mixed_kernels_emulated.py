@@ -187,22 +187,28 @@ def test_cuda_ragged_mixed_partial_compiles_without_spills(case, monkeypatch, tm
         assert stores == loads == 0 and regs <= 255 and stack <= plain[arch][1], (arch, rag, plain)
 
 
+# (keys' method, bits, their coordinate groups where they have them): rabitq 1-bit, mlx_affine 4-bit with G_k 64
+# beside the values' G 32
+OTHER_KEYS = [("rabitq", 1, None), ("mlx_affine", 4, 64)]
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 @pytest.mark.parametrize("kw", [0, 32], ids=["haswin3", "haswin4"])
-def test_cuda_ragged_mixed_partial_of_rabitq_keys_compiles_without_spills(kw, monkeypatch, tmp_path):
-    """The ragged MIXED partial with the append inside for rabitq keys (1 bit, R = 0 or 32) beside KIVI 2-bit values
+@pytest.mark.parametrize("method, bits, kg", OTHER_KEYS, ids=[f"{m}_keys" for m, _, _ in OTHER_KEYS])
+def test_cuda_ragged_mixed_partial_of_other_keys_compiles_without_spills(method, bits, kg, kw, monkeypatch, tmp_path):
+    """The ragged MIXED partial with the append inside for other per-token keys (R = 0 or 32) beside KIVI 2-bit values
     (G = 32, R = 128 / 32), d = 128: cache/ragged_step.py's mixed plans take any per-token key method; sm_80 and
     sm_90, no spills and no stack frame beyond the MIXED scalar loop's with row starts at the same template."""
     from veloxquant import spec
-    kp = spec.Params("rabitq", bits=1, window=kw, role="k").resolved()
+    kp = spec.Params(method, bits=bits, group_size=kg, window=kw, role="k").resolved()
     vp = spec.Params("kivi", bits=2, group_size=32, window=kw or 128, role="v").resolved()
     monkeypatch.setattr(katt, "_sm_count", lambda: 132)
     katt._static.cache_clear()
     try:
-        plain, rag = (_compiled_resources(kp, vp, 128, r, tmp_path / f"rabitq_{int(r)}", True) for r in (False, True))
+        plain, rag = (_compiled_resources(kp, vp, 128, r, tmp_path / f"{method}_{int(r)}", True) for r in (False, True))
     finally:
         katt._static.cache_clear()
-    print("rabitq keys R", kw, "registers, stack frame, spill stores, spill loads: starts", plain, "ragged", rag)
+    print(method, "keys R", kw, "registers, stack frame, spill stores, spill loads: starts", plain, "ragged", rag)
     for arch, (regs, stack, stores, loads) in rag.items():
         assert stores == loads == 0 and regs <= 255 and stack <= plain[arch][1], (arch, rag, plain)
 

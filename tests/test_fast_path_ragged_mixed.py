@@ -120,8 +120,9 @@ def test_a_ragged_mixed_batch_without_windows_takes_one_fast_step_per_layer(cuda
         _assert_tag(cuda, "0430", "arog", knobs)
 
 
-# (method, bits) of the other per-token key methods: rabitq has 1-bit codes only (mlx_affine keys: not taken)
-KEY_METHODS = [("turboquant_rvq", 3), ("turboquant_prod", 3), ("rabitq", 1)]
+# (method, bits) of the other per-token key methods: rabitq has 1-bit codes only; mlx_affine's coordinate groups of
+# the values' G (the cache's one group_size; another size: tests/test_ragged_mixed_step_emulated.py)
+KEY_METHODS = [("turboquant_rvq", 3), ("turboquant_prod", 3), ("rabitq", 1), ("mlx_affine", 4)]
 
 
 @pytest.mark.parametrize("method, bits", KEY_METHODS, ids=[m for m, _ in KEY_METHODS])

@@ -62,10 +62,11 @@ R0_CASES = [("g16-R0", 16, [37, 50, 64, 21, 47], True), ("g32-R0", 32, [200, 163
             ("g16-R0-append-alone", 16, [37, 50, 64, 21, 47], False)]
 
 
-def _maker(g: int, window: int, kwin: int = 0, key_method: str = "turboquant", key_bits: int = 3):
-    def make():
+def _maker(g: int, window: int, kwin: int = 0, key_method: str = "turboquant", key_bits: int = 3, kg: int = 0):
+    def make():     # (kg: the keys' own group size, mlx_affine's coordinate groups; the values' G is g)
         c = vc.VeloxKVCache(key_method=key_method, key_bits=key_bits, value_method="kivi", value_bits=2,
-                            group_size=g, seed=2, layer=1, window=window)
+                            group_size=kg or g, seed=2, layer=1, window=window)
+        c.value_params = dataclasses.replace(c.value_params, group_size=g)
         c.key_params = dataclasses.replace(c.key_params, window=kwin)     # (the recommended pair: keys R = 0)
         return c
     return make
@@ -98,8 +99,10 @@ def test_a_ragged_mixed_batch_without_windows_steps_through_the_fused_decode_ste
 
 
 # the other per-token key methods beside KIVI values (the same plans and texts, MK the key method's id): (method,
-# bits); rabitq's codes 1-bit only (mlx_affine keys: not taken, kernels.attention.keyed_mixed)
+# bits); rabitq's codes 1-bit only
 KEY_METHODS = [("turboquant_rvq", 3), ("turboquant_prod", 3), ("rabitq", 1)]
+# mlx_affine keys, their coordinate groups (kg) another size than the values' G: (id, kg, values' G and R, lengths)
+AFFINE_CASES = [("kg32-g16-R8", 32, 16, 8, [37, 50, 64, 21, 55]), ("kg64-g32-R32", 64, 32, 32, [200, 163, 181, 150])]
 
 
 @pytest.mark.parametrize("kwin", [0, 8], ids=["keys-R0", "keys-R8"])
@@ -113,15 +116,26 @@ def test_a_ragged_mixed_batch_of_other_keys_steps_through_the_fused_decode_step(
     assert {x["key"][0] for x in bodies.launches} == {layouts.KERNEL_IDS[method]}, bodies.launches
 
 
+@pytest.mark.parametrize("kwin", [0, 8], ids=["keys-R0", "keys-R8"])
+@pytest.mark.parametrize("kg, g, window, lengths", [c[1:] for c in AFFINE_CASES], ids=[c[0] for c in AFFINE_CASES])
+def test_a_ragged_mixed_batch_of_affine_keys_steps_through_the_fused_decode_step(bodies, monkeypatch, tune,  # noqa
+                                                                                 kg, g, window, lengths, kwin):
+    """mlx_affine 4-bit keys (coordinate groups kg) beside KIVI values of another G: each row's bytes and output its
+    single cache's after every one of G + 2 steps (a per-token scope's rows encode wherever x reaches the values'
+    phase, append.RAGGED_ENCODES), every partial of the affine key method (MK)."""
+    _fused_steps(bodies, monkeypatch, tune, g, window, kwin, lengths, True, "mlx_affine", 4, kg)
+    assert {x["key"][0] for x in bodies.launches} == {layouts.KERNEL_IDS["mlx_affine"]}, bodies.launches
+
+
 def _fused_steps(bodies, monkeypatch, tune, g, window, kwin, lengths, inside,  # noqa: F811
-                 key_method="turboquant", key_bits=3):
+                 key_method="turboquant", key_bits=3, kg=0):
     """G + 2 steps of rse.fused_steps (each row's bytes and output its single cache's after every step), every row's
     values flushing; the first step's append the kernel's own launch, every later one inside the ragged MIXED partial
     (HASWIN 3, or 4 with the keys' window kwin) unless `inside` is off."""
     monkeypatch.setattr(rse, "_Append", _MixedAppend)
     tune(fuse_append=inside)
     steps = g + 2
-    flushed = rse.fused_steps(_maker(g, window, kwin, key_method, key_bits), lengths, steps, role="_v")
+    flushed = rse.fused_steps(_maker(g, window, kwin, key_method, key_bits, kg), lengths, steps, role="_v")
     assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
     assert bodies.appends == (1 if inside else steps), f"{bodies.appends} append launches alone"
     fused_steps = [x for x in bodies.launches if x["key"][6]]
@@ -155,14 +169,15 @@ def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step_on_the_gpu(g, 
     assert fused_ and all((a[2], a[-1]) == want for a in fused_), names
 
 
+@pytest.mark.parametrize("keys", [("turboquant", 3, 0), ("mlx_affine", 4, 32)], ids=["turboquant", "affine-kg32"])
 @pytest.mark.parametrize("kwin", [0, 8], ids=["keys-R0", "keys-R8"])
-def test_a_rejected_mixed_step_rolls_every_row_back(bodies, monkeypatch, kwin):  # noqa: F811
+def test_a_rejected_mixed_step_rolls_every_row_back(bodies, monkeypatch, kwin, keys):  # noqa: F811
     """A NaN in one row's keys, stored by a fused step of the mixed plan (keys-R8: the windowed plan's, the NaN copied
     into the keys' window): the deferred check raises at a later step with every row back before that chunk (marks
     over the in-place buffers), and the steps after it (a new plan) keep each row its single cache's bytes."""
     monkeypatch.setattr(rse, "_Append", _MixedAppend)
     g, lengths = 16, [37, 50, 64, 21, 55]
-    make = _maker(g, 8, kwin)
+    make = _maker(g, 8, kwin, *keys)
     good = 5
     seeds = [900 + n for n in range(good)] + list(range(910, 910 + g))
     want = rse._singles(make, lengths, seeds)

@@ -128,8 +128,11 @@ def _scope(role: str, index: int, method: str, win: bool = False, mixed: bool = 
 
 # A ragged launch's encode rows (cache/ragged.py; csrc/encode.h): row b encodes the group at the scope's first row
 # vq_base (x: the same for every flushing row) where x - its phase is a non-negative multiple of the group size (its
-# boundary moves from x to x + G at this step); the other rows only copy the chunk into their window.
-RAGGED_ENCODES = "#define VQ_ROW_ENCODES(b) (vq_base >= (int)rphase[b] && (vq_base - (int)rphase[b]) % gs == 0)\n"
+# boundary moves from x to x + G at this step); the other rows only copy the chunk into their window. Only a KIVI
+# scope (M 4) flushes groups of gs tokens: a per-token scope beside KIVI values (the mixed plans' keys) encodes its
+# row wherever x reaches the phase, since its gs is a group of coordinates (mlx_affine's) or 1, never of tokens.
+RAGGED_ENCODES = ("#define VQ_ROW_ENCODES(b) (vq_base >= (int)rphase[b] && (M != 4 || (vq_base - (int)rphase[b]) % gs "
+                  "== 0))\n")
 
 
 def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False, win=False, ragged: bool = False) -> str:

@@ -46,11 +46,9 @@ def _pow2(n: int) -> bool:
 
 def keyed_mixed(kp: spec.Params) -> bool:
     """Whether a ragged MIXED partial (and cache/ragged_step.py's mixed plans) takes these keys beside KIVI values: a
-    per-token method without groups (turboquant, turboquant_rvq, rabitq, turboquant_prod: the texts take the key
-    method as MK); not KIVI's, nor mlx_affine's (keys' coordinate groups of their own size: a ragged step's bytes
-    differed where it is not the values' G, tests/test_ragged_mixed_step_emulated.py)."""
-    lay = layouts.of(kp)
-    return lay.per_token and not lay.affine
+    per-token method (turboquant, turboquant_rvq, rabitq, turboquant_prod, mlx_affine with coordinate groups of any
+    size: the texts take the key method as MK, append.RAGGED_ENCODES gates KIVI scopes only by the group); not KIVI's."""
+    return layouts.of(kp).per_token
 
 
 def kivi_keyed(kp: spec.Params, vp: spec.Params) -> bool:
