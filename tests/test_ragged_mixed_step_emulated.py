@@ -145,6 +145,23 @@ def _fused_steps(bodies, monkeypatch, tune, g, window, kwin, lengths, inside,  #
                                                  for x in bodies.launches), sorted({x["key"] for x in bodies.launches})
 
 
+@pytest.mark.parametrize("kwin", [0, 8], ids=["keys-R0", "keys-R8"])
+def test_a_mixed_step_left_pending_is_stored_alone_by_a_read_of_the_cache(bodies, monkeypatch, tune, kwin):  # noqa
+    """A read of the cache between a fused step's append and its attention (here its nbytes) launches the pending
+    append alone (DecodeStep.flush) with the inputs the step made: its keys' first row `base` (the plan's base(), which
+    the partial with the append inside never reads: it derives the row from nenc and the windows), its values' vbase;
+    each row's bytes and output stay its single cache's after every step, no partial with the append inside."""
+    monkeypatch.setattr(rse, "_Append", _MixedAppend)
+    g, steps = 16, 18
+    reads = []
+    flushed = rse.fused_steps(_maker(g, 8, kwin), [37, 50, 64, 21, 55], steps, role="_v",
+                              between=lambda c: reads.append(c.nbytes))
+    assert flushed == set(range(5)) and len(reads) == steps, (sorted(flushed), len(reads))
+    assert bodies.appends == steps, f"{bodies.appends} append launches alone for {steps} steps"
+    assert len(bodies.launches) == steps and not any(x["key"][6] for x in bodies.launches), \
+        sorted({x["key"] for x in bodies.launches})
+
+
 GPU_CASES = [(c[0], *c[1:5]) for c in WINDOWED_CASES if c[5]] + [(c[0], c[1], 0, 0, c[2]) for c in R0_CASES if c[3]]
 
 

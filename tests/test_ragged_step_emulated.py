@@ -167,23 +167,24 @@ def _steps(window: int, lengths: list) -> set:
     return fused_steps(lambda: vc.KIVIKVCache(bits=2, group_size=G, seed=2, layer=1, window=window), lengths, G + 2)
 
 
-def fused_steps(make, lengths: list, steps: int, role: str = "_k") -> set:
+def fused_steps(make, lengths: list, steps: int, role: str = "_k", between=None) -> set:
     """`steps` decode steps of the ragged batch merged from `make`'s single caches of `lengths`, each row's bytes and
-    output checked against its single cache after every step (_step), every step but the first a DecodeStep; the
-    rows whose `role` stream ("_k" or "_v") flushed."""
+    output checked against its single cache after every step (_step; `between`: called with the batch between the
+    append and the attention), every step but the first a DecodeStep; the rows whose `role` stream ("_k" or "_v")
+    flushed."""
     want = _singles(make, lengths, [900 + s for s in range(steps)])
     batch = vc.VeloxKVCache.merge(filled_with(make, lengths, seed=7))
     assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
     flushed = set()
     for step in range(steps):
         before = getattr(batch.inner, role).bounds()
-        kk = _step(batch, 900 + step, want[step], f"step {step}")
+        kk = _step(batch, 900 + step, want[step], f"step {step}", between=between)
         assert (kk.step is not None) == (step > 0), f"step {step}: DecodeStep {kk.step}"
         flushed.update(i for i, (b0, b1) in enumerate(zip(before, getattr(batch.inner, role).bounds())) if b1 > b0)
     return flushed
 
 
-def _step(batch, seed: int, want: list, when: str, bad: bool = False):
+def _step(batch, seed: int, want: list, when: str, bad: bool = False, between=None):
     """One decode step (kv's chunk of `seed`; `bad`: row 1's keys NaN) and its attention; unless `bad`, each row
     checked against `want` (its single cache's state after the same step). Returns the step's keys (a PackedKV)."""
     b = len(want)
@@ -193,6 +194,8 @@ def _step(batch, seed: int, want: list, when: str, bad: bool = False):
     q = mx.random.normal((b, REP * H, 1, D), key=mx.random.key(seed)).astype(mx.float16)
     mask = masks.row_starts(batch.make_mask(1))
     kk, vv = batch.update_and_fetch(k, v)
+    if between is not None:
+        between(batch)
     out = np.array(vattention.attend(q, kk, vv, D ** -0.5, mask).astype(mx.float32))
     if bad:
         return kk

@@ -194,8 +194,9 @@ class RaggedMixedInPlace(RaggedInPlace):
     """The mixed pair's plan (the recommended quality configuration: turboquant keys per token with R = 0, phase 0 in
     every row, beside KIVI values with R > 0 of each row's own phase): per step the keys encode the chunk's token in
     every row at position idx (no window), the values flush per phase as KIVI's plan does (append.MIXED with rphase:
-    the values' pair (vf, vw), then their first row vbase = x; RAGGED_ENCODES holds for the keys' rows too, their
-    group size 1 and phase 0). In the attention launch the partial is MIXED (HASWIN 3) with the append inside."""
+    the values' pair (vf, vw), then their first row vbase = x; RAGGED_ENCODES gates the keys' rows by x >= the
+    row's phase only: its group test is KIVI scopes'). In the attention launch the partial is MIXED (HASWIN 3) with the
+    append inside."""
 
     mixed = True
     wins = (False, True)
@@ -214,7 +215,9 @@ class RaggedMixedInPlace(RaggedInPlace):
         return cls._made(k, v, keys, vp.group_size, vp.window, (0, vp.group_size), v.phase_array(), v._pads)
 
     def base(self, role: int = 0) -> int:
-        """The keys' first row: the chunk's position (role 1: the values' x, as KIVI's plan)."""
+        """The keys' first row: the chunk's position (role 1: the values' x, as KIVI's plan). Read by the append
+        launched alone (a fused step's too, where a read of the cache flushes it: DecodeStep.flush); the partial with
+        the append inside takes no base and derives both rows from nenc and the windows."""
         return super().base() if role else self.k._idx
 
     def counts(self) -> tuple[int, int]:
