@@ -1,7 +1,9 @@
-"""The kernel bodies of accelerated.kernels.source compiled as C++20 on the CPU, run with one std::thread per
-GPU thread: warps of 32 lanes whose shuffles, votes and warp syncs go through a per-warp exchange slot and a
-std::barrier, threadgroups whose barrier is a std::barrier, threadgroup memory as function statics (one
-threadgroup runs at a time, the launch's threads running each in turn). Float helpers are plain binary32 operators
+"""The kernel bodies of accelerated.kernels.source compiled as C++20 on the CPU, each GPU thread a fiber on the
+calling OS thread (tests/_fibers.py: a barrier switches to the next runnable fiber, so a 2-core machine does not
+context-switch hundreds of OS threads at every shuffle): warps of 32 lanes whose shuffles, votes and warp syncs go
+through a per-warp exchange slot and a warp barrier, threadgroups whose barrier is a VqBarrier over all the
+launch's fibers, threadgroup memory as function statics (one threadgroup runs at a time, the launch's threads
+running each in turn). Float helpers are plain binary32 operators
 compiled with -ffp-contract=off (no FMA); float16 is GCC's _Float16 (RNE conversions), bfloat16 a struct with an
 RNE conversion.
 
@@ -25,6 +27,7 @@ from veloxquant import spec
 from veloxquant.accelerated.kernels import methods as km
 from veloxquant.accelerated.kernels import source
 from veloxquant.accelerated import tuning
+from _fibers import FIBERS
 
 PRELUDE = """
 #define TID vq_tid
@@ -69,12 +72,11 @@ PRELUDE = """
 
 HARNESS = r"""
 #include <array>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <thread>
 #include <vector>
+""" + FIBERS + r"""
 
 struct vq_bf16 {
   uint16_t u;
@@ -94,10 +96,10 @@ template <> vq_bf16 vq_to<vq_bf16>(float f) {
 using Shape = std::array<int32_t, 10>;
 using Strides = std::array<int64_t, 10>;
 
-static thread_local int vq_lane, vq_warp, vq_tid, vq_group;     // vq_group: each thread's (run_grid)
+static int vq_lane, vq_warp, vq_tid, vq_group;     // each thread's (a fiber's: run_grid registers them)
 static int vq_ngroups, vq_nwarps;
-static std::barrier<>* vq_block_bar;
-struct VqWarp { std::barrier<>* bar; uint32_t slot[32]; };
+static VqBarrier* vq_block_bar;
+struct VqWarp { VqBarrier* bar; uint32_t slot[32]; };
 static VqWarp* vq_warps;
 
 static inline void vq_warp_sync() { vq_warps[vq_warp].bar->arrive_and_wait(); }
@@ -141,25 +143,24 @@ static void dec_thread(const uint32_t* codes1, Shape codes1_shape, const uint32_
 @DECODE@
 }
 
-// the groups one after the other; the warps * 32 threads (made once per launch, not per group) run every group in
-// turn, a group starting once every thread is done with the one before (the `next` barrier)
+// the groups one after the other; the warps * 32 threads (fibers made once per launch, not per group) run every
+// group in turn, a group starting once every thread is done with the one before (the `next` barrier)
 template <typename F>
 static void run_grid(int groups, int warps, F f) {
   vq_ngroups = groups; vq_nwarps = warps;
-  std::barrier<> block(warps * 32), next(warps * 32);
+  vq_fiber_vars({&vq_tid, &vq_lane, &vq_warp, &vq_group});
+  VqBarrier block(0, warps * 32), next(0, warps * 32);
   vq_block_bar = &block;
+  std::vector<VqBarrier> bars;
+  for (int w = 0; w < warps; ++w) bars.emplace_back(32 * w, 32);
   std::vector<VqWarp> ws(warps);
-  for (int w = 0; w < warps; ++w) { ws[w].bar = new std::barrier<>(32); }
+  for (int w = 0; w < warps; ++w) ws[w].bar = &bars[w];
   vq_warps = ws.data();
-  std::vector<std::thread> th;
-  for (int t = 0; t < warps * 32; ++t) {
-    th.emplace_back([&f, &next, groups, t] {
-      vq_tid = t; vq_lane = t & 31; vq_warp = t >> 5;
-      for (int g = 0; g < groups; ++g) { vq_group = g; f(); next.arrive_and_wait(); }
-    });
-  }
-  for (auto& t : th) t.join();
-  for (auto& w : ws) delete w.bar;
+  auto thread = [&](int t) {
+    vq_tid = t; vq_lane = t & 31; vq_warp = t >> 5;
+    for (int g = 0; g < groups; ++g) { vq_group = g; f(); next.arrive_and_wait(); }
+  };
+  vq_fibers_run(warps * 32, thread);
 }
 
 static Shape shape_of(const int64_t* s) { Shape r{}; for (int i = 0; i < 4; ++i) r[i] = (int32_t)s[i]; return r; }
@@ -409,7 +410,7 @@ def fake_kernel(lib: ctypes.CDLL, kind: str):
 
 def install(monkeypatch, tune, lib: ctypes.CDLL, max_warps: int = 4, big_warps: int = 2) -> None:
     """Make accelerated.kernels believe a GPU backend is there and run every launch in the emulator (small
-    threadgroups: the emulator spawns one thread per lane). `tune`: the conftest fixture of that name."""
+    threadgroups: the emulator runs one fiber per lane). `tune`: the conftest fixture of that name."""
     from veloxquant.accelerated import kernels
     from veloxquant.accelerated.kernels import backend
     monkeypatch.setattr(backend, "available", lambda: (True, "CPU emulator"))

@@ -1,9 +1,11 @@
 """The decode-attention kernel bodies (accelerated/kernels/attention_source.py) executed on the CPU against
 accelerated.ops.attention and a float64 evaluation over the decoded records (tolerance tier).
 
-No GPU here, so a third prelude runs the shared body as C++20: one std::thread per GPU thread, a
-std::barrier per threadgroup (BARRIER) and one per warp (SHFL_XOR exchanges through memory between two
-warp barriers), `static` arrays as threadgroup memory. The launch description (inputs, templates, grids)
+No GPU here, so a third prelude runs the shared body as C++20: each GPU thread a fiber on the calling OS
+thread (tests/_fibers.py), a barrier per threadgroup (BARRIER) and one per warp (SHFL_XOR exchanges through memory
+between two warp barriers), `static` arrays as threadgroup memory. A barrier switches to the next runnable fiber;
+with `reverse` the fibers resume against lane order as the blocks run against x order, so an order a kernel
+wrongly relies on shows the same way on every run. The launch description (inputs, templates, grids)
 is accelerated.kernels.attention.launch_plan itself, and every record field reaches the body as a strided
 view inside a larger buffer, as the caches' buffers do. What it cannot check (the intrinsics, MLX's launch,
 occupancy) is checked on a GPU by tests/test_attention_gpu.py and benchmarks/test_decode_step.py.
@@ -28,6 +30,7 @@ from veloxquant.accelerated.kernels import methods as km_
 from veloxquant.accelerated.kernels import attention_source as src
 from veloxquant.accelerated.ops import attention as oatt
 import _kernel_emulator as ke
+from _fibers import FIBERS
 from _attention_util import f64_attention, packed
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
@@ -55,12 +58,11 @@ HEADER = r"""
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <thread>
 #include <vector>
+""" + FIBERS + r"""
 static inline float vq_max(float a, float b) { return std::fmax(a, b); }
 static inline int vq_min(int a, int b) { return a < b ? a : b; }
 #define DEVICE
@@ -74,11 +76,11 @@ struct vq_bf16 {
   explicit vq_bf16(float f) { uint32_t u; std::memcpy(&u, &f, 4); u += 0x7fffu + ((u >> 16) & 1u); bits = u >> 16; }
   operator float() const { uint32_t u = (uint32_t)bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
 };
-static thread_local int vq_tid;
-static thread_local int vq_bx, vq_by, vq_bz;     // each thread's block (vq_run)
+static int vq_tid;
+static int vq_bx, vq_by, vq_bz;     // each thread's block; these and vq_tid are a fiber's own (vq_run registers them)
 static int vq_nx, vq_ny, vq_nz;
-static std::barrier<>* vq_bar;
-static std::barrier<>* vq_warp_bar[32];
+static VqBarrier* vq_bar;
+static VqBarrier* vq_warp_bar[32];
 static float vq_xchg[1024];
 static inline float vq_shfl(float v, int m) {
   const int w = vq_tid / 32;
@@ -185,28 +187,29 @@ static inline float vq_round_to(_Float16, float x) { return (float)(_Float16)x; 
 static inline float vq_round_to(vq_bf16, float x) { return (float)vq_bf16(x); }
 @HELPERS@
 // blocks of a launch run one after the other, in x order or (vq_reverse) against it: a GPU gives no order, so a block
-// that reads what another block of the launch writes shows in one of the two. The launch's nt threads run every block
-// in turn (threads made once per launch, not per block): a block starts once every thread is done with the one before
-// (the `next` barrier), as when each block's threads were joined before the next block's started.
+// that reads what another block of the launch writes shows in one of the two. The launch's nt threads (fibers,
+// tests/_fibers.py; vq_reverse also resumes them against lane order) run every block in turn: a block starts once
+// every thread is done with the one before (the `next` barrier), as when each block's threads were joined first.
 static int vq_reverse = 0;
 extern "C" void vq_set_reverse(int r) { vq_reverse = r; }
 template <typename F>
 static void vq_run(int nt, int gx, int gy, int gz, F f) {
   vq_nx = gx; vq_ny = gy; vq_nz = gz;
-  std::barrier<> bar(nt), next(nt);
+  vq_fiber_reverse = vq_reverse;
+  vq_fiber_vars({&vq_tid, &vq_bx, &vq_by, &vq_bz});
+  VqBarrier bar(0, nt), next(0, nt);
   vq_bar = &bar;
-  std::vector<std::barrier<>*> wb;
-  for (int w = 0; w < (nt + 31) / 32; ++w) { wb.push_back(new std::barrier<>(std::min(32, nt - 32 * w))); vq_warp_bar[w] = wb.back(); }
-  std::vector<std::thread> ths;
-  for (int i = 0; i < nt; ++i) ths.emplace_back([&, i] {
+  std::vector<VqBarrier> wb;
+  for (int w = 0; w < (nt + 31) / 32; ++w) wb.emplace_back(32 * w, std::min(32, nt - 32 * w));
+  for (int w = 0; w < (int)wb.size(); ++w) vq_warp_bar[w] = &wb[w];
+  auto thread = [&](int i) {
     for (int z = 0; z < gz; ++z) for (int y = 0; y < gy; ++y) for (int x = 0; x < gx; ++x) {
       vq_bx = vq_reverse ? gx - 1 - x : x; vq_by = y; vq_bz = z;
       f(i);
       next.arrive_and_wait();
     }
-  });
-  for (auto& t : ths) t.join();
-  for (auto* p : wb) delete p;
+  };
+  vq_fibers_run(nt, thread);
 }
 """
 

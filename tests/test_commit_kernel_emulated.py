@@ -1,4 +1,4 @@
-"""accelerated.kernels.commit's body on the CPU (C++20 threads as in tests/test_attention_kernels_emulated.py):
+"""accelerated.kernels.commit's body on the CPU (C++20 fibers as in tests/test_attention_kernels_emulated.py):
 the in-place store of an append's rows into strided buffer views (old rows into a grown buffer, new rows
 after them) and the deferred checks, against numpy. The GPU side (in-place writes ordered by the token)
 runs in tests/test_attention_packed.py on a GPU."""

@@ -1,5 +1,5 @@
 """The sliding-window cache's decode step (issue 29 item 4) with the attention launches run by the kernel BODIES on
-the CPU (tests/test_attention_kernels_emulated.py's emulation: one std::thread per GPU thread, the partial and the
+the CPU (tests/test_attention_kernels_emulated.py's emulation: one fiber per GPU thread, the partial and the
 combine compiled from accelerated/kernels/csrc as the launch's key and template say). Everything else is the library's
 own: VeloxRotatingKVCache evicts (Stream.evict: rows below lo skipped), DecodeStep plans the launch (the whole buffers,
 nenc = lo + Q, the row start moved past lo: decode_step._past_evicted; KIVI's group fields from row lo / G), and with
