@@ -14,15 +14,17 @@ std::barrier version hung.
 x86-64 switches with a few instructions (the System V callee-saved registers and the stack pointer); elsewhere, or
 with -DVQ_FIBER_UCONTEXT, POSIX swapcontext, which also saves the signal mask (a syscall per switch). Per-thread
 state (the preludes' thread_local vq_tid, vq_lane, vq_bx...) is a plain int registered with vq_fiber_vars, saved
-and restored on every switch. Stacks are mmap'd once per library and reused by later launches, each with a
-PROT_NONE guard page below it so an overflow faults instead of writing into a neighbour.
+and restored on every switch. A launch's stacks are one mapping, unmapped after it; a canary word at the low end of each
+stack is checked then (an overflow aborts with a message; -DVQ_FIBER_PEAK measures the deepest use).
 """
 
 FIBERS = r"""
 #include <sys/mman.h>
 #include <algorithm>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 #if !defined(__x86_64__) || defined(VQ_FIBER_UCONTEXT)
 #define VQ_FIBER_UCONTEXT 1
@@ -41,7 +43,6 @@ struct VqFiber {
   int vars[8];
 };
 static std::vector<VqFiber> vq_fibers;
-static std::vector<char*> vq_stacks;             // one per fiber, kept for the library's later launches
 static std::vector<int> vq_ready;                 // runnable fibers, a ring of vq_fibers.size() + 1 slots
 static size_t vq_rhead, vq_rtail;
 static int vq_fcur = -1, vq_fdone;
@@ -133,31 +134,44 @@ static void vq_fiber_entry() {
   std::abort();                                   // a finished fiber is never resumed
 }
 
-static void vq_fiber_stacks(int n) {
+// the launch's stacks: one mapping (a mapping per stack, kept per library, ran into vm.max_map_count in one pytest
+// process), a PROT_NONE page below the lowest, a canary word at the low end of each, checked after the launch
+static const uint64_t vq_canary = 0x5a17c0de5a17c0deull;
+static char* vq_fiber_stacks(int n, size_t* bytes) {
   const size_t guard = 4096;
-  while ((int)vq_stacks.size() < n) {
-    void* p = mmap(nullptr, VQ_FIBER_STACK + guard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (p == MAP_FAILED) { std::perror("vq fibers: mmap"); std::abort(); }
-    mprotect(p, guard, PROT_NONE);
-    vq_stacks.push_back((char*)p + guard);
-  }
+  *bytes = guard + (size_t)n * VQ_FIBER_STACK;
+  void* p = mmap(nullptr, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) { std::perror("vq fibers: mmap"); std::abort(); }
+  mprotect(p, guard, PROT_NONE);
+  char* base = (char*)p + guard;
+  for (int i = 0; i < n; ++i) std::memcpy(base + (size_t)i * VQ_FIBER_STACK, &vq_canary, 8);
+  return base;
 }
-
-// the most stack any fiber of this library has used so far, in bytes (the deepest byte written: stacks start zero)
-extern "C" long vq_fiber_stack_peak() {
-  long peak = 0;
-  for (char* s : vq_stacks) {
-    long k = 0;
+#ifdef VQ_FIBER_PEAK
+// the most stack any fiber used (the deepest byte written: stacks start zero), for sizing VQ_FIBER_STACK
+static long vq_fiber_peak = 0;
+extern "C" long vq_fiber_stack_peak() { return vq_fiber_peak; }
+#endif
+static void vq_fiber_unmap(char* base, int n, size_t bytes) {
+  for (int i = 0; i < n; ++i) {
+    const char* s = base + (size_t)i * VQ_FIBER_STACK;
+    if (std::memcmp(s, &vq_canary, 8) != 0) {
+      std::fprintf(stderr, "vq fibers: thread %d overflowed its %d-byte stack (VQ_FIBER_STACK)\n", i, VQ_FIBER_STACK);
+      std::abort();
+    }
+#ifdef VQ_FIBER_PEAK
+    long k = 8;
     while (k < VQ_FIBER_STACK && s[k] == 0) ++k;
-    peak = std::max(peak, (long)VQ_FIBER_STACK - k);
+    vq_fiber_peak = std::max(vq_fiber_peak, (long)VQ_FIBER_STACK - k);
+#endif
   }
-  return peak;
+  munmap(base - 4096, bytes);
 }
 
 // run body(ctx, i) for i = 0 .. n - 1 as fibers, to completion; the first runs first (the last, reversed)
 static void vq_fibers_run(int n, void (*body)(void*, int), void* ctx) {
-  vq_fiber_stacks(n);
+  size_t bytes;
+  char* stacks = vq_fiber_stacks(n, &bytes);
   vq_fibers.assign(n, VqFiber{});
   vq_ready.assign(n + 1, 0);
   vq_rhead = vq_rtail = 0;
@@ -167,14 +181,14 @@ static void vq_fibers_run(int n, void (*body)(void*, int), void* ctx) {
     for (int k = 0; k < vq_nfvar; ++k) f.vars[k] = 0;
 #ifdef VQ_FIBER_UCONTEXT
     getcontext(&f.uc);
-    f.uc.uc_stack.ss_sp = vq_stacks[i];
+    f.uc.uc_stack.ss_sp = stacks + (size_t)i * VQ_FIBER_STACK;
     f.uc.uc_stack.ss_size = VQ_FIBER_STACK;
     f.uc.uc_link = nullptr;
     makecontext(&f.uc, vq_fiber_entry, 0);
 #else
     // a stack as if vq_ctx_switch had saved it: six registers, then vq_fiber_entry as the return address, then a
     // (never used) return address of vq_fiber_entry's own, so that it starts with the stack aligned as after a call
-    void** sp = (void**)(vq_stacks[i] + VQ_FIBER_STACK);
+    void** sp = (void**)(stacks + (size_t)(i + 1) * VQ_FIBER_STACK);
     *--sp = nullptr;
     *--sp = (void*)&vq_fiber_entry;
     for (int k = 0; k < 6; ++k) *--sp = nullptr;
@@ -186,6 +200,7 @@ static void vq_fibers_run(int n, void (*body)(void*, int), void* ctx) {
   const int first = vq_ready[vq_rhead];
   vq_rhead = (vq_rhead + 1) % vq_ready.size();
   vq_switch(-1, first);
+  vq_fiber_unmap(stacks, n, bytes);
 }
 template <typename F>
 static void vq_fibers_run(int n, F& f) { vq_fibers_run(n, [](void* c, int i) { (*(F*)c)(i); }, (void*)&f); }

@@ -1,6 +1,6 @@
 """tests/_fibers.py, the emulators' GPU threads as fibers: a barrier orders every member's writes before any member's
 reads after it, a missing one shows the same way on every run in either resume order, warps meet only their own
-lanes, and a barrier that cannot complete stops the process with a message instead of hanging."""
+lanes, and a barrier that cannot complete or a stack overflow stops the process with a message."""
 from __future__ import annotations
 
 import ctypes
@@ -34,6 +34,13 @@ extern "C" void neighbours(int nt, int barrier, int warp, int reverse, int32_t* 
     out[vq_tid] = slots[warp ? (vq_tid & ~31) | ((vq_tid + 1) & 31) : (vq_tid + 1) % nt];
   };
   vq_fibers_run(nt, thread);
+}
+// thread 1 writes a local array bigger than its stack (thread 0, below it, has finished by then)
+extern "C" void overflow() {
+  auto thread = [&](int i) {
+    if (i == 1) { volatile char big[VQ_FIBER_STACK + 4096]; for (size_t k = 0; k < sizeof big; ++k) big[k] = 1; }
+  };
+  vq_fibers_run(2, thread);
 }
 // thread 0 skips the barrier the others wait at
 extern "C" void deadlock() {
@@ -70,8 +77,11 @@ def test_barrier_orders_writes_before_reads_and_a_missing_one_shows(warp, revers
         assert (got == 0).any() and (got == _neighbours(nt, False, warp, reverse)).all()
 
 
-def test_a_barrier_that_cannot_complete_stops_with_a_message():
-    lib = _lib()
-    code = f"import ctypes; ctypes.CDLL({lib._name!r}).deadlock()"
+@pytest.mark.parametrize("call, message", [("deadlock", "deadlock, 63 of 64 threads wait"),
+                                           ("overflow", "thread 1 overflowed its")], ids=["deadlock", "overflow"])
+def test_a_launch_that_cannot_finish_stops_with_a_message(call, message):
+    """A barrier that cannot complete (the std::barrier version hung) and a stack overflow (else a neighbour's
+    stack is overwritten) abort the process with a message."""
+    code = f"import ctypes; ctypes.CDLL({_lib()._name!r}).{call}()"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0 and "deadlock, 63 of 64 threads wait" in r.stderr
+    assert r.returncode != 0 and message in r.stderr, r.stderr[-2000:]
