@@ -248,10 +248,10 @@ EXACT_FLAGS = ("-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math")
 
 def compile_library(text: str, prefix: str = "veloxquant-kemu", folder: pathlib.Path | None = None,
                     flags: tuple[str, ...] = EXACT_FLAGS) -> ctypes.CDLL:
-    """Compile C++ emulator text (or reuse the library, keyed by the text's hash) with `flags` (default: the
-    exact-arithmetic ones, no FMA contraction, no fast math). Safe for processes sharing the folder (pytest -n):
+    """Compile C++ emulator text (or reuse the library, keyed by the hash of the text and the flags) with `flags`
+    (default: the exact-arithmetic ones, no FMA contraction, no fast math). Safe for processes sharing the folder (pytest -n):
     one compiles a text while the others wait on its lock file, and files appear only whole (os.replace)."""
-    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    key = hashlib.sha256("\0".join((text, *flags)).encode()).hexdigest()[:16]     # (a flag changes the library)
     folder = folder or pathlib.Path(os.environ.get("VELOXQUANT_KEMU_DIR", tempfile.gettempdir()))
     so = folder / f"{prefix}-{key}.so"
     if not so.exists():
