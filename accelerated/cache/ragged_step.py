@@ -290,20 +290,16 @@ class RaggedMixedWindowsInPlace(RaggedMixedInPlace):
         """The next launch's (kf, kw, vf, vw): the keys' oldest window row and their window after the step (its rows
         past kf, the chunk's last), the values' pair as RaggedMixedInPlace's; held: (kw, vw)."""
         vf, vw = super().windows()
-        k = self.k
-        ws, n = k._ws, k._idx - k._lo
-        kf, kw = k._wbuf[:, :, ws:ws + self.t], k._wbuf[:, :, ws + self.t:ws + n + self.t]
+        kf, kw = _sliding(self.k, self.t)
         self.next, self.held = (kf, kw, vf, vw), (kw, vw)
         return self.next
 
     def stored(self, token: mx.array) -> None:
         if self.next is None:
             self.windows()
-        k, kw, lo = self.k, self.held[0], self.k._lo
+        window, lo = self.held[0], self.k._lo       # (super().stored lets go of held)
         super().stored(token)
-        k._ws += self.t
-        k._window = k._wview = kw
-        k._lo = lo + self.t
+        _slid(self.k, window, lo, self.t)
 
 
 class RaggedKiviKeysInPlace(RaggedInPlace):
@@ -402,20 +398,30 @@ class RaggedKiviKeysWindowsInPlace(RaggedKiviKeysInPlace):
         """The next launch's (kf, kw, vf, vw): the keys' pair as RaggedKiviKeysInPlace's, the values' oldest window
         row and their window after the step (its rows past vf, the chunk's last); held: (kw, vw)."""
         kf, kw = super().windows()
-        v = self.v
-        ws, n = v._ws, v._idx - v._lo
-        vf, vw = v._wbuf[:, :, ws:ws + self.t], v._wbuf[:, :, ws + self.t:ws + n + self.t]
+        vf, vw = _sliding(self.v, self.t)
         self.next, self.held = (kf, kw, vf, vw), (kw, vw)
         return self.next
 
     def stored(self, token: mx.array) -> None:
         if self.next is None:
             self.windows()
-        v, vw, lo = self.v, self.held[1], self.v._lo
+        window, lo = self.held[1], self.v._lo       # (super().stored lets go of held)
         super().stored(token)
-        v._ws += self.t
-        v._window = v._wview = vw
-        v._lo = lo + self.t
+        _slid(self.v, window, lo, self.t)
+
+
+def _sliding(s, t: int) -> tuple:
+    """(oldest row, window after the step) of a role whose window is the same positions in every row (phase 0) and
+    moves by a chunk of t rows each step: views of its window buffer."""
+    ws, n = s._ws, s._idx - s._lo
+    return s._wbuf[:, :, ws:ws + t], s._wbuf[:, :, ws + t:ws + n + t]
+
+
+def _slid(s, window: mx.array, lo: int, t: int) -> None:
+    """Such a role after its step stored: its window the held view, its first position (lo before the step) t on."""
+    s._ws += t
+    s._window = s._wview = window
+    s._lo = lo + t
 
 
 def append_in_place(k, v, keys: mx.array, values: mx.array, after: mx.array | None, plan=None):
