@@ -67,24 +67,25 @@ WINDOWED_CASES = [("g16-R8-V8", 16, 8, 8, [37, 50, 64, 21, 55], True),
 VALUE_METHODS = [("turboquant", 3), ("turboquant_rvq", 3), ("turboquant_prod", 3), ("rabitq", 1)]
 
 
-def _maker(g: int, window: int, value_method: str = "turboquant", value_bits: int = 3, vwin: int = 0):
-    def make():
+def _maker(g: int, window: int, value_method: str = "turboquant", value_bits: int = 3, vwin: int = 0, vg: int = 0):
+    def make():     # (vg: the values' own group size, mlx_affine's coordinate groups; the keys' G is g)
         c = vc.VeloxKVCache(key_method="kivi", key_bits=2, value_method=value_method, value_bits=value_bits,
-                            group_size=g, seed=2, layer=1, window=window)
+                            group_size=vg or g, seed=2, layer=1, window=window)
+        c.key_params = dataclasses.replace(c.key_params, group_size=g)
         c.value_params = dataclasses.replace(c.value_params, window=vwin)     # (per-token values: R = 0, or vwin)
         return c
     return make
 
 
 def _fused_steps(bodies, monkeypatch, tune, g, window, lengths, inside, value_method="turboquant",  # noqa: F811
-                 value_bits=3, vwin=0):
+                 value_bits=3, vwin=0, vg=0):
     """G + 2 steps of rse.fused_steps (each row's bytes and output its single cache's after every step), every row's
     keys flushing; the first step's append the kernel's own launch, every later one inside the ragged MIXED partial
     (HASWIN 2, or 4 with the values' window vwin; the keys' phases) unless `inside` is off."""
     monkeypatch.setattr(rse, "_Append", _KeysAppend)
     tune(fuse_append=inside)
     steps = g + 2
-    flushed = rse.fused_steps(_maker(g, window, value_method, value_bits, vwin), lengths, steps, role="_k")
+    flushed = rse.fused_steps(_maker(g, window, value_method, value_bits, vwin, vg), lengths, steps, role="_k")
     assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
     assert bodies.appends == (1 if inside else steps), f"{bodies.appends} append launches alone"
     fused_steps = [x for x in bodies.launches if x["key"][6]]
@@ -127,6 +128,20 @@ def test_a_ragged_kivi_keys_batch_of_other_values_steps_through_the_fused_decode
     _fused_steps(bodies, monkeypatch, tune, 16, 8, [37, 50, 64, 21, 55], True, method, bits)
 
 
+# mlx_affine values, their coordinate groups (vg: 32 or 64 of d = 64) beside KIVI keys G = 16, R = 8: (id, vg, values'
+# R); the windowed one takes RaggedKiviKeysWindowsInPlace (HASWIN 4)
+AFFINE_CASES = [("vg32", 32, 0), ("vg64", 64, 0), ("vg32-V8", 32, 8)]
+
+
+@pytest.mark.parametrize("vg, vwin", [c[1:] for c in AFFINE_CASES], ids=[c[0] for c in AFFINE_CASES])
+def test_a_ragged_kivi_keys_batch_of_affine_values_steps_through_the_fused_decode_step(bodies, monkeypatch,  # noqa
+                                                                                       tune, vg, vwin):
+    """mlx_affine 4-bit values (coordinate groups vg) beside KIVI keys G = 16, R = 8: each row's bytes and output its
+    single cache's after every one of G + 2 steps (a per-token scope's rows encode wherever x reaches the keys' phase,
+    append.RAGGED_ENCODES), every partial of the affine value method (MV)."""
+    _fused_steps(bodies, monkeypatch, tune, 16, 8, [37, 50, 64, 21, 55], True, "mlx_affine", 4, vwin, vg)
+
+
 # (name, G, keys' R, values' R, lengths): the appended-inside cases, for a CUDA GPU
 GPU_CASES = [(c[0], c[1], c[2], 0, c[3]) for c in CASES + R0_CASES if c[4]] + [c[:5] for c in WINDOWED_CASES if c[5]]
 
@@ -151,13 +166,14 @@ def test_a_ragged_kivi_keys_batch_steps_through_the_fused_decode_step_on_the_gpu
     assert fused_ and all((a[0], a[2], a[-1]) == (layouts.KERNEL_IDS["kivi"], *want) for a in fused_), names
 
 
-def test_a_rejected_kivi_keys_step_rolls_every_row_back(bodies, monkeypatch):  # noqa: F811
+@pytest.mark.parametrize("values", [("turboquant", 3, 0, 0), ("mlx_affine", 4, 0, 32)], ids=["turboquant", "affine-vg32"])
+def test_a_rejected_kivi_keys_step_rolls_every_row_back(bodies, monkeypatch, values):  # noqa: F811
     """A NaN in one row's keys, stored by a fused step (copied into the keys' window): the deferred check raises at a
     later step with every row back before that chunk (marks over the in-place buffers), and the steps after it (a new
     plan) keep each row its single cache's bytes."""
     monkeypatch.setattr(rse, "_Append", _KeysAppend)
     g, lengths = 16, [37, 50, 64, 21, 55]
-    make = _maker(g, 8)
+    make = _maker(g, 8, *values)
     good = 5
     seeds = [900 + n for n in range(good)] + list(range(910, 910 + g))
     want = rse._singles(make, lengths, seeds)
@@ -284,7 +300,8 @@ def _partial_text(kp, vp, d: int, backend_: str, ragged_: bool, append: bool) ->
     header, source = katt.src.assemble("partial", backend_, st.key[0], st.key[1], haswin, False, False, append, True,
                                        st.key[8] if ragged_ else False)
     h = "__half" if backend_ == "cuda" else "half"
-    types = {n: h for n in ("q", "ks0", "ks1", "kgs", "kgz", "kw", "vs0", "vs1", "vw", "kx", "vx", "kf", "vf")}
+    types = {n: h for n in ("q", "ks0", "ks1", "kgs", "kgz", "kw", "vs0", "vs1", "vgs", "vgz", "vw", "kx", "vx", "kf",
+                            "vf")}
     types.update({n: "uint32_t" for n in ("kc1", "kc2", "vc1", "vc2", "kconst", "vconst")})
     types.update(flags="bool" if append else "uint32_t", nenc="int32_t", rstart="int32_t", rphase="int32_t",
                  token="bool")
@@ -297,41 +314,44 @@ def _partial_text(kp, vp, d: int, backend_: str, ragged_: bool, append: bool) ->
     return header + _metal_kernel("partial_kivi_keys", source, st.names, outs, types, tmpl), source
 
 
-def _params(kwin: int, vwin: int = 0):
+def _params(kwin: int, vwin: int = 0, affine: bool = False):
     from veloxquant import spec
-    return (spec.Params("kivi", bits=2, group_size=32, window=kwin, role="k").resolved(),
-            spec.Params("turboquant", bits=3, window=vwin, role="v").resolved())
+    vp = (spec.Params("mlx_affine", bits=4, group_size=64, window=vwin, role="v") if affine
+          else spec.Params("turboquant", bits=3, window=vwin, role="v"))
+    return spec.Params("kivi", bits=2, group_size=32, window=kwin, role="k").resolved(), vp.resolved()
 
 
-# (keys' window, values' window, the append inside): HASWIN 2 without and with the append, at the keys' R = 0 (the OWN
-# text), and HASWIN 4 (one window 32 for the layer) with the append
-COMPILE_CASES = [(128, 0, False), (128, 0, True), (0, 0, True), (32, 32, True)]
+# (keys' window, values' window, the append inside, mlx_affine 4-bit values of 64-coordinate groups instead of
+# turboquant's): HASWIN 2 without and with the append, at the keys' R = 0 (the OWN text), and HASWIN 4 (one window 32
+# for the layer) with the append; the affine values with the append, HASWIN 2
+COMPILE_CASES = [(128, 0, False, False), (128, 0, True, False), (0, 0, True, False), (32, 32, True, False),
+                 (128, 0, True, True)]
+COMPILE_IDS = [f"k{a}-v{b}{'-append' if c else ''}{'-affine' if d else ''}" for a, b, c, d in COMPILE_CASES]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
-@pytest.mark.parametrize("kwin, vwin, append", COMPILE_CASES,
-                         ids=[f"k{a}-v{b}{'-append' if c else ''}" for a, b, c in COMPILE_CASES])
-def test_cuda_ragged_kivi_keys_partial_compiles_without_spills(kwin, vwin, append, monkeypatch, tmp_path):
+@pytest.mark.parametrize("kwin, vwin, append, affine", COMPILE_CASES, ids=COMPILE_IDS)
+def test_cuda_ragged_kivi_keys_partial_compiles_without_spills(kwin, vwin, append, affine, monkeypatch, tmp_path):
     """The ragged MIXED partial with KIVI keys (2-bit, G = 32) beside turboquant 3-bit values, d = 128: sm_80 and
-    sm_90, no spills and no stack frame beyond the row-starts MIXED partial's at the same template."""
+    sm_90, no spills and no stack frame beyond the row-starts MIXED partial's at the same template (mlx_affine values:
+    the same checks)."""
     from _attention_util import resources
-    kp, vp = _params(kwin, vwin)
+    kp, vp = _params(kwin, vwin, affine)
     monkeypatch.setattr(katt, "_sm_count", lambda: 132)
     plain, rag = (resources(_partial_text(kp, vp, 128, "cuda", r, append)[0], tmp_path / f"kivi_keys_{int(r)}")
                   for r in (False, True))
-    print("kivi keys", kwin, vwin, append, "registers, stack frame, spill stores, spill loads: starts", plain,
+    print("kivi keys", kwin, vwin, append, affine, "registers, stack frame, spill stores, spill loads: starts", plain,
           "ragged", rag)
     for arch, (regs, stack, stores, loads) in rag.items():
         assert stores == loads == 0 and regs <= 255 and stack <= plain[arch][1], (arch, rag, plain)
 
 
-@pytest.mark.parametrize("kwin, vwin, append", COMPILE_CASES,
-                         ids=[f"k{a}-v{b}{'-append' if c else ''}" for a, b, c in COMPILE_CASES])
-def test_metal_ragged_kivi_keys_partial_compiles_against_shim(kwin, vwin, append, tmp_path):
+@pytest.mark.parametrize("kwin, vwin, append, affine", COMPILE_CASES, ids=COMPILE_IDS)
+def test_metal_ragged_kivi_keys_partial_compiles_against_shim(kwin, vwin, append, affine, tmp_path):
     """The same partials as Metal would get them (tests/metal_shim.h: a syntax check of the Metal names; no Apple GPU
     has run them), and the Metal lint finds nothing in them beyond the row-starts MIXED text's own finding."""
     import test_kernels_source as tks
-    kp, vp = _params(kwin, vwin)
+    kp, vp = _params(kwin, vwin, affine)
     text, source = _partial_text(kp, vp, 128, "metal", True, append)
     r = tks._gxx_metal(text, tmp_path)
     assert r.returncode == 0, r.stderr[-4000:]

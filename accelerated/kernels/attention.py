@@ -53,9 +53,9 @@ def keyed_mixed(kp: spec.Params) -> bool:
 
 def kivi_keyed(kp: spec.Params, vp: spec.Params) -> bool:
     """Whether a ragged MIXED partial (and cache/ragged_step.py's RaggedKiviKeysInPlace) takes KIVI keys of each row's
-    own phase beside these values: a per-token method without groups (the texts take it as MV; VQ_RKEYS)."""
-    lay = layouts.of(vp)
-    return kp.method == "kivi" and lay.per_token and not lay.affine
+    own phase beside these values: a per-token method, mlx_affine's coordinate groups too (the texts take it as MV;
+    VQ_RKEYS; append.RAGGED_ENCODES gates KIVI scopes only by the group)."""
+    return kp.method == "kivi" and layouts.of(vp).per_token
 
 
 def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask, mixed: bool = False) -> bool:
