@@ -148,8 +148,8 @@ def test_a_ragged_mixed_batch_of_any_per_token_keys_takes_one_fast_step_per_laye
         assert tags == {want}, (window, knobs, tags)
 
 
-# KIVI keys beside per-token values (method, bits); mlx_affine's coordinate groups of the keys' G (the cache's one
-# group_size; another size: tests/test_ragged_kivi_keys_step_emulated.py)
+# KIVI keys beside per-token values (method, bits); group_size unset: each role its method's default (KIVI G 32,
+# mlx_affine 64-coordinate groups; 32: tests/test_ragged_kivi_keys_step_emulated.py)
 VALUE_METHODS = [("turboquant", 3), ("turboquant_rvq", 3), ("turboquant_prod", 3), ("rabitq", 1), ("mlx_affine", 4)]
 
 
