@@ -142,13 +142,18 @@ def test_a_ragged_kivi_keys_batch_of_affine_values_steps_through_the_fused_decod
     _fused_steps(bodies, monkeypatch, tune, 16, 8, [37, 50, 64, 21, 55], True, "mlx_affine", 4, vwin, vg)
 
 
-# (name, G, keys' R, values' R, lengths): the appended-inside cases, for a CUDA GPU
-GPU_CASES = [(c[0], c[1], c[2], 0, c[3]) for c in CASES + R0_CASES if c[4]] + [c[:5] for c in WINDOWED_CASES if c[5]]
+# (name, G, keys' R, values' R, lengths, values (method, bits, their group size)): the appended-inside cases, and
+# mlx_affine values (coordinate groups of 32 beside the keys' G = 16) at values' R 0 and 8, for a CUDA GPU
+AFFINE_VALUES = ("mlx_affine", 4, 32)
+GPU_CASES = ([(c[0], c[1], c[2], 0, c[3], ("turboquant", 3, 0)) for c in CASES + R0_CASES if c[4]]
+             + [(*c[:5], ("turboquant", 3, 0)) for c in WINDOWED_CASES if c[5]]
+             + [("affine-vg32-R8", 16, 8, 0, [37, 50, 64, 21, 55], AFFINE_VALUES),
+                ("affine-vg32-R8-V8", 16, 8, 8, [37, 50, 64, 21, 55], AFFINE_VALUES)])
 
 
-@pytest.mark.parametrize("g, window, vwin, lengths", [c[1:] for c in GPU_CASES], ids=[c[0] for c in GPU_CASES])
-def test_a_ragged_kivi_keys_batch_steps_through_the_fused_decode_step_on_the_gpu(g, window, vwin, lengths, tune,
-                                                                                 monkeypatch):
+@pytest.mark.parametrize("g, window, vwin, lengths, values", [c[1:] for c in GPU_CASES], ids=[c[0] for c in GPU_CASES])
+def test_a_ragged_kivi_keys_batch_steps_through_the_fused_decode_step_on_the_gpu(g, window, vwin, lengths, values,
+                                                                                 tune, monkeypatch):
     """The same steps on a CUDA GPU (MLX's CUDA build, the kernels compiled and launched by MLX): each row's bytes and
     output its single cache's after every step, the fused steps' partial the ragged MIXED kernel with KIVI keys and
     the append inside (HASWIN 2, its OWN text with the keys' R = 0, or 4 with the values' window) (skipped without a
@@ -159,7 +164,8 @@ def test_a_ragged_kivi_keys_batch_steps_through_the_fused_decode_step_on_the_gpu
     names = []
     compiled = katt._compiled
     monkeypatch.setattr(katt, "_compiled", lambda kind, *args: names.append((kind, args)) or compiled(kind, *args))
-    flushed = rse.fused_steps(_maker(g, window, vwin=vwin), lengths, g + 2, role="_k")
+    method, bits, vg = values
+    flushed = rse.fused_steps(_maker(g, window, method, bits, vwin, vg), lengths, g + 2, role="_k")
     assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
     fused_ = [a for kind, a in names if kind == "partial" and a[6]]
     want = (4, True) if vwin else (2, True if window else katt.src.OWN)

@@ -162,11 +162,17 @@ def test_a_mixed_step_left_pending_is_stored_alone_by_a_read_of_the_cache(bodies
         sorted({x["key"] for x in bodies.launches})
 
 
-GPU_CASES = [(c[0], *c[1:5]) for c in WINDOWED_CASES if c[5]] + [(c[0], c[1], 0, 0, c[2]) for c in R0_CASES if c[3]]
+# (name, G, values' R, keys' R, lengths, keys (method, bits, their group size)): the windowed and window-0 cases, and
+# mlx_affine keys (coordinate groups of 32 beside the values' G = 16) at keys' R 0 and 8, for a CUDA GPU
+AFFINE_KEYS = ("mlx_affine", 4, 32)
+GPU_CASES = ([(c[0], *c[1:5], ("turboquant", 3, 0)) for c in WINDOWED_CASES if c[5]]
+             + [(c[0], c[1], 0, 0, c[2], ("turboquant", 3, 0)) for c in R0_CASES if c[3]]
+             + [("affine-kg32-keys-R0", 16, 8, 0, [37, 50, 64, 21, 55], AFFINE_KEYS),
+                ("affine-kg32-keys-R8", 16, 8, 8, [37, 50, 64, 21, 55], AFFINE_KEYS)])
 
 
-@pytest.mark.parametrize("g, window, kwin, lengths", [c[1:] for c in GPU_CASES], ids=[c[0] for c in GPU_CASES])
-def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step_on_the_gpu(g, window, kwin, lengths, tune,
+@pytest.mark.parametrize("g, window, kwin, lengths, keys", [c[1:] for c in GPU_CASES], ids=[c[0] for c in GPU_CASES])
+def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step_on_the_gpu(g, window, kwin, lengths, keys, tune,
                                                                              monkeypatch):
     """The windowed and the window-0 steps on a CUDA GPU (MLX's CUDA build, the kernels compiled and launched by MLX):
     each row's bytes and output its single cache's after every step, the fused steps' partial the ragged MIXED kernel
@@ -179,10 +185,10 @@ def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step_on_the_gpu(g, 
     names = []
     compiled = katt._compiled
     monkeypatch.setattr(katt, "_compiled", lambda kind, *args: names.append((kind, args)) or compiled(kind, *args))
-    flushed = rse.fused_steps(_maker(g, window, kwin), lengths, g + 2, role="_v")
+    flushed = rse.fused_steps(_maker(g, window, kwin, *keys), lengths, g + 2, role="_v")
     assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
     fused_ = [a for kind, a in names if kind == "partial" and a[6]]
-    want = (4, True) if kwin else (3, katt.src.OWN)
+    want = (4, True) if kwin else (3, True if window else katt.src.OWN)
     assert fused_ and all((a[2], a[-1]) == want for a in fused_), names
 
 
