@@ -89,6 +89,7 @@ def texts():
             for mk, mv, apart, win in itertools.product(METHODS, METHODS, (False, True), ((True, False), (False, True))):
                 yield ("append", f"{mk}/{mv}/apart={int(apart)}/win={int(win[0])}{int(win[1])}", be), \
                     append.assemble(be, mk, mv, apart, win)
+        yield from _ragged(be)
         types = ("uint32_t", "float", "__half" if be == "cuda" else "half", "uint8_t", "bool")
         shapes = [((t, n),) for t in types for n in (1, 2, 3, 4)] + [(("uint32_t", 4), ("float", 3))]
         checks = [()] + [((k, n),) for k in ("nonfinite", "flag") for n in (1, 2, 3, 4)] + \
@@ -97,6 +98,28 @@ def texts():
             if w or c:
                 yield ("commit", f"{w} {c} after={int(after)}", be), _commit(be, w, c, after)
     yield ("nsmid", "-", "cuda"), _nsmid()
+
+
+def _ragged(be: str):
+    """The ragged texts (rows of their own group phase: cache/ragged.py): every partial with row starts and every
+    append with `rphase` that the composers accept (they refuse the rest with ValueError)."""
+    from veloxquant.accelerated.kernels import append, attention_source as src
+    tcs = (False, True, getattr(src, "TC_TENS", None), getattr(src, "TC_MIX", None)) if be == "cuda" else (False,)
+    for mk, mv, haswin, tc, app, ragged in itertools.product(range(6), range(6), (False, True, 2, 3, 4),
+                                                             [t for t in tcs if t is not None], (False, True),
+                                                             (True, getattr(src, "OWN", True))):
+        try:
+            text = src.assemble("partial", be, mk, mv, haswin, False, tc, app, True, ragged)
+        except ValueError:
+            continue
+        yield ("partial", f"{mk}{mv} win={int(haswin)} tc={tc} append={int(app)} ragged={ragged}", be), text
+    for mk, mv, apart, win in itertools.product(METHODS, METHODS, (False, True),
+                                                (True, (True, False), (False, True), (True, True))):
+        try:
+            text = append.assemble(be, mk, mv, apart, win, True)
+        except ValueError:
+            continue
+        yield ("append", f"{mk}/{mv}/apart={int(apart)}/win={win}/ragged", be), text
 
 
 def tokens(header: str, source: str) -> list[str]:

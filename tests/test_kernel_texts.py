@@ -24,3 +24,16 @@ def test_every_kind_is_enumerated():
     seen = {(kind, be) for (kind, _, be), (header, source) in kt.texts() if source.strip()}
     kinds = {"encode", "decode", "append", "partial", "combine", "commit"}
     assert seen >= {(k, be) for k in kinds for be in kt.BACKENDS} | {("nsmid", "cuda")}, seen
+
+
+def test_ragged_texts_are_enumerated():
+    """The ragged partials (KIVI both roles, the mixed pairs either way round, OWN's texts) and appends are listed
+    too: a change to them shows in a before/after compare."""
+    texts = [(kind, v, source) for (kind, v, be), (_, source) in kt._ragged("cuda")]
+    variants = [(kind, v) for kind, v, _ in texts]
+    appends = [source for kind, _, source in texts if kind == "append"]
+    assert appends and all("#define VQ_ROW_ENCODES" in a for a in appends), "ragged appends without the rows' encode gate"
+    partials = {v.split(" ", 1)[0] for k, v in variants if k == "partial"}
+    assert {"44", "04", "40"} <= partials, sorted(partials)
+    from veloxquant.accelerated.kernels import attention_source as src
+    assert any(v.endswith(f"ragged={src.OWN}") for _, v in variants), variants[:5]
