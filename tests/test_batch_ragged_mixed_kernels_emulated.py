@@ -115,8 +115,9 @@ def test_the_ragged_mixed_partial_attends_each_row_as_its_own_cache(c, ragged_tu
 
 
 def test_the_ragged_mixed_pair_is_refused_where_the_loop_does_not_hold_it(ragged_tuning):
-    """No MIXED flag, or KIVI keys beside mlx_affine values: the ragged partials refuse (the ops path attends); KIVI
-    keys beside turboquant values are taken (VQ_RKEYS: tests/test_ragged_kivi_keys_step_emulated.py)."""
+    """No MIXED flag, or no KIVI role (per-token methods in both): the ragged partials refuse (the ops path attends);
+    KIVI keys beside turboquant or mlx_affine values are taken (VQ_RKEYS: tests/test_ragged_kivi_keys_step_emulated.py;
+    mlx_affine's since the encode gate tests group phases in KIVI scopes only)."""
     batch = vc.VeloxKVCache.merge(_caches(3, 2, 16, 0, 8, 64, [37, 50]))
     k, v = _kv(1, 5, 64, b=2)
     mask = masks.row_starts(batch.make_mask(1))
@@ -130,7 +131,9 @@ def test_the_ragged_mixed_pair_is_refused_where_the_loop_does_not_hold_it(ragged
         assert not katt.supports(q, kk.record, vv.record, mask)
         assert katt.supports(q, *swapped, mask, True), "KIVI keys beside turboquant values refused"
         affine = dataclasses.replace(swapped[1], params=dataclasses.replace(swapped[1].params, method="mlx_affine"))
-        assert not katt.supports(q, swapped[0], affine, mask, True), "KIVI keys beside mlx_affine values taken"
+        assert katt.supports(q, swapped[0], affine, mask, True), "KIVI keys beside mlx_affine values refused"
+        per_token = dataclasses.replace(vv.record, params=dataclasses.replace(vv.record.params, method="turboquant"))
+        assert not katt.supports(q, kk.record, per_token, mask, True), "a ragged pair without a KIVI role taken"
 
 
 def _compiled_resources(kp, vp, d, ragged: bool, stem, append: bool = False) -> dict:
