@@ -81,6 +81,7 @@ def saves_and_loads(batch, cls, path: str, offsets: list, meta: bool = True) -> 
 def poisoned(rec: oatt.RaggedRecord, stream: ragged.RaggedStream) -> oatt.RaggedRecord:
     """rec with every byte no row may read all bits set: per row, field rows below its first token (group rows below
     its first group) and past its own boundary, window slots below its own window."""
+    rec.sync()      # an in-place store still pending (a GPU's lazy launch) writes these buffers: copy them after it
     p, pads, bnd = stream.params, stream._pads, stream.bounds()
     g = p.group_size
     ph = ragged.phases(pads, p)

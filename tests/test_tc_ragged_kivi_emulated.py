@@ -140,7 +140,7 @@ def test_ragged_rows_on_the_tensor_core_loop_within_the_attention_budget(case, r
     _check_rows(case, lambda q, k, v, scale, mask: emu.emulate(q, k, v, scale, mask, reverse=True))
 
 
-def _check_rows(case, run, poison: bool = True):
+def _check_rows(case, run):
     """The ragged batch's steps (_steps), each checked step's output through run(q, k, v, scale, mask) with the
     tensor-core loop and with the scalar one (see the test above)."""
     worst = []
@@ -150,7 +150,7 @@ def _check_rows(case, run, poison: bool = True):
         d = q.shape[-1]
         plan = _plan(q, kr, vr, mask)
         assert plan.key[4] is True and plan.key[7] and plan.key[8], f"not the ragged tensor-core loop: {plan.key}"
-        pk, pv = (poisoned(kr, batch.inner._k), poisoned(vr, batch.inner._v)) if poison else (kr, vr)
+        pk, pv = poisoned(kr, batch.inner._k), poisoned(vr, batch.inner._v)
         got = run(q, pk, pv, d ** -0.5, mask)
         with tuning.override(tc_ragged=False):
             assert not _plan(q, kr, vr, mask).key[4], "tc_ragged off: the scalar loop"
@@ -175,11 +175,9 @@ def test_ragged_rows_on_the_tensor_core_loop_on_the_gpu_within_the_attention_bud
     fused decode step."""
     tune(ragged=True, tc_ragged=True, tokens_per_split=24, fuse_append=False)
     # (fuse_append off: a fused step leaves its token pending for the attention launch, so the records that
-    # update_and_fetch returns lack it. Not poisoned: from the in-place plan, poisoned copies failed at step 0
-    # in both loops on an H100; open, docs/ragged-kivi.md "The GPU twins on an H100")
+    # update_and_fetch returns lack it. `poisoned` waits for the in-place plan's pending store before it copies)
     katt._static.cache_clear()
-    _check_rows(case, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)),
-                poison=False)
+    _check_rows(case, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)))
 
 
 def _kernels(monkeypatch) -> list:

@@ -102,7 +102,7 @@ def _steps(case, on_step) -> set:
     return seen
 
 
-def _check_rows(case, run, poison: bool = True):
+def _check_rows(case, run):
     """Each checked step's output through run(q, k, v, scale, mask) on TC_MIX's ragged loop against float64 over each
     row's single cache and against the ragged scalar MIXED partial (tc_ragged off) over the same poisoned records."""
     qdt, worst = case[-1], []
@@ -112,7 +112,7 @@ def _check_rows(case, run, poison: bool = True):
         d = q.shape[-1]
         plan = _plan(q, kr, vr, mask)
         assert plan.key[4] == src.TC_MIX and plan.key[2] == haswin and plan.key[7] and plan.key[8], plan.key
-        pk, pv = (poisoned(kr, batch.inner._k), poisoned(vr, batch.inner._v)) if poison else (kr, vr)
+        pk, pv = poisoned(kr, batch.inner._k), poisoned(vr, batch.inner._v)
         got = run(q, pk, pv, d ** -0.5, mask)
         with tuning.override(tc_ragged=False):
             assert not _plan(q, kr, vr, mask).key[4], "tc_ragged off: the ragged scalar MIXED partial"
@@ -141,11 +141,10 @@ def test_ragged_mixed_rows_on_the_gpu_tensor_core_loop_within_the_attention_budg
     """The same cases through MLX's CUDA kernels (the hardware's mma accumulation)."""
     tune(ragged=True, tc_ragged=True, tc_mixed=True, tokens_per_split=24, fuse_append=False)
     # (fuse_append off: a fused step leaves its token pending for the attention launch, so the records that
-    # update_and_fetch returns lack it. Not poisoned: from the in-place plan, poisoned copies failed at step 0
-    # in both loops on an H100; open, docs/ragged-kivi.md "The GPU twins on an H100")
+    # update_and_fetch returns lack it. `poisoned` waits for the in-place plan's pending store before it copies)
     katt._static.cache_clear()
     _check_rows(case, lambda q, k, v, scale, mask: np.array(
-        katt.attention(q, k, v, scale, mask, mixed=True).astype(mx.float32)), poison=False)
+        katt.attention(q, k, v, scale, mask, mixed=True).astype(mx.float32)))
 
 
 def test_the_knobs_pick_the_loop_of_ragged_mixed_launches_only(ragged_tc):
