@@ -69,6 +69,23 @@ def ragged_tuning(monkeypatch, tune):
     katt._static.cache_clear()
 
 
+def checked_steps(batch, singles, g: int, d: int, qdt=mx.float16, each=None):
+    """G + 1 decode steps of the ragged `batch`, its single caches stepped alike (each(batch) after every step, where
+    given); yields (step, queries of dtype qdt, keys, values, row starts mask) at every third step and the last."""
+    for step in range(g + 1):
+        k, v = _kv(1, 900 + step, d, b=len(singles))
+        mask = masks.row_starts(batch.make_mask(1))
+        kk, vv = batch.update_and_fetch(k, v)
+        for i, s in enumerate(singles):
+            s.update_and_fetch(k[i:i + 1], v[i:i + 1])
+        if each is not None:
+            each(batch)
+        if step % 3 and step != g:
+            continue
+        q = mx.random.normal((len(singles), REP * H, 1, d), key=mx.random.key(40 + step)).astype(qdt)
+        yield step, q, kk, vv, mask
+
+
 def _within_budget(got, q, single, d, when):
     qf = np.array(q.astype(mx.float32)).astype(np.float64)
     k64, v64 = (np.array(s.dequantized()).astype(np.float64) for s in (single._k, single._v))
@@ -87,15 +104,7 @@ def test_the_ragged_mixed_partial_attends_each_row_as_its_own_cache(c, ragged_tu
     haswin = katt.mixed_windows(batch.inner._k.params, batch.inner._v.params)
     assert haswin == (4 if kw else 3), haswin
     seen = set()
-    for step in range(g + 1):
-        k, v = _kv(1, 900 + step, d, b=len(lengths))
-        mask = masks.row_starts(batch.make_mask(1))
-        kk, vv = batch.update_and_fetch(k, v)
-        for i, s in enumerate(singles):
-            s.update_and_fetch(k[i:i + 1], v[i:i + 1])
-        if step % 3 and step != g:
-            continue
-        q = mx.random.normal((len(lengths), REP * H, 1, d), key=mx.random.key(40 + step)).astype(mx.float16)
+    for step, q, kk, vv, mask in checked_steps(batch, singles, g, d):
         kr, vr = kk.record, vv.record
         assert isinstance(kr, oatt.RaggedRecord) and isinstance(vr, oatt.RaggedRecord), (kr, vr)
         seen.add(tuple(batch.inner._v.bounds()))

@@ -9,7 +9,6 @@ of float64 over that single cache. The ragged plans' counterpart: tests/test_rag
 from __future__ import annotations
 
 import dataclasses
-import types
 
 import mlx.core as mx
 import numpy as np
@@ -20,8 +19,6 @@ from veloxquant.accelerated import attention as vattention
 from veloxquant.accelerated import layouts
 from veloxquant.accelerated.cache import masks
 from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
-from veloxquant.accelerated.kernels import append as fused
-from _attention_util import f64_attention
 from _batch_util import D, H, filled_with, kv
 import test_ragged_step_emulated as rse
 from test_ragged_step_emulated import bodies   # noqa: F401  (the fixture)
@@ -29,23 +26,10 @@ from test_ragged_step_emulated import bodies   # noqa: F401  (the fixture)
 REP = 2
 
 
-class _MixedAppend(rse._Append):
+class _MixedAppend(rse.MixedAppend):
     """The append kernel's MIXED variant without rphase (vq_append_mlx_affine_kivi_m01, or _m11 with the keys'
     window) run by its body."""
-
-    def __init__(self, ns, name, names):
-        rest = name.removeprefix("vq_append_")
-        self.mk = rest[:rest.find("_kivi")]
-        assert self.mk in layouts.KERNEL_IDS and self.mk != "kivi" and not name.endswith("_g"), name
-        assert "_m01" in name or "_m11" in name, name
-        self.ns, self.names = ns, list(names)
-        self.apart, self.ragged, self.win = "_apart" in name, False, ("_m11" in name, True)
-
-    def _lib(self, inputs, template):
-        text = fused.body(self.mk, "kivi", self.apart, self.win, False)
-        with pytest.MonkeyPatch.context() as m:
-            m.setattr(rse, "fused", types.SimpleNamespace(body=lambda *a: text))
-            return super()._lib(inputs, template)
+    ragged = False
 
 
 def _maker(kg: int, g: int, window: int, kwin: int):
@@ -101,14 +85,7 @@ def test_mixed_affine_keys_step_as_their_own_cache_through_the_fused_decode_step
         kk, vv = c.update_and_fetch(k, v)
         assert (kk.step is not None) == (step > 0), f"step {step}: DecodeStep {kk.step}"
         out = np.array(vattention.attend(q, kk, vv, D ** -0.5, mask).astype(mx.float32))
-        for i, ((kd, vd, krec, vrec), mine) in enumerate(zip(want[step], _rows(inner, len(lengths), lp))):
-            for role, rec, got in (("k", krec, mine[0]), ("v", vrec, mine[1])):
-                for name, a in rec.items():
-                    assert np.array_equal(np.array(got[name]).view(np.uint8), np.array(a).view(np.uint8)), \
-                        f"step {step}: row {i} {role} {name} differs from its single cache's"
-            ref = f64_attention(np.array(q[i:i + 1].astype(mx.float32)), kd, vd, D ** -0.5, False)
-            np.testing.assert_allclose(out[i:i + 1], ref, rtol=0, atol=2e-3 * np.abs(ref).max(),
-                                       err_msg=f"step {step}: row {i} vs float64 over its single cache")
+        rse.rows_like_singles(want[step], _rows(inner, len(lengths), lp).__getitem__, q, out, f"step {step}")
     assert bodies.appends == 1, f"{bodies.appends} append launches alone"
     fused_steps = [x for x in bodies.launches if x["key"][6]]
     assert len(fused_steps) == steps - 1 and all(x["key"][2] == (4 if kwin else 3) for x in bodies.launches), \

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import types
 
 import mlx.core as mx
 import pytest
 
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import layouts
-from veloxquant.accelerated.cache import masks, ragged, ragged_step
+from veloxquant.accelerated.cache import ragged, ragged_step
 from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend
 from veloxquant.accelerated.ops import attention as oatt
 from _attention_util import CUDA_UNIT_PRELUDE
-from _batch_util import filled_with, poisoned
+from _batch_util import poisoned
 import test_attention_kernels_emulated as emu
 import test_batch_ragged_mixed_kernels_emulated as rmk
 import test_ragged_step_emulated as rse
@@ -40,11 +39,8 @@ class _KeysAppend(rse._Append):
         self.ns, self.names = ns, list(names)
         self.apart, self.ragged, self.win = "_apart" in name, True, (True, name.endswith("_m11_g"))
 
-    def _lib(self, inputs, template):
-        text = fused.body("kivi", self.mv, self.apart, self.win, True)
-        with pytest.MonkeyPatch.context() as m:
-            m.setattr(rse, "fused", types.SimpleNamespace(body=lambda *a: text))
-            return super()._lib(inputs, template)
+    def _body(self) -> str:
+        return fused.body("kivi", self.mv, self.apart, self.win, True)
 
 
 # (name, G, keys' R, lengths, the append inside): each case's rows of at least two key phases; g16-R8: the 55-token
@@ -84,14 +80,8 @@ def _fused_steps(bodies, monkeypatch, tune, g, window, lengths, inside, value_me
     (HASWIN 2, or 4 with the values' window vwin; the keys' phases) unless `inside` is off."""
     monkeypatch.setattr(rse, "_Append", _KeysAppend)
     tune(fuse_append=inside)
-    steps = g + 2
-    flushed = rse.fused_steps(_maker(g, window, value_method, value_bits, vwin, vg), lengths, steps, role="_k")
-    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
-    assert bodies.appends == (1 if inside else steps), f"{bodies.appends} append launches alone"
-    fused_steps = [x for x in bodies.launches if x["key"][6]]
-    assert len(fused_steps) == (steps - 1 if inside else 0), sorted({x["key"] for x in bodies.launches})
-    assert len(bodies.launches) == steps and all(x["key"][2] == (4 if vwin else 2) and x["key"][7] and x["key"][-1]
-                                                 for x in bodies.launches), sorted({x["key"] for x in bodies.launches})
+    rse.flushing_steps(bodies, _maker(g, window, value_method, value_bits, vwin, vg), lengths, g + 2, "_k", inside,
+                       4 if vwin else 2)
     assert {x["key"][:2] for x in bodies.launches} == {(layouts.KERNEL_IDS["kivi"], layouts.KERNEL_IDS[value_method])}
 
 
@@ -178,25 +168,8 @@ def test_a_rejected_kivi_keys_step_rolls_every_row_back(bodies, monkeypatch, val
     later step with every row back before that chunk (marks over the in-place buffers), and the steps after it (a new
     plan) keep each row its single cache's bytes."""
     monkeypatch.setattr(rse, "_Append", _KeysAppend)
-    g, lengths = 16, [37, 50, 64, 21, 55]
-    make = _maker(g, 8, *values)
-    good = 5
-    seeds = [900 + n for n in range(good)] + list(range(910, 910 + g))
-    want = rse._singles(make, lengths, seeds)
-    batch = vc.VeloxKVCache.merge(filled_with(make, lengths, seed=7))
-    for n in range(good):
-        rse._step(batch, seeds[n], want[n], f"step {n}")
-    assert isinstance(batch.inner._in_place, ragged_step.RaggedKiviKeysInPlace), batch.inner._in_place
-    kk = rse._step(batch, 905, want[0], "the bad step", bad=True)
-    assert kk.step is not None, "the bad chunk did not take the fused step"
-    with pytest.raises(ValueError, match="keys"):
-        for s in range(3):
-            batch.update_and_fetch(*rse.kv(1, 906 + s, b=len(lengths)))
-        batch.check()
-    assert batch.offset.tolist() == [64 + good - p for p in batch.left_padding.tolist()]
-    for n in range(good, len(seeds)):
-        rse._step(batch, seeds[n], want[n], f"step {n} after the rollback")
-    assert bodies.appends >= 2, f"{bodies.appends} append launches alone"
+    rse.rollback_case(bodies, _maker(16, 8, *values), [37, 50, 64, 21, 55], vc.VeloxKVCache.merge,
+                      ragged_step.RaggedKiviKeysInPlace)
 
 
 # (name, keys' bits, G, keys' R, values' R, d, lengths): the keys' window wider than a group, KIVI's default R = 128,
@@ -230,15 +203,7 @@ def test_the_ragged_kivi_keys_partial_attends_each_row_as_its_own_cache(c, monke
     haswin = katt.mixed_windows(batch.inner._k.params, batch.inner._v.params)
     assert ragged.is_ragged(batch.inner) and haswin == (4 if vw else 2), haswin
     seen = set()
-    for step in range(g + 1):
-        k, v = rmk._kv(1, 900 + step, d, b=len(lengths))
-        mask = masks.row_starts(batch.make_mask(1))
-        kk, vv = batch.update_and_fetch(k, v)
-        for i, s in enumerate(singles):
-            s.update_and_fetch(k[i:i + 1], v[i:i + 1])
-        if step % 3 and step != g:
-            continue
-        q = mx.random.normal((len(lengths), rmk.REP * rmk.H, 1, d), key=mx.random.key(40 + step)).astype(mx.float16)
+    for step, q, kk, vv, mask in rmk.checked_steps(batch, singles, g, d):
         kr, vr = kk.record, vv.record
         assert isinstance(kr, oatt.RaggedRecord) and isinstance(vr, oatt.RaggedRecord), (kr, vr)
         seen.add(tuple(batch.inner._k.bounds()))
@@ -261,33 +226,10 @@ def test_the_ragged_kivi_keys_partial_attends_each_row_as_its_own_cache(c, monke
 def test_cuda_ragged_kivi_keys_append_compiles(tmp_path):
     """The append kernel alone for the plan (kernels/append.py MIXED with the keys' window and rphase: KIVI 2-bit keys,
     turboquant 3-bit values) as mx.fast.cuda_kernel wraps it, both role layouts: sm_90, no spills."""
-    import subprocess
-    import test_attention_kernels_source as tas
     from veloxquant import spec
-    from veloxquant.accelerated import tuning
-    from veloxquant.accelerated.kernels import source
-    win = (True, False)
     kp = spec.Params("kivi", bits=2, group_size=32, window=128, role="k").resolved()
     vp = spec.Params("turboquant", bits=3, window=0, role="v").resolved()
-    body, header = "", ""
-    for apart in (False, True):
-        header, text = fused.assemble("cuda", "kivi", "turboquant", apart, win, True)
-        names = fused.inputs("kivi", "turboquant", win, True)
-        types_ = {n: "int32_t" if n in ("base", "vbase", "rphase") else "bool" if n in ("after", "flags") else
-                  "uint32_t" if n.endswith(("const", "codes1", "codes2")) else "__half" for n in names + ["flags"]}
-        body += tas._kernel(f"append_kivi_keys_ragged_{int(apart)}", text, names, fused.OUTPUTS, types_,
-                            [("KM", source.METHOD_IDS["kivi"]), ("VM", source.METHOD_IDS["turboquant"]), ("D", 128),
-                             ("KTS", "__half"), ("VTS", "__half"), ("KXT", "__half"),
-                             *fused.code_template(kp, vp, tuning.DEFAULT.specialize_rows)])
-        body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n#undef VQ_ROW_ENCODES\n"
-    text = CUDA_UNIT_PRELUDE + header + "namespace mlx::core::cu {\n" + body + "}\n"
-    f = tmp_path / "append_kivi_keys_ragged.cu"
-    f.write_text(text)
-    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(f), "-o",
-                        str(tmp_path / "append_kivi_keys_ragged.cubin")], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-4000:]
-    assert r.stderr.count(" 0 bytes spill stores") == 2 and r.stderr.count("append_kivi_keys_ragged_") >= 2, \
-        r.stderr[-2000:]
+    rse.append_compiles(tmp_path, "append_kivi_keys_ragged", kp, vp, (True, False))
 
 
 def _partial_text(kp, vp, d: int, backend_: str, ragged_: bool, append: bool) -> tuple:

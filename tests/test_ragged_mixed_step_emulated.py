@@ -9,37 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import types
 
 import pytest
 
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import layouts
 from veloxquant.accelerated.kernels import attention as katt
-from veloxquant.accelerated.kernels import append as fused
-from _attention_util import CUDA_UNIT_PRELUDE
-from _batch_util import filled_with
 import test_ragged_step_emulated as rse
 from test_ragged_step_emulated import bodies   # noqa: F401  (the fixture)
-
-
-class _MixedAppend(rse._Append):
-    """The append kernel's MIXED ragged variant (vq_append_turboquant_kivi_m01_g, or _m11_g with the keys' window too)
-    run by its body."""
-
-    def __init__(self, ns, name, names):
-        rest = name.removeprefix("vq_append_")
-        self.mk = rest[:rest.find("_kivi")]      # (the keys' method: turboquant or another per-token one)
-        assert self.mk in layouts.KERNEL_IDS and self.mk != "kivi" and name.endswith("_g"), name
-        assert "_m01" in name or "_m11" in name, name
-        self.ns, self.names = ns, list(names)
-        self.apart, self.ragged, self.win = "_apart" in name, True, ("_m11" in name, True)
-
-    def _lib(self, inputs, template):
-        text = fused.body(self.mk, "kivi", self.apart, self.win, True)
-        with pytest.MonkeyPatch.context() as m:
-            m.setattr(rse, "fused", types.SimpleNamespace(body=lambda *a: text))
-            return super()._lib(inputs, template)
 
 
 # (g16-R8: the 55-token row's phase flushes at the plan's first step, the append kernel's own launch)
@@ -132,17 +109,10 @@ def _fused_steps(bodies, monkeypatch, tune, g, window, kwin, lengths, inside,  #
     """G + 2 steps of rse.fused_steps (each row's bytes and output its single cache's after every step), every row's
     values flushing; the first step's append the kernel's own launch, every later one inside the ragged MIXED partial
     (HASWIN 3, or 4 with the keys' window kwin) unless `inside` is off."""
-    monkeypatch.setattr(rse, "_Append", _MixedAppend)
+    monkeypatch.setattr(rse, "_Append", rse.MixedAppend)
     tune(fuse_append=inside)
-    steps = g + 2
-    flushed = rse.fused_steps(_maker(g, window, kwin, key_method, key_bits, kg), lengths, steps, role="_v")
-    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
-    assert bodies.appends == (1 if inside else steps), f"{bodies.appends} append launches alone"
-    fused_steps = [x for x in bodies.launches if x["key"][6]]
-    assert len(fused_steps) == (steps - 1 if inside else 0), sorted({x["key"] for x in bodies.launches})
-    haswin = 4 if kwin else 3
-    assert len(bodies.launches) == steps and all(x["key"][2] == haswin and x["key"][7] and x["key"][-1]
-                                                 for x in bodies.launches), sorted({x["key"] for x in bodies.launches})
+    rse.flushing_steps(bodies, _maker(g, window, kwin, key_method, key_bits, kg), lengths, g + 2, "_v", inside,
+                       4 if kwin else 3)
 
 
 @pytest.mark.parametrize("kwin", [0, 8], ids=["keys-R0", "keys-R8"])
@@ -151,7 +121,7 @@ def test_a_mixed_step_left_pending_is_stored_alone_by_a_read_of_the_cache(bodies
     append alone (DecodeStep.flush) with the inputs the step made: its keys' first row `base` (the plan's base(), which
     the partial with the append inside never reads: it derives the row from nenc and the windows), its values' vbase;
     each row's bytes and output stay its single cache's after every step, no partial with the append inside."""
-    monkeypatch.setattr(rse, "_Append", _MixedAppend)
+    monkeypatch.setattr(rse, "_Append", rse.MixedAppend)
     g, steps = 16, 18
     reads = []
     flushed = rse.fused_steps(_maker(g, 8, kwin), [37, 50, 64, 21, 55], steps, role="_v",
@@ -198,25 +168,8 @@ def test_a_rejected_mixed_step_rolls_every_row_back(bodies, monkeypatch, kwin, k
     """A NaN in one row's keys, stored by a fused step of the mixed plan (keys-R8: the windowed plan's, the NaN copied
     into the keys' window): the deferred check raises at a later step with every row back before that chunk (marks
     over the in-place buffers), and the steps after it (a new plan) keep each row its single cache's bytes."""
-    monkeypatch.setattr(rse, "_Append", _MixedAppend)
-    g, lengths = 16, [37, 50, 64, 21, 55]
-    make = _maker(g, 8, kwin, *keys)
-    good = 5
-    seeds = [900 + n for n in range(good)] + list(range(910, 910 + g))
-    want = rse._singles(make, lengths, seeds)
-    batch = vc.VeloxKVCache.merge(filled_with(make, lengths, seed=7))
-    for n in range(good):
-        rse._step(batch, seeds[n], want[n], f"step {n}")
-    kk = rse._step(batch, 905, want[0], "the bad step", bad=True)
-    assert kk.step is not None, "the bad chunk did not take the fused step"
-    with pytest.raises(ValueError, match="keys"):
-        for s in range(3):
-            batch.update_and_fetch(*rse.kv(1, 906 + s, b=len(lengths)))
-        batch.check()
-    assert batch.offset.tolist() == [64 + good - p for p in batch.left_padding.tolist()]
-    for n in range(good, len(seeds)):
-        rse._step(batch, seeds[n], want[n], f"step {n} after the rollback")
-    assert bodies.appends >= 2, f"{bodies.appends} append launches alone"
+    monkeypatch.setattr(rse, "_Append", rse.MixedAppend)
+    rse.rollback_case(bodies, _maker(16, 8, kwin, *keys), [37, 50, 64, 21, 55], vc.VeloxKVCache.merge)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
@@ -225,31 +178,7 @@ def test_cuda_ragged_mixed_append_compiles(tmp_path, win):
     """The append kernel alone for the mixed plans (kernels/append.py MIXED with rphase, the values' window only or
     both roles': turboquant 3-bit keys, KIVI 2-bit values) as mx.fast.cuda_kernel wraps it, both role layouts: sm_90,
     no spills."""
-    import subprocess
-    import test_attention_kernels_source as tas
     from veloxquant import spec
-    from veloxquant.accelerated import tuning
-    from veloxquant.accelerated.kernels import source
     kp = spec.Params("turboquant", bits=3, window=32 if win[0] else 0, role="k").resolved()
     vp = spec.Params("kivi", bits=2, group_size=32, window=128, role="v").resolved()
-    body, header = "", ""
-    for apart in (False, True):
-        header, text = fused.assemble("cuda", "turboquant", "kivi", apart, win, True)
-        names = fused.inputs("turboquant", "kivi", win, True)
-        types_ = {n: "int32_t" if n in ("base", "vbase", "rphase") else "bool" if n in ("after", "flags") else
-                  "uint32_t" if n.endswith(("const", "codes1", "codes2")) else "__half" for n in names + ["flags"]}
-        body += tas._kernel(f"append_mixed_ragged_{int(apart)}", text, names, fused.OUTPUTS, types_,
-                            [("KM", source.METHOD_IDS["turboquant"]), ("VM", source.METHOD_IDS["kivi"]), ("D", 128),
-                             ("KTS", "__half"), ("VTS", "__half"), *([("KXT", "__half")] if win[0] else []),
-                             ("VXT", "__half"),
-                             *fused.code_template(kp, vp, tuning.DEFAULT.specialize_rows)])
-        body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n#undef VQ_ROW_ENCODES\n"
-    text = (CUDA_UNIT_PRELUDE + header + "namespace mlx::core::cu {\n" + body
-            + "}\n")
-    f = tmp_path / "append_mixed_ragged.cu"
-    f.write_text(text)
-    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(f), "-o",
-                        str(tmp_path / "append_mixed_ragged.cubin")], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-4000:]
-    assert r.stderr.count(" 0 bytes spill stores") == 2 and r.stderr.count("append_mixed_ragged_") >= 2, \
-        r.stderr[-2000:]
+    rse.append_compiles(tmp_path, "append_mixed_ragged", kp, vp, win)

@@ -22,7 +22,7 @@ import pytest
 
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import attention as vattention
-from veloxquant.accelerated import kernels, ops
+from veloxquant.accelerated import kernels, layouts, ops
 from veloxquant.accelerated.cache import masks, ragged, ragged_step
 from veloxquant.accelerated.kernels import append as fused
 from veloxquant.accelerated.kernels import attention as katt
@@ -61,6 +61,10 @@ class _Append:
     def specialized(self, template=None):
         return self
 
+    def _body(self) -> str:
+        """The kernel body fused.body makes for this launch's variant (here the KIVI pair's)."""
+        return fused.body("kivi", "kivi", self.apart, True, self.ragged)
+
     def _lib(self, inputs, template):
         params, args = [], []
         for j, (n, a) in enumerate(zip(self.names, inputs)):
@@ -76,7 +80,7 @@ class _Append:
         text = (head + "#define VQ_DEV\n#define VQ_TG\n#define VQ_REF const auto&\n"
                 "#define VQ_MUT(type, p) const_cast<type*>(p)\n"
                 f"static void app_thread({', '.join(params)}, bool* flags) {{\n{consts}" + ke.PRELUDE
-                + fused.body("kivi", "kivi", self.apart, True, self.ragged) + "}\n"
+                + self._body() + "}\n"
                 + "extern \"C\" int vq_append(int pair, int groups, int warps, void** p, const int64_t* sh, "
                 "const int64_t* st) {\n  run_grid(groups, warps, [&] { app_thread("
                 + ", ".join(args) + f", (bool*)p[{len(self.names)}]); }});\n  return 0;\n}}\n")
@@ -94,6 +98,23 @@ class _Append:
         assert lib.vq_append(0, grid[0] // threadgroup[0], threadgroup[0] // 32, ptrs, ke._ptr(sh), ke._ptr(st)) == 0
         self.ns.appends += 1
         return [mx.array(flags)]
+
+
+class MixedAppend(_Append):
+    """The append kernel's MIXED variant, per-token keys beside KIVI values (vq_append_{keys' method}_kivi_m01, or
+    _m11 with the keys' window too; with rphase, ragged: a name ending _g) run by its body."""
+    ragged = True
+
+    def __init__(self, ns, name, names):
+        rest = name.removeprefix("vq_append_")
+        self.mk = rest[:rest.find("_kivi")]      # (the keys' method: turboquant or another per-token one)
+        assert self.mk in layouts.KERNEL_IDS and self.mk != "kivi" and name.endswith("_g") == self.ragged, name
+        assert "_m01" in name or "_m11" in name, name
+        self.ns, self.names = ns, list(names)
+        self.apart, self.win = "_apart" in name, ("_m11" in name, True)
+
+    def _body(self) -> str:
+        return fused.body(self.mk, "kivi", self.apart, self.win, self.ragged)
 
 
 @pytest.fixture
@@ -184,6 +205,19 @@ def fused_steps(make, lengths: list, steps: int, role: str = "_k", between=None)
     return flushed
 
 
+def flushing_steps(bodies, make, lengths: list, steps: int, role: str, inside: bool, haswin: int) -> None:
+    """`steps` fused_steps (each row's bytes and output its single cache's after every step) with every row's `role`
+    stream flushing; the first step's append the kernel's own launch, every later one inside the ragged MIXED
+    partial unless `inside` is off (tuning's fuse_append); every partial launch ragged, of HASWIN `haswin`."""
+    flushed = fused_steps(make, lengths, steps, role=role)
+    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
+    assert bodies.appends == (1 if inside else steps), f"{bodies.appends} append launches alone"
+    fused_ = [x for x in bodies.launches if x["key"][6]]
+    assert len(fused_) == (steps - 1 if inside else 0), sorted({x["key"] for x in bodies.launches})
+    assert len(bodies.launches) == steps and all(x["key"][2] == haswin and x["key"][7] and x["key"][-1]
+                                                 for x in bodies.launches), sorted({x["key"] for x in bodies.launches})
+
+
 def _step(batch, seed: int, want: list, when: str, bad: bool = False, between=None):
     """One decode step (kv's chunk of `seed`; `bad`: row 1's keys NaN) and its attention; unless `bad`, each row
     checked against `want` (its single cache's state after the same step). Returns the step's keys (a PackedKV)."""
@@ -200,30 +234,49 @@ def _step(batch, seed: int, want: list, when: str, bad: bool = False, between=No
     if bad:
         return kk
     ks, vs, lp = batch.inner._k, batch.inner._v, batch.left_padding.tolist()
+    rows_like_singles(want, lambda i: (ks.row(i), vs.row(i)), q, out, when, lp)
+    return kk
+
+
+def rows_like_singles(want: list, rows, q, out, when: str, padding: list | None = None) -> None:
+    """Each row's stored bytes, per role, those of its single cache (`want`: (dequantized keys, values, records) per
+    row, as _singles makes them; rows(i): row i's (keys' fields, values' fields) from its first position), and its
+    output `out` of queries `q` within the emulated tests' tolerance of float64 over that single cache; `padding`
+    (each row's left padding) named in a failure."""
     for i, (kd, vd, krec, vrec) in enumerate(want):
-        for role, s, rec in (("k", ks, krec), ("v", vs, vrec)):
-            mine = s.row(i)
+        pad = "" if padding is None else f" (padding {padding[i]})"
+        for role, rec, mine in zip("kv", (krec, vrec), rows(i)):
             for name, a in rec.items():
                 assert np.array_equal(np.array(mine[name]).view(np.uint8), np.array(a).view(np.uint8)), \
-                    f"{when}: row {i} (padding {lp[i]}) {role} {name} differs from its single cache's"
+                    f"{when}: row {i}{pad} {role} {name} differs from its single cache's"
         ref = f64_attention(np.array(q[i:i + 1].astype(mx.float32)), kd, vd, D ** -0.5, False)
         np.testing.assert_allclose(out[i:i + 1], ref, rtol=0, atol=2e-3 * np.abs(ref).max(),
                                    err_msg=f"{when}: row {i} vs float64 over its single cache")
-    return kk
 
 
 def test_a_rejected_fused_step_rolls_every_row_back(bodies):
     """A NaN in one row's keys, stored by a fused step (inside the partial launch): the deferred check raises at a
     later step with every row back before that chunk (marks over the in-place buffers), and the steps after it (a new
     plan: one append launched alone, then fused ones) keep each row its single cache's bytes."""
-    lengths = [37, 50, 64, 5]
+    # (the bad step moves the rows' least boundary, 46 -> 48: the window's first row moves)
     make = lambda: vc.KIVIKVCache(bits=2, group_size=G, seed=2, layer=1, window=8)   # noqa: E731
-    good = 5            # (the bad step moves the rows' least boundary, 46 -> 48: the window's first row moves)
+    rollback_case(bodies, make, [37, 50, 64, 5], vc.KIVIKVCache.merge)
+
+
+def rollback_case(bodies, make, lengths: list, merge, plan=None) -> None:
+    """The rollback test of a ragged batch merged (`merge`) from `make`'s single caches of `lengths` (at most 64
+    tokens): five good steps (then the in-place plan an instance of `plan`, where given), a step with a NaN in row 1's
+    keys that takes the fused step, later steps until the deferred check raises with every row back before that chunk
+    (marks over the in-place buffers), then G steps of a new plan with each row's bytes and output its single
+    cache's."""
+    good = 5
     seeds = [900 + n for n in range(good)] + list(range(910, 910 + G))
     want = _singles(make, lengths, seeds)
-    batch = vc.KIVIKVCache.merge(filled_with(make, lengths, seed=7))
+    batch = merge(filled_with(make, lengths, seed=7))
     for n in range(good):
         _step(batch, seeds[n], want[n], f"step {n}")
+    if plan is not None:
+        assert isinstance(batch.inner._in_place, plan), batch.inner._in_place
     kk = _step(batch, 905, want[0], "the bad step", bad=True)
     assert kk.step is not None, "the bad chunk did not take the fused step"
     with pytest.raises(ValueError, match="keys"):
@@ -288,30 +341,40 @@ def test_a_ragged_batch_steps_with_the_append_launched_alone(bodies, tune):
 def test_cuda_ragged_append_compiles(tmp_path):
     """The ragged append kernel (kernels/append.py with rphase: KIVI 2-bit both roles, windows) as
     mx.fast.cuda_kernel wraps it, in both role layouts: compiles for sm_90 without spills."""
+    from veloxquant import spec
+    kp, vp = (spec.Params("kivi", bits=2, group_size=32, window=8, role=r).resolved() for r in "kv")
+    append_compiles(tmp_path, "append_ragged", kp, vp, True)
+
+
+def append_compiles(tmp_path, stem: str, kp, vp, win) -> None:
+    """The ragged append kernel (kernels/append.py with rphase) for kp / vp, d = 128, with the roles' windows `win`
+    (True: both; else (keys', values')) as mx.fast.cuda_kernel wraps it, in both role layouts (kernels named
+    {stem}_0 and _1): compiles for sm_90 without spills."""
     import subprocess
     import test_attention_kernels_source as tas
-    from veloxquant import spec
     from veloxquant.accelerated import tuning
     from veloxquant.accelerated.kernels import source
-    kp, vp = (spec.Params("kivi", bits=2, group_size=32, window=8, role=r).resolved() for r in "kv")
+    mk, mv = kp.method, vp.method
+    kwin, vwin = (win, win) if win is True else win
     body, header = "", ""
     for apart in (False, True):
-        header, text = fused.assemble("cuda", "kivi", "kivi", apart, True, True)
-        names = fused.inputs("kivi", "kivi", True, True)
-        types = {n: "int32_t" if n in ("base", "rphase") else "bool" if n in ("after", "flags") else "uint32_t"
-                 if n.endswith(("const", "codes1", "codes2")) else "__half" for n in names + ["flags"]}
-        body += tas._kernel(f"append_ragged_{int(apart)}", text, names, fused.OUTPUTS, types,
-                            [("KM", source.METHOD_IDS["kivi"]), ("VM", source.METHOD_IDS["kivi"]), ("D", 128),
-                             ("KTS", "__half"), ("VTS", "__half"), ("KXT", "__half"), ("VXT", "__half"),
+        header, text = fused.assemble("cuda", mk, mv, apart, win, True)
+        names = fused.inputs(mk, mv, win, True)
+        types = {n: "int32_t" if n in ("base", "vbase", "rphase") else "bool" if n in ("after", "flags") else
+                 "uint32_t" if n.endswith(("const", "codes1", "codes2")) else "__half" for n in names + ["flags"]}
+        body += tas._kernel(f"{stem}_{int(apart)}", text, names, fused.OUTPUTS, types,
+                            [("KM", source.METHOD_IDS[mk]), ("VM", source.METHOD_IDS[mv]), ("D", 128),
+                             ("KTS", "__half"), ("VTS", "__half"), *([("KXT", "__half")] if kwin else []),
+                             *([("VXT", "__half")] if vwin else []),
                              *fused.code_template(kp, vp, tuning.DEFAULT.specialize_rows)])
         body += "#undef VQ_OROW\n#define VQ_OROW(bh, ne, i) ((bh) * (ne) + (i))\n#undef VQ_ROW_ENCODES\n"
     text = (CUDA_UNIT_PRELUDE + header + "namespace mlx::core::cu {\n" + body + "}\n")
-    f = tmp_path / "append_ragged.cu"
+    f = tmp_path / f"{stem}.cu"
     f.write_text(text)
     r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-Xptxas", "-v", "-cubin", str(f), "-o",
-                        str(tmp_path / "append_ragged.cubin")], capture_output=True, text=True, timeout=900)
+                        str(tmp_path / f"{stem}.cubin")], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
-    assert r.stderr.count(" 0 bytes spill stores") == 2 and r.stderr.count("append_ragged_") >= 2, r.stderr[-2000:]
+    assert r.stderr.count(" 0 bytes spill stores") == 2 and r.stderr.count(f"{stem}_") >= 2, r.stderr[-2000:]
 
 
 @pytest.mark.parametrize("window", [0, 128], ids=["R0", "R128"])

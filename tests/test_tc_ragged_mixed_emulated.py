@@ -23,7 +23,7 @@ import pytest
 
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import tuning
-from veloxquant.accelerated.cache import masks, ragged
+from veloxquant.accelerated.cache import ragged
 from veloxquant.accelerated.kernels import attention as katt
 from veloxquant.accelerated.kernels import backend
 from veloxquant.conformance.attention_checks import attention_budget, attention_f64
@@ -88,16 +88,8 @@ def _steps(case, on_step) -> set:
     singles = rm._caches(kb, vb, g, kw, vw, d, lengths)
     assert ragged.is_ragged(batch.inner), "not one ragged B-row cache"
     seen = set()
-    for step in range(g + 1):
-        k, v = rm._kv(1, 900 + step, d, b=len(lengths))
-        mask = masks.row_starts(batch.make_mask(1))
-        kk, vv = batch.update_and_fetch(k, v)
-        for i, s in enumerate(singles):
-            s.update_and_fetch(k[i:i + 1], v[i:i + 1])
-        seen.update(batch.inner._v.bounds())
-        if step % 3 and step != g:
-            continue
-        q = mx.random.normal((len(lengths), REP * H, 1, d), key=mx.random.key(40 + step)).astype(qdt)
+    for step, q, kk, vv, mask in rm.checked_steps(batch, singles, g, d, qdt,
+                                                  each=lambda b: seen.update(b.inner._v.bounds())):
         on_step(step, q, kk.record, vv.record, mask, singles, batch)
     return seen
 
