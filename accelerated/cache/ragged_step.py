@@ -22,7 +22,7 @@ import mlx.core as mx
 
 from .. import layouts
 from ..kernels import append as fused
-from ..kernels.attention import keyed_mixed, kivi_keyed
+from ..kernels.ragged_support import keyed_mixed, kivi_keyed
 from ..ops import record
 
 ROOM = 256          # positions a buffer grows by past what it must hold (as stream._Rows.step)

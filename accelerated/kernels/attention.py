@@ -7,8 +7,9 @@ values (attention_tc.py; `_tensor_cores` says when, by attention_tc.takes).
 
 `supports(queries, k, v, mask)` says whether the kernels take a call (a GPU backend, query blocks of at most
 accelerated.ops.attention.MAX_PACKED_QUERIES rows, mask None or "causal", a power-of-two head dim, records with one
-encoded prefix, or with `mixed=True` prefixes that differ: the MIXED partial); `attention(...)` runs them;
-`launch_plan(...)` describes the launches (inputs, templates, grids), shared with the CPU emulation test.
+encoded prefix, or with `mixed=True` prefixes that differ: the MIXED partial; a ragged record: ragged_support.py's
+`takes`); `attention(...)` runs them; `launch_plan(...)` describes the launches (inputs, templates, grids), shared
+with the CPU emulation test.
 """
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from ... import spec
 from .. import layouts, tuning
 from . import append as kappend
 from . import attention_source as src
-from . import attention_tc, backend, loader
+from . import attention_tc, backend, loader, ragged_support
 from . import methods as km
+from .ragged_support import pow2
+from .ragged_support import keyed_mixed, kivi_keyed   # noqa: F401  (their old home's names, kept)
 from ..ops import codebooks, prng
 from ..ops.attention import MAX_PACKED_QUERIES, PackedRecord, RaggedRecord, RowStarts, Views
 
@@ -40,24 +43,6 @@ def _kernel_inputs(lay: layouts.Layout) -> tuple:
 _FIELDS = {m: _kernel_inputs(layouts.layout(m)) for m in spec.METHODS}   # record fields by kernel input
 
 
-def _pow2(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
-def keyed_mixed(kp: spec.Params) -> bool:
-    """Whether a ragged MIXED partial (and cache/ragged_step.py's mixed plans) takes these keys beside KIVI values: a
-    per-token method (turboquant, turboquant_rvq, rabitq, turboquant_prod, mlx_affine with coordinate groups of any
-    size: the texts take the key method as MK, append.RAGGED_ENCODES gates KIVI scopes only by the group); not KIVI's."""
-    return layouts.of(kp).per_token
-
-
-def kivi_keyed(kp: spec.Params, vp: spec.Params) -> bool:
-    """Whether a ragged MIXED partial (and cache/ragged_step.py's RaggedKiviKeysInPlace) takes KIVI keys of each row's
-    own phase beside these values: a per-token method, mlx_affine's coordinate groups too (the texts take it as MV;
-    VQ_RKEYS; append.RAGGED_ENCODES gates KIVI scopes only by the group)."""
-    return kp.method == "kivi" and layouts.of(vp).per_token
-
-
 def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask, mixed: bool = False) -> bool:
     if not backend.available()[0]:
         return False
@@ -65,21 +50,13 @@ def supports(queries: mx.array, k: PackedRecord, v: PackedRecord, mask, mixed: b
     kb, kh = k.window.shape[:2]
     starts = isinstance(mask, RowStarts)
     if isinstance(k, RaggedRecord) or isinstance(v, RaggedRecord):      # (cache/ragged.py: rows of their own phase)
-        ok = (isinstance(k, RaggedRecord) and isinstance(v, RaggedRecord) and starts and l <= MAX_PACKED_QUERIES
-              and tuple(mask.starts.shape) == (b,) and _pow2(d) and 16 <= d <= 1024 and hq % kh == 0 and b == kb)
-        if mixed:       # (keys of a per-token method beside KIVI values of their own phase: the MIXED partial)
-            return (ok and ((keyed_mixed(k.params) and v.params.method == "kivi") or kivi_keyed(k.params, v.params))
-                    and mixed_windows(k.params, v.params) > 0 and min(k.encoded, v.encoded) > 0
-                    and k.window.shape[:2] == v.window.shape[:2])
-        return (ok and k.params.method == v.params.method == "kivi" and k.params.group_size == v.params.group_size
-                and k.params.window == v.params.window and k.encoded == v.encoded > 0
-                and k.window.shape == v.window.shape)
+        return ragged_support.takes(queries, k, v, mask, mixed, mixed_windows(k.params, v.params))
     return (l <= MAX_PACKED_QUERIES and (mask is None or (isinstance(mask, str) and mask == "causal") or starts)
             and (not starts or tuple(mask.starts.shape) == (b,))
             # row starts mask encoded tokens only: with a window, only where they are known not to reach it
             and (not starts or k.window.shape[2] == v.window.shape[2] == 0
                  or (mask.host is not None and max(mask.host) <= min(k.encoded, v.encoded)))
-            and _pow2(d) and 16 <= d <= 1024 and min(k.encoded, v.encoded) > 0
+            and pow2(d) and 16 <= d <= 1024 and min(k.encoded, v.encoded) > 0
             and (k.encoded == v.encoded or (mixed and mixed_windows(k.params, v.params) > 0))
             and (kb, kh) == v.window.shape[:2] and hq % kh == 0 and b == kb)
 
