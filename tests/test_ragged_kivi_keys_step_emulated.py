@@ -222,6 +222,30 @@ def test_the_ragged_kivi_keys_partial_attends_each_row_as_its_own_cache(c, monke
     assert len({b for bs in seen for b in bs}) > len(lengths), "the steps never moved the rows' boundaries apart"
 
 
+@pytest.mark.parametrize("backend_", ["cuda", "metal"])
+def test_the_ragged_kivi_keys_texts_refuse_the_values_window_only(backend_):
+    """No plan launches a ragged KIVI keys text of HASWIN 3 (the values' window only): KIVI keys keep a window at any
+    R (mixed_windows gives their pairs 2 or 4), so assemble refuses it, with the append inside or without, and takes
+    HASWIN 2 and 4 (and HASWIN 3 where the values are KIVI's)."""
+    from veloxquant import spec
+    kivi = katt.src.METHOD_IDS["kivi"]
+    for value_method, _ in [("mlx_affine", 4)] + VALUE_METHODS:
+        for kw, vw in ((0, 0), (8, 0), (0, 8), (8, 8)):
+            kp = spec.Params("kivi", bits=2, group_size=16, window=kw, role="k").resolved()
+            vp = spec.Params(value_method, bits=4 if value_method == "mlx_affine" else 1 if value_method == "rabitq"
+                             else 3, window=vw, role="v").resolved()
+            assert katt.mixed_windows(kp, vp) in (2, 4), (value_method, kw, vw)
+        mv = katt.src.METHOD_IDS[value_method]
+        for append, ragged_ in ((False, True), (True, True), (True, katt.src.OWN)):
+            with pytest.raises(ValueError, match="KIVI keys"):
+                katt.src.assemble("partial", backend_, kivi, mv, 3, False, False, append, True, ragged_)
+            for haswin in (2, 4):
+                if ragged_ is True or haswin == 2:
+                    assert katt.src.assemble("partial", backend_, kivi, mv, haswin, False, False, append, True,
+                                             ragged_)[1], (value_method, haswin, append)
+            assert katt.src.assemble("partial", backend_, mv, kivi, 3, False, False, append, True, ragged_)[1]
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 def test_cuda_ragged_kivi_keys_append_compiles(tmp_path):
     """The append kernel alone for the plan (kernels/append.py MIXED with the keys' window and rphase: KIVI 2-bit keys,

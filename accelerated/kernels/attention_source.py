@@ -325,6 +325,9 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
                            or (append and int(haswin) not in ((2, 4) if rkeys else (3, 4))))
     tc_mix = tc == TC_MIX and mk == METHOD_IDS["turboquant"] and int(haswin) in (3, 4)     # (mixed_takes)
     bad_tc = tc and not ((tc is True and kivi) or tc_mix)
+    if ragged and rkeys and int(haswin) == 3:      # (KIVI keys always keep a window: append.role_window)
+        raise ValueError("ragged KIVI keys beside per-token values (VQ_RKEYS): HASWIN 2 (the keys' window) or 4 (both "
+                         "roles'), not 3 (the values' window only: no plan's)")
     if ragged == OWN and ((tc and not tc_mix) or not append or int(haswin) != (2 if rkeys else 3)):
         raise ValueError("ragged OWN: the MIXED partial with the append inside and the KIVI role's window only "
                          "(HASWIN 3; KIVI keys: 2), the scalar loop or TC_MIX's")
