@@ -151,15 +151,10 @@ def test_a_ragged_kivi_keys_batch_steps_through_the_fused_decode_step_on_the_gpu
     if not backend.available()[0] or backend.backend() != "cuda":
         pytest.skip("no CUDA GPU backend here")
     tune(ragged=True, fuse_append=True)
-    names = []
-    compiled = katt._compiled
-    monkeypatch.setattr(katt, "_compiled", lambda kind, *args: names.append((kind, args)) or compiled(kind, *args))
     method, bits, vg = values
-    flushed = rse.fused_steps(_maker(g, window, method, bits, vwin, vg), lengths, g + 2, role="_k")
-    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
-    fused_ = [a for kind, a in names if kind == "partial" and a[6]]
+    fused_ = rse.fused_partials(monkeypatch, _maker(g, window, method, bits, vwin, vg), lengths, g, "_k")
     want = (4, True) if vwin else (2, True if window else katt.src.OWN)
-    assert fused_ and all((a[0], a[2], a[-1]) == (layouts.KERNEL_IDS["kivi"], *want) for a in fused_), names
+    assert fused_ and all((a[0], a[2], a[-1]) == (layouts.KERNEL_IDS["kivi"], *want) for a in fused_), fused_
 
 
 @pytest.mark.parametrize("values", [("turboquant", 3, 0, 0), ("mlx_affine", 4, 0, 32)], ids=["turboquant", "affine-vg32"])

@@ -152,14 +152,9 @@ def test_a_ragged_mixed_batch_steps_through_the_fused_decode_step_on_the_gpu(g, 
     if not backend.available()[0] or backend.backend() != "cuda":
         pytest.skip("no CUDA GPU backend here")
     tune(ragged=True, fuse_append=True)
-    names = []
-    compiled = katt._compiled
-    monkeypatch.setattr(katt, "_compiled", lambda kind, *args: names.append((kind, args)) or compiled(kind, *args))
-    flushed = rse.fused_steps(_maker(g, window, kwin, *keys), lengths, g + 2, role="_v")
-    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
-    fused_ = [a for kind, a in names if kind == "partial" and a[6]]
+    fused_ = rse.fused_partials(monkeypatch, _maker(g, window, kwin, *keys), lengths, g, "_v")
     want = (4, True) if kwin else (3, True if window else katt.src.OWN)
-    assert fused_ and all((a[2], a[-1]) == want for a in fused_), names
+    assert fused_ and all((a[2], a[-1]) == want for a in fused_), fused_
 
 
 @pytest.mark.parametrize("keys", [("turboquant", 3, 0), ("mlx_affine", 4, 32)], ids=["turboquant", "affine-kg32"])

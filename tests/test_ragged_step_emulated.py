@@ -205,6 +205,23 @@ def fused_steps(make, lengths: list, steps: int, role: str = "_k", between=None)
     return flushed
 
 
+def compiled_kernels(monkeypatch) -> list:
+    """(kind, arguments) of every kernels.attention._compiled call from here on: the kernels a GPU run compiles."""
+    names = []
+    compiled = katt._compiled
+    monkeypatch.setattr(katt, "_compiled", lambda kind, *args: names.append((kind, args)) or compiled(kind, *args))
+    return names
+
+
+def fused_partials(monkeypatch, make, lengths: list, g: int, role: str) -> list:
+    """G + 2 fused_steps (each row's bytes and output its single cache's after every step) with every row's `role`
+    stream flushing; the compile arguments of the partials with the append inside that they launched."""
+    names = compiled_kernels(monkeypatch)
+    flushed = fused_steps(make, lengths, g + 2, role=role)
+    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
+    return [a for kind, a in names if kind == "partial" and a[6]]
+
+
 def flushing_steps(bodies, make, lengths: list, steps: int, role: str, inside: bool, haswin: int) -> None:
     """`steps` fused_steps (each row's bytes and output its single cache's after every step) with every row's `role`
     stream flushing; the first step's append the kernel's own launch, every later one inside the ragged MIXED

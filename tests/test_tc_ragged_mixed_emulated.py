@@ -198,9 +198,7 @@ def test_a_ragged_mixed_batch_steps_on_the_gpu_tensor_core_loop(g, window, lengt
     cache's, and the fused steps' partial TC_MIX's ragged kernel with the append inside."""
     tune(ragged=True, tc_ragged=True, tc_mixed=True, fuse_append=True)
     katt._static.cache_clear()
-    names = []
-    compiled = katt._compiled
-    monkeypatch.setattr(katt, "_compiled", lambda kind, *args: names.append((kind, args)) or compiled(kind, *args))
+    names = rse.compiled_kernels(monkeypatch)
     make = rms._maker(g, window)
     steps = g + 2
     want = rse._singles(make, lengths, [900 + s for s in range(steps)])
@@ -269,14 +267,9 @@ def test_a_windowed_or_window_0_ragged_mixed_batch_steps_on_the_gpu_tensor_core_
     OWN's text at window 0)."""
     tune(ragged=True, tc_ragged=True, tc_mixed=True, fuse_append=True)
     katt._static.cache_clear()
-    names = []
-    compiled = katt._compiled
-    monkeypatch.setattr(katt, "_compiled", lambda kind, *args: names.append((kind, args)) or compiled(kind, *args))
-    flushed = rse.fused_steps(rms._maker(g, window, kwin), lengths, g + 2, role="_v")
-    assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
-    fused_ = [a for kind, a in names if kind == "partial" and a[6]]
+    fused_ = rse.fused_partials(monkeypatch, rms._maker(g, window, kwin), lengths, g, "_v")
     want = (4, True) if kwin else (3, src.OWN)
-    assert fused_ and all(a[4] == src.TC_MIX and (a[2], a[-1]) == want for a in fused_), names
+    assert fused_ and all(a[4] == src.TC_MIX and (a[2], a[-1]) == want for a in fused_), fused_
 
 
 # ---- nvcc: TC_MIX's ragged partial as attention.py launches it, against the row-starts TC_MIX partial ----
