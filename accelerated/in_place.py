@@ -42,6 +42,14 @@ def append_in_place(k: "Stream", v: "Stream", keys: mx.array, values: mx.array, 
     return token, plan
 
 
+def _view_shapes(s: "Stream", t: int) -> tuple:
+    """What InPlace.windows needs of a stream's window buffer (Stream._window_buffer, row-contiguous (B, H, rows, d)):
+    its flattened array, rows, d, element strides, and the shapes of the t tokens leaving a full window of R and of
+    the window."""
+    b, h, cap, d = s._wbuf.shape
+    return s._wflat, cap, d, (h * cap * d, cap * d, d, 1), (b, h, t, d), (b, h, s.params.window, d)
+
+
 class InPlace:
     """append_in_place's checks of one (keys, values) stream pair, remembered for the next decode step: they
     still hold while both streams are at the versions this append left (every other change of a stream bumps
@@ -58,7 +66,8 @@ class InPlace:
     R = 128), their encoded counts differ and each role's first row is its own (`base`)."""
 
     __slots__ = ("k", "v", "kver", "vver", "kshape", "vshape", "kdt", "vdt", "t", "rooms", "kbufs", "vbufs", "rows",
-                 "win", "wins", "next", "group", "groups", "per", "wroom", "flushing", "held", "mixed", "nrows")
+                 "win", "wins", "next", "group", "groups", "per", "wroom", "flushing", "held", "mixed", "nrows",
+                 "views", "most", "fields")
 
     @classmethod
     def check(cls, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> "InPlace | None":
@@ -113,6 +122,11 @@ class InPlace:
         p.win, p.group = any(wins), max(groups)
         p.per, p.rooms, p.wroom = per, room, wroom
         p.next, p.flushing, p.held = None, None, None
+        # per role: the most tokens a step encodes (t, KIVI's G: `_fits`), and for `windows` its stream, G, and with a
+        # window the strides of its buffer's (B, H, rows, d) views
+        p.most = tuple(g or t for g in groups)
+        p.views = tuple((s, g, *(_view_shapes(s, t) if w else (None,) * 6)) for s, g, w in zip((k, v), groups, wins))
+        p.fields = [(r, g, int(i >= p.nrows)) for i, (r, g) in enumerate(zip(p.rows, per))]
         if not p._fits():
             return None
         return p
@@ -123,8 +137,11 @@ class InPlace:
         return min(self.rooms)
 
     def _fits(self) -> bool:
-        return all(r >= f for r, f in zip(self.rooms, self.flushes())) and \
-            all(w is None or w >= self.t for w in self.wroom)
+        (r0, r1), (w0, w1), t = self.rooms, self.wroom, self.t
+        if (w0 is not None and w0 < t) or (w1 is not None and w1 < t):
+            return False
+        m0, m1 = self.most        # (room for the most a step encodes: no need to ask what this one encodes)
+        return (r0 >= m0 and r1 >= m1) or all(r >= f for r, f in zip(self.rooms, self.flushes()))
 
     def _flush(self, i: int) -> int:
         s, g = (self.k, self.v)[i], self.groups[i]
@@ -165,42 +182,65 @@ class InPlace:
     def windows(self) -> tuple:
         """The next launch's window views (kernels/append.py WINDOWED): (kf, kw, vf, vw), each stream's t tokens
         leaving its window and its window after the chunk (rows of Stream._wbuf); () without windows; where one role
-        has none (`mixed`), the other's pair only (kernels/append.py MIXED). `stored` makes them the streams' state."""
+        has none (`mixed`), the other's pair only (kernels/append.py MIXED). `stored` makes them the streams' state.
+        Each view is mx.as_strided over the flattened buffer (Stream._wflat): the same rows as a slice of _wbuf, at
+        about half a slice's host time."""
         if not self.win:
             return ()
-        t, fs, owns, out, held = self.t, self.flushes(), self.owns(), [], []
-        for s, win, f, own in zip((self.k, self.v), self.wins, fs, owns):
-            if not win:
+        t, out, held, fs = self.t, [], [], []
+        for s, g, flat, cap, d, strides, kfs, kws in self.views:
+            if flat is None:            # (`mixed`: a role without a window encodes the chunk, t tokens)
+                fs.append(t)
                 held.append(None)
                 continue
-            ws, r = s._ws, s._window.shape[2]
-            # (KIVI with nothing leaving: kf is any rows, never read; with R = 0 at a flush kf's last row and kw are
-            # the chunk's row, and the window after the step is empty)
-            out += [s._wbuf[:, :, ws:ws + (f or t)], s._wbuf[:, :, ws + f - own:ws + r + t]]
-            held.append(s._wbuf[:, :, ws + f:ws + r + t] if own else out[-1])
-        self.next, self.flushing, self.held = tuple(out), fs, tuple(held)
+            ws = s._ws
+            if s._wflat is not flat:    # (never while the plan holds: only its check makes a buffer)
+                raise ValueError("in-place windows: the window buffer is not the plan's")
+            if not g:                   # a full window of R tokens: its oldest t leave it, the chunk joins it
+                if ws + kws[2] + t > cap:       # (never while the plan holds: `_fits`)
+                    raise ValueError("in-place windows: no room in the window buffer")
+                kw = mx.as_strided(flat, kws, strides, (ws + t) * d)
+                out += [mx.as_strided(flat, kfs, strides, ws * d), kw]
+                fs.append(t)
+                held.append(kw)
+                continue
+            # KIVI: nothing leaves the window, or its oldest G (with R = 0 the last of them the chunk's); with nothing
+            # leaving kf is any rows, never read; with R = 0 at a flush kf's last row and kw are the chunk's row, and
+            # the window after the step is empty
+            r = s._window.shape[2]
+            f = g if r + t >= kws[2] + g else 0
+            own, n, b, h = f - r if f > r else 0, r + t - f, kfs[0], kfs[1]
+            if ws + r + t > cap:
+                raise ValueError("in-place windows: no room in the window buffer")
+            out += [mx.as_strided(flat, (b, h, f or t, d), strides, ws * d),
+                    mx.as_strided(flat, (b, h, n + own, d), strides, (ws + f - own) * d)]
+            fs.append(f)
+            held.append(mx.as_strided(flat, (b, h, n, d), strides, (ws + f) * d) if own else out[-1])
+        self.next, self.flushing, self.held = tuple(out), tuple(fs), tuple(held)
         return self.next
 
     def stored(self, token: mx.array) -> None:
         """Both streams now end with the chunk the launch of `token` stored (t rows more); the plan follows."""
-        k, v, t = self.k, self.v, self.t
-        if self.win and self.next is None:
+        k, v, t, win = self.k, self.v, self.t, self.win
+        if win and self.next is None:
             self.windows()
-        fs = self.flushing if self.win else (t, t)
-        for i, (r, g) in enumerate(zip(self.rows, self.per)):
-            r.n += fs[0 if i < self.nrows else 1] // g
-        for s, f in zip((k, v), fs):
+        fs = self.flushing if win else (t, t)
+        for r, g, i in self.fields:
+            r.n += fs[i] // g
+        held = self.held if win else (None, None)
+        if win:
+            self.next = self.held = None
+        for i, s in enumerate((k, v)):
+            f = fs[i]
             s._q += f
             s._version += 1
             s._token = token
-        if self.win:
-            held, self.next, self.held = self.held, None, None
-            for i, (s, w) in enumerate(zip((k, v), held)):
-                if w is not None:
-                    s._moved(w, fs[i])
-                    self.wroom[i] -= t
+            if held[i] is not None:
+                s._moved(held[i], f)
+                self.wroom[i] -= t
         self.kver, self.vver = k._version, v._version
-        self.rooms = [r - f for r, f in zip(self.rooms, fs)]
+        r0, r1 = self.rooms
+        self.rooms = [r0 - fs[0], r1 - fs[1]]
 
     def holds(self, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> bool:
         return (k is self.k and v is self.v and k._version == self.kver and v._version == self.vver

@@ -133,6 +133,7 @@ class Stream:
         # the full window in place (kernels/append.py WINDOWED, _window_buffer): a buffer, the window's first row
         # in it, and the views of it that the state holds while it is there
         self._wbuf: mx.array | None = None
+        self._wflat: mx.array | None = None     # _wbuf flattened: in_place.InPlace.windows' views (mx.as_strided)
         self._ws = 0
         self._wview: mx.array | None = None
         self._kview: mx.array | None = None
@@ -247,7 +248,7 @@ class Stream:
         cap = -(-(n + t) // _Rows.step) * _Rows.step + _Rows.step
         buf = mx.zeros((*win.shape[:2], cap, win.shape[3]), dtype=win.dtype)
         buf[:, :, :n] = mx.concatenate([kept, win], axis=2) if kept.shape[2] else win
-        self._wbuf, self._ws = buf, kept.shape[2]
+        self._wbuf, self._wflat, self._ws = buf, buf.reshape(-1), kept.shape[2]
         self._window = self._wview = buf[:, :, self._ws:self._ws + r]
         self._kview = None if self._kept is None else buf[:, :, :self._ws]
         self._kept = self._kview
@@ -333,7 +334,7 @@ class Stream:
             if r.buf is not None:
                 new._rows[k].extend(r.view())
         new._token = None
-        new._wbuf = new._wview = new._kview = None      # its own buffer at its first in-place append
+        new._wbuf = new._wflat = new._wview = new._kview = None     # its own buffer at its first in-place append
         memo[id(self)] = new
         return new
 

@@ -109,3 +109,51 @@ def test_other_chunk_shape_or_streams(launches):
 
 def test_copy_has_no_plan():
     assert copy.deepcopy(ip.InPlace()) is None
+
+
+def _filled(s: st.Stream) -> np.ndarray:
+    """The stream's window buffer with every element distinct (written in place): a view of other rows shows."""
+    mx.eval(s._wbuf)
+    a = np.array(memoryview(s._wbuf), copy=False)
+    a[...] = (np.arange(a.size) % 2039).reshape(a.shape)
+    return a
+
+
+@pytest.mark.parametrize("kp,vp", [
+    (dict(method="turboquant", bits=4, window=4), dict(method="turboquant", bits=4, window=4)),
+    (dict(method="kivi", bits=2, group_size=16, window=16), dict(method="kivi", bits=2, group_size=16, window=16)),
+    (dict(method="kivi", bits=2, group_size=16, window=0), dict(method="kivi", bits=2, group_size=16, window=0)),
+    (dict(method="turboquant", bits=3), dict(method="kivi", bits=2, group_size=16, window=16))])
+def test_window_views_are_the_buffer_rows(lib, monkeypatch, tune, kp, vp):
+    """InPlace.windows' views (mx.as_strided over Stream._wflat) are the rows a slice of Stream._wbuf takes, step
+    after step through KIVI's flushes; a plan whose window buffer was replaced refuses to make them."""
+    import _kernel_emulator as ke
+    ke.install(monkeypatch, tune, lib)
+    monkeypatch.setattr(fused, "append", lambda *a, **kw: mx.zeros((2, 1, 2), dtype=mx.bool_))
+    k = st.Stream(spec.Params(role="k", **kp), use_kernels=True)
+    v = st.Stream(spec.Params(role="v", **vp), use_kernels=True)
+    k.append(_x(40, 1))         # (KIVI: encoded groups, a window of R .. R + G - 1 tokens)
+    v.append(_x(40, 2))
+    tok, plan = ip.append_in_place(k, v, _x(1, 3), _x(1, 4), None)
+    assert plan is not None and plan.win
+    bufs = {id(s): _filled(s) for s in (k, v) if s._wbuf is not None}
+    for step in range(40):
+        got = list(plan.windows())
+        held = plan.held
+        t, fs, owns = plan.t, plan.flushes(), plan.owns()
+        for i, s in enumerate((k, v)):
+            if not plan.wins[i]:
+                assert held[i] is None
+                continue
+            a, ws, r, f, own = bufs[id(s)], s._ws, s._window.shape[2], fs[i], owns[i]
+            want = (a[:, :, ws:ws + (f or t)], a[:, :, ws + f - own:ws + r + t], a[:, :, ws + f:ws + r + t])
+            for name, g, w in zip(("kf", "kw", "held"), (got.pop(0), got.pop(0), held[i]), want):
+                assert g.shape == w.shape and np.array_equal(np.array(g), w), f"step {step} role {i}: {name}"
+        assert not got
+        tok, again = ip.append_in_place(k, v, _x(1, 5 + step), _x(1, 6 + step), tok, plan)
+        if again is not plan:
+            break
+    s = k if plan.wins[0] else v
+    s._wflat = s._wbuf.reshape(-1)       # (a buffer the plan did not make)
+    with pytest.raises(ValueError, match="window buffer"):
+        plan.windows()
