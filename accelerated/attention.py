@@ -53,13 +53,13 @@ class StepKV(PackedKV):
 
     def __init__(self, stream, bufs: dict, encoded: int, token, step, lo: int = 0, window: mx.array | None = None,
                  held: mx.array | None = None):
-        object.__setattr__(self, "token_or_pending", token)
-        object.__setattr__(self, "step", step)
-        object.__setattr__(self, "encoded", encoded)      # the step's state: what its attention launch reads
-        object.__setattr__(self, "lo", lo)                # its first valid row (a sliding-window cache's evictions)
-        object.__setattr__(self, "window", window)
-        object.__setattr__(self, "held", window if held is None else held)   # the window the record holds
-        object.__setattr__(self, "_lazy", (stream, bufs, encoded))
+        # (one dict update, not a frozen dataclass's setattr per field: a decode step makes two per layer)
+        self.__dict__.update(token_or_pending=token, step=step,
+                             encoded=encoded,     # the step's state: what its attention launch reads
+                             lo=lo,               # its first valid row (a sliding-window cache's evictions)
+                             window=window,
+                             held=window if held is None else held,     # the window the record holds
+                             _lazy=(stream, bufs, encoded))
 
     @property
     def flags(self) -> mx.array:
