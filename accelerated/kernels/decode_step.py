@@ -237,7 +237,10 @@ class DecodeStep:
         if self.mixed:      # the roles' common encoded prefix (the MIXED partial reads each role's own past it)
             q_enc = min(q_enc, values.encoded)
         lo = keys.lo
-        mask, held, below = _past_evicted(queries.shape[0], keys, values, mask)
+        if lo or mask is not None:
+            mask, held, below = _past_evicted(queries.shape[0], keys, values, mask)
+        else:                   # (the usual decode step: nothing evicted, no mask)
+            held = below = None
         starts = starts or bool(lo)
         append = tok is self.pending and tok is not None
         # the append launched alone (also a pending one flushed below because the kernels refused it inside): its
@@ -257,7 +260,7 @@ class DecodeStep:
             return None
         kern, call, ins, slots, comb = a
         ins = list(ins)
-        iq, inn, ifl, ikx, ivx, irs, iwin, ikc, ivc = slots
+        iq, inn, ifl, ikx, ivx, irs, iwin, ikc, ivc, leaving = slots
         ins[iq] = queries
         ins[inn] = km.count(q_enc + lo)
         if starts:
@@ -266,9 +269,8 @@ class DecodeStep:
             ins[iwin[0]] = keys.window if keys.window is not None else self.empty[0]
             ins[iwin[1]] = values.window if values.window is not None else self.empty[1]
             if append:
-                for i, f in zip(iwin[2:], self.fslots):
-                    if f is not None:
-                        ins[i] = tok.ins[f]
+                for i, f in leaving:
+                    ins[i] = tok.ins[f]
         if append:
             ins[ifl] = tok.ins[1]         # ordered after the previous store, as the append launch is
             ins[ikx] = tok.ins[2]
@@ -322,5 +324,7 @@ class DecodeStep:
             comb = (ckern, ccall, st.consts)
         at = {n: i for i, n in enumerate(names)}
         slots = (at["q"], at["nenc"], at["flags"], at.get("kx"), at.get("vx"), at.get("rstart"),
-                 tuple(at.get(n) for n in ("kw", "vw", "kf", "vf")), at.get("kconst"), at.get("vconst"))
+                 tuple(at.get(n) for n in ("kw", "vw", "kf", "vf")), at.get("kconst"), at.get("vconst"),
+                 # (the append's inputs of the tokens leaving each window: (launch slot, append slot) per windowed role)
+                 tuple((at[n], f) for n, f in zip(("kf", "vf"), self.fslots) if f is not None and n in at))
         return kern, call, ins, slots, comb
