@@ -183,8 +183,8 @@ class InPlace:
         """The next launch's window views (kernels/append.py WINDOWED): (kf, kw, vf, vw), each stream's t tokens
         leaving its window and its window after the chunk (rows of Stream._wbuf); () without windows; where one role
         has none (`mixed`), the other's pair only (kernels/append.py MIXED). `stored` makes them the streams' state.
-        Each view is mx.as_strided over the flattened buffer (Stream._wflat): the same rows as a slice of _wbuf, at
-        about half a slice's host time."""
+        Each view is mx.as_strided over the flattened buffer (Stream._wflat): the same rows as a slice of _wbuf, made
+        with less host work (a decode step makes up to four)."""
         if not self.win:
             return ()
         t, out, held, fs = self.t, [], [], []
