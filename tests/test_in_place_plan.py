@@ -119,14 +119,8 @@ def _filled(s: st.Stream) -> np.ndarray:
     return a
 
 
-@pytest.mark.parametrize("kp,vp", [
-    (dict(method="turboquant", bits=4, window=4), dict(method="turboquant", bits=4, window=4)),
-    (dict(method="kivi", bits=2, group_size=16, window=16), dict(method="kivi", bits=2, group_size=16, window=16)),
-    (dict(method="kivi", bits=2, group_size=16, window=0), dict(method="kivi", bits=2, group_size=16, window=0)),
-    (dict(method="turboquant", bits=3), dict(method="kivi", bits=2, group_size=16, window=16))])
-def test_window_views_are_the_buffer_rows(lib, monkeypatch, tune, kp, vp):
-    """InPlace.windows' views (mx.as_strided over Stream._wflat) are the rows a slice of Stream._wbuf takes, step
-    after step through KIVI's flushes; a plan whose window buffer was replaced refuses to make them."""
+def _windowed(lib, monkeypatch, tune, kp: dict, vp: dict):
+    """A stream pair with exact windows after one in-place append (the launch stubbed: no bytes written) and its plan."""
     import _kernel_emulator as ke
     ke.install(monkeypatch, tune, lib)
     monkeypatch.setattr(fused, "append", lambda *a, **kw: mx.zeros((2, 1, 2), dtype=mx.bool_))
@@ -136,6 +130,18 @@ def test_window_views_are_the_buffer_rows(lib, monkeypatch, tune, kp, vp):
     v.append(_x(40, 2))
     tok, plan = ip.append_in_place(k, v, _x(1, 3), _x(1, 4), None)
     assert plan is not None and plan.win
+    return k, v, tok, plan
+
+
+@pytest.mark.parametrize("kp,vp", [
+    (dict(method="turboquant", bits=4, window=4), dict(method="turboquant", bits=4, window=4)),
+    (dict(method="kivi", bits=2, group_size=16, window=16), dict(method="kivi", bits=2, group_size=16, window=16)),
+    (dict(method="kivi", bits=2, group_size=16, window=0), dict(method="kivi", bits=2, group_size=16, window=0)),
+    (dict(method="turboquant", bits=3), dict(method="kivi", bits=2, group_size=16, window=16))])
+def test_window_views_are_the_buffer_rows(lib, monkeypatch, tune, kp, vp):
+    """InPlace.windows' views (mx.as_strided over Stream._wflat) are the rows a slice of Stream._wbuf takes, step
+    after step through KIVI's flushes; a plan whose window buffer was replaced refuses to make them."""
+    k, v, tok, plan = _windowed(lib, monkeypatch, tune, kp, vp)
     bufs = {id(s): _filled(s) for s in (k, v) if s._wbuf is not None}
     for step in range(40):
         got = list(plan.windows())
@@ -157,3 +163,25 @@ def test_window_views_are_the_buffer_rows(lib, monkeypatch, tune, kp, vp):
     s._wflat = s._wbuf.reshape(-1)       # (a buffer the plan did not make)
     with pytest.raises(ValueError, match="window buffer"):
         plan.windows()
+
+
+def test_fits_asks_what_a_kivi_step_encodes(lib, monkeypatch, tune):
+    """KIVI's steps encode nothing or a group of G: records with room for fewer than G tokens take the steps that
+    flush none and refuse a flushing one; window buffers with room for fewer than t tokens refuse any step."""
+    kivi = dict(method="kivi", bits=2, group_size=16, window=16)
+    k, v, tok, plan = _windowed(lib, monkeypatch, tune, kivi, kivi)
+    seen = set()
+    for step in range(20):
+        rooms, wroom, f = list(plan.rooms), list(plan.wroom), plan.flushes()
+        seen.add(f)
+        for room in (0, 1, 15, 16):
+            for role in (0, 1):     # (the other role with room to spare)
+                plan.rooms = [room if i == role else 1000 for i in (0, 1)]
+                assert plan._fits() == (room >= f[role]), f"step {step}: flushes {f}, role {role} room {room}"
+        plan.rooms = rooms
+        for role in (0, 1):
+            plan.wroom = [0 if i == role else w for i, w in enumerate(wroom)]
+            assert not plan._fits(), f"step {step}: no room in role {role}'s window buffer"
+        plan.wroom = wroom
+        tok, plan = ip.append_in_place(k, v, _x(1, 5 + step), _x(1, 6 + step), tok, plan)
+    assert seen == {(0, 0), (16, 16)}, seen
