@@ -50,6 +50,12 @@ def _view_shapes(s: "Stream", t: int) -> tuple:
     return s._wflat, cap, d, (h * cap * d, cap * d, d, 1), (b, h, t, d), (b, h, s.params.window, d)
 
 
+def _kivi_flush(r: int, t: int, window: int, g: int) -> int:
+    """Tokens a KIVI role's chunk of t encodes with r tokens in its window of R = `window`: a group of G once the
+    window reaches R + G, else none."""
+    return g if r + t >= window + g else 0
+
+
 class InPlace:
     """append_in_place's checks of one (keys, values) stream pair, remembered for the next decode step: they
     still hold while both streams are at the versions this append left (every other change of a stream bumps
@@ -147,7 +153,7 @@ class InPlace:
         s, g = (self.k, self.v)[i], self.groups[i]
         if not g:
             return self.t
-        return g if s._window.shape[2] + self.t >= s.params.window + g else 0
+        return _kivi_flush(s._window.shape[2], self.t, s.params.window, g)
 
     def flushes(self) -> tuple:
         """Tokens the next chunk encodes per role (leaving its window): t, or with KIVI 0 or G."""
@@ -208,7 +214,7 @@ class InPlace:
             # leaving kf is any rows, never read; with R = 0 at a flush kf's last row and kw are the chunk's row, and
             # the window after the step is empty
             r = s._window.shape[2]
-            f = g if r + t >= kws[2] + g else 0
+            f = _kivi_flush(r, t, kws[2], g)
             own, n, b, h = f - r if f > r else 0, r + t - f, kfs[0], kfs[1]
             if ws + r + t > cap:
                 raise ValueError("in-place windows: no room in the window buffer")
