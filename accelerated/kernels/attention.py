@@ -26,7 +26,6 @@ from . import attention_source as src
 from . import attention_tc, backend, loader, ragged_support
 from . import methods as km
 from .ragged_support import pow2
-from .ragged_support import keyed_mixed, kivi_keyed   # noqa: F401  (their old home's names, kept)
 from ..ops import codebooks, prng
 from ..ops.attention import MAX_PACKED_QUERIES, PackedRecord, RaggedRecord, RowStarts, Views
 

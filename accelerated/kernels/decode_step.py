@@ -324,7 +324,7 @@ class DecodeStep:
             comb = (ckern, ccall, st.consts)
         at = {n: i for i, n in enumerate(names)}
         slots = (at["q"], at["nenc"], at["flags"], at.get("kx"), at.get("vx"), at.get("rstart"),
-                 tuple(at.get(n) for n in ("kw", "vw", "kf", "vf")), at.get("kconst"), at.get("vconst"),
+                 (at.get("kw"), at.get("vw")), at.get("kconst"), at.get("vconst"),
                  # (the append's inputs of the tokens leaving each window: (launch slot, append slot) per windowed role)
                  tuple((at[n], f) for n, f in zip(("kf", "vf"), self.fslots) if f is not None and n in at))
         return kern, call, ins, slots, comb
