@@ -228,10 +228,11 @@ class RaggedStream(Stream):
     def mark(self) -> tuple:
         """(in-place steps write only past a mark's rows, so the buffers it names still hold its state)"""
         return (self._epoch, self._version, self._idx, dict(self._f), self._lo, self._window, self._dtype,
-                self._bhd, self._wbuf, self._ws, self._wview)
+                self._bhd, self._wbuf, self._wflat, self._ws, self._wview)
 
     def restore(self, mark: tuple) -> None:
-        epoch, _, self._idx, f, self._lo, self._window, self._dtype, self._bhd, self._wbuf, self._ws, self._wview = mark
+        (epoch, _, self._idx, f, self._lo, self._window, self._dtype, self._bhd, self._wbuf, self._wflat, self._ws,
+         self._wview) = mark
         if epoch != self._epoch:
             raise ValueError("mark: taken before a trim; it can no longer be restored")
         self._f = dict(f)
@@ -247,7 +248,7 @@ class RaggedStream(Stream):
         new._pads, new._token = list(self._pads), None
         new._f = {n: mx.array(a) + mx.zeros((), dtype=a.dtype) for n, a in self._f.items()}
         new._window = None if self._window is None else self._window + mx.zeros((), dtype=self._window.dtype)
-        new._wbuf = new._wview = None
+        new._wbuf = new._wflat = new._wview = None
         mx.eval(*new._f.values(), *([] if new._window is None else [new._window]))
         memo[id(self)] = new
         return new

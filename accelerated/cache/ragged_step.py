@@ -12,9 +12,10 @@ Buffers (no full-size copy per flush; on a GPU the general path's commit writes 
 room: RaggedStream.commit's `writes`): each field of a stream is one array with
 room past every row's boundary (rows from position 0, group rows from group 0), written in place; the window is a view
 of a buffer (`_wbuf`, its first row `_ws` at position `_lo`) that a step extends by the chunk's row and whose first
-row moves by the change of the least boundary. Rows are only written past the state a mark or a view holds, so marks
-restore by their row counts. Anything else (another shape, a trim, the general path's commit) leaves the plan; the
-next check makes new buffers (one copy) where the old have no room.
+row moves by the change of the least boundary (the views: mx.as_strided over `_wflat`, the buffer flattened where
+`reserve` makes it, shapes and strides once per plan: `_flat`, `_views`). Rows are only written past the state a mark
+or a view holds, so marks restore by their row counts. Anything else (another shape, a trim, the general path's
+commit) leaves the plan; the next check makes new buffers (one copy) where the old have no room.
 """
 from __future__ import annotations
 
@@ -61,8 +62,9 @@ def reserve(s, t: int) -> None:
     w, n = s._window, s._idx - s._lo
     if s._wbuf is None or w is not s._wview or s._ws + n + t > s._wbuf.shape[2]:
         s._wbuf, s._ws = _grown(w, n + t + ROOM), 0
+        s._wflat = s._wbuf.reshape(-1)
         s._window = s._wview = s._wbuf[:, :, :n]
-    mx.eval(s._wbuf, *s._f.values())
+    mx.eval(s._wbuf, s._wflat, *s._f.values())
 
 
 class _NoEviction:
@@ -88,7 +90,7 @@ class RaggedInPlace:
     rows = (_NoEviction(),)
 
     __slots__ = ("k", "v", "kver", "vver", "shape", "dt", "t", "g", "r", "group", "groups", "kbufs", "vbufs",
-                 "phases", "phase_set", "next", "held", "flushing", "encoded", "idx1")
+                 "phases", "phase_set", "next", "held", "flushing", "encoded", "idx1", "kview", "vview")
 
     @classmethod
     def check(cls, k, v, keys: mx.array, values: mx.array) -> "RaggedInPlace | None":
@@ -125,6 +127,7 @@ class RaggedInPlace:
         p.kbufs, p.vbufs = dict(k._f), dict(v._f)
         p.phases, p.phase_set = phases, frozenset(x % g for x in pads)
         p.next = p.held = p.flushing = None
+        p.kview, p.vview = _flat(k), _flat(v)
         return p
 
     def __deepcopy__(self, memo):
@@ -157,20 +160,26 @@ class RaggedInPlace:
     def windows(self) -> tuple:
         """The next launch's (kf, kw, vf, vw): each role's tokens at x .. x + G - 1 (where rows flush; else any row,
         never read) and its window after the step (positions lo' .. idx'; lo' the rows' least boundary after it)."""
-        k, t, g = self.k, self.t, self.g
-        self.idx1 = idx1 = k._idx + t
-        self.encoded = lo1 = min(k.bounds(idx1))
-        flush = self.flushes()
-        x = self.base()
-        out, held = [], []
-        for s in (self.k, self.v):
-            ws, lo, n = s._ws, s._lo, s._idx - s._lo
-            kf = s._wbuf[:, :, ws + x - lo:ws + x - lo + g] if flush else s._wbuf[:, :, ws + n:ws + n + t]
-            kw = s._wbuf[:, :, ws + lo1 - lo:ws + n + t]
-            out += [kf, kw]
-            held.append(kw)
-        self.next, self.held, self.flushing = tuple(out), tuple(held), (g, g) if flush else (0, 0)
+        flush = self._next(self.k)
+        kf, kw = self._kivi(self.k, self.kview, flush)
+        vf, vw = self._kivi(self.v, self.vview, flush)
+        g = self.g if flush else 0
+        self.next, self.held, self.flushing = (kf, kw, vf, vw), (kw, vw), (g, g)
         return self.next
+
+    def _next(self, s) -> bool:
+        """The next step's idx' and least boundary (`encoded`) from the KIVI role s's rows; whether some rows flush."""
+        self.idx1 = idx1 = s._idx + self.t
+        self.encoded = min(s.bounds(idx1))
+        return self.flushes()
+
+    def _kivi(self, s, view: tuple, flush: bool) -> tuple:
+        """(kf, kw) of the KIVI role s (every ragged plan's one flush rule): its tokens at x .. x + G - 1 where rows
+        flush (else the chunk's row, never read) and its window after the step (positions lo' .. idx'). Not
+        in_place._kivi_flush: a single sequence flushes by its window's length, a ragged role's rows by phase."""
+        ws, lo, n, t, lo1 = s._ws, s._lo, s._idx - s._lo, self.t, self.encoded
+        first = ws + RaggedInPlace.base(self) - lo if flush else ws + n
+        return _views(s, view, first, self.g if flush else t, ws + lo1 - lo, n + t + lo - lo1)
 
     def own(self) -> int:
         """The chunk's tokens among those the next flush encodes (R = 0: its last, read from the chunk)."""
@@ -225,14 +234,9 @@ class RaggedMixedInPlace(RaggedInPlace):
 
     def windows(self) -> tuple:
         """The next launch's (vf, vw) (KIVI's plan for the values); held: (the keys' window of no rows, vw)."""
-        k, v, t = self.k, self.v, self.t
-        self.idx1 = idx1 = k._idx + t
-        self.encoded = lo1 = min(v.bounds(idx1))
-        flush = self.flushes()
-        x, ws, lo, n = self.base(1), v._ws, v._lo, v._idx - v._lo
-        vf = v._wbuf[:, :, ws + x - lo:ws + x - lo + self.g] if flush else v._wbuf[:, :, ws + n:ws + n + t]
-        vw = v._wbuf[:, :, ws + lo1 - lo:ws + n + t]
-        self.next, self.held, self.flushing = (vf, vw), (k._window, vw), (t, self.g if flush else 0)
+        flush = self._next(self.v)
+        vf, vw = self._kivi(self.v, self.vview, flush)
+        self.next, self.held, self.flushing = (vf, vw), (self.k._window, vw), (self.t, self.g if flush else 0)
         return self.next
 
     def own(self) -> int:
@@ -258,7 +262,33 @@ class RaggedMixedInPlace(RaggedInPlace):
         self.next = self.held = None
 
 
-class RaggedMixedWindowsInPlace(RaggedMixedInPlace):
+class _Sliding:
+    """The windowed plans' part for their per-token role with a window (`sliding`: 0 the keys, 1 the values): the same
+    positions in every row, moved by the chunk each step (`_sliding`, `_slid`), beside the KIVI role's pair."""
+
+    __slots__ = ()
+    sliding = 0
+
+    def windows(self) -> tuple:
+        """The next launch's (kf, kw, vf, vw): the sliding role's oldest window row and its window after the step (its
+        rows past that row, the chunk's last), the KIVI role's pair as the plan without that window makes it; held:
+        (kw, vw)."""
+        i, pair = self.sliding, super().windows()
+        rows = _sliding((self.k, self.v)[i], (self.kview, self.vview)[i], self.t)
+        self.next = (*rows, *pair) if i == 0 else (*pair, *rows)
+        self.held = self.next[1], self.next[3]
+        return self.next
+
+    def stored(self, token: mx.array) -> None:
+        if self.next is None:
+            self.windows()
+        s = (self.k, self.v)[self.sliding]
+        window, lo = self.held[self.sliding], s._lo       # (super().stored lets go of held)
+        super().stored(token)
+        _slid(s, window, lo, self.t)
+
+
+class RaggedMixedWindowsInPlace(_Sliding, RaggedMixedInPlace):
     """The mixed pair with a window in both roles (one window for the layer, e.g. 32: turboquant keys with R_k > 0
     beside KIVI values with R > 0; the MIXED partial's HASWIN 4). The keys' stream has phase 0 in every row, so its
     window is the same positions in every row (idx - R_k .. idx - 1, taken once full: idx >= R_k) and moves by the
@@ -285,21 +315,6 @@ class RaggedMixedWindowsInPlace(RaggedMixedInPlace):
 
     def counts(self) -> tuple[int, int]:
         return self.idx1 - self.k.params.window, self.encoded
-
-    def windows(self) -> tuple:
-        """The next launch's (kf, kw, vf, vw): the keys' oldest window row and their window after the step (its rows
-        past kf, the chunk's last), the values' pair as RaggedMixedInPlace's; held: (kw, vw)."""
-        vf, vw = super().windows()
-        kf, kw = _sliding(self.k, self.t)
-        self.next, self.held = (kf, kw, vf, vw), (kw, vw)
-        return self.next
-
-    def stored(self, token: mx.array) -> None:
-        if self.next is None:
-            self.windows()
-        window, lo = self.held[0], self.k._lo       # (super().stored lets go of held)
-        super().stored(token)
-        _slid(self.k, window, lo, self.t)
 
 
 class RaggedKiviKeysInPlace(RaggedInPlace):
@@ -335,14 +350,9 @@ class RaggedKiviKeysInPlace(RaggedInPlace):
 
     def windows(self) -> tuple:
         """The next launch's (kf, kw) (KIVI's plan for the keys); held: (kw, the values' window of no rows)."""
-        k, t = self.k, self.t
-        self.idx1 = idx1 = k._idx + t
-        self.encoded = lo1 = min(k.bounds(idx1))
-        flush = self.flushes()
-        x, ws, lo, n = self.base(), k._ws, k._lo, k._idx - k._lo
-        kf = k._wbuf[:, :, ws + x - lo:ws + x - lo + self.g] if flush else k._wbuf[:, :, ws + n:ws + n + t]
-        kw = k._wbuf[:, :, ws + lo1 - lo:ws + n + t]
-        self.next, self.held, self.flushing = (kf, kw), (kw, self.v._window), (self.g if flush else 0, t)
+        flush = self._next(self.k)
+        kf, kw = self._kivi(self.k, self.kview, flush)
+        self.next, self.held, self.flushing = (kf, kw), (kw, self.v._window), (self.g if flush else 0, self.t)
         return self.next
 
     def own(self) -> int:
@@ -368,7 +378,7 @@ class RaggedKiviKeysInPlace(RaggedInPlace):
         self.next = self.held = None
 
 
-class RaggedKiviKeysWindowsInPlace(RaggedKiviKeysInPlace):
+class RaggedKiviKeysWindowsInPlace(_Sliding, RaggedKiviKeysInPlace):
     """RaggedKiviKeysInPlace with the values' window too (R_v > 0, e.g. one window 32 for the layer; the MIXED
     partial's HASWIN 4): RaggedMixedWindowsInPlace's keys' part for the values. Their window is the same positions in
     every row (idx - R_v .. idx - 1, taken once full) and moves by the chunk's token each step: its oldest token, at
@@ -377,6 +387,7 @@ class RaggedKiviKeysWindowsInPlace(RaggedKiviKeysInPlace):
     phases: a row skips x_v only where x_v < its phase <= its padding (a position it never holds)."""
 
     wins = (True, True)
+    sliding = 1
 
     @classmethod
     def check(cls, k, v, keys: mx.array, values: mx.array) -> "RaggedKiviKeysWindowsInPlace | None":
@@ -394,27 +405,32 @@ class RaggedKiviKeysWindowsInPlace(RaggedKiviKeysInPlace):
     def counts(self) -> tuple[int, int]:
         return self.encoded, self.idx1 - self.v.params.window
 
-    def windows(self) -> tuple:
-        """The next launch's (kf, kw, vf, vw): the keys' pair as RaggedKiviKeysInPlace's, the values' oldest window
-        row and their window after the step (its rows past vf, the chunk's last); held: (kw, vw)."""
-        kf, kw = super().windows()
-        vf, vw = _sliding(self.v, self.t)
-        self.next, self.held = (kf, kw, vf, vw), (kw, vw)
-        return self.next
-
-    def stored(self, token: mx.array) -> None:
-        if self.next is None:
-            self.windows()
-        window, lo = self.held[1], self.v._lo       # (super().stored lets go of held)
-        super().stored(token)
-        _slid(self.v, window, lo, self.t)
 
 
-def _sliding(s, t: int) -> tuple:
+def _flat(s) -> tuple:
+    """What a plan's window views need of ragged stream s's window buffer (`reserve`: row-contiguous (B, H, rows, d),
+    `_wflat` its flattening): made once per plan."""
+    b, h, cap, d = s._wbuf.shape
+    return s._wflat, b, h, cap, d, (h * cap * d, cap * d, d, 1)
+
+
+def _views(s, view: tuple, a: int, m: int, c: int, n: int) -> tuple:
+    """Rows a .. a + m - 1 and c .. c + n - 1 of s's window buffer: mx.as_strided over its flattening (`view`: the
+    plan's _flat(s)), less host work than a slice. As_strided does not check, so rows outside the plan's buffer (one
+    made since, or past its room: never while the plan holds) are refused here rather than read."""
+    flat, b, h, cap, d, strides = view
+    if s._wflat is not flat:
+        raise ValueError("ragged in-place windows: the window buffer is not the plan's")
+    if a < 0 or c < 0 or a + m > cap or c + n > cap:
+        raise ValueError("ragged in-place windows: rows past the window buffer")
+    return mx.as_strided(flat, (b, h, m, d), strides, a * d), mx.as_strided(flat, (b, h, n, d), strides, c * d)
+
+
+def _sliding(s, view: tuple, t: int) -> tuple:
     """(oldest row, window after the step) of a role whose window is the same positions in every row (phase 0) and
     moves by a chunk of t rows each step: views of its window buffer."""
-    ws, n = s._ws, s._idx - s._lo
-    return s._wbuf[:, :, ws:ws + t], s._wbuf[:, :, ws + t:ws + n + t]
+    ws = s._ws
+    return _views(s, view, ws, t, ws + t, s._idx - s._lo)
 
 
 def _slid(s, window: mx.array, lo: int, t: int) -> None:
