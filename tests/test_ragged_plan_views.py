@@ -60,28 +60,36 @@ def _want(plan, s, role: int, a: np.ndarray) -> tuple:
     return first, a[:, :, ws + plan.encoded - lo:ws + n + t]
 
 
-@pytest.mark.parametrize("km, vm, kwin, vwin, cls", CASES.values(), ids=CASES.keys())
-def test_ragged_window_views_are_the_buffer_rows(tune, km, vm, kwin, vwin, cls):
+def _plan(tune, km, vm, kwin, vwin):
+    """A ragged batch's streams (rows whose lengths differ mod G), a step's chunk and the plan check gives them."""
     tune(ragged=True)
     singles = filled_with(_maker(km, vm, kwin, vwin), [37, 50, 64 + 3, 21], seed=7)
     batch = type(singles[0]).merge(singles)
     k, v = batch.inner._k, batch.inner._v
     keys, values = kv(1, 300, b=4)
-    plan = ragged_step.RaggedInPlace.check(k, v, keys, values)
+    return k, v, keys, values, ragged_step.RaggedInPlace.check(k, v, keys, values)
+
+
+def _same_views(plan, k, v, bufs: dict, when: str) -> None:
+    got = list(plan.windows())
+    for i, s in enumerate((k, v)):
+        if not plan.wins[i]:
+            continue
+        for name, g, w in zip(("first", "window"), got[:2], _want(plan, s, i, bufs[id(s)])):
+            assert g.shape == w.shape and np.array_equal(np.array(g), w), f"{when} role {i}: {name}"
+        del got[:2]
+    assert not got
+
+
+@pytest.mark.parametrize("km, vm, kwin, vwin, cls", CASES.values(), ids=CASES.keys())
+def test_ragged_window_views_are_the_buffer_rows(tune, km, vm, kwin, vwin, cls):
+    k, v, keys, values, plan = _plan(tune, km, vm, kwin, vwin)
     assert type(plan) is cls
     bufs = {id(s): _filled(s) for s in (k, v)}
     flushed, step = set(), 0
     while plan._room(k) and plan._room(v):
-        got = list(plan.windows())
-        for i, s in enumerate((k, v)):
-            if not plan.wins[i]:
-                continue
-            for name, g, w in zip(("first", "window"), got[:2], _want(plan, s, i, bufs[id(s)])):
-                assert g.shape == w.shape and np.array_equal(np.array(g), w), f"step {step} role {i}: {name}"
-            del got[:2]
-            if s.params.method == "kivi":
-                flushed.add(plan.flushing[i])
-        assert not got
+        _same_views(plan, k, v, bufs, f"step {step}")
+        flushed |= {f for f, s in zip(plan.flushing, (k, v)) if s.params.method == "kivi"}
         plan.stored(None)
         step += 1
     assert step > G and flushed == {0, G}, (step, flushed)     # (steps that flush and steps that do not)
@@ -91,3 +99,18 @@ def test_ragged_window_views_are_the_buffer_rows(tune, km, vm, kwin, vwin, cls):
         s._wflat = s._wbuf.reshape(-1)       # (a buffer the plan did not make)
     with pytest.raises(ValueError, match="not the plan's"):
         plan.windows()
+
+
+def test_a_restored_mark_keeps_the_window_buffer_with_its_flattening(tune):
+    """RaggedStream.mark / restore hold the window buffer together with its flattening (`_wflat`): a plan made after a
+    restore to a mark taken before the buffer was made anew views the restored buffer's rows."""
+    k, v, keys, values, plan = _plan(tune, "kivi", "kivi", 16, 16)
+    marks = k.mark(), v.mark()
+    for s, m in zip((k, v), marks):
+        s._wview = None                 # (the window no longer the buffer's view: reserve makes the buffer anew)
+        ragged_step.reserve(s, 1)
+        assert s._wbuf is not m[8]
+    k.restore(marks[0])
+    v.restore(marks[1])
+    plan = ragged_step.RaggedInPlace.check(k, v, keys, values)
+    _same_views(plan, k, v, {id(s): _filled(s) for s in (k, v)}, "after the restore")
