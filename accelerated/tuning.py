@@ -38,10 +38,10 @@ class Tuning:
     tc_3bit: bool = True            # ... also 3-bit turboquant codes in either role
     tc_two_stage: bool = True       # ... also turboquant_rvq (two code streams, each 1-, 2- or 4-bit) and
                                     # turboquant_prod (bits 2, 3, 5: mse codes and QJL signs; keys at d = 128)
-    tc_prod3: bool = False          # ... also turboquant_prod with 3-bit mse codes (bits 4) or beside a 3-bit role
-                                    # (the 3-bit layout beside the QJL signs; off until its GPU twins pass)
-    tc_mixed: bool = False          # ... also turboquant keys (1-4 bits) beside KIVI values (1, 2, 4 bits), a MIXED
-                                    # partial's split S - 1 in scalar arithmetic (off until its GPU twins pass)
+    tc_prod3: bool = True           # ... also turboquant_prod with 3-bit mse codes (bits 4) or beside a 3-bit role
+                                    # (the 3-bit layout beside the QJL signs)
+    tc_mixed: bool = True           # ... also turboquant keys (1-4 bits) beside KIVI values (1, 2, 4 bits), a MIXED
+                                    # partial's split S - 1 in scalar arithmetic
     tc_ragged: bool = False         # ... also a ragged KIVI batch's rows (each its own group phase: tc_kivi's loop;
                                     # off until its GPU twins pass)
     tc_prefetch: int = 2            # chunks the tensor-core loop loads ahead while it scores one

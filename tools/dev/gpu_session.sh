@@ -3,9 +3,9 @@
 # $OUT. Run on the device after MLX is installed (DEVELOPERS.md, "The H200"):
 #   export PYTHONPATH=/tmp/site:$PWD VELOXQUANT_GIT=<this tree's short hash> && bash tools/dev/gpu_session.sh STAGE
 # Stages, in the order that keeps a short budget useful:
-#   twins   the GPU twins of tensor-core loops that are off until they pass (tuning's tc_prod3, tc_mixed,
-#           tc_ragged, and the last two together), and the GPU tests of caches changed since their last GPU run            (~3 min)
-#   ab      each such knob on and off in the same rounds, decode step + generate at 32k           (~5 min)
+#   twins   the GPU twins of the tensor-core loops (tuning's tc_prod3, tc_mixed, tc_ragged, and the last two
+#           together), and the GPU tests of caches changed since their last GPU run                (~6 min)
+#   ab      tc_prod3 and tc_mixed on and off in the same rounds, decode step + generate at 32k   (~2 min)
 #   ragged  batches of ragged prompts, 8k x 8 and 32k x 4: KIVI and the mixed pair per sequence against
 #           tuning's ragged (one B-row cache) and its tensor-core loops                            (~6 min)
 #   gate    decode step + generate at 32k and the batches against benchmarks/baselines/h200.json (~9 min)
@@ -39,8 +39,8 @@ case $stage in
     ;;
   ab)
     step ab-32k "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
-      --bench-arms 'turboquant_prod b4' 'turboquant_prod b4 [TC_PROD3=1]' \
-      'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 [TC_MIXED=1]' \
+      --bench-arms 'turboquant_prod b4' 'turboquant_prod b4 [TC_PROD3=0]' \
+      'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 [TC_MIXED=0]' \
       --bench-partial "$out/h200-ab-32k.json"
     ;;
   ragged)
