@@ -70,7 +70,9 @@ case $stage in
     step cold "${bench[@]}" benchmarks/test_cold_start.py --bench-partial "$out/h200-cold-start.json"
     ;;
   kernels)
-    step kernels python3 -m veloxquant.tools.dev.kernel_check --out "$out/kernels"
+    step kernels python3 -m veloxquant.tools.dev.kernel_check --out "$out/kernels" --skip bench --parallel-timeout 280
+    # (one file back: a device call returns a limited number of files)
+    (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
     echo "unknown stage $stage: twins, ab, ragged, gate, split, cold or kernels" >&2
