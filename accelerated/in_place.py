@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 
 from .kernels import append as fused
+from .kernels import commit
+from .stream import _Rows
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -48,6 +50,26 @@ def _view_shapes(s: "Stream", t: int) -> tuple:
     the window."""
     b, h, cap, d = s._wbuf.shape
     return s._wflat, cap, d, (h * cap * d, cap * d, d, 1), (b, h, t, d), (b, h, s.params.window, d)
+
+
+def _window_room(s: "Stream", t: int) -> tuple:
+    """A window buffer as Stream._window_buffer sizes it (room for t more rows) with the copy that fills it, for
+    InPlace.grow's one launch: (buffer, [(its first rows, the kept tokens and the window: rows of the current buffer)]
+    or [], kept tokens)."""
+    kn = 0 if s._kept is None else s._kept.shape[2]
+    n = kn + s._window.shape[2]
+    cap = -(-(n + t) // _Rows.step) * _Rows.step + _Rows.step
+    buf = mx.zeros((*s._wbuf.shape[:2], cap, s._wbuf.shape[3]), dtype=s._wbuf.dtype)
+    return buf, [(buf[:, :, :n], s._wbuf[:, :, s._ws - kn:s._ws - kn + n])] if n else [], kn
+
+
+def _rebuffered(s: "Stream", buf: mx.array, kn: int) -> None:
+    """The stream's window and kept tokens are now the first rows of `buf`, as Stream._window_buffer leaves them."""
+    r = s._window.shape[2]
+    s._wbuf, s._wflat, s._ws = buf, buf.reshape(-1), kn
+    s._window = s._wview = buf[:, :, kn:kn + r]
+    s._kview = None if s._kept is None else buf[:, :, :kn]
+    s._kept = s._kview
 
 
 def _kivi_flush(r: int, t: int, window: int, g: int) -> int:
@@ -252,3 +274,56 @@ class InPlace:
         return (k is self.k and v is self.v and k._version == self.kver and v._version == self.vver
                 and self._fits() and keys.shape == self.kshape and values.shape == self.vshape
                 and keys.dtype == self.kdt and values.dtype == self.vdt)
+
+    def same(self, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> bool:
+        """`holds` but for the room in the buffers (what `grow` makes)."""
+        return (k is self.k and v is self.v and k._version == self.kver and v._version == self.vver
+                and keys.shape == self.kshape and values.shape == self.vshape
+                and keys.dtype == self.kdt and values.dtype == self.vdt)
+
+    def grow(self, after: mx.array | None) -> mx.array | None:
+        """Room for the next step without leaving the plan (`_fits` failed, `same` holds): each record buffer short
+        of the most a step encodes, and each window buffer short of t rows, made anew with room (as _Rows and
+        Stream._window_buffer round it), their rows copied by ONE launch of kernels/commit.py ordered after `after`
+        (the cache's last token: no host sync, as the general path's growth would sync a windowed stream). Returns
+        that launch's token, now the streams' (every later store and read orders after it), or `after` where nothing
+        was copied; None where the plan does not grow (rows evicted: a sliding-window cache's own compaction makes its
+        room; a window no longer the buffer's view). Rows, counts and views keep their values, so a mark taken before
+        restores the same state (its window a view of the old buffer, which nothing writes any more)."""
+        k, v, t = self.k, self.v, self.t
+        writes, rows, wins = [], [], []
+        for r, g, i in self.fields:
+            if r.lo:
+                return None
+            if (r.buf.shape[2] - r.n) * g < self.most[i]:
+                new = r._alloc(r.buf, r.n + -(-self.most[i] // g))
+                if r.n:
+                    writes.append((new[:, :, :r.n], r.buf[:, :, :r.n]))
+                rows.append((r, new))
+        for s, w in zip((k, v), self.wroom):
+            if w is None or w >= t:
+                continue
+            if s._window is not s._wview or s._kept is not s._kview:
+                return None
+            buf, pair, kn = _window_room(s, t)
+            writes += pair
+            wins.append((s, buf, kn))
+        token = commit.commit(writes, [], after) if writes else after
+        for r, new in rows:
+            r.buf = new
+        for s, buf, kn in wins:
+            _rebuffered(s, buf, kn)
+        for s in (k, v):
+            s._token = token
+        self.kbufs = {n: r.buf for n, r in k._rows.items()}      # new dicts: earlier steps' records keep theirs
+        self.vbufs = {n: r.buf for n, r in v._rows.items()}
+        rooms = [None, None]
+        for r, g, i in self.fields:
+            n = (r.buf.shape[2] - r.n) * g
+            rooms[i] = n if rooms[i] is None else min(rooms[i], n)
+        self.rooms = rooms
+        self.wroom = [None if w is None else s._wbuf.shape[2] - s._ws - s._window.shape[2]
+                      for s, w in zip((k, v), self.wroom)]
+        self.views = tuple((s, g, *(_view_shapes(s, t) if w else (None,) * 6))
+                           for s, g, w in zip((k, v), self.groups, self.wins))
+        return token

@@ -82,7 +82,7 @@ class DecodeStep:
     """One cache's in-place append (one token or chunk of the remembered shape) plus its attention launch."""
 
     __slots__ = ("cache", "plan", "k", "v", "kernel", "call", "ins", "slot_v", "record", "attn", "clean", "pending",
-                 "append_ts", "win", "consts", "mixed", "empty", "fslots", "ragged", "wslot")
+                 "append_ts", "win", "consts", "mixed", "empty", "fslots", "ragged", "wslot", "fk", "fv")
 
     def __init__(self, cache, plan, keys: mx.array, values: mx.array, record):
         # record(index, token, before): the cache's _Chunk of one append, with the fused launch's messages
@@ -112,6 +112,7 @@ class DecodeStep:
         self.kernel, self.call = _resolve(kernel, template, grid=grid, threadgroup=group, output_shapes=oshape,
                                           output_dtypes=[mx.bool_])
         kb = [plan.kbufs[f] for f in fk]
+        self.fk, self.fv = fk, fv       # the buffers' order in the inputs (`_grown` re-points them)
         # inputs as kernels/append.append passes them: [base, after, keys, kc, *kbufs, values, vc, *vbufs], and with
         # exact windows (append.WINDOWED) each step's window views [kf, kw, vf, vw] (in_place.InPlace.windows)
         # (MIXED, append.MIXED: the windowed role's pair only, then the values' first row vbase)
@@ -154,8 +155,30 @@ class DecodeStep:
 
     def holds(self, keys, values) -> bool:
         c = self.cache
+        if self.pending is not None:    # (stored first: the plan's room counts its rows)
+            self.flush()
         return (c._k is self.k and c._v is self.v and c._in_place is self.plan and type(keys) is mx.array
-                and type(values) is mx.array and self.plan.holds(self.k, self.v, keys, values))
+                and type(values) is mx.array
+                and (self.plan.holds(self.k, self.v, keys, values) or self._grown(keys, values)))
+
+    def _grown(self, keys, values) -> bool:
+        """Where only the room in the buffers fails: the plan grows them (in_place.InPlace.grow: one copy launch
+        after the cache's last token, no host sync), its token becomes the cache's (the next append orders after
+        it), and the step takes the new buffers: its append inputs, and its attention launch parts made again
+        (their inputs hold the old buffers). A ragged plan or a sliding-window cache's evicted rows: False (the
+        general path)."""
+        plan, c = self.plan, self.cache
+        if self.ragged or not plan.same(self.k, self.v, keys, values):
+            return False
+        token = plan.grow(c._token)
+        if token is None:
+            return False
+        c._token = token
+        nk, sv = len(self.fk), self.slot_v + 2
+        self.ins[4:4 + nk] = [plan.kbufs[f] for f in self.fk]
+        self.ins[sv:sv + len(self.fv)] = [plan.vbufs[f] for f in self.fv]
+        self.attn = {}
+        return plan._fits()
 
     def step(self, keys: mx.array, values: mx.array):
         """in_place.append_in_place + VeloxKVCache's bookkeeping for it, for a chunk `holds` accepted. With
