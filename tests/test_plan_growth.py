@@ -17,7 +17,10 @@ from veloxquant.accelerated import stream as st
 from veloxquant.accelerated.cache import VeloxKVCache
 from veloxquant.accelerated.kernels import backend, commit
 from veloxquant.accelerated.kernels import methods as km
+from veloxquant.accelerated.kernels import decode_step
+import test_decode_step as tds
 import test_window_step as tws
+from test_decode_step import gpu   # noqa: F401  (the fixture)
 from test_window_step import _tokens, stand_in   # noqa: F401  (the fixture)
 
 STEP = 16
@@ -226,3 +229,33 @@ def test_a_nan_chunk_at_a_growth_is_rolled_back_like_the_general_path(grows, mon
             out.append((err, c.offset, {n: np.array(a) for s in (c._k, c._v) for n, a in s.record().items()}))
     (e1, o1, r1), (e2, o2, r2) = out
     assert e1 == e2 and o1 == o2, f"{e1!r} at offset {o1} against the general path's {e2!r} at {o2}"
+
+
+def test_the_attention_after_a_growth_reads_the_grown_buffers(monkeypatch, gpu):
+    """Recorded launches (tests/test_decode_step.py): through growths of a turboquant b4 cache's buffers, every step's
+    attention launch is the general path's (the same inputs, buffers of the same rows), while the steps stay on
+    the DecodeStep; the attention launch parts made before a growth held the old buffers."""
+    monkeypatch.setattr(st._Rows, "step", STEP)
+    steps, held = 3 * STEP, []
+    real = decode_step.DecodeStep.step
+
+    def spy(self, keys, values):
+        held.append(self)
+        return real(self, keys, values)
+    with monkeypatch.context() as m:
+        m.setattr(decode_step.DecodeStep, "step", spy)
+        fast, err, c = tds._run(monkeypatch, gpu, False, False, steps=steps)
+    ref, err_ref, _ = tds._run(monkeypatch, gpu, True, False, steps=steps)
+    assert err is None and err_ref is None
+    assert len(held) == steps - 1 and len(set(map(id, held))) == 1, "a step left the DecodeStep"
+    grew = 0
+    for i, (a, b) in enumerate(zip(fast, ref)):
+        growth = any(x["name"].startswith("vq_commit") for x in a[0])
+        grew += growth
+        att = [[x for x in y[0] if x["name"].startswith("vq_attention")] for y in (a, b)]
+        if growth:      # the input that orders the launch: the step's append token, the general path's commit token
+            att = [[{**x, "inputs": [p for n, p in zip(x["names"], x["inputs"]) if n != "flags"]} for x in y]
+                   for y in att]
+        tds._same(*att, f"step {i}")
+        assert a[1:] == b[1:], f"step {i}: offset, counts or chunk records differ"
+    assert grew >= 2, f"{grew} growths"
