@@ -82,7 +82,8 @@ class InPlace:
     """append_in_place's checks of one (keys, values) stream pair, remembered for the next decode step: they
     still hold while both streams are at the versions this append left (every other change of a stream bumps
     its version: commit, trim, restore, evict, compact), the chunk has the same shape and dtype, and the
-    buffers have room. Saves the per-step checks' Python (a few us per layer on the host).
+    buffers have room. Saves the per-step checks' Python (a few us per layer on the host). Where only the room fails,
+    `grow` makes it without leaving the plan (the decode step's DecodeStep._grown calls it).
 
     Each role on its own (`wins`, `groups`: its window, its KIVI group size G or 0): a role with an exact window
     (R > 0, or KIVI) moves it in its buffer. KIVI's windows hold R .. R + G - 1 tokens, so a step (t <= min(R, G)

@@ -11,8 +11,9 @@ count).
 The bytes and the checks are those of the general path: the same launches with the same inputs
 (accelerated.kernels.append, accelerated.kernels.attention), the same `_Chunk` records (spec/streaming.md,
 'Deferred rejection'), the same state changes (in_place.append_in_place). Anything else (another shape or
-dtype, a stream changed by trim/restore/compaction, no room left in a buffer, a mask, a query block the kernels
-do not take) returns to the general path; a sliding-window cache's eviction only moves the first valid row (lo: the
+dtype, a stream changed by trim/restore/compaction, a mask, a query block the kernels do not take) returns to the
+general path; a buffer out of room is grown by the plan on the step (`_grown`, in_place.InPlace.grow: one copy launch,
+no host sync), except where a sliding-window cache evicted rows (its compaction leaves room); a sliding-window cache's eviction only moves the first valid row (lo: the
 append writes at row lo + Q, the attention reads the buffers from row lo: RowStarts, each row's start moved past lo;
 KIVI evicts whole groups, so its keys' scale and zero rows start at lo / G; with an exact window too: `_past_evicted`). Where the combine is its own launch (tuning's fuse_combine
 off, Metal), the step makes both launches as kernels.attention.attention does.
