@@ -226,9 +226,11 @@ def test_a_nan_chunk_at_a_growth_is_rolled_back_like_the_general_path(grows, mon
                 _step(grows, c, ks, vs, 70 + 2 * j)
             _settled(c)
             _expect(c, ks, vs)
-            out.append((err, c.offset, {n: np.array(a) for s in (c._k, c._v) for n, a in s.record().items()}))
+            out.append((err, c.offset, {(i, n): np.array(a) for i, s in enumerate((c._k, c._v))
+                                        for n, a in s.record().items()}))
     (e1, o1, r1), (e2, o2, r2) = out
     assert e1 == e2 and o1 == o2, f"{e1!r} at offset {o1} against the general path's {e2!r} at {o2}"
+    assert r1.keys() == r2.keys() and all(np.array_equal(r1[n], r2[n]) for n in r1), "not the general path's state"
 
 
 def test_the_attention_after_a_growth_reads_the_grown_buffers(monkeypatch, gpu):
