@@ -66,6 +66,10 @@ class StepKV(PackedKV):
         t = self.token_or_pending
         return t if type(t) is mx.array else t.resolve()
 
+    def plan_bufs(self) -> dict:
+        """The buffers of the step's plan (a dict the plan replaces when it grows them: in_place.InPlace.grow)."""
+        return (self.__dict__.get("_lazy") or self.__dict__["_plan"])[1]
+
     def plan_record(self, token: mx.array | None = None, rows: bool = False) -> PackedRecord:
         """The step's record with `token` (not kept: the fused launch's plan, which sets its token itself, over the
         whole buffers and rows lo .. lo + encoded - 1); `rows`: its fields from row lo (what other paths read)."""

@@ -261,3 +261,33 @@ def test_the_attention_after_a_growth_reads_the_grown_buffers(monkeypatch, gpu):
         tds._same(*att, f"step {i}")
         assert a[1:] == b[1:], f"step {i}: offset, counts or chunk records differ"
     assert grew >= 2, f"{grew} growths"
+
+
+def test_keys_from_before_a_growth_attend_over_their_buffers_and_leave_the_next_steps_theirs(monkeypatch, tune, gpu):
+    """An older step's keys/values attended after a growth (test_decode_step's older-step test, across a growth)
+    read the buffers of their step; the growth step's attention then reads the grown buffers: the launch parts made
+    for the older keys are not the step's cached ones. Every launch is the general path's (the append launched alone:
+    with fuse_append the growth step's attention takes its append, which the general path's does not)."""
+    monkeypatch.setattr(st._Rows, "step", STEP)
+    monkeypatch.setattr(tds.katt, "_mma_available", lambda: False)
+
+    def run(general):
+        with monkeypatch.context() as m:
+            c = tds._prefilled(m, general)
+            old = None
+            for i in range(2 * STEP):
+                n = len(gpu)
+                kv = c.update_and_fetch(tds._x(2 * i), tds._x(2 * i + 1))
+                if any(x["name"].startswith("vq_commit") for x in gpu[n:]) and i > 2:
+                    break
+                old = kv
+            gpu.clear()
+            for k, v in (old, kv):           # the older step's first, then the growth step's own
+                tds.base.scaled_dot_product_attention(tds._x(1000, h=tds.HQ), k, v, cache=c, scale=tds.D ** -0.5,
+                                                      mask=None)
+            return [x for x in gpu if x["name"].startswith("vq_attention")]
+    # (the input that orders a launch, `flags`, left out: the growth step's token is a commit's on the general path)
+    fast, ref = ([{**x, "inputs": [p for n, p in zip(x["names"], x["inputs"]) if n != "flags"]} for x in run(g)]
+                 for g in (False, True))
+    assert len(fast) >= 2, "the older keys and the growth step's did not both take the fused launch"
+    tds._same(fast, ref, "older keys, then the growth step's")

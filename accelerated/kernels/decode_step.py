@@ -276,7 +276,9 @@ class DecodeStep:
                (mask.causal, mask.starts.shape, below) if starts else None)
         a = self.attn.get(key)
         if a is None:
-            a = self.attn[key] = self._attention_launch(queries, keys, values, scale, append, summ, held)
+            a = self._attention_launch(queries, keys, values, scale, append, summ, held)
+            if keys.plan_bufs() is self.plan.kbufs:     # (not an older step's, from before a growth: its own parts)
+                self.attn[key] = a
         if a is False and append:     # the kernels take the call, but not with the append inside: launch it alone
             self.flush()
             return self.attend(queries, keys, values, scale, mask)
