@@ -171,7 +171,6 @@ class DecodeStep:
         plan, c = self.plan, self.cache
         if self.ragged or not plan.same(self.k, self.v, keys, values):
             return False
-        ok, ov = plan.kbufs, plan.vbufs
         token = plan.grow(c._token)
         if token is None:
             return False
@@ -179,25 +178,8 @@ class DecodeStep:
         nk, sv = len(self.fk), self.slot_v + 2
         self.ins[4:4 + nk] = [plan.kbufs[f] for f in self.fk]
         self.ins[sv:sv + len(self.fv)] = [plan.vbufs[f] for f in self.fv]
-        swap = {**{id(ok[n]): plan.kbufs[n] for n in ok}, **{id(ov[n]): plan.vbufs[n] for n in ov}}
-        self.attn = self._repointed(swap)
+        self.attn = {}
         return plan._fits()
-
-    def _repointed(self, swap: dict) -> dict:
-        """The cached attention launch parts with each old buffer input replaced by its grown one (`swap`: id of the old
-        -> the new). Their record inputs are the plan's buffers themselves (kernels/attention.py _record_inputs: the
-        Views' buffers, whole where nothing is evicted, as where a plan grows); a part in which not every record field
-        of both roles is found that way is dropped (made again at its next use), and so is a refused one (False)."""
-        want = len(self.plan.kbufs) + len(self.plan.vbufs)
-        out = {}
-        for key, a in self.attn.items():
-            if a is False:
-                continue
-            kern, call, ins, slots, comb = a
-            new = [swap.get(id(x), x) for x in ins]
-            if sum(x is not y for x, y in zip(ins, new)) == want:
-                out[key] = (kern, call, new, slots, comb)
-        return out
 
     def step(self, keys: mx.array, values: mx.array):
         """in_place.append_in_place + VeloxKVCache's bookkeeping for it, for a chunk `holds` accepted. With
