@@ -233,12 +233,16 @@ def test_a_nan_chunk_at_a_growth_is_rolled_back_like_the_general_path(grows, mon
     assert r1.keys() == r2.keys() and all(np.array_equal(r1[n], r2[n]) for n in r1), "not the general path's state"
 
 
-def test_the_attention_after_a_growth_reads_the_grown_buffers(monkeypatch, gpu):
-    """Recorded launches (tests/test_decode_step.py): through growths of a turboquant b4 cache's buffers, every step's
+@pytest.mark.parametrize("kw", [dict(method="turboquant", bits=4), dict(method="mlx_affine", bits=4, group_size=32),
+                                dict(method="turboquant_prod", bits=3), dict(method="rabitq", bits=1)],
+                         ids=lambda kw: kw["method"])
+def test_the_attention_after_a_growth_reads_the_grown_buffers(monkeypatch, gpu, kw):
+    """Recorded launches (tests/test_decode_step.py): through growths of a window-0 cache's buffers, every step's
     attention launch is the general path's (the same inputs, buffers of the same rows), while the steps stay on
     the DecodeStep; the attention launch parts made before a growth held the old buffers."""
     monkeypatch.setattr(st._Rows, "step", STEP)
     steps, held = 3 * STEP, []
+    make = lambda: VeloxKVCache(layer=0, seed=3, **kw)      # noqa: E731
     real = decode_step.DecodeStep.step
 
     def spy(self, keys, values):
@@ -246,8 +250,8 @@ def test_the_attention_after_a_growth_reads_the_grown_buffers(monkeypatch, gpu):
         return real(self, keys, values)
     with monkeypatch.context() as m:
         m.setattr(decode_step.DecodeStep, "step", spy)
-        fast, err, c = tds._run(monkeypatch, gpu, False, False, steps=steps)
-    ref, err_ref, _ = tds._run(monkeypatch, gpu, True, False, steps=steps)
+        fast, err, c = tds._run(monkeypatch, gpu, False, False, steps=steps, make=make)
+    ref, err_ref, _ = tds._run(monkeypatch, gpu, True, False, steps=steps, make=make)
     assert err is None and err_ref is None
     assert len(held) == steps - 1 and len(set(map(id, held))) == 1, "a step left the DecodeStep"
     grew = 0
