@@ -283,9 +283,9 @@ class InPlace:
                 and keys.dtype == self.kdt and values.dtype == self.vdt)
 
     def grow(self, after: mx.array | None) -> mx.array | None:
-        """Room for the next step without leaving the plan (`_fits` failed, `same` holds): each record buffer short
-        of the most a step encodes, and each window buffer short of t rows, made anew with room (as _Rows and
-        Stream._window_buffer round it), their rows copied by ONE launch of kernels/commit.py ordered after `after`
+        """Room for the next step without leaving the plan (`_fits` failed, `same` holds): every record buffer and
+        window buffer made anew with room (as _Rows and Stream._window_buffer round it: those not short keep their
+        size), their rows copied by ONE launch of kernels/commit.py ordered after `after`
         (the cache's last token: no host sync, as the general path's growth would sync a windowed stream). Returns
         that launch's token, now the streams' (every later store and read orders after it), or `after` where nothing
         was copied; None where the plan does not grow (rows evicted: a sliding-window cache's own compaction makes its
@@ -293,16 +293,18 @@ class InPlace:
         restores the same state (its window a view of the old buffer, which nothing writes any more)."""
         k, v, t = self.k, self.v, self.t
         writes, rows, wins = [], [], []
+        # every buffer, short of room or not: one write list per configuration (a KIVI role's group fields and a
+        # window buffer run out on schedules of their own), so the kernel warm-up's one growth compiles the copy
+        # launch that every later growth takes (cache/warmup.py)
         for r, g, i in self.fields:
             if r.lo:
                 return None
-            if (r.buf.shape[2] - r.n) * g < self.most[i]:
-                new = r._alloc(r.buf, r.n + -(-self.most[i] // g))
-                if r.n:
-                    writes.append((new[:, :, :r.n], r.buf[:, :, :r.n]))
-                rows.append((r, new))
+            new = r._alloc(r.buf, r.n + -(-self.most[i] // g))
+            if r.n:
+                writes.append((new[:, :, :r.n], r.buf[:, :, :r.n]))
+            rows.append((r, new))
         for s, w in zip((k, v), self.wroom):
-            if w is None or w >= t:
+            if w is None:
                 continue
             if s._window is not s._wview or s._kept is not s._kview:
                 return None

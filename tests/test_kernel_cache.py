@@ -165,7 +165,8 @@ CONFIG = {"method": "turboquant", "bits": 4}
 
 
 def _usage(model, contexts=(4100, 8300, 16500, 33000, 65600), config=CONFIG) -> None:
-    """What users run after the warm-up: one generation whose context crosses 4k ... 64k (decoding at each),
+    """What users run after the warm-up: one generation whose context crosses 4k ... 64k (decoding at each, and
+    then long enough for the decode step to grow its buffers),
     a server-like batch of 1 -> 4 -> 8 -> 2 sequences, speculative decoding with 3 and 6 draft tokens."""
     from mlx_lm.generate import BatchGenerator, generate_step, speculative_generate_step
 
@@ -177,6 +178,9 @@ def _usage(model, contexts=(4100, 8300, 16500, 33000, 65600), config=CONFIG) -> 
         for _ in generate_step(chunk, model, prompt_cache=cache, max_tokens=3):
             pass
         done = ctx + 2
+    # decode steps past the buffers' growth (stream._Rows.step rows): the decode step grows them itself
+    for _ in generate_step(mx.array([7], dtype=mx.uint32), model, prompt_cache=cache, max_tokens=300):
+        pass
     gen = BatchGenerator(model, max_tokens=3)
     for size, steps in ((1, 2), (3, 2), (4, 2)):
         gen.insert([[5 + i] * (500 + 97 * i) for i in range(size)], max_tokens=[steps + 2 + i for i in range(size)],

@@ -92,6 +92,8 @@ def exercise(model, cache_kwargs: dict, batch: bool = True, speculative: bool = 
         for i, t in enumerate(turns):
             for _ in generate_step(prompt(t, i), model, prompt_cache=cache, max_tokens=2):
                 pass
+            if i == 0:
+                _grow(cache)
     if speculative:
         for k in DRAFTS:
             cache = make_prompt_cache(model, **cache_kwargs) + make_prompt_cache(model, **cache_kwargs)
@@ -115,6 +117,15 @@ def exercise(model, cache_kwargs: dict, batch: bool = True, speculative: bool = 
                 pass
         finally:
             gen.close()
+
+
+def _grow(caches) -> None:
+    """Each layer's decode step grows its buffers once (DecodeStep.grow: the copy launch a generation makes every
+    ~256 tokens, one write list per configuration), so that launch is among the variants compiled."""
+    for c in caches:
+        step = getattr(c, "_fast", None)
+        if step is not None:
+            step.grow()
 
 
 def _group_growth(caches) -> int:

@@ -168,9 +168,18 @@ class DecodeStep:
         it), and the step takes the new buffers: its append inputs, and its attention launch parts made again
         (their inputs hold the old buffers). A ragged plan or a sliding-window cache's evicted rows: False (the
         general path)."""
-        plan, c = self.plan, self.cache
-        if self.ragged or not plan.same(self.k, self.v, keys, values):
+        if self.ragged or not self.plan.same(self.k, self.v, keys, values):
             return False
+        return self.grow() and self.plan._fits()
+
+    def grow(self) -> bool:
+        """`_grown`'s growth, also at any other time (the kernel warm-up's: cache/warmup.py): False where the plan
+        does not grow (nothing changed)."""
+        plan, c = self.plan, self.cache
+        if self.ragged:
+            return False
+        if self.pending is not None:
+            self.flush()
         token = plan.grow(c._token)
         if token is None:
             return False
@@ -179,7 +188,7 @@ class DecodeStep:
         self.ins[4:4 + nk] = [plan.kbufs[f] for f in self.fk]
         self.ins[sv:sv + len(self.fv)] = [plan.vbufs[f] for f in self.fv]
         self.attn = {}
-        return plan._fits()
+        return True
 
     def step(self, keys: mx.array, values: mx.array):
         """in_place.append_in_place + VeloxKVCache's bookkeeping for it, for a chunk `holds` accepted. With
