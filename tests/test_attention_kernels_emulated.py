@@ -1035,8 +1035,8 @@ def test_mixed_roles_through_one_partial(case, monkeypatch, tune, tc=False):
     other's window (no decode of the cache, no concatenation), the window split both windows from their own rows.
     Without the append and with it (split S - 1 encodes each role's own rows: the keys' token, the values' group at
     a flush or none, bit for bit accelerated.ops' one-shot encode, blocks in both orders), within the float64
-    budget over all T tokens. `tc`: the loop the case takes (tests/test_tc_mixed_emulated.py: tuning's tc_mixed)."""
-    tune(tokens_per_split=16)
+    budget over all T tokens. `tc`: the loop the case takes, tuning's tc_mixed (tests/test_tc_mixed_emulated.py)."""
+    tune(tokens_per_split=16, tc_mixed=bool(tc))
     monkeypatch.setattr(katt, "_mma_available", lambda: True)    # (MIXED: the scalar loop but with tuning's tc_mixed)
     katt._static.cache_clear()
     try:

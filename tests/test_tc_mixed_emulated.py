@@ -188,12 +188,13 @@ def _p(method, role, window=0, **kw):
 def test_turboquant_keys_beside_kivi_values_take_the_loop_with_tc_mixed(kp, vp, d, how, tensor_cores, tune):
     """With tuning's tc_mixed on, turboquant keys (4 bits; 3 with tc_3bit, 1 or 2 with tc_codes and at least 128 bits a
     token) beside KIVI 1-, 2- or 4-bit values take TC_MIX, as the MIXED partial with the values' window or aligned;
-    off (the default), the scalar loop; and with the keys' own knob off (tc_3bit, tc_codes), the scalar loop. With
-    a window on both roles (HASWIN 4) too."""
-    assert not tuning_default().tc_mixed, "tc_mixed is off until its GPU twins have run on the H200"
+    off, the scalar loop; and with the keys' own knob off (tc_3bit, tc_codes), the scalar loop. With a window on
+    both roles (HASWIN 4) too. On by default (its GPU twins passed, and its A/B)."""
+    assert tuning_default().tc_mixed, "tc_mixed is on by default"
+    assert _takes(kp, vp, d, how) == src.TC_MIX
+    tune(tc_mixed=False)
     assert not _takes(kp, vp, d, how), "tc_mixed off: the scalar loop"
     tune(tc_mixed=True)
-    assert _takes(kp, vp, d, how) == src.TC_MIX
     if kp.bits != 4:
         tune(**({"tc_3bit": False} if kp.bits == 3 else {"tc_codes": False}))
         assert not _takes(kp, vp, d, how), "the keys' layout knob off: the scalar loop"

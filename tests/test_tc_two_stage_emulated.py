@@ -124,8 +124,8 @@ def test_two_stage_codes_on_the_tensor_core_loop_within_the_attention_budget(c, 
 def test_streams_the_loop_does_not_hold_take_the_scalar_loop(methods, d, tensor_cores, tune):
     """3-bit streams (not in the loop's word layout: prod b4's mse codes too) and a key stream of fewer than 128
     bits a token (a lane's D / 4 codes less than one word: prod's signs at d = 64) keep the scalar loop with
-    tc_two_stage on."""
-    tune(tc_two_stage=True)
+    tc_two_stage on (and tc_prod3, which takes prod b4's, off)."""
+    tune(tc_two_stage=True, tc_prod3=False)
     assert not _plan(methods, ((1, 1, 2, 1, 0, d), mx.float32, False), 0).key[4]
 
 
