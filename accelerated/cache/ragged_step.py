@@ -21,18 +21,13 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from .. import layouts
 from ..kernels import append as fused
 from ..kernels.ragged_support import keyed_mixed, kivi_keyed
 from ..ops import record
+from . import ragged_growth
+from .ragged_growth import _flat, need
 
 ROOM = 256          # positions a buffer grows by past what it must hold (as stream._Rows.step)
-
-
-def need(s, name: str, positions: int) -> int:
-    """Rows field `name` of ragged stream s needs to hold `positions` positions (group rows: one per G)."""
-    p = s.params
-    return positions // p.group_size + 1 if name in layouts.of(p).group_rows(p.role) else positions
 
 
 def _grown(a: mx.array, rows: int) -> mx.array:
@@ -142,6 +137,19 @@ class RaggedInPlace:
         return (k is self.k and v is self.v and k._version == self.kver and v._version == self.vver
                 and keys.shape == self.shape and values.shape == self.shape and keys.dtype == self.dt
                 and values.dtype == self.dt and self._room(k) and self._room(v))
+
+    def same(self, k, v, keys: mx.array, values: mx.array) -> bool:
+        """`holds` but for the room in the buffers (what `grow` makes)."""
+        return (k is self.k and v is self.v and k._version == self.kver and v._version == self.vver
+                and keys.shape == self.shape and values.shape == self.shape and keys.dtype == self.dt
+                and values.dtype == self.dt)
+
+    def _fits(self) -> bool:
+        return self._room(self.k) and self._room(self.v)
+
+    def grow(self, after: mx.array | None) -> mx.array | None:
+        """Room for the next step on the decode step, no host sync (DecodeStep._grown): ragged_growth.grow."""
+        return ragged_growth.grow(self, after, ROOM)
 
     def base(self, role: int = 0) -> int:
         """x: the first position of the group the next step's flushing rows encode (0 where none flushes)."""
@@ -405,13 +413,6 @@ class RaggedKiviKeysWindowsInPlace(_Sliding, RaggedKiviKeysInPlace):
     def counts(self) -> tuple[int, int]:
         return self.encoded, self.idx1 - self.v.params.window
 
-
-
-def _flat(s) -> tuple:
-    """What a plan's window views need of ragged stream s's window buffer (`reserve`: row-contiguous (B, H, rows, d),
-    `_wflat` its flattening): made once per plan."""
-    b, h, cap, d = s._wbuf.shape
-    return s._wflat, b, h, cap, d, (h * cap * d, cap * d, d, 1)
 
 
 def _views(s, view: tuple, a: int, m: int, c: int, n: int) -> tuple:

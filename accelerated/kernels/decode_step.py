@@ -12,8 +12,8 @@ The bytes and the checks are those of the general path: the same launches with t
 (accelerated.kernels.append, accelerated.kernels.attention), the same `_Chunk` records (spec/streaming.md,
 'Deferred rejection'), the same state changes (in_place.append_in_place). Anything else (another shape or
 dtype, a stream changed by trim/restore/compaction, a mask, a query block the kernels do not take) returns to the
-general path; a buffer out of room is grown by the plan on the step (`_grown`, in_place.InPlace.grow: one copy launch,
-no host sync), except where a sliding-window cache evicted rows (its compaction leaves room); a sliding-window cache's eviction only moves the first valid row (lo: the
+general path; a buffer out of room is grown by the plan on the step (`_grown`, in_place.InPlace.grow, a ragged
+plan's cache/ragged_growth.grow: one copy launch, no host sync), except where a sliding-window cache evicted rows (its compaction leaves room); a sliding-window cache's eviction only moves the first valid row (lo: the
 append writes at row lo + Q, the attention reads the buffers from row lo: RowStarts, each row's start moved past lo;
 KIVI evicts whole groups, so its keys' scale and zero rows start at lo / G; with an exact window too: `_past_evicted`). Where the combine is its own launch (tuning's fuse_combine
 off, Metal), the step makes both launches as kernels.attention.attention does.
@@ -166,9 +166,9 @@ class DecodeStep:
         """Where only the room in the buffers fails: the plan grows them (in_place.InPlace.grow: one copy launch
         after the cache's last token, no host sync), its token becomes the cache's (the next append orders after
         it), and the step takes the new buffers: its append inputs, and its attention launch parts made again
-        (their inputs hold the old buffers). A ragged plan or a sliding-window cache's evicted rows: False (the
-        general path)."""
-        if self.ragged or not self.plan.same(self.k, self.v, keys, values):
+        (their inputs hold the old buffers). A ragged plan grows the same way (cache/ragged_growth.py). A
+        sliding-window cache's evicted rows: False (the general path)."""
+        if not self.plan.same(self.k, self.v, keys, values):
             return False
         return self.grow() and self.plan._fits()
 
@@ -176,8 +176,6 @@ class DecodeStep:
         """`_grown`'s growth, also at any other time (the kernel warm-up's: cache/warmup.py): False where the plan
         does not grow (nothing changed)."""
         plan, c = self.plan, self.cache
-        if self.ragged:
-            return False
         if self.pending is not None:
             self.flush()
         token = plan.grow(c._token)
