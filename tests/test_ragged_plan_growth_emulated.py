@@ -27,7 +27,7 @@ import test_ragged_step_emulated as rse
 from test_ragged_step_emulated import bodies   # noqa: F401  (the fixture)
 
 ROOM = 5
-STEPS = 3 * ROOM + 3
+STEPS = 2 * 16 + 2         # (every phase flushes twice, some between growths)
 G = 16
 
 
@@ -147,7 +147,6 @@ def test_a_ragged_plan_grows_on_the_decode_step(growing, monkeypatch, tune, case
         bufs.update((id(a), a) for a in (*plan.kbufs.values(), *plan.vbufs.values(), c._k._wbuf, c._v._wbuf))
         grew += _step(ns, batch, seeds[s], want[s], f"step {s}")
         assert c._fast is fast and c._in_place is plan, f"step {s} left the decode step"
-        assert plan.kbufs == c._k._f and plan.vbufs == c._v._f, f"step {s}: the plan's buffers are not the streams'"
     assert ns.syncs == 0, f"{ns.syncs} host syncs in the decode steps"
     assert not ns.evals, f"mx.eval in the decode steps: {ns.evals}"
     nbufs = len(plan.kbufs) + len(plan.vbufs) + 2
