@@ -1,8 +1,8 @@
 """A ragged batch's decode-step plan (cache/ragged_step.py) that runs out of room grows its buffers on the step
 (cache/ragged_growth.py, DecodeStep._grown), as a single sequence's does (tests/test_plan_growth.py): every field
 buffer of both streams and each window buffer made anew, their rows copied by one commit launch ordered after the
-cache's last token, the plan and the step re-pointed; no general-path step, no host sync (no Stream.sync with a
-token to wait for, no mx.eval of the library's) in the steps. The launches run by the kernel bodies on the CPU
+cache's last token, the plan and the step re-pointed; no general-path step, no host sync (no Stream.sync, no mx.eval
+of the library's) in the steps. The launches run by the kernel bodies on the CPU
 (tests/test_ragged_step_emulated.py's `bodies`), which write the cache's own buffers; ragged_step.ROOM is made small
 so that a few dozen steps cross several growths. Each row's bytes and output after every step are its single
 cache's (rse.rows_like_singles)."""
@@ -52,17 +52,17 @@ def _library(frame) -> bool:
 
 @pytest.fixture
 def growing(bodies, monkeypatch):   # noqa: F811
-    """The bodies with a small ROOM and counters while a step runs (`counting`): host syncs (Stream.sync with a token
-    to wait for), the library's mx.eval calls, each growth's (after, token, its commit launches), each token a
-    launch orders after (km.order)."""
+    """The bodies with a small ROOM and counters while a step runs (`counting`): host syncs (Stream.sync), the
+    library's mx.eval calls, each growth's (after, token, its commit launches), each token a launch orders after
+    (km.order)."""
     ns = bodies
     monkeypatch.setattr(ragged_step, "ROOM", ROOM)
     ns.counting, ns.syncs, ns.evals, ns.grown, ns.commits, ns.ordered = False, 0, [], [], [], []
     sync, ev, store, grow, order = Stream.sync, mx.eval, commit.commit, ragged_growth.grow, km.order
 
     def counted_sync(self):
-        ns.syncs += ns.counting and self._token is not None
-        return sync(self)
+        ns.syncs += ns.counting     # (any call: in generation the streams hold a token here; the rows' checks
+        return sync(self)           # between the steps sync them)
 
     def counted_eval(*args, **kw):
         f = sys._getframe(1)
