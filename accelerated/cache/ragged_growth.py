@@ -65,11 +65,12 @@ def grow(plan, after: mx.array | None, room: int) -> mx.array | None:
         fields.append(f)
         n, ws = s._idx - s._lo, s._ws
         buf = mx.zeros((*s._wbuf.shape[:2], n + t + room, s._wbuf.shape[3]), dtype=s._wbuf.dtype)
-        if n:
-            writes.append((buf[:, :, :n], s._wbuf[:, :, ws:ws + n]))
-        wins.append((buf, n))
+        wins.append((buf, n, [(buf[:, :, :n], s._wbuf[:, :, ws:ws + n])] if n else []))
+    # (the windows after every field, as in_place.InPlace.grow orders its writes: the same copy variant where the
+    # fields' dtypes are a single cache's)
+    writes += [w for _, _, pair in wins for w in pair]
     token = commit.commit(writes, [], after) if writes else after
-    for s, f, (buf, n) in zip((k, v), fields, wins):
+    for s, f, (buf, n, _) in zip((k, v), fields, wins):
         s._f = f
         s._wbuf, s._ws, s._wflat = buf, 0, buf.reshape(-1)
         s._window = s._wview = buf[:, :, :n]
