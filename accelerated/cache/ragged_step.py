@@ -14,8 +14,9 @@ room past every row's boundary (rows from position 0, group rows from group 0), 
 of a buffer (`_wbuf`, its first row `_ws` at position `_lo`) that a step extends by the chunk's row and whose first
 row moves by the change of the least boundary (the views: mx.as_strided over `_wflat`, the buffer flattened where
 `reserve` makes it, shapes and strides once per plan: `_flat`, `_views`). Rows are only written past the state a mark
-or a view holds, so marks restore by their row counts. Anything else (another shape, a trim, the general path's
-commit) leaves the plan; the next check makes new buffers (one copy) where the old have no room.
+or a view holds, so marks restore by their row counts. Where only the room runs out the plan grows on the decode step
+(`grow`: cache/ragged_growth.py, one copy launch, no host sync). Anything else (another shape, a trim, the general
+path's commit) leaves the plan; the next check makes new buffers (`reserve`: one copy) where the old have no room.
 """
 from __future__ import annotations
 
