@@ -41,7 +41,7 @@ def grow(plan, after: mx.array | None, room: int) -> mx.array | None:
     streams made anew with rows for `room` positions past the next step (`reserve`'s rounding), each window buffer
     with `room` rows past the window and the chunk, the window copied to its first rows; the rows every row holds
     copied by one commit launch ordered after `after`. Every buffer is copied, short of room or not: one write list
-    per configuration, which the kernel warm-up compiles. Returns that launch's token (now the streams'), or None where
+    per configuration (the warm-up compiles one growth's copy; its batch never grows a ragged cache). Returns that launch's token (now the streams'), or None where
     the plan does not grow (a window no longer its buffer's view; rows past the kernels' int32 addressing). The
     streams' rows, bounds and windows keep their values, so a mark taken before restores the old buffers (nothing
     writes them any more)."""
