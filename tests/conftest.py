@@ -28,6 +28,7 @@ SLOW: tuple[str, ...] = (
     "tests/test_commit_kernel_emulated.py",
     "tests/test_kernels_emulated.py",
     "tests/test_kernels_head_dims.py",
+    "tests/test_ragged_plan_growth_emulated.py",
     "tests/test_tc_ragged_kivi_emulated.py",
     "tests/test_tc_ragged_mixed_emulated.py",
     "tests/test_batch_ragged_mixed_kernels_emulated.py",
