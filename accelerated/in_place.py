@@ -11,7 +11,6 @@ import mlx.core as mx
 
 from .kernels import append as fused
 from .kernels import commit
-from .stream import _Rows
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -58,18 +57,13 @@ def _window_room(s: "Stream", t: int) -> tuple:
     or [], kept tokens)."""
     kn = 0 if s._kept is None else s._kept.shape[2]
     n = kn + s._window.shape[2]
-    cap = -(-(n + t) // _Rows.step) * _Rows.step + _Rows.step
-    buf = mx.zeros((*s._wbuf.shape[:2], cap, s._wbuf.shape[3]), dtype=s._wbuf.dtype)
+    buf = s._new_window_buffer(n, t)
     return buf, [(buf[:, :, :n], s._wbuf[:, :, s._ws - kn:s._ws - kn + n])] if n else [], kn
 
 
-def _rebuffered(s: "Stream", buf: mx.array, kn: int) -> None:
-    """The stream's window and kept tokens are now the first rows of `buf`, as Stream._window_buffer leaves them."""
-    r = s._window.shape[2]
-    s._wbuf, s._wflat, s._ws = buf, buf.reshape(-1), kn
-    s._window = s._wview = buf[:, :, kn:kn + r]
-    s._kview = None if s._kept is None else buf[:, :, :kn]
-    s._kept = s._kview
+def _views(k: "Stream", v: "Stream", t: int, groups: tuple, wins: tuple) -> tuple:
+    """Per role, what InPlace.windows needs: its stream, G, and with a window its buffer's view shapes (_view_shapes)."""
+    return tuple((s, g, *(_view_shapes(s, t) if w else (None,) * 6)) for s, g, w in zip((k, v), groups, wins))
 
 
 def _kivi_flush(r: int, t: int, window: int, g: int) -> int:
@@ -154,7 +148,7 @@ class InPlace:
         # per role: the most tokens a step encodes (t, KIVI's G: `_fits`), and for `windows` its stream, G, and with a
         # window the strides of its buffer's (B, H, rows, d) views
         p.most = tuple(g or t for g in groups)
-        p.views = tuple((s, g, *(_view_shapes(s, t) if w else (None,) * 6)) for s, g, w in zip((k, v), groups, wins))
+        p.views = _views(k, v, t, groups, wins)
         p.fields = [(r, g, int(i >= p.nrows)) for i, (r, g) in enumerate(zip(p.rows, per))]
         if not p._fits():
             return None
@@ -272,9 +266,7 @@ class InPlace:
         self.rooms = [r0 - fs[0], r1 - fs[1]]
 
     def holds(self, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> bool:
-        return (k is self.k and v is self.v and k._version == self.kver and v._version == self.vver
-                and self._fits() and keys.shape == self.kshape and values.shape == self.vshape
-                and keys.dtype == self.kdt and values.dtype == self.vdt)
+        return self.same(k, v, keys, values) and self._fits()
 
     def same(self, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> bool:
         """`holds` but for the room in the buffers (what `grow` makes)."""
@@ -315,7 +307,7 @@ class InPlace:
         for r, new in rows:
             r.buf = new
         for s, buf, kn in wins:
-            _rebuffered(s, buf, kn)
+            s._rebuffered(buf, kn)
         for s in (k, v):
             s._token = token
         self.kbufs = {n: r.buf for n, r in k._rows.items()}      # new dicts: earlier steps' records keep theirs
@@ -327,6 +319,5 @@ class InPlace:
         self.rooms = rooms
         self.wroom = [None if w is None else s._wbuf.shape[2] - s._ws - s._window.shape[2]
                       for s, w in zip((k, v), self.wroom)]
-        self.views = tuple((s, g, *(_view_shapes(s, t) if w else (None,) * 6))
-                           for s, g, w in zip((k, v), self.groups, self.wins))
+        self.views = _views(k, v, t, self.groups, self.wins)
         return token

@@ -245,12 +245,22 @@ class Stream:
             return
         kept = self._kept if self._kept is not None else win[:, :, :0]
         n = kept.shape[2] + r
-        cap = -(-(n + t) // _Rows.step) * _Rows.step + _Rows.step
-        buf = mx.zeros((*win.shape[:2], cap, win.shape[3]), dtype=win.dtype)
+        buf = self._new_window_buffer(n, t)
         buf[:, :, :n] = mx.concatenate([kept, win], axis=2) if kept.shape[2] else win
-        self._wbuf, self._wflat, self._ws = buf, buf.reshape(-1), kept.shape[2]
-        self._window = self._wview = buf[:, :, self._ws:self._ws + r]
-        self._kview = None if self._kept is None else buf[:, :, :self._ws]
+        self._rebuffered(buf, kept.shape[2])
+
+    def _new_window_buffer(self, n: int, t: int) -> mx.array:
+        """A zero window buffer for n rows (kept tokens and window) with room for t more: whole steps, one spare."""
+        cap = -(-(n + t) // _Rows.step) * _Rows.step + _Rows.step
+        w = self._window
+        return mx.zeros((*w.shape[:2], cap, w.shape[3]), dtype=w.dtype)
+
+    def _rebuffered(self, buf: mx.array, kn: int) -> None:
+        """The kept tokens (kn) and the window are now the first rows of `buf` (filled by the caller)."""
+        r = self._window.shape[2]
+        self._wbuf, self._wflat, self._ws = buf, buf.reshape(-1), kn
+        self._window = self._wview = buf[:, :, kn:kn + r]
+        self._kview = None if self._kept is None else buf[:, :, :kn]
         self._kept = self._kview
 
     def _moved(self, window: mx.array, t: int) -> None:

@@ -135,9 +135,7 @@ class RaggedInPlace:
                 and all(a.shape[2] >= need(s, n, end) for n, a in s._f.items()))
 
     def holds(self, k, v, keys: mx.array, values: mx.array) -> bool:
-        return (k is self.k and v is self.v and k._version == self.kver and v._version == self.vver
-                and keys.shape == self.shape and values.shape == self.shape and keys.dtype == self.dt
-                and values.dtype == self.dt and self._room(k) and self._room(v))
+        return self.same(k, v, keys, values) and self._fits()
 
     def same(self, k, v, keys: mx.array, values: mx.array) -> bool:
         """`holds` but for the room in the buffers (what `grow` makes)."""

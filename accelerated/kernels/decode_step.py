@@ -158,18 +158,17 @@ class DecodeStep:
         c = self.cache
         if self.pending is not None:    # (stored first: the plan's room counts its rows)
             self.flush()
-        return (c._k is self.k and c._v is self.v and c._in_place is self.plan and type(keys) is mx.array
-                and type(values) is mx.array
-                and (self.plan.holds(self.k, self.v, keys, values) or self._grown(keys, values)))
+        plan = self.plan
+        return (c._k is self.k and c._v is self.v and c._in_place is plan and type(keys) is mx.array
+                and type(values) is mx.array and plan.same(self.k, self.v, keys, values)
+                and (plan._fits() or self._grown()))
 
-    def _grown(self, keys, values) -> bool:
+    def _grown(self) -> bool:
         """Where only the room in the buffers fails: the plan grows them (in_place.InPlace.grow: one copy launch
         after the cache's last token, no host sync), its token becomes the cache's (the next append orders after
         it), and the step takes the new buffers: its append inputs, and its attention launch parts made again
         (their inputs hold the old buffers). A ragged plan grows the same way (cache/ragged_growth.py). A
         sliding-window cache's evicted rows: False (the general path)."""
-        if not self.plan.same(self.k, self.v, keys, values):
-            return False
         return self.grow() and self.plan._fits()
 
     def grow(self) -> bool:
