@@ -42,8 +42,8 @@ class Tuning:
                                     # (the 3-bit layout beside the QJL signs)
     tc_mixed: bool = True           # ... also turboquant keys (1-4 bits) beside KIVI values (1, 2, 4 bits), a MIXED
                                     # partial's split S - 1 in scalar arithmetic
-    tc_ragged: bool = False         # ... also a ragged KIVI batch's rows (each its own group phase: tc_kivi's loop;
-                                    # off until its GPU twins pass)
+    tc_ragged: bool = True          # ... also a ragged KIVI batch's rows (each its own group phase: tc_kivi's loop;
+                                    # docs/ragged-kivi.md: on since its GPU twins passed and the batches measured)
     tc_prefetch: int = 2            # chunks the tensor-core loop loads ahead while it scores one
     tc_min_blocks: int = 2          # threadgroups per multiprocessor the tensor-core partial is compiled for
     tc_waves: int = 1               # times the tensor-core loop's threadgroups fill the GPU (sets its split count)
@@ -58,7 +58,7 @@ class Tuning:
     # caches (accelerated/cache/) and the ops path (accelerated/ops/attention.py)
     split_rows: bool = True         # a batch cache cuts a full chunk into rows with one mx.split (B <= 10)
     shared: bool = True             # VeloxKVCache.merge makes a SharedBatchVeloxKVCache where eligible
-    ragged: bool = False            # ... also of KIVI rows not whole groups apart (cache/ragged.py: ops path only)
+    ragged: bool = True             # ... also of KIVI rows not whole groups apart (cache/ragged.py; docs/ragged-kivi.md)
     compact_rows: int = 256         # a rotating cache frees evicted rows past this many (and the held tokens)
     attention_block: int = 2048     # encoded tokens per block of the ops attention (bounds its temporaries)
 

@@ -17,7 +17,7 @@ from mlx_lm.models import cache as mlx_cache
 
 import veloxquant.accelerated.cache as vc
 from veloxquant.accelerated import tuning
-from veloxquant.accelerated.cache import masks
+from veloxquant.accelerated.cache import masks, ragged
 from veloxquant.accelerated.cache.batch import BatchVeloxKVCache
 from veloxquant.accelerated.cache.batch_shared import SharedBatchVeloxKVCache
 from veloxquant.accelerated.ops.attention import RowStarts
@@ -87,10 +87,14 @@ def test_merge_picks_the_shared_cache_where_the_methods_allow():
     trimmed[0].trim(2)
     assert isinstance(vc.TurboQuantKVCache.merge(trimmed), BatchVeloxKVCache)
     # KIVI's position-dependent groups: one B-row cache where the left padding is whole groups (lengths equal mod
-    # G), else a cache per sequence
+    # G); else, with tuning's ragged (on by default), one B-row cache of ragged rows (each its own group phase), and
+    # without it a cache per sequence
     assert isinstance(vc.KIVIKVCache.merge(filled_kivi([37, 5])), SharedBatchVeloxKVCache)
-    assert isinstance(vc.KIVIKVCache.merge(filled_kivi([37, 6])), BatchVeloxKVCache)
-    assert isinstance(vc.KIVIKVCache.merge(filled_kivi([5, 6])), BatchVeloxKVCache)     # no group yet either
+    rag = vc.KIVIKVCache.merge(filled_kivi([37, 6]))
+    assert isinstance(rag, SharedBatchVeloxKVCache) and ragged.is_ragged(rag.inner), rag
+    with tuning.override(ragged=False):
+        assert isinstance(vc.KIVIKVCache.merge(filled_kivi([37, 6])), BatchVeloxKVCache)
+        assert isinstance(vc.KIVIKVCache.merge(filled_kivi([5, 6])), BatchVeloxKVCache)     # no group yet either
     assert isinstance(vc.KIVIKVCache.merge(filled_kivi([37, 5], exact_trim=4)), BatchVeloxKVCache)
     assert isinstance(vc.VeloxKVCache.merge(filled_kivi([40, 8], mixed=True)), SharedBatchVeloxKVCache)
     mixed = [cache("turboquant"), cache("turboquant", bits=3)]
@@ -501,16 +505,21 @@ def test_remembered_prefill_masks_do_not_pile_up():
     assert [id(v[0]) for v in kept.values()] == [id(m) for m in small], "small masks are kept, big ones dropped"
 
 
+@pytest.mark.parametrize("rag", [False, True], ids=["per-sequence", "ragged"])
 @pytest.mark.parametrize("mixed", [False, True], ids=["kivi", "tq3-kivi2"])
 @pytest.mark.parametrize("window", [0, WINDOW])
-def test_a_kivi_batch_whole_groups_apart_is_one_cache_with_each_sequences_bytes(window, mixed):
+def test_a_kivi_batch_whole_groups_apart_is_one_cache_with_each_sequences_bytes(window, mixed, rag, tune):
     """KIVI (both roles, or values beside turboquant keys) in one B-row cache where every row's left padding is a
     whole number of groups (lengths equal mod G: each row's groups and window flushes are the stream's): through
-    decode steps (flushes among them), filter, an extend with rows not whole groups apart (the batch goes on per
-    sequence) and a filter that leaves whole groups again (one B-row cache again), a ragged right-padded prefill,
-    each row's record bytes and nbytes stay its single cache's."""
+    decode steps (flushes among them), filter, an extend with rows not whole groups apart (with tuning's ragged off
+    the batch goes on per sequence; on, the default, it stays one B-row cache of ragged rows) and a filter that
+    leaves whole groups again (one B-row cache again), a ragged right-padded prefill, each row's record bytes and
+    nbytes stay its single cache's."""
+    tune(ragged=rag)
+
     def same(batch, singles, when, shared):
         _same_rows(batch, singles, when)
+        shared = shared or rag
         assert (batch._seq is None) == shared, f"{when}: {'not ' if shared else ''}one B-row cache"
 
     singles = filled_kivi([37, 5, 21, 53], window=window, mixed=mixed)

@@ -205,22 +205,11 @@ def test_3bit_turboquant_steps_take_the_tensor_core_loop(cuda, paths, tune, kw):
         assert partials and all(("t2c3a" in n) == on for n in partials), (on, partials)
 
 
-_BATCH_KIVI = ("KIVI prompts not whole groups apart (these are 37 tokens apart; whole groups apart: "
-               "test_a_kivi_batch_whole_groups_apart_takes_one_fast_step_per_layer) still merge into a "
-               "BatchVeloxKVCache (a cache, and launches, per sequence; batch_shared.eligible): a sequence's "
-               "window holds R .. R + G - 1 tokens by its length mod G and its "
-               "key groups start at its own first token, so in one left-padded stream the rows' windows start at "
-               "different positions, which the default partial cannot take (its row starts mask encoded tokens only: "
-               "kernels.attention.supports). With tuning.ragged (off until its H200 A/B against a cache per sequence) "
-               "they are one B-row cache on one fast step per layer, each row flushing at its own step: "
-               "test_a_ragged_kivi_batch_takes_one_fast_step_per_layer, tests/test_fast_path_ragged_mixed.py")
-
-
 def _batch_mark(name, mark):
     """A configuration's mark for the merged batch: the B-row cache itself holds every per-token method, windows
-    included (batch_shared); what keeps its step off the DecodeStep is the single-sequence kernel-body reason."""
-    if "kivi" in name:
-        return _off(_BATCH_KIVI + ("" if mark is None else ". Beside that, " + mark.kwargs["reason"]))
+    included (batch_shared), and KIVI prompts not whole groups apart one ragged B-row cache (tuning's ragged, on by
+    default: each row flushing at its own step, cache/ragged.py); what would keep its step off the DecodeStep is the
+    single-sequence kernel-body reason."""
     if mark is None:
         return ()
     return _off("merge makes one B-row cache; its step is off the DecodeStep for the single-sequence cache's "

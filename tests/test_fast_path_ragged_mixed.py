@@ -27,7 +27,7 @@ def test_a_ragged_mixed_batch_attends_through_the_ragged_mixed_partial(cuda, pat
     step: test_a_ragged_mixed_batch_takes_one_fast_step_per_layer)."""
     import mlx.core as mx
     from veloxquant.accelerated.cache import ragged
-    tune(ragged=True)
+    tune(ragged=True, tc_ragged=False)        # (the scalar loop; the tensor-core one: the knob tests below)
     decoded = []
     real = ragged.RaggedStream.dequantized
     monkeypatch.setattr(ragged.RaggedStream, "dequantized", lambda self: decoded.append(1) or real(self))
@@ -93,12 +93,13 @@ KNOBS = ({}, dict(tc_ragged=True, tc_mixed=True), dict(tc_ragged=False, tc_mixed
 
 
 def _assert_tag(cuda, head: str, tail: str, knobs: dict) -> None:
-    """Every partial launch of the recorded steps one kernel: TC_MIX's (head, 't<blocks>mx', tail) with both knobs on,
-    else the scalar one (head + tail)."""
+    """Every partial launch of the recorded steps one kernel: TC_MIX's (head, 't<blocks>mx', tail) with both knobs on
+    (as `knobs` set them, else the defaults), else the scalar one (head + tail)."""
+    from veloxquant.accelerated import tuning
     tags = {n.split("_")[3] for n in cuda if n.startswith("vq_attention_partial")}
     assert len(tags) == 1, (knobs, tags)
     tag = tags.pop()
-    if knobs.get("tc_ragged") and knobs.get("tc_mixed"):
+    if tuning.current().tc_ragged and tuning.current().tc_mixed:
         assert tag.startswith(head + "t") and tag.endswith("mx" + tail), (knobs, tag)
     else:
         assert tag == head + tail, (knobs, tag)

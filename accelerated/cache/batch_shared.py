@@ -11,7 +11,7 @@ same position in every row; in rows still shorter than R it is padding). KIVI (e
 left padding is a whole number of groups (`alignment`: the lengths equal mod G): its key groups and its window's
 flushes count from the sequence's first token (a window holds R .. R + G - 1 tokens by the length mod G), so rows
 whole groups apart flush together at the stream's group bounds; rows that are not would need per-row flush
-positions in the kernels (with tuning's `ragged` on, off by default, they share one B-row cache of ragged streams,
+positions in the kernels (with tuning's `ragged`, on by default, they share one B-row cache of ragged streams,
 each row flushing at its own phase: cache/ragged.py, its decode step cache/ragged_step.py, docs/ragged-kivi.md). A batch whose rows stop being whole groups apart (extend, a KIVI prefill) goes on per
 sequence inside this class (`_seq`, a BatchVeloxKVCache) until a filter leaves rows that are. The padding
 rows hold what the model computed for the padding tokens (a prompt's left padding, a right-padded prefill's tail
