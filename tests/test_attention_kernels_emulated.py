@@ -554,11 +554,12 @@ def test_row_starts_in_the_tensor_core_loop(tensor_cores, monkeypatch, tune):
     assert katt.launch_plan(*args).key[4], "not the tensor-core loop"
 
 
-def test_row_starts_in_the_tensor_core_loop_for_kivi(tensor_cores, monkeypatch, tune):
+@pytest.mark.parametrize("pairs", [False, True], ids=["one", "kpairs"])
+def test_row_starts_in_the_tensor_core_loop_for_kivi(pairs, tensor_cores, monkeypatch, tune):
     """The KIVI tensor-core loop (tuning's tc_kivi) with row starts inside a 16-token chunk (the chunks start at
-    16-token boundaries below a split's first token: the rows below the start are read as the start's) and past
-    a split, with the rows below the starts as stored and with all their bits set."""
-    tune(tokens_per_split=32, tc_kivi=True)
+    16-token boundaries below a split's first token, 32 with tc_kpairs: the rows below the start are read as the
+    start's) and past a split, with the rows below the starts as stored and with all their bits set."""
+    tune(tokens_per_split=32, tc_kivi=True, tc_kpairs=pairs)
     monkeypatch.setattr(katt, "_sm_count", lambda: 4)
     case = (("kivi", dict(bits=2, group_size=32)), ("kivi", dict(bits=2, group_size=32)), (2, 4, 1, 300, 128),
             [0, 7, 250], mx.float32, False)
@@ -754,30 +755,51 @@ TC_KIVI_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", TC_KIVI_CASES, ids=[f"k{c[0]['bits']}g{c[0]['group_size']}-v{c[1]['bits']}g{c[1]['group_size']}"
-                                                     f"-w{c[2]}-d{c[4][0][5]}" for c in TC_KIVI_CASES])
-def test_tensor_core_loop_for_kivi_within_the_attention_budget(case, tensor_cores, tune):
+TC_KIVI_IDS = [f"k{c[0]['bits']}g{c[0]['group_size']}-v{c[1]['bits']}g{c[1]['group_size']}-w{c[2]}-d{c[4][0][5]}"
+               for c in TC_KIVI_CASES]
+
+
+def _kpairs_taken(case, pairs: bool) -> None:
+    """The launch's KP (chunks a warp takes in a row, tuning's tc_kpairs): 2 where the knob is on and the key group
+    holds two chunks (G >= 32), else 1."""
+    kkw, vkw, window, _, c = case
+    (b, hkv, rep, lq, t, d), qdt = c[0], c[1]
+    kp = spec.Params("kivi", role="k", window=window, seed=3, layer=1, **kkw).resolved()
+    vp = spec.Params("kivi", role="v", window=window, seed=3, layer=1, **vkw).resolved()
+    q = mx.zeros((b, hkv * rep, lq, d), dtype=qdt)
+    plan = katt.launch_plan(q, _packed(mx.zeros((b, hkv, t, d)), kp), _packed(mx.zeros((b, hkv, t, d)), vp),
+                            d ** -0.5, None)
+    want = 2 if pairs and kkw["group_size"] >= 32 else 1
+    assert dict(plan.partial_template)["KP"] == want, f"tc_kpairs={pairs}, G={kkw['group_size']}: KP != {want}"
+
+
+@pytest.mark.parametrize("pairs", [False, True], ids=["one", "kpairs"])
+@pytest.mark.parametrize("case", TC_KIVI_CASES, ids=TC_KIVI_IDS)
+def test_tensor_core_loop_for_kivi_within_the_attention_budget(case, pairs, tensor_cores, tune):
     """tuning's tc_kivi: KIVI keys (the query times a group's channel scales as the A operand, the codes exact in
     B, q . z per group) and values (s code + z dequantized into A) in the tensor-core loop, emulated, within the
     same bounds as turboquant b4's; splits of tokens_per_split tokens start off a 16-token boundary (the loop's
-    chunks start rounded down, the tokens below masked); off, KIVI takes the scalar loop."""
+    chunks start rounded down, the tokens below masked); off, KIVI takes the scalar loop. `pairs` (tc_kpairs): a
+    warp takes two chunks of one key group in a row, the splits' chunks from 32-token boundaries."""
     kkw, vkw, window, per_split, c = case
     d = c[0][5]
     tune(tc_kivi=False, tokens_per_split=per_split)
     kp = spec.Params("kivi", role="k", window=window, seed=3, layer=1, **kkw).resolved()
     vp = spec.Params("kivi", role="v", window=window, seed=3, layer=1, **vkw).resolved()
     assert not katt._tensor_cores(kp, vp, d, bool(window), tuning.current().tc_codes, tuning.current().tc_kivi)
-    tune(tc_kivi=True)
+    tune(tc_kivi=True, tc_kpairs=pairs)
+    _kpairs_taken(case, pairs)
     _check_tc_case(c, emulate, (("kivi", kkw), ("kivi", vkw)), window=window)
 
 
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
-@pytest.mark.parametrize("case", TC_KIVI_CASES, ids=[f"k{c[0]['bits']}g{c[0]['group_size']}-v{c[1]['bits']}g{c[1]['group_size']}"
-                                                     f"-w{c[2]}-d{c[4][0][5]}" for c in TC_KIVI_CASES])
-def test_tensor_core_loop_for_kivi_on_the_gpu(case, tune):
-    """The tc_kivi cases through the compiled kernel (the hardware's mma accumulation)."""
+@pytest.mark.parametrize("pairs", [False, True], ids=["one", "kpairs"])
+@pytest.mark.parametrize("case", TC_KIVI_CASES, ids=TC_KIVI_IDS)
+def test_tensor_core_loop_for_kivi_on_the_gpu(case, pairs, tune):
+    """The tc_kivi cases through the compiled kernel (the hardware's mma accumulation), tc_kpairs off and on."""
     kkw, vkw, window, per_split, c = case
-    tune(tc_kivi=True, tokens_per_split=per_split)
+    tune(tc_kivi=True, tokens_per_split=per_split, tc_kpairs=pairs)
+    _kpairs_taken(case, pairs)
     katt._static.cache_clear()
     _check_tc_case(c, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)),
                    (("kivi", kkw), ("kivi", vkw)), window=window)

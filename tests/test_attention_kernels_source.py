@@ -198,22 +198,24 @@ def test_cuda_3bit_tensor_core_partial_compiles_without_spills(tmp_path):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 def test_cuda_kivi_tensor_core_partial_compiles_without_spills(tmp_path):
     """The KIVI tensor-core partial (tuning's tc_kivi, csrc/tc_kivi_loop.cuh) as attention.py would launch it:
-    2- and 4-bit codes, a window, combine launched; sm_80 and sm_90, launch bounds as the turboquant loop's."""
+    2- and 4-bit codes, a window, combine launched; sm_80 and sm_90, launch bounds as the turboquant loop's; a warp's
+    chunks one at a time (KP 1) and two of a key group in a row (KP 2, tuning's tc_kpairs)."""
     header, partial = src.assemble("partial", "cuda", 4, 4, True, False, True)
     body, names = "", []
-    for kb, vb, d, g in [(2, 2, 128, 32), (4, 4, 128, 128), (4, 2, 64, 16)]:
+    for kb, vb, d, g, kp in [(2, 2, 128, 32, 1), (4, 4, 128, 128, 1), (4, 2, 64, 16, 1), (4, 4, 128, 32, 2),
+                             (2, 2, 128, 128, 2)]:
         dt = "__half"
         types = dict(q=dt, kc1="uint32_t", vc1="uint32_t", kgs=dt, kgz=dt, vgs=dt, vgz=dt, kw=dt, vw=dt,
                      flags="uint32_t", nenc="int32_t")
-        name = f"partial_tck_{d}_{kb}{vb}"
+        name = f"partial_tck_{d}_{kb}{vb}_{kp}"
         names.append(name)
         body += _kernel(name, partial, src.inputs("partial", 4, 4, True, False), src.PARTIAL_OUTPUTS, types,
                         [("MK", 4), ("MV", 4), ("KB1", kb), ("KB2", 1), ("VB1", vb), ("VB2", 1), ("D", d), ("QB", 4),
                          ("NT", tuning.DEFAULT.partial_threads), ("P", min(32, d // 8)), ("KG", g), ("VG", g),
                          ("CAUSAL", 0), ("HASWIN", 1), ("PF", tuning.DEFAULT.tc_prefetch), ("FUSED", 0), ("APPEND", 0),
-                         ("OT", dt)])
+                         ("OT", dt), ("KP", kp)])
         body += _UNDEF
-    for arch, spills in _local_memory(header, body, tmp_path / "attention_tck", r"partial_tck_\d+_\d+").items():
+    for arch, spills in _local_memory(header, body, tmp_path / "attention_tck", r"partial_tck_\d+_\d+_\d").items():
         assert set(spills) == set(names), (arch, spills)
         assert not any(spills.values()), (arch, spills)
 

@@ -6,6 +6,8 @@
 #   twins   the GPU twins of the tensor-core loops (tuning's tc_prod3, tc_mixed, tc_ragged, and the last two
 #           together), and the GPU tests of caches changed since their last GPU run                (~6 min)
 #   ab      tc_prod3 and tc_mixed on and off in the same rounds, decode step + generate at 32k   (~2 min)
+#   kpairs  tuning's tc_kpairs on and off: KIVI's partial kernel in place (tools/dev/gpu_timeline.py) at 128k, and
+#           the decode step at 32k and 128k, in the same rounds                                    (~4 min)
 #   ragged  batches of ragged prompts, 8k x 8 and 32k x 4: KIVI and the mixed pair per sequence against
 #           tuning's ragged (one B-row cache) and its tensor-core loops                            (~6 min)
 #   gate    decode step + generate at 32k and the batches against benchmarks/baselines/h200.json (~9 min)
@@ -16,7 +18,7 @@
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, ragged, gate, split, cold or kernels}
+stage=${1:?stage: twins, ab, kpairs, ragged, gate, split, cold or kernels}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -42,6 +44,14 @@ case $stage in
       --bench-arms 'turboquant_prod b4' 'turboquant_prod b4 [TC_PROD3=0]' \
       'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 [TC_MIXED=0]' \
       --bench-partial "$out/h200-ab-32k.json"
+    ;;
+  kpairs)
+    step kpairs-timeline python3 -m veloxquant.tools.dev.gpu_timeline --context 131072 \
+      --arms 'kivi b4 (window 128)' 'kivi b4 (window 128) [TC_KPAIRS=1]' 'kivi b2 (window 32)' 'kivi b2 (window 32) [TC_KPAIRS=1]' \
+      --json "$out/kpairs-timeline-128k.json"
+    step kpairs-ab "${bench[@]}" benchmarks/test_decode_step.py --bench-contexts 32768 131072 \
+      --bench-arms 'kivi b4 (window 128)' 'kivi b4 (window 128) [TC_KPAIRS=1]' 'kivi b2 (window 32)' \
+      'kivi b2 (window 32) [TC_KPAIRS=1]' --bench-partial "$out/kpairs-ab.json"
     ;;
   ragged)
     step ragged-kivi "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 32768x4 \
@@ -75,7 +85,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, ragged, gate, split, cold or kernels" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, ragged, gate, split, cold or kernels" >&2
     exit 2
     ;;
 esac

@@ -23,9 +23,12 @@
   constexpr int PFD = (PF > 0) ? PF : 1;
   uint32_t kwc[2][KWL], vwc[4][VWL], kwp[PFD][2][KWL], vwp[PFD][4][VWL];
   float vsc[4], vzc[4], vnc[4], vsp[PFD][4], vzp[PFD][4], vnp[PFD][4];
+  // a warp's chunks: KP consecutive ones (one key group, tc_kivi_setup.cuh), then KP * NW further on (KP = 1: warp,
+  // warp + NW, ...); KP divides PF, so the chunk PF places ahead is still j + PF * NW (tc_loads.cuh)
   for (int q = 0; q < PF; ++q) {
-    if (warp + q * NW < nch) {
-      TC_LOAD(warp + q * NW, kwp[q], vwp[q], vsp[q], vzp[q], vnp[q])
+    const int jq = (q / KP) * (KP * NW) + KP * warp + q % KP;
+    if (jq < nch) {
+      TC_LOAD(jq, kwp[q], vwp[q], vsp[q], vzp[q], vnp[q])
     }
   }
   // tc_loads.cuh's parameters: the side registers each key and value slot takes and shifts
@@ -34,7 +37,7 @@
 #define TC_XSIDES(F, i) F(vs, i) F(vz, i) F(vn, i)
 #define TC_LOAD_NEXT TC_LOAD(j + PF * NW, kwp[PFD - 1], vwp[PFD - 1], vsp[PFD - 1], vzp[PFD - 1], vnp[PFD - 1])
 #define TC_LOAD_NOW TC_LOAD(j, kwc, vwc, vsc, vzc, vnc)
-  for (int j = warp; j < nch; j += NW) {
+  for (int j = KP * warp; j < nch; j += (j % KP == KP - 1) ? KP * NW - KP + 1 : 1) {
 #include "tc_loads.cuh"
 #include "tc_kivi_scores.cuh"
 #include "tc_loop_softmax.cuh"

@@ -15,7 +15,9 @@
   const int ta = t0 - ((t0 - vq_ph) & 15);
   const int nch = (is_win || t1 <= t0) ? 0 : (t1 - ta + 15) / 16;
 #else
-  const int ta = t0 - (t0 & 15);
+  // ... with KP = 2 (tuning's tc_kpairs) from t0 rounded down to 32: a warp's two consecutive chunks then lie in one
+  // key group (KG >= 32), whose query fragments it builds once for both (tc_kivi_loop.cuh's order)
+  const int ta = t0 - (t0 & (16 * KP - 1));
   const int nch = is_win ? 0 : (t1 - ta + 15) / 16;
 #endif
   const float ftv = 1024.0f;              // P' = p * 2^10 (p <= 1); the values' A scale fv as the norms' scale
