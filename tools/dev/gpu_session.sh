@@ -8,6 +8,8 @@
 #   ab      tc_prod3 and tc_mixed on and off in the same rounds, decode step + generate at 32k   (~2 min)
 #   kpairs  tuning's tc_kpairs on and off: KIVI's partial kernel in place (tools/dev/gpu_timeline.py) at 128k, and
 #           the decode step at 32k and 128k, in the same rounds                                    (~4 min)
+#   ncu     every kernel of 2 decode steps at 32k, ours and MLX's (tools/dev/step_kernels.py under Nsight Compute):
+#           what runs in the 8-10 µs before each layer of kivi, prod and the mixed pair          (~3 min)
 #   ragged  batches of ragged prompts, 8k x 8 and 32k x 4: KIVI and the mixed pair per sequence against
 #           tuning's ragged (one B-row cache) and its tensor-core loops                            (~6 min)
 #   gate    decode step + generate at 32k and the batches against benchmarks/baselines/h200.json (~9 min)
@@ -18,7 +20,7 @@
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, ragged, gate, split, cold or kernels}
+stage=${1:?stage: twins, ab, kpairs, ncu, ragged, gate, split, cold or kernels}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -53,6 +55,17 @@ case $stage in
       --bench-arms 'kivi b4 (window 128)' 'kivi b4 (window 128) [TC_KPAIRS=1]' 'kivi b2 (window 32)' \
       'kivi b2 (window 32) [TC_KPAIRS=1]' --bench-partial "$out/kpairs-ab.json"
     ;;
+  ncu)
+    arms=('turboquant b4' 'kivi b4 (window 128)' 'turboquant_prod b4' 'keys turboquant b3 + values kivi b2')
+    csvs=()
+    for i in "${!arms[@]}"; do
+      step "ncu-$i" ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --log-file "$out/ncu-$i.csv" \
+        python3 -m veloxquant.tools.dev.step_kernels --arm "${arms[$i]}" --context 32768
+      csvs+=("$out/ncu-$i.csv")
+    done
+    step ncu-summary python3 -m veloxquant.tools.dev.step_kernels --summarize "${csvs[@]}" --labels "${arms[@]}" \
+      --json "$out/step-kernels-32k.json"
+    ;;
   ragged)
     step ragged-kivi "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 32768x4 \
       --bench-arms 'kivi b4 (window 128)' 'kivi b4 (window 128) [RAGGED=1]' 'kivi b4 (window 128) [RAGGED=1, TC_RAGGED=1]' \
@@ -85,7 +98,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, ragged, gate, split, cold or kernels" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, ncu, ragged, gate, split, cold or kernels" >&2
     exit 2
     ;;
 esac
