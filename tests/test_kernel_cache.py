@@ -167,7 +167,8 @@ CONFIG = {"method": "turboquant", "bits": 4}
 def _usage(model, contexts=(4100, 8300, 16500, 33000, 65600), config=CONFIG) -> None:
     """What users run after the warm-up: one generation whose context crosses 4k ... 64k (decoding at each, and
     then long enough for the decode step to grow its buffers),
-    a server-like batch of 1 -> 4 -> 8 -> 2 sequences, speculative decoding with 3 and 6 draft tokens."""
+    a server-like batch of 1 -> 4 -> 8 -> 2 sequences, a batch of two decoding past its buffers' growth, speculative
+    decoding with 3 and 6 draft tokens."""
     from mlx_lm.generate import BatchGenerator, generate_step, speculative_generate_step
 
     from veloxquant.accelerated.cache.prompt_cache import make_prompt_cache
@@ -187,6 +188,12 @@ def _usage(model, contexts=(4100, 8300, 16500, 33000, 65600), config=CONFIG) -> 
                    caches=[make_prompt_cache(model, **config) for _ in range(size)])
         for _ in range(steps):
             gen.next_generated()
+    while gen.next_generated():
+        pass
+    # two prompts not whole groups apart (KIVI: one ragged B-row cache, tuning's ragged) decoding past the growth of
+    # its buffers (cache/ragged_growth.py: the copy launch on the decode step)
+    gen.insert([[9] * 530, [9] * 517], max_tokens=[300, 300],
+               caches=[make_prompt_cache(model, **config) for _ in range(2)])
     while gen.next_generated():
         pass
     gen.close()
