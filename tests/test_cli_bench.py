@@ -96,3 +96,23 @@ def test_no_checkout_or_no_plugin_is_one_line_naming_what_to_install(tmp_path, m
     assert bench.run(_args([])) == 2 and not fake_pytest
     err = capsys.readouterr().err
     assert err == "veloxquant bench: needs pytest-benchmark, not installed here; install the extra with: pip install -e '.[dev]'\n", err
+
+
+def test_the_default_gate_is_the_devices_kind(tmp_path, monkeypatch):
+    """--gate with no file: the CPU's baseline, a GPU's kind by its name where one is saved (an H100's h100.json, the
+    runs the H100 sessions make), else the H200's; the name read from MLX when not given."""
+    monkeypatch.setattr(bench, "BASELINES", tmp_path)
+    for n in ("cpu", "h200"):
+        (tmp_path / f"{n}.json").write_text("{}")
+    assert bench.gate_baseline("cpu") == tmp_path / "cpu.json"
+    assert bench.gate_baseline("gpu", "NVIDIA H100 80GB HBM3") == tmp_path / "h200.json", "no H100 run saved yet"
+    (tmp_path / "h100.json").write_text("{}")
+    assert bench.gate_baseline("gpu", "NVIDIA H100 80GB HBM3") == tmp_path / "h100.json"
+    assert bench.gate_baseline("gpu", "NVIDIA H200") == tmp_path / "h200.json"
+    assert bench.gate_baseline("gpu", "NVIDIA A100-SXM4-80GB") == tmp_path / "h200.json"
+    from veloxquant.tools.bench import harness
+    monkeypatch.setattr(harness, "device_info", lambda: {"name": "NVIDIA H100 PCIe"})
+    assert bench.gate_baseline("gpu") == tmp_path / "h100.json"
+    args = _args(["--device", "gpu", "--gate"])
+    cmd = bench.pytest_command(args, tmp_path / "r.json")
+    assert cmd[cmd.index("--bench-gate") + 1] == str(tmp_path / "h100.json"), cmd

@@ -21,8 +21,23 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 BASELINES = BENCHMARKS / "baselines"
-# the baseline --gate compares with when none is named: the committed run of the device's kind
+# the baseline --gate compares with when none is named: the committed run of the device's kind (a GPU's by its
+# name where one is saved, gate_baseline)
 GATE = {"cpu": "cpu.json", "gpu": "h200.json"}
+GPU_KINDS = ("h100", "h200")
+
+
+def gate_baseline(device: str, gpu_name: str | None = None) -> pathlib.Path:
+    """The committed run --gate compares with by default: the CPU's, or the GPU's kind (benchmarks/baselines/h100.json
+    on an NVIDIA H100) where one is saved, else the H200's. `gpu_name`: the device's name (default: MLX's)."""
+    if device == "gpu":
+        if gpu_name is None:
+            from .harness import device_info
+            gpu_name = device_info()["name"]
+        for kind in GPU_KINDS:
+            if kind in gpu_name.lower() and (BASELINES / f"{kind}.json").exists():
+                return BASELINES / f"{kind}.json"
+    return BASELINES / GATE[device]
 PASSTHROUGH = True
 
 
@@ -30,7 +45,8 @@ def add_arguments(p) -> None:
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="MLX device to measure on (default: cpu)")
     p.add_argument("--gate", nargs="?", const="", default=None, metavar="JSON",
                    help="fail each benchmark whose ratio regressed beyond its suite's noise band against this saved run "
-                        f"(default: benchmarks/baselines/{GATE['cpu']} on the CPU, {GATE['gpu']} on the GPU)")
+                        f"(default: benchmarks/baselines/{GATE['cpu']} on the CPU; on a GPU its kind's, "
+                        f"{' or '.join(k + '.json' for k in GPU_KINDS)}, else {GATE['gpu']})")
     p.add_argument("--json", type=pathlib.Path, default=None,
                    help="where the run's pytest-benchmark JSON goes (default: .benchmarks/<device>-<UTC time>.json, "
                         "ignored by git). Under benchmarks/baselines/ or docs/bench/ it is a kept run: "
@@ -54,7 +70,7 @@ def pytest_command(args, json_path: pathlib.Path) -> list[str]:
            "--benchmark-json", str(json_path), "--bench-partial", str(json_path.with_suffix(".partial.json")),
            "--benchmark-columns=median,iqr,rounds"]
     if args.gate is not None:
-        gate = pathlib.Path(args.gate) if args.gate else BASELINES / GATE[args.device]
+        gate = pathlib.Path(args.gate) if args.gate else gate_baseline(args.device)
         cmd += ["--bench-gate", str(gate)]
     return cmd + extra
 

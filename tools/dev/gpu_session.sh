@@ -12,7 +12,8 @@
 #           what runs in the 8-10 µs before each layer of kivi, prod and the mixed pair          (~3 min)
 #   ragged  batches of ragged prompts, 8k x 8 and 32k x 4: KIVI and the mixed pair per sequence against
 #           tuning's ragged (one B-row cache) and its tensor-core loops                            (~6 min)
-#   gate    decode step + generate at 32k and the batches against benchmarks/baselines/h200.json (~9 min)
+#   gate    decode step + generate at 32k and the batches against the GPU's baseline (h100.json on an H100,
+#           else h200.json: tools/bench gate_baseline)                                            (~9 min)
 #   split   per generated token, the host's time and the GPU's (tools/dev/generate_split.py) with each
 #           tensor-core knob on and off: which side sets generate's pace at 32k                    (~3 min)
 #   cold    a fresh process's first request, ours against fp16                                    (~3 min)
@@ -78,10 +79,12 @@ case $stage in
       --bench-partial "$out/h200-ragged-mixed.json"
     ;;
   gate)
+    base=$(python3 -c 'from veloxquant.tools.bench import gate_baseline; print(gate_baseline("gpu"))')
+    echo "gate baseline: $base" | tee -a "$log"
     step gate-32k "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
-      --bench-gate benchmarks/baselines/h200.json --bench-partial "$out/h200-gate-32k.json"
+      --bench-gate "$base" --bench-partial "$out/gate-32k.json"
     step gate-batch "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 32768x4 8192x8 \
-      --bench-gate benchmarks/baselines/h200.json --bench-partial "$out/h200-gate-batch.json"
+      --bench-gate "$base" --bench-partial "$out/gate-batch.json"
     ;;
   split)
     step split python3 -m veloxquant.tools.dev.generate_split --context 32768 --arms 'fp16 KVCache' 'turboquant b4' \
