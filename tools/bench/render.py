@@ -288,8 +288,8 @@ between runs. Dated results of the tools the harness replaced: [benchmark-log.md
 - One command: `veloxquant bench` (the CPU; `--device gpu` on a GPU) runs `pytest benchmarks` with the device's
   sizes, writes the run's JSON (`--json`, default `.benchmarks/<device>-<UTC time>.json`, ignored by git) and renders it
   (`--markdown`); `--gate` fails on a ratio that regressed against benchmarks/baselines/<device>.json (cpu.json; on a
-  GPU its kind's where one is saved, h100.json or h200.json, else h200.json) beyond the suite's noise band; anything after `--` goes to
-  pytest (`-k`, `--bench-contexts`, `--bench-arms`, ...).
+  GPU its kind's where one is saved, h100.json or h200.json, else h200.json) beyond the suite's noise band; anything
+  after `--` goes to pytest (`-k`, `--bench-contexts`, `--bench-arms`, ...).
 - The same with pytest: `pytest benchmarks --device cpu --bench-gate benchmarks/baselines/cpu.json` (CI's quick gate;
   38 s on the quiet 2-core machine), `pytest benchmarks --device gpu --bench-gate benchmarks/baselines/h200.json`
   (skipped, with the reason, where MLX has no GPU).
