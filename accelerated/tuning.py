@@ -44,8 +44,8 @@ class Tuning:
                                     # partial's split S - 1 in scalar arithmetic
     tc_ragged: bool = True          # ... also a ragged KIVI batch's rows (each its own group phase: tc_kivi's loop;
                                     # docs/ragged-kivi.md: on since its GPU twins passed and the batches measured)
-    tc_kpairs: bool = False         # KIVI's loop: a warp takes two consecutive chunks of one key group (G >= 32), so
-                                    # it builds a group's query fragments once, not per chunk (its splits start at 32)
+    tc_kpairs: bool = False         # KIVI's loop (ragged rows too): a warp takes two consecutive chunks of one key
+                                    # group (G >= 32), so it builds the group's query fragments once, not per chunk
     tc_prefetch: int = 2            # chunks the tensor-core loop loads ahead while it scores one
     tc_min_blocks: int = 2          # threadgroups per multiprocessor the tensor-core partial is compiled for
     tc_waves: int = 1               # times the tensor-core loop's threadgroups fill the GPU (sets its split count)

@@ -132,17 +132,20 @@ def _steps(case, on_step, steps: int | None = None) -> set:
     return seen
 
 
+@pytest.mark.parametrize("pairs", [False, True], ids=["one", "kpairs"])
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_ragged_rows_on_the_tensor_core_loop_within_the_attention_budget(case, ragged_tc):
+def test_ragged_rows_on_the_tensor_core_loop_within_the_attention_budget(case, pairs, ragged_tc, tune):
     """Each row of the ragged batch through the tensor-core loop (emulated, blocks reversed, every unread byte
     poisoned) within the attention budget of float64 over its single cache, and within float rounding of the ragged
-    scalar loop's output over the same records (tc_ragged off: the scalar loop)."""
-    _check_rows(case, lambda q, k, v, scale, mask: emu.emulate(q, k, v, scale, mask, reverse=True))
+    scalar loop's output over the same records (tc_ragged off: the scalar loop); `pairs` (tc_kpairs): a warp's two
+    chunks of one key group in a row, from each row's phase rounded to 32 (G >= 32)."""
+    tune(tc_kpairs=pairs)
+    _check_rows(case, lambda q, k, v, scale, mask: emu.emulate(q, k, v, scale, mask, reverse=True), pairs)
 
 
-def _check_rows(case, run):
+def _check_rows(case, run, pairs: bool = False):
     """The ragged batch's steps (_steps), each checked step's output through run(q, k, v, scale, mask) with the
-    tensor-core loop and with the scalar one (see the test above)."""
+    tensor-core loop and with the scalar one (see the test above); `pairs`: the loop's KP is 2 where G >= 32."""
     worst = []
     qdt = case[7]
 
@@ -150,6 +153,8 @@ def _check_rows(case, run):
         d = q.shape[-1]
         plan = _plan(q, kr, vr, mask)
         assert plan.key[4] is True and plan.key[7] and plan.key[8], f"not the ragged tensor-core loop: {plan.key}"
+        want = 2 if pairs and case[3] >= 32 else 1
+        assert dict(plan.partial_template)["KP"] == want, f"tc_kpairs={pairs}, G={case[3]}: KP != {want}"
         pk, pv = poisoned(kr, batch.inner._k), poisoned(vr, batch.inner._v)
         got = run(q, pk, pv, d ** -0.5, mask)
         with tuning.override(tc_ragged=False):
@@ -169,15 +174,17 @@ def _check_rows(case, run):
 
 
 @pytest.mark.skipif(not emu._REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
+@pytest.mark.parametrize("pairs", [False, True], ids=["one", "kpairs"])
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_ragged_rows_on_the_tensor_core_loop_on_the_gpu_within_the_attention_budget(case, tune):
+def test_ragged_rows_on_the_tensor_core_loop_on_the_gpu_within_the_attention_budget(case, pairs, tune):
     """The same cases through MLX's CUDA kernels (the hardware's mma accumulation), the batch stepped by the GPU's own
-    fused decode step."""
-    tune(ragged=True, tc_ragged=True, tokens_per_split=24, fuse_append=False)
+    fused decode step; tc_kpairs off and on."""
+    tune(ragged=True, tc_ragged=True, tokens_per_split=24, fuse_append=False, tc_kpairs=pairs)
     # (fuse_append off: a fused step leaves its token pending for the attention launch, so the records that
     # update_and_fetch returns lack it. `poisoned` waits for the in-place plan's pending store before it copies)
     katt._static.cache_clear()
-    _check_rows(case, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)))
+    _check_rows(case, lambda q, k, v, scale, mask: np.array(katt.attention(q, k, v, scale, mask).astype(mx.float32)),
+                pairs)
 
 
 def _kernels(monkeypatch) -> list:
@@ -335,11 +342,13 @@ def _launched(kb, vb, g, d, window, append):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 @pytest.mark.parametrize("case", COMPILE_CASES, ids=[f"k{c[0]}v{c[1]}-g{c[2]}-d{c[3]}-R{c[4]}{'-append' if c[5] else ''}"
                                                      for c in COMPILE_CASES])
-def test_cuda_ragged_tensor_core_partial_compiles_without_spills(case, monkeypatch, tmp_path):
+@pytest.mark.parametrize("pairs", [False, True], ids=["one", "kpairs"])
+def test_cuda_ragged_tensor_core_partial_compiles_without_spills(case, pairs, monkeypatch, tmp_path, tune):
     """The ragged tensor-core partial (tc_ragged) as attention.py launches it (its template from _static: prefetch
-    depth, launch bounds of tc_min_blocks threadgroups), without and with the decode step's append inside: sm_80 and
-    sm_90, no stack frame and no spills."""
+    depth, launch bounds of tc_min_blocks threadgroups), without and with the decode step's append inside, a warp's
+    chunks one at a time and in pairs (tc_kpairs): sm_80 and sm_90, no stack frame and no spills."""
     from test_attention_kernels_source import _kernel
+    tune(tc_kpairs=pairs)
     monkeypatch.setattr(katt, "_mma_available", lambda: True)
     monkeypatch.setattr(katt, "_sm_count", lambda: 132)
     katt._static.cache_clear()

@@ -244,7 +244,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
         pf = _tc_prefetch(kp, vp, tune.tc_prefetch)
         tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", pf)]
         if tc is True and kp.method == vp.method == "kivi":     # KIVI's loop: chunks a warp takes in a row (tc_kpairs)
-            tmpl.append(("KP", 2 if tune.tc_kpairs and not ragged and kp.group_size >= 32 and pf % 2 == 0 else 1))
+            tmpl.append(("KP", 2 if tune.tc_kpairs and kp.group_size >= 32 and pf % 2 == 0 else 1))
     vparts = 2 if layouts.of(vp).sketch else 1
     if fused and append:
         raise ValueError("the append runs inside an unfused partial launch")

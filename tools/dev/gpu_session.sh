@@ -6,8 +6,8 @@
 #   twins   the GPU twins of the tensor-core loops (tuning's tc_prod3, tc_mixed, tc_ragged, and the last two
 #           together), and the GPU tests of caches changed since their last GPU run                (~6 min)
 #   ab      tc_prod3 and tc_mixed on and off in the same rounds, decode step + generate at 32k   (~2 min)
-#   kpairs  tuning's tc_kpairs on and off: KIVI's partial kernel in place (tools/dev/gpu_timeline.py) at 128k, and
-#           the decode step at 32k and 128k, in the same rounds                                    (~4 min)
+#   kpairs  tuning's tc_kpairs on and off: KIVI's partial kernel in place (tools/dev/gpu_timeline.py) at 128k, the
+#           decode step at 32k and 128k, and a ragged 8k x 8 batch, in the same rounds             (~6 min)
 #   ncu     every kernel of 2 decode steps at 32k, ours and MLX's (tools/dev/step_kernels.py under Nsight Compute):
 #           what runs in the 8-10 µs before each layer of kivi, prod and the mixed pair          (~3 min)
 #   ragged  batches of ragged prompts, 8k x 8 and 32k x 4: KIVI and the mixed pair per sequence against
@@ -55,6 +55,8 @@ case $stage in
     step kpairs-ab "${bench[@]}" benchmarks/test_decode_step.py --bench-contexts 32768 131072 \
       --bench-arms 'kivi b4 (window 128)' 'kivi b4 (window 128) [TC_KPAIRS=1]' 'kivi b2 (window 32)' \
       'kivi b2 (window 32) [TC_KPAIRS=1]' --bench-partial "$out/kpairs-ab.json"
+    step kpairs-batch "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 \
+      --bench-arms 'kivi b4 (window 128)' 'kivi b4 (window 128) [TC_KPAIRS=1]' --bench-partial "$out/kpairs-batch.json"
     ;;
   ncu)
     arms=('turboquant b4' 'kivi b4 (window 128)' 'turboquant_prod b4' 'keys turboquant b3 + values kivi b2')

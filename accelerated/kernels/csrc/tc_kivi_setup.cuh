@@ -10,9 +10,9 @@
   // chunks of 16 tokens from t0 rounded down to 16, so that a chunk lies in one key group (KG a multiple of 16);
   // the tokens below t0 are the split before's (masked)
 #if VQ_RAGGED
-  // ... a ragged row's groups start at its phase vq_ph (partial_setup_tokens.h): t0 rounded down to vq_ph mod 16;
-  // an empty range takes no chunk (its rounded start may lie below the row's first group)
-  const int ta = t0 - ((t0 - vq_ph) & 15);
+  // ... a ragged row's groups start at its phase vq_ph (partial_setup_tokens.h): t0 rounded down to vq_ph mod 16 (mod
+  // 32 with KP = 2); an empty range takes no chunk (its rounded start may lie below the row's first group)
+  const int ta = t0 - ((t0 - vq_ph) & (16 * KP - 1));
   const int nch = (is_win || t1 <= t0) ? 0 : (t1 - ta + 15) / 16;
 #else
   // ... with KP = 2 (tuning's tc_kpairs) from t0 rounded down to 32: a warp's two consecutive chunks then lie in one
