@@ -46,6 +46,8 @@ class Tuning:
                                     # docs/ragged-kivi.md: on since its GPU twins passed and the batches measured)
     tc_kpairs: bool = False         # KIVI's loop (ragged rows too): a warp takes two consecutive chunks of one key
                                     # group (G >= 32), so it builds the group's query fragments once, not per chunk
+    tc_window_prefetch: bool = False  # the tensor-core partial's window split loads a warp's next token while it scores
+                                    # one (csrc/tc_window.h, VQ_WPF; the same arithmetic in the same order)
     tc_prefetch: int = 2            # chunks the tensor-core loop loads ahead while it scores one
     tc_min_blocks: int = 2          # threadgroups per multiprocessor the tensor-core partial is compiled for
     tc_waves: int = 1               # times the tensor-core loop's threadgroups fill the GPU (sets its split count)

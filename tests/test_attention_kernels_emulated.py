@@ -1042,9 +1042,52 @@ MIXED_CASES = [
                                                                        if c[5]])
 def test_append_inside_the_partial_moves_kivi_windows_on_the_tensor_core_loop(case, monkeypatch, tune):
     """The flush cases above through the KIVI tensor-core loop (tuning's tc_kivi): split S - 1 attends the group
-    its append encodes, from the records it wrote, with the mma loop."""
+    its append encodes, from the records it wrote, with the mma loop; the window split loading a warp's next token
+    ahead too (tuning's tc_window_prefetch, csrc/tc_window.h's VQ_WPF: the chunk's own rows from kx / vx)."""
     tune(tc_kivi=True)
     test_append_inside_the_partial_moves_kivi_windows(case, monkeypatch, tune, tc=True)
+    with monkeypatch.context() as m:
+        _window_prefetch(m)
+        test_append_inside_the_partial_moves_kivi_windows(case, monkeypatch, tune, tc=True)
+
+
+def _window_prefetch(monkeypatch) -> None:
+    """The emulated partial compiled with VQ_WPF 1 (what tuning's tc_window_prefetch puts in a CUDA launch's header)."""
+    real = src.partial_body
+    monkeypatch.setattr(src, "partial_body", lambda *a, **kw: "#define VQ_WPF 1\n" + real(*a, **kw))
+
+
+WPF_CASES = [   # methods (keys, values), window, tokens per split, case as TC_CASES'
+    ((("turboquant", dict(bits=4)), ("turboquant", dict(bits=4))), 40, 64, TC_CASES[0]),
+    ((("kivi", dict(bits=4, group_size=16)), ("kivi", dict(bits=4, group_size=16))), 16, 256, TC_KIVI_CASES[1][4]),
+    ((("kivi", dict(bits=2, group_size=128)), ("kivi", dict(bits=4, group_size=128))), 5, 50, TC_KIVI_CASES[3][4]),
+]
+
+
+@pytest.mark.parametrize("case", WPF_CASES, ids=["tq4-R40", "kivi4-g16-R16-causal", "kivi2-g128-R5"])
+def test_window_prefetch_is_the_same_arithmetic(case, tensor_cores, tune, monkeypatch):
+    """tuning's tc_window_prefetch (csrc/tc_window.h's VQ_WPF): the window split loads a warp's next token while it
+    scores one, the same arithmetic in the same order, so the emulated launch's output is bit for bit the one
+    without it (windows of several tokens per warp, a causal case, windows shorter than the warps)."""
+    methods, window, per_split, c = case
+    tune(tc_kivi=True, tokens_per_split=per_split)
+    (b, hkv, rep, lq, t, d), qdt, causal, qs, vs = c
+    rng = np.random.default_rng(t + d + window)
+    (km, kkw), (vm, vkw) = methods
+    kp = spec.Params(km, role="k", window=window, seed=3, layer=1, **kkw).resolved()
+    vp = spec.Params(vm, role="v", window=window, seed=3, layer=1, **vkw).resolved()
+    k = _packed(mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16), kp)
+    v = _packed(mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16), vp)
+    q = mx.array((rng.standard_normal((b, hkv * rep, lq, d)) * qs).astype(np.float32)).astype(qdt)
+    mask = "causal" if causal else None
+    assert katt.launch_plan(q, k, v, d ** -0.5, mask).key[4], "not the tensor-core loop"
+    assert k.window.shape[2] >= window > 0, "no window"     # (KIVI's: R and the unflushed part of a group)
+    plain = emulate(q, k, v, d ** -0.5, mask)
+    with monkeypatch.context() as m:
+        _window_prefetch(m)
+        ahead = emulate(q, k, v, d ** -0.5, mask)
+    assert np.array_equal(plain.view(np.uint8), ahead.view(np.uint8)), \
+        f"tc_window_prefetch changed the output: worst {np.abs(plain.astype(np.float64) - ahead).max()}"
 
 
 @pytest.mark.parametrize("case", MIXED_CASES, ids=[f"{c[0][0]}{c[0][1].get('bits', '')}R{c[0][2]}-{c[1][0]}R{c[1][2]}"

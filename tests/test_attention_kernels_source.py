@@ -339,6 +339,62 @@ def test_cold_loops_knob_reaches_the_cuda_header(monkeypatch, tune):
     assert body.count("VQ_COLD\n") >= 10, body.count("VQ_COLD\n")
 
 
+def test_window_prefetch_knob_reaches_the_cuda_header(monkeypatch, tune):
+    """tuning's tc_window_prefetch: the CUDA launch's header defines VQ_WPF (csrc/tc_window.h) for a tensor-core
+    partial with a window only, under a name of its own (the defaults' kernels keep their names and texts)."""
+    from veloxquant.accelerated.kernels import attention as katt
+    from veloxquant.accelerated.kernels import backend
+    seen = []
+    monkeypatch.setattr(backend, "_gpu_backend", lambda: ("cuda", "recorded"))
+    monkeypatch.setattr(backend, "available", lambda: (True, "recorded"))
+    monkeypatch.setattr(backend, "cuda_kernel", lambda **kw: seen.append((kw["name"], kw["header"])) or object())
+    for on in (False, True):
+        tune(tc_window_prefetch=on)
+        for haswin, tc in ((True, True), (False, True), (True, False)):
+            katt._compiled.cache_clear()
+            katt._kernel("partial", 4, 4, haswin, False, tc)
+            name, header = seen[-1]
+            want = on and haswin and tc
+            assert ("#define VQ_WPF 1" in header) is want and name.endswith("_wpf") is want, (on, haswin, tc, name)
+    katt._compiled.cache_clear()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_window_prefetch_compiles_without_spills(tmp_path, monkeypatch):
+    """The tensor-core partials with a window whose split loads ahead (VQ_WPF) as a decode step launches them (their
+    templates from attention._static): turboquant b4 and KIVI 2 / 4 bits, the append inside or not, sm_80 and sm_90,
+    no local memory (the next token's rows beside the loop's registers)."""
+    import mlx.core as mx
+
+    from veloxquant import spec
+    from veloxquant.accelerated.kernels import attention as katt
+    monkeypatch.setattr(katt, "_mma_available", lambda: True)
+    monkeypatch.setattr(katt, "_sm_count", lambda: 132)
+    cuda = {mx.float16: "__half", mx.float32: "float"}
+    f16 = mx.float16
+    for i, (method, bits, g, append) in enumerate([("turboquant", 4, 0, False), ("turboquant", 4, 0, True),
+                                                    ("kivi", 4, 32, False), ("kivi", 2, 32, True)]):
+        kp, vp = (spec.Params(method, bits=bits, window=8, role=r, **(dict(group_size=g) if g else {})).resolved()
+                  for r in "kv")
+        side = f16 if method == "kivi" else mx.float32
+        st = katt._static(kp, vp, 1, 32, 1, 128, 8, 16, True, False, f16, 128 ** -0.5, False, 16, tuning.DEFAULT,
+                          (side, side, f16, f16) if append else None)
+        katt._static.cache_clear()
+        assert st.key[4] is True, st.key
+        header, partial = src.assemble("partial", "cuda", st.key[0], st.key[1], True, False, True, append)
+        dt = "__half"
+        types = dict(q=dt, kc1="uint32_t", kc2="uint32_t", vc1="uint32_t", vc2="uint32_t", ks0="float", ks1="float",
+                     vs0="float", vs1="float", kgs=dt, kgz=dt, vgs=dt, vgz=dt, kw=dt, vw=dt, kf=dt, vf=dt, kx=dt,
+                     vx=dt, kconst="uint32_t", vconst="uint32_t", flags="bool" if append else "uint32_t",
+                     nenc="int32_t", token="bool")
+        name = f"partial_wpf_{i}"     # (one translation unit each, as MLX compiles them)
+        tmpl = [(n, cuda.get(v, v)) for n, v in st.template]
+        outs = src.APPEND_OUTPUTS if append else src.PARTIAL_OUTPUTS
+        body = _kernel(name, partial, st.names, outs, types, tmpl)
+        for arch, spills in _local_memory("#define VQ_WPF 1\n" + header, body, tmp_path / name, name).items():
+            assert set(spills) == {name} and not spills[name], (method, bits, append, arch, spills)
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("readelf") is None,
                     reason="nvcc / readelf not installed: CUDA code-size check skipped")
 def test_cold_loops_make_the_tensor_core_partial_smaller(tmp_path):

@@ -432,12 +432,13 @@ def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
     (cold_loops; partial_threads and tc_min_blocks in the launch bounds) are part of the compiled kernel's key."""
     t = tuning.current()
     return _compiled(kind, mk, mv, haswin, fused, tc, tc_blocks, append, starts, t.cold_loops,
-                     t.partial_threads if tc else 0, (tc_blocks or t.tc_min_blocks) if tc else 0, ragged)
+                     t.partial_threads if tc else 0, (tc_blocks or t.tc_min_blocks) if tc else 0, ragged,
+                     bool(tc and haswin and t.tc_window_prefetch))
 
 
 @functools.lru_cache(maxsize=None)
 def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, tc_blocks: int, append: bool,
-              starts: bool, cold_loops: bool, nt: int, min_blocks: int, ragged: bool = False):
+              starts: bool, cold_loops: bool, nt: int, min_blocks: int, ragged: bool = False, wpf: bool = False):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
@@ -451,9 +452,12 @@ def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, 
         # a name of its own for a text the defaults do not make (the defaults' names stay as they were)
         d = tuning.DEFAULT
         name += ("_cold" if cold_loops else "") + (f"_n{nt}" if tc and nt != d.partial_threads else "") + \
-            (f"_b{min_blocks}" if tc and not tc_blocks and min_blocks != d.tc_min_blocks else "")
+            (f"_b{min_blocks}" if tc and not tc_blocks and min_blocks != d.tc_min_blocks else "") + \
+            ("_wpf" if wpf else "")
         if cold_loops:
             header = '#define VQ_COLD _Pragma("unroll 1")\n' + header
+        if wpf:         # (tuning's tc_window_prefetch: csrc/tc_window.h)
+            header = "#define VQ_WPF 1\n" + header
         if tc:
             header += _bounds(nt, min_blocks)
         return backend.cuda_kernel(name=name, input_names=ins, output_names=outs, source=source, header=header,

@@ -8,6 +8,8 @@
 #   ab      tc_prod3 and tc_mixed on and off in the same rounds, decode step + generate at 32k   (~2 min)
 #   kpairs  tuning's tc_kpairs on and off: KIVI's partial kernel in place (tools/dev/gpu_timeline.py) at 128k, the
 #           decode step at 32k and 128k, and a ragged 8k x 8 batch, in the same rounds             (~6 min)
+#   window  the window split's share: KIVI's partial in place at 32k with windows 0, 32 and 128, and tuning's
+#           tc_window_prefetch on and off (timeline and decode step, the same rounds)                (~5 min)
 #   ncu     every kernel of 2 decode steps at 32k, ours and MLX's (tools/dev/step_kernels.py under Nsight Compute):
 #           what runs in the 8-10 µs before each layer of kivi, prod and the mixed pair          (~3 min)
 #   ragged  batches of ragged prompts, 8k x 8 and 32k x 4: KIVI and the mixed pair per sequence against
@@ -21,7 +23,7 @@
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, ncu, ragged, gate, split, cold or kernels}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold or kernels}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -57,6 +59,14 @@ case $stage in
       'kivi b2 (window 32) [TC_KPAIRS=1]' --bench-partial "$out/kpairs-ab.json"
     step kpairs-batch "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 \
       --bench-arms 'kivi b4 (window 128)' 'kivi b4 (window 128) [TC_KPAIRS=1]' --bench-partial "$out/kpairs-batch.json"
+    ;;
+  window)
+    step window-timeline python3 -m veloxquant.tools.dev.gpu_timeline --context 32768 \
+      --arms 'kivi b2 (window 0)' 'kivi b2 (window 32)' 'kivi b4 (window 128)' 'kivi b4 (window 128) [TC_WINDOW_PREFETCH=1]' \
+      'turboquant b4 (window 32)' 'turboquant b4 (window 32) [TC_WINDOW_PREFETCH=1]' --json "$out/window-timeline-32k.json"
+    step window-ab "${bench[@]}" benchmarks/test_decode_step.py --bench-contexts 32768 \
+      --bench-arms 'kivi b4 (window 128)' 'kivi b4 (window 128) [TC_WINDOW_PREFETCH=1]' 'kivi b2 (window 32)' \
+      'kivi b2 (window 32) [TC_WINDOW_PREFETCH=1]' --bench-partial "$out/window-ab.json"
     ;;
   ncu)
     arms=('turboquant b4' 'kivi b4 (window 128)' 'turboquant_prod b4' 'keys turboquant b3 + values kivi b2')
@@ -103,7 +113,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, ncu, ragged, gate, split, cold or kernels" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold or kernels" >&2
     exit 2
     ;;
 esac
