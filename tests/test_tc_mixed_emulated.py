@@ -113,6 +113,23 @@ def test_turboquant_keys_kivi_values_on_the_tensor_core_loop_within_the_attentio
     _check(c, lambda q, k, v, scale, mask, mixed: emulate(q, k, v, scale, mask, mixed=mixed))
 
 
+@pytest.mark.parametrize("c", CASES, ids=[_id(c) for c in CASES])
+def test_window_prefetch_is_the_same_arithmetic_on_the_tc_mixed_loop(c, tensor_cores, tune, monkeypatch):
+    """tuning's tc_window_prefetch in the MIXED partial's scalar splits (csrc/tc_mixed_split.h, VQ_WPF: a warp's next
+    token's code words, norm, exact rows and value scales loaded while it scores one): the emulated output is bit for
+    bit the one without it."""
+    from test_attention_kernels_emulated import _window_prefetch
+    tune(tc_mixed=True, tokens_per_split=64)
+    q, k, v, scale, mask, mixed = _records(c)
+    assert katt.launch_plan(q, k, v, scale, mask, mixed=mixed).key[4] == src.TC_MIX
+    plain = emulate(q, k, v, scale, mask, mixed=mixed)
+    with monkeypatch.context() as m:
+        _window_prefetch(m)
+        ahead = emulate(q, k, v, scale, mask, mixed=mixed)
+    assert np.array_equal(plain.view(np.uint8), ahead.view(np.uint8)), \
+        f"tc_window_prefetch changed the output of case {_id(c)}"
+
+
 FUSED_CASES = [CASES[0]] + [next(c for c in CASES if how in c[-1]) for how in ("-k", "plain", "aligned")]
 
 

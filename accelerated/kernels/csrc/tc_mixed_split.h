@@ -24,8 +24,22 @@
     const int64_t vgb = (int64_t)b * vgs_strides[0] + (int64_t)h * vgs_strides[1];
     const int x0 = is_win ? t0 : xt0;
     const int x1 = is_win ? t1 : xt1;
-    for (int tt = x0 + warp; tt < x1; tt += NW) {
 #include "tc_mixed_token.h"
+#if VQ_WPF
+    // (tuning's tc_window_prefetch: a warp's next token's rows loaded while this one is scored, as tc_window.h)
+    VQ_MT_DECL(c)
+    if (x0 + warp < x1) VQ_MT_LOAD(x0 + warp, c)
+#endif
+    for (int tt = x0 + warp; tt < x1; tt += NW) {
+#if VQ_WPF
+      VQ_MT_DECL(n)
+      const bool vq_more = tt + NW < x1;
+      if (vq_more) VQ_MT_LOAD(tt + NW, n)
+#else
+      VQ_MT_DECL(c)
+      VQ_MT_LOAD(tt, c)
+#endif
+      VQ_MT_TOKEN(tt, c)
       for (int r = 0; r < QB; ++r) {
         float dot = 0.0f;
         for (int j = 0; j < WJ; ++j) {
@@ -39,5 +53,22 @@
 #include "tc_window_step.h"
         }
       }
+#if VQ_WPF
+      if (vq_more) {
+        knc = knn;
+        for (int j = 0; j < WJ; ++j) {
+          kwdc[j] = kwdn[j];
+          kxec[j] = kxen[j];
+          vwdc[j] = vwdn[j];
+          vxec[j] = vxen[j];
+          vscc[j] = vscn[j];
+          vzcc[j] = vzcn[j];
+        }
+      }
+#endif
     }
+#undef VQ_MT_VEX
+#undef VQ_MT_DECL
+#undef VQ_MT_LOAD
+#undef VQ_MT_TOKEN
 #include "tc_window_end.h"
