@@ -9,7 +9,8 @@
 #   kpairs  tuning's tc_kpairs on and off: KIVI's partial kernel in place (tools/dev/gpu_timeline.py) at 128k, the
 #           decode step at 32k and 128k, and a ragged 8k x 8 batch, in the same rounds             (~6 min)
 #   window  the window split's share: KIVI's partial in place at 32k with windows 0, 32 and 128, and tuning's
-#           tc_window_prefetch on and off (timeline and decode step, the same rounds)                (~5 min)
+#           tc_window_prefetch on and off for KIVI and the mixed pair (timeline, then decode step and generate in
+#           the same rounds)                                                                          (~7 min)
 #   ncu     every kernel of 2 decode steps at 32k, ours and MLX's (tools/dev/step_kernels.py under Nsight Compute):
 #           what runs in the 8-10 µs before each layer of kivi, prod and the mixed pair          (~3 min)
 #   ragged  batches of ragged prompts, 8k x 8 and 32k x 4: KIVI and the mixed pair per sequence against
@@ -63,10 +64,13 @@ case $stage in
   window)
     step window-timeline python3 -m veloxquant.tools.dev.gpu_timeline --context 32768 \
       --arms 'kivi b2 (window 0)' 'kivi b2 (window 32)' 'kivi b4 (window 128)' 'kivi b4 (window 128) [TC_WINDOW_PREFETCH=1]' \
-      'turboquant b4 (window 32)' 'turboquant b4 (window 32) [TC_WINDOW_PREFETCH=1]' --json "$out/window-timeline-32k.json"
-    step window-ab "${bench[@]}" benchmarks/test_decode_step.py --bench-contexts 32768 \
-      --bench-arms 'kivi b4 (window 128)' 'kivi b4 (window 128) [TC_WINDOW_PREFETCH=1]' 'kivi b2 (window 32)' \
-      'kivi b2 (window 32) [TC_WINDOW_PREFETCH=1]' --bench-partial "$out/window-ab.json"
+      'turboquant b4 (window 32)' 'turboquant b4 (window 32) [TC_WINDOW_PREFETCH=1]' \
+      'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 [TC_WINDOW_PREFETCH=1]' \
+      --json "$out/window-timeline-32k.json"
+    step window-ab "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
+      --bench-arms 'kivi b4 (window 128)' 'kivi b4 (window 128) [TC_WINDOW_PREFETCH=1]' \
+      'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 [TC_WINDOW_PREFETCH=1]' \
+      --bench-partial "$out/window-ab.json"
     ;;
   ncu)
     arms=('turboquant b4' 'kivi b4 (window 128)' 'turboquant_prod b4' 'keys turboquant b3 + values kivi b2')
