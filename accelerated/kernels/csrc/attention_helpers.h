@@ -11,11 +11,21 @@
 #ifndef VQ_UNROLL
 #define VQ_UNROLL
 #endif
-// code j of a packed row: word j / (32 / B), bits B * (j % (32 / B))      (spec/packing.md)
+// code j of a packed row: word j / (32 / B), bits B * (j % (32 / B))      (spec/packing.md); the word can be loaded
+// early (vq_code_word) and the code taken from it later (vq_code_w)
+template <int B>
+VQ_INLINE uint32_t vq_code_word(const DEVICE uint32_t* row, int j) {
+  return row[j / (32 / B)];
+}
+
+template <int B>
+VQ_INLINE uint32_t vq_code_w(uint32_t w, int j) {
+  return (w >> (B * (j % (32 / B)))) & ((1u << B) - 1u);
+}
+
 template <int B>
 VQ_INLINE uint32_t vq_code(const DEVICE uint32_t* row, int j) {
-  constexpr int PER = 32 / B;
-  return (row[j / PER] >> (B * (j % PER))) & ((1u << B) - 1u);
+  return vq_code_w<B>(vq_code_word<B>(row, j), j);
 }
 
 // B = 1, 2, 4: the 8 codes of chunk c (codes 8c .. 8c + 7, B bytes) lie in one word of the row; that word

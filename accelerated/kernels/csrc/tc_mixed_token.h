@@ -33,7 +33,7 @@
       kn##S = ks0[kso + (int64_t)ktr * ks0_strides[2]]; \
       for (int j = 0; j < WJ; ++j) { \
         const int c = lane + 32 * j; \
-        kwd##S[j] = krow[c / (32 / KB1)]; \
+        kwd##S[j] = vq_code_word<KB1>(krow, c); \
         kxe##S[j] = !kex_ ? 0.0f : kq_new ? static_cast<float>(kx[ko + (int64_t)c * kx_strides[3]]) \
                                           : static_cast<float>(kw[ko + (int64_t)c * kw_strides[3]]); \
         if (vex_) { \
@@ -41,7 +41,7 @@
                              : static_cast<float>(vw[vo + (int64_t)c * vw_strides[3]]); \
         } else { \
           const int64_t gi = vgb + (int64_t)vtr * vgs_strides[2] + (int64_t)(c / VG) * vgs_strides[3]; \
-          vwd##S[j] = vrow[c / (32 / VB1)]; \
+          vwd##S[j] = vq_code_word<VB1>(vrow, c); \
           vsc##S[j] = static_cast<float>(vgs[gi]); \
           vzc##S[j] = static_cast<float>(vgz[gi]); \
         } \
@@ -55,12 +55,12 @@
       float vv[WJ]; \
       for (int j = 0; j < WJ; ++j) { \
         const int c = lane + 32 * j; \
-        const float kc = VQ_LOOKUP(rk1, (kwd##S[j] >> (KB1 * (c % (32 / KB1)))) & ((1u << KB1) - 1u)); \
+        const float kc = VQ_LOOKUP(rk1, vq_code_w<KB1>(kwd##S[j], c)); \
         kv[j] = kex ? kxe##S[j] : kc; \
         if (vex) { \
           vv[j] = vxe##S[j]; \
         } else { \
-          const float x = (float)((vwd##S[j] >> (VB1 * (c % (32 / VB1)))) & ((1u << VB1) - 1u)) * vsc##S[j]; \
+          const float x = (float)vq_code_w<VB1>(vwd##S[j], c) * vsc##S[j]; \
           vv[j] = x + vzc##S[j]; \
         } \
       }
