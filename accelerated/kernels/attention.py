@@ -429,7 +429,8 @@ def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
     """The compiled kernel `kind`; the partial for a method pair, window presence, fused combine, tensor-core loop,
     (that loop) the threadgroups per multiprocessor its registers are bounded for (launch bounds), the decode
     step's append inside (APPEND) and row starts (a left-padded batch). The tuning knobs that change its text
-    (cold_loops; partial_threads and tc_min_blocks in the launch bounds) are part of the compiled kernel's key."""
+    (cold_loops; partial_threads and tc_min_blocks in the launch bounds; tc_window_prefetch where a tensor-core partial
+    has a window) are part of the compiled kernel's key."""
     t = tuning.current()
     return _compiled(kind, mk, mv, haswin, fused, tc, tc_blocks, append, starts, t.cold_loops,
                      t.partial_threads if tc else 0, (tc_blocks or t.tc_min_blocks) if tc else 0, ragged,
