@@ -154,7 +154,7 @@ def test_a_ragged_kivi_keys_batch_steps_through_the_fused_decode_step_on_the_gpu
     method, bits, vg = values
     fused_ = rse.fused_partials(monkeypatch, _maker(g, window, method, bits, vwin, vg), lengths, g, "_k")
     want = (4, True) if vwin else (2, True if window else katt.src.OWN)
-    assert fused_ and all((a[0], a[2], a[-1]) == (layouts.KERNEL_IDS["kivi"], *want) for a in fused_), fused_
+    assert fused_ and all((a["mk"], a["haswin"], a["ragged"]) == (layouts.KERNEL_IDS["kivi"], *want) for a in fused_), fused_
 
 
 @pytest.mark.parametrize("values", [("turboquant", 3, 0, 0), ("mlx_affine", 4, 0, 32)], ids=["turboquant", "affine-vg32"])

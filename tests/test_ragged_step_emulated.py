@@ -13,6 +13,7 @@ float64 over that single cache; every step after the first is one DecodeStep lau
 from __future__ import annotations
 
 import ctypes
+import inspect
 import shutil
 import types
 
@@ -206,10 +207,18 @@ def fused_steps(make, lengths: list, steps: int, role: str = "_k", between=None)
 
 
 def compiled_kernels(monkeypatch) -> list:
-    """(kind, arguments) of every kernels.attention._compiled call from here on: the kernels a GPU run compiles."""
+    """(kind, arguments by name) of every kernels.attention._compiled call from here on: the kernels a GPU run
+    compiles. By name, so that a knob added to the compiled key shifts nothing read here."""
     names = []
     compiled = katt._compiled
-    monkeypatch.setattr(katt, "_compiled", lambda kind, *args: names.append((kind, args)) or compiled(kind, *args))
+    sig = inspect.signature(compiled)
+
+    def record(kind, *args):
+        bound = sig.bind(kind, *args)
+        bound.apply_defaults()
+        names.append((kind, bound.arguments))
+        return compiled(kind, *args)
+    monkeypatch.setattr(katt, "_compiled", record)
     return names
 
 
@@ -219,7 +228,7 @@ def fused_partials(monkeypatch, make, lengths: list, g: int, role: str) -> list:
     names = compiled_kernels(monkeypatch)
     flushed = fused_steps(make, lengths, g + 2, role=role)
     assert flushed == set(range(len(lengths))), f"the steps flushed rows {sorted(flushed)} only"
-    return [a for kind, a in names if kind == "partial" and a[6]]
+    return [a for kind, a in names if kind == "partial" and a["append"]]
 
 
 def flushing_steps(bodies, make, lengths: list, steps: int, role: str, inside: bool, haswin: int) -> None:

@@ -288,16 +288,9 @@ def test_a_ragged_batch_steps_through_the_fused_decode_step_on_the_gpu_tensor_co
     name: 't' and 'g'), each row's bytes and output its single cache's."""
     tune(ragged=True, tc_ragged=True)
     katt._static.cache_clear()
-    names = []
-    compiled = katt._compiled
-
-    def record(kind, *args):
-        k = compiled(kind, *args)
-        names.append((kind, args))
-        return k
-    monkeypatch.setattr(katt, "_compiled", record)
+    names = rs.compiled_kernels(monkeypatch)
     assert _fused_steps(g, window, lengths) == set(range(len(lengths)))
-    ragged_tc = [a for kind, a in names if kind == "partial" and a[4] and a[6] and a[-1]]   # (tc, append, ragged)
+    ragged_tc = [a for kind, a in names if kind == "partial" and a["tc"] and a["append"] and a["ragged"]]
     assert ragged_tc, f"no ragged tensor-core partial launched: {names}"
 
 

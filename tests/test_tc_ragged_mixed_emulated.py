@@ -206,8 +206,8 @@ def test_a_ragged_mixed_batch_steps_on_the_gpu_tensor_core_loop(g, window, lengt
     batch = vc.VeloxKVCache.merge(filled_with(make, lengths, seed=7))
     for step in range(steps):
         rse._step(batch, 900 + step, want[step], f"step {step}")
-    fused = [a for kind, a in names if kind == "partial" and a[6]]
-    assert fused and all(a[4] == src.TC_MIX and a[-1] for a in fused), names
+    fused = [a for kind, a in names if kind == "partial" and a["append"]]
+    assert fused and all(a["tc"] == src.TC_MIX and a["ragged"] for a in fused), names
 
 
 # ---- the windowed plan (HASWIN 4) and window 0 (OWN's texts) with the append inside, on TC_MIX's loop ----
@@ -269,7 +269,7 @@ def test_a_windowed_or_window_0_ragged_mixed_batch_steps_on_the_gpu_tensor_core_
     katt._static.cache_clear()
     fused_ = rse.fused_partials(monkeypatch, rms._maker(g, window, kwin), lengths, g, "_v")
     want = (4, True) if kwin else (3, src.OWN)
-    assert fused_ and all(a[4] == src.TC_MIX and (a[2], a[-1]) == want for a in fused_), fused_
+    assert fused_ and all(a["tc"] == src.TC_MIX and (a["haswin"], a["ragged"]) == want for a in fused_), fused_
 
 
 # ---- nvcc: TC_MIX's ragged partial as attention.py launches it, against the row-starts TC_MIX partial ----
