@@ -26,6 +26,12 @@ def test_rows_reads_the_duration_rows_in_microseconds():
         sk.rows(LOG.replace('"nsecond"', '"furlong"'))
 
 
+def test_rows_reads_newer_ncus_short_units():
+    """ncu 2024+ writes "ns" / "us" (the H100 image's ncu wrote "ns","89,824" for a 89.8 µs partial)."""
+    short = LOG.replace('"usecond"', '"us"').replace('"nsecond"', '"ns"')
+    assert short != LOG and sk.rows(short) == sk.rows(LOG)
+
+
 def test_summarize_groups_per_layer_step_largest_first():
     got = sk.summarize(sk.rows(LOG), steps=1, layers=2)
     assert [r["kernel"] for r in got] == ["vq_attention_partial_4410t2a", "mlx::copy_gg_nd<__half>",

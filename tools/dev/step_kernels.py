@@ -24,7 +24,8 @@ import json
 import statistics
 import sys
 
-_UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+_UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,    # ncu 2023 and older
+          "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}                         # ncu 2024+ (the H100 image: "ns")
 
 
 def profiler():
