@@ -44,8 +44,9 @@ class Tuning:
                                     # partial's split S - 1 in scalar arithmetic
     tc_ragged: bool = True          # ... also a ragged KIVI batch's rows (each its own group phase: tc_kivi's loop;
                                     # docs/ragged-kivi.md: on since its GPU twins passed and the batches measured)
-    tc_kpairs: bool = False         # KIVI's loop (ragged rows too): a warp takes two consecutive chunks of one key
+    tc_kpairs: bool = True          # KIVI's loop (ragged rows too): a warp takes two consecutive chunks of one key
                                     # group (G >= 32), so it builds the group's query fragments once, not per chunk
+                                    # (docs/decode-step-analysis.md: the partial's GPU time 0.77x at 128k)
     tc_window_prefetch: bool = False  # the tensor-core partial's window split loads a warp's next token while it scores
                                     # one (csrc/tc_window.h, VQ_WPF; the same arithmetic in the same order)
     tc_prefetch: int = 2            # chunks the tensor-core loop loads ahead while it scores one
