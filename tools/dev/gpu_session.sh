@@ -21,10 +21,15 @@
 #           tensor-core knob on and off: which side sets generate's pace at 32k                    (~3 min)
 #   cold    a fresh process's first request, ours against fp16                                    (~3 min)
 #   kernels the kernel suite (tools/dev/kernel_check: compile, GPU tests, conformance, benchmark) (~8 min)
+#   sweep   issue 29's matrix at 4k and 128k: the decode step and generate for every arm (fp16 in the same rounds) (~6 min)
+#   batch8 / batch32   batched generation of every arm, 8k x 8 / 32k x 4                      (~? min: time the first)
+#   host    the host's share of a windowed step on the GPU's host (tools/dev/host_split.py, each launch and call
+#           timed in place), turboquant b4 with window 0 and 32, KIVI and the mixed pair: where the window's
+#           +28 µs of build and +14 µs of encode per layer go (twentieth pass)                     (~3 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold or kernels}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, batch8, batch32 or host}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -42,7 +47,7 @@ case $stage in
     step twins python3 -m pytest -q -p no:cacheprovider -k on_the_gpu \
       tests/test_tc_two_stage_emulated.py tests/test_tc_mixed_emulated.py tests/test_tc_ragged_kivi_emulated.py \
       tests/test_tc_ragged_mixed_emulated.py tests/test_ragged_mixed_step_emulated.py \
-      tests/test_ragged_kivi_keys_step_emulated.py
+      tests/test_ragged_kivi_keys_step_emulated.py tests/test_attention_kernels_emulated.py
     step caches python3 -m pytest -q -p no:cacheprovider tests/test_rotating_cache.py tests/test_batch_ragged_kivi.py
     ;;
   ab)
@@ -111,13 +116,26 @@ case $stage in
   cold)
     step cold "${bench[@]}" benchmarks/test_cold_start.py --bench-partial "$out/h200-cold-start.json"
     ;;
+  sweep)
+    step sweep "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 4096 131072 \
+      --bench-partial "$out/sweep-4k-128k.json"
+    ;;
+  batch8|batch32)
+    size=$([ "$stage" = batch8 ] && echo 8192x8 || echo 32768x4)
+    step "$stage" "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches "$size" \
+      --bench-partial "$out/$stage.json"
+    ;;
+  host)
+    step host python3 -m veloxquant.tools.dev.host_split --contexts 32768 --arms 'fp16 KVCache' 'turboquant b4' \
+      'turboquant b4 (window 32)' 'kivi b4 (window 128)' 'keys turboquant b3 + values kivi b2' --json "$out/host-split-32k.json"
+    ;;
   kernels)
     step kernels python3 -m veloxquant.tools.dev.kernel_check --out "$out/kernels" --skip bench --parallel-timeout 280
     # (one file back: a device call returns a limited number of files)
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold or kernels" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, batch8, batch32 or host" >&2
     exit 2
     ;;
 esac
