@@ -6,8 +6,9 @@
 #   bash tools/dev/stage_two_calls.sh
 #   call 1, carry [".device/c1"]: mkdir -p /root/vq-stage && cp .device/c1/* /root/vq-stage/
 #   call 2, carry [".device/c2"]: mkdir -p /root/vq-stage && cp .device/c2/* /root/vq-stage/ && bash /root/vq-stage/install.sh && <work>
-# The room left over is shared equally by the two calls (at least MARGIN_KIB each, default 128); anything else a call
-# carries (a corpus, scripts) must fit in it, or travel in a call of its own.
+# The room left over is shared equally by the two calls (at least MARGIN_KIB each, default 1024: the device counted
+# a tree of 27,671 KiB beside 37,515 KiB as over 64 MiB); anything else a call carries (a corpus, scripts) must fit
+# in it, or travel in a call of its own.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
@@ -15,7 +16,7 @@ parts=(.device/q*/cuda.part*)
 [[ -e "${parts[0]}" ]] || { echo "no .device/q*/cuda.part*: run ../shared/device/prepare-mlx-cuda.sh first"; exit 2; }
 last=$(ls -d .device/q* | sort -V | tail -1)
 limit=$((64 * 1048576))
-margin=$((${MARGIN_KIB:-128} * 1024))
+margin=$((${MARGIN_KIB:-1024} * 1024))
 tree=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
 extras=$(cat "$last"/install.sh "$last"/*.whl | wc -c)
 total=$(cat $(printf '%s\n' "${parts[@]}" | sort -V) | wc -c)
@@ -23,7 +24,7 @@ slack=$((2 * (limit - tree) - total - extras))        # what the two calls leave
 first=$((limit - tree - slack / 2))
 second=$((total - first + extras))
 if (( slack < 2 * margin )); then
-  echo "the tree ($((tree / 1048576)) MiB) and MLX ($(((total + extras) / 1048576)) MiB) do not fit in two calls of 64 MiB"
+  echo "the tree ($((tree / 1048576)) MiB) and MLX ($(((total + extras) / 1048576)) MiB) do not fit in two calls of 64 MiB: use the q folders, one call each (../shared/device/prepare-mlx-cuda.sh)"
   exit 2
 fi
 rm -rf .device/c1 .device/c2
