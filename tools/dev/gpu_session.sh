@@ -23,13 +23,17 @@
 #   kernels the kernel suite (tools/dev/kernel_check: compile, GPU tests, conformance, benchmark) (~8 min)
 #   sweep   issue 29's matrix at 4k and 128k: the decode step and generate for every arm (fp16 in the same rounds) (~6 min)
 #   batch8 / batch32   batched generation of every arm, 8k x 8 / 32k x 4                      (~? min: time the first)
+#   graphs  MLX's CUDA graph limits (MLX_MAX_OPS_PER_BUFFER 100, MLX_MAX_MB_PER_BUFFER 1000 on an H100/H200: a
+#           graph is cut and launched when its kernels' inputs pass 1000 MB, every ~6 layers of ours at 128k, ~2 of
+#           fp16's) raised 100x against the defaults, in two processes: generate at 128k and the 32k timeline
+#           (the 6-9 µs row before each layer of kivi, prod and the mixed pair)                       (~5 min)
 #   host    the host's share of a windowed step on the GPU's host (tools/dev/host_split.py, each launch and call
 #           timed in place), turboquant b4 with window 0 and 32, KIVI and the mixed pair: where the window's
 #           +28 µs of build and +14 µs of encode per layer go (twentieth pass)                     (~3 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, batch8, batch32 or host}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, batch8, batch32, graphs or host}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -125,6 +129,17 @@ case $stage in
     step "$stage" "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches "$size" \
       --bench-partial "$out/$stage.json"
     ;;
+  graphs)
+    arms=('turboquant b4' 'kivi b4 (window 128)' 'turboquant_prod b4' 'keys turboquant b3 + values kivi b2')
+    for lim in default raised; do
+      env=()
+      [ "$lim" = raised ] && env=(MLX_MAX_OPS_PER_BUFFER=10000 MLX_MAX_MB_PER_BUFFER=100000)
+      step "graphs-generate-$lim" env "${env[@]}" "${bench[@]}" benchmarks/test_generate.py --bench-contexts 131072 \
+        --bench-arms "${arms[@]}" --bench-partial "$out/graphs-generate-128k-$lim.json"
+      step "graphs-timeline-$lim" env "${env[@]}" python3 -m veloxquant.tools.dev.gpu_timeline --context 32768 \
+        --arms "${arms[@]}" --json "$out/graphs-timeline-32k-$lim.json"
+    done
+    ;;
   host)
     step host python3 -m veloxquant.tools.dev.host_split --contexts 32768 --arms 'fp16 KVCache' 'turboquant b4' \
       'turboquant b4 (window 32)' 'kivi b4 (window 128)' 'keys turboquant b3 + values kivi b2' --json "$out/host-split-32k.json"
@@ -135,7 +150,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, batch8, batch32 or host" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, batch8, batch32, graphs or host" >&2
     exit 2
     ;;
 esac
