@@ -2,7 +2,8 @@
 each node is host time per layer per token on a GPU's host, so these are budgets a change must not exceed. Each
 arm launches its partial (append inside) and its combine per layer; records without a window build nothing else but
 the step's shared count view; a window adds its four views (the tokens leaving each role's window and the window
-after the step: accelerated/in_place.py `windows`), and nothing else."""
+after the step: accelerated/in_place.py `windows`), and nothing else. The same for a batch of ragged prompts merged
+into one B-row cache (KIVI's rows each at its own group phase: cache/ragged.py)."""
 from __future__ import annotations
 
 import json
@@ -17,14 +18,23 @@ ARMS = ("turboquant b4", "turboquant_prod b4", "turboquant b4 (window 32)", "kiv
 WINDOW_INPUTS = ("kw", "vw", "kf", "vf")
 
 
-@pytest.fixture(scope="module")
-def rows(tmp_path_factory):
+def _run(tmp_path_factory, batch: int) -> dict:
     out = tmp_path_factory.mktemp("nodes") / "nodes.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-m", "veloxquant.tools.dev.step_nodes", "--arms", *ARMS, "--context", "600",
-                        "--json", str(out)], capture_output=True, text=True, env=env, timeout=600)
+                        "--batch", str(batch), "--json", str(out)],
+                       capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return {x["arm"]: x for x in json.loads(out.read_text())["rows"]}
+
+
+@pytest.fixture(scope="module", params=[1, 4], ids=["single", "batch4"])
+def rows(request, tmp_path_factory):
+    got = _run(tmp_path_factory, request.param)
+    if request.param > 1:       # one B-row cache per layer, not a cache per sequence
+        caches = {a: r["cache"] for a, r in got.items()}
+        assert set(caches.values()) == {"SharedBatchVeloxKVCache"}, caches
+    return got
 
 
 @pytest.mark.parametrize("arm", ARMS)

@@ -2,7 +2,8 @@
 build and an encode per layer per token (twentieth pass: an exact window's four views, +28 µs of build and +14 of
 encode per layer on the H100's host), so this is the part of the host's time a change can add or remove.
 
-    python -m veloxquant.tools.dev.step_nodes [--arms 'turboquant b4' ...] [--context 4096] [--layers 2] [--json F]
+    python -m veloxquant.tools.dev.step_nodes [--arms 'turboquant b4' ...] [--context 4096] [--layers 2] [--batch B]
+                                              [--json F]
 
 Run it as its own process: the kernels are tools/dev/host_build.py's stand-ins (ready outputs), so what the step's
 graph still holds is what Python and MLX build around the launches. One step after warm-up steps whose launch
@@ -52,19 +53,40 @@ def _recorder(seen: list):
     backend.kernel = lambda *a: Recorded()
 
 
-def measure(arms, context: int, layers: int, warm: int = 4) -> list[dict]:
+def _caches(arm: str, context: int, layers: int, batch: int) -> list:
+    """One cache per layer; with `batch` > 1 the merge of `batch` sequences of context, context - 17, ... tokens
+    (mlx-lm's batch merge, as the batch benchmark's ragged prompts: our B-row or ragged cache where eligible)."""
+    from ..bench import arms as bd
+    seqs = []
+    for i in range(batch):
+        caches = bd.make(arm, layers)
+        bd.prefill(caches, max(1, context - 17 * i), lambda *a: None)
+        seqs.append(caches)
+    return seqs[0] if batch == 1 else [seqs[0][j].merge([s[j] for s in seqs]) for j in range(layers)]
+
+
+def _batch_step(caches, q, k, v):
+    """A batch's decode step: every layer's update and attention under the batch's mask (mlx-lm's order)."""
+    from mlx_lm.models import base
+    mask = caches[0].make_mask(1)
+    x = q
+    for c in caches:
+        kk, vv = c.update_and_fetch(k, v)
+        x = base.scaled_dot_product_attention(x, kk, vv, cache=c, scale=q.shape[-1] ** -0.5, mask=mask)
+    return x
+
+
+def measure(arms, context: int, layers: int, warm: int = 4, batch: int = 1) -> list[dict]:
     """One row per arm: launches and other nodes per layer, and the launch inputs the other nodes feed."""
     import mlx.core as mx
 
-    from ..bench import arms as bd
     from . import host_split
-    step = host_split._step_fn(False)
-    shapes = host_split._SHAPES
+    step = host_split._step_fn(False) if batch == 1 else _batch_step
+    shapes = [(batch, *s[1:]) for s in host_split._SHAPES]
     rows, seen = [], []
     _recorder(seen)         # once: compiled-kernel objects are cached across arms, each holding this list
     for arm in arms:
-        caches = bd.make(arm, layers)
-        bd.prefill(caches, context, lambda *a: None)
+        caches = _caches(arm, context, layers, batch)
         pool = [tuple(mx.random.normal(s, key=mx.random.key(3 * i + j)).astype(mx.float16)
                       for j, s in enumerate(shapes)) for i in range(2)]
         mx.eval(pool)
@@ -79,7 +101,8 @@ def measure(arms, context: int, layers: int, warm: int = 4) -> list[dict]:
         feeds = collections.Counter(f"{name}.{n}" for name, names, xs in seen for n, a in zip(names, xs)
                                     if nodes_of([a]))
         mx.eval(out, *[a for _, _, xs in seen for a in xs])
-        rows.append({"arm": arm, "layers": layers, "context": context,
+        rows.append({"arm": arm, "layers": layers, "context": context, "batch": batch,
+                     "cache": type(caches[0]).__name__,
                      "launches_per_layer": {k: v / layers for k, v in sorted(launches.items())},
                      "nodes_per_layer": {k: v / layers for k, v in sorted(other.items())},
                      "total_nodes_per_layer": sum(other.values()) / layers,
@@ -91,7 +114,7 @@ def render(rows: list[dict]) -> list[str]:
     out = []
     for r in rows:
         nodes = ", ".join(f"{k} {v:g}" for k, v in r["nodes_per_layer"].items()) or "none"
-        out.append(f"{r['arm']:<40} launches {sum(r['launches_per_layer'].values()):g}, other nodes "
+        out.append(f"{r['arm']:<40} {r['cache']}: launches {sum(r['launches_per_layer'].values()):g}, other nodes "
                    f"{r['total_nodes_per_layer']:g} per layer ({nodes})")
         if r["inputs_fed"]:
             out.append(" " * 42 + "feeding " + ", ".join(r["inputs_fed"]))
@@ -103,11 +126,12 @@ def main(argv=None) -> int:
     ap.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS))
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=1, help="sequences merged into a batch (ragged prompts)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     from .host_build import _stand_ins
     _stand_ins()
-    rows = measure(a.arms, a.context, a.layers)
+    rows = measure(a.arms, a.context, a.layers, batch=a.batch)
     print("\n".join(render(rows)))
     if a.json:
         with open(a.json, "w") as f:
