@@ -27,13 +27,16 @@
 #           graph is cut and launched when its kernels' inputs pass 1000 MB, every ~6 layers of ours at 128k, ~2 of
 #           fp16's) raised 100x against the defaults, in two processes: generate at 128k and the 32k timeline
 #           (the 6-9 µs row before each layer of kivi, prod and the mixed pair)                       (~5 min)
+#   nsys    Nsight Systems around the 32k timeline of turboquant b4 and kivi b4: every GPU activity (kernels, copies,
+#           memsets, graph launches) with its start, as CSV (nsys stats cuda_gpu_trace): what fills the 6-9 µs
+#           before each of KIVI's layers that ncu, which lists kernels only, could not name              (~3 min)
 #   host    the host's share of a windowed step on the GPU's host (tools/dev/host_split.py, each launch and call
 #           timed in place), turboquant b4 with window 0 and 32, KIVI and the mixed pair: where the window's
 #           +28 µs of build and +14 µs of encode per layer go (twentieth pass)                     (~3 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, batch8, batch32, graphs or host}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, batch8, batch32, graphs, nsys or host}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -140,6 +143,13 @@ case $stage in
         --arms "${arms[@]}" --json "$out/graphs-timeline-32k-$lim.json"
     done
     ;;
+  nsys)
+    command -v nsys >/dev/null || { echo "no nsys on this machine" | tee -a "$log"; exit 0; }
+    step nsys-profile nsys profile -o "$out/timeline" --force-overwrite true --trace=cuda,nvtx --cuda-graph-trace=node \
+      python3 -m veloxquant.tools.dev.gpu_timeline --context 32768 --steps 3 --arms 'turboquant b4' 'kivi b4 (window 128)'
+    step nsys-stats nsys stats --report cuda_gpu_trace --format csv --output "$out/gpu-trace" "$out/timeline.nsys-rep"
+    (cd "$out" && tar czf nsys.tgz gpu-trace*.csv && rm -f gpu-trace*.csv timeline.sqlite)
+    ;;
   host)
     step host python3 -m veloxquant.tools.dev.host_split --contexts 32768 --arms 'fp16 KVCache' 'turboquant b4' \
       'turboquant b4 (window 32)' 'kivi b4 (window 128)' 'keys turboquant b3 + values kivi b2' --json "$out/host-split-32k.json"
@@ -150,7 +160,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, batch8, batch32, graphs or host" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, batch8, batch32, graphs, nsys or host" >&2
     exit 2
     ;;
 esac
