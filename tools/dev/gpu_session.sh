@@ -22,6 +22,9 @@
 #   cold    a fresh process's first request, ours against fp16                                    (~3 min)
 #   kernels the kernel suite (tools/dev/kernel_check: compile, GPU tests, conformance, benchmark) (~8 min)
 #   sweep   issue 29's matrix at 4k and 128k: the decode step and generate for every arm (fp16 in the same rounds) (~6 min)
+#   base32 / baserest   with sweep, the parts of a saved baseline of this GPU kind: 32k; batches, cold start and ops.
+#           Here: python -m veloxquant.tools.bench.render sweep.json base32.json baserest.json --merge
+#           benchmarks/baselines/h100.json, then render --write docs/benchmarks.md                    (~5 / ~8 min)
 #   batch8 / batch32   batched generation of every arm, 8k x 8 / 32k x 4                      (~? min: time the first)
 #   graphs  MLX's CUDA graph limits (MLX_MAX_OPS_PER_BUFFER 100, MLX_MAX_MB_PER_BUFFER 1000 on an H100/H200: a
 #           graph is cut and launched when its kernels' inputs pass 1000 MB, every ~6 layers of ours at 128k, ~2 of
@@ -36,7 +39,7 @@
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, batch8, batch32, graphs, nsys or host}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys or host}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -123,9 +126,13 @@ case $stage in
   cold)
     step cold "${bench[@]}" benchmarks/test_cold_start.py --bench-partial "$out/h200-cold-start.json"
     ;;
-  sweep)
-    step sweep "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 4096 131072 \
-      --bench-partial "$out/sweep-4k-128k.json"
+  sweep|base32|baserest)     # (paths first: a saved baseline's command starts "pytest benchmarks", test_bench_gate.py)
+    case $stage in
+      sweep) what=(benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 4096 131072) ;;
+      base32) what=(benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768) ;;
+      baserest) what=(benchmarks/test_batch_generate.py benchmarks/test_cold_start.py benchmarks/test_ops.py) ;;
+    esac
+    step "$stage" python3 -m pytest "${what[@]}" -q -p no:cacheprovider --device gpu --bench-partial "$out/$stage.json"
     ;;
   batch8|batch32)
     size=$([ "$stage" = batch8 ] && echo 8192x8 || echo 32768x4)
@@ -160,7 +167,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, batch8, batch32, graphs, nsys or host" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys or host" >&2
     exit 2
     ;;
 esac
