@@ -192,6 +192,23 @@ def test_every_decode_step_takes_the_fast_path(cuda, paths, kw):
     _assert_fast(cuda, paths, caches, len(caches) * STEPS)
 
 
+_METHODS = ("turboquant", "turboquant_rvq", "turboquant_prod", "rabitq", "mlx_affine", "kivi")
+_PAIRS = [(k, v, w) for w in (0, 32) for k in _METHODS for v in _METHODS if k != v]
+
+
+@pytest.mark.parametrize("k, v, window", _PAIRS, ids=[f"keys-{k}-values-{v}-w{w}" for k, v, w in _PAIRS])
+def test_every_key_value_method_pair_takes_the_fast_path(cuda, paths, k, v, window):
+    """Issue 29's second point: any two methods (their default bits) in one layer, window 0 and 32, take the same
+    fast decode step as one method does: one DecodeStep launch pair per layer step, nothing decoded."""
+    model = tiny_llama(64, layers=2)
+    caches = make_prompt_cache(model, key_method=k, value_method=v, window=window)
+    model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
+    _decode(model, caches, 1)
+    _reset(cuda, paths)
+    _decode(model, caches)
+    _assert_fast(cuda, paths, caches, len(caches) * STEPS)
+
+
 @pytest.mark.parametrize("kw", [dict(key_method="turboquant", key_bits=3, value_method="turboquant", value_bits=2),
                                 dict(key_method="turboquant", key_bits=3, value_method="rabitq"),
                                 dict(key_method="turboquant", key_bits=4, value_method="turboquant", value_bits=3)],
