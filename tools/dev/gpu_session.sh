@@ -33,13 +33,16 @@
 #   nsys    Nsight Systems around the 32k timeline of turboquant b4 and kivi b4: every GPU activity (kernels, copies,
 #           memsets, graph launches) with its start, as CSV (nsys stats cuda_gpu_trace): what fills the 6-9 µs
 #           before each of KIVI's layers that ncu, which lists kernels only, could not name              (~3 min)
+#   pairs   the quality recommendations' key / value pairs (docs/quality-retrieval.md) at 32k and 128k, decode step
+#           and generate: keys kivi 4 beside values turboquant 4 (the 5-bit pick) runs the scalar loop, the others
+#           the tensor-core loops (decode-step analysis, twenty-first pass)                          (~4 min)
 #   host    the host's share of a windowed step on the GPU's host (tools/dev/host_split.py, each launch and call
 #           timed in place), turboquant b4 with window 0 and 32, KIVI and the mixed pair: where the window's
 #           +28 µs of build and +14 µs of encode per layer go (twentieth pass)                     (~3 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys or host}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs or host}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -157,6 +160,11 @@ case $stage in
     step nsys-stats nsys stats --report cuda_gpu_trace --format csv --output "$out/gpu-trace" "$out/timeline.nsys-rep"
     (cd "$out" && tar czf nsys.tgz gpu-trace*.csv && rm -f gpu-trace*.csv timeline.sqlite)
     ;;
+  pairs)
+    step pairs "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 131072 \
+      --bench-kv turboquant:2/turboquant:2 turboquant:3/turboquant:2 turboquant:4/turboquant:3 kivi:4/turboquant:4 \
+      --bench-kv-only --bench-partial "$out/pairs.json"
+    ;;
   host)
     step host python3 -m veloxquant.tools.dev.host_split --contexts 32768 --arms 'fp16 KVCache' 'turboquant b4' \
       'turboquant b4 (window 32)' 'kivi b4 (window 128)' 'keys turboquant b3 + values kivi b2' --json "$out/host-split-32k.json"
@@ -167,7 +175,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys or host" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs or host" >&2
     exit 2
     ;;
 esac
