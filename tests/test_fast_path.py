@@ -9,6 +9,7 @@ test to a failure until the mark is removed."""
 from __future__ import annotations
 
 import gc
+import pathlib
 
 import mlx.core as mx
 import numpy as np
@@ -207,6 +208,38 @@ def test_every_key_value_method_pair_takes_the_fast_path(cuda, paths, k, v, wind
     _reset(cuda, paths)
     _decode(model, caches)
     _assert_fast(cuda, paths, caches, len(caches) * STEPS)
+
+
+def _documented_tc_pairs() -> dict:
+    """{(keys' method, values' method): 'tc' or 'scalar'} of docs/caches.md's pair table."""
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "caches.md").read_text()
+    rows = text.split("<!-- tc-pairs: rows keys, columns values -->\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    values = [c.strip() for c in rows[0].strip("|").split("|")][1:]
+    table = {}
+    for line in rows[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        table.update({(cells[0], v): c for v, c in zip(values, cells[1:]) if c})
+    return table
+
+
+@pytest.mark.parametrize("window", [0, 32])
+def test_the_documented_pairs_take_the_loops_the_table_says(cuda, paths, window):
+    """docs/caches.md's table of the loop each key / value pair takes (one method in both roles included), against
+    the partial each pair launches (its compiled name's 't' tag) at head dim 128 and the default bits."""
+    documented = _documented_tc_pairs()
+    assert set(documented) == {(k, v) for k in _METHODS for v in _METHODS}, sorted(documented)
+    got = {}
+    for k, v in documented:
+        model = tiny_llama(128, layers=1)
+        caches = make_prompt_cache(model, key_method=k, value_method=v, window=window)
+        model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
+        _decode(model, caches, 1)
+        _reset(cuda, paths)
+        _decode(model, caches, 2)
+        tags = {n.removeprefix("vq_attention_partial_") for n in cuda if n.startswith("vq_attention_partial")}
+        got[k, v] = "tc" if all("t" in t for t in tags) else "scalar"
+    wrong = {p: (documented[p], got[p]) for p in documented if documented[p] != got[p]}
+    assert not wrong, f"window {window}: (documented, launched) {wrong}"
 
 
 @pytest.mark.parametrize("kw", [dict(key_method="turboquant", key_bits=3, value_method="turboquant", value_bits=2),
