@@ -166,31 +166,32 @@ def _assert_fast(cuda, paths, caches, layer_steps):
     assert partials == layer_steps, f"{partials} partial launches for {layer_steps} layer steps"
 
 
+def _fast_steps(cuda, paths, kw, steps: int = STEPS, head_dim: int = 64, layers: int = 2):
+    """A tiny llama's caches of `kw` after a prompt and one decode step (which makes each layer's DecodeStep on the
+    general path), then `steps` decode steps recorded from a reset, checked by _assert_fast; (the caches, the
+    partial kernels' names those steps launched)."""
+    model = tiny_llama(head_dim, layers=layers)
+    caches = make_prompt_cache(model, **kw)
+    model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
+    _decode(model, caches, 1)
+    _reset(cuda, paths)
+    _decode(model, caches, steps)
+    _assert_fast(cuda, paths, caches, len(caches) * steps)
+    return caches, {n for n in cuda if n.startswith("vq_attention_partial")}
+
+
 def _partials_with(cuda, paths, tune, knob: str, kw):
     """(on, the partial kernels' names) of 4 fast decode steps of a tiny llama with caches of `kw`, tuning's `knob`
     on and then off (each launch checked by _assert_fast)."""
     for on in (True, False):
         tune(**{knob: on})
-        model = tiny_llama(64, layers=2)
-        caches = make_prompt_cache(model, **kw)
-        model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
-        _decode(model, caches, 1)
-        _reset(cuda, paths)
-        _decode(model, caches, 4)
-        _assert_fast(cuda, paths, caches, len(caches) * 4)
-        yield on, {n for n in cuda if n.startswith("vq_attention_partial")}
+        yield on, _fast_steps(cuda, paths, kw, steps=4)[1]
 
 
 @pytest.mark.parametrize("kw", [pytest.param(kw, id=i, marks=m or ()) for i, kw, m in CONFIGS])
 def test_every_decode_step_takes_the_fast_path(cuda, paths, kw):
-    model = tiny_llama(64, layers=2)
-    caches = make_prompt_cache(model, **kw)
+    caches, _ = _fast_steps(cuda, paths, kw)
     assert all(isinstance(c, VeloxKVCache) for c in caches)
-    model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
-    _decode(model, caches, 1)      # the first decode step makes each layer's DecodeStep on the general path
-    _reset(cuda, paths)
-    _decode(model, caches)
-    _assert_fast(cuda, paths, caches, len(caches) * STEPS)
 
 
 _METHODS = ("turboquant", "turboquant_rvq", "turboquant_prod", "rabitq", "mlx_affine", "kivi")
@@ -201,13 +202,7 @@ _PAIRS = [(k, v, w) for w in (0, 32) for k in _METHODS for v in _METHODS if k !=
 def test_every_key_value_method_pair_takes_the_fast_path(cuda, paths, k, v, window):
     """Issue 29's second point: any two methods (their default bits) in one layer, window 0 and 32, take the same
     fast decode step as one method does: one DecodeStep launch pair per layer step, nothing decoded."""
-    model = tiny_llama(64, layers=2)
-    caches = make_prompt_cache(model, key_method=k, value_method=v, window=window)
-    model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
-    _decode(model, caches, 1)
-    _reset(cuda, paths)
-    _decode(model, caches)
-    _assert_fast(cuda, paths, caches, len(caches) * STEPS)
+    _fast_steps(cuda, paths, dict(key_method=k, value_method=v, window=window))
 
 
 def _documented_tc_pairs() -> dict:
@@ -230,13 +225,9 @@ def test_the_documented_pairs_take_the_loops_the_table_says(cuda, paths, window)
     assert set(documented) == {(k, v) for k in _METHODS for v in _METHODS}, sorted(documented)
     got = {}
     for k, v in documented:
-        model = tiny_llama(128, layers=1)
-        caches = make_prompt_cache(model, key_method=k, value_method=v, window=window)
-        model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
-        _decode(model, caches, 1)
-        _reset(cuda, paths)
-        _decode(model, caches, 2)
-        tags = {n.removeprefix("vq_attention_partial_") for n in cuda if n.startswith("vq_attention_partial")}
+        _, partials = _fast_steps(cuda, paths, dict(key_method=k, value_method=v, window=window), steps=2,
+                                  head_dim=128, layers=1)
+        tags = {n.removeprefix("vq_attention_partial_") for n in partials}
         got[k, v] = "tc" if all("t" in t for t in tags) else "scalar"
     wrong = {p: (documented[p], got[p]) for p in documented if documented[p] != got[p]}
     assert not wrong, f"window {window}: (documented, launched) {wrong}"
