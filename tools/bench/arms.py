@@ -139,21 +139,31 @@ def prefill(caches, t: int, log, seed: int = 0) -> None:
             c.check()
 
 
-def step(caches, q, k, v):
+def step(caches, q, k, v, gated: bool = True):
     """One decode step through every layer: append a token, attend, feed the output on as the next query. Each
     layer's new key and value wait for the previous layer's output (gpu_clock.gate: one copy kernel per layer,
     the same in every arm), as a model's projections do; without it the GPU runs every layer's append at once,
-    ahead of the attention chain."""
+    ahead of the attention chain. `gated` False: no gate (tools/dev's stand-in kernels, on which it cannot run)."""
     from mlx_lm.models import base
     x = q
     # a batch's mask, made once per step as a model makes it (before the layers' updates): the left padding
     mask = caches[0].make_mask(1) if q.shape[0] > 1 else None
     for i, c in enumerate(caches):
-        if i:
+        if i and gated:
             k, v = gpu_clock.gate([k, v], x)
         kk, vv = c.update_and_fetch(k, v)
         x = base.scaled_dot_product_attention(x, kk, vv, cache=c, scale=D ** -0.5, mask=mask)
     return x
+
+
+def step_inputs(n: int = 10, batch: int = B) -> list[tuple]:
+    """`n` evaluated (query, key, value) inputs of one decode step, float16 (batch, HQ | HKV | HKV, 1, D), random
+    (keys 3i + j): the rotating pool tools/dev's probes step with."""
+    import mlx.core as mx
+    pool = [tuple(mx.random.normal((batch, h, 1, D), key=mx.random.key(3 * i + j)).astype(mx.float16)
+                  for j, h in enumerate((HQ, HKV, HKV))) for i in range(n)]
+    mx.eval(pool)
+    return pool
 
 
 def nbytes(caches) -> int:

@@ -86,10 +86,7 @@ def measure(arms: list[str], context: int, n_layers: int, steps: int, log=print)
     rec = Recorder()
     mx.fast.cuda_kernel = rec.wrap(mx.fast.cuda_kernel)
     result = {}
-    pool = [tuple(mx.random.normal(s, key=mx.random.key(i * 3 + j)).astype(mx.float16)
-                  for j, s in enumerate(((1, bd.HQ, 1, bd.D), (1, bd.HKV, 1, bd.D), (1, bd.HKV, 1, bd.D))))
-            for i in range(10)]
-    mx.eval(pool)
+    pool = bd.step_inputs()
     for arm in arms:
         with bd.knobs(arm):
             caches = bd.make(arm, n_layers)

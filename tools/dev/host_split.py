@@ -27,7 +27,6 @@ VARIANTS = {                       # name -> the launches replaced by their save
     "combine saved": ("combine",),
     "both saved": ("partial", "combine"),
 }
-_SHAPES = ((1, 32, 1, 128), (1, 8, 1, 128), (1, 8, 1, 128))      # the decode-step benchmark's query, key, value
 
 
 class _Probe:
@@ -89,28 +88,13 @@ class _Probe:
         lm_base.scaled_dot_product_attention = self.timed("SDPA (mlx-lm's base)", lm_base.scaled_dot_product_attention)
 
 
-def _step_fn(gated: bool):
-    """The decode-step benchmark's step (its gate kernel between layers) on a GPU; without the gate under stand-ins."""
-    from ..bench import arms as bd
-    if gated:
-        return bd.step
-
-    def step(caches, q, k, v):
-        from mlx_lm.models import base
-        x = q
-        for c in caches:
-            kk, vv = c.update_and_fetch(k, v)
-            x = base.scaled_dot_product_attention(x, kk, vv, cache=c, scale=bd.D ** -0.5, mask=None)
-        return x
-    return step
-
-
 def measure(arms, contexts, layers: int, steps: int, probe: _Probe, gated: bool = True, log=print) -> list[dict]:
     """One row per (context, arm, variant) and one wrapped row per (context, arm): medians per layer."""
     import mlx.core as mx
 
     from ..bench import arms as bd
-    step = _step_fn(gated)
+    # the decode-step benchmark's step (its gate kernel between layers) on a GPU; without the gate under stand-ins
+    step = functools.partial(bd.step, gated=gated)
     rows = []
     for t in contexts:
         for arm in arms:
@@ -118,9 +102,7 @@ def measure(arms, contexts, layers: int, steps: int, probe: _Probe, gated: bool 
             for variant in variants + ["parts timed"]:
                 caches = bd.make(arm, layers)
                 bd.prefill(caches, t, lambda *a: None)
-                pool = [tuple(mx.random.normal(s, key=mx.random.key(3 * i + j)).astype(mx.float16)
-                              for j, s in enumerate(_SHAPES)) for i in range(10)]
-                mx.eval(pool)
+                pool = bd.step_inputs()
                 for i in range(4):
                     mx.eval(step(caches, *pool[i % 10]))
                 probe.saved = VARIANTS.get(variant, ())

@@ -45,10 +45,7 @@ def run(arm: str, context: int, layers: int, steps: int, warm: int = 4, log=prin
     start, stop, why = profiler()
     if why:
         log(f"step_kernels: {why}")
-    pool = [tuple(mx.random.normal(s, key=mx.random.key(i * 3 + j)).astype(mx.float16)
-                  for j, s in enumerate(((1, bd.HQ, 1, bd.D), (1, bd.HKV, 1, bd.D), (1, bd.HKV, 1, bd.D))))
-            for i in range(10)]
-    mx.eval(pool)
+    pool = bd.step_inputs()
     with bd.knobs(arm):
         caches = bd.make(arm, layers)
         bd.prefill(caches, context, log)

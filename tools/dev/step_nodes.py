@@ -65,34 +65,19 @@ def _caches(arm: str, context: int, layers: int, batch: int) -> list:
     return seqs[0] if batch == 1 else [seqs[0][j].merge([s[j] for s in seqs]) for j in range(layers)]
 
 
-def _batch_step(caches, q, k, v):
-    """A batch's decode step: every layer's update and attention under the batch's mask (mlx-lm's order)."""
-    from mlx_lm.models import base
-    mask = caches[0].make_mask(1)
-    x = q
-    for c in caches:
-        kk, vv = c.update_and_fetch(k, v)
-        x = base.scaled_dot_product_attention(x, kk, vv, cache=c, scale=q.shape[-1] ** -0.5, mask=mask)
-    return x
-
-
 def measure(arms, context: int, layers: int, warm: int = 4, batch: int = 1) -> list[dict]:
     """One row per arm: launches and other nodes per layer, and the launch inputs the other nodes feed."""
     import mlx.core as mx
 
-    from . import host_split
-    step = host_split._step_fn(False) if batch == 1 else _batch_step
-    shapes = [(batch, *s[1:]) for s in host_split._SHAPES]
+    from ..bench import arms as bd
     rows, seen = [], []
     _recorder(seen)         # once: compiled-kernel objects are cached across arms, each holding this list
     for arm in arms:
         caches = _caches(arm, context, layers, batch)
-        pool = [tuple(mx.random.normal(s, key=mx.random.key(3 * i + j)).astype(mx.float16)
-                      for j, s in enumerate(shapes)) for i in range(2)]
-        mx.eval(pool)
+        pool = bd.step_inputs(2, batch)
         for i in range(warm + 1):
             seen.clear()
-            out = step(caches, *pool[i % 2])
+            out = bd.step(caches, *pool[i % 2], gated=False)     # (the gate cannot run on stand-ins)
             if i < warm:        # a GPU run evaluates every launch input (the record buffers made at a plan, ...)
                 mx.eval(out, *[a for _, _, xs in seen for a in xs])
         launches = collections.Counter(name for name, _, _ in seen)
