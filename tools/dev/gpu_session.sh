@@ -154,10 +154,13 @@ case $stage in
     done
     ;;
   nsys)
-    command -v nsys >/dev/null || { echo "no nsys on this machine" | tee -a "$log"; exit 0; }
-    step nsys-profile nsys profile -o "$out/timeline" --force-overwrite true --trace=cuda,nvtx --cuda-graph-trace=node \
+    # (not on PATH on the H100 image; the CUDA toolkit and Nsight installs keep it under their own folders)
+    nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys \
+      /usr/local/cuda*/nsight-systems*/bin/nsys /usr/lib/nsight-systems/bin/nsys 2>/dev/null | head -n 1)
+    [ -n "$nsys" ] || { echo "no nsys on this machine; ncu: $(command -v ncu)" | tee -a "$log"; exit 0; }
+    step nsys-profile "$nsys" profile -o "$out/timeline" --force-overwrite true --trace=cuda,nvtx --cuda-graph-trace=node \
       python3 -m veloxquant.tools.dev.gpu_timeline --context 32768 --steps 3 --arms 'turboquant b4' 'kivi b4 (window 128)'
-    step nsys-stats nsys stats --report cuda_gpu_trace --format csv --output "$out/gpu-trace" "$out/timeline.nsys-rep"
+    step nsys-stats "$nsys" stats --report cuda_gpu_trace --format csv --output "$out/gpu-trace" "$out/timeline.nsys-rep"
     (cd "$out" && tar czf nsys.tgz gpu-trace*.csv && rm -f gpu-trace*.csv timeline.sqlite)
     ;;
   pairs)
