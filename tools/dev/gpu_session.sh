@@ -39,10 +39,14 @@
 #   host    the host's share of a windowed step on the GPU's host (tools/dev/host_split.py, each launch and call
 #           timed in place), turboquant b4 with window 0 and 32, KIVI and the mixed pair: where the window's
 #           +28 µs of build and +14 µs of encode per layer go (twentieth pass)                     (~3 min)
+#   coldprof  a fresh process's first request (benchmarks/cold_start_child.py, turboquant b4 and fp16) under cProfile,
+#           after two unprofiled runs that fill the disk caches: where ours spends the 1.35 s more          (~1 min)
+#   mixtl   the GPU timeline at 32k of the mixed pair with window 0 and 32 beside turboquant b4's: why its step
+#           takes 1.64 of fp16's with window 0 and 1.22 with window 32 (twenty-second pass)            (~1 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs or host}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof or mixtl}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -172,6 +176,20 @@ case $stage in
     step host python3 -m veloxquant.tools.dev.host_split --contexts 32768 --arms 'fp16 KVCache' 'turboquant b4' \
       'turboquant b4 (window 32)' 'kivi b4 (window 128)' 'keys turboquant b3 + values kivi b2' --json "$out/host-split-32k.json"
     ;;
+  coldprof)
+    shape=$(python3 -c "import json; from veloxquant.tools.bench import arms; print(json.dumps(arms.SHAPES['llama3-8b']))")
+    arm='{"method": "turboquant", "bits": 4}'
+    for i in 1 2; do step "cold-child-$i" python3 benchmarks/cold_start_child.py "$arm" gpu "$shape" 2 4096 8; done
+    step cold-prof-ours python3 -m cProfile -o "$out/cold-ours.prof" benchmarks/cold_start_child.py "$arm" gpu "$shape" \
+      2 4096 8
+    step cold-prof-fp16 python3 -m cProfile -o "$out/cold-fp16.prof" benchmarks/cold_start_child.py null gpu "$shape" \
+      2 4096 8
+    ;;
+  mixtl)
+    step mixtl python3 -m veloxquant.tools.dev.gpu_timeline --context 32768 --arms 'turboquant b4' \
+      'turboquant b4 (window 32)' 'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 (window 32)' \
+      --json "$out/mixed-timeline-32k.json"
+    ;;
   kernels)
     # (KIVI's 24 thorough cells took ~15 s each on the H100: at 1000 examples they outran 280 s; 800 and 330 s fit them
     # beside the 152 s of compiles)
@@ -181,7 +199,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs or host" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof or mixtl" >&2
     exit 2
     ;;
 esac
