@@ -107,7 +107,7 @@ def test_json_says_what_ran_where(monkeypatch, tmp_path):
     docs/bench carries them."""
     rows = {"turboquant b4": [[["vq_attention_partial", 16.0]], [["total", 16.0]]]}
     monkeypatch.setattr(gpu_clock, "available", lambda: (True, "stand-in"))
-    monkeypatch.setattr(tl, "measure", lambda arms, context, layers, steps: rows)
+    monkeypatch.setattr(tl, "measure", lambda arms, context, layers, steps, chain=False: rows)
     monkeypatch.setattr(mx, "set_default_device", lambda d: None)
     out = tmp_path / "t.json"
     assert tl.main(["--context", "64", "--arms", "turboquant b4", "--json", str(out)]) == 0
@@ -116,3 +116,25 @@ def test_json_says_what_ran_where(monkeypatch, tmp_path):
         assert d.get(k), f"gpu_timeline --json: no {k!r} in {sorted(d)}"
     assert d["command"].endswith("--context 64 --arms 'turboquant b4' --json " + str(out)), d["command"]
     assert d["arms"] == rows and d["context"] == 64
+
+
+def test_chained_gate_puts_the_gates_stamp_in_the_chain(monkeypatch):
+    """--chain: the gate's mark is a stamp of its copies that a second, unrecorded gate waits on, so the layer's
+    next launch starts after the stamp ran (the recorded, off-chain stamp can be held back by a full partial)."""
+    calls = []
+    rec = tl.Recorder(stamp=lambda x: ("off-chain", x))
+
+    def gate(arrays, dep):          # gpu_clock.gate as the recorder sees it: a recorded launch while on
+        outs = [f"{a}'" for a in arrays]
+        calls.append((tuple(arrays), dep))
+        if rec.on:
+            rec.marks.append(("vq_gate_2", rec._stamp(outs[0])))
+        return outs
+    monkeypatch.setattr(gpu_clock, "gate", gate)
+    monkeypatch.setattr(gpu_clock, "stamp", lambda x: ("chained", x))
+    rec.on = True
+    out = tl.chained_gate(rec)(["k", "v"], "x")
+    assert rec.on, "chained_gate left the recorder off"
+    assert rec.marks == [("vq_gate_2", ("chained", "k'"))], f"chained_gate(['k', 'v'], 'x'): marks {rec.marks}"
+    assert calls == [(("k", "v"), "x"), (("k'", "v'"), ("chained", "k'"))], f"chained_gate: gate calls {calls}"
+    assert out == ["k''", "v''"], out

@@ -139,18 +139,19 @@ def prefill(caches, t: int, log, seed: int = 0) -> None:
             c.check()
 
 
-def step(caches, q, k, v, gated: bool = True):
+def step(caches, q, k, v, gated: bool = True, gate=None):
     """One decode step through every layer: append a token, attend, feed the output on as the next query. Each
     layer's new key and value wait for the previous layer's output (gpu_clock.gate: one copy kernel per layer,
     the same in every arm), as a model's projections do; without it the GPU runs every layer's append at once,
-    ahead of the attention chain. `gated` False: no gate (tools/dev's stand-in kernels, on which it cannot run)."""
+    ahead of the attention chain. `gated` False: no gate (tools/dev's stand-in kernels, on which it cannot run);
+    `gate`: another gate function of gpu_clock.gate's signature (tools/dev/gpu_timeline.py's chained stamps)."""
     from mlx_lm.models import base
     x = q
     # a batch's mask, made once per step as a model makes it (before the layers' updates): the left padding
     mask = caches[0].make_mask(1) if q.shape[0] > 1 else None
     for i, c in enumerate(caches):
         if i and gated:
-            k, v = gpu_clock.gate([k, v], x)
+            k, v = (gate or gpu_clock.gate)([k, v], x)
         kk, vv = c.update_and_fetch(k, v)
         x = base.scaled_dot_product_attention(x, kk, vv, cache=c, scale=D ** -0.5, mask=mask)
     return x

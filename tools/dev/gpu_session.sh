@@ -41,8 +41,9 @@
 #           +28 µs of build and +14 µs of encode per layer go (twentieth pass)                     (~3 min)
 #   coldprof  a fresh process's first request (benchmarks/cold_start_child.py, turboquant b4 and fp16) under cProfile,
 #           after two unprofiled runs that fill the disk caches: where ours spends the 1.35 s more          (~1 min)
-#   mixtl   the GPU timeline at 32k of the mixed pair with window 0 and 32 beside turboquant b4's: why its step
-#           takes 1.64 of fp16's with window 0 and 1.22 with window 32 (twenty-second pass)            (~1 min)
+#   mixtl   the GPU timeline at 32k, the layer gates' stamps off and in the chain (--chain): the mixed pair with
+#           window 0 and 32 (its step 1.64 of fp16's with window 0, 1.22 with 32), turboquant b4, kivi, prod: whether
+#           the 8-9 µs row before KIVI's, prod's and the mixed pair's layers is their partial's       (~2 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
@@ -186,9 +187,12 @@ case $stage in
       2 4096 8
     ;;
   mixtl)
-    step mixtl python3 -m veloxquant.tools.dev.gpu_timeline --context 32768 --arms 'turboquant b4' \
-      'turboquant b4 (window 32)' 'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 (window 32)' \
-      --json "$out/mixed-timeline-32k.json"
+    arms=('turboquant b4' 'turboquant b4 (window 32)' 'kivi b4 (window 128)' 'turboquant_prod b4'
+          'keys turboquant b3 + values kivi b2' 'keys turboquant b3 + values kivi b2 (window 32)')
+    for mode in plain chain; do
+      step "mixtl-$mode" python3 -m veloxquant.tools.dev.gpu_timeline --context 32768 --arms "${arms[@]}" \
+        $([ $mode = chain ] && echo --chain) --json "$out/timeline-32k-$mode.json"
+    done
     ;;
   kernels)
     # (KIVI's 24 thorough cells took ~15 s each on the H100: at 1000 examples they outran 280 s; 800 and 330 s fit them

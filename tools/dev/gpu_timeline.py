@@ -80,8 +80,25 @@ def layers(rows: list[tuple[str, float, float]]) -> list[list[tuple[str, float]]
     return out
 
 
-def measure(arms: list[str], context: int, n_layers: int, steps: int, log=print) -> dict:
-    """Per arm, per layer and kernel: the median over `steps` steps of that launch's share of the chain (µs)."""
+def chained_gate(rec: Recorder):
+    """A layer gate whose stamp the layer waits for: the gate's copies, a stamp of them, and a second gate (not
+    recorded) on that stamp. A recorded stamp is off the chain: behind a gate, the next launch (a partial whose
+    blocks fill every SM) can start first and hold it back, so the gate's row takes part of the partial's time.
+    Chained, the gate's row ends when the gate did, and the second gate (~1-3 µs) joins the partial's row."""
+    def gate(arrays, dep):
+        outs = gpu_clock.gate(arrays, dep)
+        t = gpu_clock.stamp(outs[0])
+        rec.marks[-1] = (rec.marks[-1][0], t)
+        on, rec.on = rec.on, False
+        outs = gpu_clock.gate(outs, t)
+        rec.on = on
+        return outs
+    return gate
+
+
+def measure(arms: list[str], context: int, n_layers: int, steps: int, log=print, chain: bool = False) -> dict:
+    """Per arm, per layer and kernel: the median over `steps` steps of that launch's share of the chain (µs);
+    `chain`: the gates' stamps in the chain (chained_gate)."""
     from ..bench import arms as bd
     rec = Recorder()
     mx.fast.cuda_kernel = rec.wrap(mx.fast.cuda_kernel)
@@ -98,7 +115,7 @@ def measure(arms: list[str], context: int, n_layers: int, steps: int, log=print)
                 th = gpu_clock.hold()
                 q, k, v = gpu_clock.gate(list(pool[i % 10]), th)
                 rec.marks, rec.on = [], True
-                y = bd.step(caches, q, k, v)
+                y = bd.step(caches, q, k, v, gate=chained_gate(rec) if chain else None)
                 rec.on = False
                 te = gpu_clock.stamp(y)
                 mx.eval(th, te, y, *[m for _, m in rec.marks])
@@ -126,6 +143,7 @@ def main(argv=None) -> int:
     p.add_argument("--context", type=int, default=4096)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--chain", action="store_true", help="the layer gates' stamps in the chain (chained_gate)")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     ok, why = gpu_clock.available()
@@ -133,7 +151,7 @@ def main(argv=None) -> int:
         print(f"gpu_timeline: {why}", file=sys.stderr)
         return 2
     mx.set_default_device(mx.gpu)
-    res = measure(a.arms, a.context, a.layers, a.steps)
+    res = measure(a.arms, a.context, a.layers, a.steps, chain=a.chain)
     if a.json:
         with open(a.json, "w") as f:
             from .._env import run_record
@@ -141,7 +159,8 @@ def main(argv=None) -> int:
                        **run_record("python3 -m veloxquant.tools.dev.gpu_timeline", argv, quote=True),
                        "unit": "us: per layer and launch, the median over steps of the time from the previous "
                                "launch's stamp to this one's",
-                       "context": a.context, "layers": a.layers, "steps": a.steps, "arms": res}, f, indent=1)
+                       "context": a.context, "layers": a.layers, "steps": a.steps, "chain": a.chain, "arms": res},
+                      f, indent=1)
     return 0
 
 
