@@ -126,8 +126,25 @@ def mixed_takes(kp, vp, d: int, has_win, codes: bool, three: bool) -> bool:
     return d in (64, 128) and keys and vp.bits in (1, 2, 4) and int(has_win) in (0, 1, 3, 4)
 
 
+def mixkv_pair(kp, vp) -> bool:
+    """Whether a pair of roles' params is the one TC_MIXK's loop is for: KIVI keys, turboquant values."""
+    return kp.method == "kivi" and vp.method == "turboquant"
+
+
+def mixkv_takes(kp, vp, d: int, has_win, codes: bool, three: bool) -> bool:
+    """Whether TC_MIXK's loop (csrc/tc_mixkv_loop.cuh) takes a mixkv_pair: head dim 64 or 128; KIVI keys of 1, 2 or 4
+    bits (a lane's D / 4 codes at least one word); turboquant values of 4 bits, 3 with tuning's tc_3bit, 1 or 2 with
+    tc_codes; no window, both roles' of one length, or a MIXED partial (HASWIN 2: the keys' window only; 4: both)."""
+    kb, vb = kp.bits, vp.bits
+    if not mixkv_pair(kp, vp):
+        return False
+    values = vb == 4 or (vb == 3 and three) or (vb in (1, 2) and codes)
+    return d in (64, 128) and kb in (1, 2, 4) and kb * d >= 128 and values and int(has_win) in (0, 1, 2, 4)
+
+
 def takes(kp, vp, d: int, has_win, mixed_launch: bool, codes: bool = False, kivi: bool = False, affine: bool = False,
-          three: bool = False, two: bool = False, prod3: bool = False, mixed: bool = False) -> bool:
+          three: bool = False, two: bool = False, prod3: bool = False, mixed: bool = False,
+          mixkv: bool = False) -> bool:
     """Whether a loop of this module holds a pair of roles (spec.Params; `mixed_launch`: a MIXED partial, the roles'
     encoded counts apart): turboquant keys and values with 4-bit codes, head dim 64 or 128; with `codes` (tuning's
     tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes at least one word);
@@ -141,7 +158,10 @@ def takes(kp, vp, d: int, has_win, mixed_launch: bool, codes: bool = False, kivi
     (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with `affine` (tuning's tc_affine) mlx_affine keys
     and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh); with `mixed` (tuning's tc_mixed) turboquant keys
     beside KIVI values (mixed_takes), also as a MIXED partial (HASWIN 3, 4; other MIXED pairs: the scalar loop). The
-    window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h, tc_mixed_split.h)."""
+    window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h, tc_mixed_split.h); with `mixkv` (tuning's
+    tc_mixkv) KIVI keys beside turboquant values (mixkv_takes), also as a MIXED partial (HASWIN 2, 4)."""
+    if mixkv_pair(kp, vp):
+        return mixkv and mixkv_takes(kp, vp, d, has_win, codes, three)
     if mixed_pair(kp, vp) or mixed_launch:
         return mixed and mixed_takes(kp, vp, d, has_win, codes, three)
     if kp.method == "mlx_affine" or vp.method == "mlx_affine":
