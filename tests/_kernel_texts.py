@@ -85,15 +85,15 @@ def texts():
             variant = f"04 win={haswin} fused={int(fused)} tc={mixed_tc} append={int(app)} starts={int(starts)}"
             yield ("partial", variant, be), attention_source.assemble("partial", be, 0, 4, haswin, fused, mixed_tc, app,
                                                                        starts)
-        # KIVI keys (4) beside turboquant values (0) on their tensor-core loop (TC_MIXK: tuning's tc_mixkv), no window,
-        # one window, and MIXED with the keys' window only (HASWIN 2) or both roles' apart (HASWIN 4)
+        # KIVI keys (4) beside turboquant (0) or rabitq (2) values on their tensor-core loop (TC_MIXK: tuning's
+        # tc_mixkv), no window, one window, and MIXED with the keys' window only (HASWIN 2) or both roles' (HASWIN 4)
         mixk_tc = getattr(attention_source, "TC_MIXK", None)
-        for haswin, fused, app, starts in itertools.product((0, 1, 2, 4), *[(False, True)] * 3):
+        for mv, haswin, fused, app, starts in itertools.product((0, 2), (0, 1, 2, 4), *[(False, True)] * 3):
             if be != "cuda" or mixk_tc is None or (app and (fused or haswin == 1)):
                 continue
-            variant = f"40 win={haswin} fused={int(fused)} tc={mixk_tc} append={int(app)} starts={int(starts)}"
-            yield ("partial", variant, be), attention_source.assemble("partial", be, 4, 0, haswin, fused, mixk_tc, app,
-                                                                       starts)
+            variant = f"4{mv} win={haswin} fused={int(fused)} tc={mixk_tc} append={int(app)} starts={int(starts)}"
+            yield ("partial", variant, be), attention_source.assemble("partial", be, 4, mv, haswin, fused, mixk_tc,
+                                                                       app, starts)
         if hasattr(append, "MIXED"):
             for mk, mv, apart, win in itertools.product(METHODS, METHODS, (False, True), ((True, False), (False, True))):
                 yield ("append", f"{mk}/{mv}/apart={int(apart)}/win={int(win[0])}{int(win[1])}", be), \

@@ -366,16 +366,18 @@ def test_mixed_steps_take_the_tc_mixed_loop(cuda, paths, tune, kw):
 @pytest.mark.parametrize("kw", [dict(key_method="kivi", key_bits=4, value_method="turboquant", value_bits=4),
                                 dict(key_method="kivi", key_bits=2, value_method="turboquant", value_bits=3),
                                 dict(key_method="kivi", key_bits=4, value_method="turboquant", value_bits=4,
-                                     window=32)],
-                         ids=["keys-kivi4-values-turboquant4", "keys-kivi2-values-turboquant3", "kivi4-tq4-window32"])
+                                     window=32),
+                                dict(key_method="kivi", key_bits=2, value_method="rabitq")],
+                         ids=["keys-kivi4-values-turboquant4", "keys-kivi2-values-turboquant3", "kivi4-tq4-window32",
+                              "keys-kivi2-values-rabitq"])
 def test_mixed_steps_take_the_tc_mixkv_loop(cuda, paths, tune, kw):
     """tuning's tc_mixkv: docs/quality-retrieval.md's pick at the 5-bit budget (keys KIVI 4 bits with their window,
     values turboquant 4 bits: the MIXED partial, HASWIN 2; with a window of 32 on both roles, HASWIN 4) steps on the
-    fast path with the TC_MIXK tensor-core partial (its own kernel, name ...t2mk) and the append inside it; off, the
-    same steps take the scalar loop's MIXED partial."""
+    fast path with the TC_MIXK tensor-core partial (its own kernel, name ...t2mk) and the append inside it, beside
+    rabitq values too; off, the same steps take the scalar loop's MIXED partial."""
     for on, partials in _partials_with(cuda, paths, tune, "tc_mixkv", kw):
-        haswin = "4" if "window" in kw else "2"
-        assert partials and all(n.split("_")[3][:3] == "40" + haswin and ("t2mka" in n) == on for n in partials), \
+        tag = ("42" if kw["value_method"] == "rabitq" else "40") + ("4" if "window" in kw else "2")   # MK, MV, HASWIN
+        assert partials and all(n.split("_")[3][:3] == tag and ("t2mka" in n) == on for n in partials), \
             (on, partials)
 
 

@@ -162,7 +162,7 @@ def test_a_ragged_batch_of_kivi_keys_beside_per_token_values_takes_one_fast_step
     per layer, its partial the ragged scalar MIXED kernel (VQ_RKEYS) with the append inside, nothing else, nothing
     decoded. Windows: the defaults (keys R = 128, values R = 0: the keys' window only, tag 4{MV}20arg), the same with
     tc_ragged, tc_mixed and tc_mixkv on, window 32 in both roles (HASWIN 4: 4{MV}40arg), window 0 (the OWN text:
-    4{MV}20arog), those two with tc_mixkv on: ragged rows of KIVI keys keep the scalar loop, TC_MIXK's pair too."""
+    4{MV}20arog), those two with tc_mixkv on: ragged rows of KIVI keys keep the scalar loop, TC_MIXK's pairs too."""
     from veloxquant.accelerated import layouts
     from veloxquant.accelerated.cache import ragged
     mv = layouts.layout(method).kernel_id

@@ -29,8 +29,8 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 
 src = katt.src
 TQ = "turboquant"
-# keys' (bits, group size, window R), values' (bits, window), (B, Hkv, rep, L, T, d), queries dtype, causal, query
-# scale, value scale, how: "mixed" (the MIXED partial: HASWIN 2 with the values' window 0, else 4), "aligned"
+# keys' (bits, group size, window R), values' (turboquant's bits or "rabitq", window), (B, Hkv, rep, L, T, d), queries
+# dtype, causal, query scale, value scale, how: "mixed" (the MIXED partial: HASWIN 2 with the values' window 0, else 4), "aligned"
 # (accelerated.attention.aligned: the values' tokens past the keys' prefix decoded into a window of the same length,
 # HASWIN 1), "plain" (equal counts, no window: HASWIN 0)
 CASES = [
@@ -51,12 +51,21 @@ CASES = [
     ((2, 32, 0), (3, 0), (1, 1, 2, 2, 96, 64), mx.float16, True, 2.0, 1.0, "plain"),
     ((4, 32, 128), (4, 0), (1, 2, 4, 1, 128 + 300 + 7, 128), mx.float32, False, 2.0, 1.0, "aligned"),
     ((4, 16, 32), (2, 0), (1, 1, 2, 2, 32 + 75 + 9, 64), mx.float32, True, 2.0, "ramp", "aligned"),
+    # rabitq values (1-bit codes, a factor (n s_d) / ip per token)
+    ((4, 32, 128), ("rabitq", 0), (1, 2, 4, 1, 128 + 300 + 7, 128), mx.float32, False, 2.0, 1.0, "mixed"),
+    ((2, 16, 32), ("rabitq", 32), (1, 1, 2, 2, 32 + 75 + 9, 64), mx.float16, True, 2.0, "ramp", "mixed"),
+    ((4, 32, 0), ("rabitq", 64), (1, 2, 4, 1, 64 + 140 + 20, 128), mx.float32, False, 1.0, 1.0, "mixed"),
+    ((4, 32, 128), ("rabitq", 0), (1, 1, 2, 2, 128 + 75 + 9, 64), mx.float32, True, 2.0, 1.0, "aligned"),
 ]
 
 
 def _id(c) -> str:
     (kb, g, r), (vb, vr), shape, qdt, causal, *_, how = c
-    return f"kivi{kb}g{g}R{r}-tq{vb}R{vr}-d{shape[5]}-{str(qdt).replace('mlx.core.', '')}-{how}"
+    return f"kivi{kb}g{g}R{r}-{_vname(vb)}R{vr}-d{shape[5]}-{str(qdt).replace('mlx.core.', '')}-{how}"
+
+
+def _vname(vb) -> str:
+    return vb if isinstance(vb, str) else f"tq{vb}"
 
 
 def _haswin(c) -> int:
@@ -65,11 +74,12 @@ def _haswin(c) -> int:
 
 
 def _records(c):
-    """(q, k, v, scale, mask, mixed) of a case: KIVI keys (their window R), turboquant values (none, or R)."""
+    """(q, k, v, scale, mask, mixed) of a case: KIVI keys (their window R), turboquant or rabitq values (none, or R)."""
     (kb, g, r), (vb, vr), (b, hkv, rep, lq, t, d), qdt, causal, qs, vs, how = c
     rng = np.random.default_rng(t + d + r + vr)
     kp = spec.Params("kivi", role="k", window=r, seed=3, layer=1, bits=kb, group_size=g).resolved()
-    vp = spec.Params(TQ, role="v", window=vr, seed=3, layer=1, bits=vb).resolved()
+    vkw = {} if isinstance(vb, str) else dict(bits=vb)
+    vp = spec.Params(vb if vkw == {} else TQ, role="v", window=vr, seed=3, layer=1, **vkw).resolved()
     kx = mx.array(rng.standard_normal((b, hkv, t, d)).astype(np.float32)).astype(mx.float16)
     vscale = np.logspace(-3, 3, t)[None, None, :, None] if vs == "ramp" else vs
     vx = mx.array((rng.standard_normal((b, hkv, t, d)) * vscale).astype(np.float32)).astype(mx.float32)
@@ -183,11 +193,14 @@ APPEND_CASES = [
      True),                                                  # both windowed (HASWIN 4)
     (("kivi", dict(bits=2, group_size=16), 32), (TQ, dict(bits=4), 32), (1, 2, 2, 32 + 64, 64), mx.float16, False),
     (("kivi", dict(bits=4, group_size=32), 0), (TQ, dict(bits=4), 64), (1, 2, 2, 64 + 75, 64), mx.float32, True),
+    (("kivi", dict(bits=4, group_size=32), 128), ("rabitq", {}, 0), (1, 2, 2, 128 + 64, 64), mx.float16, False),
+    (("kivi", dict(bits=2, group_size=32), 32), ("rabitq", {}, 32), (1, 2, 2, 32 + 64 + 9, 128), mx.float16, True),
 ]
 
 
 @pytest.mark.parametrize("case", APPEND_CASES, ids=[f"kivi{c[0][1]['bits']}g{c[0][1]['group_size']}R{c[0][2]}"
-                                                   f"-tq{c[1][1]['bits']}R{c[1][2]}-T{c[2][3]}-d{c[2][4]}"
+                                                   f"-{_vname(c[1][1].get('bits', c[1][0]))}R{c[1][2]}"
+                                                   f"-T{c[2][3]}-d{c[2][4]}"
                                                    for c in APPEND_CASES])
 def test_append_inside_the_partial_on_the_tc_mixkv_loop(case, monkeypatch, tune):
     """The fused decode step's launch (the append inside the MIXED partial) on the TC_MIXK loop: split S - 1 encodes
@@ -224,18 +237,22 @@ def _p(method, role, window=0, **kw):
     (_p("kivi", "k", 0, bits=4, group_size=64), _p(TQ, "v", bits=2), 128, "mixed"),
     (_p("kivi", "k", 128, bits=1, group_size=32), _p(TQ, "v", bits=1), 128, "mixed"),
     (_p("kivi", "k", 32, bits=4, group_size=32), _p(TQ, "v", 32, bits=4), 128, "mixed"),    # HASWIN 4
-], ids=["kivi4-tq4-R128", "kivi4-tq4-d64-aligned", "kivi2-tq3", "kivi4-tq2-R0", "kivi1-tq1-d128", "kivi4R32-tq4R32"])
+    (_p("kivi", "k", 128, bits=2, group_size=32), _p("rabitq", "v"), 128, "mixed"),
+    (_p("kivi", "k", 128, bits=4, group_size=32), _p("rabitq", "v"), 64, "aligned"),
+], ids=["kivi4-tq4-R128", "kivi4-tq4-d64-aligned", "kivi2-tq3", "kivi4-tq2-R0", "kivi1-tq1-d128", "kivi4R32-tq4R32",
+        "kivi2-rabitq", "kivi4-rabitq-d64-aligned"])
 def test_kivi_keys_beside_turboquant_values_take_the_loop_with_tc_mixkv(kp, vp, d, how, tensor_cores, tune):
     """With tuning's tc_mixkv on, KIVI 1-, 2- or 4-bit keys (at least 128 bits a token) beside turboquant values (4
-    bits; 3 with tc_3bit, 1 or 2 with tc_codes) take TC_MIXK, as the MIXED partial with the keys' window or both, or
-    aligned; off, the scalar loop; and with the values' own knob off (tc_3bit, tc_codes), the scalar loop."""
+    bits; 3 with tc_3bit, 1 or 2 with tc_codes) or rabitq values (tc_codes) take TC_MIXK, as the MIXED partial with the
+    keys' window or both, or aligned; off, the scalar loop; and with the values' own knob off (tc_3bit, tc_codes), the
+    scalar loop."""
     tune(tc_mixkv=True)
     assert _takes(kp, vp, d, how) == src.TC_MIXK
     tune(tc_mixkv=False)
     assert not _takes(kp, vp, d, how), "tc_mixkv off: the scalar loop"
     tune(tc_mixkv=True)
-    if vp.bits != 4:
-        tune(**({"tc_3bit": False} if vp.bits == 3 else {"tc_codes": False}))
+    if vp.method == "rabitq" or vp.bits != 4:
+        tune(**({"tc_3bit": False} if vp.bits == 3 and vp.method == TQ else {"tc_codes": False}))
         assert not _takes(kp, vp, d, how), "the values' layout knob off: the scalar loop"
 
 
@@ -245,12 +262,11 @@ def test_kivi_keys_beside_turboquant_values_take_the_loop_with_tc_mixkv(kp, vp, 
     (_p("kivi", "k", 128, bits=4, group_size=32), _p(TQ, "v", bits=4), 256, "mixed"),
     (_p("kivi", "k", 128, bits=4, group_size=32), _p("turboquant_rvq", "v"), 128, "mixed"),
     (_p("kivi", "k", 128, bits=4, group_size=32), _p("turboquant_prod", "v", bits=4), 128, "mixed"),
-    (_p("kivi", "k", 128, bits=4, group_size=32), _p("rabitq", "v"), 128, "mixed"),
     (_p("kivi", "k", 128, bits=4, group_size=32), _p("mlx_affine", "v", bits=4), 128, "mixed"),
-], ids=["kivi1-d64", "kivi3-keys", "d256", "rvq-values", "prod-values", "rabitq-values", "affine-values"])
+], ids=["kivi1-d64", "kivi3-keys", "d256", "rvq-values", "prod-values", "affine-values"])
 def test_pairs_tc_mixkv_does_not_hold_stay_on_the_scalar_loop(kp, vp, d, how, tensor_cores, tune):
     """tc_mixkv on (and every other tc knob): KIVI keys outside the key layouts, other head dims and KIVI keys beside
-    values other than turboquant's (their own layouts: rvq's two streams, prod's signs, rabitq's factor, mlx_affine's
+    values other than turboquant's and rabitq's (their own layouts: rvq's two streams, prod's signs, mlx_affine's
     groups) keep the scalar loop."""
     tune(tc_mixkv=True, tc_mixed=True, tc_prod3=True, tc_two_stage=True, tc_codes=True, tc_affine=True)
     assert not _takes(kp, vp, d, how)
@@ -264,14 +280,15 @@ NVCC_VARIANTS = [(4, 32, 4, 128, 2, False, True, "__half", 2), (4, 32, 4, 128, 2
                  (1, 32, 4, 128, 2, True, False, "__half", 2), (4, 32, 4, 128, 1, True, False, "__half", 2),
                  (4, 32, 3, 128, 0, False, False, "__nv_bfloat16", 2), (2, 32, 4, 64, 1, False, False, "__half", 2),
                  (4, 32, 4, 128, 4, False, True, "__half", 2), (4, 64, 3, 64, 4, False, True, "__nv_bfloat16", 2),
-                 (4, 32, 4, 128, 4, True, False, "__half", 2)]
+                 (4, 32, 4, 128, 4, True, False, "__half", 2), (4, 32, "rabitq", 128, 2, False, True, "__half", 2),
+                 (2, 32, "rabitq", 64, 4, False, True, "__nv_bfloat16", 2)]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
 def test_cuda_tc_mixkv_partial_compiles_without_spills(tmp_path):
     """The TC_MIXK partial as attention.py launches it (its prefetch depth from _tc_prefetch, KP from tc_kpairs, the
-    launch bounds of tc_min_blocks threadgroups): KIVI 1 / 2 / 4-bit keys beside turboquant 2 / 3 / 4-bit values, d 64
-    and 128, the MIXED partial (HASWIN 2, 4) with the decode step's append inside and without, the combine fused,
+    launch bounds of tc_min_blocks threadgroups): KIVI 1 / 2 / 4-bit keys beside turboquant 2 / 3 / 4-bit values and
+    rabitq values, d 64 and 128, the MIXED partial (HASWIN 2, 4) with the decode step's append inside and without, the combine fused,
     aligned windows and none: sm_80 and sm_90, at most 255 registers and no local memory."""
     from veloxquant.accelerated import tuning
     from veloxquant.accelerated.kernels import methods as km
@@ -280,14 +297,17 @@ def test_cuda_tc_mixkv_partial_compiles_without_spills(tmp_path):
     from test_attention_kernels_source import _UNDEF, _kernel
     header, body, names = "", "", []
     for i, (kb, kg, vb, d, haswin, fused, append, dt, kpairs) in enumerate(NVCC_VARIANTS):
-        h, partial = src.assemble("partial", "cuda", 4, 0, haswin, fused, src.TC_MIXK, append)
+        mv = 2 if vb == "rabitq" else 0
+        h, partial = src.assemble("partial", "cuda", 4, mv, haswin, fused, src.TC_MIXK, append)
         header = h if append or not header else header       # (an APPEND header holds the others' helpers too)
         kp = spec.Params("kivi", bits=kb, group_size=kg, window=128, role="k").resolved()
-        vp = spec.Params(TQ, bits=vb, role="v").resolved()
-        types = dict(q=dt, kc1="uint32_t", kgs="__half", kgz="__half", vc1="uint32_t", vs0="float", kw=dt, vw=dt,
+        vp = spec.Params(vb, role="v").resolved() if mv else spec.Params(TQ, bits=vb, role="v").resolved()
+        vb = km._code_bits(vp)[0]
+        types = dict(q=dt, kc1="uint32_t", kgs="__half", kgz="__half", vc1="uint32_t", vs0="float", vs1="float", kw=dt,
+                     vw=dt,
                      flags="bool" if append else "uint32_t", nenc="int32_t", cnt="int32_t", out=dt, kx=dt, vx=dt,
                      kf=dt, vf=dt, kconst="uint32_t", vconst="uint32_t", token="bool")
-        tmpl = [("MK", 4), ("MV", 0), ("KB1", kb), ("KB2", 1), ("VB1", vb), ("VB2", 1), ("D", d), ("QB", 4),
+        tmpl = [("MK", 4), ("MV", mv), ("KB1", kb), ("KB2", 1), ("VB1", vb), ("VB2", 1), ("D", d), ("QB", 4),
                 ("NT", tuning.DEFAULT.partial_threads), ("P", min(32, d // 8)), ("KG", kg), ("VG", 1), ("CAUSAL", 0),
                 ("HASWIN", haswin), ("FUSED", int(fused)), ("APPEND", int(append)), ("OT", dt)]
         if append:
@@ -298,7 +318,7 @@ def test_cuda_tc_mixkv_partial_compiles_without_spills(tmp_path):
         outs = src.APPEND_OUTPUTS if append else src.FUSED_OUTPUTS if fused else src.PARTIAL_OUTPUTS
         name = f"partial_tcmixk_{i}"
         names.append(name)
-        body += _kernel(name, partial, src.inputs("partial", 4, 0, haswin, fused, append), outs, types, tmpl)
+        body += _kernel(name, partial, src.inputs("partial", 4, mv, haswin, fused, append), outs, types, tmpl)
         body += _UNDEF + ("#undef cnt\n#undef out\n" if not fused else "") + "".join(
             f"#undef {n}\n#undef {n}_strides\n" for n in ("kx", "vx", "kf", "vf"))
     text = (CUDA_UNIT_PRELUDE + header + katt._bounds(tuning.DEFAULT.partial_threads, tuning.DEFAULT.tc_min_blocks)
@@ -314,7 +334,8 @@ def test_cuda_tc_mixkv_partial_compiles_without_spills(tmp_path):
 
 GPU_STEP_CASES = [("kivi4-tq4", dict(key_method="kivi", key_bits=4, value_method=TQ, value_bits=4)),
                   ("kivi2-tq3-g64", dict(key_method="kivi", key_bits=2, value_method=TQ, value_bits=3, group_size=64)),
-                  ("kivi4-tq4-w32", dict(key_method="kivi", key_bits=4, value_method=TQ, value_bits=4, window=32))]
+                  ("kivi4-tq4-w32", dict(key_method="kivi", key_bits=4, value_method=TQ, value_bits=4, window=32)),
+                  ("kivi2-rabitq", dict(key_method="kivi", key_bits=2, value_method="rabitq"))]
 
 
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
@@ -322,7 +343,7 @@ GPU_STEP_CASES = [("kivi4-tq4", dict(key_method="kivi", key_bits=4, value_method
 @pytest.mark.parametrize("name, kw", GPU_STEP_CASES, ids=[c[0] for c in GPU_STEP_CASES])
 def test_tc_mixkv_decode_steps_on_the_gpu_match_the_scalar_loop(monkeypatch, tune, name, kw, fuse_append):
     """A cache of docs/quality-retrieval.md's pick at the 5-bit budget (KIVI 4 keys + turboquant 4 values; also 2 + 3
-    with G = 64, and both with a window of 32: HASWIN 4) on the GPU: a 300-token prefill, then 200 decode steps (several
+    with G = 64, both with a window of 32: HASWIN 4, and KIVI 2 keys beside rabitq values) on the GPU: a 300-token prefill, then 200 decode steps (several
     KIVI flushes) through the DecodeStep's MIXED launch, with tc_mixkv on (every partial launched is TC_MIXK's) and
     off (the scalar loop's): the stored bytes identical, the outputs within the attention tolerance."""
     from veloxquant.accelerated.cache import VeloxKVCache

@@ -203,7 +203,7 @@ TC_MIX = 4
 PARTIAL_TC_MIXED_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_mixed_loop.cuh",
                                                   "VQ_COMBINE_ROWS": "combine_rows_strided.h", **TC_TENS_PARTS,
                                                   **ONE_STREAM, "VQ_TC_MTOKEN": "tc_mixed_token.h"})
-# ... with KIVI keys beside turboquant values (tc = TC_MIXK: tuning's tc_mixkv): KIVI's score pass, the codebook
+# ... with KIVI keys beside turboquant or rabitq values (tc = TC_MIXK: tuning's tc_mixkv): KIVI's score pass, the
 # values' m-tiles in the 3-bit or word layout; a MIXED partial's split S - 1 in scalar arithmetic (its own token)
 TC_MIXK = 5
 PARTIAL_TC_MIXK_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_mixkv_loop.cuh",
@@ -334,8 +334,8 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
                            or (append and int(haswin) not in ((2, 4) if rkeys else (3, 4))))
     tc_mix = tc == TC_MIX and mk == METHOD_IDS["turboquant"] and int(haswin) in (3, 4)     # (mixed_takes)
     bad_tc = tc and not ((tc is True and kivi) or tc_mix)
-    if tc == TC_MIXK and (mk, mv) != (METHOD_IDS["kivi"], METHOD_IDS["turboquant"]):
-        raise ValueError("TC_MIXK: the tensor-core loop of KIVI keys beside turboquant values")
+    if tc == TC_MIXK and (mk != METHOD_IDS["kivi"] or mv not in (METHOD_IDS["turboquant"], METHOD_IDS["rabitq"])):
+        raise ValueError("TC_MIXK: the tensor-core loop of KIVI keys beside turboquant or rabitq values")
     if ragged and rkeys and int(haswin) == 3:      # (KIVI keys always keep a window: append.role_window)
         raise ValueError("ragged KIVI keys beside per-token values (VQ_RKEYS): HASWIN 2 (the keys' window) or 4 (both "
                          "roles'), not 3 (the values' window only: no plan's)")

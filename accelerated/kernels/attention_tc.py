@@ -127,15 +127,17 @@ def mixed_takes(kp, vp, d: int, has_win, codes: bool, three: bool) -> bool:
 
 
 def mixkv_pair(kp, vp) -> bool:
-    """Whether a pair of roles' params is the one TC_MIXK's loop is for: KIVI keys, turboquant values."""
-    return kp.method == "kivi" and vp.method == "turboquant"
+    """Whether a pair of roles' params is one TC_MIXK's loop is for: KIVI keys, turboquant or rabitq values (one code
+    stream and a factor per token: tc_loop.cuh's value side)."""
+    return kp.method == "kivi" and vp.method in ("turboquant", "rabitq")
 
 
 def mixkv_takes(kp, vp, d: int, has_win, codes: bool, three: bool) -> bool:
     """Whether TC_MIXK's loop (csrc/tc_mixkv_loop.cuh) takes a mixkv_pair: head dim 64 or 128; KIVI keys of 1, 2 or 4
     bits (a lane's D / 4 codes at least one word); turboquant values of 4 bits, 3 with tuning's tc_3bit, 1 or 2 with
-    tc_codes; no window, both roles' of one length, or a MIXED partial (HASWIN 2: the keys' window only; 4: both)."""
-    kb, vb = kp.bits, vp.bits
+    tc_codes, rabitq values with tc_codes; no window, both roles' of one length, or a MIXED partial (HASWIN 2: the
+    keys' window only; 4: both)."""
+    kb, vb = kp.bits, _code_bits(vp)[0]
     if not mixkv_pair(kp, vp):
         return False
     values = vb == 4 or (vb == 3 and three) or (vb in (1, 2) and codes)

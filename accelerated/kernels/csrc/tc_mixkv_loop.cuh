@@ -1,5 +1,5 @@
-// Steps 3-4 of the partial kernel on tensor cores for KIVI keys beside per-token codebook values (turboquant: the
-// sibling of tc_mixed_loop.cuh, attention_tc.py): the keys' scores as tc_kivi_loop.cuh's (tc_kivi_scores.cuh), the
+// Steps 3-4 of the partial kernel on tensor cores for KIVI keys beside per-token codebook values (turboquant, rabitq:
+// the sibling of tc_mixed_loop.cuh, attention_tc.py): the keys' scores as tc_kivi_loop.cuh's (tc_kivi_scores.cuh), the
 // values' m-tiles as tc_loop.cuh's (tc_loop_values.cuh: codes looked up in tabv, P' = p * norm * fv), a warp's chunks
 // as KIVI's (KP consecutive ones in one key group).
   // split S - 1 of a MIXED partial (the rows the append encodes, the keys' window beside the values' records) runs in
@@ -12,7 +12,8 @@
   }
 #include "tc_mixkv_setup.cuh"
   // one chunk's loads (tokens outside t0 .. t1 - 1 read token t0's rows, as tc_kivi_loop.cuh's): key words of tokens
-  // tb + 8 nt + g; value words and norm VN of the tokens of slot x
+  // tb + 8 nt + g; value words and norm VN of the tokens of slot x (rabitq, MV = 2: its factor (n s_d) / ip, 0 where
+  // ip = 0, as tc_loop.cuh's)
 #define TC_LOAD(J, KWD, VWD, VN) { \
     const int tb_ = ta + 16 * (J); \
     for (int nt = 0; nt < 2; ++nt) { \
@@ -24,6 +25,10 @@
       const int64_t tt_ = (t_ >= t0 && t_ < t1) ? t_ : t0; \
       VQ_TC_VWORDS(vbase + tt_ * vc1_strides[2], VWD[x]); \
       VN[x] = vs0[vso + tt_ * vs0_strides[2]]; \
+      if (MV == 2) { \
+        const float ip_ = vs1[vso1 + tt_ * vs1_strides[2]]; \
+        VN[x] = (ip_ > 0.0f) ? vq_fdiv(VN[x] * f_k[0], ip_) : 0.0f; \
+      } \
     } }
   constexpr int PFD = (PF > 0) ? PF : 1;
   uint32_t kwc[2][KWL], vwc[4][VWL], kwp[PFD][2][KWL], vwp[PFD][4][VWL];

@@ -1,4 +1,4 @@
-// tc_mixkv_loop.cuh's setup: KIVI keys (MK = 4) beside per-token codebook values (turboquant, MV = 0). The keys' side is
+// tc_mixkv_loop.cuh's setup: KIVI keys (MK = 4) beside per-token codebook values (turboquant MV = 0, rabitq MV = 2). The keys' side is
 // tc_kivi_setup.cuh's (A: the query times the key group's scales, rebuilt per group; B: the codes as float16 integers;
 // zq = q . z[grp] per row), the values' tc_loop_setup.cuh's (the codebook's entries in tabv, scaled by ftv; the
 // token's norm in P'); the fragment maps and code layouts are theirs (VQ_TC_SIZES / VQ_TC_BASES: tc_tens_*.cuh).
@@ -29,3 +29,4 @@
 #include VQ_TC_BASES
   const int64_t kgo = (int64_t)b * kgs_strides[0] + (int64_t)h * kgs_strides[1];
   const int64_t vso = (int64_t)b * vs0_strides[0] + (int64_t)h * vs0_strides[1];
+  const int64_t vso1 = (MV == 2) ? (int64_t)b * vs1_strides[0] + (int64_t)h * vs1_strides[1] : 0;

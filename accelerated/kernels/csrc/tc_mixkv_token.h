@@ -1,9 +1,9 @@
 // tc_mixed_split.h's token for KIVI keys beside codebook values (tc_mixkv_loop.cuh; tc_mixed_token.h's macros for
-// this pair): an encoded key is code * s + z of its group VQ_KGROW(TT) (kn = 1: KIVI keys are not rotated, so sq
-// is the query as given), an encoded value its code's table entry times the token's norm (the lookups shuffle, so
-// every lane takes them: rows clamped to readable ones where exact); an exact role reads its window row, or the
-// chunk kx / vx for the rows this launch's append writes into the window. In split S - 1 an exact value (past QV)
-// is rotated into the values' domain as the encoded ones are (tc_mixkv_rotate.h).
+// this pair): an encoded key is code * s + z of its group VQ_KGROW(TT) (kn = 1: KIVI keys are not rotated, so sq is
+// the query as given), an encoded value its code's table entry times the token's norm (rabitq: its factor; the
+// lookups shuffle, so every lane takes them: rows clamped to readable ones where exact); an exact role reads its
+// window row, or the chunk kx / vx for the rows this launch's append writes into the window. In split S - 1 an exact
+// value (past QV) is rotated into the values' domain as the encoded ones are (tc_mixkv_rotate.h).
 #define VQ_MT_VEX(TT) (is_win || (TT) >= QV)
 #define VQ_MT_DECL(S) uint32_t kwd##S[WJ]; float kxe##S[WJ]; float ksc##S[WJ]; float kzc##S[WJ]; \
     uint32_t vwd##S[WJ]; float vxe##S[WJ]; float vn##S;
@@ -28,6 +28,8 @@
                                     + (int64_t)vtr * vc1_strides[2]; \
       const int64_t go = kgo + (int64_t)VQ_KGROW(ktr) * kgs_strides[2]; \
       vn##S = vs0[vso + (int64_t)vtr * vs0_strides[2]]; \
+      const float ip_ = (MV == 2) ? vs1[vso1 + (int64_t)vtr * vs1_strides[2]] : 1.0f; \
+      vn##S = (MV != 2) ? vn##S : (ip_ > 0.0f) ? vq_fdiv(vn##S * f_k[0], ip_) : 0.0f; \
       for (int j = 0; j < WJ; ++j) { \
         const int c = lane + 32 * j; \
         vwd##S[j] = vq_code_word<VB1>(vrow, c); \
