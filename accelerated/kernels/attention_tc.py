@@ -76,6 +76,15 @@ query as given (a rotation keeps dot products; the scalar loop rotates the key i
 VQ_RAGGED: neither role groups tokens, so the chunks need no phase shift; each row's ranges are the ragged scalar MIXED
 partial's (csrc/partial_setup_mixed_ragged.h) and split S - 1 reads a value exact past its row's own boundary QVR.
 
+KIVI keys beside turboquant or rabitq values (tuning's tc_mixkv, off until its GPU twins pass; attention_source.
+TC_MIXK, csrc/tc_mixkv_*.cuh: docs/quality-retrieval.md's pick at the 5-bit budget, keys KIVI 4-bit with R = 128, values
+turboquant 4-bit): the keys' score pass as KIVI's (the query times the key group's scales, the codes exact, zq; a
+warp's chunks by tc_kpairs), the values' m-tiles as turboquant's (the 3-bit or word layout, P' = p times the token's
+norm, rabitq's factor). KIVI keys encode whole groups, so their count trails the values' (HASWIN 2: the keys' window
+only; 4: both): split S - 1 runs in scalar arithmetic as TC_MIX's (tc_mixed_split.h with this pair's token,
+tc_mixkv_token.h), an exact value there rotated into the values' domain across the lanes (tc_mixkv_rotate.h). Ragged
+rows of this pair (VQ_RKEYS) keep the scalar loop.
+
 Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
 bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once
 (docs/decode-step-analysis.md, "Fifth pass").
