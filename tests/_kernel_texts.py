@@ -85,6 +85,15 @@ def texts():
             variant = f"04 win={haswin} fused={int(fused)} tc={mixed_tc} append={int(app)} starts={int(starts)}"
             yield ("partial", variant, be), attention_source.assemble("partial", be, 0, 4, haswin, fused, mixed_tc, app,
                                                                        starts)
+        # KIVI keys (4) beside turboquant (0) or rabitq (2) values on their tensor-core loop (TC_MIXK: tuning's
+        # tc_mixkv), no window, one window, and MIXED with the keys' window only (HASWIN 2) or both roles' (HASWIN 4)
+        mixk_tc = getattr(attention_source, "TC_MIXK", None)
+        for mv, haswin, fused, app, starts in itertools.product((0, 2), (0, 1, 2, 4), *[(False, True)] * 3):
+            if be != "cuda" or mixk_tc is None or (app and (fused or haswin == 1)):
+                continue
+            variant = f"4{mv} win={haswin} fused={int(fused)} tc={mixk_tc} append={int(app)} starts={int(starts)}"
+            yield ("partial", variant, be), attention_source.assemble("partial", be, 4, mv, haswin, fused, mixk_tc,
+                                                                       app, starts)
         if hasattr(append, "MIXED"):
             for mk, mv, apart, win in itertools.product(METHODS, METHODS, (False, True), ((True, False), (False, True))):
                 yield ("append", f"{mk}/{mv}/apart={int(apart)}/win={int(win[0])}{int(win[1])}", be), \
@@ -104,7 +113,8 @@ def _ragged(be: str):
     """The ragged texts (rows of their own group phase: cache/ragged.py): every partial with row starts and every
     append with `rphase` that the composers accept (they refuse the rest with ValueError)."""
     from veloxquant.accelerated.kernels import append, attention_source as src
-    tcs = (False, True, getattr(src, "TC_TENS", None), getattr(src, "TC_MIX", None)) if be == "cuda" else (False,)
+    tcs = (False, True, getattr(src, "TC_TENS", None), getattr(src, "TC_MIX", None),
+           getattr(src, "TC_MIXK", None)) if be == "cuda" else (False,)
     for mk, mv, haswin, tc, app, ragged in itertools.product(range(6), range(6), (False, True, 2, 3, 4),
                                                              [t for t in tcs if t is not None], (False, True),
                                                              (True, getattr(src, "OWN", True))):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import pathlib
+import re
 
 import mlx.core as mx
 import numpy as np
@@ -206,29 +207,39 @@ def test_every_key_value_method_pair_takes_the_fast_path(cuda, paths, k, v, wind
 
 
 def _documented_tc_pairs() -> dict:
-    """{(keys' method, values' method): 'tc' or 'scalar'} of docs/caches.md's pair table."""
+    """{(keys' method, values' method, knob): 'tc' or 'scalar'} of docs/caches.md's pair table: knob None for a cell's
+    loop with the default knobs, and a knob of accelerated/tuning.py for a cell's "(knob: loop)" note, the loop with
+    that knob on (a loop still off by default)."""
     text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "caches.md").read_text()
     rows = text.split("<!-- tc-pairs: rows keys, columns values -->\n", 1)[1].split("\n\n", 1)[0].splitlines()
     values = [c.strip() for c in rows[0].strip("|").split("|")][1:]
     table = {}
     for line in rows[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
-        table.update({(cells[0], v): c for v, c in zip(values, cells[1:]) if c})
+        for v, c in zip(values, cells[1:]):
+            loop, _, note = c.partition(" (")
+            table[cells[0], v, None] = loop
+            table.update({(cells[0], v, knob): on for knob, on in re.findall(r"(\w+): (\w+)", note)})
     return table
 
 
 @pytest.mark.parametrize("window", [0, 32])
 def test_the_documented_pairs_take_the_loops_the_table_says(cuda, paths, window):
     """docs/caches.md's table of the loop each key / value pair takes (one method in both roles included), against
-    the partial each pair launches (its compiled name's 't' tag) at head dim 128 and the default bits."""
+    the partial each pair launches (its compiled name's 't' tag) at head dim 128 and the default bits: every cell with
+    the default knobs, and a cell's knob note (a loop off by default: tuning's tc_mixkv for KIVI keys beside turboquant
+    values) with that knob alone turned on."""
+    from veloxquant.accelerated import tuning
     documented = _documented_tc_pairs()
-    assert set(documented) == {(k, v) for k in _METHODS for v in _METHODS}, sorted(documented)
+    assert {(k, v) for k, v, _ in documented} == {(k, v) for k in _METHODS for v in _METHODS}, sorted(documented)
+    assert all(knob in tuning.NAMES for _, _, knob in documented if knob), sorted(documented)
     got = {}
-    for k, v in documented:
-        _, partials = _fast_steps(cuda, paths, dict(key_method=k, value_method=v, window=window), steps=2,
-                                  head_dim=128, layers=1)
+    for k, v, knob in documented:
+        with tuning.override(**({knob: True} if knob else {})):
+            _, partials = _fast_steps(cuda, paths, dict(key_method=k, value_method=v, window=window), steps=2,
+                                      head_dim=128, layers=1)
         tags = {n.removeprefix("vq_attention_partial_") for n in partials}
-        got[k, v] = "tc" if all("t" in t for t in tags) else "scalar"
+        got[k, v, knob] = "tc" if all("t" in t for t in tags) else "scalar"
     wrong = {p: (documented[p], got[p]) for p in documented if documented[p] != got[p]}
     assert not wrong, f"window {window}: (documented, launched) {wrong}"
 
@@ -349,6 +360,24 @@ def test_mixed_steps_take_the_tc_mixed_loop(cuda, paths, tune, kw):
     for on, partials in _partials_with(cuda, paths, tune, "tc_mixed", kw):
         haswin = "4" if "window" in kw else "3"
         assert partials and all(n.split("_")[3][:3] == "04" + haswin and ("t2mxa" in n) == on for n in partials), \
+            (on, partials)
+
+
+@pytest.mark.parametrize("kw", [dict(key_method="kivi", key_bits=4, value_method="turboquant", value_bits=4),
+                                dict(key_method="kivi", key_bits=2, value_method="turboquant", value_bits=3),
+                                dict(key_method="kivi", key_bits=4, value_method="turboquant", value_bits=4,
+                                     window=32),
+                                dict(key_method="kivi", key_bits=2, value_method="rabitq")],
+                         ids=["keys-kivi4-values-turboquant4", "keys-kivi2-values-turboquant3", "kivi4-tq4-window32",
+                              "keys-kivi2-values-rabitq"])
+def test_mixed_steps_take_the_tc_mixkv_loop(cuda, paths, tune, kw):
+    """tuning's tc_mixkv: docs/quality-retrieval.md's pick at the 5-bit budget (keys KIVI 4 bits with their window,
+    values turboquant 4 bits: the MIXED partial, HASWIN 2; with a window of 32 on both roles, HASWIN 4) steps on the
+    fast path with the TC_MIXK tensor-core partial (its own kernel, name ...t2mk) and the append inside it, beside
+    rabitq values too; off, the same steps take the scalar loop's MIXED partial."""
+    for on, partials in _partials_with(cuda, paths, tune, "tc_mixkv", kw):
+        tag = ("42" if kw["value_method"] == "rabitq" else "40") + ("4" if "window" in kw else "2")   # MK, MV, HASWIN
+        assert partials and all(n.split("_")[3][:3] == tag and ("t2mka" in n) == on for n in partials), \
             (on, partials)
 
 

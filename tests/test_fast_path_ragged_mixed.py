@@ -161,11 +161,13 @@ def test_a_ragged_batch_of_kivi_keys_beside_per_token_values_takes_one_fast_step
     RaggedKiviKeysInPlace; RaggedKiviKeysWindowsInPlace with the values' window): each step one DecodeStep launch pair
     per layer, its partial the ragged scalar MIXED kernel (VQ_RKEYS) with the append inside, nothing else, nothing
     decoded. Windows: the defaults (keys R = 128, values R = 0: the keys' window only, tag 4{MV}20arg), the same with
-    tc_ragged and tc_mixed on, window 32 in both roles (HASWIN 4: 4{MV}40arg), window 0 (the OWN text: 4{MV}20arog)."""
+    tc_ragged, tc_mixed and tc_mixkv on, window 32 in both roles (HASWIN 4: 4{MV}40arg), window 0 (the OWN text:
+    4{MV}20arog), those two with tc_mixkv on: ragged rows of KIVI keys keep the scalar loop, TC_MIXK's pairs too."""
     from veloxquant.accelerated import layouts
     from veloxquant.accelerated.cache import ragged
     mv = layouts.layout(method).kernel_id
-    for window, knobs in ((None, {}), (None, dict(tc_ragged=True, tc_mixed=True)), (32, {}), (0, {})):
+    on = dict(tc_ragged=True, tc_mixed=True, tc_mixkv=True)
+    for window, knobs in ((None, {}), (None, on), (32, on), (0, on)):
         tune(ragged=True, **knobs)
         kw = dict(key_method="kivi", key_bits=2, value_method=method, value_bits=bits,
                   **({} if window is None else {"window": window}))

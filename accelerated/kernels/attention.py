@@ -208,13 +208,13 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     rp = kp if mixed and kp.method == "kivi" else vp if mixed else kp     # (the role of the rows' phases)
     if ragged and append and mixed and rp.method == "kivi" and rp.window == 0:
         ragged = src.OWN      # (the mixed pair's KIVI role with R = 0: texts of their own, attention_source.OWN)
-    # ragged rows on tensor cores (tc_ragged): KIVI's loop, or TC_MIX's for the mixed pair's MIXED partial (HASWIN 3
-    # or 4, the append inside or not, OWN's texts too: the ranges and the append are the scalar partial's; KIVI keys
-    # beside per-token values are no mixed_pair: the scalar loop)
+    # ragged rows on tensor cores (tc_ragged): KIVI's loop, or TC_MIX's for the mixed pair's MIXED partial (HASWIN 3 / 4,
+    # the append inside or not, OWN's too); KIVI keys beside per-token values (VQ_RKEYS; TC_MIXK's pair): the scalar loop
     rag_tc = not ragged or (tune.tc_ragged and (kp.method == vp.method == "kivi"
                                                 or (mixed and attention_tc.mixed_pair(kp, vp))))
     tc = tune.tensor_cores and rag_tc and _tensor_cores(kp, vp, d, has_win, tune.tc_codes, tune.tc_kivi, tune.tc_affine,
-                                                        tune.tc_3bit, tune.tc_two_stage, tune.tc_prod3, tune.tc_mixed)
+                                                        tune.tc_3bit, tune.tc_two_stage, tune.tc_prod3, tune.tc_mixed,
+                                                        tune.tc_mixkv)
     # registers: qb * nc query + accumulator values; the tensor-core loop: 4 rows, hi and lo parts in N = 8
     qb = max(1, min(qb, 4 if tc else 32 // (nc * parts)))
     nqg = -(-nq // qb)
@@ -225,7 +225,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
         splits = max(1, min(q_enc_splits, tune.max_threadgroups // max(1, hkv * b * nqg)))
     kb1, kb2 = km._code_bits(kp)
     vb1, vb2 = km._code_bits(vp)
-    tc = src.TC_MIX if tc and attention_tc.mixed_pair(kp, vp) else src.TC_TENS if tc and 3 in (kb1, vb1) else tc
+    tc = _loop(kp, vp, (kb1, vb1)) if tc else tc
     mk, mv = layouts.of(kp).kernel_id, layouts.of(vp).kernel_id
     if (not layouts.of(kp).affine and max(kb1, kb2) > 5) or (not layouts.of(vp).affine and max(vb1, vb2) > 5):
         raise ValueError("the partial kernel's code tables hold at most 32 entries (one per lane)")
@@ -243,7 +243,7 @@ def _static(kp: spec.Params, vp: spec.Params, b: int, hq: int, l: int, d: int, h
     if tc:      # the tensor-core loop has no U, and its own prefetch depth
         pf = _tc_prefetch(kp, vp, tune.tc_prefetch)
         tmpl = [(n, v) for n, v in tmpl if n not in ("U", "PF")] + [("PF", pf)]
-        if tc is True and kp.method == vp.method == "kivi":     # KIVI's loop: chunks a warp takes in a row (tc_kpairs)
+        if kp.method == "kivi":     # KIVI keys' loops (KIVI's, TC_MIXK's): chunks a warp takes in a row (tc_kpairs)
             tmpl.append(("KP", 2 if tune.tc_kpairs and kp.group_size >= 32 and pf % 2 == 0 else 1))
     vparts = 2 if layouts.of(vp).sketch else 1
     if fused and append:
@@ -390,13 +390,21 @@ def _tc_prefetch(kp: spec.Params, vp: spec.Params, depth: int) -> int:
     return max(1, depth * 8 // bits)
 
 
+def _loop(kp: spec.Params, vp: spec.Params, bits: tuple) -> int | bool:
+    """Which tensor-core loop a pair that takes one runs: TC_MIX (turboquant keys, KIVI values), TC_MIXK (KIVI keys,
+    turboquant values), TC_TENS (a role of 3-bit codes, `bits` the roles' first streams'), or True (the others)."""
+    if attention_tc.mixed_pair(kp, vp):
+        return src.TC_MIX
+    return src.TC_MIXK if attention_tc.mixkv_pair(kp, vp) else src.TC_TENS if 3 in bits else True
+
+
 def _tensor_cores(kp: spec.Params, vp: spec.Params, d: int, has_win: bool, codes: bool = False,
                   kivi: bool = False, affine: bool = False, three: bool = False, two: bool = False,
-                  prod3: bool = False, mixed: bool = False) -> bool:
+                  prod3: bool = False, mixed: bool = False, mixkv: bool = False) -> bool:
     """Whether the partial kernel takes the tensor-core loop: a pair of roles its loops hold (attention_tc.takes, by
     the tc_* knobs given) on a CUDA GPU with mma.m16n8k16 (sm_80 and later)."""
     return attention_tc.takes(kp, vp, d, has_win, int(has_win) in src.MIXED_WINDOWS, codes, kivi, affine, three, two,
-                              prod3, mixed) and _mma_available()
+                              prod3, mixed, mixkv) and _mma_available()
 
 
 @functools.lru_cache(maxsize=None)
@@ -447,7 +455,7 @@ def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, 
     ins = src.inputs(kind, mk, mv, haswin, fused, append, starts, ragged)
     outs = ((src.FUSED_OUTPUTS if fused else src.APPEND_OUTPUTS if append else src.PARTIAL_OUTPUTS)
             if kind == "partial" else src.COMBINE_APPEND_OUTPUTS if append else src.COMBINE_OUTPUTS)
-    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'c3' if tc == src.TC_TENS else 'mx' if tc == src.TC_MIX else ''}{'a' if append else ''}{'r' if starts else ''}{'o' if ragged == src.OWN else ''}{'g' if ragged else ''}"
+    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'c3' if tc == src.TC_TENS else 'mx' if tc == src.TC_MIX else 'mk' if tc == src.TC_MIXK else ''}{'a' if append else ''}{'r' if starts else ''}{'o' if ragged == src.OWN else ''}{'g' if ragged else ''}"
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "_a" if append else "")
     if be == "cuda":
         # a name of its own for a text the defaults do not make (the defaults' names stay as they were)

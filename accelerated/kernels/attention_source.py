@@ -202,7 +202,13 @@ PARTIAL_TC_KIVI_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_kivi_loo
 TC_MIX = 4
 PARTIAL_TC_MIXED_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_mixed_loop.cuh",
                                                   "VQ_COMBINE_ROWS": "combine_rows_strided.h", **TC_TENS_PARTS,
-                                                  **ONE_STREAM})
+                                                  **ONE_STREAM, "VQ_TC_MTOKEN": "tc_mixed_token.h"})
+# ... with KIVI keys beside turboquant or rabitq values (tc = TC_MIXK: tuning's tc_mixkv): KIVI's score pass, the
+# values' m-tiles in the 3-bit or word layout; a MIXED partial's split S - 1 in scalar arithmetic (its own token)
+TC_MIXK = 5
+PARTIAL_TC_MIXK_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_mixkv_loop.cuh",
+                                                  "VQ_COMBINE_ROWS": "combine_rows_strided.h", **TC_TENS_PARTS,
+                                                  **ONE_STREAM, "VQ_TC_MTOKEN": "tc_mixkv_token.h"})
 # ... with mlx_affine records (MK = MV = 5: tuning's tc_affine): keys and values dequantized into the mma operands
 PARTIAL_TC_AFFINE_BODY = loader.text("partial.h", {"VQ_PARTIAL_LOOP": "tc_affine_loop.cuh",
                                                    "VQ_COMBINE_ROWS": "combine_rows_strided.h", **ONE_STREAM})
@@ -277,7 +283,8 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
 
 def partial_body(mk: int, mv: int, tc: bool) -> str:
     """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's and
-    mlx_affine's own; `tc` = TC_MIX: turboquant keys beside KIVI values; `tc` = TC_TENS: the one that reads 3-bit
+    mlx_affine's own; `tc` = TC_MIX: turboquant keys beside KIVI values; TC_MIXK: KIVI keys beside turboquant
+    values; `tc` = TC_TENS: the one that reads 3-bit
     codes, also beside prod's signs; with a second code stream, turboquant_rvq's or turboquant_prod's QJL signs, its
     hooks bound to attention_tc.TWO_STREAMS or, prod values, PROD_VALUES; beside 3-bit codes PROD3_KEYS /
     PROD3_VALUES)."""
@@ -285,6 +292,8 @@ def partial_body(mk: int, mv: int, tc: bool) -> str:
         return PARTIAL_BODY
     if tc == TC_MIX:      # (turboquant keys, KIVI values)
         return PARTIAL_TC_MIXED_BODY
+    if tc == TC_MIXK:    # (KIVI keys, turboquant values)
+        return PARTIAL_TC_MIXK_BODY
     if mk == mv == METHOD_IDS["mlx_affine"]:
         return PARTIAL_TC_AFFINE_BODY
     if mk == mv == METHOD_IDS["kivi"]:
@@ -321,10 +330,12 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     mixed = int(haswin) in MIXED_WINDOWS
     rkeys = rkeyed(mk, mv)
     pair = rkeys or (mv == METHOD_IDS["kivi"] and mk != METHOD_IDS["kivi"])
-    bad_mixed = mixed and ((tc and tc != TC_MIX) or not pair
+    bad_mixed = mixed and ((tc and tc != (TC_MIXK if rkeys else TC_MIX)) or not pair
                            or (append and int(haswin) not in ((2, 4) if rkeys else (3, 4))))
     tc_mix = tc == TC_MIX and mk == METHOD_IDS["turboquant"] and int(haswin) in (3, 4)     # (mixed_takes)
     bad_tc = tc and not ((tc is True and kivi) or tc_mix)
+    if tc == TC_MIXK and (mk != METHOD_IDS["kivi"] or mv not in (METHOD_IDS["turboquant"], METHOD_IDS["rabitq"])):
+        raise ValueError("TC_MIXK: the tensor-core loop of KIVI keys beside turboquant or rabitq values")
     if ragged and rkeys and int(haswin) == 3:      # (KIVI keys always keep a window: append.role_window)
         raise ValueError("ragged KIVI keys beside per-token values (VQ_RKEYS): HASWIN 2 (the keys' window) or 4 (both "
                          "roles'), not 3 (the values' window only: no plan's)")

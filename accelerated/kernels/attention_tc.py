@@ -76,6 +76,15 @@ query as given (a rotation keeps dot products; the scalar loop rotates the key i
 VQ_RAGGED: neither role groups tokens, so the chunks need no phase shift; each row's ranges are the ragged scalar MIXED
 partial's (csrc/partial_setup_mixed_ragged.h) and split S - 1 reads a value exact past its row's own boundary QVR.
 
+KIVI keys beside turboquant or rabitq values (tuning's tc_mixkv, off until its GPU twins pass; attention_source.
+TC_MIXK, csrc/tc_mixkv_*.cuh: docs/quality-retrieval.md's pick at the 5-bit budget, keys KIVI 4-bit with R = 128, values
+turboquant 4-bit): the keys' score pass as KIVI's (the query times the key group's scales, the codes exact, zq; a
+warp's chunks by tc_kpairs), the values' m-tiles as turboquant's (the 3-bit or word layout, P' = p times the token's
+norm, rabitq's factor). KIVI keys encode whole groups, so their count trails the values' (HASWIN 2: the keys' window
+only; 4: both): split S - 1 runs in scalar arithmetic as TC_MIX's (tc_mixed_split.h with this pair's token,
+tc_mixkv_token.h), an exact value there rotated into the values' domain across the lanes (tc_mixkv_rotate.h). Ragged
+rows of this pair (VQ_RKEYS) keep the scalar loop.
+
 Launch shape (attention.py, accelerated.tuning's tc_* knobs): 2 threadgroups of 4 warps per multiprocessor (launch
 bounds), the next tc_prefetch chunks' loads in flight in registers, and as many splits as fill the GPU once
 (docs/decode-step-analysis.md, "Fifth pass").
@@ -126,8 +135,27 @@ def mixed_takes(kp, vp, d: int, has_win, codes: bool, three: bool) -> bool:
     return d in (64, 128) and keys and vp.bits in (1, 2, 4) and int(has_win) in (0, 1, 3, 4)
 
 
+def mixkv_pair(kp, vp) -> bool:
+    """Whether a pair of roles' params is one TC_MIXK's loop is for: KIVI keys, turboquant or rabitq values (one code
+    stream and a factor per token: tc_loop.cuh's value side)."""
+    return kp.method == "kivi" and vp.method in ("turboquant", "rabitq")
+
+
+def mixkv_takes(kp, vp, d: int, has_win, codes: bool, three: bool) -> bool:
+    """Whether TC_MIXK's loop (csrc/tc_mixkv_loop.cuh) takes a mixkv_pair: head dim 64 or 128; KIVI keys of 1, 2 or 4
+    bits (a lane's D / 4 codes at least one word); turboquant values of 4 bits, 3 with tuning's tc_3bit, 1 or 2 with
+    tc_codes, rabitq values with tc_codes; no window, both roles' of one length, or a MIXED partial (HASWIN 2: the
+    keys' window only; 4: both)."""
+    kb, vb = kp.bits, _code_bits(vp)[0]
+    if not mixkv_pair(kp, vp):
+        return False
+    values = vb == 4 or (vb == 3 and three) or (vb in (1, 2) and codes)
+    return d in (64, 128) and kb in (1, 2, 4) and kb * d >= 128 and values and int(has_win) in (0, 1, 2, 4)
+
+
 def takes(kp, vp, d: int, has_win, mixed_launch: bool, codes: bool = False, kivi: bool = False, affine: bool = False,
-          three: bool = False, two: bool = False, prod3: bool = False, mixed: bool = False) -> bool:
+          three: bool = False, two: bool = False, prod3: bool = False, mixed: bool = False,
+          mixkv: bool = False) -> bool:
     """Whether a loop of this module holds a pair of roles (spec.Params; `mixed_launch`: a MIXED partial, the roles'
     encoded counts apart): turboquant keys and values with 4-bit codes, head dim 64 or 128; with `codes` (tuning's
     tc_codes) also rabitq and 1- or 2-bit turboquant codes in either role (a lane's D / 4 key codes at least one word);
@@ -141,7 +169,10 @@ def takes(kp, vp, d: int, has_win, mixed_launch: bool, codes: bool = False, kivi
     (tc_kivi_loop.cuh; a lane's D / 4 key codes at least one word); with `affine` (tuning's tc_affine) mlx_affine keys
     and values, both roles, 2-, 4- or 8-bit codes (tc_affine_loop.cuh); with `mixed` (tuning's tc_mixed) turboquant keys
     beside KIVI values (mixed_takes), also as a MIXED partial (HASWIN 3, 4; other MIXED pairs: the scalar loop). The
-    window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h, tc_mixed_split.h)."""
+    window split runs its exact tokens in scalar arithmetic (csrc/tc_window.h, tc_mixed_split.h); with `mixkv` (tuning's
+    tc_mixkv) KIVI keys beside turboquant values (mixkv_takes), also as a MIXED partial (HASWIN 2, 4)."""
+    if mixkv_pair(kp, vp):
+        return mixkv and mixkv_takes(kp, vp, d, has_win, codes, three)
     if mixed_pair(kp, vp) or mixed_launch:
         return mixed and mixed_takes(kp, vp, d, has_win, codes, three)
     if kp.method == "mlx_affine" or vp.method == "mlx_affine":

@@ -1,10 +1,11 @@
-// The scalar splits of a MIXED partial (attention_source.MIXED_WINDOWS, HASWIN 3 / 4) on the tensor-core kernel of
-// turboquant keys and KIVI values (tc_mixed_loop.cuh): the window split (tokens 0 .. t1 - 1, each role's window from
-// its own row tt + KWO / tt + VWO, at position WQ + tt) and split S - 1 (xt0 .. xt1 - 1: the rows this launch's
-// append encodes and one role's window beside the other's records). Few tokens, some exact, so scalar arithmetic as
-// partial_loop.h attends them, laid out as tc_window.h's: warp w takes tokens w, w + NW, ..., lane l coordinates
-// l + 32 j. Encoded keys dot sq (rotated in split S - 1); exact keys the scaled query as given, qx (a rotation keeps
-// dot products: partial_loop.h rotates the key instead, its query registers being rotated).
+// The scalar splits of a MIXED partial (attention_source.MIXED_WINDOWS, HASWIN 2 / 3 / 4) on the tensor-core kernel of
+// one role per token beside KIVI's other (tc_mixed_loop.cuh, tc_mixkv_loop.cuh): the window split (tokens 0 .. t1 - 1,
+// each role's window from its own row tt + KWO / tt + VWO, at position WQ + tt) and split S - 1 (xt0 .. xt1 - 1: the
+// rows this launch's append encodes and one role's window beside the other's records). Few tokens, some exact, so
+// scalar arithmetic as partial_loop.h attends them, laid out as tc_window.h's: warp w takes tokens w, w + NW, ...,
+// lane l coordinates l + 32 j. Encoded keys dot sq (rotated in split S - 1 for rotated keys); exact keys the scaled
+// query as given, qx (a rotation keeps dot products: partial_loop.h rotates the key instead, its query registers
+// being rotated). The pair's token macros (VQ_TC_MTOKEN: tc_mixed_token.h, tc_mixkv_token.h) read the records.
     constexpr int WJ = D / 32;
     float wm[QB];
     float wl[QB];
@@ -24,7 +25,7 @@
     const int64_t vgb = (int64_t)b * vgs_strides[0] + (int64_t)h * vgs_strides[1];
     const int x0 = is_win ? t0 : xt0;
     const int x1 = is_win ? t1 : xt1;
-#include "tc_mixed_token.h"
+#include VQ_TC_MTOKEN
 #if VQ_WPF
     // (tuning's tc_window_prefetch: a warp's next token's rows loaded while this one is scored, as tc_window.h)
     VQ_MT_DECL(c)
@@ -55,15 +56,7 @@
       }
 #if VQ_WPF
       if (vq_more) {
-        knc = knn;
-        for (int j = 0; j < WJ; ++j) {
-          kwdc[j] = kwdn[j];
-          kxec[j] = kxen[j];
-          vwdc[j] = vwdn[j];
-          vxec[j] = vxen[j];
-          vscc[j] = vscn[j];
-          vzcc[j] = vzcn[j];
-        }
+        VQ_MT_SHIFT
       }
 #endif
     }
@@ -71,4 +64,6 @@
 #undef VQ_MT_DECL
 #undef VQ_MT_LOAD
 #undef VQ_MT_TOKEN
+#undef VQ_MT_SHIFT
+#undef VQ_MT_ROTATE
 #include "tc_window_end.h"

@@ -46,6 +46,17 @@
           vzc##S[j] = static_cast<float>(vgz[gi]); \
         } \
       } }
+// (tuning's tc_window_prefetch: the next token's set n becomes the current one, c)
+#define VQ_MT_SHIFT \
+        knc = knn; \
+        for (int j = 0; j < WJ; ++j) { \
+          kwdc[j] = kwdn[j]; \
+          kxec[j] = kxen[j]; \
+          vwdc[j] = vwdn[j]; \
+          vxec[j] = vxen[j]; \
+          vscc[j] = vscn[j]; \
+          vzcc[j] = vzcn[j]; \
+        }
 // (loop scope: kex, kn, kv, vv are the token's)
 #define VQ_MT_TOKEN(TT, S) \
       const bool kex = is_win || (TT) >= QK; \
