@@ -44,10 +44,13 @@
 #   mixtl   the GPU timeline at 32k, the layer gates' stamps off and in the chain (--chain): the mixed pair with
 #           window 0 and 32 (its step 1.64 of fp16's with window 0, 1.22 with 32), turboquant b4, kivi, prod: whether
 #           the 8-9 µs row before KIVI's, prod's and the mixed pair's layers is their partial's       (~2 min)
+#   mixkv   tuning.tc_mixkv's GPU twins (tests/test_tc_mixkv_emulated.py), then the 5-bit pick keys kivi 4 + values
+#           turboquant 4 with window 0 and 32, the knob off and on in the same rounds, decode step and generate at
+#           32k and 128k                                                                               (~4 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof or mixtl}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl or mixkv}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -194,6 +197,13 @@ case $stage in
         $([ $mode = chain ] && echo --chain) --json "$out/timeline-32k-$mode.json"
     done
     ;;
+  mixkv)
+    step mixkv-twins python3 -m pytest -q -p no:cacheprovider -k on_the_gpu tests/test_tc_mixkv_emulated.py
+    pick='keys kivi b4 + values turboquant b4'
+    step mixkv-ab "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 131072 \
+      --bench-arms "$pick (window 0)" "$pick (window 0) [TC_MIXKV=1]" "$pick (window 32)" "$pick (window 32) [TC_MIXKV=1]" \
+      --bench-partial "$out/mixkv-ab.json"
+    ;;
   kernels)
     # (KIVI's 24 thorough cells took ~15 s each on the H100: at 1000 examples they outran 280 s; 800 and 330 s fit them
     # beside the 152 s of compiles)
@@ -203,7 +213,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof or mixtl" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl or mixkv" >&2
     exit 2
     ;;
 esac
