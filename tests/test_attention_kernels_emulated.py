@@ -393,6 +393,10 @@ def emulate(queries: mx.array, k: oatt.PackedRecord, v: oatt.PackedRecord, scale
             iw, i_f = plan.partial_names.index(f"{r}w"), plan.partial_names.index(f"{r}f")
             w, f = ins[iw], _strided(extra[f"{r}f"], 0)
             t, new = f.shape[2], append[0].shape[2]
+            # the kernel copies the chunk into the window's last rows (csrc/check_count_window.h vq_wrow = its rows -
+            # the chunk's): fewer rows than the chunk's would write in front of the buffer (KIVI with R = 0 at a
+            # flush: the launch's window is the chunk's row, `own`)
+            assert w.shape[2] >= new, f"{r}w: {w.shape[2]} rows for a chunk of {new} (own {own})"
             # (own: kf's last rows are the window's first, the chunk's rows: one buffer row each, as in the stream)
             buf = np.concatenate([f[:, :, :t - own], w, np.zeros(w.shape[:2] + (2,) + w.shape[3:], w.dtype)], axis=2)
             t -= own
@@ -1035,6 +1039,10 @@ MIXED_CASES = [
      mx.float16, True),
     (("turboquant", dict(bits=3), 32), ("kivi", dict(bits=2, group_size=32), 32), (1, 2, 2, 32 + 64, 64),
      mx.float16, False),                                     # at a flush the counts meet: one launch all the same
+    # KIVI with R = 0 at a flush (the group's last token the chunk's own): keys (the 5-bit pick), values
+    (("kivi", dict(bits=4, group_size=64), 0), ("turboquant", dict(bits=4), 0), (1, 2, 2, 128, 128), mx.float16,
+     False),
+    (("turboquant", dict(bits=3), 0), ("kivi", dict(bits=2, group_size=32), 0), (1, 2, 2, 64, 64), mx.float16, False),
 ]
 
 
@@ -1123,18 +1131,24 @@ def test_mixed_roles_through_one_partial(case, monkeypatch, tune, tc=False):
         assert plan.key[2] in src.MIXED_WINDOWS and plan.key[4] == tc, f"not the MIXED partial's loop {tc}: {plan.key}"
         got = emulate(q, k, v, scale, mask, mixed=True)
         np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg="MIXED partial vs float64")
-        # the append inside: each role's tokens leaving its window (none without one), the tokens it encodes
-        leaving, nq = [], []
+        # the append inside: each role's tokens leaving its window (none without one), the tokens it encodes, and
+        # the chunk's own among them (KIVI with R = 0 at a flush: the launch's window is the chunk's row it writes,
+        # in_place.InPlace.windows; the record's after the step is empty)
+        leaving, nq, own, recs = [], [], [], []
         for x, p, rec in ((kx, kp, k), (vx, vp, v)):
             qe = rec.encoded
             if p.method == "kivi":
                 flush = rec.window.shape[2] == p.window
                 nq.append(p.group_size if flush else 0)
                 leaving.append(x[:, :, qe - p.group_size:qe] if flush else x[:, :, t - 1:])
+                own.append(int(flush and p.window == 0))
             else:
                 nq.append(1)
                 leaving.append(x[:, :, qe - 1:qe] if p.window else None)
-        new = (kx[:, :, t - 1:], vx[:, :, t - 1:], kp, vp, True, tuple(leaving), tuple(nq), (0, 0))
+                own.append(0)
+            recs.append(oatt.PackedRecord(p, rec.fields, x[:, :, t - 1:], qe, rec.decode_tokens) if own[-1] else rec)
+        k, v = recs
+        new = (kx[:, :, t - 1:], vx[:, :, t - 1:], kp, vp, True, tuple(leaving), tuple(nq), tuple(own))
         got, rows, token, summary = emulate(q, k, v, scale, mask, append=new, reverse=True, mixed=True)
         forward = emulate(q, k, v, scale, mask, append=new, mixed=True)[0]
         assert np.array_equal(forward, got), "the output depends on the order of the launch's blocks"

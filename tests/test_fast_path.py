@@ -509,6 +509,72 @@ def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypat
     assert flushes == 2 and s._q == q and s._window.shape[2] == w
 
 
+
+def _partial_inputs(monkeypatch) -> list:
+    """The input arrays (by name) of every partial launch from here on (the stand-in backend's kernels)."""
+    launches = []
+    real = backend.cuda_kernel
+
+    def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True):
+        k = real(name, input_names, output_names, source, header, ensure_row_contiguous)
+        if not name.startswith("vq_attention_partial"):
+            return k
+
+        class _Seen:
+            def specialized(self, template=None):
+                return self
+
+            def __call__(self, *, inputs, **kw):
+                launches.append((name, dict(zip(input_names, inputs))))
+                return k(inputs=inputs, **kw)
+        return _Seen()
+    monkeypatch.setattr(backend, "cuda_kernel", cuda_kernel)
+    return launches
+
+
+@pytest.mark.parametrize("kw", [dict(key_method="kivi", key_bits=4, value_method="turboquant", value_bits=4,
+                                     window=0, group_size=64),
+                                dict(key_method="kivi", key_bits=2, value_method="turboquant", value_bits=3,
+                                     window=0, group_size=32)],
+                         ids=["kivi4-g64-tq4-w0", "kivi2-g32-tq3-w0"])
+@pytest.mark.parametrize("on", [False, True], ids=["scalar", "tc_mixkv"])
+def test_mixed_kivi_keys_window_0_hand_the_launch_the_chunks_row_at_a_flush(cuda, paths, monkeypatch, tune, kw, on):
+    """The quality recommendation's 5-bit pick at window 0 (KIVI 4-bit keys, R = 0, beside turboquant values: the
+    MIXED partial, HASWIN 2, with the append inside), on the scalar loop and TC_MIXK: at a flush the keys' constants
+    say (Q, own) = (G, 1), kf holds the G tokens leaving the window and the launch's window kw is the chunk's row
+    (the window after the step, empty, plus own), so the append's window row of the chunk
+    (csrc/check_count_window.h vq_wrow = kw rows - kx rows) is 0 and the keys' window past their records (RK = kw
+    rows - own, csrc/partial_setup_tokens.h) is the window after the step; other steps (0, 0) and kw the window
+    after the step; the values (Q, own) = (1, 0) beside no window; nenc the roles' common encoded prefix."""
+    tune(tc_mixkv=on)
+    launches = _partial_inputs(monkeypatch)
+    model = tiny_llama(64, layers=1)
+    caches = make_prompt_cache(model, **kw)
+    model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
+    _decode(model, caches, 1)
+    ks, vs = caches[0]._k, caches[0]._v
+    g, w, qk, qv = ks.params.group_size, ks._window.shape[2], ks._q, vs._q
+    launches.clear()
+    _decode(model, caches, 2 * g + 3)
+    assert len(launches) == 2 * g + 3, "a partial launch per step"
+    sw = ks._bhd[1] * ((ks._bhd[2] + 31) // 32)
+    flushes = 0
+    for name, a in launches:
+        assert name.split("_")[3][:3] == "402" and ("t2mka" in name) == on, name      # MK, MV, HASWIN; the loop
+        meta = {r: np.array(a[f"{r}const"])[2 * sw + 4 * fused.TABLE + 8:] for r in "kv"}
+        nq = {r: (int(m[5]), int(m[7])) for r, m in meta.items()}
+        flush = w + 1 == g
+        own = int(flush)
+        assert nq == {"k": (g if flush else 0, own), "v": (1, 0)}, f"keys' window {w} before the step: (Q, own) {nq}"
+        qk, qv, w = qk + (g if flush else 0), qv + 1, w + 1 - (g if flush else 0)
+        flushes += flush
+        assert int(np.array(a["nenc"]).reshape(-1)[0]) == min(qk, qv), "the common encoded prefix after the step"
+        rows = a["kw"].shape[2]
+        assert rows - a["kx"].shape[2] >= 0 and rows - own == w, \
+            f"the launch's keys window: {rows} rows for a chunk of {a['kx'].shape[2]}, own {own}, {w} after the step"
+        assert a["kf"].shape[2] == (g if flush else a["kx"].shape[2]) and a["vw"].shape[2] == 0 and "vf" not in a
+    assert flushes == 2 and ks._q == qk and vs._q == qv and ks._window.shape[2] == w
+
 @pytest.mark.parametrize("kw", [pytest.param(kw, id=i) for i, kw, _ in CONFIGS if "kivi" in i])
 def test_a_kivi_batch_whole_groups_apart_takes_one_fast_step_per_layer(cuda, paths, kw):
     """KIVI prompts whole groups apart (G = 32: 200 and 136 tokens): merge makes one B-row cache (batch_shared

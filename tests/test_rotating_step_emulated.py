@@ -61,9 +61,9 @@ def _key(name: str) -> tuple:
     mk, mv, haswin, fused_, rest = int(tag[0]), int(tag[1]), int(tag[2]), int(tag[3]), tag[4:]
     tc = rest.startswith("t")
     blocks = int(re.match(r"t(\d*)", rest).group(1) or 0) if tc else 0
-    if tc and ("mx" in rest or "c3" in rest):     # (TC_MIX's or TC_TENS's loop: their tags)
-        tc = katt.src.TC_MIX if "mx" in rest else katt.src.TC_TENS
-        rest = rest.replace("mx", "").replace("c3", "")
+    if tc and ("mx" in rest or "mk" in rest or "c3" in rest):     # (TC_MIX's, TC_MIXK's or TC_TENS's loop: tags)
+        tc = katt.src.TC_MIX if "mx" in rest else katt.src.TC_MIXK if "mk" in rest else katt.src.TC_TENS
+        rest = rest.replace("mx", "").replace("mk", "").replace("c3", "")
     return mk, mv, haswin, fused_, tc, blocks, "a" in rest, "r" in rest
 
 

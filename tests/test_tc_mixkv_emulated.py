@@ -189,6 +189,7 @@ APPEND_CASES = [
      False),
     (("kivi", dict(bits=2, group_size=32), 32), (TQ, dict(bits=3), 0), (2, 1, 3, 32 + 64, 64), mx.bfloat16, True),
     (("kivi", dict(bits=4, group_size=64), 0), (TQ, dict(bits=2), 0), (1, 2, 2, 128 + 5, 128), mx.float16, False),
+    (("kivi", dict(bits=4, group_size=64), 0), (TQ, dict(bits=4), 0), (1, 2, 2, 128, 128), mx.float16, False),  # flush
     (("kivi", dict(bits=4, group_size=32), 32), (TQ, dict(bits=4), 32), (1, 2, 2, 32 + 64 + 9, 64), mx.float16,
      True),                                                  # both windowed (HASWIN 4)
     (("kivi", dict(bits=2, group_size=16), 32), (TQ, dict(bits=4), 32), (1, 2, 2, 32 + 64, 64), mx.float16, False),
