@@ -90,7 +90,7 @@ class InPlace:
 
     __slots__ = ("k", "v", "kver", "vver", "kshape", "vshape", "kdt", "vdt", "t", "rooms", "kbufs", "vbufs", "rows",
                  "win", "wins", "next", "group", "groups", "per", "wroom", "flushing", "held", "mixed", "nrows",
-                 "views", "most", "fields")
+                 "views", "most", "fields", "wrows")
 
     @classmethod
     def check(cls, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> "InPlace | None":
@@ -144,7 +144,7 @@ class InPlace:
         p.wins, p.groups, p.mixed = wins, groups, mixed
         p.win, p.group = any(wins), max(groups)
         p.per, p.rooms, p.wroom = per, room, wroom
-        p.next, p.flushing, p.held = None, None, None
+        p.next, p.flushing, p.held, p.wrows = None, None, None, None
         # per role: the most tokens a step encodes (t, KIVI's G: `_fits`), and for `windows` its stream, G, and with a
         # window the strides of its buffer's (B, H, rows, d) views
         p.most = tuple(g or t for g in groups)
@@ -202,19 +202,23 @@ class InPlace:
         if not self.win or all(s._window is s._wview for s, w in zip((self.k, self.v), self.wins) if w):
             self.kver, self.vver = self.k._version, self.v._version
 
-    def windows(self) -> tuple:
+    def windows(self, whole: bool = False) -> tuple:
         """The next launch's window views (kernels/append.py WINDOWED): (kf, kw, vf, vw), each stream's t tokens
         leaving its window and its window after the chunk (rows of Stream._wbuf); () without windows; where one role
         has none (`mixed`), the other's pair only (kernels/append.py MIXED). `stored` makes them the streams' state.
         Each view is mx.as_strided over the flattened buffer (Stream._wflat): the same rows as a slice of _wbuf, made
-        with less host work (a decode step makes up to four)."""
+        with less host work (a decode step makes up to four). `whole` (tuning's whole_windows): the launch takes the
+        buffers whole (csrc/window_bind.h), so no kf view is made: the windows (kw, vw; the windowed role's where
+        `mixed`), and `wrows` per role: None or (buffer, kf's first row, its rows, kw's, its rows, the window after
+        the step's first row, its rows)."""
         if not self.win:
             return ()
-        t, out, held, fs = self.t, [], [], []
+        t, out, held, fs, rows = self.t, [], [], [], []
         for s, g, flat, cap, d, strides, kfs, kws in self.views:
             if flat is None:            # (`mixed`: a role without a window encodes the chunk, t tokens)
                 fs.append(t)
                 held.append(None)
+                rows.append(None)
                 continue
             ws = s._ws
             if s._wflat is not flat:    # (never while the plan holds: only its check makes a buffer)
@@ -223,7 +227,8 @@ class InPlace:
                 if ws + kws[2] + t > cap:       # (never while the plan holds: `_fits`)
                     raise ValueError("in-place windows: no room in the window buffer")
                 kw = mx.as_strided(flat, kws, strides, (ws + t) * d)
-                out += [mx.as_strided(flat, kfs, strides, ws * d), kw]
+                out += [kw] if whole else [mx.as_strided(flat, kfs, strides, ws * d), kw]
+                rows.append((s._wbuf, ws, t, ws + t, kws[2], ws + t, kws[2]))
                 fs.append(t)
                 held.append(kw)
                 continue
@@ -235,11 +240,13 @@ class InPlace:
             own, n, b, h = f - r if f > r else 0, r + t - f, kfs[0], kfs[1]
             if ws + r + t > cap:
                 raise ValueError("in-place windows: no room in the window buffer")
-            out += [mx.as_strided(flat, (b, h, f or t, d), strides, ws * d),
-                    mx.as_strided(flat, (b, h, n + own, d), strides, (ws + f - own) * d)]
+            if not whole:
+                out.append(mx.as_strided(flat, (b, h, f or t, d), strides, ws * d))
+            out.append(mx.as_strided(flat, (b, h, n + own, d), strides, (ws + f - own) * d))
+            rows.append((s._wbuf, ws, f or t, ws + f - own, n + own, ws + f, n))
             fs.append(f)
             held.append(mx.as_strided(flat, (b, h, n, d), strides, (ws + f) * d) if own else out[-1])
-        self.next, self.flushing, self.held = tuple(out), tuple(fs), tuple(held)
+        self.next, self.flushing, self.held, self.wrows = tuple(out), tuple(fs), tuple(held), tuple(rows)
         return self.next
 
     def stored(self, token: mx.array) -> None:
