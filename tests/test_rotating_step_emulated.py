@@ -281,10 +281,12 @@ def test_kernel_bodies_attend_the_held_tokens_on_the_tensor_core_loop(bodies, mo
 
 @pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
 @pytest.mark.parametrize("name,kw,max_size,steps", CASES + TC_CASES, ids=[c[0] for c in CASES + TC_CASES])
-def test_gpu_sliding_window_decode_step_attends_the_held_tokens(tune, name, kw, max_size, steps):
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
+def test_gpu_sliding_window_decode_step_attends_the_held_tokens(tune, name, kw, max_size, steps, whole):
     """The same steps with the real kernels (CUDA: the append inside the partial launch, tuning's default): outputs
-    within the same budget of ops' attention over the held tokens, stored bytes one-shot encode's."""
-    tune(tokens_per_split=8)
+    within the same budget of ops' attention over the held tokens, stored bytes one-shot encode's (`whole`: tuning's
+    whole_windows)."""
+    tune(tokens_per_split=8, whole_windows=whole)
     _check_steps(name, kw, *_run(None, kw, max_size, steps)[1:])
 
 
