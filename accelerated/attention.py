@@ -50,7 +50,7 @@ class StepKV(PackedKV):
     chunk; reading `flags` or `record` first launches such an append on its own. `window`: the step's exact window
     (a view of the stream's window buffer: in_place.InPlace.windows), None: the stream's own (R = 0); `held`: the
     window the step's record holds where it is not the launch's (KIVI with R = 0 at a flush: empty); `wrows`: with
-    tuning's whole_windows, the window's buffer and rows (in_place.InPlace.windows' `wrows`), what the launch reads."""
+    tuning's whole_windows, the windows' buffers and rows (in_place.InPlace._whole_rows), what the launch reads."""
 
     def __init__(self, stream, bufs: dict, encoded: int, token, step, lo: int = 0, window: mx.array | None = None,
                  held: mx.array | None = None, wrows: tuple | None = None):

@@ -90,7 +90,7 @@ class InPlace:
 
     __slots__ = ("k", "v", "kver", "vver", "kshape", "vshape", "kdt", "vdt", "t", "rooms", "kbufs", "vbufs", "rows",
                  "win", "wins", "next", "group", "groups", "per", "wroom", "flushing", "held", "mixed", "nrows",
-                 "views", "most", "fields", "wrows")
+                 "views", "most", "fields", "wrows", "wcache")
 
     @classmethod
     def check(cls, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> "InPlace | None":
@@ -144,7 +144,7 @@ class InPlace:
         p.wins, p.groups, p.mixed = wins, groups, mixed
         p.win, p.group = any(wins), max(groups)
         p.per, p.rooms, p.wroom = per, room, wroom
-        p.next, p.flushing, p.held, p.wrows = None, None, None, None
+        p.next, p.flushing, p.held, p.wrows, p.wcache = None, None, None, None, {}
         # per role: the most tokens a step encodes (t, KIVI's G: `_fits`), and for `windows` its stream, G, and with a
         # window the strides of its buffer's (B, H, rows, d) views
         p.most = tuple(g or t for g in groups)
@@ -209,8 +209,7 @@ class InPlace:
         Each view is mx.as_strided over the flattened buffer (Stream._wflat): the same rows as a slice of _wbuf, made
         with less host work (a decode step makes up to four). `whole` (tuning's whole_windows): the launch takes the
         buffers whole (csrc/window_bind.h), so no kf view is made: the windows (kw, vw; the windowed role's where
-        `mixed`), and `wrows` per role: None or (buffer, kf's first row, its rows, kw's, its rows, the window after
-        the step's first row, its rows)."""
+        `mixed`), and `wrows` (_whole_rows)."""
         if not self.win:
             return ()
         t, out, held, fs, rows = self.t, [], [], [], []
@@ -228,7 +227,7 @@ class InPlace:
                     raise ValueError("in-place windows: no room in the window buffer")
                 kw = mx.as_strided(flat, kws, strides, (ws + t) * d)
                 out += [kw] if whole else [mx.as_strided(flat, kfs, strides, ws * d), kw]
-                rows.append((s._wbuf, ws, t, ws + t, kws[2], ws + t, kws[2]))
+                rows.append((ws, t, t, kws[2], t, kws[2]))
                 fs.append(t)
                 held.append(kw)
                 continue
@@ -243,11 +242,37 @@ class InPlace:
             if not whole:
                 out.append(mx.as_strided(flat, (b, h, f or t, d), strides, ws * d))
             out.append(mx.as_strided(flat, (b, h, n + own, d), strides, (ws + f - own) * d))
-            rows.append((s._wbuf, ws, f or t, ws + f - own, n + own, ws + f, n))
+            rows.append((ws, f or t, f - own, n + own, f, n))
             fs.append(f)
             held.append(mx.as_strided(flat, (b, h, n, d), strides, (ws + f) * d) if own else out[-1])
-        self.next, self.flushing, self.held, self.wrows = tuple(out), tuple(fs), tuple(held), tuple(rows)
+        self.next, self.flushing, self.held = tuple(out), tuple(fs), tuple(held)
+        if whole:       # (the same rows relative to the counts for the same window lengths until the buffers change)
+            key = (self.k._window.shape[2], self.v._window.shape[2])
+            self.wrows = self.wcache.get(key) or self.wcache.setdefault(key, self._whole_rows(rows, fs))
         return self.next
+
+    def _whole_rows(self, rows: list, fs: tuple) -> tuple:
+        """`windows`' rows as tuning's whole_windows launches take them (csrc/window_bind.h): (the windowed roles'
+        buffers, the append's wrow, the attention's with the append inside, the attention's alone), each wrow's rows
+        relative to that launch's counts: the append's base (MIXED: the values' vbase), the attention's nenc. Per
+        role `rows` holds (its window's first row ws, kf's rows, kw's first row - ws, kw's rows, the window after the
+        step's first row - ws, its rows). Relative to the counts they depend on the window lengths only (ws - Q is the
+        plan's until `grow`; an eviction moves lo and Q together), so `windows` keeps them per lengths (wcache)."""
+        lo, qs = self.rows[0].lo, (self.k._q, self.v._q)
+        n0 = (min(q + f for q, f in zip(qs, fs)) if self.mixed else qs[0] + fs[0]) + lo
+        append, inside, alone = [], [], []
+        for p, q in zip(rows, qs if self.mixed else (qs[0], qs[0])):
+            if p is None:
+                append += (0, 0, 0, 0)
+                inside += (0, 0, 0, 0)
+                alone += (0, 0, 0, 0)
+                continue
+            ws, fr, dw, wr, dh, hr = p
+            append += (ws - q - lo, fr, ws + dw - q - lo, wr)
+            inside += (ws - n0, fr, ws + dw - n0, wr)
+            alone += (0, 0, ws + dh - n0, hr)
+        bufs = tuple(s._wbuf for s, w in zip((self.k, self.v), self.wins) if w)
+        return bufs, *(fused.window_rows(tuple(x)) for x in (append, inside, alone))
 
     def stored(self, token: mx.array) -> None:
         """Both streams now end with the chunk the launch of `token` stored (t rows more); the plan follows."""
@@ -327,4 +352,5 @@ class InPlace:
         self.wroom = [None if w is None else s._wbuf.shape[2] - s._ws - s._window.shape[2]
                       for s, w in zip((k, v), self.wroom)]
         self.views = _views(k, v, t, self.groups, self.wins)
+        self.wcache = {}
         return token

@@ -224,7 +224,7 @@ class DecodeStep:
         t = keys.shape[2]
         fs = plan.flushing if w else (t, t)          # tokens this step encodes, per role
         if self.whole:      # (the windows' buffers whole and their rows: csrc/window_bind.h)
-            kw_, vw_ = self._whole(ins, plan, k._q + lo, v._q + lo, fs)
+            kw_, vw_ = self._whole(ins, plan, v._q + lo, fs)
         elif self.mixed:    # (append.MIXED: the windowed role's views, then the values' first row; ragged: rphase last)
             end = len(ins) - int(self.ragged)
             ins[end - len(w) - 1:end] = [*w, km.count(plan.base(1) if self.ragged else v._q + lo)]
@@ -246,21 +246,19 @@ class DecodeStep:
             (token,) = self.kernel(inputs=ins, **self.call)
             self._stored(token, before, c._appends)
         kv = RaggedStepKV if self.ragged else StepKV
-        wr = plan.wrows if self.whole else (None, None)
-        return (kv(k, plan.kbufs, qk, token, self, lo, kw_, held[0], wr[0]),
-                kv(v, plan.vbufs, qv, token, self, lo, vw_, held[1], wr[1]))
+        wr = plan.wrows if self.whole else None
+        return (kv(k, plan.kbufs, qk, token, self, lo, kw_, held[0], wr),
+                kv(v, plan.vbufs, qv, token, self, lo, vw_, held[1], wr))
 
-    def _whole(self, ins: list, plan, kbase: int, vbase: int, fs: tuple) -> tuple:
+    def _whole(self, ins: list, plan, vbase: int, fs: tuple) -> tuple:
         """`step`'s append inputs with tuning's whole_windows: the windowed roles' buffers and wrow (rows relative to
-        each role's first encoded row: base, MIXED's vbase) in place of their views, and the step's plan; returns
-        the windows the step's StepKVs hold (views made for the streams' state, no launch input)."""
-        rel = []
-        for r, c in zip(plan.wrows, (kbase, vbase if self.mixed else kbase)):
-            rel += (0, 0, 0, 0) if r is None else (r[1] - c, r[2], r[3] - c, r[4])
-        bufs = [r[0] for r in plan.wrows if r is not None]
-        ins[self.wslot:self.wslot + len(bufs) + 1] = [*bufs, fused.window_rows(tuple(rel))]
+        each role's first encoded row: base, MIXED's vbase; in_place.InPlace._whole_rows) in place of their views, and
+        the step's plan; returns the windows the step's StepKVs hold (views for the streams' state, no launch input)."""
+        bufs, wrow = plan.wrows[:2]
+        n = len(bufs)
+        ins[self.wslot:self.wslot + n + 1] = [*bufs, wrow]
         if self.mixed:
-            ins[self.wslot + len(bufs) + 1] = km.count(vbase)
+            ins[self.wslot + n + 1] = km.count(vbase)
         ins[3], ins[self.slot_v + 1] = self.consts[fs if self.mixed else fs[0]]
         w, (kw, vw) = plan.next, plan.wins
         return (w[0] if kw else None), (w[-1] if vw else None)
@@ -323,7 +321,7 @@ class DecodeStep:
         if starts:
             ins[irs] = mask.starts
         if self.whole:      # the windows' buffers whole and their rows (csrc/window_bind.h)
-            ins[iwin[0]], ins[iwin[1]], ins[leaving] = self._whole_attend(keys.wrows, values.wrows, q_enc + lo, append)
+            ins[iwin[0]], ins[iwin[1]], ins[leaving] = self._whole_attend(keys.wrows, append)
         elif self.win:      # this step's windows (kw, vw), and with the append inside the tokens leaving them (kf, vf)
             ins[iwin[0]] = keys.window if keys.window is not None else self.empty[0]
             ins[iwin[1]] = values.window if values.window is not None else self.empty[1]
@@ -357,19 +355,15 @@ class DecodeStep:
                     break
         return out
 
-    def _whole_attend(self, kr, vr, n0: int, append: bool) -> tuple:
-        """The attention launch's window inputs with tuning's whole_windows: each role's buffer (a role without a
-        window: a view of no rows) and wrow relative to nenc (n0): with the append inside, the tokens leaving each
-        window and the launch's window (KIVI with R = 0 at a flush: the chunk's row), else the window after the step."""
-        bufs, rel = [], []
-        for r, e in zip((kr, vr), self.empty):
-            if r is None:
-                bufs.append(e)
-                rel += (0, 0, 0, 0)
-            else:
-                bufs.append(r[0])
-                rel += (r[1] - n0, r[2], r[3] - n0, r[4]) if append else (0, 0, r[5] - n0, r[6])
-        return bufs[0], bufs[1], fused.window_rows(tuple(rel))
+    def _whole_attend(self, wrows: tuple, append: bool) -> tuple:
+        """The attention launch's window inputs with tuning's whole_windows, from its step's rows
+        (in_place.InPlace._whole_rows): each role's buffer (a role without a window: a view of no rows) and wrow
+        relative to nenc: with the append inside, the tokens leaving each window and the launch's window (KIVI with
+        R = 0 at a flush: the chunk's row), else the window after the step."""
+        bufs, wins = wrows[0], self.plan.wins
+        kb = bufs[0] if wins[0] else self.empty[0]
+        vb = bufs[-1] if wins[1] else self.empty[1]
+        return kb, vb, wrows[2] if append else wrows[3]
 
     def _attention_launch(self, queries, keys, values, scale: float, append: bool, summ: bool = False, mask=None):
         """The launches' fixed parts for one query shape and split count: the partial, and the combine where it
