@@ -226,8 +226,11 @@ class InPlace:
                 if ws + kws[2] + t > cap:       # (never while the plan holds: `_fits`)
                     raise ValueError("in-place windows: no room in the window buffer")
                 kw = mx.as_strided(flat, kws, strides, (ws + t) * d)
-                out += [kw] if whole else [mx.as_strided(flat, kfs, strides, ws * d), kw]
-                rows.append((ws, t, t, kws[2], t, kws[2]))
+                if whole:
+                    out.append(kw)
+                    rows.append((ws, t, t, kws[2], t, kws[2]))
+                else:
+                    out += [mx.as_strided(flat, kfs, strides, ws * d), kw]
                 fs.append(t)
                 held.append(kw)
                 continue
@@ -239,10 +242,11 @@ class InPlace:
             own, n, b, h = f - r if f > r else 0, r + t - f, kfs[0], kfs[1]
             if ws + r + t > cap:
                 raise ValueError("in-place windows: no room in the window buffer")
-            if not whole:
+            if whole:
+                rows.append((ws, f or t, f - own, n + own, f, n))
+            else:
                 out.append(mx.as_strided(flat, (b, h, f or t, d), strides, ws * d))
             out.append(mx.as_strided(flat, (b, h, n + own, d), strides, (ws + f - own) * d))
-            rows.append((ws, f or t, f - own, n + own, f, n))
             fs.append(f)
             held.append(mx.as_strided(flat, (b, h, n, d), strides, (ws + f) * d) if own else out[-1])
         self.next, self.flushing, self.held = tuple(out), tuple(fs), tuple(held)
