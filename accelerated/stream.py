@@ -267,7 +267,7 @@ class Stream:
         """An in-place launch moved the window by t rows of its buffer (InPlace.stored): `window` is the new one."""
         self._ws += t
         self._window = self._wview = window
-        if self._cap:       # (the same rows as _wbuf[:, :, lo:ws], as mx.as_strided: a third of a slice's host time)
+        if self._cap:       # (the rows of _wbuf[:, :, lo:ws]: mx.as_strided costs the host less than a slice)
             lo, (b, h, cap, d) = max(self._ws - self._cap, 0), self._wbuf.shape
             self._kept = self._kview = mx.as_strided(self._wflat, (b, h, self._ws - lo, d), (h * cap * d, cap * d, d, 1),
                                                      lo * d)
