@@ -49,16 +49,18 @@ class StepKV(PackedKV):
     the step's append token, or its pending append (decode_step._Pending) when the attention launch is to store the
     chunk; reading `flags` or `record` first launches such an append on its own. `window`: the step's exact window
     (a view of the stream's window buffer: in_place.InPlace.windows), None: the stream's own (R = 0); `held`: the
-    window the step's record holds where it is not the launch's (KIVI with R = 0 at a flush: empty)."""
+    window the step's record holds where it is not the launch's (KIVI with R = 0 at a flush: empty); `wrows`: with
+    tuning's whole_windows, the windows' buffers and rows (in_place.InPlace._whole_rows), what the launch reads."""
 
     def __init__(self, stream, bufs: dict, encoded: int, token, step, lo: int = 0, window: mx.array | None = None,
-                 held: mx.array | None = None):
+                 held: mx.array | None = None, wrows: tuple | None = None):
         # (one dict update, not a frozen dataclass's setattr per field: a decode step makes two per layer)
         self.__dict__.update(token_or_pending=token, step=step,
                              encoded=encoded,     # the step's state: what its attention launch reads
                              lo=lo,               # its first valid row (a sliding-window cache's evictions)
                              window=window,
                              held=window if held is None else held,     # the window the record holds
+                             wrows=wrows,
                              _lazy=(stream, bufs, encoded))
 
     @property

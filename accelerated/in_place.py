@@ -90,7 +90,7 @@ class InPlace:
 
     __slots__ = ("k", "v", "kver", "vver", "kshape", "vshape", "kdt", "vdt", "t", "rooms", "kbufs", "vbufs", "rows",
                  "win", "wins", "next", "group", "groups", "per", "wroom", "flushing", "held", "mixed", "nrows",
-                 "views", "most", "fields")
+                 "views", "most", "fields", "wrows", "wcache")
 
     @classmethod
     def check(cls, k: "Stream", v: "Stream", keys: mx.array, values: mx.array) -> "InPlace | None":
@@ -144,7 +144,7 @@ class InPlace:
         p.wins, p.groups, p.mixed = wins, groups, mixed
         p.win, p.group = any(wins), max(groups)
         p.per, p.rooms, p.wroom = per, room, wroom
-        p.next, p.flushing, p.held = None, None, None
+        p.next, p.flushing, p.held, p.wrows, p.wcache = None, None, None, None, {}
         # per role: the most tokens a step encodes (t, KIVI's G: `_fits`), and for `windows` its stream, G, and with a
         # window the strides of its buffer's (B, H, rows, d) views
         p.most = tuple(g or t for g in groups)
@@ -202,19 +202,22 @@ class InPlace:
         if not self.win or all(s._window is s._wview for s, w in zip((self.k, self.v), self.wins) if w):
             self.kver, self.vver = self.k._version, self.v._version
 
-    def windows(self) -> tuple:
+    def windows(self, whole: bool = False) -> tuple:
         """The next launch's window views (kernels/append.py WINDOWED): (kf, kw, vf, vw), each stream's t tokens
         leaving its window and its window after the chunk (rows of Stream._wbuf); () without windows; where one role
         has none (`mixed`), the other's pair only (kernels/append.py MIXED). `stored` makes them the streams' state.
         Each view is mx.as_strided over the flattened buffer (Stream._wflat): the same rows as a slice of _wbuf, made
-        with less host work (a decode step makes up to four)."""
+        with less host work (a decode step makes up to four). `whole` (tuning's whole_windows): the launch takes the
+        buffers whole (csrc/window_bind.h), so no kf view is made: the windows (kw, vw; the windowed role's where
+        `mixed`), and `wrows` (_whole_rows)."""
         if not self.win:
             return ()
-        t, out, held, fs = self.t, [], [], []
+        t, out, held, fs, rows = self.t, [], [], [], []
         for s, g, flat, cap, d, strides, kfs, kws in self.views:
             if flat is None:            # (`mixed`: a role without a window encodes the chunk, t tokens)
                 fs.append(t)
                 held.append(None)
+                rows.append(None)
                 continue
             ws = s._ws
             if s._wflat is not flat:    # (never while the plan holds: only its check makes a buffer)
@@ -223,7 +226,11 @@ class InPlace:
                 if ws + kws[2] + t > cap:       # (never while the plan holds: `_fits`)
                     raise ValueError("in-place windows: no room in the window buffer")
                 kw = mx.as_strided(flat, kws, strides, (ws + t) * d)
-                out += [mx.as_strided(flat, kfs, strides, ws * d), kw]
+                if whole:
+                    out.append(kw)
+                    rows.append((ws, t, t, kws[2], t, kws[2]))
+                else:
+                    out += [mx.as_strided(flat, kfs, strides, ws * d), kw]
                 fs.append(t)
                 held.append(kw)
                 continue
@@ -235,12 +242,41 @@ class InPlace:
             own, n, b, h = f - r if f > r else 0, r + t - f, kfs[0], kfs[1]
             if ws + r + t > cap:
                 raise ValueError("in-place windows: no room in the window buffer")
-            out += [mx.as_strided(flat, (b, h, f or t, d), strides, ws * d),
-                    mx.as_strided(flat, (b, h, n + own, d), strides, (ws + f - own) * d)]
+            if whole:
+                rows.append((ws, f or t, f - own, n + own, f, n))
+            else:
+                out.append(mx.as_strided(flat, (b, h, f or t, d), strides, ws * d))
+            out.append(mx.as_strided(flat, (b, h, n + own, d), strides, (ws + f - own) * d))
             fs.append(f)
             held.append(mx.as_strided(flat, (b, h, n, d), strides, (ws + f) * d) if own else out[-1])
         self.next, self.flushing, self.held = tuple(out), tuple(fs), tuple(held)
+        if whole:       # (the same rows relative to the counts for the same window lengths until the buffers change)
+            key = (self.k._window.shape[2], self.v._window.shape[2])
+            self.wrows = self.wcache.get(key) or self.wcache.setdefault(key, self._whole_rows(rows, fs))
         return self.next
+
+    def _whole_rows(self, rows: list, fs: tuple) -> tuple:
+        """`windows`' rows as tuning's whole_windows launches take them (csrc/window_bind.h): (the windowed roles'
+        buffers, the append's wrow, the attention's with the append inside, the attention's alone), each wrow's rows
+        relative to that launch's counts: the append's base (MIXED: the values' vbase), the attention's nenc. Per
+        role `rows` holds (its window's first row ws, kf's rows, kw's first row - ws, kw's rows, the window after the
+        step's first row - ws, its rows). Relative to the counts they depend on the window lengths only (ws - Q is the
+        plan's until `grow`; an eviction moves lo and Q together), so `windows` keeps them per lengths (wcache)."""
+        lo, qs = self.rows[0].lo, (self.k._q, self.v._q)
+        n0 = (min(q + f for q, f in zip(qs, fs)) if self.mixed else qs[0] + fs[0]) + lo
+        append, inside, alone = [], [], []
+        for p, q in zip(rows, qs if self.mixed else (qs[0], qs[0])):
+            if p is None:
+                append += (0, 0, 0, 0)
+                inside += (0, 0, 0, 0)
+                alone += (0, 0, 0, 0)
+                continue
+            ws, fr, dw, wr, dh, hr = p
+            append += (ws - q - lo, fr, ws + dw - q - lo, wr)
+            inside += (ws - n0, fr, ws + dw - n0, wr)
+            alone += (0, 0, ws + dh - n0, hr)
+        bufs = tuple(s._wbuf for s, w in zip((self.k, self.v), self.wins) if w)
+        return bufs, *(fused.window_rows(tuple(x)) for x in (append, inside, alone))
 
     def stored(self, token: mx.array) -> None:
         """Both streams now end with the chunk the launch of `token` stored (t rows more); the plan follows."""
@@ -320,4 +356,5 @@ class InPlace:
         self.wroom = [None if w is None else s._wbuf.shape[2] - s._ws - s._window.shape[2]
                       for s, w in zip((k, v), self.wroom)]
         self.views = _views(k, v, t, self.groups, self.wins)
+        self.wcache = {}
         return token

@@ -267,8 +267,10 @@ class Stream:
         """An in-place launch moved the window by t rows of its buffer (InPlace.stored): `window` is the new one."""
         self._ws += t
         self._window = self._wview = window
-        if self._cap:
-            self._kept = self._kview = self._wbuf[:, :, max(self._ws - self._cap, 0):self._ws]
+        if self._cap:       # (the rows of _wbuf[:, :, lo:ws]: mx.as_strided costs the host less than a slice)
+            lo, (b, h, cap, d) = max(self._ws - self._cap, 0), self._wbuf.shape
+            self._kept = self._kview = mx.as_strided(self._wflat, (b, h, self._ws - lo, d), (h * cap * d, cap * d, d, 1),
+                                                     lo * d)
 
     def stored_by(self, token: mx.array) -> None:
         """The rows of the last `commit(..., writes)` are being stored by the launch that returns `token`."""

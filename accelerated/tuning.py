@@ -62,6 +62,8 @@ class Tuning:
     big_warps: int = 8              # warps per threadgroup of a launch of more rows than one threadgroup holds
     block_cap: int = 4096           # threadgroups of an encode/decode launch at most (warps loop over more rows)
     roles_apart: bool = True        # the append's keys and values encode in two halves of the grid, side by side
+    whole_windows: bool = False     # a decode step passes each exact window buffer whole with its rows in one small
+                                    # input (csrc/window_bind.h), not four views a layer (off: GPU twins not run)
     # caches (accelerated/cache/) and the ops path (accelerated/ops/attention.py)
     split_rows: bool = True         # a batch cache cuts a full chunk into rows with one mx.split (B <= 10)
     shared: bool = True             # VeloxKVCache.merge makes a SharedBatchVeloxKVCache where eligible

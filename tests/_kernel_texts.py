@@ -99,6 +99,7 @@ def texts():
                 yield ("append", f"{mk}/{mv}/apart={int(apart)}/win={int(win[0])}{int(win[1])}", be), \
                     append.assemble(be, mk, mv, apart, win)
         yield from _ragged(be)
+        yield from _whole(be)
         types = ("uint32_t", "float", "__half" if be == "cuda" else "half", "uint8_t", "bool")
         shapes = [((t, n),) for t in types for n in (1, 2, 3, 4)] + [(("uint32_t", 4), ("float", 3))]
         checks = [()] + [((k, n),) for k in ("nonfinite", "flag") for n in (1, 2, 3, 4)] + \
@@ -107,6 +108,28 @@ def texts():
             if w or c:
                 yield ("commit", f"{w} {c} after={int(after)}", be), _commit(be, w, c, after)
     yield ("nsmid", "-", "cuda"), _nsmid()
+
+
+def _whole(be: str):
+    """The texts with the windows passed whole (tuning's whole_windows, csrc/window_bind.h): every windowed append
+    and every windowed partial a decode step can launch (HASWIN 1-4, the scalar loop, and on CUDA the tensor-core
+    loops), those the composers accept."""
+    from veloxquant.accelerated.kernels import append, attention_source as src
+    if not hasattr(append, "window_bind"):
+        return
+    for mk, mv, apart, win in itertools.product(METHODS, METHODS, (False, True),
+                                                (True, (True, False), (False, True), (True, True))):
+        yield ("append", f"{mk}/{mv}/apart={int(apart)}/win={win}/whole", be), \
+            append.assemble(be, mk, mv, apart, win, False, True)
+    tcs = (False, True, src.TC_TENS, src.TC_MIX) if be == "cuda" else (False,)
+    for mk, mv, haswin, fused, tc, app, starts in itertools.product(range(6), range(6), (1, 2, 3, 4),
+                                                                    (False, True), tcs, (False, True), (False, True)):
+        try:
+            text = src.assemble("partial", be, mk, mv, haswin, fused, tc, app, starts, False, True)
+        except ValueError:
+            continue
+        yield ("partial", f"{mk}{mv} win={haswin} fused={int(fused)} tc={tc} append={int(app)} starts={int(starts)} "
+                          "whole", be), text
 
 
 def _ragged(be: str):

@@ -266,9 +266,11 @@ def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
     append = len(plan.key) > 6 and plan.key[6]
     starts = len(plan.key) > 7 and plan.key[7]
     ragged = len(plan.key) > 8 and plan.key[8]      # (accelerated/cache/ragged.py: rows of their own KIVI phase)
+    whole = len(plan.key) > 9 and plan.key[9]       # (tuning's whole_windows: csrc/window_bind.h first)
     p_ins, c_ins = plan.partial_names, src.inputs("combine", append=append)
     types = {**in_types, "o_acc": "float", "o_ml": "float", "f_c": "float", "tok": "bool"}
-    pbody = ((src.append_block(*plan.key[:3], ragged=ragged) if append else "")
+    pbody = ((src.whole_windows(plan.key[2], append) if whole else "")
+             + (src.append_block(*plan.key[:3], ragged=ragged) if append else "")
              + src.aliases("partial", *plan.key[:4], append=append, starts=starts, ragged=ragged)
              + src.partial_body(plan.key[0], plan.key[1], plan.key[4]))
     cbody = src.aliases("combine") + (src.COMBINE_SUMMARY if append else "") + src.COMBINE_BODY

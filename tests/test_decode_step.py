@@ -212,12 +212,17 @@ def test_step_kv_record_is_the_state_of_its_step(monkeypatch, gpu):
                                         ("turboquant_prod", dict(bits=4)), ("mlx_affine", dict(bits=4, group_size=64)),
                                         ("turboquant", dict(bits=3))])
 @pytest.mark.parametrize("window", [0, 32], ids=["w0", "w32"])
-def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, tune, method, kw, fuse_append, window):
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
+def test_gpu_decode_step_matches_the_general_path_bit_for_bit(monkeypatch, tune, method, kw, fuse_append, window,
+                                                             whole):
     """Same kernels, same inputs: the attention outputs and the stored bytes are identical to the general
     path's, step by step (on the GPU: the launches as compiled). With the append inside the partial launch
     (fuse_append) the stored bytes are identical and the outputs agree within the attention tolerance (one split
-    more: another summation order). turboquant b3 with tuning's tc_3bit: its tensor-core loop (csrc/tc_tens_*.cuh)."""
-    tune(fuse_append=fuse_append, tc_3bit=True)
+    more: another summation order). turboquant b3 with tuning's tc_3bit: its tensor-core loop (csrc/tc_tens_*.cuh).
+    `whole`: tuning's whole_windows (the window buffers whole: csrc/window_bind.h; window 32 only)."""
+    if whole and not window:
+        pytest.skip("no window: whole_windows changes nothing")
+    tune(fuse_append=fuse_append, tc_3bit=True, whole_windows=whole)
 
     def run(general):
         with monkeypatch.context() as m:
@@ -261,14 +266,15 @@ def _mixed_cache(kw):
 @pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
 @pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
 @pytest.mark.parametrize("name, kw", MIXED, ids=[m[0] for m in MIXED])
-def test_gpu_mixed_decode_step_matches_the_general_path(monkeypatch, tune, name, kw, fuse_append):
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
+def test_gpu_mixed_decode_step_matches_the_general_path(monkeypatch, tune, name, kw, fuse_append, whole):
     """Keys and values of different methods or windows (the recommended keys turboquant 3-bit + values KIVI 2-bit)
     on the GPU: 200 decode steps after a 300-token prefill (several KIVI flushes) through the DecodeStep's MIXED
     launches (the roles' encoded counts differ) against the general path (accelerated.attention.aligned): every step
     took the DecodeStep's attention launch but those that make a new in-place plan (after the prefill, when a role's
     buffers grow), the stored bytes are identical, the outputs within the attention
-    tolerance (other splits: another summation order)."""
-    tune(fuse_append=fuse_append)
+    tolerance (other splits: another summation order). `whole`: tuning's whole_windows (csrc/window_bind.h)."""
+    tune(fuse_append=fuse_append, whole_windows=whole)
     attended = []
     real = decode_step.DecodeStep.attend
     monkeypatch.setattr(decode_step.DecodeStep, "attend",

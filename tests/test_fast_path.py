@@ -460,12 +460,14 @@ def test_a_sliding_window_kivi_cache_takes_the_fast_path_past_its_mask(cuda, pat
 
 
 @pytest.mark.parametrize("window", [0, 32, 128])
-def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypatch, window):
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
+def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypatch, tune, window, whole):
     """KIVI's fast step alternates two plans: the partial launch with the append inside gets, per step, the
     constants whose meta Q says how many tokens it encodes (0, or G where the window before the step held
     R + G - 1), the encoded count after the step and the window after it (R .. R + G - 1 rows): the host's
     bookkeeping, no sync, must match the window's length. With R = 0 a flush's last token is the step's own (meta
     own = 1) and the launch's window is its row alone (the record's window is then empty)."""
+    tune(whole_windows=whole)
     launches = []
     real = backend.cuda_kernel
 
@@ -493,6 +495,7 @@ def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypat
     launches.clear()
     _decode(model, caches, 2 * g + 3)
     assert len(launches) == 2 * g + 3 and all("kconst" in a for a in launches), "a partial launch per step"
+    assert all(("wrow" in a) == whole for a in launches), "whole_windows: the launch's inputs"
     sw = s._bhd[1] * ((s._bhd[2] + 31) // 32)
     flushes = 0
     for a in launches:
@@ -505,7 +508,9 @@ def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypat
         q, w = q + want, w + 1 - want
         flushes += want > 0
         assert int(np.array(a["nenc"]).reshape(-1)[0]) == q, "the encoded count after the step"
-        assert a["kw"].shape[2] == a["vw"].shape[2] == w + own, "the launch's window (after the step)"
+        # (tuning's whole_windows: the windows' rows in wrow, csrc/window_bind.h)
+        rows = [a[f"{r}w"].shape[2] for r in "kv"] if "kw" in a else np.array(a["wrow"]).tolist()[3::4]
+        assert rows == [w + own] * 2, "the launch's window (after the step)"
     assert flushes == 2 and s._q == q and s._window.shape[2] == w
 
 

@@ -65,11 +65,15 @@ CASES = [("kg32-g16-R8", 32, 16, 8, 0, [55]), ("kg32-g16-R8-K8", 32, 16, 8, 8, [
          ("kg32-g16-R8-batch", 32, 16, 8, 0, [55, 23, 39]), ("kg64-g32-R32-K32-batch", 64, 32, 32, 32, [95, 31, 63])]
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
 @pytest.mark.parametrize("kg, g, window, kwin, lengths", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_mixed_affine_keys_step_as_their_own_cache_through_the_fused_decode_step(bodies, monkeypatch,  # noqa: F811
-                                                                                 kg, g, window, kwin, lengths):
+                                                                                 tune, kg, g, window, kwin, lengths,
+                                                                                 whole):
     """G + 2 steps (every row's values flush once at least): each row's bytes and output its single cache's after
-    every step; every step but the first one DecodeStep with the append inside the MIXED partial."""
+    every step; every step but the first one DecodeStep with the append inside the MIXED partial. `whole`: tuning's
+    whole_windows (the window buffers whole, csrc/window_bind.h: the same bytes and outputs)."""
+    tune(whole_windows=whole)
     monkeypatch.setattr(rse, "_Append", _MixedAppend)
     make = _maker(kg, g, window, kwin)
     steps = g + 2
@@ -90,6 +94,7 @@ def test_mixed_affine_keys_step_as_their_own_cache_through_the_fused_decode_step
         rse.rows_like_singles(want[step], _rows(inner, len(lengths), lp).__getitem__, q, out, f"step {step}")
     assert bodies.appends == 1, f"{bodies.appends} append launches alone"
     fused_steps = [x for x in bodies.launches if x["key"][6]]
+    assert all((len(x["key"]) > 9) == whole for x in fused_steps), "whole_windows: the decode steps' kernels"
     assert len(fused_steps) == steps - 1 and all(x["key"][2] == (4 if kwin else 3) for x in bodies.launches), \
         sorted({x["key"] for x in bodies.launches})
 

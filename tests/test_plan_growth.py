@@ -33,6 +33,8 @@ class _Append(tws._Append):
     def __call__(self, *, inputs, output_shapes, output_dtypes, **kw):
         self.calls += 1
         a = dict(zip(self.names, inputs))
+        if "wrow" in a:     # (tuning's whole_windows: kf and kw as rows of the whole buffers)
+            a.update(tws._bound(a, int(a["base"].item())))
         tok = np.zeros(output_shapes[0], np.bool_)
         for i, (r, p) in enumerate(zip("kv", self.params)):
             chunk = a[f"{r}x"]
@@ -167,8 +169,9 @@ def _settled(c):
 
 @pytest.mark.parametrize("fuse", [False, True], ids=["append-launch", "fuse-append"])
 @pytest.mark.parametrize("name", list(CACHES))
-def test_a_windowed_cache_grows_on_the_decode_step(grows, monkeypatch, tune, name, fuse):
-    tune(fuse_append=fuse)
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
+def test_a_windowed_cache_grows_on_the_decode_step(grows, monkeypatch, tune, name, fuse, whole):
+    tune(fuse_append=fuse, whole_windows=whole)     # (whole: the append's kf and kw from its grown buffers and wrow)
     c, ks, vs = _make(grows, monkeypatch, name)
     for i in range(2):       # the plan and its DecodeStep
         _step(grows, c, ks, vs, 3 + 2 * i)

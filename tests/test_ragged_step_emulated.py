@@ -56,7 +56,7 @@ class _Append:
     def __init__(self, ns, name, names):
         self.ns, self.names = ns, list(names)
         rest = name.removeprefix("vq_append_kivi_kivi")
-        self.apart, self.ragged = "_apart" in rest, rest.endswith("_g")
+        self.apart, self.ragged, self.whole = "_apart" in rest, rest.endswith("_g"), rest.endswith("_b")
         assert "_w" in rest, name
 
     def specialized(self, template=None):
@@ -64,7 +64,7 @@ class _Append:
 
     def _body(self) -> str:
         """The kernel body fused.body makes for this launch's variant (here the KIVI pair's)."""
-        return fused.body("kivi", "kivi", self.apart, True, self.ragged)
+        return fused.body("kivi", "kivi", self.apart, True, self.ragged, self.whole)
 
     def _lib(self, inputs, template):
         params, args = [], []
@@ -109,13 +109,14 @@ class MixedAppend(_Append):
     def __init__(self, ns, name, names):
         rest = name.removeprefix("vq_append_")
         self.mk = rest[:rest.find("_kivi")]      # (the keys' method: turboquant or another per-token one)
+        self.whole = name.endswith("_b")        # (tuning's whole_windows)
         assert self.mk in layouts.KERNEL_IDS and self.mk != "kivi" and name.endswith("_g") == self.ragged, name
         assert "_m01" in name or "_m11" in name, name
         self.ns, self.names = ns, list(names)
         self.apart, self.win = "_apart" in name, ("_m11" in name, True)
 
     def _body(self) -> str:
-        return fused.body(self.mk, "kivi", self.apart, self.win, self.ragged)
+        return fused.body(self.mk, "kivi", self.apart, self.win, self.ragged, self.whole)
 
 
 @pytest.fixture

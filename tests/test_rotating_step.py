@@ -84,7 +84,7 @@ def stand_in(monkeypatch, tune):
             return _Commit(list(input_names))
         if name.startswith("vq_attention"):
             return _Partial(ns.partials, input_names)
-        assert name.startswith("vq_append") and name.endswith("_w"), f"unexpected launch {name}"
+        assert name.startswith("vq_append") and name.endswith(("_w", "_w_b")), f"unexpected launch {name}"
         ns.appends += 1
         return _Append(ns.params, list(input_names))
 
@@ -119,6 +119,9 @@ def _attended(launch, stream, xs, n_ref, where):
             f"{where}: {r} {name} rows [{lo // g}, {nenc // g}) are not one-shot encode's of the held tokens"
     n = want["window"].shape[2]
     w = launch.get(f"{r}w", np.zeros((B, HKV, 0, D), np.float16))     # (no window input: a launch without one)
+    if "wrow" in launch:        # (tuning's whole_windows: rows of the whole buffer from nenc, csrc/window_bind.h)
+        wr, i = launch["wrow"].tolist(), "kv".index(r)
+        w = launch[f"{r}wb"][:, :, nenc + wr[4 * i + 2]:nenc + wr[4 * i + 2] + wr[4 * i + 3]]
     assert np.array_equal(w[:, :, w.shape[2] - n:], np.array(want["window"])), f"{where}: {r} window"
     return lo
 

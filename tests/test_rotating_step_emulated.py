@@ -64,7 +64,8 @@ def _key(name: str) -> tuple:
     if tc and ("mx" in rest or "mk" in rest or "c3" in rest):     # (TC_MIX's, TC_MIXK's or TC_TENS's loop: tags)
         tc = katt.src.TC_MIX if "mx" in rest else katt.src.TC_MIXK if "mk" in rest else katt.src.TC_TENS
         rest = rest.replace("mx", "").replace("mk", "").replace("c3", "")
-    return mk, mv, haswin, fused_, tc, blocks, "a" in rest, "r" in rest
+    whole = (False, True) if rest.endswith("b") else ()      # (tuning's whole_windows: _static's key ends so)
+    return (mk, mv, haswin, fused_, tc, blocks, "a" in rest, "r" in rest) + whole
 
 
 class _Partial:
@@ -95,7 +96,9 @@ class _Partial:
         a = dict(zip(self.names, ins))
         self.ns.launches.append({"key": self.key, "nenc": int(a["nenc"].reshape(-1)[0]),
                                  "rstart": int(a["rstart"].reshape(-1)[0]) if "rstart" in a else 0,
-                                 "window": a["kw"].shape[2] if "kw" in a else 0})
+                                 # (tuning's whole_windows: the keys' window rows in wrow[3], csrc/window_bind.h)
+                                 "window": a["kw"].shape[2] if "kw" in a else int(a["wrow"][3]) if "wrow" in a
+                                 else 0})
         o_acc = np.full(output_shapes[0], np.nan, np.float32)
         o_ml = np.full(output_shapes[1], np.nan, np.float32)
         token = np.ones(output_shapes[2], np.bool_) if self.key[6] else np.zeros(1, np.bool_)
@@ -149,7 +152,7 @@ def bodies(monkeypatch, tune):
             return _Partial(ns, name, input_names)
         if name.startswith("vq_attention_combine"):
             return _Combine(ns, name.endswith("_a"))
-        assert name.startswith("vq_append") and name.endswith("_w"), f"unexpected launch {name}"
+        assert name.startswith("vq_append") and name.endswith(("_w", "_w_b")), f"unexpected launch {name}"
         return _Append(ns.params, list(input_names))
 
     install_backend(monkeypatch, cuda_kernel)
@@ -247,21 +250,30 @@ def _check_steps(name, kw, seen, off):
         assert any(e > 0 for _, e in flushed), f"{name}: no flush inside a launch past evicted rows {seen}"
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
 @pytest.mark.parametrize("name,kw,max_size,steps", CASES, ids=[c[0] for c in CASES])
-def test_kernel_bodies_attend_the_sliding_windows_held_tokens(bodies, name, kw, max_size, steps):
+def test_kernel_bodies_attend_the_sliding_windows_held_tokens(bodies, tune, name, kw, max_size, steps, whole):
     """Past max_size every step evicts: the launch's bodies (append inside, row start past the evicted rows, the exact
     window in the same launch) give the output of ops' attention over the held tokens, step after step, and store
-    one-shot encode's bytes (KIVI: its group flushes inside launches that read from a row start past whole groups)."""
+    one-shot encode's bytes (KIVI: its group flushes inside launches that read from a row start past whole groups).
+    `whole`: tuning's whole_windows (the window buffers whole and their rows, csrc/window_bind.h)."""
+    tune(whole_windows=whole)
     _check_steps(name, kw, *_run(bodies, kw, max_size, steps)[1:])
+    steps = [x for x in bodies.launches if x["key"][6]]        # (the decode steps': the append inside)
+    assert steps and all((len(x["key"]) > 9) == whole for x in steps), "whole_windows: the decode steps' kernels"
 
 
 TC_CASES = [("mlx_affine-w4", dict(method="mlx_affine", bits=4, group_size=32, window=4), 24, 40)]
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
 @pytest.mark.parametrize("name,kw,max_size,steps", TC_CASES, ids=[c[0] for c in TC_CASES])
-def test_kernel_bodies_attend_the_held_tokens_on_the_tensor_core_loop(bodies, monkeypatch, name, kw, max_size, steps):
+def test_kernel_bodies_attend_the_held_tokens_on_the_tensor_core_loop(bodies, monkeypatch, tune, name, kw, max_size,
+                                                                      steps, whole):
     """The check above with the partial's tensor-core loop (tuning's tc_affine): the append inside, the row start past
-    the evicted rows and the exact window's split of the same launch around the mma loop's chunks."""
+    the evicted rows and the exact window's split of the same launch around the mma loop's chunks (csrc/tc_window.h;
+    `whole`: its kw / vw bound to rows of the whole buffers)."""
+    tune(whole_windows=whole)
     monkeypatch.setattr(katt, "_mma_available", lambda: True)
     _check_steps(name, kw, *_run(bodies, kw, max_size, steps)[1:])
     assert bodies.launches and all(launch["key"][4] for launch in bodies.launches), "not the tensor-core loop"
@@ -269,10 +281,12 @@ def test_kernel_bodies_attend_the_held_tokens_on_the_tensor_core_loop(bodies, mo
 
 @pytest.mark.skipif(not kernels.available()[0], reason=f"needs the GPU kernels: {kernels.available()[1]}")
 @pytest.mark.parametrize("name,kw,max_size,steps", CASES + TC_CASES, ids=[c[0] for c in CASES + TC_CASES])
-def test_gpu_sliding_window_decode_step_attends_the_held_tokens(tune, name, kw, max_size, steps):
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
+def test_gpu_sliding_window_decode_step_attends_the_held_tokens(tune, name, kw, max_size, steps, whole):
     """The same steps with the real kernels (CUDA: the append inside the partial launch, tuning's default): outputs
-    within the same budget of ops' attention over the held tokens, stored bytes one-shot encode's."""
-    tune(tokens_per_split=8)
+    within the same budget of ops' attention over the held tokens, stored bytes one-shot encode's (`whole`: tuning's
+    whole_windows)."""
+    tune(tokens_per_split=8, whole_windows=whole)
     _check_steps(name, kw, *_run(None, kw, max_size, steps)[1:])
 
 

@@ -295,12 +295,13 @@ GPU_STEP_CASES = [("tq3-kivi2", dict(key_method=TQ, key_bits=3, value_method="ki
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
 @pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
 @pytest.mark.parametrize("name, kw", GPU_STEP_CASES, ids=[c[0] for c in GPU_STEP_CASES])
-def test_tc_mixed_decode_steps_on_the_gpu_match_the_scalar_loop(monkeypatch, tune, name, kw, fuse_append):
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
+def test_tc_mixed_decode_steps_on_the_gpu_match_the_scalar_loop(monkeypatch, tune, name, kw, fuse_append, whole):
     """A cache of the recommended quality configuration (tq4 + KIVI 4; both with a window of 32: HASWIN 4) on the
     GPU: a 300-token prefill, then 200 decode steps (several KIVI flushes) through the DecodeStep's MIXED launch, with
     tc_mixed on (every partial launched is TC_MIX's) and off (the scalar loop's): the stored bytes identical, the
     outputs within the attention tolerance; then (its configurations) tests/test_decode_step.py's comparison with the
-    general path, knob on."""
+    general path, knob on. `whole`: both loops with tuning's whole_windows (csrc/window_bind.h)."""
     from veloxquant.accelerated.cache import VeloxKVCache
     from test_decode_step import _layer, _x, test_gpu_mixed_decode_step_matches_the_general_path as general
     loops = []
@@ -309,7 +310,7 @@ def test_tc_mixed_decode_steps_on_the_gpu_match_the_scalar_loop(monkeypatch, tun
                         real(kind, *a, **k))
 
     def run(on):
-        tune(fuse_append=fuse_append, tc_mixed=on)
+        tune(fuse_append=fuse_append, tc_mixed=on, whole_windows=whole)
         katt._static.cache_clear()
         del loops[:]
         c = VeloxKVCache(layer=1, seed=5, **kw)
@@ -328,7 +329,7 @@ def test_tc_mixed_decode_steps_on_the_gpu_match_the_scalar_loop(monkeypatch, tun
     if name in ("tq3-kivi2", "tq3-kivi2-w32"):     # (the configurations that test's own GPU cases take)
         tune(tc_mixed=True)
         katt._static.cache_clear()
-        general(monkeypatch, tune, name, kw, fuse_append)
+        general(monkeypatch, tune, name, kw, fuse_append, whole)
 
 
 def test_row_starts_on_the_tc_mixed_loop(tensor_cores, monkeypatch, tune):

@@ -45,6 +45,8 @@ class _Append:
         self.calls += 1
         a = dict(zip(self.names, inputs))
         base = int(a["base"].item())
+        if "wrow" in a:     # (tuning's whole_windows: each role's kf and kw are rows of its whole buffer)
+            a.update(_bound(a, base))
         tok = np.zeros(output_shapes[0], np.bool_)
         for i, (r, p) in enumerate(zip("kv", self.params)):
             leaving, chunk, win = a[f"{r}f"], a[f"{r}x"], a[f"{r}w"]
@@ -69,6 +71,19 @@ class _Append:
             _np_view(win)[:, :, win.shape[2] - t:] = np.array(chunk)
             tok[i, 0, 0] = not np.isfinite(np.array(chunk.astype(mx.float32))).all()
         return [mx.array(tok)]
+
+
+def _bound(a: dict, base: int) -> dict:
+    """kf, kw, vf, vw of a launch that takes the window buffers whole (kwb, vwb) and wrow: [kf row, kf rows, kw row,
+    kw rows] per role, rows relative to the role's first encoded row (base; MIXED's values: vbase), as
+    csrc/window_bind.h binds them."""
+    wr, out = np.array(a["wrow"]).tolist(), {}
+    for i, r in enumerate("kv"):
+        if f"{r}wb" in a:
+            buf, c = a[f"{r}wb"], int(a["vbase"].item()) if r == "v" and "vbase" in a else base
+            for j, n in ((0, "f"), (2, "w")):
+                out[r + n] = buf[:, :, c + wr[4 * i + j]:c + wr[4 * i + j] + wr[4 * i + j + 1]]
+    return out
 
 
 class _Commit:
@@ -106,7 +121,7 @@ def stand_in(monkeypatch, tune):
     def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True):
         if name.startswith("vq_commit"):      # the general path's store (a buffer growing)
             return _Commit(list(input_names))
-        assert name.startswith("vq_append") and name.endswith("_w"), f"unexpected launch {name}"
+        assert name.startswith("vq_append") and name.endswith(("_w", "_w_b")), f"unexpected launch {name}"
         ns.made.append(_Append(ns.params, list(input_names)))
         return ns.made[-1]
 
@@ -155,7 +170,9 @@ def _cache(method, window=R, **kw):
 @pytest.mark.parametrize("method,kw", [("turboquant", dict(bits=4)), ("mlx_affine", dict(bits=4, group_size=32)),
                                        ("turboquant_prod", dict(bits=3)), ("kivi", dict(bits=2, group_size=16)),
                                        ("kivi", dict(bits=2, group_size=16, window=0))])
-def test_in_place_steps_keep_one_shot_state(stand_in, monkeypatch, method, kw):
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
+def test_in_place_steps_keep_one_shot_state(stand_in, monkeypatch, tune, method, kw, whole):
+    tune(whole_windows=whole)       # (the launch's kf and kw from its wrow: _bound)
     c = _cache(method, **kw)
     stand_in.params = (c.key_params, c.value_params)
     ks, vs = [_tokens(1, 7)], [_tokens(2, 7)]
@@ -204,8 +221,10 @@ def test_in_place_steps_keep_one_shot_state(stand_in, monkeypatch, method, kw):
 
 @pytest.mark.parametrize("method,kw,n", [("turboquant", dict(bits=4), 9), ("kivi", dict(bits=2, group_size=16), 18),
                                          ("kivi", dict(bits=2, group_size=16, window=0), 14)])
-def test_a_nan_chunk_is_rolled_back_to_the_window_before_it(stand_in, monkeypatch, method, kw, n):
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
+def test_a_nan_chunk_is_rolled_back_to_the_window_before_it(stand_in, monkeypatch, tune, method, kw, n, whole):
     """(KIVI: the steps before the NaN chunk cross a group flush.)"""
+    tune(whole_windows=whole)
     c = _cache(method, **kw)
     stand_in.params = (c.key_params, c.value_params)
     ks, vs = [_tokens(1, n)], [_tokens(2, n)]

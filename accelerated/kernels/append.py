@@ -52,15 +52,17 @@ def _roles(win) -> tuple[bool, bool]:
     return (bool(win[0]), bool(win[1])) if isinstance(win, tuple) else (bool(win), bool(win))
 
 
-def inputs(mk: str, mv: str, win=False, ragged: bool = False) -> list[str]:
+def inputs(mk: str, mv: str, win=False, ragged: bool = False, whole: bool = False) -> list[str]:
     """The arrays one launch passes, in order, for key method mk and value method mv; `win`: both roles with an
     exact window (then each role's tokens leaving it and the window after the step, last), or (keys', values')
     for roles whose encoded counts differ (MIXED: the windowed roles' pairs, then the values' first row `vbase`);
-    `ragged`: KIVI rows of their own group phase (cache/ragged.py: `rphase`, (B,) int32, last; RAGGED_ENCODES)."""
+    `ragged`: KIVI rows of their own group phase (cache/ragged.py: `rphase`, (B,) int32, last; RAGGED_ENCODES);
+    `whole`: each windowed role's buffer whole and one `wrow` for both (csrc/window_bind.h) instead of the pairs."""
     kw, vw = _roles(win)
+    wins = ((["kwb"] if kw else []) + (["vwb"] if vw else []) + ["wrow"]) if whole else \
+        (["kf", "kw"] if kw else []) + (["vf", "vw"] if vw else [])
     return (["base", "after"] + [f"k{n}" for n in ("x", "const", *_fields(mk))]
-            + [f"v{n}" for n in ("x", "const", *_fields(mv))] + (["kf", "kw"] if kw else [])
-            + (["vf", "vw"] if vw else []) + (["vbase"] if isinstance(win, tuple) else [])
+            + [f"v{n}" for n in ("x", "const", *_fields(mv))] + wins + (["vbase"] if isinstance(win, tuple) else [])
             + (["rphase"] if ragged else []))
 
 
@@ -135,37 +137,46 @@ RAGGED_ENCODES = ("#define VQ_ROW_ENCODES(b) (vq_base >= (int)rphase[b] && (M !=
                   "== 0))\n")
 
 
-def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False, win=False, ragged: bool = False) -> str:
+def window_bind(kw: bool, vw: bool, kf: bool, vf: bool, kcount: str, vcount: str) -> str:
+    """csrc/window_bind.h with its parameters: the roles' window names bound to rows of their whole buffers."""
+    return loader.defines({"VQ_WB_K": int(kw), "VQ_WB_V": int(vw), "VQ_WB_KF": int(kf), "VQ_WB_VF": int(vf),
+                           "VQ_WB_KCOUNT": kcount, "VQ_WB_VCOUNT": vcount}) + loader.text("window_bind.h")
+
+
+def body(mk: str = "turboquant", mv: str = "turboquant", apart: bool = False, win=False, ragged: bool = False,
+         whole: bool = False) -> str:
     """The kernel text after a prelude: both roles in two halves of the grid (csrc/append_apart.h), or with `apart`
     False one after the other in each threadgroup (append_serial.h); `after` only orders this launch after the last
     store; `win`: both roles with an exact window (WINDOWED), or (keys', values') for roles whose encoded counts
-    differ (MIXED); `ragged`: each row flushes its KIVI group at its own step (RAGGED_ENCODES; base = x)."""
+    differ (MIXED); `ragged`: each row flushes its KIVI group at its own step (RAGGED_ENCODES; base = x); `whole`:
+    the windows from whole buffers (window_bind)."""
     kw, vw = _roles(win)
     mixed = isinstance(win, tuple)
     files = MIXED if mixed else WINDOWED if kw else SCOPED
-    return (scope_constants() + _scope("k", 0, mk, kw, mixed) + _scope("v", 1, mv, vw, mixed)
+    bind = window_bind(kw, vw, kw, vw, "base[0]", "vbase[0]" if mixed else "base[0]") if whole else ""
+    return (bind + scope_constants() + _scope("k", 0, mk, kw, mixed) + _scope("v", 1, mv, vw, mixed)
             + (RAGGED_ENCODES if ragged else "") + loader.text("append_apart.h" if apart else "append_serial.h", files))
 
 
 def assemble(be: str, mk: str = "turboquant", mv: str = "turboquant", apart: bool = False,
-             win=False, ragged: bool = False) -> tuple[str, str]:
+             win=False, ragged: bool = False, whole: bool = False) -> tuple[str, str]:
     header, prelude = source.PRELUDES[be]
     # append_apart.h gives GROUP and NGROUPS the role's meaning; put the prelude's back after it, so that text after it
     # (another kernel in one file, as the compile checks write them) sees the prelude's
     again = loader.text("regroup.h") + loader.backend_file(f"{be}_grid", be) if apart else ""
-    return header, prelude + loader.backend_file(f"{be}_scope", be) + body(mk, mv, apart, win, ragged) + again
+    return header, prelude + loader.backend_file(f"{be}_scope", be) + body(mk, mv, apart, win, ragged, whole) + again
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(mk: str, mv: str, apart: bool = False, win=False, ragged: bool = False):
+def _kernel(mk: str, mv: str, apart: bool = False, win=False, ragged: bool = False, whole: bool = False):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, text = assemble(be, mk, mv, apart, win, ragged)
+    header, text = assemble(be, mk, mv, apart, win, ragged, whole)
     kw, vw = _roles(win)
     name = f"vq_append_{mk}_{mv}" + ("_apart" if apart else "") + (f"_m{int(kw)}{int(vw)}" if isinstance(win, tuple)
-                                                                  else "_w" if kw else "") + ("_g" if ragged else "")
-    ins = inputs(mk, mv, win, ragged)
+                                                                  else "_w" if kw else "") + ("_g" if ragged else "") + ("_b" if whole else "")
+    ins = inputs(mk, mv, win, ragged, whole)
     if be == "cuda":
         return backend.cuda_kernel(name=name, input_names=ins, output_names=OUTPUTS, source=text,
                                    header=header, ensure_row_contiguous=False)
@@ -236,19 +247,20 @@ def _pair(x) -> tuple:
 
 
 def _static(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, nq=None, own=0,
-            ragged: bool = False) -> tuple:
+            ragged: bool = False, whole: bool = False) -> tuple:
     """Everything of a launch but the step's arrays, per parameters and shape (a decode step builds none); `nq`: the
     tokens a windowed launch encodes where they are not t (KIVI: 0, or G at a flush), `own` the chunk's among them
     (constants); each for both roles, or (keys', values') where they differ (MIXED); `ragged`: the kernel whose rows
-    flush at their own phase (RAGGED_ENCODES: input rphase, last)."""
+    flush at their own phase (RAGGED_ENCODES: input rphase, last); `whole`: the windows as whole buffers (window_bind)."""
     tune = tuning.current()
     return _static_for(kp, vp, b, h, t, d, kdt, vdt, tune.specialize_rows, tune.roles_apart, nq, own, tune=tune,
-                       ragged=ragged)
+                       ragged=ragged, whole=whole)
 
 
 @functools.lru_cache(maxsize=1024)
 def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int, kdt, vdt, specialize_rows: int,
-                apart: bool = False, nq=None, own=0, tune: tuning.Tuning | None = None, ragged: bool = False):
+                apart: bool = False, nq=None, own=0, tune: tuning.Tuning | None = None, ragged: bool = False,
+                whole: bool = False):
     # keyed by the tuning too (specialize_rows, roles_apart: True, the keys' and values' encodes in two halves of
     # the grid side by side; False, one role after the other in every threadgroup): a run that changes a knob (a
     # benchmark's arm) gets its own plans
@@ -265,7 +277,7 @@ def _static_for(kp: spec.Params, vp: spec.Params, b: int, h: int, t: int, d: int
     fv = tuple(f for f in km.FIELDS[vp.method] if f)
     (knq, vnq), (kown, vown) = _pair(nq), _pair(own)
     return (grid, group, [(2, groups, 2)], template, constants(kp, h, t, d, knq, kown), constants(vp, h, t, d, vnq, vown),
-            fk, fv, _kernel(kp.method, vp.method, apart, win, ragged))
+            fk, fv, _kernel(kp.method, vp.method, apart, win, ragged, whole))
 
 
 def code_template(kp: spec.Params, vp: spec.Params, rows: int) -> list:
@@ -297,6 +309,16 @@ def append(kp: spec.Params, keys: mx.array, kbufs: dict, vp: spec.Params, values
     (flags,) = kernel(inputs=ins, template=template, grid=grid, threadgroup=group, output_shapes=oshape,
                       output_dtypes=[mx.bool_])
     return flags
+
+
+@functools.lru_cache(maxsize=4096)
+def window_rows(rows: tuple) -> mx.array:
+    """A launch's `wrow` (csrc/window_bind.h), rows relative to its counts: one array per value, since a plan's values
+    repeat from step to step (KIVI's cycle through its group), so a step makes none and the host never rewrites one
+    the GPU reads."""
+    a = mx.array(rows, dtype=mx.int32)
+    mx.eval(a)
+    return a
 
 
 def fits(b: int, h: int, cap: int) -> bool:

@@ -282,10 +282,11 @@ def mixed_windows(kp: spec.Params, vp: spec.Params) -> int:
 
 
 def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask, flags, append_ts=None,
-            extra: dict | None = None, mixed: bool = False) -> tuple:
+            extra: dict | None = None, mixed: bool = False, whole: bool = False) -> tuple:
     """(the partial launch's inputs, _static's part) of one call; `append_ts` and `extra` (the arrays kx, kconst,
     vx, vconst): the decode step's append inside (accelerated/kernels/decode_step.py); `mixed`: the MIXED partial
-    (attention_source.MIXED_WINDOWS) for roles whose encoded counts may differ (nenc: the common prefix)."""
+    (attention_source.MIXED_WINDOWS) for roles whose encoded counts may differ (nenc: the common prefix); `whole`:
+    the windows as whole buffers (the decode step sets kwb, vwb and wrow per step: here the views stand in)."""
     b, hq, l, d = queries.shape
     q_enc = min(k.encoded, v.encoded) if mixed else k.encoded
     kw, vw = k.window, v.window
@@ -297,18 +298,30 @@ def _launch(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, m
     st = _static(k.params, v.params, b, hq, l, d, kw.shape[1], q_enc_splits, haswin, causal,
                  queries.dtype, float(scale), _fused() and append_ts is None and not ragged, q_fine, tuning.current(),
                  append_ts, starts, ragged)
+    if whole:
+        st = _whole(st)
     if flags is None:          # order after the in-place store of the newest rows (kernels.commit / append)
         flags = k.token
         if v.token is not None and v.token is not k.token:
             v.sync()
     flags = km.order(flags)
     arrays = {"q": queries, "f_c": st.consts, "nenc": km.count(q_enc), "flags": flags, "kw": kw, "vw": vw,
+              "kwb": kw, "vwb": vw, "wrow": km.count(0),
               "cnt": st.counts, "rstart": mask.starts if starts else None,
               # (MIXED: the KIVI role's phases, the values' unless the keys are KIVI)
               "rphase": (v if mixed and k.params.method != "kivi" else k).phases if ragged else None,
               **_record_inputs(k, "k"),
               **_record_inputs(v, "v"), **(extra or {})}
     return [arrays[n] for n in st.names], st
+
+
+def _whole(st: _Static) -> _Static:
+    """A plan's static part with the windows passed whole (tuning's whole_windows: a decode step's launch): the
+    inputs kwb, vwb and wrow (attention_source.inputs), the key's tail (ragged, True) naming its kernel."""
+    mk, mv, haswin, fused, _, _, append, starts, *ragged = st.key
+    ragged = ragged[0] if ragged else False
+    return st._replace(names=src.inputs("partial", mk, mv, haswin, fused, append, starts, ragged, True),
+                       key=st.key[:8] + (ragged, True))
 
 
 def launch_plan(queries: mx.array, k: PackedRecord, v: PackedRecord, scale: float, mask=None,
@@ -433,29 +446,31 @@ def _sm_count() -> int:
 
 
 def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False, tc: bool = False,
-            tc_blocks: int = 0, append: bool = False, starts: bool = False, ragged: bool = False):
+            tc_blocks: int = 0, append: bool = False, starts: bool = False, ragged: bool = False, whole: bool = False):
     """The compiled kernel `kind`; the partial for a method pair, window presence, fused combine, tensor-core loop,
     (that loop) the threadgroups per multiprocessor its registers are bounded for (launch bounds), the decode
     step's append inside (APPEND) and row starts (a left-padded batch). The tuning knobs that change its text
     (cold_loops; partial_threads and tc_min_blocks in the launch bounds; tc_window_prefetch where a tensor-core partial
-    has a window) are part of the compiled kernel's key."""
+    has a window) are part of the compiled kernel's key; `whole`: the windows as whole buffers (tuning's
+    whole_windows, a decode step's launch)."""
     t = tuning.current()
     return _compiled(kind, mk, mv, haswin, fused, tc, tc_blocks, append, starts, t.cold_loops,
                      t.partial_threads if tc else 0, (tc_blocks or t.tc_min_blocks) if tc else 0, ragged,
-                     bool(tc and haswin and t.tc_window_prefetch))
+                     bool(tc and haswin and t.tc_window_prefetch), whole)
 
 
 @functools.lru_cache(maxsize=None)
 def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, tc_blocks: int, append: bool,
-              starts: bool, cold_loops: bool, nt: int, min_blocks: int, ragged: bool = False, wpf: bool = False):
+              starts: bool, cold_loops: bool, nt: int, min_blocks: int, ragged: bool = False, wpf: bool = False,
+              whole: bool = False):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
-    header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc, append, starts, ragged)
-    ins = src.inputs(kind, mk, mv, haswin, fused, append, starts, ragged)
+    header, source = src.assemble(kind, be, mk, mv, haswin, fused, tc, append, starts, ragged, whole)
+    ins = src.inputs(kind, mk, mv, haswin, fused, append, starts, ragged, whole)
     outs = ((src.FUSED_OUTPUTS if fused else src.APPEND_OUTPUTS if append else src.PARTIAL_OUTPUTS)
             if kind == "partial" else src.COMBINE_APPEND_OUTPUTS if append else src.COMBINE_OUTPUTS)
-    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'c3' if tc == src.TC_TENS else 'mx' if tc == src.TC_MIX else 'mk' if tc == src.TC_MIXK else ''}{'a' if append else ''}{'r' if starts else ''}{'o' if ragged == src.OWN else ''}{'g' if ragged else ''}"
+    tag = f"_{mk}{mv}{int(haswin)}{int(fused)}{f't{tc_blocks}' if tc else ''}{'c3' if tc == src.TC_TENS else 'mx' if tc == src.TC_MIX else 'mk' if tc == src.TC_MIXK else ''}{'a' if append else ''}{'r' if starts else ''}{'o' if ragged == src.OWN else ''}{'g' if ragged else ''}{'b' if whole else ''}"
     name = f"vq_attention_{kind}" + (tag if kind == "partial" else "_a" if append else "")
     if be == "cuda":
         # a name of its own for a text the defaults do not make (the defaults' names stay as they were)

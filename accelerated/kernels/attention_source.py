@@ -101,19 +101,22 @@ def _role_fields(r: str, m: int, haswin: bool) -> tuple[list[str], dict]:
 
 
 def inputs(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,
-           append: bool = False, starts: bool = False, ragged: bool = False) -> list[str]:
+           append: bool = False, starts: bool = False, ragged: bool = False, whole: bool = False) -> list[str]:
     """The arrays a launch of `kind` passes for a method pair (MK, MV), window presence and (partial) whether
     the combine runs inside it (then `cnt`, the per-group counters, comes last) or the decode step's append
     (`append`: the new keys and values and append.py's constant arrays before `flags`), and `starts`: the batch
     rows' first attended tokens (`rstart`, (B,) int32: a left-padded batch), and `ragged`: each row's KIVI group
-    phase (`rphase`, (B,) int32, last: accelerated/cache/ragged.py), in order."""
+    phase (`rphase`, (B,) int32, last: accelerated/cache/ragged.py), in order; `whole`: the windows as whole buffers
+    (kwb, vwb) and their rows (`wrow`, before `flags`: csrc/window_bind.h) instead of kw, vw, kf, vf."""
     if kind == "combine":
         return ["o_acc", "o_ml", "f_c", "q"] + (["tok"] if append else [])
     ku, _ = _role_fields("k", mk, haswin)
     vu, _ = _role_fields("v", mv, haswin)
     kwin, vwin = role_windows(haswin)
-    return (["q", "f_c", "nenc"] + ku + vu + (["kx", "kconst", "vx", "vconst"] if append else [])
-            + (["kf"] if append and kwin else []) + (["vf"] if append and vwin else []) + ["flags"]
+    leaving = ["wrow"] if whole else (["kf"] if append and kwin else []) + (["vf"] if append and vwin else [])
+    if whole:
+        ku, vu = ([n + "b" if n == f"{r}w" else n for n in u] for r, u in (("k", ku), ("v", vu)))
+    return (["q", "f_c", "nenc"] + ku + vu + (["kx", "kconst", "vx", "vconst"] if append else []) + leaving + ["flags"]
             + (["cnt"] if fused else []) + (["rstart"] if starts else []) + (["rphase"] if ragged else []))
 
 
@@ -281,6 +284,13 @@ def append_block(mk: int, mv: int, haswin: bool = False, ragged: bool = False) -
         + loader.text("attention_append.h", files)
 
 
+def whole_windows(haswin: int, append: bool) -> str:
+    """A partial's window names bound to rows of whole buffers (kernels/append.py window_bind), rows relative to
+    nenc: both roles' windows (a role without one: rows of none), with the append inside the tokens leaving them."""
+    kwin, vwin = role_windows(haswin)
+    return kappend.window_bind(True, True, append and kwin, append and vwin, "nenc[0]", "nenc[0]")
+
+
 def partial_body(mk: int, mv: int, tc: bool) -> str:
     """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's and
     mlx_affine's own; `tc` = TC_MIX: turboquant keys beside KIVI values; TC_MIXK: KIVI keys beside turboquant
@@ -308,7 +318,8 @@ def partial_body(mk: int, mv: int, tc: bool) -> str:
 
 
 def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bool = False,
-             tc: bool = False, append: bool = False, starts: bool = False, ragged: bool = False) -> tuple[str, str]:
+             tc: bool = False, append: bool = False, starts: bool = False, ragged: bool = False,
+             whole: bool = False) -> tuple[str, str]:
     """(header, source) of kernel `kind` ("partial" | "combine") for `backend` ("cuda" | "metal") and the
     launch's inputs (`inputs(kind, mk, mv, haswin, fused, append)`); `tc`: the partial's tensor-core loop (CUDA);
     `append`: the decode step's append inside (APPEND, append_block); for the combine: it also takes a chunk's
@@ -316,8 +327,11 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
     their own KIVI group phase (the scalar loop or, KIVI both roles, the tensor-core loop: tuning's tc_ragged; with row
     starts; with the append, each row flushes its group at its own step: append_block; a MIXED window: per-token keys
     beside KIVI values, the values' phase, on the scalar loop or TC_MIX's, the append inside with the values' window
-    (HASWIN 3, also OWN's) or both roles' (HASWIN 4))."""
+    (HASWIN 3, also OWN's) or both roles' (HASWIN 4)); `whole`: the windows bound to rows of whole buffers first
+    (kernels/append.py window_bind; a windowed partial, not ragged)."""
     header, prelude = PRELUDES[backend]
+    if whole and (kind != "partial" or not haswin or ragged):
+        raise ValueError("whole: a windowed partial's, not ragged")
     if tc and (backend != "cuda" or kind != "partial"):
         raise ValueError("the tensor-core loop is a CUDA partial kernel's")
     if append and fused:
@@ -346,10 +360,10 @@ def assemble(kind: str, backend: str, mk: int = 0, mv: int = 0, haswin: bool = F
         raise ValueError("ragged: the scalar loop or KIVI's tensor-core loop, with row starts (the append: with a "
                          "window); MIXED: per-token keys beside KIVI values on the scalar loop or TC_MIX's (the "
                          "append: HASWIN 3 or 4)")
-    pre = ""
+    pre = whole_windows(haswin, append) if whole else ""
     if append and kind == "partial":
         eh, em = encode_macros(backend)
-        header, pre = header + eh, em + append_block(mk, mv, haswin, ragged)
+        header, pre = header + eh, pre + em + append_block(mk, mv, haswin, ragged)
     body = partial_body(mk, mv, tc) if kind == "partial" else BODIES[kind]
     if kind == "combine" and append:
         body = COMBINE_SUMMARY + body

@@ -35,6 +35,7 @@ from . import append as fused
 from . import attention as kattention
 from . import backend
 from . import methods as km
+from .. import tuning
 from ..ops.attention import RowStarts
 
 
@@ -83,7 +84,7 @@ class DecodeStep:
     """One cache's in-place append (one token or chunk of the remembered shape) plus its attention launch."""
 
     __slots__ = ("cache", "plan", "k", "v", "kernel", "call", "ins", "slot_v", "record", "attn", "clean", "pending",
-                 "append_ts", "win", "consts", "mixed", "empty", "fslots", "ragged", "wslot", "fk", "fv")
+                 "append_ts", "win", "consts", "mixed", "empty", "fslots", "ragged", "wslot", "fk", "fv", "whole")
 
     def __init__(self, cache, plan, keys: mx.array, values: mx.array, record):
         # record(index, token, before): the cache's _Chunk of one append, with the fused launch's messages
@@ -92,8 +93,10 @@ class DecodeStep:
         kp, vp = self.k.params, self.v.params
         # a ragged KIVI batch (cache/ragged_step.py's plan): its rows flush at their own phase (input rphase, last)
         self.ragged = rg = getattr(plan, "ragged", False)
+        # tuning's whole_windows: each window buffer whole and the launch's rows in one small input (window_rows)
+        self.whole = wh = bool(plan.win and not rg and tuning.current().whole_windows)
         grid, group, oshape, template, kc, vc, fk, fv, kernel = fused._static(kp, vp, b, h, t, d, keys.dtype,
-                                                                              values.dtype, ragged=rg)
+                                                                              values.dtype, ragged=rg, whole=wh)
         # each step's constant arrays by the tokens it encodes: t; with KIVI's window two plans, copy-only steps (0)
         # and every G-th step a flush (G), which the host knows from the window's length (in_place.InPlace.flush)
         # (with R = 0 the flush's last token is the chunk's own: in_place.InPlace.own)
@@ -104,11 +107,12 @@ class DecodeStep:
             owns = [t if g and p.window == 0 else 0 for g, p in zip(plan.groups, (kp, vp))]
             self.consts = {(a, c): fused._static(kp, vp, b, h, t, d, keys.dtype, values.dtype, (a, c),
                                                  (owns[0] if a and plan.groups[0] else 0,
-                                                  owns[1] if c and plan.groups[1] else 0), ragged=rg)[4:6]
+                                                  owns[1] if c and plan.groups[1] else 0), ragged=rg, whole=wh)[4:6]
                            for a in per[0] for c in per[1]}
         else:
             self.consts = {t: (kc, vc)} if not plan.group else {
-                n: fused._static(kp, vp, b, h, t, d, keys.dtype, values.dtype, n, own if n else 0, ragged=rg)[4:6]
+                n: fused._static(kp, vp, b, h, t, d, keys.dtype, values.dtype, n, own if n else 0, ragged=rg,
+                                 whole=wh)[4:6]
                 for n in (0, plan.group)}
         self.kernel, self.call = _resolve(kernel, template, grid=grid, threadgroup=group, output_shapes=oshape,
                                           output_dtypes=[mx.bool_])
@@ -119,6 +123,8 @@ class DecodeStep:
         # (MIXED, append.MIXED: the windowed role's pair only, then the values' first row vbase)
         self.win = plan.win
         tail = 2 * sum(plan.wins) + 1 if self.mixed else 4 if plan.win else 0
+        if wh:      # (the windowed roles' buffers and wrow, then MIXED's vbase)
+            tail = sum(plan.wins) + 1 + int(self.mixed)
         self.ins = [None, None, None, kc, *kb, None, vc, *[plan.vbufs[f] for f in fv], *([None] * tail),
                     *([plan.phases] if rg else [])]
         self.slot_v = 4 + len(kb)
@@ -212,11 +218,14 @@ class DecodeStep:
         ins[1] = km.order(c._token)
         ins[2] = keys
         ins[self.slot_v] = values
-        w = plan.windows()          # (kf, kw, vf, vw): the tokens leaving each window and the window after the step
+        # (kf, kw, vf, vw): the tokens leaving each window and the window after the step (whole_windows: kw, vw)
+        w = plan.windows(True) if self.whole else plan.windows()
         held = plan.held if w else (None, None)      # the windows after the step (not the launch's: KIVI R = 0)
         t = keys.shape[2]
         fs = plan.flushing if w else (t, t)          # tokens this step encodes, per role
-        if self.mixed:      # (append.MIXED: the windowed role's views, then the values' first row; ragged: rphase last)
+        if self.whole:      # (the windows' buffers whole and their rows: csrc/window_bind.h)
+            kw_, vw_ = self._whole(ins, plan, v._q + lo, fs)
+        elif self.mixed:    # (append.MIXED: the windowed role's views, then the values' first row; ragged: rphase last)
             end = len(ins) - int(self.ragged)
             ins[end - len(w) - 1:end] = [*w, km.count(plan.base(1) if self.ragged else v._q + lo)]
             ins[3], ins[self.slot_v + 1] = self.consts[fs]
@@ -237,8 +246,22 @@ class DecodeStep:
             (token,) = self.kernel(inputs=ins, **self.call)
             self._stored(token, before, c._appends)
         kv = RaggedStepKV if self.ragged else StepKV
-        return (kv(k, plan.kbufs, qk, token, self, lo, kw_, held[0]),
-                kv(v, plan.vbufs, qv, token, self, lo, vw_, held[1]))
+        wr = plan.wrows if self.whole else None
+        return (kv(k, plan.kbufs, qk, token, self, lo, kw_, held[0], wr),
+                kv(v, plan.vbufs, qv, token, self, lo, vw_, held[1], wr))
+
+    def _whole(self, ins: list, plan, vbase: int, fs: tuple) -> tuple:
+        """`step`'s append inputs with tuning's whole_windows: the windowed roles' buffers and wrow (rows relative to
+        each role's first encoded row: base, MIXED's vbase; in_place.InPlace._whole_rows) in place of their views, and
+        the step's plan; returns the windows the step's StepKVs hold (views for the streams' state, no launch input)."""
+        bufs, wrow = plan.wrows[:2]
+        n = len(bufs)
+        ins[self.wslot:self.wslot + n + 1] = [*bufs, wrow]
+        if self.mixed:
+            ins[self.wslot + n + 1] = km.count(vbase)
+        ins[3], ins[self.slot_v + 1] = self.consts[fs if self.mixed else fs[0]]
+        w, (kw, vw) = plan.next, plan.wins
+        return (w[0] if kw else None), (w[-1] if vw else None)
 
     def _stored(self, token: mx.array, before: tuple, index: int) -> None:
         """The chunk of `token`'s launch is in the buffers: the plan, the streams and the cache follow."""
@@ -297,7 +320,9 @@ class DecodeStep:
         ins[inn] = km.count(q_enc + lo)
         if starts:
             ins[irs] = mask.starts
-        if self.win:        # this step's windows (kw, vw), and with the append inside the tokens leaving them (kf, vf)
+        if self.whole:      # the windows' buffers whole and their rows (csrc/window_bind.h)
+            ins[iwin[0]], ins[iwin[1]], ins[leaving] = self._whole_attend(keys.wrows, append)
+        elif self.win:      # this step's windows (kw, vw), and with the append inside the tokens leaving them (kf, vf)
             ins[iwin[0]] = keys.window if keys.window is not None else self.empty[0]
             ins[iwin[1]] = values.window if values.window is not None else self.empty[1]
             if append:
@@ -330,6 +355,16 @@ class DecodeStep:
                     break
         return out
 
+    def _whole_attend(self, wrows: tuple, append: bool) -> tuple:
+        """The attention launch's window inputs with tuning's whole_windows, from its step's rows
+        (in_place.InPlace._whole_rows): each role's buffer (a role without a window: a view of no rows) and wrow
+        relative to nenc: with the append inside, the tokens leaving each window and the launch's window (KIVI with
+        R = 0 at a flush: the chunk's row), else the window after the step."""
+        bufs, wins = wrows[0], self.plan.wins
+        kb = bufs[0] if wins[0] else self.empty[0]
+        vb = bufs[-1] if wins[1] else self.empty[1]
+        return kb, vb, wrows[2] if append else wrows[3]
+
     def _attention_launch(self, queries, keys, values, scale: float, append: bool, summ: bool = False, mask=None):
         """The launches' fixed parts for one query shape and split count: the partial, and the combine where it
         is its own launch (kernels.attention.attention's two calls; with `append` or `summ` the combine also
@@ -342,7 +377,8 @@ class DecodeStep:
         extra = {"kx": queries, "kconst": self.ins[3], "vx": queries, "vconst": self.ins[self.slot_v + 1], "kf": queries,
                  "vf": queries}
         ins, st = kattention._launch(queries, kr, vr, scale, mask, km._dummy(mx.bool_),
-                                     self.append_ts if append else None, extra if append else None, self.mixed)
+                                     self.append_ts if append else None, extra if append else None, self.mixed,
+                                     self.whole)
         if append and st.grid[2] != queries.shape[0]:   # more than one query group per KV head: blocks would race
             return False
         names = st.names
@@ -355,8 +391,11 @@ class DecodeStep:
                                     **kattention.combine_call(st, queries, summary=append or summ))
             comb = (ckern, ccall, st.consts)
         at = {n: i for i, n in enumerate(names)}
+        wb = "b" if self.whole else ""
         slots = (at["q"], at["nenc"], at["flags"], at.get("kx"), at.get("vx"), at.get("rstart"),
-                 (at.get("kw"), at.get("vw")), at.get("kconst"), at.get("vconst"),
-                 # (the append's inputs of the tokens leaving each window: (launch slot, append slot) per windowed role)
+                 (at.get("kw" + wb), at.get("vw" + wb)), at.get("kconst"), at.get("vconst"),
+                 # (the append's inputs of the tokens leaving each window: (launch slot, append slot) per windowed role;
+                 # whole_windows: the slot of wrow)
+                 at["wrow"] if self.whole else
                  tuple((at[n], f) for n, f in zip(("kf", "vf"), self.fslots) if f is not None and n in at))
         return kern, call, ins, slots, comb

@@ -47,10 +47,13 @@
 #   mixkv   tuning.tc_mixkv's GPU twins (tests/test_tc_mixkv_emulated.py), then the 5-bit pick keys kivi 4 + values
 #           turboquant 4 with window 0 and 32, the knob off and on in the same rounds, decode step and generate at
 #           32k and 128k                                                                               (~4 min)
+#   whole   tuning's whole_windows (the window buffers whole, csrc/window_bind.h): its GPU twins (the decode step
+#           against the general path, the mixed pair, the sliding window, TC_MIX), then per generated token the host
+#           and the GPU (generate_split) and decode step + generate at 32k, knob off and on in the same rounds (~8 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl or mixkv}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv or whole}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -204,6 +207,17 @@ case $stage in
       --bench-arms "$pick (window 0)" "$pick (window 0) [TC_MIXKV=1]" "$pick (window 32)" "$pick (window 32) [TC_MIXKV=1]" \
       --bench-partial "$out/mixkv-ab.json"
     ;;
+  whole)
+    step whole-twins python3 -m pytest -q -p no:cacheprovider -k "whole-windows and (gpu or on_the_gpu)" \
+      tests/test_decode_step.py tests/test_tc_mixed_emulated.py tests/test_rotating_step_emulated.py
+    arms=('turboquant b4 (window 32)' 'kivi b4 (window 128)' 'keys turboquant b3 + values kivi b2')
+    both=('fp16 KVCache' 'turboquant b4')
+    for a in "${arms[@]}"; do both+=("$a" "$a [WHOLE_WINDOWS=1]"); done
+    step whole-split python3 -m veloxquant.tools.dev.generate_split --context 32768 --arms "${both[@]}" \
+      --json "$out/whole-generate-split.json"
+    step whole-ab "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
+      --bench-arms "${both[@]:1}" --bench-partial "$out/whole-ab-32k.json"
+    ;;
   kernels)
     # (KIVI's 24 thorough cells took ~15 s each on the H100: at 1000 examples they outran 280 s; 800 and 330 s fit them
     # beside the 152 s of compiles)
@@ -213,7 +227,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl or mixkv" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv or whole" >&2
     exit 2
     ;;
 esac

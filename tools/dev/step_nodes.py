@@ -73,13 +73,14 @@ def measure(arms, context: int, layers: int, warm: int = 4, batch: int = 1) -> l
     rows, seen = [], []
     _recorder(seen)         # once: compiled-kernel objects are cached across arms, each holding this list
     for arm in arms:
-        caches = _caches(arm, context, layers, batch)
-        pool = bd.step_inputs(2, batch)
-        for i in range(warm + 1):
-            seen.clear()
-            out = bd.step(caches, *pool[i % 2], gated=False)     # (the gate cannot run on stand-ins)
-            if i < warm:        # a GPU run evaluates every launch input (the record buffers made at a plan, ...)
-                mx.eval(out, *[a for _, _, xs in seen for a in xs])
+        with bd.knobs(arm):     # (an arm's knobs, in effect while its steps are built)
+            caches = _caches(arm, context, layers, batch)
+            pool = bd.step_inputs(2, batch)
+            for i in range(warm + 1):
+                seen.clear()
+                out = bd.step(caches, *pool[i % 2], gated=False)     # (the gate cannot run on stand-ins)
+                if i < warm:        # a GPU run evaluates every launch input (the record buffers made at a plan, ...)
+                    mx.eval(out, *[a for _, _, xs in seen for a in xs])
         launches = collections.Counter(name for name, _, _ in seen)
         # (mlx-lm's own caches launch none of ours: their whole step's graph, MLX's SDPA included)
         other = collections.Counter(nodes_of([a for _, _, xs in seen for a in xs] if seen else [out]))
