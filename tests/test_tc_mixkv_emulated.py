@@ -342,11 +342,13 @@ GPU_STEP_CASES = [("kivi4-tq4", dict(key_method="kivi", key_bits=4, value_method
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
 @pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
 @pytest.mark.parametrize("name, kw", GPU_STEP_CASES, ids=[c[0] for c in GPU_STEP_CASES])
-def test_tc_mixkv_decode_steps_on_the_gpu_match_the_scalar_loop(monkeypatch, tune, name, kw, fuse_append):
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "whole-windows"])
+def test_tc_mixkv_decode_steps_on_the_gpu_match_the_scalar_loop(monkeypatch, tune, name, kw, fuse_append, whole):
     """A cache of docs/quality-retrieval.md's pick at the 5-bit budget (KIVI 4 keys + turboquant 4 values; also 2 + 3
     with G = 64, both with a window of 32: HASWIN 4, and KIVI 2 keys beside rabitq values) on the GPU: a 300-token prefill, then 200 decode steps (several
     KIVI flushes) through the DecodeStep's MIXED launch, with tc_mixkv on (every partial launched is TC_MIXK's) and
-    off (the scalar loop's): the stored bytes identical, the outputs within the attention tolerance."""
+    off (the scalar loop's): the stored bytes identical, the outputs within the attention tolerance. `whole`: both
+    loops with tuning's whole_windows (csrc/window_bind.h)."""
     from veloxquant.accelerated.cache import VeloxKVCache
     from test_decode_step import _layer, _x
     loops = []
@@ -355,7 +357,7 @@ def test_tc_mixkv_decode_steps_on_the_gpu_match_the_scalar_loop(monkeypatch, tun
                         real(kind, *a, **k))
 
     def run(on):
-        tune(fuse_append=fuse_append, tc_mixkv=on)
+        tune(fuse_append=fuse_append, tc_mixkv=on, whole_windows=whole)
         katt._static.cache_clear()
         del loops[:]
         c = VeloxKVCache(layer=1, seed=5, **kw)

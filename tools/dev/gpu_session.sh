@@ -201,7 +201,8 @@ case $stage in
     done
     ;;
   mixkv)
-    step mixkv-twins python3 -m pytest -q -p no:cacheprovider -k on_the_gpu tests/test_tc_mixkv_emulated.py
+    step mixkv-twins python3 -m pytest -q -p no:cacheprovider -k "on_the_gpu and not whole-windows" \
+      tests/test_tc_mixkv_emulated.py
     pick='keys kivi b4 + values turboquant b4'
     step mixkv-ab "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 131072 \
       --bench-arms "$pick (window 0)" "$pick (window 0) [TC_MIXKV=1]" "$pick (window 32)" "$pick (window 32) [TC_MIXKV=1]" \
@@ -209,7 +210,8 @@ case $stage in
     ;;
   whole)
     step whole-twins python3 -m pytest -q -p no:cacheprovider -k "whole-windows and (gpu or on_the_gpu)" \
-      tests/test_decode_step.py tests/test_tc_mixed_emulated.py tests/test_rotating_step_emulated.py
+      tests/test_decode_step.py tests/test_tc_mixed_emulated.py tests/test_tc_mixkv_emulated.py \
+      tests/test_rotating_step_emulated.py
     arms=('turboquant b4 (window 32)' 'kivi b4 (window 128)' 'keys turboquant b3 + values kivi b2')
     both=('fp16 KVCache' 'turboquant b4')
     for a in "${arms[@]}"; do both+=("$a" "$a [WHOLE_WINDOWS=1]"); done
