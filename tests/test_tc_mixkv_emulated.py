@@ -24,6 +24,7 @@ from veloxquant.accelerated.kernels import attention as katt
 from _attention_util import plan_keys
 from test_attention_kernels_emulated import (TC_SPLIT_FRACTION, _REAL_MMA, _packed, emulate,  # noqa: F401
                                              tensor_cores, test_mixed_roles_through_one_partial as _mixed_roles)
+from test_tc_mixed_emulated import _p, _takes
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 
@@ -214,21 +215,6 @@ def test_append_inside_the_partial_on_the_tc_mixkv_loop(case, monkeypatch, tune)
     _mixed_roles(case, monkeypatch, tune, tc=src.TC_MIXK)
     appended = [k for k in seen if k[6]]
     assert appended and all(k[4] == src.TC_MIXK and k[2] == (4 if case[1][2] else 2) for k in seen), seen
-
-
-def _takes(kp, vp, d, how, **knobs):
-    """The `tc` of the launch plan of a small call with these roles' records ("mixed": the MIXED partial)."""
-    rng = np.random.default_rng(7)
-    x = mx.array(rng.standard_normal((1, 1, 200, d)).astype(np.float32))
-    q = mx.array(rng.standard_normal((1, 2, 1, d)).astype(np.float32))
-    k, v = _packed(x, kp), _packed(x, vp)
-    if how == "aligned":
-        k, v = aatt.aligned(k, v)
-    return katt.launch_plan(q, k, v, 1.0, None, mixed=how == "mixed").key[4]
-
-
-def _p(method, role, window=0, **kw):
-    return spec.Params(method, role=role, window=window, seed=3, layer=1, **kw).resolved()
 
 
 @pytest.mark.parametrize("kp,vp,d,how", [

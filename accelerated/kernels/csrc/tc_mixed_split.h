@@ -66,4 +66,5 @@
 #undef VQ_MT_TOKEN
 #undef VQ_MT_SHIFT
 #undef VQ_MT_ROTATE
+#undef VQ_MT_ROWS
 #include "tc_window_end.h"

@@ -4,28 +4,12 @@
 // lookups shuffle, so every lane takes them: rows clamped to readable ones where exact); an exact role reads its
 // window row, or the chunk kx / vx for the rows this launch's append writes into the window. In split S - 1 an exact
 // value (past QV) is rotated into the values' domain as the encoded ones are (tc_mixkv_rotate.h).
+#include "tc_mixed_rows.h"
 #define VQ_MT_VEX(TT) (is_win || (TT) >= QV)
 #define VQ_MT_DECL(S) uint32_t kwd##S[WJ]; float kxe##S[WJ]; float ksc##S[WJ]; float kzc##S[WJ]; \
     uint32_t vwd##S[WJ]; float vxe##S[WJ]; float vn##S;
 #define VQ_MT_LOAD(TT, S) { \
-      const bool kex_ = is_win || (TT) >= QK; \
-      const bool vex_ = VQ_MT_VEX(TT); \
-      const int kwr = is_win ? (TT) + KWO : (TT) - QK; \
-      const int vwr = is_win ? (TT) + VWO : (TT) - QV; \
-      const int kq_nw = kwr - (RK - VQ_TNEW); \
-      const int vq_nw = vwr - (RV - VQ_TNEW); \
-      const bool kq_new = APPEND && kq_nw >= 0; \
-      const bool vq_new = APPEND && vq_nw >= 0; \
-      const int64_t ko = kq_new ? (int64_t)b * kx_strides[0] + (int64_t)h * kx_strides[1] + (int64_t)kq_nw * kx_strides[2] \
-                                : (int64_t)b * kw_strides[0] + (int64_t)h * kw_strides[1] + (int64_t)kwr * kw_strides[2]; \
-      const int64_t vo = vq_new ? (int64_t)b * vx_strides[0] + (int64_t)h * vx_strides[1] + (int64_t)vq_nw * vx_strides[2] \
-                                : (int64_t)b * vw_strides[0] + (int64_t)h * vw_strides[1] + (int64_t)vwr * vw_strides[2]; \
-      const int ktr = kex_ ? 0 : (TT); \
-      const int vtr = vex_ ? 0 : (TT); \
-      const DEVICE uint32_t* krow = kc1 + (int64_t)b * kc1_strides[0] + (int64_t)h * kc1_strides[1] \
-                                    + (int64_t)ktr * kc1_strides[2]; \
-      const DEVICE uint32_t* vrow = vc1 + (int64_t)b * vc1_strides[0] + (int64_t)h * vc1_strides[1] \
-                                    + (int64_t)vtr * vc1_strides[2]; \
+      VQ_MT_ROWS(TT) \
       const int64_t go = kgo + (int64_t)VQ_KGROW(ktr) * kgs_strides[2]; \
       vn##S = vs0[vso + (int64_t)vtr * vs0_strides[2]]; \
       const float ip_ = (MV == 2) ? vs1[vso1 + (int64_t)vtr * vs1_strides[2]] : 1.0f; \
