@@ -468,23 +468,7 @@ def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypat
     bookkeeping, no sync, must match the window's length. With R = 0 a flush's last token is the step's own (meta
     own = 1) and the launch's window is its row alone (the record's window is then empty)."""
     tune(whole_windows=whole)
-    launches = []
-    real = backend.cuda_kernel
-
-    def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True):
-        k = real(name, input_names, output_names, source, header, ensure_row_contiguous)
-        if not name.startswith("vq_attention_partial"):
-            return k
-
-        class _Seen:
-            def specialized(self, template=None):
-                return self
-
-            def __call__(self, *, inputs, **kw):
-                launches.append(dict(zip(input_names, inputs)))
-                return k(inputs=inputs, **kw)
-        return _Seen()
-    monkeypatch.setattr(backend, "cuda_kernel", cuda_kernel)
+    seen = _partial_inputs(monkeypatch)
     model = tiny_llama(64, layers=1)
     caches = make_prompt_cache(model, method="kivi", window=window)
     model(mx.array(np.arange(PROMPT) % 500)[None], cache=caches)
@@ -492,8 +476,9 @@ def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypat
     s = caches[0]._k
     p = s.params
     g, w, q = p.group_size, s._window.shape[2], s._q
-    launches.clear()
+    seen.clear()
     _decode(model, caches, 2 * g + 3)
+    launches = [a for _, a in seen]
     assert len(launches) == 2 * g + 3 and all("kconst" in a for a in launches), "a partial launch per step"
     assert all(("wrow" in a) == whole for a in launches), "whole_windows: the launch's inputs"
     sw = s._bhd[1] * ((s._bhd[2] + 31) // 32)
@@ -512,7 +497,6 @@ def test_kivi_steps_hand_the_launch_a_group_every_g_steps(cuda, paths, monkeypat
         rows = [a[f"{r}w"].shape[2] for r in "kv"] if "kw" in a else np.array(a["wrow"]).tolist()[3::4]
         assert rows == [w + own] * 2, "the launch's window (after the step)"
     assert flushes == 2 and s._q == q and s._window.shape[2] == w
-
 
 
 def _partial_inputs(monkeypatch) -> list:
