@@ -292,6 +292,36 @@ GPU_STEP_CASES = [("tq3-kivi2", dict(key_method=TQ, key_bits=3, value_method="ki
                   ("tq3-kivi2-w32", dict(key_method=TQ, key_bits=3, value_method="kivi", value_bits=2, window=32))]
 
 
+def loops_match_on_the_gpu(monkeypatch, tune, name: str, kw: dict, knob: str, loop: int, **knobs) -> None:
+    """A MIXED cache of `kw` on the GPU: a 300-token prefill, then 200 decode steps (several KIVI flushes) through the
+    DecodeStep's MIXED launch, with tuning's `knob` on (every partial launched is `loop`'s) and off (the scalar
+    loop's), `knobs` in effect for both: the stored bytes identical, the outputs within the attention tolerance."""
+    from veloxquant.accelerated.cache import VeloxKVCache
+    from test_decode_step import _layer, _x
+    loops = []
+    real = katt._kernel
+    monkeypatch.setattr(katt, "_kernel", lambda kind, *a, **k: loops.append((kind, a[4] if len(a) > 4 else 0)) or
+                        real(kind, *a, **k))
+
+    def run(on):
+        tune(**knobs, **{knob: on})
+        katt._static.cache_clear()
+        del loops[:]
+        c = VeloxKVCache(layer=1, seed=5, **kw)
+        c.update_and_fetch(_x(7, t=300), _x(8, t=300))
+        outs = [np.array(_layer(c, i).astype(mx.float32)) for i in range(200)]
+        assert c._fast is not None and c._fast.mixed, f"{name}: not a MIXED DecodeStep"
+        tcs = {t for kind, t in loops if kind == "partial"}
+        assert tcs == ({loop} if on else {False}), (on, tcs)
+        return outs, [np.array(a) for rec in c.state[:2] for _, a in sorted(rec.items())]
+    on_out, on_state = run(True)
+    off_out, off_state = run(False)
+    for i, (a, b) in enumerate(zip(on_out, off_out)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=4e-3 * np.abs(b).max(), err_msg=f"{name}: step {i}")
+    for a, b in zip(on_state, off_state):
+        assert np.array_equal(a, b), f"{name}: stored state differs between the loops"
+
+
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")
 @pytest.mark.parametrize("fuse_append", [False, True], ids=["append-launch", "append-inside"])
 @pytest.mark.parametrize("name, kw", GPU_STEP_CASES, ids=[c[0] for c in GPU_STEP_CASES])
@@ -302,30 +332,9 @@ def test_tc_mixed_decode_steps_on_the_gpu_match_the_scalar_loop(monkeypatch, tun
     tc_mixed on (every partial launched is TC_MIX's) and off (the scalar loop's): the stored bytes identical, the
     outputs within the attention tolerance; then (its configurations) tests/test_decode_step.py's comparison with the
     general path, knob on. `whole`: both loops with tuning's whole_windows (csrc/window_bind.h)."""
-    from veloxquant.accelerated.cache import VeloxKVCache
-    from test_decode_step import _layer, _x, test_gpu_mixed_decode_step_matches_the_general_path as general
-    loops = []
-    real = katt._kernel
-    monkeypatch.setattr(katt, "_kernel", lambda kind, *a, **k: loops.append((kind, a[4] if len(a) > 4 else 0)) or
-                        real(kind, *a, **k))
-
-    def run(on):
-        tune(fuse_append=fuse_append, tc_mixed=on, whole_windows=whole)
-        katt._static.cache_clear()
-        del loops[:]
-        c = VeloxKVCache(layer=1, seed=5, **kw)
-        c.update_and_fetch(_x(7, t=300), _x(8, t=300))
-        outs = [np.array(_layer(c, i).astype(mx.float32)) for i in range(200)]
-        assert c._fast is not None and c._fast.mixed, f"{name}: not a MIXED DecodeStep"
-        tcs = {t for kind, t in loops if kind == "partial"}
-        assert tcs == ({src.TC_MIX} if on else {False}), (on, tcs)
-        return outs, [np.array(a) for rec in c.state[:2] for _, a in sorted(rec.items())]
-    on_out, on_state = run(True)
-    off_out, off_state = run(False)
-    for i, (a, b) in enumerate(zip(on_out, off_out)):
-        np.testing.assert_allclose(a, b, rtol=0, atol=4e-3 * np.abs(b).max(), err_msg=f"{name}: step {i}")
-    for a, b in zip(on_state, off_state):
-        assert np.array_equal(a, b), f"{name}: stored state differs between the loops"
+    from test_decode_step import test_gpu_mixed_decode_step_matches_the_general_path as general
+    loops_match_on_the_gpu(monkeypatch, tune, name, kw, "tc_mixed", src.TC_MIX, fuse_append=fuse_append,
+                           whole_windows=whole)
     if name in ("tq3-kivi2", "tq3-kivi2-w32"):     # (the configurations that test's own GPU cases take)
         tune(tc_mixed=True)
         katt._static.cache_clear()

@@ -24,7 +24,7 @@ from veloxquant.accelerated.kernels import attention as katt
 from _attention_util import plan_keys
 from test_attention_kernels_emulated import (TC_SPLIT_FRACTION, _REAL_MMA, _packed, emulate,  # noqa: F401
                                              tensor_cores, test_mixed_roles_through_one_partial as _mixed_roles)
-from test_tc_mixed_emulated import _p, _takes
+from test_tc_mixed_emulated import _p, _takes, loops_match_on_the_gpu
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 
@@ -335,27 +335,5 @@ def test_tc_mixkv_decode_steps_on_the_gpu_match_the_scalar_loop(monkeypatch, tun
     KIVI flushes) through the DecodeStep's MIXED launch, with tc_mixkv on (every partial launched is TC_MIXK's) and
     off (the scalar loop's): the stored bytes identical, the outputs within the attention tolerance. `whole`: both
     loops with tuning's whole_windows (csrc/window_bind.h)."""
-    from veloxquant.accelerated.cache import VeloxKVCache
-    from test_decode_step import _layer, _x
-    loops = []
-    real = katt._kernel
-    monkeypatch.setattr(katt, "_kernel", lambda kind, *a, **k: loops.append((kind, a[4] if len(a) > 4 else 0)) or
-                        real(kind, *a, **k))
-
-    def run(on):
-        tune(fuse_append=fuse_append, tc_mixkv=on, whole_windows=whole)
-        katt._static.cache_clear()
-        del loops[:]
-        c = VeloxKVCache(layer=1, seed=5, **kw)
-        c.update_and_fetch(_x(7, t=300), _x(8, t=300))
-        outs = [np.array(_layer(c, i).astype(mx.float32)) for i in range(200)]
-        assert c._fast is not None and c._fast.mixed, f"{name}: not a MIXED DecodeStep"
-        tcs = {t for kind, t in loops if kind == "partial"}
-        assert tcs == ({src.TC_MIXK} if on else {False}), (on, tcs)
-        return outs, [np.array(a) for rec in c.state[:2] for _, a in sorted(rec.items())]
-    on_out, on_state = run(True)
-    off_out, off_state = run(False)
-    for i, (a, b) in enumerate(zip(on_out, off_out)):
-        np.testing.assert_allclose(a, b, rtol=0, atol=4e-3 * np.abs(b).max(), err_msg=f"{name}: step {i}")
-    for a, b in zip(on_state, off_state):
-        assert np.array_equal(a, b), f"{name}: stored state differs between the loops"
+    loops_match_on_the_gpu(monkeypatch, tune, name, kw, "tc_mixkv", src.TC_MIXK, fuse_append=fuse_append,
+                           whole_windows=whole)
