@@ -40,10 +40,11 @@
 #           timed in place), turboquant b4 with window 0 and 32, KIVI and the mixed pair: where the window's
 #           +28 µs of build and +14 µs of encode per layer go (twentieth pass)                     (~3 min)
 #   coldprof  a fresh process's first request (benchmarks/cold_start_child.py, turboquant b4 and fp16) under cProfile,
-#           after two unprofiled runs that fill the disk caches: where ours spends the 1.35 s more          (~1 min)
+#           after two unprofiled runs that fill the disk caches: where ours spends its extra time (decode-step analysis,
+#           twenty-second pass)                                                                        (~1 min)
 #   mixtl   the GPU timeline at 32k, the layer gates' stamps off and in the chain (--chain): the mixed pair with
-#           window 0 and 32 (its step 1.64 of fp16's with window 0, 1.22 with 32), turboquant b4, kivi, prod: whether
-#           the 8-9 µs row before KIVI's, prod's and the mixed pair's layers is their partial's       (~2 min)
+#           window 0 and 32 (why window 0 steps slower), turboquant b4, kivi, prod: whether the row before KIVI's, prod's
+#           and the mixed pair's layers is their partial's (decode-step analysis, twenty-second pass)     (~2 min)
 #   mixkv   tuning.tc_mixkv's GPU twins (tests/test_tc_mixkv_emulated.py), then the 5-bit pick keys kivi 4 + values
 #           turboquant 4 with window 0 and 32, the knob off and on in the same rounds, decode step and generate at
 #           32k and 128k                                                                               (~4 min)
