@@ -84,7 +84,7 @@ def chained_gate(rec: Recorder):
     """A layer gate whose stamp the layer waits for: the gate's copies, a stamp of them, and a second gate (not
     recorded) on that stamp. A recorded stamp is off the chain: behind a gate, the next launch (a partial whose
     blocks fill every SM) can start first and hold it back, so the gate's row takes part of the partial's time.
-    Chained, the gate's row ends when the gate did, and the second gate (~1-3 µs) joins the partial's row."""
+    Chained, the gate's row ends when the gate did, and the second gate (a small copy) joins the partial's row."""
     def gate(arrays, dep):
         outs = gpu_clock.gate(arrays, dep)
         t = gpu_clock.stamp(outs[0])
