@@ -42,8 +42,8 @@ class Tuning:
                                     # (the 3-bit layout beside the QJL signs)
     tc_mixed: bool = True           # ... also turboquant keys (1-4 bits) beside KIVI values (1, 2, 4 bits), a MIXED
                                     # partial's split S - 1 in scalar arithmetic
-    tc_mixkv: bool = False          # ... also KIVI keys (1, 2, 4 bits) beside turboquant values (1-4 bits), a MIXED
-                                    # partial's split S - 1 in scalar arithmetic (off until its GPU twins pass)
+    tc_mixkv: bool = True           # ... also KIVI keys (1, 2, 4 bits) beside turboquant values (1-4 bits), a MIXED
+                                    # partial's split S - 1 in scalar arithmetic (on since its GPU twins passed)
     tc_ragged: bool = True          # ... also a ragged KIVI batch's rows (each its own group phase: tc_kivi's loop;
                                     # docs/ragged-kivi.md: on since its GPU twins passed and the batches measured)
     tc_kpairs: bool = True          # KIVI's loop (ragged rows too): a warp takes two consecutive chunks of one key
