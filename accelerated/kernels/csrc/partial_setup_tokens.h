@@ -27,16 +27,15 @@
   const bool is_win = (s == S);
   int t0 = 0;
   int t1 = vq_min(RK, RV);
+#undef VQ_MS
+#undef VQ_IMAX
+#undef VQ_MIX0
+#undef VQ_XA
+#undef VQ_XG
 #if VQ_MIXED && VQ_RAGGED
 #include "partial_setup_mixed_ragged.h"
 #elif VQ_MIXED
-  if (!is_win) {
-    const int SO = S - 1;
-    const int lo0 = VQ_STARTS ? vq_min((int)rstart[b], QLO) : 0;
-    const int chunk = (QLO - lo0 + SO - 1) / SO;
-    t0 = (s == S - 1) ? QLO : vq_min(QLO, lo0 + s * chunk);
-    t1 = (s == S - 1) ? WQ : vq_min(QLO, t0 + chunk);
-  }
+#include "partial_setup_mixed.h"
 #elif VQ_RAGGED
   // a ragged KIVI batch (accelerated/cache/ragged.py): row b's encoded tokens end at its own boundary QR,
   // from its group phase rphase[b] (template RW: the windows' R, KG: the groups' G), at or past Q, the rows' least
@@ -75,4 +74,11 @@
     t0 = (APPEND && s == S - 1) ? QO : vq_min(QO, lo0 + s * chunk);
     t1 = (APPEND && s == S - 1) ? Q : vq_min(QO, t0 + chunk);
   }
+#endif
+// a MIXED partial's scalar splits VQ_MIX0 .. S - 1, split S - 1's tokens skipping VQ_XG from VQ_XA on (partial_setup_
+// mixed.h); elsewhere split S - 1 alone, its tokens in order
+#ifndef VQ_MIX0
+#define VQ_MIX0 (S - 1)
+#define VQ_XA 0
+#define VQ_XG 0
 #endif

@@ -3,7 +3,7 @@
 // tc_kivi_loop.cuh's (s code + z dequantized into A). KIVI values hold no group of tokens, so chunks start at t0.
   // split S - 1 of a MIXED partial (every row the append encodes, one role's window beside the other's records)
   // runs in scalar arithmetic with the window split (tc_mixed_split.h, over xt0 .. xt1 - 1): no mma chunk there
-  const bool is_mix = VQ_MIXED && s == S - 1;
+  const bool is_mix = VQ_MIXED && s >= VQ_MIX0 && !is_win;
   const int xt0 = t0;
   const int xt1 = t1;
   if (is_mix) {

@@ -26,16 +26,21 @@
     const int x0 = is_win ? t0 : xt0;
     const int x1 = is_win ? t1 : xt1;
 #include VQ_TC_MTOKEN
+    // (split S - 1's tokens: index i is token i, or i + VQ_XG from VQ_XA on: the other scalar splits' share skipped)
+    const int vq_xa = (!is_win && s == S - 1) ? VQ_XA : x1;
+    const int vq_xg = (!is_win && s == S - 1) ? VQ_XG : 0;
+#define VQ_MT_AT(I) ((I) < vq_xa ? (I) : (I) + vq_xg)
 #if VQ_WPF
     // (tuning's tc_window_prefetch: a warp's next token's rows loaded while this one is scored, as tc_window.h)
     VQ_MT_DECL(c)
-    if (x0 + warp < x1) VQ_MT_LOAD(x0 + warp, c)
+    if (x0 + warp < x1) VQ_MT_LOAD(VQ_MT_AT(x0 + warp), c)
 #endif
-    for (int tt = x0 + warp; tt < x1; tt += NW) {
+    for (int vq_i = x0 + warp; vq_i < x1; vq_i += NW) {
+      const int tt = VQ_MT_AT(vq_i);
 #if VQ_WPF
       VQ_MT_DECL(n)
-      const bool vq_more = tt + NW < x1;
-      if (vq_more) VQ_MT_LOAD(tt + NW, n)
+      const bool vq_more = vq_i + NW < x1;
+      if (vq_more) VQ_MT_LOAD(VQ_MT_AT(vq_i + NW), n)
 #else
       VQ_MT_DECL(c)
       VQ_MT_LOAD(tt, c)
@@ -60,6 +65,7 @@
       }
 #endif
     }
+#undef VQ_MT_AT
 #undef VQ_MT_VEX
 #undef VQ_MT_DECL
 #undef VQ_MT_LOAD

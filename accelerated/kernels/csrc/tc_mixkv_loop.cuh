@@ -4,7 +4,7 @@
 // as KIVI's (KP consecutive ones in one key group).
   // split S - 1 of a MIXED partial (the rows the append encodes, the keys' window beside the values' records) runs in
   // scalar arithmetic with the window split (tc_mixed_split.h with tc_mixkv_token.h, over xt0 .. xt1 - 1)
-  const bool is_mix = VQ_MIXED && s == S - 1;
+  const bool is_mix = VQ_MIXED && s >= VQ_MIX0 && !is_win;
   const int xt0 = t0;
   const int xt1 = t1;
   if (is_mix) {

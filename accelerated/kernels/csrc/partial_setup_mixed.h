@@ -1,0 +1,39 @@
+// partial_setup_tokens.h's token ranges of a MIXED partial (not ragged: partial_setup_mixed_ragged.h): splits 0 ..
+// S - MS - 1 the roles' common encoded tokens from the row's start to QLO, evenly; splits S - MS .. S - 1 in scalar
+// arithmetic (tc_mixed_split.h), MS = VQ_MIXS (tuning's tc_mixed_splits, tensor-core texts; 1 elsewhere).
+#ifndef VQ_MIXS
+#define VQ_MIXS 1
+#endif
+// (macros, not registers: the scalar splits read them after the mma loop; VQ_MIXS 1: the text before the knob)
+#if VQ_MIXS == 1
+#define VQ_MS 1
+#define VQ_MIX0 (S - 1)
+#define VQ_XA 0
+#define VQ_XG 0
+  if (!is_win) {
+    const int SO = S - 1;
+    const int lo0 = VQ_STARTS ? vq_min((int)rstart[b], QLO) : 0;
+    const int chunk = (QLO - lo0 + SO - 1) / SO;
+    t0 = (s == S - 1) ? QLO : vq_min(QLO, lo0 + s * chunk);
+    t1 = (s == S - 1) ? WQ : vq_min(QLO, t0 + chunk);
+  }
+#else
+// (integers throughout: vq_max is float's)
+#define VQ_IMAX(A, B) ((A) > (B) ? (A) : (B))
+#define VQ_MS VQ_IMAX(1, vq_min(VQ_MIXS, S - 1))
+#define VQ_MIX0 (S - VQ_MS)
+#define VQ_XA vq_min(QK, QV)
+#define VQ_MB VQ_IMAX(VQ_XA, VQ_IMAX(QK - VQ_KTENC, QV - VQ_VTENC))
+#define VQ_MC ((VQ_MB - VQ_XA + VQ_MS - 1) / VQ_MS)
+#define VQ_XG (vq_min(VQ_MB, VQ_XA + (VQ_MS - 1) * VQ_MC) - VQ_XA)
+  if (!is_win) {
+    // VQ_MIXS splits (tuning's tc_mixed_splits) share VQ_XA .. VQ_MB - 1, where one role is exact and the other's
+    // records are older than this launch; split S - 1 alone takes the rows the append encodes, at either end of
+    // QLO .. WQ - 1 (its tokens skip VQ_XG from VQ_XA on: the other scalar splits')
+    const int SO = VQ_MIX0;
+    const int lo0 = VQ_STARTS ? vq_min((int)rstart[b], QLO) : 0;
+    const int chunk = (QLO - lo0 + SO - 1) / SO;
+    t0 = (s == S - 1) ? QLO : (s >= SO) ? vq_min(VQ_MB, VQ_XA + (s - SO) * VQ_MC) : vq_min(QLO, lo0 + s * chunk);
+    t1 = (s == S - 1) ? WQ - VQ_XG : (s >= SO) ? vq_min(VQ_MB, t0 + VQ_MC) : vq_min(QLO, t0 + chunk);
+  }
+#endif
