@@ -52,8 +52,8 @@ class Tuning:
     tc_window_prefetch: bool = False  # the tensor-core partial's window split loads a warp's next token while it scores
                                     # one (csrc/tc_window.h, VQ_WPF; the same arithmetic in the same order)
     tc_prefetch: int = 2            # chunks the tensor-core loop loads ahead while it scores one
-    tc_mixed_splits: int = 1        # threadgroups of a MIXED tensor-core partial (TC_MIX, TC_MIXK) that share the tokens
-                                    # of one role's window beside the other's records, in scalar arithmetic
+    tc_mixed_splits: int = 1        # threadgroups of a MIXED tensor-core partial (TC_MIX, TC_MIXK) that share the
+                                    # tokens of one role's window beside the other's records, in scalar arithmetic
                                     # (csrc/partial_setup_mixed.h; 1: split S - 1 alone)
     tc_min_blocks: int = 2          # threadgroups per multiprocessor the tensor-core partial is compiled for
     tc_waves: int = 1               # times the tensor-core loop's threadgroups fill the GPU (sets its split count)
@@ -78,8 +78,8 @@ class Tuning:
         for f in dataclasses.fields(self):
             _check(f.name, getattr(self, f.name))
         for name in ("partial_threads", "tokens_per_split", "long_split", "max_threadgroups", "combine_threads",
-                     "tc_prefetch", "tc_mixed_splits", "tc_min_blocks", "tc_waves", "max_warps", "big_warps", "block_cap",
-                     "compact_rows", "attention_block"):
+                     "tc_prefetch", "tc_mixed_splits", "tc_min_blocks", "tc_waves", "max_warps", "big_warps",
+                     "block_cap", "compact_rows", "attention_block"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
         if self.prefetch not in (0, 1):

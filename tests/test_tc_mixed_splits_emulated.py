@@ -1,6 +1,6 @@
 """tuning's tc_mixed_splits: a MIXED partial on a tensor-core loop (TC_MIX: turboquant keys beside KIVI values; TC_MIXK:
 KIVI keys beside turboquant or rabitq values) shares the tokens where one role is exact and the other's records are
-older than the launch (csrc/partial_setup_mixed.h: MA .. MB - 1, KIVI's window beside the other role's records) among
+older than the launch (csrc/partial_setup_mixed.h: VQ_XA .. VQ_MB - 1, KIVI's window beside the other's records) among
 its last splits in scalar arithmetic, instead of split S - 1 alone; split S - 1 keeps the rows the append inside
 encodes. Emulated on the CPU against float64 within the tensor-core cases' bounds, with the append inside (blocks in
 both orders: a split that read a row the append writes would see its poison); the GPU twins run the decode step

@@ -231,8 +231,9 @@ case $stage in
     for a in "$pair" "$pair (window 32)"; do for n in 2 4 8; do arms+=("$a [TC_MIXED_SPLITS=$n]"); done; done
     step msplits-timeline python3 -m veloxquant.tools.dev.gpu_timeline --context 32768 --chain --arms "${arms[@]}" \
       --json "$out/msplits-timeline-32k.json"
+    w32="$pair (window 32)"
     step msplits-ab "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
-      131072 --bench-arms "$pair" "$pair [TC_MIXED_SPLITS=4]" "$pair (window 32)" "$pair (window 32) [TC_MIXED_SPLITS=4]" \
+      131072 --bench-arms "$pair" "$pair [TC_MIXED_SPLITS=4]" "$w32" "$w32 [TC_MIXED_SPLITS=4]" \
       --bench-partial "$out/msplits-ab.json"
     ;;
   kernels)
