@@ -1110,8 +1110,9 @@ def test_mixed_roles_through_one_partial(case, monkeypatch, tune, tc=False):
     other's window (no decode of the cache, no concatenation), the window split both windows from their own rows.
     Without the append and with it (split S - 1 encodes each role's own rows: the keys' token, the values' group at
     a flush or none, bit for bit accelerated.ops' one-shot encode, blocks in both orders), within the float64
-    budget over all T tokens. `tc`: the loop the case takes, tuning's tc_mixed (tests/test_tc_mixed_emulated.py)."""
-    tune(tokens_per_split=16, tc_mixed=bool(tc))
+    budget over all T tokens. `tc`: the loop the case takes, tuning's tc_mixed (tests/test_tc_mixed_emulated.py) or
+    tc_mixkv (TC_MIXK, tests/test_tc_mixkv_emulated.py); False: both off."""
+    tune(tokens_per_split=16, tc_mixed=bool(tc), tc_mixkv=tc == src.TC_MIXK)
     monkeypatch.setattr(katt, "_mma_available", lambda: True)    # (MIXED: the scalar loop but with tuning's tc_mixed)
     katt._static.cache_clear()
     try:

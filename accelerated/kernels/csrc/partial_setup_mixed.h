@@ -4,6 +4,11 @@
 #ifndef VQ_MIXS
 #define VQ_MIXS 1
 #endif
+#undef VQ_MS
+#undef VQ_IMAX
+#undef VQ_MIX0
+#undef VQ_XA
+#undef VQ_XG
 // (macros, not registers: the scalar splits read them after the mma loop; VQ_MIXS 1: the text before the knob)
 #if VQ_MIXS == 1
 #define VQ_MS 1

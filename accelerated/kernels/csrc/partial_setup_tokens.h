@@ -27,11 +27,6 @@
   const bool is_win = (s == S);
   int t0 = 0;
   int t1 = vq_min(RK, RV);
-#undef VQ_MS
-#undef VQ_IMAX
-#undef VQ_MIX0
-#undef VQ_XA
-#undef VQ_XG
 #if VQ_MIXED && VQ_RAGGED
 #include "partial_setup_mixed_ragged.h"
 #elif VQ_MIXED
@@ -75,10 +70,4 @@
     t1 = (APPEND && s == S - 1) ? Q : vq_min(QO, t0 + chunk);
   }
 #endif
-// a MIXED partial's scalar splits VQ_MIX0 .. S - 1, split S - 1's tokens skipping VQ_XG from VQ_XA on (partial_setup_
-// mixed.h); elsewhere split S - 1 alone, its tokens in order
-#ifndef VQ_MIX0
-#define VQ_MIX0 (S - 1)
-#define VQ_XA 0
-#define VQ_XG 0
-#endif
+#include "partial_setup_splits.h"
