@@ -113,21 +113,32 @@ def test_turboquant_keys_kivi_values_on_the_tensor_core_loop_within_the_attentio
     _check(c, lambda q, k, v, scale, mask, mixed: emulate(q, k, v, scale, mask, mixed=mixed))
 
 
-@pytest.mark.parametrize("c", CASES, ids=[_id(c) for c in CASES])
-def test_window_prefetch_is_the_same_arithmetic_on_the_tc_mixed_loop(c, tensor_cores, tune, monkeypatch):
-    """tuning's tc_window_prefetch in the MIXED partial's scalar splits (csrc/tc_mixed_split.h, VQ_WPF: a warp's next
-    token's code words, norm, exact rows and value scales loaded while it scores one): the emulated output is bit for
-    bit the one without it."""
+def prefetch_is_the_same_arithmetic(records, loop, name: str, monkeypatch) -> None:
+    """`records` (q, k, v, scale, mask, mixed) on `loop`, emulated with tuning's tc_window_prefetch (VQ_WPF) and
+    without: the outputs bit for bit the same (both MIXED loops' prefetch tests)."""
     from test_attention_kernels_emulated import _window_prefetch
-    tune(tc_mixed=True, tokens_per_split=64)
-    q, k, v, scale, mask, mixed = _records(c)
-    assert katt.launch_plan(q, k, v, scale, mask, mixed=mixed).key[4] == src.TC_MIX
+    q, k, v, scale, mask, mixed = records
+    assert katt.launch_plan(q, k, v, scale, mask, mixed=mixed).key[4] == loop
     plain = emulate(q, k, v, scale, mask, mixed=mixed)
     with monkeypatch.context() as m:
         _window_prefetch(m)
         ahead = emulate(q, k, v, scale, mask, mixed=mixed)
     assert np.array_equal(plain.view(np.uint8), ahead.view(np.uint8)), \
-        f"tc_window_prefetch changed the output of case {_id(c)}"
+        f"tc_window_prefetch changed the output of case {name}"
+
+
+def on_the_gpu(q, k, v, scale, mask, mixed) -> np.ndarray:
+    """The call through the compiled kernels (the GPU twins' `run`)."""
+    return np.array(katt.attention(q, k, v, scale, mask, mixed=mixed).astype(mx.float32))
+
+
+@pytest.mark.parametrize("c", CASES, ids=[_id(c) for c in CASES])
+def test_window_prefetch_is_the_same_arithmetic_on_the_tc_mixed_loop(c, tensor_cores, tune, monkeypatch):
+    """tuning's tc_window_prefetch in the MIXED partial's scalar splits (csrc/tc_mixed_split.h, VQ_WPF: a warp's next
+    token's code words, norm, exact rows and value scales loaded while it scores one): the emulated output is bit for
+    bit the one without it."""
+    tune(tc_mixed=True, tokens_per_split=64)
+    prefetch_is_the_same_arithmetic(_records(c), src.TC_MIX, _id(c), monkeypatch)
 
 
 FUSED_CASES = [CASES[0]] + [next(c for c in CASES if how in c[-1]) for how in ("-k", "plain", "aligned")]
@@ -148,8 +159,7 @@ def test_turboquant_keys_kivi_values_on_the_gpu_within_the_attention_budget(c, t
     """The tc_mixed cases through the compiled kernel (the hardware's mma accumulation)."""
     tune(tc_mixed=True, tokens_per_split=64)
     katt._static.cache_clear()
-    _check(c, lambda q, k, v, scale, mask, mixed: np.array(
-        katt.attention(q, k, v, scale, mask, mixed=mixed).astype(mx.float32)))
+    _check(c, on_the_gpu)
 
 
 APPEND_CASES = [c for c in MIXED_CASES if c[0][0] == TQ and c[1][0] == "kivi"] + [
@@ -172,11 +182,17 @@ def test_append_inside_the_partial_on_the_tc_mixed_loop(case, monkeypatch, tune)
     bit accelerated.ops' one-shot encode), copies the chunk into the values' window, and attends those rows and the
     window in scalar arithmetic beside the encoded splits' mma loop; blocks in both orders; the output within the
     float64 bound (tests/test_attention_kernels_emulated.py's MIXED check, with this loop asserted)."""
-    seen = plan_keys(monkeypatch)
     tune(tc_mixed=True)
-    _mixed_roles(case, monkeypatch, tune, tc=src.TC_MIX)
+    appends_on_the_loop(case, monkeypatch, tune, src.TC_MIX, 4 if case[0][2] else 3)
+
+
+def appends_on_the_loop(case, monkeypatch, tune, loop, haswin: int) -> None:
+    """tests/test_attention_kernels_emulated.py's MIXED check of `case` (the append inside too) on `loop`: every
+    partial planned is that loop's with HASWIN `haswin`, and some with the append inside."""
+    seen = plan_keys(monkeypatch)
+    _mixed_roles(case, monkeypatch, tune, tc=loop)
     appended = [k for k in seen if k[6]]
-    assert appended and all(k[4] == src.TC_MIX and k[2] == (4 if case[0][2] else 3) for k in seen), seen
+    assert appended and all(k[4] == loop and k[2] == haswin for k in seen), seen
 
 
 def _takes(kp, vp, d, how, **knobs):

@@ -13,9 +13,7 @@ import numpy as np
 import pytest
 
 from veloxquant.accelerated.kernels import attention as katt
-from _attention_util import plan_keys
 from test_attention_kernels_emulated import _REAL_MMA, emulate, tensor_cores  # noqa: F401
-from test_attention_kernels_emulated import test_mixed_roles_through_one_partial as _mixed_roles
 import test_tc_mixed_emulated as tm
 import test_tc_mixkv_emulated as tk
 
@@ -79,11 +77,10 @@ def test_append_inside_with_mixed_splits(m, case, loop, monkeypatch, tune):
     """The fused decode step's MIXED launch with tc_mixed_splits 4: split S - 1 encodes the rows (the per-token role's
     token, KIVI's group at a flush) and attends them; the other scalar splits only older records and windows, so the
     output is the same in both block orders, the rows bit for bit one-shot encode's, within the float64 bound."""
-    seen = plan_keys(monkeypatch)
     tune(**({"tc_mixkv": True} if loop == src.TC_MIXK else {}))
     _splits(monkeypatch, 4)
-    _mixed_roles(case, monkeypatch, tune, tc=loop)
-    assert [k for k in seen if k[6]] and all(k[4] == loop for k in seen), seen
+    tm.appends_on_the_loop(case, monkeypatch, tune, loop, (4 if case[0][2] else 3) if m is tm else
+                           (4 if case[1][2] else 2))
 
 
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")

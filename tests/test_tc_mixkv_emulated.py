@@ -21,10 +21,10 @@ import pytest
 from veloxquant import spec
 from veloxquant.accelerated import attention as aatt
 from veloxquant.accelerated.kernels import attention as katt
-from _attention_util import plan_keys
 from test_attention_kernels_emulated import (TC_SPLIT_FRACTION, _REAL_MMA, _packed, emulate,  # noqa: F401
-                                             tensor_cores, test_mixed_roles_through_one_partial as _mixed_roles)
-from test_tc_mixed_emulated import _p, _takes, loops_match_on_the_gpu
+                                             tensor_cores)
+from test_tc_mixed_emulated import (_p, _takes, appends_on_the_loop, loops_match_on_the_gpu, on_the_gpu,
+                                    prefetch_is_the_same_arithmetic)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 
@@ -137,16 +137,8 @@ WINDOWED = [c for c in CASES if c[-1] != "plain"]
 def test_window_prefetch_is_the_same_arithmetic_on_the_tc_mixkv_loop(c, tensor_cores, tune, monkeypatch):
     """tuning's tc_window_prefetch in the scalar splits (csrc/tc_mixed_split.h, VQ_WPF, with tc_mixkv_token.h's
     register sets): the emulated output is bit for bit the one without it."""
-    from test_attention_kernels_emulated import _window_prefetch
     tune(tc_mixkv=True, tokens_per_split=64)
-    q, k, v, scale, mask, mixed = _records(c)
-    assert katt.launch_plan(q, k, v, scale, mask, mixed=mixed).key[4] == src.TC_MIXK
-    plain = emulate(q, k, v, scale, mask, mixed=mixed)
-    with monkeypatch.context() as m:
-        _window_prefetch(m)
-        ahead = emulate(q, k, v, scale, mask, mixed=mixed)
-    assert np.array_equal(plain.view(np.uint8), ahead.view(np.uint8)), \
-        f"tc_window_prefetch changed the output of case {_id(c)}"
+    prefetch_is_the_same_arithmetic(_records(c), src.TC_MIXK, _id(c), monkeypatch)
 
 
 FUSED_CASES = [CASES[0], CASES[9], CASES[13], CASES[15]]
@@ -178,8 +170,7 @@ def test_kivi_keys_turboquant_values_on_the_gpu_within_the_attention_budget(c, t
     """The tc_mixkv cases through the compiled kernel (the hardware's mma accumulation)."""
     tune(tc_mixkv=True, tokens_per_split=64)
     katt._static.cache_clear()
-    _check(c, lambda q, k, v, scale, mask, mixed: np.array(
-        katt.attention(q, k, v, scale, mask, mixed=mixed).astype(mx.float32)))
+    _check(c, on_the_gpu)
 
 
 APPEND_CASES = [
@@ -210,11 +201,8 @@ def test_append_inside_the_partial_on_the_tc_mixkv_loop(case, monkeypatch, tune)
     bit accelerated.ops' one-shot encode), copies the chunk into the keys' window, and attends those rows and the
     window in scalar arithmetic beside the encoded splits' mma loop; blocks in both orders; the output within the
     float64 bound (tests/test_attention_kernels_emulated.py's MIXED check, with this loop asserted)."""
-    seen = plan_keys(monkeypatch)
     tune(tc_mixkv=True)
-    _mixed_roles(case, monkeypatch, tune, tc=src.TC_MIXK)
-    appended = [k for k in seen if k[6]]
-    assert appended and all(k[4] == src.TC_MIXK and k[2] == (4 if case[1][2] else 2) for k in seen), seen
+    appends_on_the_loop(case, monkeypatch, tune, src.TC_MIXK, 4 if case[1][2] else 2)
 
 
 @pytest.mark.parametrize("kp,vp,d,how", [
