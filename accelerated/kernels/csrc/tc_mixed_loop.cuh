@@ -1,14 +1,7 @@
 // Steps 3-4 of the partial kernel on tensor cores for turboquant keys beside KIVI values (attention_tc.py): the keys'
 // score pass as tc_loop.cuh's (csrc/tc_tens_*.cuh: 3-bit codes or whole words), the values' m-tiles as
 // tc_kivi_loop.cuh's (s code + z dequantized into A). KIVI values hold no group of tokens, so chunks start at t0.
-  // split S - 1 of a MIXED partial (every row the append encodes, one role's window beside the other's records)
-  // runs in scalar arithmetic with the window split (tc_mixed_split.h, over xt0 .. xt1 - 1): no mma chunk there
-  const bool is_mix = VQ_MIXED && s >= VQ_MIX0 && !is_win;
-  const int xt0 = t0;
-  const int xt1 = t1;
-  if (is_mix) {
-    t1 = t0;
-  }
+#include "tc_mixed_scalar.h"
 #include "tc_loop_setup.cuh"
   constexpr uint32_t VMASK = (1u << VB1) - 1u;
   // a lane group's D / 8 value coordinates lie in one coordinate group (D / 8 <= 16 <= VG): one (s, z) per token

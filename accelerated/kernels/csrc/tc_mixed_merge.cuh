@@ -1,4 +1,4 @@
-// tc_mixed_loop.cuh's end: as tc_loop_merge.cuh, with a MIXED partial's window split and split S - 1 in scalar
+// tc_mixed_loop.cuh's end: as tc_loop_merge.cuh, with a MIXED partial's window split and scalar splits in scalar
 // arithmetic (tc_mixed_split.h: each role's window from its own rows).
   SHARED(float, swo, NW * QB * D);
   SHARED(float, swm, NW * 4);

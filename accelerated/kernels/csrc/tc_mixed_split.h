@@ -1,11 +1,12 @@
 // The scalar splits of a MIXED partial (attention_source.MIXED_WINDOWS, HASWIN 2 / 3 / 4) on the tensor-core kernel of
 // one role per token beside KIVI's other (tc_mixed_loop.cuh, tc_mixkv_loop.cuh): the window split (tokens 0 .. t1 - 1,
-// each role's window from its own row tt + KWO / tt + VWO, at position WQ + tt) and split S - 1 (xt0 .. xt1 - 1: the
-// rows this launch's append encodes and one role's window beside the other's records). Few tokens, some exact, so
-// scalar arithmetic as partial_loop.h attends them, laid out as tc_window.h's: warp w takes tokens w, w + NW, ...,
-// lane l coordinates l + 32 j. Encoded keys dot sq (rotated in split S - 1 for rotated keys); exact keys the scaled
-// query as given, qx (a rotation keeps dot products: partial_loop.h rotates the key instead, its query registers
-// being rotated). The pair's token macros (VQ_TC_MTOKEN: tc_mixed_token.h, tc_mixkv_token.h) read the records.
+// each role's window from its own row tt + KWO / tt + VWO, at position WQ + tt) and splits VQ_MIX0 .. S - 1 (xt0 ..
+// xt1 - 1: the rows this launch's append encodes, in S - 1, and one role's window beside the other's records). Few
+// tokens, some exact, so scalar arithmetic as partial_loop.h attends them, laid out as tc_window.h's: warp w takes
+// tokens w, w + NW, ..., lane l coordinates l + 32 j. Encoded keys dot sq (rotated in those splits for rotated keys);
+// exact keys the scaled query as given, qx (a rotation keeps dot products: partial_loop.h rotates the key instead, its
+// query registers being rotated). The pair's token macros (VQ_TC_MTOKEN: tc_mixed_token.h, tc_mixkv_token.h) read the
+// records.
     constexpr int WJ = D / 32;
     float wm[QB];
     float wl[QB];

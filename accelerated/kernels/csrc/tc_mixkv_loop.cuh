@@ -2,14 +2,7 @@
 // the sibling of tc_mixed_loop.cuh, attention_tc.py): the keys' scores as tc_kivi_loop.cuh's (tc_kivi_scores.cuh), the
 // values' m-tiles as tc_loop.cuh's (tc_loop_values.cuh: codes looked up in tabv, P' = p * norm * fv), a warp's chunks
 // as KIVI's (KP consecutive ones in one key group).
-  // split S - 1 of a MIXED partial (the rows the append encodes, the keys' window beside the values' records) runs in
-  // scalar arithmetic with the window split (tc_mixed_split.h with tc_mixkv_token.h, over xt0 .. xt1 - 1)
-  const bool is_mix = VQ_MIXED && s >= VQ_MIX0 && !is_win;
-  const int xt0 = t0;
-  const int xt1 = t1;
-  if (is_mix) {
-    t1 = t0;
-  }
+#include "tc_mixed_scalar.h"
 #include "tc_mixkv_setup.cuh"
   // one chunk's loads (tokens outside t0 .. t1 - 1 read token t0's rows, as tc_kivi_loop.cuh's): key words of tokens
   // tb + 8 nt + g; value words and norm VN of the tokens of slot x (rabitq, MV = 2: its factor (n s_d) / ip, 0 where

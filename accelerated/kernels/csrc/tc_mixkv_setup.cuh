@@ -1,14 +1,15 @@
-// tc_mixkv_loop.cuh's setup: KIVI keys (MK = 4) beside per-token codebook values (turboquant MV = 0, rabitq MV = 2). The keys' side is
-// tc_kivi_setup.cuh's (A: the query times the key group's scales, rebuilt per group; B: the codes as float16 integers;
-// zq = q . z[grp] per row), the values' tc_loop_setup.cuh's (the codebook's entries in tabv, scaled by ftv; the
-// token's norm in P'); the fragment maps and code layouts are theirs (VQ_TC_SIZES / VQ_TC_BASES: tc_tens_*.cuh).
+// tc_mixkv_loop.cuh's setup: KIVI keys (MK = 4) beside per-token codebook values (turboquant MV = 0, rabitq MV = 2).
+// The keys' side is tc_kivi_setup.cuh's (A: the query times the key group's scales, rebuilt per group; B: the codes as
+// float16 integers; zq = q . z[grp] per row), the values' tc_loop_setup.cuh's (the codebook's entries in tabv, scaled
+// by ftv; the token's norm in P'); the fragment maps and code layouts are theirs (VQ_TC_SIZES / VQ_TC_BASES:
+// tc_tens_*.cuh).
   constexpr int KS = D / 16;
 #include VQ_TC_SIZES
   constexpr int MT = D / 16;
 #include "tc_lanes.cuh"
   // chunks of 16 tokens from t0 rounded down to 16 KP, so that a warp's KP chunks lie in one key group (tc_kpairs:
   // tc_kivi_setup.cuh); the tokens below t0 are the split before's (masked); an empty split (a MIXED partial's
-  // split S - 1: its tokens are tc_mixed_split.h's) takes no chunk
+  // scalar splits: their tokens are tc_mixed_split.h's) takes no chunk
   const int ta = t0 - (t0 & (16 * KP - 1));
   const int nch = (is_win || t1 <= t0) ? 0 : (t1 - ta + 15) / 16;
   // the value table's scale: a power of two that puts the largest |entry| near 2^11 (tc_loop_setup.cuh)
