@@ -80,23 +80,30 @@ HASWIN = {"mixed": 3, "aligned": 1, "plain": 0}
 
 
 def _check(c, run):
-    """The case through `run(q, k, v, scale, mask, mixed)` on the TC_MIX loop, against float64 over the records'
-    decode within conformance's attention budget (TC_SPLIT_FRACTION of it for float32 queries, as turboquant b4's
-    tensor-core cases)."""
+    """The case through `run(q, k, v, scale, mask, mixed)` on the TC_MIX loop, within the attention budget
+    (within_the_budget)."""
+    within_the_budget(_records(c), run, src.TC_MIX, HASWIN[c[-1].split("-k")[0]] + ("-k" in c[-1]),
+                      f"TC_MIX loop, case {_id(c)}")
+
+
+def within_the_budget(records, run, loop, haswin: int, name: str) -> None:
+    """`records` (q, k, v, scale, mask, mixed) through `run(q, k, v, scale, mask, mixed)`, its plan on `loop` with
+    HASWIN `haswin`, against float64 over the records' decode within conformance's attention budget
+    (TC_SPLIT_FRACTION of it for float32 queries, as turboquant b4's tensor-core cases; both MIXED loops' checks)."""
     from veloxquant.conformance.attention_checks import attention_budget, attention_f64
-    q, k, v, scale, mask, mixed = _records(c)
+    q, k, v, scale, mask, mixed = records
     plan = katt.launch_plan(q, k, v, scale, mask, mixed=mixed)
-    assert plan.key[4] == src.TC_MIX and int(plan.key[2]) == HASWIN[c[-1].split("-k")[0]] + ("-k" in c[-1]), plan.key
+    assert plan.key[4] == loop and int(plan.key[2]) == haswin, plan.key
     got = run(q, k, v, scale, mask, mixed).astype(np.float64)
     qf = np.array(q.astype(mx.float32)).astype(np.float64)
     k64, v64 = np.array(k.dequantized()).astype(np.float64), np.array(v.dequantized()).astype(np.float64)
     want, p, kr, vr = attention_f64(qf, k64, v64, scale, mask)
     budget = attention_budget(qf, kr, vr, p, scale, True, False)
-    if c[3] != mx.float32:
-        budget = budget + np.abs(want) * (2.0 ** -11 if c[3] == mx.float16 else 2.0 ** -8)
+    if q.dtype != mx.float32:
+        budget = budget + np.abs(want) * (2.0 ** -11 if q.dtype == mx.float16 else 2.0 ** -8)
     ratio = np.abs(got - want) / budget
-    bound = TC_SPLIT_FRACTION if c[3] == mx.float32 else 1.0
-    assert ratio.max() <= bound, (f"TC_MIX loop, case {_id(c)}: worst error / budget {ratio.max():.3g} > {bound} at "
+    bound = TC_SPLIT_FRACTION if q.dtype == mx.float32 else 1.0
+    assert ratio.max() <= bound, (f"{name}: worst error / budget {ratio.max():.3g} > {bound} at "
                                   f"{np.unravel_index(ratio.argmax(), ratio.shape)}")
 
 

@@ -21,10 +21,10 @@ import pytest
 from veloxquant import spec
 from veloxquant.accelerated import attention as aatt
 from veloxquant.accelerated.kernels import attention as katt
-from test_attention_kernels_emulated import (TC_SPLIT_FRACTION, _REAL_MMA, _packed, emulate,  # noqa: F401
+from test_attention_kernels_emulated import (_REAL_MMA, _packed, emulate,  # noqa: F401
                                              tensor_cores)
 from test_tc_mixed_emulated import (_p, _takes, appends_on_the_loop, loops_match_on_the_gpu, on_the_gpu,
-                                    prefetch_is_the_same_arithmetic)
+                                    prefetch_is_the_same_arithmetic, within_the_budget)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed: no CPU emulation")
 
@@ -93,24 +93,9 @@ def _records(c):
 
 
 def _check(c, run, loop=src.TC_MIXK):
-    """The case through `run(q, k, v, scale, mask, mixed)` on `loop` (TC_MIXK's; False: the scalar loop), against
-    float64 over the records' decode within conformance's attention budget (TC_SPLIT_FRACTION of it for float32
-    queries, as turboquant b4's tensor-core cases)."""
-    from veloxquant.conformance.attention_checks import attention_budget, attention_f64
-    q, k, v, scale, mask, mixed = _records(c)
-    plan = katt.launch_plan(q, k, v, scale, mask, mixed=mixed)
-    assert plan.key[4] == loop and int(plan.key[2]) == _haswin(c), plan.key
-    got = run(q, k, v, scale, mask, mixed).astype(np.float64)
-    qf = np.array(q.astype(mx.float32)).astype(np.float64)
-    k64, v64 = np.array(k.dequantized()).astype(np.float64), np.array(v.dequantized()).astype(np.float64)
-    want, p, kr, vr = attention_f64(qf, k64, v64, scale, mask)
-    budget = attention_budget(qf, kr, vr, p, scale, True, False)
-    if c[3] != mx.float32:
-        budget = budget + np.abs(want) * (2.0 ** -11 if c[3] == mx.float16 else 2.0 ** -8)
-    ratio = np.abs(got - want) / budget
-    bound = TC_SPLIT_FRACTION if c[3] == mx.float32 else 1.0
-    assert ratio.max() <= bound, (f"loop {loop}, case {_id(c)}: worst error / budget {ratio.max():.3g} > {bound} at "
-                                  f"{np.unravel_index(ratio.argmax(), ratio.shape)}")
+    """The case through `run(q, k, v, scale, mask, mixed)` on `loop` (TC_MIXK's; False: the scalar loop), within the
+    attention budget (test_tc_mixed_emulated.within_the_budget)."""
+    within_the_budget(_records(c), run, loop, _haswin(c), f"loop {loop}, case {_id(c)}")
 
 
 def _emulated(q, k, v, scale, mask, mixed):
