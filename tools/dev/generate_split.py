@@ -30,6 +30,8 @@ import mlx.core as mx
 
 from ..bench import gpu_clock
 
+WARM_TOKENS = 40
+
 
 def token_times(model, caches, tok: mx.array, clock=gpu_clock, reps: int = 9) -> dict:
     """{build_s, encode_s, gpu_s}: medians over `reps` forwards of one token (each appends to `caches`)."""
@@ -80,7 +82,9 @@ def measure(arms: list[str], context: int, n_layers: int, tokens: int, rounds: i
         with bd.knobs(arm):
             caches = bd.make(arm, n_layers)
             bd.prefill(caches, context, lambda *a: None)
-            for _ in range(3):          # plans made, kernels compiled
+            # plans made, kernels compiled, and a KIVI window's whole flush cycle (G = 32 tokens) seen: tuning's
+            # whole_windows keeps its launch rows per window length, so fewer forwards time that cache's first misses
+            for _ in range(WARM_TOKENS):
                 mx.eval(model(tok[None], cache=caches))
             row = token_times(model, caches, tok, clock)
             row["wall_s"] = wall_per_token(model, caches, tok, tokens, rounds)
