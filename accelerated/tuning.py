@@ -52,9 +52,11 @@ class Tuning:
     tc_window_prefetch: bool = False  # the tensor-core partial's window split loads a warp's next token while it scores
                                     # one (csrc/tc_window.h, VQ_WPF; the same arithmetic in the same order)
     tc_prefetch: int = 2            # chunks the tensor-core loop loads ahead while it scores one
-    tc_mixed_splits: int = 1        # threadgroups of a MIXED tensor-core partial (TC_MIX, TC_MIXK) that share the
-                                    # tokens of one role's window beside the other's records, in scalar arithmetic
-                                    # (csrc/partial_setup_mixed.h; 1: split S - 1 alone)
+    tc_mixed_splits: int = 4        # threadgroups of a MIXED tensor-core partial (TC_MIX, TC_MIXK) that share the
+                                    # tokens of one role's window beside the other's records, in scalar arithmetic,
+                                    # at most (csrc/partial_setup_mixed.h; 1: split S - 1 alone)
+    tc_mixed_cost: int = 16         # ... as many as balance a scalar token costed as this many tensor-core tokens
+                                    # against the tensor-core splits, per launch (0: always tc_mixed_splits)
     tc_min_blocks: int = 2          # threadgroups per multiprocessor the tensor-core partial is compiled for
     tc_waves: int = 1               # times the tensor-core loop's threadgroups fill the GPU (sets its split count)
     cold_loops: bool = False        # CUDA: loops a threadgroup runs once are not unrolled (VQ_COLD)
@@ -82,6 +84,8 @@ class Tuning:
                      "block_cap", "compact_rows", "attention_block"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
+        if self.tc_mixed_cost < 0:
+            raise ValueError(f"tc_mixed_cost: must be at least 0, got {self.tc_mixed_cost}")
         if self.prefetch not in (0, 1):
             raise ValueError(f"prefetch: must be 0 or 1, got {self.prefetch}")
         if self.specialize_rows < 0:

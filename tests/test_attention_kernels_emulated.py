@@ -269,7 +269,9 @@ def _source(plan: katt.Plan, in_types: dict, out_type: str) -> str:
     whole = len(plan.key) > 9 and plan.key[9]       # (tuning's whole_windows: csrc/window_bind.h first)
     p_ins, c_ins = plan.partial_names, src.inputs("combine", append=append)
     types = {**in_types, "o_acc": "float", "o_ml": "float", "f_c": "float", "tok": "bool"}
-    pbody = ((src.whole_windows(plan.key[2], append) if whole else "")
+    # (a MIXED tensor-core partial's scalar splits: the defines a CUDA launch's header takes from the tuning)
+    pbody = (src.mixed_defines(*src.mixed_knobs(plan.key[4], plan.key[2], ragged))
+             + (src.whole_windows(plan.key[2], append) if whole else "")
              + (src.append_block(*plan.key[:3], ragged=ragged) if append else "")
              + src.aliases("partial", *plan.key[:4], append=append, starts=starts, ragged=ragged)
              + src.partial_body(plan.key[0], plan.key[1], plan.key[4]))

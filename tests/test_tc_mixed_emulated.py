@@ -305,6 +305,8 @@ def test_cuda_tc_mixed_partial_compiles_without_spills(tmp_path):
         body += _kernel(name, partial, src.inputs("partial", 0, 4, haswin, fused, append), outs, types, tmpl)
         body += _UNDEF + ("#undef cnt\n#undef out\n" if not fused else "") + "".join(
             f"#undef {n}\n#undef {n}_strides\n" for n in ("kx", "vx", "kf", "vf"))
+    # (the MIXED partials' scalar splits as the defaults launch them: csrc/partial_setup_mixed.h)
+    header = src.mixed_defines(*src.mixed_knobs(src.TC_MIX, 3, False)) + header
     for arch, spills in _local_memory(header, body, tmp_path / "attention_tcmix", r"partial_tcmix_\d+").items():
         assert set(spills) == set(names), (arch, spills)
         assert not any(spills.values()), (arch, spills)

@@ -281,6 +281,8 @@ def test_cuda_tc_mixkv_partial_compiles_without_spills(tmp_path):
         body += _kernel(name, partial, src.inputs("partial", 4, mv, haswin, fused, append), outs, types, tmpl)
         body += _UNDEF + ("#undef cnt\n#undef out\n" if not fused else "") + "".join(
             f"#undef {n}\n#undef {n}_strides\n" for n in ("kx", "vx", "kf", "vf"))
+    # (the MIXED partials' scalar splits as the defaults launch them: csrc/partial_setup_mixed.h)
+    header = src.mixed_defines(*src.mixed_knobs(src.TC_MIXK, 2, False)) + header
     text = (CUDA_UNIT_PRELUDE + header + katt._bounds(tuning.DEFAULT.partial_threads, tuning.DEFAULT.tc_min_blocks)
             + "namespace mlx::core::cu {\n" + body + "}\n")
     for arch, log in ptxas(text, tmp_path / "attention_tcmixk").items():

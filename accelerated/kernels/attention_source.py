@@ -29,7 +29,7 @@ Method ids (template MK / MV): accelerated/layouts.py KERNEL_IDS (0 turboquant, 
 """
 from __future__ import annotations
 
-from .. import layouts
+from .. import layouts, tuning
 from . import append as kappend
 from . import loader, source
 from .attention_tc import ONE_STREAM, PROD3_KEYS, PROD3_VALUES, PROD_VALUES, TC_CUDA_HEADER, TWO_STREAMS
@@ -289,6 +289,30 @@ def whole_windows(haswin: int, append: bool) -> str:
     nenc: both roles' windows (a role without one: rows of none), with the append inside the tokens leaving them."""
     kwin, vwin = role_windows(haswin)
     return kappend.window_bind(True, True, append and kwin, append and vwin, "nenc[0]", "nenc[0]")
+
+
+def mixed_knobs(tc, haswin, ragged) -> tuple[int, int]:
+    """(tuning's tc_mixed_splits, tc_mixed_cost) of a MIXED partial on TC_MIX's or TC_MIXK's loop, not ragged (its
+    text's VQ_MIXS, VQ_MIXR: csrc/partial_setup_mixed.h); (1, 0) for every other partial, whose text has split S - 1
+    alone."""
+    t = tuning.current()
+    if tc in (TC_MIX, TC_MIXK) and int(haswin) in MIXED_WINDOWS and not ragged and t.tc_mixed_splits > 1:
+        return t.tc_mixed_splits, t.tc_mixed_cost
+    return 1, 0
+
+
+def mixed_defines(splits: int, cost: int) -> str:
+    """The header lines of `mixed_knobs`' (splits, cost); none for split S - 1 alone."""
+    return f"#define VQ_MIXS {splits}\n#define VQ_MIXR {cost}\n" if splits > 1 else ""
+
+
+def mixed_tag(mix: tuple[int, int], tc, haswin, ragged) -> str:
+    """A MIXED tensor-core partial's name tail where its `mixed_knobs` are not the defaults'."""
+    d = tuning.DEFAULT
+    with tuning.override(tc_mixed_splits=d.tc_mixed_splits, tc_mixed_cost=d.tc_mixed_cost):
+        if mix == mixed_knobs(tc, haswin, ragged):
+            return ""
+    return f"_m{mix[0]}" + (f"c{mix[1]}" if mix[0] > 1 else "")
 
 
 def partial_body(mk: int, mv: int, tc: bool) -> str:

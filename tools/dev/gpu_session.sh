@@ -51,13 +51,16 @@
 #   msplits tuning's tc_mixed_splits: its GPU twins, the GPU timeline at 32k of the recommended pair (keys turboquant 3,
 #           values kivi 2 with their default windows 0 / 128, and both 32) with 1, 2, 4 and 8 scalar splits, then decode
 #           step + generate at 32k and 128k, 1 and 4 in the same rounds                                   (~4 min)
+#   mauto   tc_mixed_splits' count per launch (at most 4, balanced by tc_mixed_cost): its GPU twins, the timeline at 32k
+#           of the recommended pair (default windows and 32) and the 5-bit pick against split S - 1 alone, then decode
+#           step + generate of the pair at 32k and 128k, the same two in the same rounds                    (~4 min)
 #   whole   tuning's whole_windows (the window buffers whole, csrc/window_bind.h): its GPU twins (the decode step
 #           against the general path, the mixed pair, the sliding window, TC_MIX), then per generated token the host
 #           and the GPU (generate_split) and decode step + generate at 32k, knob off and on in the same rounds (~8 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits or whole}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto or whole}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -236,6 +239,17 @@ case $stage in
       131072 --bench-arms "$pair" "$pair [TC_MIXED_SPLITS=4]" "$w32" "$w32 [TC_MIXED_SPLITS=4]" \
       --bench-partial "$out/msplits-ab.json"
     ;;
+  mauto)
+    step mauto-twins python3 -m pytest -q -p no:cacheprovider -k on_the_gpu tests/test_tc_mixed_splits_emulated.py
+    pair='keys turboquant b3 + values kivi b2'
+    pick='keys kivi b4 + values turboquant b4 (window 0)'
+    arms=()
+    for a in "$pair" "$pair (window 32)" "$pick"; do arms+=("$a" "$a [TC_MIXED_SPLITS=1]"); done
+    step mauto-timeline python3 -m veloxquant.tools.dev.gpu_timeline --context 32768 --chain --arms "${arms[@]}" \
+      --json "$out/mauto-timeline-32k.json"
+    step mauto-ab "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
+      131072 --bench-arms "$pair" "$pair [TC_MIXED_SPLITS=1]" --bench-partial "$out/mauto-ab.json"
+    ;;
   kernels)
     # (KIVI's 24 thorough cells took ~15 s each on the H100: at 1000 examples they outran 280 s; 800 and 330 s fit them
     # beside the 152 s of compiles)
@@ -245,7 +259,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits or whole" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto or whole" >&2
     exit 2
     ;;
 esac

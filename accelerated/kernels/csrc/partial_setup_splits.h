@@ -5,7 +5,9 @@
 #undef VQ_MIX0
 #undef VQ_XA
 #undef VQ_XG
+#undef VQ_XGOF
 #define VQ_MIX0 (S - 1)
 #define VQ_XA 0
 #define VQ_XG 0
+#define VQ_XGOF(T1) 0
 #endif

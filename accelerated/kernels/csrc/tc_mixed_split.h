@@ -29,7 +29,7 @@
 #include VQ_TC_MTOKEN
     // (split S - 1's tokens: index i is token i, or i + VQ_XG from VQ_XA on: the other scalar splits' share skipped)
     const int vq_xa = (!is_win && s == S - 1) ? VQ_XA : x1;
-    const int vq_xg = (!is_win && s == S - 1) ? VQ_XG : 0;
+    const int vq_xg = (!is_win && s == S - 1) ? VQ_XGOF(x1) : 0;
 #define VQ_MT_AT(I) ((I) < vq_xa ? (I) : (I) + vq_xg)
 #if VQ_WPF
     // (tuning's tc_window_prefetch: a warp's next token's rows loaded while this one is scored, as tc_window.h)
