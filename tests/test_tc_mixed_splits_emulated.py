@@ -33,7 +33,7 @@ def _id(m, c) -> str:
 @pytest.mark.parametrize("splits, cost", [(3, 0), (64, 0), (8, 1)], ids=["splits3", "splits64", "cost1"])
 @pytest.mark.parametrize("m, c, knob, loop", MIX, ids=[_id(m, c) for m, c, *_ in MIX])
 def test_mixed_splits_share_the_scalar_tokens_within_the_attention_budget(m, c, knob, loop, splits, cost, tensor_cores,
-                                                                          tune, monkeypatch):
+                                                                          tune):
     """tc_mixed_splits 3 and 64 each time (tc_mixed_cost 0; 64 is more than the launch's splits: all but split 0 take
     a share), and up to 8 as a scalar token costed as one tensor-core token balances them: the MIXED partial on its
     tensor-core loop within the bounds of turboquant b4's tensor-core cases, as with split S - 1 alone (the defaults,

@@ -55,7 +55,7 @@
 // (VQ_XG again from split S - 1's t1, WQ - VQ_XG: after the mma loop, without VQ_MS's divisions)
 #define VQ_XGOF(T1) (WQ - (T1))
   if (!is_win) {
-    // VQ_MIXS splits (tuning's tc_mixed_splits) share VQ_XA .. VQ_MB - 1, where one role is exact and the other's
+    // VQ_MS splits (at most tuning's tc_mixed_splits) share VQ_XA .. VQ_MB - 1, where one role is exact and the other's
     // records are older than this launch; split S - 1 alone takes the rows the append encodes, at either end of
     // QLO .. WQ - 1 (its tokens skip VQ_XG from VQ_XA on: the other scalar splits')
     const int SO = VQ_MIX0;
