@@ -55,7 +55,7 @@ class Tuning:
     tc_mixed_splits: int = 4        # threadgroups of a MIXED tensor-core partial (TC_MIX, TC_MIXK) that share the
                                     # tokens of one role's window beside the other's records, in scalar arithmetic,
                                     # at most (csrc/partial_setup_mixed.h; 1: split S - 1 alone)
-    tc_mixed_cost: int = 16         # ... as many as balance a scalar token costed as this many tensor-core tokens
+    tc_mixed_cost: int = 32         # ... as many as balance a scalar token costed as this many tensor-core tokens
                                     # against the tensor-core splits, per launch (0: always tc_mixed_splits)
     tc_min_blocks: int = 2          # threadgroups per multiprocessor the tensor-core partial is compiled for
     tc_waves: int = 1               # times the tensor-core loop's threadgroups fill the GPU (sets its split count)

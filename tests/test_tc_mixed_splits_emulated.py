@@ -36,8 +36,8 @@ def test_mixed_splits_share_the_scalar_tokens_within_the_attention_budget(m, c, 
                                                                           tune):
     """tc_mixed_splits 3 and 64 each time (tc_mixed_cost 0; 64 is more than the launch's splits: all but split 0 take
     a share), and up to 8 as a scalar token costed as one tensor-core token balances them: the MIXED partial on its
-    tensor-core loop within the bounds of turboquant b4's tensor-core cases, as with split S - 1 alone (the defaults,
-    4 and 16, in the loops' own suites)."""
+    tensor-core loop within the bounds of turboquant b4's tensor-core cases, as with split S - 1 alone (the defaults'
+    count in the loops' own suites)."""
     tune(tokens_per_split=64, tc_mixed_splits=splits, tc_mixed_cost=cost, **{knob: True})
     m._check(c, lambda q, k, v, scale, mask, mixed: emulate(q, k, v, scale, mask, mixed=mixed), **(
         {"loop": loop} if m is tk else {}))
@@ -54,7 +54,7 @@ def test_the_knob_names_its_own_kernel_text(tensor_cores, tune, monkeypatch):
     katt._compiled.cache_clear()
     try:
         for tc, haswin in ((src.TC_MIX, 3), (src.TC_MIXK, 2), (src.TC_MIX, 4), (0, 3), (src.TC_MIX, 1)):
-            for splits, cost in ((1, 16), (4, 16), (4, 0)):
+            for splits, cost in ((1, 16), (4, tuning.DEFAULT.tc_mixed_cost), (4, 0)):
                 tune(tc_mixed_splits=splits, tc_mixed_cost=cost)
                 katt._kernel("partial", 0 if tc != src.TC_MIXK else 4, 4 if tc != src.TC_MIXK else 0, haswin,
                              False, tc, 0, True)
