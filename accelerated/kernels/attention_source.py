@@ -303,7 +303,7 @@ def mixed_knobs(tc, haswin, ragged) -> tuple[int, int]:
 
 def mixed_defines(splits: int, cost: int) -> str:
     """The header lines of `mixed_knobs`' (splits, cost); none for split S - 1 alone."""
-    return f"#define VQ_MIXS {splits}\n#define VQ_MIXR {cost}\n" if splits > 1 else ""
+    return "".join(f"#define {n} {v}\n" for n, v in (("VQ_MIXS", splits), ("VQ_MIXR", cost))) if splits > 1 else ""
 
 
 def mixed_tag(mix: tuple[int, int], tc, haswin, ragged) -> str:
