@@ -37,19 +37,21 @@
 #else
 // (integers throughout: vq_max is float's)
 #define VQ_IMAX(A, B) ((A) > (B) ? (A) : (B))
-#define VQ_MSN vq_min(VQ_MIXS, S - 1)
-#if VQ_MIXR > 0
-// (ceil(R X S / (E + R X)) for E tensor-core tokens, X scalar ones: from it on S - MS splits of E / (S - MS) tokens
-// take no less than MS of R X / MS; per row, from its counts: no register, and all of the row's splits agree)
-#define VQ_MIXE (QLO - (VQ_STARTS ? vq_min((int)rstart[b], QLO) : 0))
-#define VQ_MIXX (VQ_MIXR * (VQ_MB - VQ_XA))
-#define VQ_MS VQ_IMAX(1, vq_min(VQ_MSN, (VQ_MIXX * S + VQ_MIXE + VQ_MIXX - 1) / VQ_IMAX(1, VQ_MIXE + VQ_MIXX)))
-#else
-#define VQ_MS VQ_IMAX(1, VQ_MSN)
-#endif
 #define VQ_MIX0 (S - VQ_MS)
 #define VQ_XA vq_min(QK, QV)
 #define VQ_MB VQ_IMAX(VQ_XA, VQ_IMAX(QK - VQ_KTENC, QV - VQ_VTENC))
+#define VQ_MSN vq_min(VQ_MIXS, S - 1)
+#if VQ_MIXR > 0
+// (ceil(R X S / (E + R X)) for E tensor-core tokens, X scalar ones: from it on S - MS splits of E / (S - MS) tokens
+// take no less than MS of R X / MS; per row, from its counts, so all of the row's splits agree. Computed once: only
+// the setup reads it, split S - 1's skip after the loop is VQ_XGOF's)
+#define VQ_MIXE (QLO - (VQ_STARTS ? vq_min((int)rstart[b], QLO) : 0))
+#define VQ_MIXX (VQ_MIXR * (VQ_MB - VQ_XA))
+  const int vq_ms = VQ_IMAX(1, vq_min(VQ_MSN, (VQ_MIXX * S + VQ_MIXE + VQ_MIXX - 1) / VQ_IMAX(1, VQ_MIXE + VQ_MIXX)));
+#else
+  const int vq_ms = VQ_IMAX(1, VQ_MSN);
+#endif
+#define VQ_MS vq_ms
 #define VQ_MC ((VQ_MB - VQ_XA + VQ_MS - 1) / VQ_MS)
 #define VQ_XG (vq_min(VQ_MB, VQ_XA + (VQ_MS - 1) * VQ_MC) - VQ_XA)
 // (VQ_XG again from split S - 1's t1, WQ - VQ_XG: after the mma loop, without VQ_MS's divisions)
