@@ -20,7 +20,8 @@
 #undef VQ_XA
 #undef VQ_XG
 #undef VQ_XGOF
-// (macros, not registers: the scalar splits read them after the mma loop; VQ_MIXS 1: the text before the knob)
+// (VQ_XA and VQ_XGOF are macros, not registers: the scalar splits read them after the mma loop; the count VQ_MS is
+// the setup's alone; VQ_MIXS 1: the text before the knob)
 #if VQ_MIXS == 1
 #define VQ_MS 1
 #define VQ_MIX0 (S - 1)
