@@ -291,11 +291,11 @@ def whole_windows(haswin: int, append: bool) -> str:
     return kappend.window_bind(True, True, append and kwin, append and vwin, "nenc[0]", "nenc[0]")
 
 
-def mixed_knobs(tc, haswin, ragged) -> tuple[int, int]:
-    """(tuning's tc_mixed_splits, tc_mixed_cost) of a MIXED partial on TC_MIX's or TC_MIXK's loop, not ragged (its
-    text's VQ_MIXS, VQ_MIXR: csrc/partial_setup_mixed.h); (1, 0) for every other partial, whose text has split S - 1
-    alone."""
-    t = tuning.current()
+def mixed_knobs(tc, haswin, ragged, t: tuning.Tuning | None = None) -> tuple[int, int]:
+    """(tc_mixed_splits, tc_mixed_cost) of the tuning `t` (the current one by default) for a MIXED partial on TC_MIX's
+    or TC_MIXK's loop, not ragged (its text's VQ_MIXS, VQ_MIXR: csrc/partial_setup_mixed.h); (1, 0) for every other
+    partial, whose text has split S - 1 alone."""
+    t = t or tuning.current()
     if tc in (TC_MIX, TC_MIXK) and int(haswin) in MIXED_WINDOWS and not ragged and t.tc_mixed_splits > 1:
         return t.tc_mixed_splits, t.tc_mixed_cost
     return 1, 0
@@ -308,10 +308,8 @@ def mixed_defines(splits: int, cost: int) -> str:
 
 def mixed_tag(mix: tuple[int, int], tc, haswin, ragged) -> str:
     """A MIXED tensor-core partial's name tail where its `mixed_knobs` are not the defaults'."""
-    d = tuning.DEFAULT
-    with tuning.override(tc_mixed_splits=d.tc_mixed_splits, tc_mixed_cost=d.tc_mixed_cost):
-        if mix == mixed_knobs(tc, haswin, ragged):
-            return ""
+    if mix == mixed_knobs(tc, haswin, ragged, tuning.DEFAULT):
+        return ""
     return f"_m{mix[0]}" + (f"c{mix[1]}" if mix[0] > 1 else "")
 
 
