@@ -20,6 +20,9 @@
 #undef VQ_XA
 #undef VQ_XG
 #undef VQ_XGOF
+#undef VQ_LO0
+// (the row's first token: its start under ragged starts)
+#define VQ_LO0 (VQ_STARTS ? vq_min((int)rstart[b], QLO) : 0)
 // (VQ_XA and VQ_XGOF are macros, not registers: the scalar splits read them after the mma loop; the count VQ_MS is
 // the setup's alone; VQ_MIXS 1: the text before the knob)
 #if VQ_MIXS == 1
@@ -30,7 +33,7 @@
 #define VQ_XGOF(T1) 0
   if (!is_win) {
     const int SO = S - 1;
-    const int lo0 = VQ_STARTS ? vq_min((int)rstart[b], QLO) : 0;
+    const int lo0 = VQ_LO0;
     const int chunk = (QLO - lo0 + SO - 1) / SO;
     t0 = (s == S - 1) ? QLO : vq_min(QLO, lo0 + s * chunk);
     t1 = (s == S - 1) ? WQ : vq_min(QLO, t0 + chunk);
@@ -46,7 +49,7 @@
 // (ceil(R X S / (E + R X)) for E tensor-core tokens, X scalar ones: from it on S - MS splits of E / (S - MS) tokens
 // take no less than MS of R X / MS; per row, from its counts, so all of the row's splits agree. Computed once: only
 // the setup reads it, split S - 1's skip after the loop is VQ_XGOF's)
-#define VQ_MIXE (QLO - (VQ_STARTS ? vq_min((int)rstart[b], QLO) : 0))
+#define VQ_MIXE (QLO - VQ_LO0)
 #define VQ_MIXX (VQ_MIXR * (VQ_MB - VQ_XA))
   const int vq_ms = VQ_IMAX(1, vq_min(VQ_MSN, (VQ_MIXX * S + VQ_MIXE + VQ_MIXX - 1) / VQ_IMAX(1, VQ_MIXE + VQ_MIXX)));
 #else
@@ -62,7 +65,7 @@
     // records are older than this launch; split S - 1 alone takes the rows the append encodes, at either end of
     // QLO .. WQ - 1 (its tokens skip VQ_XG from VQ_XA on: the other scalar splits')
     const int SO = VQ_MIX0;
-    const int lo0 = VQ_STARTS ? vq_min((int)rstart[b], QLO) : 0;
+    const int lo0 = VQ_LO0;
     const int chunk = (QLO - lo0 + SO - 1) / SO;
     t0 = (s == S - 1) ? QLO : (s >= SO) ? vq_min(VQ_MB, VQ_XA + (s - SO) * VQ_MC) : vq_min(QLO, lo0 + s * chunk);
     t1 = (s == S - 1) ? WQ - VQ_XG : (s >= SO) ? vq_min(VQ_MB, t0 + VQ_MC) : vq_min(QLO, t0 + chunk);
