@@ -195,13 +195,30 @@ def _record_each(request, pytestconfig):
     if b.partial is None:
         return
     b.done.append(bm.stats.as_dict(include_data=False, stats=True))
+    _write_partial(pytestconfig, True)
+
+
+def _write_partial(config, partial: bool) -> None:
+    """--bench-partial's file: the benchmarks finished so far; `partial` False once the session ran to its end."""
     import pytest_benchmark
-    out = {"datetime": b.started, "version": pytest_benchmark.__version__, "partial": True,
+    b = config._veloxquant_bench
+    out = {"datetime": b.started, "version": pytest_benchmark.__version__, "partial": partial,
            "machine_info": _machine(), "commit_info": _told_commit() or {}, "benchmarks": b.done,
-           "veloxquant": _meta(pytestconfig)}
+           "veloxquant": _meta(config)}
     tmp = b.partial.with_name(b.partial.name + ".tmp")
     tmp.write_text(json.dumps(out, indent=1, default=str))
     os.replace(tmp, b.partial)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A --bench-partial run that ran every selected benchmark (passed or failed, not stopped by -x, --maxfail or an
+    interrupt) is whole: its file says so. A run killed before this stays marked partial."""
+    b = getattr(session.config, "_veloxquant_bench", None)
+    if b is None or b.partial is None or not b.done:
+        return
+    if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and not session.shouldstop \
+            and not session.shouldfail:
+        _write_partial(session.config, False)
 
 
 def _machine() -> dict:

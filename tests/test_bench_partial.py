@@ -1,0 +1,56 @@
+"""--bench-partial's file (benchmarks/conftest.py): rewritten after every benchmark with `partial` true, and false once
+the session ran every selected benchmark, so that docs/benchmarks.md calls only a run cut short partial."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+import types
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _conftest(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("bench_conftest", ROOT / "benchmarks" / "conftest.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _session(path: pathlib.Path, shouldstop=False, shouldfail=False):
+    b = types.SimpleNamespace(partial=path, done=[{"name": "test_x"}], started="2026-12-06T00:00:00", _meta={})
+    return types.SimpleNamespace(config=types.SimpleNamespace(_veloxquant_bench=b), shouldstop=shouldstop,
+                                 shouldfail=shouldfail)
+
+
+@pytest.mark.parametrize("exitstatus, stop, fail, whole", [
+    (pytest.ExitCode.OK, False, False, True),
+    (pytest.ExitCode.TESTS_FAILED, False, False, True),                 # every benchmark ran; one failed
+    (pytest.ExitCode.TESTS_FAILED, False, "stopping after 1 failures", False),     # -x / --maxfail
+    (pytest.ExitCode.INTERRUPTED, "KeyboardInterrupt", False, False),
+])
+def test_the_session_end_marks_a_whole_run(exitstatus, stop, fail, whole, tmp_path, monkeypatch):
+    conftest = _conftest(monkeypatch)
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"partial": True}))
+    conftest.pytest_sessionfinish(_session(path, stop, fail), exitstatus)
+    got = json.loads(path.read_text())
+    assert got["partial"] is (not whole), (exitstatus, stop, fail, got)
+    if whole:
+        assert got["benchmarks"] == [{"name": "test_x"}], got
+
+
+def test_a_run_to_its_end_is_not_partial(tmp_path):
+    """One quick CPU benchmark through pytest: its file, written after the benchmark as partial, ends whole."""
+    path = tmp_path / "ops.json"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "benchmarks/test_ops.py",
+                        "--device", "cpu", "-k", "turboquant and encode", "--bench-partial", str(path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    got = json.loads(path.read_text())
+    assert got["partial"] is False and len(got["benchmarks"]) == 1, got
