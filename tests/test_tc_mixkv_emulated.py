@@ -244,19 +244,16 @@ NVCC_VARIANTS = [(4, 32, 4, 128, 2, False, True, "__half", 2), (4, 32, 4, 128, 2
                  (2, 32, "rabitq", 64, 4, False, True, "__nv_bfloat16", 2)]
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
-def test_cuda_tc_mixkv_partial_compiles_without_spills(tmp_path):
-    """The TC_MIXK partial as attention.py launches it (its prefetch depth from _tc_prefetch, KP from tc_kpairs, the
-    launch bounds of tc_min_blocks threadgroups): KIVI 1 / 2 / 4-bit keys beside turboquant 2 / 3 / 4-bit values and
-    rabitq values, d 64 and 128, the MIXED partial (HASWIN 2, 4) with the decode step's append inside and without, the combine fused,
-    aligned windows and none: sm_80 and sm_90, at most 255 registers and no local memory."""
+def _tcmixk_unit(variants, mix: tuple[int, int]) -> tuple[str, list[str]]:
+    """(one CUDA unit, its kernels' names): the TC_MIXK partial of each of `variants` (NVCC_VARIANTS' rows) as
+    attention.py launches it (its prefetch depth from _tc_prefetch, KP from tc_kpairs, the launch bounds of
+    tc_min_blocks threadgroups), its scalar splits from `mix` (tc_mixed_splits, tc_mixed_cost: mixed_defines)."""
     from veloxquant.accelerated import tuning
     from veloxquant.accelerated.kernels import methods as km
-    from veloxquant.tools.dev.kernel_resources import ptxas_resources
-    from _attention_util import CUDA_UNIT_PRELUDE, ptxas
+    from _attention_util import CUDA_UNIT_PRELUDE
     from test_attention_kernels_source import _UNDEF, _kernel
     header, body, names = "", "", []
-    for i, (kb, kg, vb, d, haswin, fused, append, dt, kpairs) in enumerate(NVCC_VARIANTS):
+    for i, (kb, kg, vb, d, haswin, fused, append, dt, kpairs) in enumerate(variants):
         mv = 2 if vb == "rabitq" else 0
         h, partial = src.assemble("partial", "cuda", 4, mv, haswin, fused, src.TC_MIXK, append)
         header = h if append or not header else header       # (an APPEND header holds the others' helpers too)
@@ -281,10 +278,20 @@ def test_cuda_tc_mixkv_partial_compiles_without_spills(tmp_path):
         body += _kernel(name, partial, src.inputs("partial", 4, mv, haswin, fused, append), outs, types, tmpl)
         body += _UNDEF + ("#undef cnt\n#undef out\n" if not fused else "") + "".join(
             f"#undef {n}\n#undef {n}_strides\n" for n in ("kx", "vx", "kf", "vf"))
-    # (the MIXED partials' scalar splits as the defaults launch them: csrc/partial_setup_mixed.h)
-    header = src.mixed_defines(*src.mixed_knobs(src.TC_MIXK, 2, False)) + header
-    text = (CUDA_UNIT_PRELUDE + header + katt._bounds(tuning.DEFAULT.partial_threads, tuning.DEFAULT.tc_min_blocks)
-            + "namespace mlx::core::cu {\n" + body + "}\n")
+    header = src.mixed_defines(*mix) + header       # (csrc/partial_setup_mixed.h)
+    return (CUDA_UNIT_PRELUDE + header + katt._bounds(tuning.DEFAULT.partial_threads, tuning.DEFAULT.tc_min_blocks)
+            + "namespace mlx::core::cu {\n" + body + "}\n"), names
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_cuda_tc_mixkv_partial_compiles_without_spills(tmp_path):
+    """The TC_MIXK partial as attention.py launches it: KIVI 1 / 2 / 4-bit keys beside turboquant 2 / 3 / 4-bit values
+    and rabitq values, d 64 and 128, the MIXED partial (HASWIN 2, 4) with the decode step's append inside and without,
+    the combine fused, aligned windows and none, the scalar splits as the defaults launch them: sm_80 and sm_90, at
+    most 255 registers and no local memory."""
+    from veloxquant.tools.dev.kernel_resources import ptxas_resources
+    from _attention_util import ptxas
+    text, names = _tcmixk_unit(NVCC_VARIANTS, src.mixed_knobs(src.TC_MIXK, 2, False))
     for arch, log in ptxas(text, tmp_path / "attention_tcmixk").items():
         res = {n: r for n, r in ptxas_resources(log).items() if "partial_tcmixk_" in n}
         assert len(res) == len(names), (arch, sorted(res))
@@ -292,6 +299,32 @@ def test_cuda_tc_mixkv_partial_compiles_without_spills(tmp_path):
                                         for n, r in res.items()))
         assert all(r["registers"] <= 255 for r in res.values()), (arch, res)
         assert not any(r.get("stack_bytes", 0) or r.get("spill_stores", 0) for r in res.values()), (arch, res)
+
+
+def _ptx_instructions(text: str, stem) -> int:
+    """PTX instructions (lines ending in ';' inside the kernel's body, not declarations) of `text` for sm_90."""
+    import subprocess
+    cu = stem.with_suffix(".cu")
+    cu.write_text(text)
+    ptx = stem.with_suffix(".ptx")
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-ptx", str(cu), "-o", str(ptx)], capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return sum(1 for line in ptx.read_text().splitlines()
+               if line.startswith("\t") and line.rstrip().endswith(";") and not line.lstrip().startswith((".", "//")))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")
+def test_the_counted_scalar_splits_keep_the_partial_short(tmp_path):
+    """The 5-bit pick's TC_MIXK partial (keys kivi 4, values turboquant 4, d 128, the append inside) with the scalar
+    splits counted per launch (the defaults) is at most 1.25x as long in PTX as with split S - 1 alone: the count as a
+    macro, expanded at every use, made it 1.63x, and that text cost the launch 2-3 us where its count was 1 (decode-step
+    analysis, twenty-fourth and twenty-fifth passes)."""
+    variant = [NVCC_VARIANTS[0]]
+    n = {mix: _ptx_instructions(_tcmixk_unit(variant, mix)[0], tmp_path / f"pick_{mix[0]}")
+         for mix in ((1, 0), src.mixed_knobs(src.TC_MIXK, 2, False))}
+    (one, counted), = [tuple(n.values())]
+    assert counted <= 1.25 * one, f"TC_MIXK partial, PTX instructions: split S - 1 alone {one}, counted {counted}"
 
 
 GPU_STEP_CASES = [("kivi4-tq4", dict(key_method="kivi", key_bits=4, value_method=TQ, value_bits=4)),
