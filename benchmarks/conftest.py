@@ -111,6 +111,7 @@ class Bench:
         self.done = []          # finished benchmarks' records, for --bench-partial
         self.started = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
         self.slow_update = harness.slow_update_mutant()
+        self.host = {"start": harness.host_probe()}     # (and "end" at the session's end: pytest_sessionfinish)
 
         self.batches = [tuple(c) for c in self.sizes["batch_generate"]["configs"]]
         raw = config.getoption("--bench-batches")
@@ -192,10 +193,9 @@ def _record_each(request, pytestconfig):
         return
     bm.extra_info["test_wall_s"] = round(time.perf_counter() - t0, 2)
     b = pytestconfig._veloxquant_bench
-    if b.partial is None:
-        return
     b.done.append(bm.stats.as_dict(include_data=False, stats=True))
-    _write_partial(pytestconfig, True)
+    if b.partial is not None:
+        _write_partial(pytestconfig, True)
 
 
 def _write_partial(config, partial: bool) -> None:
@@ -210,14 +210,18 @@ def _write_partial(config, partial: bool) -> None:
     os.replace(tmp, b.partial)
 
 
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)     # (around pytest-benchmark's, which writes --benchmark-json)
 def pytest_sessionfinish(session, exitstatus):
-    """A --bench-partial run that ran every selected benchmark (passed or failed, not stopped by -x, --maxfail or an
-    interrupt) is whole: its file says so. A run killed before this stays marked partial."""
+    """The host probe again at the end of a run that timed something; a --bench-partial run that ran every selected
+    benchmark (passed or failed, not stopped by -x, --maxfail or an interrupt) is whole: its file says so. A run killed
+    before this stays marked partial."""
     b = getattr(session.config, "_veloxquant_bench", None)
-    if b is None or b.partial is None or not b.done:
-        return
-    if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and not session.shouldstop \
-            and not session.shouldfail:
+    if b is not None and b.done:
+        b.host["end"] = harness.host_probe()
+    yield
+    if b is not None and b.done and b.partial is not None \
+            and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) \
+            and not session.shouldstop and not session.shouldfail:
         _write_partial(session.config, False)
 
 
@@ -242,6 +246,7 @@ def _meta(config) -> dict:
                    **({"kv_arms": b.kv_arms} if b.kv_arms else {}),
                    **({"named_arms": b.named_arms} if b.named_arms else {}),
                    **({"slow_update_s": b.slow_update} if b.slow_update else {})}
+    b._meta["host_probe"] = b.host
     return b._meta
 
 

@@ -324,3 +324,24 @@ def make_caches(arm: str, net, layers: int) -> list:
         return bench_arms.make(arm, layers)
     import veloxquant.accelerated.cache as vc
     return vc.make_prompt_cache(net, seed=1, **bench_arms.settings(arm))
+
+
+def host_probe(reps: int = 2000, rounds: int = 5) -> dict:
+    """This host's speed at what paces our decode step at long context (decode-step analysis, twentieth and
+    twenty-fifth passes): µs per MLX op built (not evaluated: an add, a multiply and a slice of a small array, what a
+    step's Python makes) and µs per `sum(range(1000))` of plain Python, medians of `rounds`. Recorded at a run's
+    start and end, so that host-paced ratios from different machines can be read side by side."""
+    import mlx.core as mx
+    a = mx.zeros((8, 128))
+    builds, loops = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            (a + 1.0) * 2.0
+            a[:, :64]
+        builds.append((time.perf_counter() - t0) / (3 * reps) * 1e6)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            sum(range(1000))
+        loops.append((time.perf_counter() - t0) / reps * 1e6)
+    return {"mlx_op_build_us": round(statistics.median(builds), 3), "python_sum1000_us": round(statistics.median(loops), 3)}

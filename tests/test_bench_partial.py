@@ -1,5 +1,6 @@
 """--bench-partial's file (benchmarks/conftest.py): rewritten after every benchmark with `partial` true, and false once
-the session ran every selected benchmark, so that docs/benchmarks.md calls only a run cut short partial."""
+the session ran every selected benchmark, so that docs/benchmarks.md calls only a run cut short partial; the host
+probe (benchmarks/harness.py host_probe) at a run's start and end, and its line on the rendered page."""
 from __future__ import annotations
 
 import importlib.util
@@ -23,7 +24,8 @@ def _conftest(monkeypatch):
 
 
 def _session(path: pathlib.Path, shouldstop=False, shouldfail=False):
-    b = types.SimpleNamespace(partial=path, done=[{"name": "test_x"}], started="2026-12-06T00:00:00", _meta={})
+    b = types.SimpleNamespace(partial=path, done=[{"name": "test_x"}], started="2026-12-06T00:00:00", _meta={},
+                              host={"start": {"mlx_op_build_us": 1.0, "python_sum1000_us": 10.0}})
     return types.SimpleNamespace(config=types.SimpleNamespace(_veloxquant_bench=b), shouldstop=shouldstop,
                                  shouldfail=shouldfail)
 
@@ -38,7 +40,10 @@ def test_the_session_end_marks_a_whole_run(exitstatus, stop, fail, whole, tmp_pa
     conftest = _conftest(monkeypatch)
     path = tmp_path / "run.json"
     path.write_text(json.dumps({"partial": True}))
-    conftest.pytest_sessionfinish(_session(path, stop, fail), exitstatus)
+    hook = conftest.pytest_sessionfinish(_session(path, stop, fail), exitstatus)     # (a hook wrapper: around
+    next(hook)                                                                          # pytest-benchmark's own)
+    with pytest.raises(StopIteration):
+        next(hook)
     got = json.loads(path.read_text())
     assert got["partial"] is (not whole), (exitstatus, stop, fail, got)
     if whole:
@@ -54,3 +59,19 @@ def test_a_run_to_its_end_is_not_partial(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     got = json.loads(path.read_text())
     assert got["partial"] is False and len(got["benchmarks"]) == 1, got
+    probe = got["veloxquant"]["host_probe"]
+    assert set(probe) == {"start", "end"}, probe
+    assert all(0 < p[k] < 1e5 for p in probe.values() for k in ("mlx_op_build_us", "python_sum1000_us")), probe
+
+
+def test_the_page_names_the_host_probe():
+    from veloxquant.tools.bench import render
+    run = {"veloxquant": {"host_probe": {"start": {"mlx_op_build_us": 0.88, "python_sum1000_us": 11.4},
+                                         "end": {"mlx_op_build_us": 1.25, "python_sum1000_us": 15.0}}},
+           "benchmarks": []}
+    lines = render.render(run, "r.json")
+    assert any("Host probe (start → end): MLX op build 0.88 → 1.25 µs" in line and "11.4 → 15.0 µs" in line
+               for line in lines), lines
+    del run["veloxquant"]["host_probe"]["end"]
+    assert any("Host probe (start): MLX op build 0.88 µs" in line for line in render.render(run, "r.json"))
+    assert not any("Host probe" in line for line in render.render({"benchmarks": []}, "r.json"))

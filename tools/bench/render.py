@@ -203,6 +203,17 @@ SUITES = {"decode_step": _decode_step, "generate": _generate, "batch_generate": 
           "ops": _ops, "kernels": _kernels}
 
 
+def _host_line(probe: dict | None) -> list[str]:
+    """The run's host probe (benchmarks/harness.py host_probe), at its start and end where both were taken."""
+    if not probe or "start" not in probe:
+        return []
+    ends = [probe["start"]] + ([probe["end"]] if "end" in probe else [])
+    build = " → ".join(f"{p['mlx_op_build_us']:.2f}" for p in ends)
+    py = " → ".join(f"{p['python_sum1000_us']:.1f}" for p in ends)
+    return [f"- Host probe ({'start → end' if len(ends) > 1 else 'start'}): MLX op build {build} µs, Python "
+            f"`sum(range(1000))` {py} µs: what paces host-bound ratios (generate at 32k, batches); compare machines by it"]
+
+
 def render(data: dict, name: str) -> list[str]:
     """Markdown lines for one saved run."""
     vq = data.get("veloxquant", {})
@@ -223,6 +234,7 @@ def render(data: dict, name: str) -> list[str]:
              f"{' (dirty)' if data.get('commit_info', {}).get('dirty') else ''}",
              f"- Raw data: `{name}`; timer `{rows[0]['options'].get('timer', '?') if rows else '?'}`",
              *([f"- Warm-up: {vq['warmup']}"] if vq.get("warmup") else []),
+             *_host_line(vq.get("host_probe")),
              ""]
     if data.get("partial"):
         lines += ["**A partial run (--bench-partial): the benchmarks that had finished when the file was last written "
