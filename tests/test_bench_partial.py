@@ -75,3 +75,15 @@ def test_the_page_names_the_host_probe():
     del run["veloxquant"]["host_probe"]["end"]
     assert any("Host probe (start): MLX op build 0.88 µs" in line for line in render.render(run, "r.json"))
     assert not any("Host probe" in line for line in render.render({"benchmarks": []}, "r.json"))
+
+
+def test_the_page_names_a_gpu_runs_host_cpu():
+    from veloxquant.tools.bench import harness, render
+    info = harness.device_info()
+    assert info.get("cpu") is None or isinstance(info["cpu"], str) and info["cpu"], info
+    gpu = {"veloxquant": {"device": {"name": "NVIDIA H100 80GB HBM3", "cpu": "Intel(R) Xeon(R) Processor",
+                                     "cpu_count": 16}}, "benchmarks": []}
+    assert any(line.startswith("- Machine: NVIDIA H100 80GB HBM3, Intel(R) Xeon(R) Processor host, 16 CPU cores")
+               for line in render.render(gpu, "g.json")), render.render(gpu, "g.json")
+    cpu = {"veloxquant": {"device": {"name": "AMD EPYC", "cpu": "AMD EPYC", "cpu_count": 2}}, "benchmarks": []}
+    assert any(line.startswith("- Machine: AMD EPYC, 2 CPU cores") for line in render.render(cpu, "c.json"))

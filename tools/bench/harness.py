@@ -49,4 +49,20 @@ def device_info() -> dict:
     info["name"] = (info.get("info", {}).get("device_name") or (info.get("nvidia_smi") or [None])[0]
                     or platform.processor() or "unknown")
     info["cpu_count"] = __import__("os").cpu_count()
+    cpu = _cpu_model()
+    if cpu:
+        info["cpu"] = cpu
     return info
+
+
+def _cpu_model() -> str | None:
+    """The host CPU's model name (Linux /proc/cpuinfo, else platform.processor()): a GPU run's host-paced ratios
+    move with it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return platform.processor() or None

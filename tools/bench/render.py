@@ -227,7 +227,9 @@ def render(data: dict, name: str) -> list[str]:
     lines = [f"### {dev.get('name', mi.get('cpu', {}).get('brand_raw', '?'))} ({dev.get('type', '?')}), "
              f"{data.get('datetime', '?')[:19].replace('T', ' ')} UTC", "",
              f"- Command: `{vq.get('command', '?')}`",
-             f"- Machine: {dev.get('name', '?')}, {dev.get('cpu_count', '?')} CPU cores, {mi.get('system', '?')} "
+             f"- Machine: {dev.get('name', '?')}, "
+             f"{dev['cpu'] + ' host, ' if dev.get('cpu') and dev.get('cpu') != dev.get('name') else ''}"
+             f"{dev.get('cpu_count', '?')} CPU cores, {mi.get('system', '?')} "
              f"{mi.get('release', '')}, Python {mi.get('python_version', '?')}",
              f"- Versions: mlx {v.get('mlx')}, mlx-lm {v.get('mlx-lm')}, numpy {v.get('numpy')}, spec {v.get('spec')}, "
              f"pytest-benchmark {data.get('version', '?')}, git {v.get('git')}"
