@@ -344,4 +344,5 @@ def host_probe(reps: int = 2000, rounds: int = 5) -> dict:
         for _ in range(reps):
             sum(range(1000))
         loops.append((time.perf_counter() - t0) / reps * 1e6)
-    return {"mlx_op_build_us": round(statistics.median(builds), 3), "python_sum1000_us": round(statistics.median(loops), 3)}
+    return {"mlx_op_build_us": round(statistics.median(builds), 3),
+            "python_sum1000_us": round(statistics.median(loops), 3)}

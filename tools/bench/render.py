@@ -211,7 +211,8 @@ def _host_line(probe: dict | None) -> list[str]:
     build = " → ".join(f"{p['mlx_op_build_us']:.2f}" for p in ends)
     py = " → ".join(f"{p['python_sum1000_us']:.1f}" for p in ends)
     return [f"- Host probe ({'start → end' if len(ends) > 1 else 'start'}): MLX op build {build} µs, Python "
-            f"`sum(range(1000))` {py} µs: what paces host-bound ratios (generate at 32k, batches); compare machines by it"]
+            f"`sum(range(1000))` {py} µs: what paces host-bound ratios (generate at 32k, batches); compare machines "
+            "by it"]
 
 
 def render(data: dict, name: str) -> list[str]:
