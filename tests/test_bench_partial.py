@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -55,7 +56,10 @@ def test_a_run_to_its_end_is_not_partial(tmp_path):
     path = tmp_path / "ops.json"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "benchmarks/test_ops.py",
                         "--device", "cpu", "-k", "turboquant and encode", "--bench-partial", str(path)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       # (an xdist worker's variables would make pytest-benchmark in the child skip its timing)
+                       env={k: v for k, v in os.environ.items()
+                            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     got = json.loads(path.read_text())
     assert got["partial"] is False and len(got["benchmarks"]) == 1, got
