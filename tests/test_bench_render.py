@@ -83,3 +83,21 @@ def test_partial_and_merged_runs(tmp_path):
     assert merged["partial"] is True
     assert merged["veloxquant"]["command"] == "pytest benchmarks ; pytest benchmarks -k batch (merged, 2 runs)"
     assert bench_render.render(merged, "m.json")[3:] == bench_render.render(dict(_run(), partial=True), "m.json")[3:]
+
+
+def test_a_kept_runs_note_is_printed_under_its_header(tmp_path):
+    run = _run()
+    (tmp_path / "a.json").write_text(json.dumps(run))
+    (tmp_path / "notes.json").write_text(json.dumps({"a.json": "a slower host: read its decode step only"}))
+    text = bench_render.page([tmp_path / "a.json"])
+    assert "- Note: a slower host: read its decode step only" in text, text[:2000]
+    assert "- Note:" not in bench_render.page([tmp_path / "a.json"]).replace(
+        "- Note: a slower host: read its decode step only", ""), "one note, once"
+
+
+def test_every_note_names_a_kept_run():
+    """docs/bench/notes.json and the baselines' (where there is one) name only runs that are there: a note must not
+    outlive the run it explains."""
+    for folder in (bench_render.ROOT / "docs" / "bench", bench_render.ROOT / "benchmarks" / "baselines"):
+        for name in bench_render.notes(folder):
+            assert bench_render.is_saved_run(folder / name), f"{folder / 'notes.json'}: {name} is not a saved run there"

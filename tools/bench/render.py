@@ -215,8 +215,16 @@ def _host_line(probe: dict | None) -> list[str]:
             "by it"]
 
 
-def render(data: dict, name: str) -> list[str]:
-    """Markdown lines for one saved run."""
+def notes(folder: pathlib.Path) -> dict:
+    """`notes.json` beside saved runs (docs/bench/, benchmarks/baselines/): a run's file name -> a note the page prints
+    under its header, for what the run cannot say of itself (a slower host, a default edited on the device); written
+    by hand, so the runs stay as the harness wrote them."""
+    path = folder / "notes.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def render(data: dict, name: str, note: str | None = None) -> list[str]:
+    """Markdown lines for one saved run (`note`: its line from notes.json)."""
     vq = data.get("veloxquant", {})
     dev = vq.get("device", {})
     v = vq.get("versions", {})
@@ -238,6 +246,7 @@ def render(data: dict, name: str) -> list[str]:
              f"- Raw data: `{name}`; timer `{rows[0]['options'].get('timer', '?') if rows else '?'}`",
              *([f"- Warm-up: {vq['warmup']}"] if vq.get("warmup") else []),
              *_host_line(vq.get("host_probe")),
+             *([f"- Note: {note}"] if note else []),
              ""]
     if data.get("partial"):
         lines += ["**A partial run (--bench-partial): the benchmarks that had finished when the file was last written "
@@ -332,7 +341,7 @@ def page(paths: list[pathlib.Path]) -> str:
         if group:
             lines += [f"## {title}", "", note, ""]
             for p in group:
-                lines += render(json.loads(p.read_text()), shown(p))
+                lines += render(json.loads(p.read_text()), shown(p), notes(p.parent).get(p.name))
     lines.append(END)
     return "\n".join(lines) + "\n"
 
