@@ -72,8 +72,8 @@ APPEND = [(tm, c, src.TC_MIX) for c in tm.APPEND_CASES[-5:]] + [(tk, c, src.TC_M
 @pytest.mark.parametrize("m, case, loop", APPEND, ids=[f"{'mix' if m is tm else 'mixk'}{i}"
                                                        for i, (m, *_) in enumerate(APPEND)])
 def test_append_inside_with_mixed_splits(m, case, loop, monkeypatch, tune):
-    """The fused decode step's MIXED launch with 4 scalar splits each time (tc_mixed_cost 0): split S - 1 encodes the rows (the per-token role's
-    token, KIVI's group at a flush) and attends them; the other scalar splits only older records and windows, so the
+    """The fused decode step's MIXED launch with 4 scalar splits each time (tc_mixed_cost 0): split S - 1 encodes the
+    rows (the per-token role's token, KIVI's group at a flush) and attends them; the other scalar splits only older records and windows, so the
     output is the same in both block orders, the rows bit for bit one-shot encode's, within the float64 bound."""
     tune(tc_mixed_splits=4, tc_mixed_cost=0, **({"tc_mixkv": True} if loop == src.TC_MIXK else {}))
     tm.appends_on_the_loop(case, monkeypatch, tune, loop, (4 if case[0][2] else 3) if m is tm else

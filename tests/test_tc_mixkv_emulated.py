@@ -320,10 +320,8 @@ def test_the_counted_scalar_splits_keep_the_partial_short(tmp_path):
     splits counted per launch (the defaults) is at most 1.25x as long in PTX as with split S - 1 alone: the count as a
     macro, expanded at every use, made it 1.63x, and that text cost the launch 2-3 us where its count was 1 (decode-step
     analysis, twenty-fourth and twenty-fifth passes)."""
-    variant = [NVCC_VARIANTS[0]]
-    n = {mix: _ptx_instructions(_tcmixk_unit(variant, mix)[0], tmp_path / f"pick_{mix[0]}")
-         for mix in ((1, 0), src.mixed_knobs(src.TC_MIXK, 2, False))}
-    (one, counted), = [tuple(n.values())]
+    one, counted = (_ptx_instructions(_tcmixk_unit([NVCC_VARIANTS[0]], mix)[0], tmp_path / f"pick_{mix[0]}")
+                    for mix in ((1, 0), src.mixed_knobs(src.TC_MIXK, 2, False)))
     assert counted <= 1.25 * one, f"TC_MIXK partial, PTX instructions: split S - 1 alone {one}, counted {counted}"
 
 

@@ -452,7 +452,8 @@ def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
     step's append inside (APPEND) and row starts (a left-padded batch). The tuning knobs that change its text
     (cold_loops; partial_threads and tc_min_blocks in the launch bounds; tc_window_prefetch where a tensor-core partial
     has a window; tc_mixed_splits and tc_mixed_cost where it is a MIXED one of TC_MIX or TC_MIXK, not ragged) are part
-    of the compiled kernel's key; `whole`: the windows as whole buffers (tuning's whole_windows, a decode step's launch)."""
+    of the compiled kernel's key; `whole`: the windows as whole buffers (tuning's whole_windows, a decode step's
+    launch)."""
     t = tuning.current()
     return _compiled(kind, mk, mv, haswin, fused, tc, tc_blocks, append, starts, t.cold_loops,
                      t.partial_threads if tc else 0, (tc_blocks or t.tc_min_blocks) if tc else 0, ragged,

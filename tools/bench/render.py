@@ -340,8 +340,9 @@ def page(paths: list[pathlib.Path]) -> str:
              "The latest run of each other benchmark worth keeping, newest last.")):
         if group:
             lines += [f"## {title}", "", note, ""]
+            kept = {f: notes(f) for f in {p.parent for p in group}}      # (one read of each folder's notes)
             for p in group:
-                lines += render(json.loads(p.read_text()), shown(p), notes(p.parent).get(p.name))
+                lines += render(json.loads(p.read_text()), shown(p), kept[p.parent].get(p.name))
     lines.append(END)
     return "\n".join(lines) + "\n"
 
