@@ -54,14 +54,17 @@ class StepKV(PackedKV):
 
     def __init__(self, stream, bufs: dict, encoded: int, token, step, lo: int = 0, window: mx.array | None = None,
                  held: mx.array | None = None, wrows: tuple | None = None):
-        # (one dict update, not a frozen dataclass's setattr per field: a decode step makes two per layer)
-        self.__dict__.update(token_or_pending=token, step=step,
-                             encoded=encoded,     # the step's state: what its attention launch reads
-                             lo=lo,               # its first valid row (a sliding-window cache's evictions)
-                             window=window,
-                             held=window if held is None else held,     # the window the record holds
-                             wrows=wrows,
-                             _lazy=(stream, bufs, encoded))
+        # (stores into the instance dict, not a frozen dataclass's setattr per field: a decode step makes two per
+        # layer)
+        d = self.__dict__
+        d["token_or_pending"] = token
+        d["step"] = step
+        d["encoded"] = encoded                      # the step's state: what its attention launch reads
+        d["lo"] = lo                                # its first valid row (a sliding-window cache's evictions)
+        d["window"] = window
+        d["held"] = window if held is None else held     # the window the record holds
+        d["wrows"] = wrows
+        d["_lazy"] = (stream, bufs, encoded)
 
     @property
     def flags(self) -> mx.array:

@@ -48,7 +48,10 @@ def _view_shapes(s: "Stream", t: int) -> tuple:
     its flattened array, rows, d, element strides, and the shapes of the t tokens leaving a full window of R and of
     the window."""
     b, h, cap, d = s._wbuf.shape
-    return s._wflat, cap, d, (h * cap * d, cap * d, d, 1), (b, h, t, d), (b, h, s.params.window, d)
+    strides = (h * cap * d, cap * d, d, 1)
+    # (KIVI's kf where nothing leaves the window: any t rows, never read; one view for every such step)
+    idle = mx.as_strided(s._wflat, (b, h, t, d), strides, 0)
+    return s._wflat, cap, d, strides, (b, h, t, d), (b, h, s.params.window, d), idle
 
 
 def _window_room(s: "Stream", t: int) -> tuple:
@@ -63,7 +66,7 @@ def _window_room(s: "Stream", t: int) -> tuple:
 
 def _views(k: "Stream", v: "Stream", t: int, groups: tuple, wins: tuple) -> tuple:
     """Per role, what InPlace.windows needs: its stream, G, and with a window its buffer's view shapes (_view_shapes)."""
-    return tuple((s, g, *(_view_shapes(s, t) if w else (None,) * 6)) for s, g, w in zip((k, v), groups, wins))
+    return tuple((s, g, *(_view_shapes(s, t) if w else (None,) * 7)) for s, g, w in zip((k, v), groups, wins))
 
 
 def _kivi_flush(r: int, t: int, window: int, g: int) -> int:
@@ -213,7 +216,7 @@ class InPlace:
         if not self.win:
             return ()
         t, out, held, fs, rows = self.t, [], [], [], []
-        for s, g, flat, cap, d, strides, kfs, kws in self.views:
+        for s, g, flat, cap, d, strides, kfs, kws, idle in self.views:
             if flat is None:            # (`mixed`: a role without a window encodes the chunk, t tokens)
                 fs.append(t)
                 held.append(None)
@@ -245,7 +248,7 @@ class InPlace:
             if whole:
                 rows.append((ws, f or t, f - own, n + own, f, n))
             else:
-                out.append(mx.as_strided(flat, (b, h, f or t, d), strides, ws * d))
+                out.append(mx.as_strided(flat, (b, h, f, d), strides, ws * d) if f else idle)
             out.append(mx.as_strided(flat, (b, h, n + own, d), strides, (ws + f - own) * d))
             fs.append(f)
             held.append(mx.as_strided(flat, (b, h, n, d), strides, (ws + f) * d) if own else out[-1])

@@ -154,7 +154,10 @@ def test_window_views_are_the_buffer_rows(lib, monkeypatch, tune, kp, vp):
             a, ws, r, f, own = bufs[id(s)], s._ws, s._window.shape[2], fs[i], owns[i]
             want = (a[:, :, ws:ws + (f or t)], a[:, :, ws + f - own:ws + r + t], a[:, :, ws + f:ws + r + t])
             for name, g, w in zip(("kf", "kw", "held"), (got.pop(0), got.pop(0), held[i]), want):
-                assert g.shape == w.shape and np.array_equal(np.array(g), w), f"step {step} role {i}: {name}"
+                # (KIVI's kf where nothing leaves: any t rows, never read, so one view for every such step)
+                rows = name != "kf" or f or not plan.groups[i]
+                assert g.shape == w.shape and (not rows or np.array_equal(np.array(g), w)), \
+                    f"step {step} role {i}: {name}"
         assert not got
         tok, again = ip.append_in_place(k, v, _x(1, 5 + step), _x(1, 6 + step), tok, plan)
         if again is not plan:

@@ -73,10 +73,10 @@ DEFAULT_EXACT_TRIM = 0
 _KEPT_CHUNKS = 3
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Chunk:
     """One append: its lazy fault flags (None: no data-dependent check), their messages, and the state
-    before it (key mark, value mark, offset)."""
+    before it (key mark, value mark, offset). Slotted: a decode step makes one per layer."""
     index: int
     flags: mx.array | None
     messages: list

@@ -84,11 +84,13 @@ class DecodeStep:
     """One cache's in-place append (one token or chunk of the remembered shape) plus its attention launch."""
 
     __slots__ = ("cache", "plan", "k", "v", "kernel", "call", "ins", "slot_v", "record", "attn", "clean", "pending",
-                 "append_ts", "win", "consts", "mixed", "empty", "fslots", "ragged", "wslot", "fk", "fv", "whole")
+                 "append_ts", "win", "consts", "mixed", "empty", "fslots", "ragged", "wslot", "fk", "fv", "whole",
+                 "cuda")
 
     def __init__(self, cache, plan, keys: mx.array, values: mx.array, record):
         # record(index, token, before): the cache's _Chunk of one append, with the fused launch's messages
         self.cache, self.plan, self.k, self.v, self.record = cache, plan, plan.k, plan.v, record
+        self.cuda = backend.backend() == "cuda"     # (where `step` runs at all: the kernels' backend, fixed)
         b, h, t, d = keys.shape
         kp, vp = self.k.params, self.v.params
         # a ragged KIVI batch (cache/ragged_step.py's plan): its rows flush at their own phase (input rphase, last)
@@ -211,7 +213,7 @@ class DecodeStep:
                 c._settle(keep=1)
         if not backend.available()[0]:
             return None
-        before = (k.mark(), v.mark(), c.offset)
+        before = (k.step_mark(), v.step_mark(), c.offset)
         ins = list(self.ins)
         lo = plan.rows[0].lo            # rows a sliding-window cache evicted (Stream.evict): skipped, not attended
         ins[0] = km.count(plan.base() if self.ragged else k._q + lo)
@@ -240,7 +242,7 @@ class DecodeStep:
         qk, qv = plan.counts() if self.ragged else (k._q + fs[0], v._q + fs[1])
         c.offset += keys.shape[2]
         c._appends += 1
-        if kattention.fuse_append():
+        if self.cuda and tuning.current().fuse_append:     # (kattention.fuse_append, the backend known at init)
             token = self.pending = _Pending(self, ins, before, c._appends)
         else:
             (token,) = self.kernel(inputs=ins, **self.call)
