@@ -357,20 +357,12 @@ class Stream:
         return (self._epoch, self._version, self._q, {k: (r.lo, r.n) for k, r in self._rows.items()},
                 self._window, self._dtype, self._bhd, self._kept)
 
-    def step_mark(self) -> tuple:
-        """`mark` where every field holds its rows for Q tokens from the first valid token lo (the decode step's
-        streams: decode_step.DecodeStep.applies): the rows as lo alone, rebuilt on `restore` (no dict per step)."""
-        # (every method's first field has a row per token: its lo counts tokens)
-        return (self._epoch, self._version, self._q, self._rows[self._names[0]].lo, self._window, self._dtype,
-                self._bhd, self._kept)
-
     def restore(self, mark: tuple) -> None:
         epoch, _, q, rows, window, dtype, bhd, kept = mark
         if epoch != self._epoch:
             raise ValueError("mark: taken before a trim; it can no longer be restored")
-        if type(rows) is int:       # (step_mark: lo, each field's rows for q tokens from it)
-            rows = {k: (self._field_rows(k, rows), self._field_rows(k, rows) + self._field_rows(k, q))
-                    for k in self._names}
+        if type(rows) is int:       # (decode_step's marks: lo, each field's rows for q tokens from it; KIVI: lo % G 0)
+            rows = {k: (self._field_rows(k, rows), self._field_rows(k, rows + q)) for k in self._names}
         for k, (lo, n) in rows.items():
             self._rows[k].lo, self._rows[k].n = lo, n
         self._q, self._window, self._dtype, self._bhd, self._kept = q, window, dtype, bhd, kept

@@ -230,8 +230,6 @@ class RaggedStream(Stream):
         return (self._epoch, self._version, self._idx, dict(self._f), self._lo, self._window, self._dtype,
                 self._bhd, self._wbuf, self._wflat, self._ws, self._wview)
 
-    step_mark = mark        # (a ragged step's rows are the whole buffers: the mark names them)
-
     def restore(self, mark: tuple) -> None:
         (epoch, _, self._idx, f, self._lo, self._window, self._dtype, self._bhd, self._wbuf, self._wflat, self._ws,
          self._wview) = mark

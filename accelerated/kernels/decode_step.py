@@ -64,6 +64,13 @@ def _past_evicted(b: int, keys, values, mask):
     return mask, held, below
 
 
+def _mark(s) -> tuple:
+    """Stream.mark of a decode step's stream (every field holds its rows for Q tokens from the first valid token lo:
+    DecodeStep.applies): the rows as lo alone (every method's first field has a row per token), which Stream.restore
+    rebuilds: no dict per layer and step."""
+    return s._epoch, s._version, s._q, s._rows[s._names[0]].lo, s._window, s._dtype, s._bhd, s._kept
+
+
 class _Pending:
     """An append a decode step left for its attention launch (tuning's fuse_append): the append launch's
     inputs, the rollback marks before it and its chunk index; `token` once a launch stored it."""
@@ -213,7 +220,7 @@ class DecodeStep:
                 c._settle(keep=1)
         if not backend.available()[0]:
             return None
-        before = (k.step_mark(), v.step_mark(), c.offset)
+        before = (k.mark(), v.mark(), c.offset) if self.ragged else (_mark(k), _mark(v), c.offset)
         ins = list(self.ins)
         lo = plan.rows[0].lo            # rows a sliding-window cache evicted (Stream.evict): skipped, not attended
         ins[0] = km.count(plan.base() if self.ragged else k._q + lo)
