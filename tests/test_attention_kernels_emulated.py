@@ -116,7 +116,6 @@ static inline uint32_t vq_h2(float lo, float hi) {
   return (uint32_t)x | ((uint32_t)y << 16);
 }
 static inline float vq_hround(float x) { return (float)(_Float16)x; }
-static inline void vq_l2(const void*) {}      // (tuning's tc_l2_prefetch: a GPU's L2 prefetch, nothing here)
 // __fdividef: the reciprocal, then the product (the GPU's reciprocal is within 1 ulp; this one is rounded)
 static inline float vq_fdiv(float a, float b) { return a * (1.0f / b); }
 static inline uint32_t vq_perm(uint32_t a, uint32_t b, uint32_t sel) {

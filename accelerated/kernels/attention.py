@@ -457,14 +457,13 @@ def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
     t = tuning.current()
     return _compiled(kind, mk, mv, haswin, fused, tc, tc_blocks, append, starts, t.cold_loops,
                      t.partial_threads if tc else 0, (tc_blocks or t.tc_min_blocks) if tc else 0, ragged,
-                     bool(tc and haswin and t.tc_window_prefetch), whole, src.mixed_knobs(tc, haswin, ragged),
-                     t.tc_l2_prefetch if src.generic_loop(tc, mk, mv) else 0)
+                     bool(tc and haswin and t.tc_window_prefetch), whole, src.mixed_knobs(tc, haswin, ragged))
 
 
 @functools.lru_cache(maxsize=None)
 def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, tc_blocks: int, append: bool,
               starts: bool, cold_loops: bool, nt: int, min_blocks: int, ragged: bool = False, wpf: bool = False,
-              whole: bool = False, mix: tuple[int, int] = (1, 0), l2: int = 0):
+              whole: bool = False, mix: tuple[int, int] = (1, 0)):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
@@ -479,11 +478,11 @@ def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, 
         d = tuning.DEFAULT
         name += ("_cold" if cold_loops else "") + (f"_n{nt}" if tc and nt != d.partial_threads else "") + \
             (f"_b{min_blocks}" if tc and not tc_blocks and min_blocks != d.tc_min_blocks else "") + \
-            ("_wpf" if wpf else "") + src.mixed_tag(mix, tc, haswin, ragged) + (f"_l2{l2}" if l2 else "")
+            ("_wpf" if wpf else "") + src.mixed_tag(mix, tc, haswin, ragged)
         if cold_loops:
             header = '#define VQ_COLD _Pragma("unroll 1")\n' + header
-        header = ("#define VQ_WPF 1\n" if wpf else "") + header       # (tuning's tc_window_prefetch: csrc/tc_window.h)
-        header += f"#define VQ_TCL2 {l2}\n" + loader.text("tc_l2.cuh") if l2 else ""     # (csrc/tc_l2_ahead.cuh)
+        if wpf:         # (tuning's tc_window_prefetch: csrc/tc_window.h)
+            header = "#define VQ_WPF 1\n" + header
         header = src.mixed_defines(*mix) + header    # (tuning's tc_mixed_splits: csrc/partial_setup_mixed.h)
         if tc:
             header += _bounds(nt, min_blocks)

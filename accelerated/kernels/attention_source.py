@@ -313,13 +313,6 @@ def mixed_tag(mix: tuple[int, int], tc, haswin, ragged) -> str:
     return f"_m{mix[0]}" + (f"c{mix[1]}" if mix[0] > 1 else "")
 
 
-def generic_loop(tc, mk: int, mv: int) -> bool:
-    """Whether a partial's tensor-core loop is csrc/tc_loop.cuh (partial_body: not KIVI's, mlx_affine's or a MIXED
-    pair's own), the loop tuning's tc_l2_prefetch applies to."""
-    own = mk == mv and mk in (METHOD_IDS["kivi"], METHOD_IDS["mlx_affine"])
-    return bool(tc) and tc not in (TC_MIX, TC_MIXK) and not own
-
-
 def partial_body(mk: int, mv: int, tc: bool) -> str:
     """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's and
     mlx_affine's own; `tc` = TC_MIX: turboquant keys beside KIVI values; TC_MIXK: KIVI keys beside turboquant

@@ -39,7 +39,6 @@
       TC_LOAD(warp + q * NW, kwp[q], vwp[q], knp[q], vnp[q], kwp2[q], vwp2[q], knp2[q], vnp2[q])
     }
   }
-#include "tc_l2_ahead.cuh"
   // tc_loads.cuh's parameters: the side registers each key and value slot takes and shifts
 #define TC_PF PF
 #define TC_KSIDES(F, i)
@@ -48,7 +47,6 @@
                              vwp2[PFD - 1], knp2[PFD - 1], vnp2[PFD - 1])
 #define TC_LOAD_NOW TC_LOAD(j, kwc, vwc, knc, vnc, kwc2, vwc2, knc2, vnc2)
   for (int j = warp; j < nch; j += NW) {
-    TC_L2_NEXT(j)
 #include "tc_loads.cuh"
 #include "tc_loop_scores.cuh"
 #include "tc_loop_softmax.cuh"
@@ -62,8 +60,4 @@
 #undef TC_VALUES2
 #undef TC_KNORM2
 #undef TC_VNORM2
-#undef TC_L2_AHEAD
-#undef TC_L2_NEXT
-#undef TC_L2K2
-#undef TC_L2V2
 #include VQ_TC_MERGE

@@ -3,5 +3,3 @@
 #define TC_VALUES2(T, W)
 #define TC_KNORM2(T, N)
 #define TC_VNORM2(T, N)
-#define TC_L2K2(T)
-#define TC_L2V2(T)

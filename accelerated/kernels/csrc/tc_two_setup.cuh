@@ -46,8 +46,6 @@
   float sc2[2][4];                        // prod: a chunk's QJL scores
 #define TC_KEYS2(T, W) if (K2) { vq_words<KWL2>(kbase2 + (T) * kc2_strides[2], (W)); }
 #define TC_VALUES2(T, W) if (V2) { vq_words<VWL2>(vbase2 + (T) * vc2_strides[2], (W)); }
-#define TC_L2K2(T) if (K2) { vq_l2(kbase2 + (T) * kc2_strides[2]); }
-#define TC_L2V2(T) if (V2) { vq_l2(vbase2 + (T) * vc2_strides[2]); }
 #define TC_KNORM2(T, N) if (MK == 3) { (N) = ks1[kso3 + (T) * ks1_strides[2]] * f_k[1]; }
 #define TC_VNORM2(T, N) \
   if (MV == 3) { (N) = vs0[vso + (T) * vs0_strides[2]] * (vs1[vso3 + (T) * vs1_strides[2]] * f_k[1]); }
