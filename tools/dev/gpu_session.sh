@@ -57,16 +57,13 @@
 #   whole   tuning's whole_windows (the window buffers whole, csrc/window_bind.h): its GPU twins (the decode step
 #           against the general path, the mixed pair, the sliding window, TC_MIX), then per generated token the host
 #           and the GPU (generate_split) and decode step + generate at 32k, knob off and on in the same rounds (~8 min)
-#   l2      tuning's tc_l2_prefetch: its GPU twins (bit for bit against the knob off), the timeline at 32k (--chain) of
-#           prod b4, turboquant b4 and rvq 2+2 with 0 / 1 / 2 / 4 chunks ahead and at 128k with 0 / 2, then decode step +
-#           generate at 32k and the 8k x 8 batch, 0 against 2 in the same rounds                       (~8 min)
 #   hostab  the host's share of a layer's step (tools/dev/host_split, 32k) in this tree and in an older one carried as
 #           .device/old (`git archive COMMIT accelerated spec tools veloxquant benchmarks conformance reference`),
 #           processes interleaved old / new / old / new: fp16, turboquant b4, kivi b4 and the mixed pair       (~6 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto, whole, l2 or hostab}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto, whole or hostab}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -256,22 +253,6 @@ case $stage in
     step mauto-ab "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
       131072 --bench-arms "$pair" "$pair [TC_MIXED_SPLITS=1]" --bench-partial "$out/mauto-ab.json"
     ;;
-  l2)
-    step l2-twins python3 -m pytest -q -p no:cacheprovider tests/test_tc_l2_prefetch.py
-    arms=()
-    for a in 'turboquant_prod b4' 'turboquant b4' 'turboquant_rvq 2+2'; do
-      arms+=("$a"); for n in 1 2 4; do arms+=("$a [TC_L2_PREFETCH=$n]"); done
-    done
-    step l2-timeline-32k python3 -m veloxquant.tools.dev.gpu_timeline --context 32768 --chain --arms "${arms[@]}" \
-      --json "$out/l2-timeline-32k.json"
-    ab=('turboquant_prod b4' 'turboquant_prod b4 [TC_L2_PREFETCH=2]' 'turboquant b4' 'turboquant b4 [TC_L2_PREFETCH=2]')
-    step l2-timeline-128k python3 -m veloxquant.tools.dev.gpu_timeline --context 131072 --chain --arms "${ab[@]}" \
-      --json "$out/l2-timeline-128k.json"
-    step l2-ab "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
-      --bench-arms "${ab[@]}" --bench-partial "$out/l2-ab-32k.json"
-    step l2-batch "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 --bench-arms "${ab[@]:0:2}" \
-      --bench-partial "$out/l2-batch-8k.json"
-    ;;
   hostab)
     arms=('fp16 KVCache' 'turboquant b4' 'kivi b4 (window 128)' 'keys turboquant b3 + values kivi b2')
     for r in 1 2; do
@@ -291,7 +272,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto, whole, l2 or hostab" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto, whole or hostab" >&2
     exit 2
     ;;
 esac
