@@ -776,3 +776,17 @@ def test_gpu_left_padded_batch_decode_step(monkeypatch, method, kw):
         got = [np.array(a) for rec in batch.extract(i).state[:2] for _, a in sorted(rec.items())]
         want = [np.array(a) for rec in c.state[:2] for _, a in sorted(rec.items())]
         assert all(np.array_equal(a, b) for a, b in zip(got, want)), f"{method}: sequence {i} bytes differ"
+
+
+@pytest.mark.parametrize("tps, ls", [(256, 1024), (8, 1024), (64, 300), (1000, 256)])
+def test_a_steps_split_counts_hold_over_the_range_it_keeps(tps, ls):
+    """decode_step._splits: kattention.split_counts(q) for every count in the range (lo, hi] the step keeps them for,
+    q inside it, across the scalar loop's change at 8192 (the step asks again only outside the range)."""
+    rng = np.random.default_rng(7)
+    with tuning.override(tokens_per_split=tps, long_split=ls) as t:
+        for q in [*range(1, 600), *range(8000, 8400), *rng.integers(1, 300_000, 400).tolist()]:
+            _, lo, hi, counts = decode_step._splits(q, t)
+            assert lo < q <= hi, f"_splits({q}): range ({lo}, {hi}]"
+            for x in {lo + 1, hi, (lo + hi + 1) // 2, q}:
+                assert katt.split_counts(x) == counts, f"_splits({q}) kept {counts} for ({lo}, {hi}], but {x} has " \
+                                                       f"{katt.split_counts(x)} (tokens_per_split {tps}, long_split {ls})"

@@ -104,11 +104,6 @@ class CacheGroup:
                 c.trim(c.offset - offset)
 
 
-def _fused_chunk(msgs: tuple, index: int, token: mx.array, before: tuple) -> _Chunk:
-    """The record of an append by kernels/append.py (its token holds the four checks' hits)."""
-    return _Chunk(index, token, msgs, before, reader=fused_messages)
-
-
 @functools.lru_cache(maxsize=256)
 def _one_launch(kp: spec.Params, vp: spec.Params) -> bool:
     """Whether both roles' parameters let an append take kernels/append.py's one launch (each role's window moved
@@ -213,7 +208,7 @@ class VeloxKVCache(_BaseCache):
             if token is not None:      # one launch: encode both, store in place, checks (kernels/append.py)
                 if self._in_place is not plan:    # a new plan: the next steps take the decode-step path
                     msgs = _fused_check_messages(self.key_params.method, self.value_params.method)
-                    self._fast = (DecodeStep(self, self._in_place, keys, values, functools.partial(_fused_chunk, msgs))
+                    self._fast = (DecodeStep(self, self._in_place, keys, values, functools.partial(_Chunk, messages=msgs, reader=fused_messages))
                                   if DecodeStep.applies(self._in_place) else None)
                 self._token = token
                 self.offset += keys.shape[2]    # tokens seen (a sliding-window cache holds fewer)

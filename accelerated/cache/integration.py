@@ -24,7 +24,8 @@ import mlx.core as mx
 import mlx_lm.models.base as _base
 import mlx_lm.models.cache as _lm_cache
 
-from ..attention import PackedKV, attend
+from ..attention import PackedKV, StepKV, attend
+from ..ops.attention import MAX_PACKED_QUERIES
 from . import batch_shared
 from .base import VeloxKVCache
 from .batch import BatchPackedKV, BatchVeloxKVCache, attend_batch
@@ -37,6 +38,12 @@ _ORIGINAL = getattr(_base.quantized_scaled_dot_product_attention, "__wrapped__",
 
 
 def dispatch(queries, q_keys, q_values, scale, mask, group_size: int = 64, bits: int = 8):
+    st = q_keys.step if type(q_keys) is StepKV else None
+    # (a decode step's own launch, attend's first path without its checks: one call less per layer)
+    if st is not None and mask is None and st is q_values.step and queries.shape[2] <= MAX_PACKED_QUERIES:
+        out = st.attend(queries, q_keys, q_values, scale, None)
+        if out is not None:
+            return out
     if isinstance(q_keys, PackedKV):
         if type(mask) is mx.array:          # a left-padded batch's mask (batch_shared.make_mask): its row starts
             mask = row_starts(mask)

@@ -64,6 +64,15 @@ def _past_evicted(b: int, keys, values, mask):
     return mask, held, below
 
 
+def _splits(q: int, t) -> tuple:
+    """(tuning t, lo, hi, kattention.split_counts(q)) under t: the counts hold for every q in (lo, hi] (each is a
+    ceiling of q over a split size: the scalar loop's changes at 8192), so a step asks for them once per range."""
+    tps, ls = t.tokens_per_split, t.long_split
+    a, b = counts = kattention.split_counts(q)
+    lo, hi = ((a - 1) * tps, min(a * tps, 8192)) if q <= 8192 else (max((a - 1) * ls, 8192), a * ls)
+    return t, max(lo, (b - 1) * tps), min(hi, b * tps), counts
+
+
 def _mark(s) -> tuple:
     """Stream.mark of a decode step's stream (every field holds its rows for Q tokens from the first valid token lo:
     DecodeStep.applies): the rows as lo alone (every method's first field has a row per token), which Stream.restore
@@ -92,12 +101,14 @@ class DecodeStep:
 
     __slots__ = ("cache", "plan", "k", "v", "kernel", "call", "ins", "slot_v", "record", "attn", "clean", "pending",
                  "append_ts", "win", "consts", "mixed", "empty", "fslots", "ragged", "wslot", "fk", "fv", "whole",
-                 "cuda")
+                 "cuda", "splits")
 
     def __init__(self, cache, plan, keys: mx.array, values: mx.array, record):
-        # record(index, token, before): the cache's _Chunk of one append, with the fused launch's messages
+        # record(index, token, before=): the cache's _Chunk of one append, with the fused launch's messages (the
+        # token holds the four checks' hits: kernels/append.py)
         self.cache, self.plan, self.k, self.v, self.record = cache, plan, plan.k, plan.v, record
         self.cuda = backend.backend() == "cuda"     # (where `step` runs at all: the kernels' backend, fixed)
+        self.splits = (None, 0, 0, None)            # the attention's split counts and the counts they hold for
         b, h, t, d = keys.shape
         kp, vp = self.k.params, self.v.params
         # a ragged KIVI batch (cache/ragged_step.py's plan): its rows flush at their own phase (input rphase, last)
@@ -277,7 +288,7 @@ class DecodeStep:
         c = self.cache
         self.plan.stored(token)
         c._token = token
-        c._chunks.append(self.record(index, token, before))
+        c._chunks.append(self.record(index, token, before=before))
 
     def flush(self) -> None:
         """The pending append launched on its own (the append kernel), if there is one."""
@@ -310,7 +321,10 @@ class DecodeStep:
         # the host reads stays out of device memory (COMBINE_SUMMARY); a fused step's token is a summary already
         t = tok if type(tok) is mx.array else None if append or tok is None else tok.token
         summ = t is not None and t.size > 8
-        key = (queries.shape, queries.dtype, scale, kattention.split_counts(q_enc), append, summ,
+        sc, t_ = self.splits, tuning.current()
+        if sc[0] is not t_ or not sc[1] < q_enc <= sc[2]:
+            sc = self.splits = _splits(q_enc, t_)
+        key = (queries.shape, queries.dtype, scale, sc[3], append, summ,
                (mask.causal, mask.starts.shape, below) if starts else None)
         a = self.attn.get(key)
         if a is None:
