@@ -301,8 +301,10 @@ class DecodeStep:
         """The fused attention launch of accelerated.kernels.attention over the records of the step that made
         `keys` and `values` (its encoded count and token, even after later appends), with that step's append
         inside if it is still pending; None where the general path must decide (then nothing was launched)."""
-        q_enc = keys.encoded
-        tok = keys.token_or_pending
+        out = self._fused(queries, keys, values, scale, mask)
+        if out is not None:
+            return out
+        q_enc, tok = keys.encoded, keys.token_or_pending
         starts = type(mask) is RowStarts        # a left-padded batch's rows (accelerated/cache/batch_shared.py)
         if (mask is not None and not starts) or type(queries) is not mx.array \
                 or (values.encoded != q_enc and not self.mixed) or values.token_or_pending is not tok:
@@ -351,11 +353,9 @@ class DecodeStep:
             if append:
                 for i, f in leaving:
                     ins[i] = tok.ins[f]
-        if append:
-            ins[ifl] = tok.ins[1]         # ordered after the previous store, as the append launch is
-            ins[ikx] = tok.ins[2]
-            ins[ivx] = tok.ins[self.slot_v]
-            ins[ikc], ins[ivc] = tok.ins[3], tok.ins[self.slot_v + 1]   # the step's plan (KIVI: flush or not)
+        if append:      # (ordered after the previous store, as the append launch is; the step's plan: KIVI's flush)
+            ti, sv = tok.ins, self.slot_v
+            ins[ifl], ins[ikx], ins[ivx], ins[ikc], ins[ivc] = ti[1], ti[2], ti[sv], ti[3], ti[sv + 1]
         else:
             ins[ifl] = km.order(keys.flags)
         outs = kern(inputs=ins, **call)
@@ -376,6 +376,43 @@ class DecodeStep:
                     if not r.checked:
                         r.flags = summary
                     break
+        return out
+
+    def _fused(self, queries, keys, values, scale: float, mask):
+        """`attend`'s usual call, with fewer questions: the step's pending append inside, no mask, nothing evicted,
+        the windows as views; the same launches from the same parts (None: the general path, which makes them)."""
+        tok = self.pending
+        if tok is None or mask is not None or keys.token_or_pending is not tok or values.token_or_pending is not tok \
+                or keys.lo or self.whole or type(queries) is not mx.array:
+            return None
+        q_enc = keys.encoded
+        if self.mixed:
+            q_enc = min(q_enc, values.encoded)
+        elif values.encoded != q_enc:
+            return None
+        sc, t = self.splits, tuning.current()
+        if sc[0] is not t or not sc[1] < q_enc <= sc[2]:
+            sc = self.splits = _splits(q_enc, t)
+        a = self.attn.get((queries.shape, queries.dtype, scale, sc[3], True, False, None))
+        if not a:
+            return None
+        kern, call, ins, slots, comb = a
+        ins = list(ins)
+        iq, inn, ifl, ikx, ivx, _, iwin, ikc, ivc, leaving = slots
+        ti, sv = tok.ins, self.slot_v
+        ins[iq] = queries
+        ins[inn] = km.count(q_enc)
+        if self.win:
+            ins[iwin[0]] = keys.window if keys.window is not None else self.empty[0]
+            ins[iwin[1]] = values.window if values.window is not None else self.empty[1]
+            for i, f in leaving:
+                ins[i] = ti[f]
+        ins[ifl], ins[ikx], ins[ivx], ins[ikc], ins[ivc] = ti[1], ti[2], ti[sv], ti[3], ti[sv + 1]
+        outs = kern(inputs=ins, **call)
+        ckern, ccall, consts = comb
+        out, summary = ckern(inputs=[outs[0], outs[1], consts, queries, outs[2]], **ccall)
+        self.pending, tok.token = None, summary
+        self._stored(summary, tok.before, tok.index)
         return out
 
     def _whole_attend(self, wrows: tuple, append: bool) -> tuple:
