@@ -343,11 +343,7 @@ def test_window_prefetch_knob_reaches_the_cuda_header(monkeypatch, tune):
     """tuning's tc_window_prefetch: the CUDA launch's header defines VQ_WPF (csrc/tc_window.h) for a tensor-core
     partial with a window only, under a name of its own (the defaults' kernels keep their names and texts)."""
     from veloxquant.accelerated.kernels import attention as katt
-    from veloxquant.accelerated.kernels import backend
-    seen = []
-    monkeypatch.setattr(backend, "_gpu_backend", lambda: ("cuda", "recorded"))
-    monkeypatch.setattr(backend, "available", lambda: (True, "recorded"))
-    monkeypatch.setattr(backend, "cuda_kernel", lambda **kw: seen.append((kw["name"], kw["header"])) or object())
+    seen = recorded_cuda_kernels(monkeypatch)
     for on in (False, True):
         tune(tc_window_prefetch=on)
         for haswin, tc in ((True, True), (False, True), (True, False)):
@@ -357,6 +353,17 @@ def test_window_prefetch_knob_reaches_the_cuda_header(monkeypatch, tune):
             want = on and haswin and tc
             assert ("#define VQ_WPF 1" in header) is want and name.endswith("_wpf") is want, (on, haswin, tc, name)
     katt._compiled.cache_clear()
+
+
+def recorded_cuda_kernels(monkeypatch) -> list:
+    """The CUDA backend stood in for: each kernel object attention.py makes is recorded as (name, header) in the list
+    returned, none compiled (which knobs reach which kernels' texts)."""
+    from veloxquant.accelerated.kernels import backend
+    seen: list = []
+    monkeypatch.setattr(backend, "_gpu_backend", lambda: ("cuda", "recorded"))
+    monkeypatch.setattr(backend, "available", lambda: (True, "recorded"))
+    monkeypatch.setattr(backend, "cuda_kernel", lambda **kw: seen.append((kw["name"], kw["header"])) or object())
+    return seen
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA compile check skipped")

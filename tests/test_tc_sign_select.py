@@ -62,11 +62,8 @@ def test_the_select_is_the_same_lookup(case, tensor_cores, tune, monkeypatch):
 def test_the_knob_reaches_only_two_stream_loops(mk, mv, tc, takes, monkeypatch, tune):
     """The CUDA launch's header defines VQ_SIGN_SELECT, under a name of its own, for a tensor-core partial that reads
     prod's signs only; with the knob off (the default) every kernel keeps its name and header."""
-    from veloxquant.accelerated.kernels import backend
-    seen = []
-    monkeypatch.setattr(backend, "_gpu_backend", lambda: ("cuda", "recorded"))
-    monkeypatch.setattr(backend, "available", lambda: (True, "recorded"))
-    monkeypatch.setattr(backend, "cuda_kernel", lambda **kw: seen.append((kw["name"], kw["header"])) or object())
+    from test_attention_kernels_source import recorded_cuda_kernels
+    seen = recorded_cuda_kernels(monkeypatch)
     for on in (False, True):
         tune(tc_sign_select=on)
         katt._compiled.cache_clear()
