@@ -788,5 +788,6 @@ def test_a_steps_split_counts_hold_over_the_range_it_keeps(tps, ls):
             _, lo, hi, counts = decode_step._splits(q, t)
             assert lo < q <= hi, f"_splits({q}): range ({lo}, {hi}]"
             for x in {lo + 1, hi, (lo + hi + 1) // 2, q}:
-                assert katt.split_counts(x) == counts, f"_splits({q}) kept {counts} for ({lo}, {hi}], but {x} has " \
-                                                       f"{katt.split_counts(x)} (tokens_per_split {tps}, long_split {ls})"
+                assert katt.split_counts(x) == counts, \
+                    f"_splits({q}) kept {counts} for ({lo}, {hi}], but {x} has {katt.split_counts(x)} " \
+                    f"(tokens_per_split {tps}, long_split {ls})"

@@ -88,7 +88,8 @@ def test_the_selecting_loop_compiles_without_spills_and_with_fewer_shuffles(tmp_
         units.append(text)
         return real(text, stem)
     monkeypatch.setattr(tks, "ptxas", keep)
-    variants = ([(3, 3, 3, 1, 3, 1, 128, False, True)], src.TC_TENS), ([(3, 0, 3, 1, 4, 1, 128, False, False)], src.TC_TENS)
+    variants = (([(3, 3, 3, 1, 3, 1, 128, False, True)], src.TC_TENS),
+                ([(3, 0, 3, 1, 4, 1, 128, False, False)], src.TC_TENS))
     shuffles = []
     for define in ("", "#define VQ_SIGN_SELECT 1\n"):
         monkeypatch.setattr(tks, "_local_memory", lambda header, body, stem, entry, bounds=True, d=define: local(
@@ -102,8 +103,9 @@ def test_the_selecting_loop_compiles_without_spills_and_with_fewer_shuffles(tmp_
                            capture_output=True)
             shuffles.append(len(re.findall(r"shfl\.sync\.idx", cu.with_suffix(".ptx").read_text())))
     (both0, keys0), (both1, keys1) = shuffles[:2], shuffles[2:]
-    assert both1 < both0 and keys1 < keys0, f"shuffles in the PTX without / with the knob: prod b4 both roles {both0} / " \
-                                            f"{both1}, prod keys beside turboquant 4 {keys0} / {keys1}"
+    assert both1 < both0 and keys1 < keys0, \
+        f"shuffles in the PTX without / with the knob: prod b4 both roles {both0} / {both1}, prod keys beside " \
+        f"turboquant 4 {keys0} / {keys1}"
 
 
 @pytest.mark.skipif(not _REAL_MMA(), reason="no CUDA GPU with mma.m16n8k16 (sm_80+): the tensor-core loop is not run")

@@ -208,7 +208,8 @@ class VeloxKVCache(_BaseCache):
             if token is not None:      # one launch: encode both, store in place, checks (kernels/append.py)
                 if self._in_place is not plan:    # a new plan: the next steps take the decode-step path
                     msgs = _fused_check_messages(self.key_params.method, self.value_params.method)
-                    self._fast = (DecodeStep(self, self._in_place, keys, values, functools.partial(_Chunk, messages=msgs, reader=fused_messages))
+                    record = functools.partial(_Chunk, messages=msgs, reader=fused_messages)
+                    self._fast = (DecodeStep(self, self._in_place, keys, values, record)
                                   if DecodeStep.applies(self._in_place) else None)
                 self._token = token
                 self.offset += keys.shape[2]    # tokens seen (a sliding-window cache holds fewer)

@@ -57,9 +57,9 @@
 #   whole   tuning's whole_windows (the window buffers whole, csrc/window_bind.h): its GPU twins (the decode step
 #           against the general path, the mixed pair, the sliding window, TC_MIX), then per generated token the host
 #           and the GPU (generate_split) and decode step + generate at 32k, knob off and on in the same rounds (~8 min)
-#   signsel tuning's tc_sign_select (prod's signs made from their bits, not shuffled): its GPU twins (bit for bit against
-#           the knob off), the timeline at 32k and 128k (--chain) of prod b4 with and without it, then decode step +
-#           generate at 32k and the 8k x 8 batch, off against on in the same rounds                    (~5 min)
+#   signsel tuning's tc_sign_select (prod's signs made from their bits, not shuffled): its GPU twins (bit for bit
+#           against the knob off), the timeline at 32k and 128k (--chain) of prod b4 with and without it, then
+#           decode step + generate at 32k and the 8k x 8 batch, off against on in the same rounds      (~5 min)
 #   hostab  the host's share of a layer's step (tools/dev/host_split, 32k) in this tree and in an older one carried as
 #           .device/old (`git archive COMMIT accelerated spec tools veloxquant benchmarks conformance reference`),
 #           processes interleaved old / new / old / new: fp16, turboquant b4, kivi b4 and the mixed pair       (~6 min)
@@ -261,21 +261,22 @@ case $stage in
     ab=('turboquant_prod b4' 'turboquant_prod b4 [TC_SIGN_SELECT=1]' 'turboquant_prod b4 (window 32)'
         'turboquant_prod b4 (window 32) [TC_SIGN_SELECT=1]')
     for ctx in 32768 131072; do
-      step "signsel-timeline-$ctx" python3 -m veloxquant.tools.dev.gpu_timeline --context $ctx --chain --arms "${ab[@]:0:2}" \
-        --json "$out/signsel-timeline-$ctx.json"
+      step "signsel-timeline-$ctx" python3 -m veloxquant.tools.dev.gpu_timeline --context $ctx --chain \
+        --arms "${ab[@]:0:2}" --json "$out/signsel-timeline-$ctx.json"
     done
     step signsel-ab "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
       --bench-arms "${ab[@]}" --bench-partial "$out/signsel-ab-32k.json"
-    step signsel-batch "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 --bench-arms "${ab[@]:0:2}" \
-      --bench-partial "$out/signsel-batch-8k.json"
+    step signsel-batch "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 \
+      --bench-arms "${ab[@]:0:2}" --bench-partial "$out/signsel-batch-8k.json"
     ;;
   hostab)
     arms=('fp16 KVCache' 'turboquant b4' 'kivi b4 (window 128)' 'keys turboquant b3 + values kivi b2')
     for r in 1 2; do
       for tree in old new; do
         dir=$([ $tree = old ] && echo .device/old || echo .)
-        step "hostab-$tree-$r" env -C "$dir" PYTHONPATH="/tmp/site:$PWD/$dir" python3 -m veloxquant.tools.dev.host_split \
-          --contexts 32768 --arms "${arms[@]}" --json "$out/hostab-$tree-$r.json"
+        step "hostab-$tree-$r" env -C "$dir" PYTHONPATH="/tmp/site:$PWD/$dir" \
+          python3 -m veloxquant.tools.dev.host_split --contexts 32768 --arms "${arms[@]}" \
+          --json "$out/hostab-$tree-$r.json"
       done
     done
     ;;
