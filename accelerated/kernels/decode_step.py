@@ -323,10 +323,7 @@ class DecodeStep:
         # the host reads stays out of device memory (COMBINE_SUMMARY); a fused step's token is a summary already
         t = tok if type(tok) is mx.array else None if append or tok is None else tok.token
         summ = t is not None and t.size > 8
-        sc, t_ = self.splits, tuning.current()
-        if sc[0] is not t_ or not sc[1] < q_enc <= sc[2]:
-            sc = self.splits = _splits(q_enc, t_)
-        key = (queries.shape, queries.dtype, scale, sc[3], append, summ,
+        key = (queries.shape, queries.dtype, scale, self._split_counts(q_enc), append, summ,
                (mask.causal, mask.starts.shape, below) if starts else None)
         a = self.attn.get(key)
         if a is None:
@@ -340,23 +337,15 @@ class DecodeStep:
             return None
         kern, call, ins, slots, comb = a
         ins = list(ins)
-        iq, inn, ifl, ikx, ivx, irs, iwin, ikc, ivc, leaving = slots
+        iq, inn, ifl, _, _, irs, iwin, _, _, leaving = slots
         ins[iq] = queries
         ins[inn] = km.count(q_enc + lo)
         if starts:
             ins[irs] = mask.starts
         if self.whole:      # the windows' buffers whole and their rows (csrc/window_bind.h)
             ins[iwin[0]], ins[iwin[1]], ins[leaving] = self._whole_attend(keys.wrows, append)
-        elif self.win:      # this step's windows (kw, vw), and with the append inside the tokens leaving them (kf, vf)
-            ins[iwin[0]] = keys.window if keys.window is not None else self.empty[0]
-            ins[iwin[1]] = values.window if values.window is not None else self.empty[1]
-            if append:
-                for i, f in leaving:
-                    ins[i] = tok.ins[f]
-        if append:      # (ordered after the previous store, as the append launch is; the step's plan: KIVI's flush)
-            ti, sv = tok.ins, self.slot_v
-            ins[ifl], ins[ikx], ins[ivx], ins[ikc], ins[ivc] = ti[1], ti[2], ti[sv], ti[3], ti[sv + 1]
-        else:
+        self._step_inputs(ins, slots, keys, values, tok if append else None)
+        if not append:
             ins[ifl] = km.order(keys.flags)
         outs = kern(inputs=ins, **call)
         if comb is None:                  # the combine inside the partial launch (never with the append inside)
@@ -390,30 +379,44 @@ class DecodeStep:
             q_enc = min(q_enc, values.encoded)
         elif values.encoded != q_enc:
             return None
-        sc, t = self.splits, tuning.current()
-        if sc[0] is not t or not sc[1] < q_enc <= sc[2]:
-            sc = self.splits = _splits(q_enc, t)
-        a = self.attn.get((queries.shape, queries.dtype, scale, sc[3], True, False, None))
+        a = self.attn.get((queries.shape, queries.dtype, scale, self._split_counts(q_enc), True, False, None))
         if not a:
             return None
         kern, call, ins, slots, comb = a
         ins = list(ins)
-        iq, inn, ifl, ikx, ivx, _, iwin, ikc, ivc, leaving = slots
-        ti, sv = tok.ins, self.slot_v
-        ins[iq] = queries
-        ins[inn] = km.count(q_enc)
-        if self.win:
-            ins[iwin[0]] = keys.window if keys.window is not None else self.empty[0]
-            ins[iwin[1]] = values.window if values.window is not None else self.empty[1]
-            for i, f in leaving:
-                ins[i] = ti[f]
-        ins[ifl], ins[ikx], ins[ivx], ins[ikc], ins[ivc] = ti[1], ti[2], ti[sv], ti[3], ti[sv + 1]
+        ins[slots[0]] = queries
+        ins[slots[1]] = km.count(q_enc)
+        self._step_inputs(ins, slots, keys, values, tok)
         outs = kern(inputs=ins, **call)
         ckern, ccall, consts = comb
         out, summary = ckern(inputs=[outs[0], outs[1], consts, queries, outs[2]], **ccall)
         self.pending, tok.token = None, summary
         self._stored(summary, tok.before, tok.index)
         return out
+
+    def _split_counts(self, q_enc: int) -> tuple:
+        """kattention.split_counts(q_enc), asked again only outside the range of counts it holds for (`_splits`)."""
+        sc, t = self.splits, tuning.current()
+        if sc[0] is not t or not sc[1] < q_enc <= sc[2]:
+            sc = self.splits = _splits(q_enc, t)
+        return sc[3]
+
+    def _step_inputs(self, ins: list, slots: tuple, keys, values, tok: _Pending | None) -> None:
+        """The attention launch's inputs of the step that made `keys` and `values`: its windows (kw, vw: views; with
+        whole_windows `attend` sets them), and with `tok`, its pending append inside, the tokens leaving them (kf, vf)
+        and the append's inputs (ordered after the previous store, as the append launch is; the step's plan: KIVI's
+        flush or not)."""
+        _, _, ifl, ikx, ivx, _, iwin, ikc, ivc, leaving = slots
+        views = self.win and not self.whole
+        if views:
+            ins[iwin[0]] = keys.window if keys.window is not None else self.empty[0]
+            ins[iwin[1]] = values.window if values.window is not None else self.empty[1]
+        if tok is not None:
+            ti, sv = tok.ins, self.slot_v
+            if views:
+                for i, f in leaving:
+                    ins[i] = ti[f]
+            ins[ifl], ins[ikx], ins[ivx], ins[ikc], ins[ivc] = ti[1], ti[2], ti[sv], ti[3], ti[sv + 1]
 
     def _whole_attend(self, wrows: tuple, append: bool) -> tuple:
         """The attention launch's window inputs with tuning's whole_windows, from its step's rows
