@@ -327,10 +327,10 @@ def make_caches(arm: str, net, layers: int) -> list:
 
 
 def host_probe(reps: int = 2000, rounds: int = 5) -> dict:
-    """This host's speed at what paces our decode step at long context (decode-step analysis, twentieth and
-    twenty-fifth passes): µs per MLX op built (not evaluated: an add, a multiply and a slice of a small array, what a
-    step's Python makes) and µs per `sum(range(1000))` of plain Python, medians of `rounds`. Recorded at a run's
-    start and end, so that host-paced ratios from different machines can be read side by side."""
+    """This host's speed at what paces our decode step at long context (docs/decode-step-analysis.md): µs per MLX op
+    built (not evaluated: an add, a multiply and a slice of a small array, what a step's Python makes) and µs per
+    `sum(range(1000))` of plain Python, medians of `rounds`. Recorded at a run's start and end, so that host-paced
+    ratios from different machines can be read side by side."""
     import mlx.core as mx
     a = mx.zeros((8, 128))
     builds, loops = [], []

@@ -318,8 +318,8 @@ def _ptx_instructions(text: str, stem) -> int:
 def test_the_counted_scalar_splits_keep_the_partial_short(tmp_path):
     """The 5-bit pick's TC_MIXK partial (keys kivi 4, values turboquant 4, d 128, the append inside) with the scalar
     splits counted per launch (the defaults) is at most 1.25x as long in PTX as with split S - 1 alone: the count as a
-    macro, expanded at every use, made it 1.63x, and that text cost the launch 2-3 us where its count was 1 (decode-step
-    analysis, twenty-fourth and twenty-fifth passes)."""
+    macro, expanded at every use, made it 1.63x, and that text cost the launch 2-3 us where its count was 1
+    (docs/decode-step-analysis.md)."""
     one, counted = (_ptx_instructions(_tcmixk_unit([NVCC_VARIANTS[0]], mix)[0], tmp_path / f"pick_{mix[0]}")
                     for mix in ((1, 0), src.mixed_knobs(src.TC_MIXK, 2, False)))
     assert counted <= 1.25 * one, f"TC_MIXK partial, PTX instructions: split S - 1 alone {one}, counted {counted}"
