@@ -52,7 +52,6 @@ class Tuning:
     tc_window_prefetch: bool = False  # the tensor-core partial's window split loads a warp's next token while it scores
                                     # one (csrc/tc_window.h, VQ_WPF; the same arithmetic in the same order)
     tc_prefetch: int = 2            # chunks the tensor-core loop loads ahead while it scores one
-    tc_sign_select: bool = False    # ... prod's QJL signs made from their bits, not looked up by a warp shuffle
     tc_mixed_splits: int = 4        # threadgroups of a MIXED tensor-core partial (TC_MIX, TC_MIXK) that share the
                                     # tokens of one role's window beside the other's records, in scalar arithmetic,
                                     # at most (csrc/partial_setup_mixed.h; 1: split S - 1 alone)

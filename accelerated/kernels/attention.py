@@ -451,20 +451,19 @@ def _kernel(kind: str, mk: int = 0, mv: int = 0, haswin: bool = False, fused: bo
     (that loop) the threadgroups per multiprocessor its registers are bounded for (launch bounds), the decode
     step's append inside (APPEND) and row starts (a left-padded batch). The tuning knobs that change its text
     (cold_loops; partial_threads and tc_min_blocks in the launch bounds; tc_window_prefetch where a tensor-core partial
-    has a window; tc_mixed_splits and tc_mixed_cost where it is a MIXED one of TC_MIX or TC_MIXK, not ragged;
-    tc_sign_select where it reads prod's signs) are part of the compiled kernel's key; `whole`: the windows as
-    whole buffers (tuning's whole_windows, a decode step's launch)."""
+    has a window; tc_mixed_splits and tc_mixed_cost where it is a MIXED one of TC_MIX or TC_MIXK, not ragged) are part
+    of the compiled kernel's key; `whole`: the windows as whole buffers (tuning's whole_windows, a decode step's
+    launch)."""
     t = tuning.current()
     return _compiled(kind, mk, mv, haswin, fused, tc, tc_blocks, append, starts, t.cold_loops,
                      t.partial_threads if tc else 0, (tc_blocks or t.tc_min_blocks) if tc else 0, ragged,
-                     bool(tc and haswin and t.tc_window_prefetch), whole, src.mixed_knobs(tc, haswin, ragged),
-                     t.tc_sign_select and src.prod_signs(tc, mk, mv))
+                     bool(tc and haswin and t.tc_window_prefetch), whole, src.mixed_knobs(tc, haswin, ragged))
 
 
 @functools.lru_cache(maxsize=None)
 def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, tc_blocks: int, append: bool,
               starts: bool, cold_loops: bool, nt: int, min_blocks: int, ragged: bool = False, wpf: bool = False,
-              whole: bool = False, mix: tuple[int, int] = (1, 0), sel: bool = False):
+              whole: bool = False, mix: tuple[int, int] = (1, 0)):
     be = backend.backend()
     if be is None:
         raise RuntimeError(backend.available()[1])
@@ -479,10 +478,11 @@ def _compiled(kind: str, mk: int, mv: int, haswin: bool, fused: bool, tc: bool, 
         d = tuning.DEFAULT
         name += ("_cold" if cold_loops else "") + (f"_n{nt}" if tc and nt != d.partial_threads else "") + \
             (f"_b{min_blocks}" if tc and not tc_blocks and min_blocks != d.tc_min_blocks else "") + \
-            ("_wpf" if wpf else "") + src.mixed_tag(mix, tc, haswin, ragged) + ("_ss" if sel else "")
+            ("_wpf" if wpf else "") + src.mixed_tag(mix, tc, haswin, ragged)
         if cold_loops:
             header = '#define VQ_COLD _Pragma("unroll 1")\n' + header
-        header = ("#define VQ_WPF 1\n" if wpf else "") + ("#define VQ_SIGN_SELECT 1\n" if sel else "") + header
+        if wpf:         # (tuning's tc_window_prefetch: csrc/tc_window.h)
+            header = "#define VQ_WPF 1\n" + header
         header = src.mixed_defines(*mix) + header    # (tuning's tc_mixed_splits: csrc/partial_setup_mixed.h)
         if tc:
             header += _bounds(nt, min_blocks)

@@ -313,12 +313,6 @@ def mixed_tag(mix: tuple[int, int], tc, haswin, ragged) -> str:
     return f"_m{mix[0]}" + (f"c{mix[1]}" if mix[0] > 1 else "")
 
 
-def prod_signs(tc, mk: int, mv: int) -> bool:
-    """Whether a tensor-core partial reads prod's QJL signs (csrc/tc_two_setup.cuh's second stream), what tuning's
-    tc_sign_select changes (csrc/tc_sign_select.cuh)."""
-    return bool(tc) and tc not in (TC_MIX, TC_MIXK) and METHOD_IDS["turboquant_prod"] in (mk, mv)
-
-
 def partial_body(mk: int, mv: int, tc: bool) -> str:
     """The partial's body for a method pair: the scalar loop's, or (`tc`) the tensor-core loop's (KIVI's and
     mlx_affine's own; `tc` = TC_MIX: turboquant keys beside KIVI values; TC_MIXK: KIVI keys beside turboquant

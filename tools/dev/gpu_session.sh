@@ -57,16 +57,13 @@
 #   whole   tuning's whole_windows (the window buffers whole, csrc/window_bind.h): its GPU twins (the decode step
 #           against the general path, the mixed pair, the sliding window, TC_MIX), then per generated token the host
 #           and the GPU (generate_split) and decode step + generate at 32k, knob off and on in the same rounds (~8 min)
-#   signsel tuning's tc_sign_select (prod's signs made from their bits, not shuffled): its GPU twins (bit for bit
-#           against the knob off), the timeline at 32k and 128k (--chain) of prod b4 with and without it, then
-#           decode step + generate at 32k and the 8k x 8 batch, off against on in the same rounds      (~5 min)
 #   hostab  the host's share of a layer's step (tools/dev/host_split, 32k) in this tree and in an older one carried as
 #           .device/old (`git archive COMMIT accelerated spec tools veloxquant benchmarks conformance reference`),
 #           processes interleaved old / new / old / new: fp16, turboquant b4, kivi b4 and the mixed pair       (~6 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto, whole, signsel or hostab}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto, whole or hostab}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -256,19 +253,6 @@ case $stage in
     step mauto-ab "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
       131072 --bench-arms "$pair" "$pair [TC_MIXED_SPLITS=1]" --bench-partial "$out/mauto-ab.json"
     ;;
-  signsel)
-    step signsel-twins python3 -m pytest -q -p no:cacheprovider tests/test_tc_sign_select.py
-    ab=('turboquant_prod b4' 'turboquant_prod b4 [TC_SIGN_SELECT=1]' 'turboquant_prod b4 (window 32)'
-        'turboquant_prod b4 (window 32) [TC_SIGN_SELECT=1]')
-    for ctx in 32768 131072; do
-      step "signsel-timeline-$ctx" python3 -m veloxquant.tools.dev.gpu_timeline --context $ctx --chain \
-        --arms "${ab[@]:0:2}" --json "$out/signsel-timeline-$ctx.json"
-    done
-    step signsel-ab "${bench[@]}" benchmarks/test_decode_step.py benchmarks/test_generate.py --bench-contexts 32768 \
-      --bench-arms "${ab[@]}" --bench-partial "$out/signsel-ab-32k.json"
-    step signsel-batch "${bench[@]}" benchmarks/test_batch_generate.py --bench-batches 8192x8 \
-      --bench-arms "${ab[@]:0:2}" --bench-partial "$out/signsel-batch-8k.json"
-    ;;
   hostab)
     arms=('fp16 KVCache' 'turboquant b4' 'kivi b4 (window 128)' 'keys turboquant b3 + values kivi b2')
     for r in 1 2; do
@@ -289,7 +273,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto, whole, signsel or hostab" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto, whole or hostab" >&2
     exit 2
     ;;
 esac

@@ -60,6 +60,4 @@
 #undef TC_VALUES2
 #undef TC_KNORM2
 #undef TC_VNORM2
-#undef VQ_E2K
-#undef VQ_TAB_tabv2
 #include VQ_TC_MERGE

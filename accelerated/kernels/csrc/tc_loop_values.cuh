@@ -14,4 +14,3 @@
 #include VQ_TC_VALUES2
     }
 #undef VQ_TC_VENTRIES
-#undef VQ_TAB_tabv

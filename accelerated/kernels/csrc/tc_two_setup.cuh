@@ -13,7 +13,6 @@
   const float tv2 = (MV == 3) ? rv2 : rv2 * ftv;
   const uint32_t tabk2 = vq_h2(tk2, tk2 - vq_hround(tk2));
   const uint32_t tabv2 = vq_h2(tv2, tv2 - vq_hround(tv2));
-#include "tc_sign_select.cuh"
   const DEVICE uint32_t* kbase2 = K2 ? kc2 + (int64_t)b * kc2_strides[0] + (int64_t)h * kc2_strides[1] + KWL2 * tig
                                      : kc2;
   const int vsh2 = VWHOLE2 ? 0 : (g * (D / 8) * VB2) % 32;
