@@ -181,6 +181,7 @@ def paired(benchmark, ours, baselines: dict, *, rounds: int, warmup: int, prepar
     timer = getattr(benchmark, "_timer", time.perf_counter)
     state = {"round": 0}
     base_t = {n: {} for n in baselines}     # timed round index (after warm-up) -> seconds
+    probes = {}                             # timed round index -> round_probe's µs, taken before the round's arms
 
     def time_baselines(r):
         j = r - warmup
@@ -200,6 +201,9 @@ def paired(benchmark, ours, baselines: dict, *, rounds: int, warmup: int, prepar
 
     def setup():
         r = state["round"]
+        p = round_probe()
+        if r >= warmup:
+            probes[r - warmup] = p
         if r % 2 == 0:
             time_baselines(r)
         extra = tuple(prepare(r % POOL)) if prepare else ()
@@ -225,9 +229,42 @@ def paired(benchmark, ours, baselines: dict, *, rounds: int, warmup: int, prepar
             out["ratios"][name] = statistics.median(per_round)
             out["ratio_iqr"][name] = per_round[3 * len(per_round) // 4] - per_round[len(per_round) // 4]
             out["baseline_median_s"][name] = statistics.median(ts.values())
+        out.update(_host_rounds(data, base_t, probes))
     out.update(info or {})
     benchmark.extra_info.update(out)
     return out
+
+
+_FASTEST = [float("inf")]    # the fastest host probe of this process, µs per sum(range(1000)): its host at full speed
+SLOW_HOST = 1.5              # a round whose probe is this much above _FASTEST ran on a slowed host (the slowed hosts
+                             # seen ran at half speed; a busy 2-core machine's rounds scatter by up to ~1.4x)
+
+
+def round_probe(reps: int = 10, bursts: int = 3) -> float:
+    """µs per `sum(range(1000))` now (host_probe's Python half, short enough to take before every round). Some GPU
+    machines' hosts ran at half speed for minutes in the middle of a run (docs/decode-step-analysis.md), which moves
+    host-paced ratios; a run's start and end probes do not see it."""
+    us = []
+    for _ in range(bursts):     # (the fastest burst: one interruption by a neighbour does not flag a round)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            sum(range(1000))
+        us.append((time.perf_counter() - t0) / reps * 1e6)
+    _FASTEST[0] = min(_FASTEST[0], min(us))
+    return min(us)
+
+
+def _host_rounds(data: list, base_t: dict, probes: dict) -> dict:
+    """paired()'s record of the host per timed round: each round's probe (µs), how many ran on a slowed host (probe
+    > SLOW_HOST x the process's fastest), and each baseline's median ratio over the other rounds (where 3 or more)."""
+    slow = {j for j, p in probes.items() if p > SLOW_HOST * _FASTEST[0]}
+    steady = {}
+    for name, ts in base_t.items():
+        per = sorted(data[j] / t for j, t in ts.items() if j < len(data) and t > 0 and j not in slow)
+        if len(per) >= 3:
+            steady[name] = statistics.median(per)
+    return {"host_round_us": [round(probes[j], 2) for j in sorted(probes)], "slow_host_rounds": len(slow),
+            "slow_host_factor": SLOW_HOST, "ratios_steady": steady}
 
 
 # ---- the gate ----------------------------------------------------------------------------------------------
@@ -344,5 +381,6 @@ def host_probe(reps: int = 2000, rounds: int = 5) -> dict:
         for _ in range(reps):
             sum(range(1000))
         loops.append((time.perf_counter() - t0) / reps * 1e6)
+    _FASTEST[0] = min(_FASTEST[0], min(loops))
     return {"mlx_op_build_us": round(statistics.median(builds), 3),
             "python_sum1000_us": round(statistics.median(loops), 3)}

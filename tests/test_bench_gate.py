@@ -90,6 +90,50 @@ def test_paired_times_an_expensive_baseline_every_kth_round_only():
     assert res["ratios"] == pytest.approx({"fp16": 0.5, "reference": 0.1})
 
 
+def test_paired_counts_rounds_on_a_slowed_host_and_gives_the_ratio_over_the_others(monkeypatch):
+    h = _harness()
+    clock = _Clock()
+    # the host probe per round (1 warm-up + 6 timed): rounds 2 and 4 at twice the fastest; ours costs 3 there
+    probes = iter([10.0, 10.0, 10.5, 20.0, 10.2, 21.0, 10.1])
+    monkeypatch.setattr(h, "round_probe", lambda: next(probes))
+    monkeypatch.setattr(h, "_FASTEST", [10.0])
+    state = {"r": 0}
+
+    def ours(i):
+        clock.now += 3.0 if state["r"] in (3, 5) else 1.0
+        state["r"] += 1
+
+    def base(i):
+        clock.now += 1.0
+    b = _FakeBenchmark(clock)
+    res = h.paired(b, lambda i: ours(i), {"fp16": base}, rounds=6, warmup=1)
+    assert b.extra_info["slow_host_rounds"] == 2, f"paired: slow rounds {b.extra_info['slow_host_rounds']}, not 2"
+    assert b.extra_info["host_round_us"] == [10.0, 10.5, 20.0, 10.2, 21.0, 10.1]
+    # all rounds: ratios 1, 1, 3, 1, 3, 1 (median 1); the steady ones 1, 1, 1, 1
+    assert res["ratios"]["fp16"] == pytest.approx(1.0)
+    assert b.extra_info["ratios_steady"] == pytest.approx({"fp16": 1.0})
+    # more slowed rounds than steady ones: the median moves, the steady ratio does not
+    probes = iter([10.0] + [20.0] * 4 + [10.0] * 2)
+    monkeypatch.setattr(h, "round_probe", lambda: next(probes))
+    state["r"] = -100       # (ours costs 1 in every round here, so the steady ratio is 1 whatever the rounds)
+    res = h.paired(_FakeBenchmark(clock), lambda i: ours(i), {"fp16": lambda i: base(i)}, rounds=6, warmup=1)
+    assert res["slow_host_rounds"] == 4 and res["ratios_steady"] == {}     # (2 steady rounds: too few)
+
+
+def test_render_marks_a_cell_whose_rounds_ran_on_a_slowed_host():
+    def run(slow: int) -> dict:
+        e = {"suite": "generate", "arm": "turboquant b4", "context": 32768, "layers": 4, "shape": "llama3-8b",
+             "tokens": 64, "rounds": 8, "ratios": {"fp16": 0.9}, "ratio_iqr": {"fp16": 0.1}, "tokens_per_s": 900.0,
+             "fp16_tokens_per_s": 800.0, "slow_host_rounds": slow, "slow_host_factor": 1.25,
+             "ratios_steady": {"fp16": 0.75}}
+        return {"benchmarks": [{"name": "t", "extra_info": e, "options": {}}], "veloxquant": {}}
+    text = "\n".join(bench_render.render(run(3), "x.json"))
+    assert "0.90** (0.10) †" in text and "generate turboquant b4 32k: 0.75 (÷ fp16), 3 of 8 rounds slowed" in text, \
+        f"render: 3 of 8 slowed rounds not marked:\n{text}"
+    text = "\n".join(bench_render.render(run(2), "x.json"))     # a quarter: not marked
+    assert "†" not in text, f"render: 2 of 8 slowed rounds marked:\n{text}"
+
+
 def test_check_fails_only_beyond_the_band():
     h = _harness()
     base = {"b::t[x]": {"fp16": 1.0, "reference": 0.5}}

@@ -35,7 +35,31 @@ def _r(b: dict, name: str) -> str:
     if r is None:
         return "—"
     iqr = b["extra_info"].get("ratio_iqr", {}).get(name)
-    return f"**{r:.2f}**" + (f" ({iqr:.2f})" if iqr is not None else "")
+    return f"**{r:.2f}**" + (f" ({iqr:.2f})" if iqr is not None else "") + (" †" if _slowed(b) else "")
+
+
+def _slowed(b: dict) -> bool:
+    """More than a quarter of the benchmark's timed rounds ran on a slowed host (benchmarks/harness.py round_probe)."""
+    e = b["extra_info"]
+    return e.get("slow_host_rounds", 0) * 4 > e.get("rounds", 0)
+
+
+def _slowed_lines(rows: list[dict]) -> list[str]:
+    """Under a run's tables: each † cell's median ratio over its rounds on a host at full speed."""
+    marked = [b for b in rows if _slowed(b)]
+    if not marked:
+        return []
+    cells = []
+    for b in marked:
+        e = b["extra_info"]
+        what = " ".join(_k(v) if k == "context" else str(v) for k, v in e.items()
+                        if k in ("suite", "arm", "method", "op", "context", "batch"))
+        steady = ", ".join(f"{r:.2f} (÷ {n})" for n, r in e.get("ratios_steady", {}).items()) or "too few rounds"
+        cells.append(f"{what}: {steady}, {e['slow_host_rounds']} of {e['rounds']} rounds slowed")
+    f = marked[0]["extra_info"].get("slow_host_factor", "?")
+    return [f"† More than a quarter of the cell's rounds ran on a slowed host (its probe, `sum(range(1000))` before each "
+            f"round, over {f}x the process's fastest); the median ratio over its other rounds: " + "; ".join(cells)
+            + ".", ""]
 
 
 def _band(bands: dict, suite: str, name: str = "fp16") -> str:
@@ -257,7 +281,7 @@ def render(data: dict, name: str, note: str | None = None) -> list[str]:
     for suite, fn in SUITES.items():
         if by.get(suite):
             lines += fn(by[suite], vq.get("bands", {}), ratio_note)
-    return lines
+    return lines + _slowed_lines(rows)
 
 
 def merge(paths: list[pathlib.Path]) -> dict:
