@@ -60,10 +60,13 @@
 #   hostab  the host's share of a layer's step (tools/dev/host_split, 32k) in this tree and in an older one carried as
 #           .device/old (`git archive COMMIT accelerated spec tools veloxquant benchmarks conformance reference`),
 #           processes interleaved old / new / old / new: fp16, turboquant b4, kivi b4 and the mixed pair       (~6 min)
+#   batchab the 8k x 8 batch (host-paced: 1.50-2.04x fp16's on one H100 host, 0.93-1.69x on slower ones) in this tree
+#           and in one carried as .device/old (as hostab), processes interleaved old / new / old / new: turboquant b4,
+#           prod and kivi b4; each new run records the host probe of every round (benchmarks/harness.py) (~4 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
-stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto, whole or hostab}
+stage=${1:?stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto, whole, hostab or batchab}
 out=${OUT:?run it on the device: OUT is the folder that comes back}
 log="$out/$stage.log"
 [ -n "${VELOXQUANT_GIT:-}" ] || echo "VELOXQUANT_GIT unset: the JSON will name the device's stale .git" | tee -a "$log"
@@ -264,6 +267,17 @@ case $stage in
       done
     done
     ;;
+  batchab)
+    arms=('turboquant b4' 'turboquant_prod b4' 'kivi b4 (window 128)')
+    for r in 1 2; do
+      for tree in old new; do
+        dir=$([ $tree = old ] && echo .device/old || echo .)
+        step "batchab-$tree-$r" env -C "$dir" PYTHONPATH="/tmp/site:$PWD/$dir" "${bench[@]}" \
+          benchmarks/test_batch_generate.py --bench-batches 8192x8 --bench-arms "${arms[@]}" \
+          --bench-partial "$out/batchab-$tree-$r.json"
+      done
+    done
+    ;;
   kernels)
     # (KIVI's 24 thorough cells took ~15 s each on the H100: at 1000 examples they outran 280 s; 800 and 330 s fit them
     # beside the 152 s of compiles)
@@ -273,7 +287,7 @@ case $stage in
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;
   *)
-    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto, whole or hostab" >&2
+    echo "unknown stage $stage: twins, ab, kpairs, window, ncu, ragged, gate, split, cold, kernels, sweep, base32, baserest, batch8, batch32, graphs, nsys, pairs, host, coldprof, mixtl, mixkv, msplits, mauto, whole, hostab or batchab" >&2
     exit 2
     ;;
 esac
