@@ -236,8 +236,8 @@ def paired(benchmark, ours, baselines: dict, *, rounds: int, warmup: int, prepar
 
 
 _FASTEST = [float("inf")]    # the fastest host probe of this process, µs per sum(range(1000)): its host at full speed
-SLOW_HOST = 1.5              # a round whose probe is this much above _FASTEST ran on a slowed host (the slowed hosts
-                             # seen ran at half speed; a busy 2-core machine's rounds scatter by up to ~1.4x)
+SLOW_HOST = 1.5              # a round whose probe is this much above _FASTEST ran on a slowed host (the slowed GPU
+                             # hosts ran at half speed: 2x; the margin is for the scatter of a short probe)
 
 
 def round_probe(reps: int = 10, bursts: int = 3) -> float:
