@@ -83,3 +83,21 @@ def test_merge_conformance_reports():
     assert m["summary"]["passed"] == 2 and m["summary"]["failed"] == 1 and len(m["tests"]) == 3   # mutant once
     assert m["unmatched_skip_xfail"] == [{"kind": "skip", "test": "a"}] and m["merged_from"] == ["k.json", "r.json"]
     assert [c["failed"] for c in m["cells"] if c["method"] == "rabitq"] == [1]
+
+
+def test_kernel_check_fails_a_run_with_any_step_not_passed():
+    """tools/dev/kernel_check.py not_ok: the steps that make the command exit 1 (a timed-out job's cells never ran)."""
+    from veloxquant.tools.dev import kernel_check as kc
+    ok = {"compile": {"result": {"encode/kivi/float16": {"ok": True, "differing_bytes": {"codes": 0}}},
+                      "s": 1.0},
+          "parallel": {"gpu-tests": {"rc": 0, "s": 1.0}, "thorough-kivi": {"rc": 0, "s": 2.0}},
+          "bench": {"rc": 0, "s": 3.0}}
+    log = {"steps": ok, "conformance": {"passed": 5, "failed": 0, "error": 0}}
+    assert kc.not_ok(log) == [], f"not_ok({log}) = {kc.not_ok(log)}, expected none"
+    bad = {"compile": {"result": {"encode/kivi/float16": {"ok": True, "differing_bytes": {"codes": 3}},
+                                  "decode/kivi": {"ok": False}}, "s": 1.0},
+           "parallel": {"gpu-tests": {"rc": 0, "s": 1.0}, "thorough-kivi": {"rc": "timeout", "s": 330.0}},
+           "bench": {"rc": 2, "s": 3.0}}
+    log = {"steps": bad, "conformance": {"passed": 5, "failed": 1, "error": 0}}
+    assert kc.not_ok(log) == ["compile encode/kivi/float16", "compile decode/kivi", "thorough-kivi (rc timeout)",
+                              "bench (rc 2)", "conformance (1 failed, 0 errors)"], f"not_ok: {kc.not_ok(log)}"

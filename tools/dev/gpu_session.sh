@@ -280,9 +280,9 @@ case $stage in
     ;;
   kernels)
     # (KIVI's 24 thorough cells took ~15 s each on the H100: at 1000 examples they outran 280 s; 800 and 330 s fit them
-    # beside the 152 s of compiles)
+    # beside the 152 s of compiles on one host and cut them at 21 of 24 on a slower one: 700. A cut job fails the run)
     step kernels python3 -m veloxquant.tools.dev.kernel_check --out "$out/kernels" --skip bench --parallel-timeout 330 \
-      --thorough-examples 800
+      --thorough-examples 700
     # (one file back: a device call returns a limited number of files)
     (cd "$out" && tar czf kernels.tgz kernels && rm -rf kernels)
     ;;

@@ -14,7 +14,8 @@
 3. alone, on a quiet GPU: the kernels benchmark (benchmarks/test_kernels.py: the fused kernels against an fp16 copy
    and mx.quantize, paired) into OUT/h200-kernels.json (pytest-benchmark JSON; tools/bench/render.py renders it).
 Everything is logged under --out; nothing stops at the first failure; a summary (rc and seconds per step)
-ends the output and kernel_check.json.
+ends the output and kernel_check.json, and the exit status is 1 where any step did not pass (`not_ok`: a job cut by
+--parallel-timeout included, since its remaining cells never ran).
 
 Usage: PYTHONUNBUFFERED=1 python3 -m veloxquant.tools.dev.kernel_check --out DIR [--skip compile,parallel,bench]
        [--dims 128,80,96,192] [--thorough-examples 1000] [--parallel-timeout 240]
@@ -214,13 +215,37 @@ def main(argv=None) -> int:
             for job, r in st.items():
                 print(f"{job}: rc={r['rc']} {r['s']} s | " + " / ".join(r["tail"][-2:]), flush=True)
         elif name == "compile":
-            bad = {k: v for k, v in st["result"].items() if not v.get("ok") or any(
-                (v.get("differing_bytes") or {}).values()) or v.get("differing")}
-            print(f"compile: {len(st['result'])} kernels in {st['s']} s, {len(bad)} not ok: {list(bad)}", flush=True)
+            print(f"compile: {len(st['result'])} kernels in {st['s']} s, {len(_bad_kernels(st))} not ok: "
+                  f"{_bad_kernels(st)}", flush=True)
         else:
             print(f"{name}: {st}", flush=True)
     print(f"total {log['total_s']} s", flush=True)
-    return 0
+    bad = not_ok(log)
+    print("not ok: " + ", ".join(bad) if bad else "every step ok", flush=True)
+    return 1 if bad else 0
+
+
+def _bad_kernels(step: dict) -> list[str]:
+    return [k for k, v in step["result"].items() if not v.get("ok") or any(
+        (v.get("differing_bytes") or {}).values()) or v.get("differing")]
+
+
+def not_ok(log: dict) -> list[str]:
+    """The steps of a run that did not pass: a kernel that failed to compile or differed, a job or the benchmark with
+    a non-zero exit status or cut by the timeout (its remaining cells never ran), a merged conformance with failures
+    or errors. Empty: the run passed (the command's exit status 0)."""
+    bad = []
+    for name, st in log["steps"].items():
+        if name == "compile":
+            bad += [f"compile {k}" for k in _bad_kernels(st)]
+        elif name == "parallel":
+            bad += [f"{job} (rc {r['rc']})" for job, r in st.items() if r["rc"] != 0]
+        elif st.get("rc", 0) != 0:
+            bad.append(f"{name} (rc {st['rc']})")
+    c = log.get("conformance") or {}
+    if c.get("failed") or c.get("error"):
+        bad.append(f"conformance ({c.get('failed', 0)} failed, {c.get('error', 0)} errors)")
+    return bad
 
 
 if __name__ == "__main__":
