@@ -222,14 +222,17 @@ def paired(benchmark, ours, baselines: dict, *, rounds: int, warmup: int, prepar
     data = list(stats.stats.data) if stats is not None else []
     if data:
         out["median_s"] = statistics.median(data)
+        # per baseline, ours ÷ it in each timed round: {round index: ratio}
+        ratios = {name: {j: data[j] / t for j, t in ts.items() if j < len(data) and t > 0}
+                  for name, ts in base_t.items()}
         for name, ts in base_t.items():
-            per_round = sorted(data[j] / t for j, t in ts.items() if j < len(data) and t > 0)
+            per_round = sorted(ratios[name].values())
             if not per_round:
                 continue
             out["ratios"][name] = statistics.median(per_round)
             out["ratio_iqr"][name] = per_round[3 * len(per_round) // 4] - per_round[len(per_round) // 4]
             out["baseline_median_s"][name] = statistics.median(ts.values())
-        out.update(_host_rounds(data, base_t, probes))
+        out.update(_host_rounds(ratios, probes))
     out.update(info or {})
     benchmark.extra_info.update(out)
     return out
@@ -254,13 +257,14 @@ def round_probe(reps: int = 10, bursts: int = 3) -> float:
     return min(us)
 
 
-def _host_rounds(data: list, base_t: dict, probes: dict) -> dict:
+def _host_rounds(ratios: dict, probes: dict) -> dict:
     """paired()'s record of the host per timed round: each round's probe (µs), how many ran on a slowed host (probe
-    > SLOW_HOST x the process's fastest), and each baseline's median ratio over the other rounds (where 3 or more)."""
+    > SLOW_HOST x the process's fastest), and each baseline's median ratio (`ratios`: paired's per round) over the
+    other rounds (where 3 or more)."""
     slow = {j for j, p in probes.items() if p > SLOW_HOST * _FASTEST[0]}
     steady = {}
-    for name, ts in base_t.items():
-        per = sorted(data[j] / t for j, t in ts.items() if j < len(data) and t > 0 and j not in slow)
+    for name, per_round in ratios.items():
+        per = [r for j, r in per_round.items() if j not in slow]
         if len(per) >= 3:
             steady[name] = statistics.median(per)
     return {"host_round_us": [round(probes[j], 2) for j in sorted(probes)], "slow_host_rounds": len(slow),

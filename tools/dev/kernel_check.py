@@ -215,8 +215,8 @@ def main(argv=None) -> int:
             for job, r in st.items():
                 print(f"{job}: rc={r['rc']} {r['s']} s | " + " / ".join(r["tail"][-2:]), flush=True)
         elif name == "compile":
-            print(f"compile: {len(st['result'])} kernels in {st['s']} s, {len(_bad_kernels(st))} not ok: "
-                  f"{_bad_kernels(st)}", flush=True)
+            bad = _bad_kernels(st)
+            print(f"compile: {len(st['result'])} kernels in {st['s']} s, {len(bad)} not ok: {bad}", flush=True)
         else:
             print(f"{name}: {st}", flush=True)
     print(f"total {log['total_s']} s", flush=True)
