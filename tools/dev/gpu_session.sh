@@ -60,9 +60,9 @@
 #   hostab  the host's share of a layer's step (tools/dev/host_split, 32k) in this tree and in an older one carried as
 #           .device/old (`git archive COMMIT accelerated spec tools veloxquant benchmarks conformance reference`),
 #           processes interleaved old / new / old / new: fp16, turboquant b4, kivi b4 and the mixed pair       (~6 min)
-#   batchab the 8k x 8 batch (host-paced: 1.50-2.04x fp16's on one H100 host, 0.93-1.69x on slower ones) in this tree
-#           and in one carried as .device/old (as hostab), processes interleaved old / new / old / new: turboquant b4,
-#           prod and kivi b4; each new run records the host probe of every round (benchmarks/harness.py) (~4 min)
+#   batchab the 8k x 8 batch (host-paced: it moves with the host's speed) in this tree and in one carried as
+#           .device/old (as hostab), processes interleaved old / new / old / new: turboquant b4, prod and kivi b4;
+#           each new run records the host probe of every round (benchmarks/harness.py)               (~4 min)
 # A stage's failures do not stop it; its log ends with each command's exit status. The device's .git is stale:
 # VELOXQUANT_GIT (the carried tree's commit, typed into the run's command) goes into versions.git and commit_info.
 set -uo pipefail
@@ -280,7 +280,7 @@ case $stage in
     ;;
   kernels)
     # (KIVI's 24 thorough cells took ~15 s each on the H100: at 1000 examples they outran 280 s; 800 and 330 s fit them
-    # beside the 152 s of compiles on one host and cut them at 21 of 24 on a slower one: 700. A cut job fails the run)
+    # beside the 152 s of compiles on one host, not on a slower one: 700. A cut job fails the run)
     step kernels python3 -m veloxquant.tools.dev.kernel_check --out "$out/kernels" --skip bench --parallel-timeout 330 \
       --thorough-examples 700
     # (one file back: a device call returns a limited number of files)
